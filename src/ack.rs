@@ -1,0 +1,466 @@
+//! The ack tracker: from in-flight transactions to the LSN we may confirm.
+//!
+//! This struct is the only owner of LSN progress. Nothing else keeps a copy of "what is
+//! confirmed"; the replication loop asks [`AckTracker::confirmed`] whenever it writes a standby
+//! status update.
+//!
+//! # Rules
+//! * A transaction enters at BEGIN, gains one pending record per routed row, and gets its end LSN
+//!   at COMMIT. Transactions are kept in commit order (pgoutput without streaming sends them that
+//!   way), so the queue is ordered by end LSN.
+//! * The confirmed frontier moves to a transaction's end LSN only when it is committed, all its
+//!   records are acked, and every earlier transaction has moved the frontier already. Acks arrive
+//!   out of order across partitions; order is restored here.
+//! * A transaction with no records (another table's change, or an empty commit) completes as soon as
+//!   everything before it has.
+//! * A keepalive's WAL end may move the frontier only while no transaction is open or queued: that
+//!   WAL holds nothing for us, so confirming it stops an idle outbox from pinning WAL.
+//! * A failed record poisons its transaction: the frontier never passes it. The caller stops.
+//! * The frontier never goes backwards. A commit whose end LSN is not after the previous one is a
+//!   bug, reported as an error rather than clamped.
+//!
+//! [`Delivery`] is the handle a sink resolves for each record. Dropping it unresolved counts as a
+//! failure, so a sink that loses a record can never let the frontier pass it.
+
+use std::collections::VecDeque;
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::lsn::Lsn;
+
+/// Identifies a transaction for the life of one tracker. Monotonic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TxnId(u64);
+
+#[derive(Debug)]
+struct Txn {
+    id: TxnId,
+    /// `None` until COMMIT.
+    end_lsn: Option<Lsn>,
+    pending: usize,
+}
+
+/// Why the tracker refused an event. Every variant is either a protocol bug or a failed delivery.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AckError {
+    #[error("BEGIN while transaction {0:?} is still open")]
+    NestedBegin(TxnId),
+    #[error("{0} without an open transaction")]
+    NoOpenTxn(&'static str),
+    #[error("commit end LSN {end} is not after the previous commit/frontier {prev}")]
+    Backwards { end: Lsn, prev: Lsn },
+    #[error("ack for unknown transaction {0:?}")]
+    UnknownTxn(TxnId),
+}
+
+/// Ordered in-flight transactions and the confirmed frontier.
+#[derive(Debug)]
+pub struct AckTracker {
+    confirmed: Lsn,
+    /// Highest end LSN handed to `commit`, for the monotonicity check.
+    last_commit: Lsn,
+    queue: VecDeque<Txn>,
+    open: Option<TxnId>,
+    next_id: u64,
+    in_flight: usize,
+}
+
+impl AckTracker {
+    /// Start from the slot's `confirmed_flush_lsn`.
+    pub fn new(confirmed: Lsn) -> Self {
+        AckTracker {
+            confirmed,
+            last_commit: confirmed,
+            queue: VecDeque::new(),
+            open: None,
+            next_id: 0,
+            in_flight: 0,
+        }
+    }
+
+    /// The LSN that is safe to send as the flush position.
+    pub fn confirmed(&self) -> Lsn {
+        self.confirmed
+    }
+
+    /// Records handed to the sink and not yet acked.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// True while a transaction is open or any committed one waits for acks.
+    pub fn busy(&self) -> bool {
+        self.open.is_some() || !self.queue.is_empty()
+    }
+
+    pub fn begin(&mut self) -> Result<TxnId, AckError> {
+        if let Some(open) = self.open {
+            return Err(AckError::NestedBegin(open));
+        }
+        let id = TxnId(self.next_id);
+        self.next_id += 1;
+        self.queue.push_back(Txn {
+            id,
+            end_lsn: None,
+            pending: 0,
+        });
+        self.open = Some(id);
+        Ok(id)
+    }
+
+    /// One more record of the open transaction is on its way to the sink.
+    pub fn record(&mut self) -> Result<TxnId, AckError> {
+        let id = self.open.ok_or(AckError::NoOpenTxn("record"))?;
+        let txn = self.queue.back_mut().ok_or(AckError::NoOpenTxn("record"))?;
+        txn.pending += 1;
+        self.in_flight += 1;
+        Ok(id)
+    }
+
+    /// COMMIT of the open transaction. Returns the frontier after it.
+    pub fn commit(&mut self, end_lsn: Lsn) -> Result<Lsn, AckError> {
+        let id = self.open.take().ok_or(AckError::NoOpenTxn("COMMIT"))?;
+        if end_lsn <= self.last_commit {
+            return Err(AckError::Backwards {
+                end: end_lsn,
+                prev: self.last_commit,
+            });
+        }
+        self.last_commit = end_lsn;
+        let txn = self
+            .queue
+            .back_mut()
+            .filter(|t| t.id == id)
+            .ok_or(AckError::UnknownTxn(id))?;
+        txn.end_lsn = Some(end_lsn);
+        self.advance();
+        Ok(self.confirmed)
+    }
+
+    /// The sink confirmed one record of `id`. Returns the frontier after it.
+    pub fn ack(&mut self, id: TxnId) -> Result<Lsn, AckError> {
+        let front = self.queue.front().ok_or(AckError::UnknownTxn(id))?.id;
+        let idx = id.0.checked_sub(front.0).ok_or(AckError::UnknownTxn(id))? as usize;
+        let txn = self.queue.get_mut(idx).ok_or(AckError::UnknownTxn(id))?;
+        if txn.pending == 0 {
+            return Err(AckError::UnknownTxn(id));
+        }
+        txn.pending -= 1;
+        self.in_flight -= 1;
+        self.advance();
+        Ok(self.confirmed)
+    }
+
+    /// A keepalive reported the server's WAL end. Moves the frontier only when nothing is ours.
+    pub fn keepalive(&mut self, wal_end: Lsn) -> Lsn {
+        if !self.busy() && wal_end > self.confirmed {
+            self.confirmed = wal_end;
+            self.last_commit = self.last_commit.max(wal_end);
+        }
+        self.confirmed
+    }
+
+    /// Abandon the open transaction (the stream broke mid-transaction). Its records, if acked
+    /// later, are unknown; the transaction will be resent from the confirmed LSN.
+    pub fn abandon_open(&mut self) {
+        if let Some(id) = self.open.take() {
+            if let Some(t) = self.queue.back() {
+                if t.id == id {
+                    self.in_flight -= t.pending;
+                    self.queue.pop_back();
+                }
+            }
+        }
+    }
+
+    fn advance(&mut self) {
+        while let Some(t) = self.queue.front() {
+            match t.end_lsn {
+                Some(end) if t.pending == 0 => {
+                    // end > confirmed holds: commit() checked end > last_commit >= confirmed.
+                    self.confirmed = end;
+                    self.queue.pop_front();
+                }
+                _ => break,
+            }
+        }
+    }
+}
+
+/// The outcome a sink reports for one record.
+#[derive(Debug)]
+pub enum Outcome {
+    Acked,
+    Failed { reason: String },
+}
+
+/// A resolved delivery, sent back to the replication loop.
+#[derive(Debug)]
+pub struct Ack {
+    pub txn: TxnId,
+    pub event_id: String,
+    pub topic: String,
+    pub outcome: Outcome,
+}
+
+/// The per-record handle a sink must resolve. Dropped unresolved means failed.
+#[derive(Debug)]
+pub struct Delivery {
+    txn: TxnId,
+    event_id: String,
+    topic: String,
+    tx: Option<UnboundedSender<Ack>>,
+}
+
+impl Delivery {
+    pub fn new(txn: TxnId, event_id: String, topic: String, tx: UnboundedSender<Ack>) -> Self {
+        Delivery {
+            txn,
+            event_id,
+            topic,
+            tx: Some(tx),
+        }
+    }
+
+    pub fn event_id(&self) -> &str {
+        &self.event_id
+    }
+
+    pub fn ack(mut self) {
+        self.send(Outcome::Acked);
+    }
+
+    pub fn fail(mut self, reason: impl Into<String>) {
+        self.send(Outcome::Failed {
+            reason: reason.into(),
+        });
+    }
+
+    fn send(&mut self, outcome: Outcome) {
+        if let Some(tx) = self.tx.take() {
+            // The loop may be gone (shutdown); then nobody needs the outcome.
+            let _ = tx.send(Ack {
+                txn: self.txn,
+                event_id: std::mem::take(&mut self.event_id),
+                topic: std::mem::take(&mut self.topic),
+                outcome,
+            });
+        }
+    }
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        self.send(Outcome::Failed {
+            reason: "the sink dropped the record without a result".into(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lsn(n: u64) -> Lsn {
+        Lsn(n)
+    }
+
+    #[test]
+    fn frontier_waits_for_every_record_of_a_transaction() {
+        let mut t = AckTracker::new(lsn(100));
+        let a = t.begin().unwrap();
+        t.record().unwrap();
+        t.record().unwrap();
+        assert_eq!(t.commit(lsn(200)).unwrap(), lsn(100));
+        assert_eq!(t.ack(a).unwrap(), lsn(100));
+        assert_eq!(t.in_flight(), 1);
+        assert_eq!(t.ack(a).unwrap(), lsn(200));
+        assert!(!t.busy());
+    }
+
+    #[test]
+    fn out_of_order_acks_across_transactions() {
+        let mut t = AckTracker::new(lsn(0));
+        let a = t.begin().unwrap();
+        t.record().unwrap();
+        t.commit(lsn(10)).unwrap();
+        let b = t.begin().unwrap();
+        t.record().unwrap();
+        t.commit(lsn(20)).unwrap();
+        let c = t.begin().unwrap();
+        t.record().unwrap();
+        t.commit(lsn(30)).unwrap();
+        // Later transactions acked first: nothing may be confirmed yet.
+        assert_eq!(t.ack(c).unwrap(), lsn(0));
+        assert_eq!(t.ack(b).unwrap(), lsn(0));
+        // The first ack releases all three at once.
+        assert_eq!(t.ack(a).unwrap(), lsn(30));
+    }
+
+    #[test]
+    fn ack_before_commit_does_not_confirm() {
+        let mut t = AckTracker::new(lsn(5));
+        let a = t.begin().unwrap();
+        t.record().unwrap();
+        assert_eq!(t.ack(a).unwrap(), lsn(5));
+        assert_eq!(t.commit(lsn(9)).unwrap(), lsn(9));
+    }
+
+    #[test]
+    fn empty_transactions_complete_in_order() {
+        let mut t = AckTracker::new(lsn(0));
+        let a = t.begin().unwrap();
+        t.record().unwrap();
+        t.commit(lsn(10)).unwrap();
+        t.begin().unwrap();
+        // Empty, but behind an unacked one: must wait.
+        assert_eq!(t.commit(lsn(20)).unwrap(), lsn(0));
+        assert_eq!(t.ack(a).unwrap(), lsn(20));
+        // Empty with nothing ahead: completes at commit.
+        t.begin().unwrap();
+        assert_eq!(t.commit(lsn(25)).unwrap(), lsn(25));
+    }
+
+    #[test]
+    fn keepalive_advances_only_when_idle() {
+        let mut t = AckTracker::new(lsn(10));
+        assert_eq!(t.keepalive(lsn(50)), lsn(50));
+        // A smaller wal_end never moves us back.
+        assert_eq!(t.keepalive(lsn(40)), lsn(50));
+        let a = t.begin().unwrap();
+        assert_eq!(
+            t.keepalive(lsn(60)),
+            lsn(50),
+            "open transaction blocks keepalive"
+        );
+        t.record().unwrap();
+        t.commit(lsn(70)).unwrap();
+        assert_eq!(
+            t.keepalive(lsn(80)),
+            lsn(50),
+            "unacked record blocks keepalive"
+        );
+        assert_eq!(t.ack(a).unwrap(), lsn(70));
+        assert_eq!(t.keepalive(lsn(80)), lsn(80));
+    }
+
+    #[test]
+    fn backwards_commit_and_nesting_are_errors() {
+        let mut t = AckTracker::new(lsn(100));
+        t.begin().unwrap();
+        assert!(matches!(t.begin(), Err(AckError::NestedBegin(_))));
+        assert_eq!(
+            t.commit(lsn(100)),
+            Err(AckError::Backwards {
+                end: lsn(100),
+                prev: lsn(100)
+            })
+        );
+        let mut t = AckTracker::new(lsn(0));
+        assert!(matches!(t.record(), Err(AckError::NoOpenTxn(_))));
+        assert!(matches!(t.commit(lsn(1)), Err(AckError::NoOpenTxn(_))));
+        t.begin().unwrap();
+        t.commit(lsn(50)).unwrap();
+        t.begin().unwrap();
+        assert!(matches!(t.commit(lsn(40)), Err(AckError::Backwards { .. })));
+    }
+
+    #[test]
+    fn stray_acks_are_errors() {
+        let mut t = AckTracker::new(lsn(0));
+        let a = t.begin().unwrap();
+        t.record().unwrap();
+        t.commit(lsn(5)).unwrap();
+        t.ack(a).unwrap();
+        assert_eq!(t.ack(a), Err(AckError::UnknownTxn(a)));
+        assert_eq!(t.ack(TxnId(99)), Err(AckError::UnknownTxn(TxnId(99))));
+    }
+
+    #[test]
+    fn abandoning_an_open_transaction_forgets_its_records() {
+        let mut t = AckTracker::new(lsn(0));
+        t.begin().unwrap();
+        t.record().unwrap();
+        t.abandon_open();
+        assert_eq!(t.in_flight(), 0);
+        assert!(!t.busy());
+        assert_eq!(t.confirmed(), lsn(0));
+    }
+
+    /// Every interleaving of acks over a few transactions: the frontier is always the end LSN of
+    /// the longest fully-acked committed prefix, and never decreases.
+    #[test]
+    fn exhaustive_small_interleavings() {
+        // Transactions with 0..=2 records each; acks in every permutation order.
+        let sizes = [2usize, 0, 1, 2];
+        let mut records = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            for _ in 0..n {
+                records.push(i);
+            }
+        }
+        let mut perm: Vec<usize> = (0..records.len()).collect();
+        let mut count = 0;
+        loop {
+            let mut t = AckTracker::new(lsn(0));
+            let ids: Vec<TxnId> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| {
+                    let id = t.begin().unwrap();
+                    for _ in 0..n {
+                        t.record().unwrap();
+                    }
+                    t.commit(lsn(10 * (i as u64 + 1))).unwrap();
+                    id
+                })
+                .collect();
+            let mut acked = vec![0usize; sizes.len()];
+            let mut prev = t.confirmed();
+            for &p in &perm {
+                let txn = records[p];
+                acked[txn] += 1;
+                let now = t.ack(ids[txn]).unwrap();
+                assert!(now >= prev);
+                prev = now;
+                let prefix = (0..sizes.len())
+                    .take_while(|&i| acked[i] == sizes[i])
+                    .count();
+                let expect = if prefix == 0 { 0 } else { 10 * prefix as u64 };
+                assert_eq!(now, lsn(expect), "perm {perm:?}");
+            }
+            assert_eq!(t.confirmed(), lsn(40));
+            count += 1;
+            if !next_permutation(&mut perm) {
+                break;
+            }
+        }
+        assert_eq!(count, 120);
+    }
+
+    fn next_permutation(v: &mut [usize]) -> bool {
+        let Some(i) = (1..v.len()).rev().find(|&i| v[i - 1] < v[i]) else {
+            return false;
+        };
+        let j = (i..v.len()).rev().find(|&j| v[j] > v[i - 1]).unwrap();
+        v.swap(i - 1, j);
+        v[i..].reverse();
+        true
+    }
+
+    #[test]
+    fn dropped_delivery_reports_failure() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let d = Delivery::new(TxnId(3), "e1".into(), "t".into(), tx.clone());
+        drop(d);
+        let ack = rx.try_recv().unwrap();
+        assert!(matches!(ack.outcome, Outcome::Failed { .. }));
+        Delivery::new(TxnId(4), "e2".into(), "t".into(), tx).ack();
+        let ack = rx.try_recv().unwrap();
+        assert!(matches!(ack.outcome, Outcome::Acked));
+        assert!(
+            rx.try_recv().is_err(),
+            "ack() must not also report a failure on drop"
+        );
+    }
+}

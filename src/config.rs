@@ -1,0 +1,608 @@
+//! Flags in, a validated [`Config`] out.
+//!
+//! Two layers, as in ripgrep: [`RunArgs`] is what clap parses (strings, env fallbacks, defaults);
+//! [`Config::from_args`] turns it into typed values and rejects every bad combination with a
+//! one-line message that names the flag and the fix. Nothing downstream re-validates.
+//!
+//! The PostgreSQL URL is parsed here into a [`PgTarget`], whose `Display` never shows the password,
+//! so the URL can be logged and put into errors safely.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use percent_encoding::percent_decode_str;
+
+use crate::error::Definite;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "outboxd",
+    version,
+    about = "Relay a PostgreSQL outbox table to Kafka through a logical replication slot, at-least-once"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Stream outbox inserts to the sink until SIGINT/SIGTERM.
+    Run(Box<RunArgs>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PublicationAutocreate {
+    /// Create `FOR TABLE <table>` when the publication is missing (Debezium's `filtered`).
+    Filtered,
+    /// A missing publication is an error.
+    Disabled,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SinkKind {
+    Kafka,
+    Stdout,
+    Null,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Raw flags of `outboxd run`. Defaults follow `sql/01_outbox.sql` and Debezium's EventRouter.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// PostgreSQL URL: postgres://user:pass@host:port/db?sslmode=disable, or ?host=/socket/dir.
+    #[arg(long, env = "OUTBOXD_POSTGRES_URL", hide_env_values = true)]
+    pub postgres_url: String,
+    /// Logical replication slot owned by this outboxd (created with pgoutput if missing).
+    #[arg(long, default_value = "outboxd")]
+    pub slot: String,
+    /// Publication the slot streams (see --publication-autocreate).
+    #[arg(long, default_value = "outboxd")]
+    pub publication: String,
+    /// The outbox table, as SCHEMA.TABLE.
+    #[arg(long, default_value = "public.outbox")]
+    pub table: String,
+    /// What to do when the publication is missing.
+    #[arg(long, value_enum, default_value_t = PublicationAutocreate::Filtered)]
+    pub publication_autocreate: PublicationAutocreate,
+    /// Kafka bootstrap servers, comma-separated.
+    #[arg(long, env = "OUTBOXD_KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
+    pub kafka_brokers: String,
+    /// Extra librdkafka producer property KEY=VALUE; repeatable.
+    #[arg(long = "kafka-property", value_name = "KEY=VALUE")]
+    pub kafka_properties: Vec<String>,
+    /// Partitions for topics outboxd creates.
+    #[arg(long, default_value_t = 1)]
+    pub topic_partitions: i32,
+    /// Replication factor for topics outboxd creates.
+    #[arg(long, default_value_t = 1)]
+    pub topic_replication_factor: i32,
+    /// Column whose value picks the topic (Debezium `route.by.field`).
+    #[arg(long, default_value = "event_type")]
+    pub route_by_field: String,
+    /// Topic template; `${routedByValue}` is replaced by the route column's value.
+    #[arg(long, default_value = "${routedByValue}.events")]
+    pub route_topic_replacement: String,
+    /// Column used as the Kafka key (Debezium `table.field.event.key`).
+    #[arg(long, default_value = "aggregate_id")]
+    pub table_field_event_key: String,
+    /// Column sent as Kafka header `id` (Debezium `table.field.event.id`).
+    #[arg(long, default_value = "event_id")]
+    pub table_field_event_id: String,
+    /// Column sent as the record value (Debezium `table.field.event.payload`).
+    #[arg(long, default_value = "payload")]
+    pub table_field_event_payload: String,
+    /// Column used as the record timestamp; empty means the commit time.
+    #[arg(long, default_value = "created_at")]
+    pub table_field_event_timestamp: String,
+    /// Where events go.
+    #[arg(long, value_enum, default_value_t = SinkKind::Kafka)]
+    pub sink: SinkKind,
+    /// Stop reading WAL while this many events wait for acks.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_in_flight: usize,
+    /// How often to send a standby status update (e.g. 500ms, 10s, 2m).
+    #[arg(long, default_value = "10s")]
+    pub status_interval: String,
+    /// How long shutdown waits for in-flight acks.
+    #[arg(long, default_value = "30s")]
+    pub shutdown_timeout: String,
+    /// Log format; the level comes from RUST_LOG (default info).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Serve Prometheus metrics on this address (e.g. 0.0.0.0:9187); off when absent.
+    #[arg(long, env = "OUTBOXD_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// Where and as whom to connect to PostgreSQL. `Display` omits the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PgTarget {
+    pub host: PgHost,
+    pub port: u16,
+    pub user: String,
+    pub password: Option<String>,
+    pub dbname: String,
+    pub application_name: String,
+    pub connect_timeout: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PgHost {
+    Tcp(String),
+    /// Directory holding `.s.PGSQL.<port>`.
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for PgTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.host {
+            PgHost::Tcp(h) => write!(
+                f,
+                "postgres://{}@{}:{}/{}",
+                self.user, h, self.port, self.dbname
+            ),
+            PgHost::Unix(d) => write!(
+                f,
+                "postgres://{}@/{}?host={}&port={}",
+                self.user,
+                self.dbname,
+                d.display(),
+                self.port
+            ),
+        }
+    }
+}
+
+impl std::fmt::Debug for PgTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PgTarget({self})")
+    }
+}
+
+impl PgTarget {
+    /// Parse a libpq-style URL. Unknown parameters and TLS modes are refused, not ignored.
+    pub fn parse(url: &str) -> Result<PgTarget, Definite> {
+        let bad = |why: &str| Definite::Config(format!("--postgres-url: {why}"));
+        let rest = url
+            .strip_prefix("postgres://")
+            .or_else(|| url.strip_prefix("postgresql://"))
+            .ok_or_else(|| bad("must start with postgres:// or postgresql://"))?;
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        let (authority, path) = match rest.split_once('/') {
+            Some((a, p)) => (a, p),
+            None => (rest, ""),
+        };
+        let (userinfo, hostport) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let decode = |s: &str, what: &str| {
+            percent_decode_str(s)
+                .decode_utf8()
+                .map(|c| c.into_owned())
+                .map_err(|_| bad(&format!("the {what} is not valid percent-encoded UTF-8")))
+        };
+        let (mut user, mut password) = (None, None);
+        if let Some(ui) = userinfo {
+            match ui.split_once(':') {
+                Some((u, p)) => {
+                    user = Some(decode(u, "user")?);
+                    password = Some(decode(p, "password")?);
+                }
+                None => user = Some(decode(ui, "user")?),
+            }
+        }
+        let (mut host, mut port) = (None, None);
+        if !hostport.is_empty() {
+            let (h, p) = if let Some(inner) = hostport.strip_prefix('[') {
+                let (h, after) = inner
+                    .split_once(']')
+                    .ok_or_else(|| bad("unclosed [ in host"))?;
+                (h, after.strip_prefix(':'))
+            } else {
+                match hostport.rsplit_once(':') {
+                    Some((h, p)) => (h, Some(p)),
+                    None => (hostport, None),
+                }
+            };
+            if !h.is_empty() {
+                host = Some(decode(h, "host")?);
+            }
+            if let Some(p) = p {
+                port = Some(
+                    p.parse::<u16>()
+                        .map_err(|_| bad(&format!("port {p:?} is not a number 1-65535")))?,
+                );
+            }
+        }
+        let mut dbname = if path.is_empty() {
+            None
+        } else {
+            Some(decode(path, "database name")?)
+        };
+        let mut sslmode = String::from("prefer");
+        let mut application_name = String::from("outboxd");
+        let mut connect_timeout = Duration::from_secs(10);
+        for pair in query.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let v = decode(v, k)?;
+            match k {
+                "host" => host = Some(v),
+                "port" => port = Some(v.parse().map_err(|_| bad(&format!("port {v:?} is not a number 1-65535")))?),
+                "user" => user = Some(v),
+                "password" => password = Some(v),
+                "dbname" => dbname = Some(v),
+                "sslmode" => sslmode = v,
+                "application_name" => application_name = v,
+                "connect_timeout" => {
+                    let secs: u64 = v.parse().map_err(|_| bad("connect_timeout must be whole seconds"))?;
+                    connect_timeout = Duration::from_secs(secs.max(1));
+                }
+                other => {
+                    return Err(bad(&format!(
+                        "unsupported parameter {other:?}; supported: host, port, user, password, dbname, sslmode, application_name, connect_timeout"
+                    )))
+                }
+            }
+        }
+        match sslmode.as_str() {
+            "disable" | "allow" | "prefer" => {}
+            "require" | "verify-ca" | "verify-full" => {
+                return Err(bad(&format!(
+                    "sslmode={sslmode} is not supported yet (outboxd speaks plaintext only); use sslmode=disable on a trusted network"
+                )))
+            }
+            other => return Err(bad(&format!("unknown sslmode {other:?}; use sslmode=disable"))),
+        }
+        let host = match host {
+            Some(h) if h.starts_with('/') => PgHost::Unix(PathBuf::from(h)),
+            Some(h) => PgHost::Tcp(h),
+            None => PgHost::Unix(PathBuf::from("/var/run/postgresql")),
+        };
+        let user = user.unwrap_or_else(|| "postgres".to_owned());
+        Ok(PgTarget {
+            host,
+            port: port.unwrap_or(5432),
+            dbname: dbname.unwrap_or_else(|| user.clone()),
+            user,
+            password,
+            application_name,
+            connect_timeout,
+        })
+    }
+
+    /// The equivalent tokio-postgres configuration, for ordinary (non-replication) queries.
+    pub fn to_tokio_postgres(&self) -> tokio_postgres::Config {
+        let mut c = tokio_postgres::Config::new();
+        match &self.host {
+            PgHost::Tcp(h) => c.host(h),
+            PgHost::Unix(d) => c.host_path(d),
+        };
+        c.port(self.port)
+            .user(&self.user)
+            .dbname(&self.dbname)
+            .application_name(&self.application_name)
+            .connect_timeout(self.connect_timeout)
+            .ssl_mode(tokio_postgres::config::SslMode::Disable);
+        if let Some(p) = &self.password {
+            c.password(p);
+        }
+        c
+    }
+}
+
+/// `SCHEMA.TABLE`, unquoted as PostgreSQL stores it in the catalogs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableName {
+    pub schema: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for TableName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.schema, self.name)
+    }
+}
+
+/// Which columns feed which parts of a record, and how the topic is named.
+#[derive(Clone, Debug)]
+pub struct RouteConfig {
+    pub route_by_field: String,
+    pub topic_replacement: String,
+    pub key_field: String,
+    pub id_field: String,
+    pub payload_field: String,
+    /// `None`: use the transaction's commit time.
+    pub timestamp_field: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct KafkaConfig {
+    pub brokers: String,
+    /// Passed to librdkafka as given, after our defaults.
+    pub properties: Vec<(String, String)>,
+    pub topic_partitions: i32,
+    pub topic_replication_factor: i32,
+}
+
+/// Everything `outboxd run` needs, validated.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub postgres: PgTarget,
+    pub slot: String,
+    pub publication: String,
+    pub table: TableName,
+    pub publication_autocreate: PublicationAutocreate,
+    pub route: RouteConfig,
+    pub sink: SinkKind,
+    pub kafka: KafkaConfig,
+    pub max_in_flight: usize,
+    pub status_interval: Duration,
+    pub shutdown_timeout: Duration,
+    pub log_format: LogFormat,
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+impl Config {
+    pub fn from_args(a: &RunArgs) -> Result<Config, Definite> {
+        let bad = |m: String| Definite::Config(m);
+        let postgres = PgTarget::parse(&a.postgres_url)?;
+        check_identifier("--slot", &a.slot, true)?;
+        check_identifier("--publication", &a.publication, false)?;
+        let table = parse_table(&a.table)?;
+        let mut properties = Vec::new();
+        for p in &a.kafka_properties {
+            let (k, v) = p
+                .split_once('=')
+                .filter(|(k, _)| !k.trim().is_empty())
+                .ok_or_else(|| {
+                    bad(format!(
+                        "--kafka-property {p:?}: expected KEY=VALUE, e.g. linger.ms=5"
+                    ))
+                })?;
+            if k.trim() == "bootstrap.servers" {
+                return Err(bad("--kafka-property bootstrap.servers conflicts with --kafka-brokers; use --kafka-brokers".into()));
+            }
+            properties.push((k.trim().to_owned(), v.to_owned()));
+        }
+        if a.sink == SinkKind::Kafka && a.kafka_brokers.trim().is_empty() {
+            return Err(bad(
+                "--kafka-brokers is empty; give host:port[,host:port]".into()
+            ));
+        }
+        if a.topic_partitions < 1 {
+            return Err(bad(format!(
+                "--topic-partitions {} must be at least 1",
+                a.topic_partitions
+            )));
+        }
+        if a.topic_replication_factor < 1 {
+            return Err(bad(format!(
+                "--topic-replication-factor {} must be at least 1",
+                a.topic_replication_factor
+            )));
+        }
+        if a.max_in_flight == 0 {
+            return Err(bad("--max-in-flight must be at least 1".into()));
+        }
+        for (flag, v) in [
+            ("--route-by-field", &a.route_by_field),
+            ("--table-field-event-key", &a.table_field_event_key),
+            ("--table-field-event-id", &a.table_field_event_id),
+            ("--table-field-event-payload", &a.table_field_event_payload),
+        ] {
+            if v.is_empty() {
+                return Err(bad(format!("{flag} must name a column of {table}")));
+            }
+        }
+        crate::router::check_template(&a.route_topic_replacement)
+            .map_err(|e| bad(format!("--route-topic-replacement: {e}")))?;
+        let status_interval = parse_duration("--status-interval", &a.status_interval)?;
+        if status_interval.is_zero() {
+            return Err(bad("--status-interval must be greater than 0".into()));
+        }
+        Ok(Config {
+            postgres,
+            slot: a.slot.clone(),
+            publication: a.publication.clone(),
+            table,
+            publication_autocreate: a.publication_autocreate,
+            route: RouteConfig {
+                route_by_field: a.route_by_field.clone(),
+                topic_replacement: a.route_topic_replacement.clone(),
+                key_field: a.table_field_event_key.clone(),
+                id_field: a.table_field_event_id.clone(),
+                payload_field: a.table_field_event_payload.clone(),
+                timestamp_field: Some(a.table_field_event_timestamp.clone())
+                    .filter(|s| !s.is_empty()),
+            },
+            sink: a.sink,
+            kafka: KafkaConfig {
+                brokers: a.kafka_brokers.clone(),
+                properties,
+                topic_partitions: a.topic_partitions,
+                topic_replication_factor: a.topic_replication_factor,
+            },
+            max_in_flight: a.max_in_flight,
+            status_interval,
+            shutdown_timeout: parse_duration("--shutdown-timeout", &a.shutdown_timeout)?,
+            log_format: a.log_format,
+            metrics_addr: a.metrics_addr,
+        })
+    }
+}
+
+fn check_identifier(flag: &str, v: &str, slot: bool) -> Result<(), Definite> {
+    let ok = !v.is_empty()
+        && v.len() <= 63
+        && if slot {
+            v.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        } else {
+            !v.contains('\0')
+        };
+    if ok {
+        Ok(())
+    } else if slot {
+        Err(Definite::Config(format!(
+            "{flag} {v:?}: slot names are 1-63 characters of a-z, 0-9 and _"
+        )))
+    } else {
+        Err(Definite::Config(format!(
+            "{flag} {v:?}: must be 1-63 characters"
+        )))
+    }
+}
+
+fn parse_table(s: &str) -> Result<TableName, Definite> {
+    match s.split_once('.') {
+        Some((schema, name)) if !schema.is_empty() && !name.is_empty() && !name.contains('.') => {
+            Ok(TableName {
+                schema: schema.to_owned(),
+                name: name.to_owned(),
+            })
+        }
+        _ => Err(Definite::Config(format!(
+            "--table {s:?}: expected SCHEMA.TABLE, e.g. public.outbox"
+        ))),
+    }
+}
+
+/// `500ms`, `10s`, `2m`, `1h`; a bare number is seconds.
+pub fn parse_duration(flag: &str, s: &str) -> Result<Duration, Definite> {
+    let bad = || {
+        Definite::Config(format!(
+            "{flag} {s:?}: expected a duration like 500ms, 10s or 2m"
+        ))
+    };
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "" | "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(bad)?),
+        "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(bad)?),
+        _ => return Err(bad()),
+    };
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_with_password_is_parsed_and_redacted() {
+        let t =
+            PgTarget::parse("postgres://bob:s%40cret@db.example:6432/app?sslmode=disable").unwrap();
+        assert_eq!(t.host, PgHost::Tcp("db.example".into()));
+        assert_eq!(
+            (t.port, t.user.as_str(), t.dbname.as_str()),
+            (6432, "bob", "app")
+        );
+        assert_eq!(t.password.as_deref(), Some("s@cret"));
+        let shown = format!("{t} {t:?}");
+        assert!(
+            !shown.contains("s@cret") && !shown.contains("s%40cret"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn unix_socket_directory() {
+        let t = PgTarget::parse("postgresql://me@/app?host=/tmp/pg&port=5544").unwrap();
+        assert_eq!(t.host, PgHost::Unix("/tmp/pg".into()));
+        assert_eq!(t.port, 5544);
+        assert_eq!(t.dbname, "app");
+    }
+
+    #[test]
+    fn tls_modes_and_unknown_params_are_refused_clearly() {
+        let e = PgTarget::parse("postgres://u:pw@h/db?sslmode=require")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("sslmode=require") && e.contains("sslmode=disable"),
+            "{e}"
+        );
+        let e = PgTarget::parse("postgres://u:pw@h/db?bogus=1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bogus") && !e.contains("pw@"), "{e}");
+        assert!(PgTarget::parse("mysql://h/db").is_err());
+        assert!(PgTarget::parse("postgres://h:99999/db").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        let d = |s| parse_duration("--x", s);
+        assert_eq!(d("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(d("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(d("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(d("7").unwrap(), Duration::from_secs(7));
+        for s in ["", "s", "10x", "-1s", "1.5s"] {
+            let e = d(s).unwrap_err().to_string();
+            assert!(e.contains("--x") && e.contains("500ms"), "{e}");
+        }
+    }
+
+    #[test]
+    fn table_and_identifiers() {
+        assert_eq!(
+            parse_table("public.outbox").unwrap().to_string(),
+            "public.outbox"
+        );
+        assert!(parse_table("outbox").is_err());
+        assert!(check_identifier("--slot", "Bad-Slot", true).is_err());
+        assert!(check_identifier("--slot", "outboxd_1", true).is_ok());
+    }
+
+    #[test]
+    fn cli_defaults_validate() {
+        let cli = Cli::try_parse_from([
+            "outboxd",
+            "run",
+            "--postgres-url",
+            "postgres://u@127.0.0.1/db",
+        ])
+        .unwrap();
+        let Command::Run(a) = cli.command;
+        let c = Config::from_args(&a).unwrap();
+        assert_eq!(c.slot, "outboxd");
+        assert_eq!(c.table.to_string(), "public.outbox");
+        assert_eq!(c.status_interval, Duration::from_secs(10));
+        assert_eq!(c.max_in_flight, 10_000);
+        assert_eq!(c.route.timestamp_field.as_deref(), Some("created_at"));
+    }
+
+    #[test]
+    fn kafka_property_conflicts_are_rejected() {
+        let cli = Cli::try_parse_from([
+            "outboxd",
+            "run",
+            "--postgres-url",
+            "postgres://u@h/db",
+            "--kafka-property",
+            "bootstrap.servers=x:1",
+        ])
+        .unwrap();
+        let Command::Run(a) = cli.command;
+        assert!(Config::from_args(&a)
+            .unwrap_err()
+            .to_string()
+            .contains("--kafka-brokers"));
+    }
+}

@@ -1,0 +1,68 @@
+//! The two classes of failure, and nothing else.
+//!
+//! * [`Transient`]: the world hiccuped (a socket closed, the server restarted, a broker call timed
+//!   out). The cure is to reconnect and resume from the slot's confirmed LSN; no data is at risk
+//!   because nothing past an acked record was ever confirmed.
+//! * [`Definite`]: a fact about the configuration, the database or the data that retrying cannot
+//!   change. The message names the thing and tells the operator what to change; the process exits.
+//!
+//! Functions that can only fail one way return that class; the pipeline returns [`Error`].
+//! Messages never contain a password: connection targets are printed through
+//! [`crate::config::PgTarget`]'s redacting `Display`.
+
+use crate::lsn::Lsn;
+
+/// A failure that a reconnect may cure.
+#[derive(Debug, thiserror::Error)]
+pub enum Transient {
+    #[error("connection to PostgreSQL at {target} lost: {source}")]
+    PgIo {
+        target: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("PostgreSQL at {target} closed the replication stream")]
+    PgClosed { target: String },
+    #[error("PostgreSQL reported {code}: {message}")]
+    PgServer { code: String, message: String },
+    #[error("replication slot \"{slot}\" is in use by PID {pid}")]
+    SlotBusy { slot: String, pid: i32 },
+}
+
+/// A failure that needs an operator: retrying would give the same answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Definite {
+    #[error("{0}")]
+    Config(String),
+    #[error("{0}")]
+    Setup(String),
+    #[error("pgoutput protocol error at {lsn}: {detail}")]
+    Protocol { lsn: Lsn, detail: String },
+    #[error("cannot route event {event_id}: {reason}; nothing after it is confirmed, fix the row or the routing flags and restart")]
+    Route { event_id: String, reason: String },
+    #[error("delivery of event {event_id} to topic {topic} failed: {reason}")]
+    Delivery {
+        event_id: String,
+        topic: String,
+        reason: String,
+    },
+    #[error("sink error: {0}")]
+    Sink(String),
+    #[error("internal invariant broken: {0}")]
+    Bug(String),
+}
+
+/// Any failure of a pipeline run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Transient(#[from] Transient),
+    #[error(transparent)]
+    Definite(#[from] Definite),
+}
+
+impl Error {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Transient(_))
+    }
+}

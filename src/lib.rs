@@ -1,0 +1,18 @@
+//! outboxd: relay rows inserted into a PostgreSQL outbox table to Kafka, at-least-once, through a
+//! dedicated pgoutput logical replication slot.
+//!
+//! Data path: [`pg::replication`] (WAL in) → [`pg::pgoutput`] (decode) → [`router`] (row → record)
+//! → [`sink`] (Kafka, stdout, null) → [`ack`] (acked records → confirmed LSN) → back to
+//! [`pg::replication`] as a standby status update. [`pipeline`] wires one session together;
+//! [`app`] runs sessions and reconnects; [`config`] validates flags.
+
+pub mod ack;
+pub mod app;
+pub mod config;
+pub mod error;
+pub mod lsn;
+pub mod metrics;
+pub mod pg;
+pub mod pipeline;
+pub mod router;
+pub mod sink;

@@ -1,0 +1,87 @@
+//! The `outboxd` binary: parse flags, set up logging and signals, pick the sink, run, and turn the
+//! outcome into an exit code (0 clean shutdown, 1 runtime failure, 2 bad configuration).
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use outboxd::config::{Cli, Command, Config, LogFormat, SinkKind};
+use outboxd::error::{Definite, Error};
+use outboxd::sink::{KafkaSink, NullSink, StdoutSink};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let Command::Run(args) = cli.command;
+    let cfg = match Config::from_args(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("outboxd: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(cfg.log_format);
+    match run(cfg) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("outboxd: error: {e:#}");
+            let config = matches!(
+                e.downcast_ref::<Error>(),
+                Some(Error::Definite(Definite::Config(_)))
+            );
+            ExitCode::from(if config { 2 } else { 1 })
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn run(cfg: Config) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    rt.block_on(async move {
+        if let Some(addr) = cfg.metrics_addr {
+            outboxd::metrics::serve(addr)?;
+        }
+        let shutdown = CancellationToken::new();
+        spawn_signal_handler(shutdown.clone())?;
+        match cfg.sink {
+            SinkKind::Kafka => {
+                let mut sink = KafkaSink::new(&cfg.kafka, cfg.max_in_flight)?;
+                outboxd::app::run(&cfg, &mut sink, shutdown).await?
+            }
+            SinkKind::Stdout => {
+                outboxd::app::run(&cfg, &mut StdoutSink::default(), shutdown).await?
+            }
+            SinkKind::Null => outboxd::app::run(&cfg, &mut NullSink, shutdown).await?,
+        }
+        Ok(())
+    })
+}
+
+fn spawn_signal_handler(shutdown: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
+        shutdown.cancel();
+    });
+    Ok(())
+}

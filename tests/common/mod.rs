@@ -1,0 +1,1174 @@
+//! Shared integration-test harness for `outboxd`.
+//!
+//! Every test gets its own throw-away infrastructure:
+//!
+//! * [`PgCluster`] — a private PostgreSQL cluster (`initdb` into a tempdir,
+//!   `wal_level = logical`, a free TCP port on 127.0.0.1 plus a unix socket in
+//!   the tempdir), with database `app`, a SUPERUSER/REPLICATION role
+//!   `outboxd` (SCRAM password [`PASSWORD`]) and a role `md5user` whose
+//!   password is stored as MD5 (password [`MD5_PASSWORD`]).
+//! * [`Broker`] — a `tansu` Kafka-protocol broker on a free port.  tansu does
+//!   not auto-create topics (use [`Broker::create_topic`]), its consumer-group
+//!   join is slow and its high watermarks are unreliable, so
+//!   [`Broker::consume_all`] uses `assign()` from the beginning and counts
+//!   records by actually reading them.
+//! * [`Outboxd`] — the daemon under test (`CARGO_BIN_EXE_outboxd`) with its
+//!   stdout+stderr captured in a log file; [`run_to_exit`] for one-shot runs.
+//!
+//! Everything is torn down on `Drop` (processes killed, tempdirs removed).
+//!
+//! Server binaries must not run as root, so PostgreSQL is started as the
+//! `postgres` OS user through `runuser` whenever the tests run as root.
+//!
+//! Environment overrides: `PG_BINDIR` (directory with `initdb`/`pg_ctl`),
+//! `TANSU_BIN` (path to the tansu binary), `OUTBOXD_TEST_KEEP=1` (keep
+//! tempdirs of dropped clusters/brokers/daemons for post-mortem inspection).
+#![allow(dead_code)]
+
+use std::collections::HashSet;
+use std::fs::{self, File};
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use tempfile::TempDir;
+
+/// Password of the `outboxd` role (stored as SCRAM-SHA-256).
+pub const PASSWORD: &str = "secret-pw";
+/// Name of the main test role (LOGIN REPLICATION SUPERUSER).
+pub const USER: &str = "outboxd";
+/// A role whose password is stored as MD5 (LOGIN REPLICATION SUPERUSER).
+pub const MD5_USER: &str = "md5user";
+/// Password of [`MD5_USER`].
+pub const MD5_PASSWORD: &str = "md5-secret-pw";
+/// Database created in every [`PgCluster`].
+pub const DB: &str = "app";
+
+// ---------------------------------------------------------------------------
+// generic helpers
+// ---------------------------------------------------------------------------
+
+/// Ports handed out by [`free_port`] in this process, so that two tests in
+/// the same binary never get the same one.
+fn handed_out() -> &'static Mutex<HashSet<u16>> {
+    static PORTS: OnceLock<Mutex<HashSet<u16>>> = OnceLock::new();
+    PORTS.get_or_init(|| Mutex::new(HashSet::new()))
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago and has not been
+/// returned before by this process.  Another process may still grab it, so
+/// callers that bind it in a child process retry with a fresh port on failure.
+pub fn free_port() -> u16 {
+    for _ in 0..100 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("bind 127.0.0.1:0")
+            .port();
+        if handed_out().lock().unwrap().insert(port) {
+            return port;
+        }
+    }
+    panic!("could not find a fresh free port");
+}
+
+/// Polls `f` every 50 ms until it returns true (→ `true`) or `timeout`
+/// passes (→ `false`).  `f` is always called at least once.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Async flavour of [`wait_until`] (does not block the runtime thread).
+pub async fn wait_until_async<F, Fut>(timeout: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `true` if something accepts TCP connections on 127.0.0.1:`port`.
+pub fn port_open(port: u16) -> bool {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+}
+
+/// Directory holding the repository's SQL files (`sql/01_outbox.sql`, ...).
+pub fn sql_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("sql")
+}
+
+/// The `sql/*.sql` files in apply order (sorted by name).
+pub fn sql_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = fs::read_dir(sql_dir())
+        .expect("read sql/")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// `prefix-<pid>-<n>`: unique within this machine for the life of the process
+/// (handy for slot, topic and group names).
+pub fn unique_name(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}-{}-{n}", std::process::id())
+}
+
+fn keep_tempdirs() -> bool {
+    std::env::var_os("OUTBOXD_TEST_KEEP").is_some_and(|v| v != "0" && !v.is_empty())
+}
+
+fn make_tempdir(prefix: &str) -> TempDir {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("create tempdir")
+}
+
+/// Removes (or, with `OUTBOXD_TEST_KEEP`, leaks and prints) a tempdir.
+fn dispose_tempdir(dir: Option<TempDir>, what: &str) {
+    if let Some(dir) = dir {
+        if keep_tempdirs() {
+            eprintln!("[harness] keeping {what} dir {}", dir.keep().display());
+        }
+    }
+}
+
+fn is_root() -> bool {
+    // No libc dependency: ask `id`.
+    static ROOT: OnceLock<bool> = OnceLock::new();
+    *ROOT.get_or_init(|| {
+        Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+            .unwrap_or(false)
+    })
+}
+
+/// Sends `signal` (e.g. "STOP", "CONT", "TERM", "KILL") to `pid` via kill(1).
+pub fn send_signal(pid: u32, signal: &str) -> bool {
+    Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+fn read_lossy(path: &Path) -> String {
+    fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "status: {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+// ---------------------------------------------------------------------------
+// PostgreSQL
+// ---------------------------------------------------------------------------
+
+/// Directory with the PostgreSQL server binaries (`initdb`, `pg_ctl`, `psql`).
+pub fn pg_bindir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("PG_BINDIR") {
+            return PathBuf::from(dir);
+        }
+        if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
+            let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+            if out.status.success() && dir.join("initdb").exists() {
+                return dir;
+            }
+        }
+        let fallback = PathBuf::from("/usr/lib/postgresql/15/bin");
+        if fallback.join("initdb").exists() {
+            return fallback;
+        }
+        // Any other installed major version, newest first.
+        let mut found: Vec<PathBuf> = fs::read_dir("/usr/lib/postgresql")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join("bin"))
+            .filter(|p| p.join("initdb").exists())
+            .collect();
+        found.sort();
+        found
+            .pop()
+            .expect("no PostgreSQL server binaries found (set PG_BINDIR)")
+    })
+    .clone()
+}
+
+/// A command that runs `prog` as the `postgres` OS user when we are root.
+fn pg_server_cmd(prog: &str) -> Command {
+    let bin = pg_bindir().join(prog);
+    if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(bin);
+        c
+    } else {
+        Command::new(bin)
+    }
+}
+
+/// A private PostgreSQL cluster, stopped (`-m immediate`) and deleted on drop.
+pub struct PgCluster {
+    dir: Option<TempDir>,
+    data_dir: PathBuf,
+    port: u16,
+    running: bool,
+}
+
+impl PgCluster {
+    /// Starts a cluster with the default test configuration.
+    pub fn start() -> PgCluster {
+        Self::start_with(&[])
+    }
+
+    /// Starts a cluster; `extra_conf` lines are appended to postgresql.conf
+    /// after the defaults, so they override them (e.g. `"wal_level = replica"`).
+    pub fn start_with(extra_conf: &[&str]) -> PgCluster {
+        let dir = make_tempdir("outboxd-pg-");
+        let root = dir.path().to_path_buf();
+        let data_dir = root.join("data");
+
+        if is_root() {
+            let st = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&root)
+                .status()
+                .expect("run chown");
+            assert!(st.success(), "chown of {} failed", root.display());
+        }
+
+        let out = pg_server_cmd("initdb")
+            .arg("-D")
+            .arg(&data_dir)
+            .args([
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ])
+            .current_dir(&root)
+            .output()
+            .expect("spawn initdb");
+        assert!(out.status.success(), "initdb failed\n{}", describe(&out));
+
+        // Defaults first, then the per-test overrides (last setting wins).
+        let mut conf = String::from("\n# --- outboxd test harness ---\n");
+        conf.push_str("listen_addresses = '127.0.0.1'\n");
+        conf.push_str(&format!("unix_socket_directories = '{}'\n", root.display()));
+        conf.push_str("include 'harness_port.conf'\n");
+        for line in [
+            "wal_level = logical",
+            "max_wal_senders = 10",
+            "max_replication_slots = 10",
+            "fsync = off",
+            "synchronous_commit = off",
+            "full_page_writes = off",
+            "shared_buffers = 32MB",
+            "max_connections = 50",
+            "log_connections = on",
+            "log_replication_commands = on",
+            "log_line_prefix = '%m [%p] %q%u@%d '",
+        ] {
+            conf.push_str(line);
+            conf.push('\n');
+        }
+        for line in extra_conf {
+            conf.push_str(line);
+            conf.push('\n');
+        }
+        append(&data_dir.join("postgresql.conf"), &conf);
+
+        let hba = format!(
+            "# outboxd test harness\n\
+             local all         all                   trust\n\
+             local replication all                   trust\n\
+             host  all         {md5} 127.0.0.1/32 md5\n\
+             host  replication {md5} 127.0.0.1/32 md5\n\
+             host  all         all     127.0.0.1/32 scram-sha-256\n\
+             host  replication all     127.0.0.1/32 scram-sha-256\n",
+            md5 = MD5_USER
+        );
+        fs::write(data_dir.join("pg_hba.conf"), hba).expect("write pg_hba.conf");
+
+        let mut cluster = PgCluster {
+            dir: Some(dir),
+            data_dir,
+            port: 0,
+            running: false,
+        };
+
+        // Port races with other tests/processes: retry with a fresh port.
+        let mut last_err = String::new();
+        for _attempt in 0..8 {
+            cluster.port = free_port();
+            fs::write(
+                cluster.data_dir.join("harness_port.conf"),
+                format!("port = {}\n", cluster.port),
+            )
+            .expect("write harness_port.conf");
+            match cluster.pg_ctl_start() {
+                Ok(()) => {
+                    cluster.running = true;
+                    break;
+                }
+                Err(e) => last_err = e,
+            }
+        }
+        assert!(cluster.running, "PostgreSQL did not start:\n{last_err}");
+
+        cluster.bootstrap();
+        cluster
+    }
+
+    fn pg_ctl_start(&self) -> Result<(), String> {
+        let out = pg_server_cmd("pg_ctl")
+            .arg("-D")
+            .arg(&self.data_dir)
+            .arg("-l")
+            .arg(self.log_path())
+            .args(["-w", "-t", "60", "start"])
+            .current_dir(self.root())
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn pg_ctl start");
+        if out.status.success() {
+            Ok(())
+        } else {
+            // Make sure a half-started postmaster is gone before retrying.
+            let _ = self.pg_ctl_stop("immediate");
+            Err(format!(
+                "{}\nserver log:\n{}",
+                describe(&out),
+                self.server_log()
+            ))
+        }
+    }
+
+    fn pg_ctl_stop(&self, mode: &str) -> Result<(), String> {
+        let out = pg_server_cmd("pg_ctl")
+            .arg("-D")
+            .arg(&self.data_dir)
+            .args(["-m", mode, "-w", "-t", "60", "stop"])
+            .current_dir(self.root())
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(describe(&out))
+        }
+    }
+
+    fn bootstrap(&self) {
+        self.psql_db("postgres", &format!("CREATE DATABASE {DB}"));
+        self.psql(&format!(
+            "CREATE ROLE {USER} LOGIN REPLICATION SUPERUSER PASSWORD '{PASSWORD}';\n\
+             SET password_encryption = 'md5';\n\
+             CREATE ROLE {MD5_USER} LOGIN REPLICATION SUPERUSER PASSWORD '{MD5_PASSWORD}';\n\
+             RESET password_encryption;"
+        ));
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.as_ref().expect("tempdir").path()
+    }
+
+    /// TCP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Directory that holds the unix socket (`.s.PGSQL.<port>`).
+    pub fn socket_dir(&self) -> PathBuf {
+        self.root().to_path_buf()
+    }
+
+    /// The cluster's data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// Path of the server log file.
+    pub fn log_path(&self) -> PathBuf {
+        self.root().join("postgres.log")
+    }
+
+    /// Contents of the server log.
+    pub fn server_log(&self) -> String {
+        read_lossy(&self.log_path())
+    }
+
+    /// `postgres://outboxd:secret-pw@127.0.0.1:PORT/app?sslmode=disable`
+    pub fn url(&self) -> String {
+        self.url_for(USER, PASSWORD)
+    }
+
+    /// Like [`url`](Self::url) for another user/password (not percent-encoded).
+    pub fn url_for(&self, user: &str, pass: &str) -> String {
+        format!(
+            "postgres://{user}:{pass}@127.0.0.1:{}/{DB}?sslmode=disable",
+            self.port
+        )
+    }
+
+    fn psql_cmd(&self, db: &str) -> Command {
+        let mut c = Command::new(pg_bindir().join("psql"));
+        c.arg("-X")
+            .args(["-v", "ON_ERROR_STOP=1", "-At", "-q"])
+            .arg("-h")
+            .arg(self.socket_dir())
+            .arg("-p")
+            .arg(self.port.to_string())
+            .args(["-U", "postgres", "-d", db])
+            .env_remove("PGPASSWORD")
+            .env_remove("PGSERVICE")
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn run_psql(&self, mut cmd: Command, what: &str) -> String {
+        let out = cmd.output().expect("spawn psql");
+        assert!(
+            out.status.success(),
+            "psql failed for {what}\n{}",
+            describe(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+    }
+
+    /// Runs `sql` with psql as superuser `postgres` over the unix socket
+    /// against database `app` (`-v ON_ERROR_STOP=1 -At`); returns stdout
+    /// (trailing newline trimmed).  Panics with stderr on failure.
+    pub fn psql(&self, sql: &str) -> String {
+        self.psql_db(DB, sql)
+    }
+
+    /// [`psql`](Self::psql) against another database.
+    pub fn psql_db(&self, db: &str, sql: &str) -> String {
+        let mut cmd = self.psql_cmd(db);
+        cmd.arg("-c").arg(sql);
+        self.run_psql(cmd, sql)
+    }
+
+    /// Applies a SQL file with psql (as `postgres`, database `app`).
+    pub fn apply_sql_file(&self, path: impl AsRef<Path>) -> String {
+        self.apply_sql_file_with(path, &[])
+    }
+
+    /// Applies a SQL file with psql variables (`-v name=value`), e.g.
+    /// `[("relay_password", "pw")]` for `sql/03_role.sql`.
+    pub fn apply_sql_file_with(&self, path: impl AsRef<Path>, vars: &[(&str, &str)]) -> String {
+        let path = path.as_ref();
+        let mut cmd = self.psql_cmd(DB);
+        for (k, v) in vars {
+            cmd.arg("-v").arg(format!("{k}={v}"));
+        }
+        cmd.arg("-f").arg(path);
+        self.run_psql(cmd, &path.display().to_string())
+    }
+
+    /// Applies every `sql/*.sql` file of the repository in name order.
+    pub fn apply_all_sql(&self) {
+        for f in sql_files() {
+            self.apply_sql_file(&f);
+        }
+    }
+
+    /// A tokio-postgres client connected as `postgres` to `app` over the unix
+    /// socket; the connection task is spawned on the current runtime.
+    pub async fn client(&self) -> tokio_postgres::Client {
+        self.client_db(DB).await
+    }
+
+    /// [`client`](Self::client) for another database.
+    pub async fn client_db(&self, db: &str) -> tokio_postgres::Client {
+        let mut cfg = tokio_postgres::Config::new();
+        cfg.host_path(self.socket_dir())
+            .port(self.port)
+            .user("postgres")
+            .dbname(db)
+            .application_name("outboxd-test-harness");
+        let (client, conn) = cfg
+            .connect(tokio_postgres::NoTls)
+            .await
+            .expect("connect to test cluster over unix socket");
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                eprintln!("[harness] postgres connection ended: {e}");
+            }
+        });
+        client
+    }
+
+    /// Stops the server (`mode`: "smart", "fast" or "immediate").
+    pub fn stop(&mut self, mode: &str) {
+        if self.running {
+            self.pg_ctl_stop(mode).expect("pg_ctl stop");
+            self.running = false;
+        }
+    }
+
+    /// Starts a stopped server again on the same port and socket.
+    pub fn start_again(&mut self) {
+        if !self.running {
+            let ok = wait_until(Duration::from_secs(30), || self.pg_ctl_start().is_ok());
+            assert!(ok, "PostgreSQL did not restart:\n{}", self.server_log());
+            self.running = true;
+        }
+    }
+
+    /// Fast stop followed by a start (same port).
+    pub fn restart(&mut self) {
+        self.stop("fast");
+        self.start_again();
+    }
+
+    /// Whether the harness believes the server is running.
+    pub fn is_running(&self) -> bool {
+        self.running
+    }
+
+    /// Terminates all backends of `app` other than the caller's, e.g. to cut
+    /// the daemon's replication connection.  Returns how many were signalled.
+    pub fn terminate_backends(&self, application_name_like: &str) -> usize {
+        let out = self.psql(&format!(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE pid <> pg_backend_pid() AND application_name LIKE '{}'",
+            application_name_like.replace('\'', "''")
+        ));
+        out.trim().parse().unwrap_or(0)
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        if self.running {
+            if let Err(e) = self.pg_ctl_stop("immediate") {
+                eprintln!("[harness] pg_ctl stop failed: {e}");
+                // Last resort: kill the postmaster named in postmaster.pid.
+                let pidfile = read_lossy(&self.data_dir.join("postmaster.pid"));
+                if let Some(pid) = pidfile.lines().next().and_then(|l| l.trim().parse().ok()) {
+                    send_signal(pid, "KILL");
+                }
+            }
+            self.running = false;
+        }
+        dispose_tempdir(self.dir.take(), "postgres");
+    }
+}
+
+fn append(path: &Path, text: &str) {
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    f.write_all(text.as_bytes()).expect("append");
+}
+
+// ---------------------------------------------------------------------------
+// Kafka (tansu)
+// ---------------------------------------------------------------------------
+
+/// Path of the tansu binary: `$TANSU_BIN`, `~/.cargo/bin/tansu`, or `tansu`.
+pub fn tansu_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TANSU_BIN") {
+        return PathBuf::from(p);
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        let p = Path::new(&home).join(".cargo/bin/tansu");
+        if p.exists() {
+            return p;
+        }
+    }
+    PathBuf::from("tansu")
+}
+
+/// One record read back by [`Broker::consume_all`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consumed {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub payload: Option<Vec<u8>>,
+    /// Header values; a null header value is returned as an empty vec.
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub timestamp_ms: Option<i64>,
+}
+
+impl Consumed {
+    /// First header with this name.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_slice())
+    }
+
+    /// First header with this name as UTF-8 (lossy).
+    pub fn header_str(&self, name: &str) -> Option<String> {
+        self.header(name)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    }
+
+    /// Key as UTF-8 (lossy).
+    pub fn key_str(&self) -> Option<String> {
+        self.key
+            .as_deref()
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    }
+
+    /// Payload parsed as JSON (panics if absent or not JSON).
+    pub fn payload_json(&self) -> serde_json::Value {
+        let p = self.payload.as_deref().expect("record has no payload");
+        serde_json::from_slice(p)
+            .unwrap_or_else(|e| panic!("payload is not JSON ({e}): {}", String::from_utf8_lossy(p)))
+    }
+}
+
+/// A tansu broker process (killed on drop).
+pub struct Broker {
+    dir: Option<TempDir>,
+    /// Working directory of tansu (holds the sqlite file for persistent storage).
+    workdir: PathBuf,
+    storage: String,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Broker {
+    /// Starts a broker with in-memory storage on a free port.
+    pub fn start() -> Broker {
+        let dir = make_tempdir("outboxd-tansu-");
+        let workdir = dir.path().to_path_buf();
+        Self::launch(dir, workdir, "memory://tansu/".to_string())
+    }
+
+    /// Starts a broker whose data lives in `dir/tansu.db` (sqlite), so it
+    /// survives [`restart`](Self::restart) and even a new `Broker` on the same dir.
+    pub fn start_persistent(dir: impl AsRef<Path>) -> Broker {
+        let workdir = dir.as_ref().to_path_buf();
+        fs::create_dir_all(&workdir).expect("create broker dir");
+        let logdir = make_tempdir("outboxd-tansu-");
+        Self::launch(logdir, workdir, "sqlite://tansu.db".to_string())
+    }
+
+    fn launch(dir: TempDir, workdir: PathBuf, storage: String) -> Broker {
+        let mut broker = Broker {
+            dir: Some(dir),
+            workdir,
+            storage,
+            port: 0,
+            child: None,
+        };
+        let mut last_err = String::new();
+        for _attempt in 0..5 {
+            broker.port = free_port();
+            match broker.spawn_and_wait(Duration::from_secs(60)) {
+                Ok(()) => return broker,
+                Err(e) => {
+                    broker.kill();
+                    last_err = e;
+                }
+            }
+        }
+        panic!("tansu did not start:\n{last_err}");
+    }
+
+    fn spawn_and_wait(&mut self, timeout: Duration) -> Result<(), String> {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("open tansu log");
+        let log2 = log.try_clone().expect("clone log fd");
+        let url = format!("tcp://127.0.0.1:{}", self.port);
+        let child = Command::new(tansu_bin())
+            .arg("broker")
+            .args(["--listener-url", &url])
+            .args(["--advertised-listener-url", &url])
+            .args(["--storage-engine", &self.storage])
+            .current_dir(&self.workdir)
+            .env(
+                "RUST_LOG",
+                std::env::var("TANSU_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .spawn()
+            .map_err(|e| format!("spawn {}: {e}", tansu_bin().display()))?;
+        self.child = Some(child);
+
+        let deadline = Instant::now() + timeout;
+        let mut ready = false;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().ok().flatten() {
+                return Err(format!("tansu exited with {status}\nlog:\n{}", self.log()));
+            }
+            if port_open(self.port) && self.metadata_ok(Duration::from_secs(3)) {
+                ready = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if ready {
+            Ok(())
+        } else {
+            Err(format!(
+                "tansu not ready after {timeout:?}\nlog:\n{}",
+                self.log()
+            ))
+        }
+    }
+
+    fn metadata_ok(&self, timeout: Duration) -> bool {
+        let consumer: BaseConsumer = match self
+            .client_config()
+            .set("group.id", "outboxd-harness-probe")
+            .create()
+        {
+            Ok(c) => c,
+            Err(_) => return false,
+        };
+        consumer
+            .fetch_metadata(None, timeout)
+            .map(|m| !m.brokers().is_empty())
+            .unwrap_or(false)
+    }
+
+    /// `127.0.0.1:PORT`
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Process id of the running broker, if any.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.as_ref().expect("tempdir").path().join("tansu.log")
+    }
+
+    /// The broker's combined stdout/stderr so far.
+    pub fn log(&self) -> String {
+        read_lossy(&self.log_path())
+    }
+
+    /// A `ClientConfig` with `bootstrap.servers` set (and IPv4 forced).
+    pub fn client_config(&self) -> ClientConfig {
+        let mut cfg = ClientConfig::new();
+        cfg.set("bootstrap.servers", self.bootstrap())
+            .set("broker.address.family", "v4")
+            .set("log_level", "3");
+        cfg
+    }
+
+    /// Creates `name` with `partitions` partitions (replication factor 1)
+    /// and waits until the metadata shows all partitions.  Usable from both
+    /// sync and async tests (the admin future runs on a helper thread).
+    pub fn create_topic(&self, name: &str, partitions: i32) {
+        let cfg = self.client_config();
+        let topic = name.to_string();
+        let result = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("build runtime");
+            rt.block_on(async move {
+                let admin: AdminClient<DefaultClientContext> =
+                    cfg.create().map_err(|e| e.to_string())?;
+                let new = NewTopic::new(&topic, partitions, TopicReplication::Fixed(1));
+                let opts = AdminOptions::new()
+                    .request_timeout(Some(Duration::from_secs(20)))
+                    .operation_timeout(Some(Duration::from_secs(20)));
+                let res = admin
+                    .create_topics([&new], &opts)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                for r in res {
+                    r.map_err(|(t, code)| format!("create topic {t}: {code}"))?;
+                }
+                Ok::<(), String>(())
+            })
+        })
+        .join()
+        .expect("create_topic thread panicked");
+        if let Err(e) = result {
+            panic!(
+                "create_topic({name}, {partitions}) failed: {e}\nbroker log:\n{}",
+                self.log()
+            );
+        }
+
+        let ok = wait_until(Duration::from_secs(20), || {
+            self.partition_count(name) == Some(partitions as usize)
+        });
+        assert!(
+            ok,
+            "topic {name} did not show {partitions} partitions in metadata"
+        );
+    }
+
+    /// Number of partitions of `topic` per the broker's metadata (None if unknown).
+    pub fn partition_count(&self, topic: &str) -> Option<usize> {
+        let consumer: BaseConsumer = self
+            .client_config()
+            .set("group.id", "outboxd-harness-probe")
+            .set("allow.auto.create.topics", "false")
+            .create()
+            .ok()?;
+        let md = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            .ok()?;
+        let t = md.topics().iter().find(|t| t.name() == topic)?;
+        if t.error().is_some() || t.partitions().is_empty() {
+            return None;
+        }
+        Some(t.partitions().len())
+    }
+
+    /// Reads `topic` partitions `0..partitions` from the beginning with
+    /// `assign()` (no group join, no commits) until at least `min_count`
+    /// records arrived and then ~1 s passed without new ones, or until
+    /// `timeout`.  Returns what it got, ordered by (partition, offset).
+    ///
+    /// Blocking; in async tests consider `tokio::task::spawn_blocking` if
+    /// something on the same runtime must make progress meanwhile.
+    pub fn consume_all(
+        &self,
+        topic: &str,
+        partitions: i32,
+        min_count: usize,
+        timeout: Duration,
+    ) -> Vec<Consumed> {
+        const QUIET: Duration = Duration::from_secs(1);
+        let consumer: BaseConsumer = self
+            .client_config()
+            .set("group.id", unique_name("outboxd-harness"))
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("isolation.level", "read_uncommitted")
+            .set("fetch.wait.max.ms", "100")
+            .set("allow.auto.create.topics", "false")
+            .create()
+            .expect("create consumer");
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition_offset(topic, p, Offset::Beginning)
+                .expect("add partition");
+        }
+        consumer.assign(&tpl).expect("assign");
+
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let mut last_new = start;
+        let mut out: Vec<Consumed> = Vec::new();
+        while Instant::now() < deadline {
+            if out.len() >= min_count && last_new.elapsed() >= QUIET {
+                break;
+            }
+            match consumer.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) => {
+                    let headers = m
+                        .headers()
+                        .map(|hs| {
+                            hs.iter()
+                                .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    out.push(Consumed {
+                        topic: m.topic().to_string(),
+                        partition: m.partition(),
+                        offset: m.offset(),
+                        key: m.key().map(<[u8]>::to_vec),
+                        payload: m.payload().map(<[u8]>::to_vec),
+                        headers,
+                        timestamp_ms: m.timestamp().to_millis(),
+                    });
+                    last_new = Instant::now();
+                }
+                Some(Err(e)) => eprintln!("[harness] consume {topic}: {e}"),
+                None => {}
+            }
+        }
+        out.sort_by_key(|c| (c.partition, c.offset));
+        out
+    }
+
+    /// SIGSTOP the broker (it keeps its sockets but stops answering).
+    pub fn pause(&self) {
+        if let Some(pid) = self.pid() {
+            assert!(send_signal(pid, "STOP"), "kill -STOP {pid} failed");
+        }
+    }
+
+    /// SIGCONT a paused broker.
+    pub fn resume(&self) {
+        if let Some(pid) = self.pid() {
+            assert!(send_signal(pid, "CONT"), "kill -CONT {pid} failed");
+        }
+    }
+
+    /// SIGKILL the broker and reap it.  In-memory data is lost.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = send_signal(child.id(), "CONT");
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the broker and starts it again on the same port and storage
+    /// (only persistent storage keeps topics and records).
+    pub fn restart(&mut self) {
+        self.kill();
+        let mut last_err = String::new();
+        let ok = wait_until(Duration::from_secs(30), || {
+            match self.spawn_and_wait(Duration::from_secs(20)) {
+                Ok(()) => true,
+                Err(e) => {
+                    self.kill();
+                    last_err = e;
+                    false
+                }
+            }
+        });
+        assert!(
+            ok,
+            "tansu did not restart on port {}:\n{last_err}",
+            self.port
+        );
+    }
+
+    /// Whether the broker process is alive.
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.kill();
+        dispose_tempdir(self.dir.take(), "tansu");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// the daemon under test
+// ---------------------------------------------------------------------------
+
+/// Path of the compiled `outboxd` binary.
+pub fn outboxd_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_outboxd")
+}
+
+/// A running `outboxd` process (SIGKILLed on drop) with its combined
+/// stdout/stderr in a log file.
+pub struct Outboxd {
+    dir: Option<TempDir>,
+    child: Option<Child>,
+    status: Option<ExitStatus>,
+}
+
+impl Outboxd {
+    /// Spawns `outboxd ARGS...` with `RUST_LOG=outboxd=debug,info`.
+    pub fn spawn(args: &[String]) -> Outboxd {
+        Self::spawn_with_env(args, &[])
+    }
+
+    /// Like [`spawn`](Self::spawn) with extra environment variables
+    /// (which may also override `RUST_LOG`).
+    pub fn spawn_with_env(args: &[String], env: &[(&str, &str)]) -> Outboxd {
+        let dir = make_tempdir("outboxd-daemon-");
+        let log_path = dir.path().join("outboxd.log");
+        let log = File::create(&log_path).expect("create daemon log");
+        let log2 = log.try_clone().expect("clone log fd");
+        let mut cmd = Command::new(outboxd_bin());
+        cmd.args(args)
+            .env("RUST_LOG", "outboxd=debug,info")
+            .env_remove("RUST_LOG_STYLE")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn outboxd");
+        Outboxd {
+            dir: Some(dir),
+            child: Some(child),
+            status: None,
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir
+            .as_ref()
+            .expect("tempdir")
+            .path()
+            .join("outboxd.log")
+    }
+
+    /// Combined stdout/stderr so far.
+    pub fn log(&self) -> String {
+        read_lossy(&self.log_path())
+    }
+
+    /// Polls the log until it contains `needle`.
+    pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> bool {
+        wait_until(timeout, || self.log().contains(needle))
+    }
+
+    /// Async flavour of [`wait_for_log`](Self::wait_for_log).
+    pub async fn wait_for_log_async(&self, needle: &str, timeout: Duration) -> bool {
+        let path = self.log_path();
+        wait_until_async(timeout, || {
+            let path = path.clone();
+            async move { read_lossy(&path).contains(needle) }
+        })
+        .await
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.poll_exit().is_none() && self.child.is_some()
+    }
+
+    fn poll_exit(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    self.status = Some(st);
+                }
+            }
+        }
+        self.status
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill9(&mut self) -> Option<ExitStatus> {
+        if self.poll_exit().is_none() {
+            if let Some(c) = self.child.as_mut() {
+                let _ = c.kill();
+                self.status = c.wait().ok();
+            }
+        }
+        self.status
+    }
+
+    /// Sends SIGTERM (does not wait; see [`wait_exit`](Self::wait_exit)).
+    pub fn sigterm(&self) {
+        if let Some(pid) = self.pid() {
+            send_signal(pid, "TERM");
+        }
+    }
+
+    /// Sends SIGINT.
+    pub fn sigint(&self) {
+        if let Some(pid) = self.pid() {
+            send_signal(pid, "INT");
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        wait_until(timeout, || self.poll_exit().is_some());
+        self.status
+    }
+}
+
+impl Drop for Outboxd {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            eprintln!(
+                "[harness] outboxd log ({}):\n{}",
+                self.log_path().display(),
+                self.log()
+            );
+        }
+        dispose_tempdir(self.dir.take(), "outboxd");
+    }
+}
+
+/// Runs `outboxd ARGS...` to completion (killed after `timeout`) and returns
+/// its exit code (`None` if killed/timed out or ended by a signal) and its
+/// combined stdout+stderr.
+pub fn run_to_exit(args: &[String], timeout: Duration) -> (Option<i32>, String) {
+    let mut d = Outboxd::spawn(args);
+    let status = d.wait_exit(timeout);
+    if status.is_none() {
+        d.kill9();
+    }
+    let code = status.and_then(|s| s.code());
+    (code, d.log())
+}
+
+/// Convenience: turn `&["a", "b"]` into owned args.
+pub fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
