@@ -282,13 +282,15 @@ impl<'a, S: Sink> Session<'a, S> {
             | LogicalMessage::Prepare(_)
             | LogicalMessage::CommitPrepared(_)
             | LogicalMessage::RollbackPrepared(_)
-            | LogicalMessage::StreamPrepare(_)) => return Err(Definite::Protocol {
-                lsn: at,
-                detail: format!(
+            | LogicalMessage::StreamPrepare(_)) => {
+                return Err(Definite::Protocol {
+                    lsn: at,
+                    detail: format!(
                     "server sent {other:?}, but outboxd asked for neither streaming nor two-phase"
                 ),
+                }
+                .into())
             }
-            .into()),
         }
         Ok(())
     }

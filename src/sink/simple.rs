@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::time::Duration;
 
+use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::Sink;
@@ -36,42 +37,55 @@ impl Default for StdoutSink {
     }
 }
 
-/// Render bytes as JSON when they are valid JSON text, else as a string.
-fn json_or_string(b: &[u8]) -> serde_json::Value {
-    let s = String::from_utf8_lossy(b);
-    match serde_json::from_str::<Box<RawValue>>(&s) {
-        Ok(raw) => {
-            serde_json::from_str(raw.get()).unwrap_or(serde_json::Value::String(s.into_owned()))
-        }
-        Err(_) => serde_json::Value::String(s.into_owned()),
-    }
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Payload<'a> {
+    /// Valid JSON text is embedded verbatim, byte for byte.
+    Json(&'a RawValue),
+    Text(std::borrow::Cow<'a, str>),
 }
 
-pub fn record_json(r: &Record) -> serde_json::Value {
-    let headers: serde_json::Map<String, serde_json::Value> = r
-        .headers
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.clone(),
-                serde_json::Value::String(String::from_utf8_lossy(v).into_owned()),
-            )
-        })
-        .collect();
-    serde_json::json!({
-        "topic": r.topic,
-        "key": r.key.as_ref().map(|k| String::from_utf8_lossy(k).into_owned()),
-        "headers": headers,
-        "payload": r.payload.as_ref().map(|p| json_or_string(p)),
-        "timestamp": r.timestamp_ms,
-    })
+#[derive(Serialize)]
+struct Line<'a> {
+    topic: &'a str,
+    key: Option<std::borrow::Cow<'a, str>>,
+    headers: std::collections::BTreeMap<&'a str, std::borrow::Cow<'a, str>>,
+    payload: Option<Payload<'a>>,
+    timestamp: Option<i64>,
+}
+
+/// One JSON line for `r`; the payload keeps its exact text when it is JSON.
+pub fn record_json(r: &Record) -> String {
+    let payload = r.payload.as_ref().map(|p| {
+        match std::str::from_utf8(p)
+            .ok()
+            .and_then(|s| serde_json::from_str::<&RawValue>(s).ok())
+        {
+            Some(raw) => Payload::Json(raw),
+            None => Payload::Text(String::from_utf8_lossy(p)),
+        }
+    });
+    let line = Line {
+        topic: &r.topic,
+        key: r.key.as_ref().map(|k| String::from_utf8_lossy(k)),
+        headers: r
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), String::from_utf8_lossy(v)))
+            .collect(),
+        payload,
+        timestamp: r.timestamp_ms,
+    };
+    // Serializing borrowed strings and validated raw JSON cannot fail.
+    serde_json::to_string(&line).unwrap_or_default()
 }
 
 impl Sink for StdoutSink {
     async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), Definite> {
         let line = record_json(&record);
-        let res = serde_json::to_writer(&mut self.out, &line)
-            .map_err(std::io::Error::from)
+        let res = self
+            .out
+            .write_all(line.as_bytes())
             .and_then(|()| self.out.write_all(b"\n"))
             .and_then(|()| self.out.flush());
         match res {
@@ -106,7 +120,12 @@ mod tests {
             timestamp_ms: Some(7),
             event_id: "e-1".into(),
         };
-        let v = record_json(&r);
+        let line = record_json(&r);
+        assert!(
+            line.contains(r#""payload":{"a": [1, 2]}"#),
+            "payload must be verbatim: {line}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["payload"]["a"][1], 2);
         assert_eq!(v["headers"]["id"], "e-1");
         assert_eq!(v["key"], "42");

@@ -1,0 +1,79 @@
+# Shared shell helpers for scripts/demo, scripts/test and bench/: tool installs, a throwaway
+# PostgreSQL cluster, and a tansu broker. Source it; it defines functions only.
+
+PG_BIN=""
+PIDS_TO_KILL=()
+PG_DATA_DIRS=()
+
+pg_bindir() {
+  if [ -n "$PG_BIN" ]; then echo "$PG_BIN"; return; fi
+  local d
+  d=$(pg_config --bindir 2>/dev/null || true)
+  if [ -z "$d" ] || [ ! -x "$d/initdb" ]; then d=/usr/lib/postgresql/15/bin; fi
+  PG_BIN=$d
+  echo "$d"
+}
+
+# Install what a fresh machine of this kind lacks: PostgreSQL server binaries and tansu.
+ensure_tools() {
+  export PATH="$HOME/.cargo/bin:$PATH"
+  if [ ! -x "$(pg_bindir)/initdb" ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null
+    PG_BIN=""
+  fi
+  if ! command -v tansu >/dev/null 2>&1; then
+    echo "installing tansu 0.6.0 (about 13 minutes on 2 cores)..."
+    cargo install tansu --version 0.6.0 --locked --features dynostore,libsql
+  fi
+}
+
+# pg_start DIR PORT: initdb as postgres, wal_level=logical, database app.
+pg_start() {
+  local dir=$1 port=$2 bin
+  bin=$(pg_bindir)
+  mkdir -p "$dir"; chown postgres "$dir"
+  runuser -u postgres -- "$bin/initdb" -D "$dir/data" -A trust -U postgres >/dev/null
+  cat >>"$dir/data/postgresql.conf" <<CONF
+wal_level = logical
+port = $port
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$dir'
+max_wal_senders = 10
+max_replication_slots = 10
+fsync = off
+CONF
+  runuser -u postgres -- "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w start >/dev/null
+  PG_DATA_DIRS+=("$dir/data")
+  PG_SOCKET=$dir; PG_PORT=$port
+  psql -q -h "$dir" -p "$port" -U postgres -c "CREATE DATABASE app" >/dev/null
+}
+
+pg_psql() { psql -X -v ON_ERROR_STOP=1 -h "$PG_SOCKET" -p "$PG_PORT" -U postgres -d app "$@"; }
+
+# broker_start DIR PORT: tansu with in-memory storage.
+broker_start() {
+  local dir=$1 port=$2
+  mkdir -p "$dir"
+  (cd "$dir" && exec tansu broker --listener-url "tcp://127.0.0.1:$port" \
+      --advertised-listener-url "tcp://127.0.0.1:$port" --storage-engine memory://tansu/ >"$dir/log" 2>&1) &
+  PIDS_TO_KILL+=($!)
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "tansu did not start; see $dir/log" >&2; return 1
+}
+
+wait_for_log() {
+  local file=$1 needle=$2 secs=$3
+  for _ in $(seq 1 $((secs * 10))); do
+    grep -q "$needle" "$file" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "timed out waiting for '$needle' in $file:" >&2; tail -20 "$file" >&2; return 1
+}
+
+stop_all() {
+  for p in "${PIDS_TO_KILL[@]}"; do kill "$p" 2>/dev/null || true; done
+  for d in "${PG_DATA_DIRS[@]}"; do runuser -u postgres -- "$(pg_bindir)/pg_ctl" -D "$d" -m immediate stop >/dev/null 2>&1 || true; done
+}
