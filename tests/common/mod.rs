@@ -1172,3 +1172,23 @@ pub fn run_to_exit(args: &[String], timeout: Duration) -> (Option<i32>, String) 
 pub fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
+
+// ---------------------------------------------------------------------------
+// outboxd argument lists
+// ---------------------------------------------------------------------------
+
+/// `run` args for a daemon against `pg` (SCRAM login over TCP) and `broker`, plus `extra`.
+pub fn daemon_args(pg: &PgCluster, broker: &Broker, extra: &[&str]) -> Vec<String> {
+    let mut a = daemon_args_pg_only(pg, extra);
+    a.push("--kafka-brokers".into());
+    a.push(broker.bootstrap());
+    a
+}
+
+/// `run` args for a daemon against `pg` only (for `--sink null|stdout` and set-up checks).
+pub fn daemon_args_pg_only(pg: &PgCluster, extra: &[&str]) -> Vec<String> {
+    let mut a = args(&["run", "--postgres-url"]);
+    a.push(pg.url());
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
