@@ -31,7 +31,7 @@ ensure_tools() {
 pg_start() {
   local dir=$1 port=$2 bin
   bin=$(pg_bindir)
-  mkdir -p "$dir"; chown postgres "$dir"
+  mkdir -p "$dir"; chmod 755 "$(dirname "$dir")"; chown postgres "$dir"
   runuser -u postgres -- "$bin/initdb" -D "$dir/data" -A trust -U postgres >/dev/null
   cat >>"$dir/data/postgresql.conf" <<CONF
 wal_level = logical

@@ -50,7 +50,7 @@ fn init_logging(format: LogFormat) {
 }
 
 fn run(cfg: Config) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;

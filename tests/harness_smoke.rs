@@ -292,3 +292,85 @@ async fn broker_accepts_idempotent_producer() {
         .collect();
     assert_eq!(payloads, ["idem-0", "idem-1", "idem-2", "idem-3", "idem-4"]);
 }
+
+/// A sqlite-backed broker keeps topics and records across a restart on the
+/// same port; a paused (SIGSTOPped) broker stops answering until resumed.
+#[tokio::test]
+async fn persistent_broker_survives_restart_and_pause() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = Broker::start_persistent(dir.path());
+    let topic = "persisted";
+    broker.create_topic(topic, 2);
+
+    let producer: FutureProducer = broker
+        .client_config()
+        .set("message.timeout.ms", "20000")
+        .create()
+        .expect("producer");
+    for i in 0..4 {
+        producer
+            .send(
+                FutureRecord::to(topic)
+                    .partition(i % 2)
+                    .key("k")
+                    .payload(&format!("p{i}")),
+                Duration::from_secs(20),
+            )
+            .await
+            .unwrap_or_else(|(e, _)| panic!("produce failed: {e}"));
+    }
+    drop(producer);
+
+    let port = broker.port();
+    broker.restart();
+    assert_eq!(broker.port(), port);
+    broker.ensure_topic(topic, 2); // already there: no error
+    let got = broker.consume_all(topic, 2, 4, Duration::from_secs(30));
+    let mut payloads: Vec<String> = got
+        .iter()
+        .map(|c| String::from_utf8(c.payload.clone().unwrap()).unwrap())
+        .collect();
+    payloads.sort();
+    assert_eq!(
+        payloads,
+        ["p0", "p1", "p2", "p3"],
+        "broker log:\n{}",
+        broker.log()
+    );
+
+    broker.pause();
+    assert_eq!(
+        broker.partition_count(topic),
+        None,
+        "paused broker must not answer"
+    );
+    broker.resume();
+    assert_eq!(broker.partition_count(topic), Some(2));
+}
+
+/// The daemon wrapper captures output and exit codes (uses only clap's
+/// built-in behaviour, so it does not depend on the daemon's features).
+#[test]
+fn daemon_wrapper_captures_output_and_exit_codes() {
+    let (code, out) = common::run_to_exit(&common::args(&["--help"]), Duration::from_secs(30));
+    assert_eq!(code, Some(0), "output:\n{out}");
+    assert!(
+        out.contains("Usage") && out.contains("run"),
+        "output:\n{out}"
+    );
+
+    let (code, out) =
+        common::run_to_exit(&common::args(&["--no-such-flag"]), Duration::from_secs(30));
+    assert_eq!(code, Some(2), "clap usage errors exit 2; output:\n{out}");
+    assert!(out.contains("--no-such-flag"), "output:\n{out}");
+
+    let mut d = common::Outboxd::spawn(&common::args(&["run", "--help"]));
+    assert!(
+        d.wait_for_log("--postgres-url", Duration::from_secs(30)),
+        "log:\n{}",
+        d.log()
+    );
+    let status = d.wait_exit(Duration::from_secs(30)).expect("exits");
+    assert!(status.success());
+    assert!(!d.is_running());
+}

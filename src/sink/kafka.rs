@@ -17,7 +17,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
 
 use super::Sink;
@@ -202,15 +202,5 @@ impl Sink for KafkaSink {
                 }
             }
         }
-    }
-
-    async fn flush(&mut self, timeout: Duration) {
-        let producer = &self.producer;
-        // librdkafka's flush blocks; keep it off the async workers.
-        tokio::task::block_in_place(|| {
-            if let Err(e) = producer.flush(timeout) {
-                tracing::warn!(error = %e, "Kafka flush did not finish");
-            }
-        });
     }
 }

@@ -12,8 +12,6 @@ mod simple;
 pub use kafka::KafkaSink;
 pub use simple::{NullSink, StdoutSink};
 
-use std::time::Duration;
-
 use crate::ack::Delivery;
 use crate::error::Definite;
 use crate::router::Record;
@@ -22,7 +20,4 @@ use crate::router::Record;
 pub trait Sink {
     /// Hand one record over. Ordering: records sent to the same topic and key keep send order.
     async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), Definite>;
-
-    /// Give buffered records up to `timeout` to resolve (called on shutdown).
-    async fn flush(&mut self, timeout: Duration);
 }

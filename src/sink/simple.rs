@@ -1,7 +1,6 @@
 //! The trivial sinks: `null` acks at once (for benchmarks), `stdout` prints one JSON line per event.
 
 use std::io::Write;
-use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -20,8 +19,6 @@ impl Sink for NullSink {
         delivery.ack();
         Ok(())
     }
-
-    async fn flush(&mut self, _timeout: Duration) {}
 }
 
 /// Prints `{"topic","key","headers","payload","timestamp"}` per event; acks after the line is written.
@@ -98,10 +95,6 @@ impl Sink for StdoutSink {
                 Err(Definite::Sink(format!("writing to stdout failed: {e}")))
             }
         }
-    }
-
-    async fn flush(&mut self, _timeout: Duration) {
-        let _ = self.out.flush();
     }
 }
 

@@ -39,6 +39,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tempfile::TempDir;
@@ -819,9 +820,20 @@ impl Broker {
     }
 
     /// Creates `name` with `partitions` partitions (replication factor 1)
-    /// and waits until the metadata shows all partitions.  Usable from both
-    /// sync and async tests (the admin future runs on a helper thread).
+    /// and waits until the metadata shows all partitions.  Panics if it
+    /// already exists (see [`ensure_topic`](Self::ensure_topic)).  Usable from
+    /// both sync and async tests (the admin future runs on a helper thread).
     pub fn create_topic(&self, name: &str, partitions: i32) {
+        self.create_topic_inner(name, partitions, false)
+    }
+
+    /// Like [`create_topic`](Self::create_topic) but an existing topic is fine
+    /// (e.g. after [`restart`](Self::restart) of a persistent broker).
+    pub fn ensure_topic(&self, name: &str, partitions: i32) {
+        self.create_topic_inner(name, partitions, true)
+    }
+
+    fn create_topic_inner(&self, name: &str, partitions: i32, exists_ok: bool) {
         let cfg = self.client_config();
         let topic = name.to_string();
         let result = std::thread::spawn(move || {
@@ -841,7 +853,13 @@ impl Broker {
                     .await
                     .map_err(|e| e.to_string())?;
                 for r in res {
-                    r.map_err(|(t, code)| format!("create topic {t}: {code}"))?;
+                    match r {
+                        Ok(_) => {}
+                        Err((_, RDKafkaErrorCode::TopicAlreadyExists)) if exists_ok => {}
+                        Err((t, code)) => {
+                            return Err(format!("create topic {t}: {code:?} ({code})"))
+                        }
+                    }
                 }
                 Ok::<(), String>(())
             })
@@ -887,6 +905,8 @@ impl Broker {
     /// records arrived and then ~1 s passed without new ones, or until
     /// `timeout`.  Returns what it got, ordered by (partition, offset).
     ///
+    /// Uses `isolation.level=read_uncommitted` because tansu's partition
+    /// watermarks (and so possibly its last-stable offset) are unreliable.
     /// Blocking; in async tests consider `tokio::task::spawn_blocking` if
     /// something on the same runtime must make progress meanwhile.
     pub fn consume_all(
@@ -1037,13 +1057,21 @@ impl Outboxd {
     }
 
     /// Like [`spawn`](Self::spawn) with extra environment variables
-    /// (which may also override `RUST_LOG`).
+    /// (which may also override `RUST_LOG`).  Inherited `OUTBOXD_*`
+    /// variables are removed first.
     pub fn spawn_with_env(args: &[String], env: &[(&str, &str)]) -> Outboxd {
         let dir = make_tempdir("outboxd-daemon-");
         let log_path = dir.path().join("outboxd.log");
         let log = File::create(&log_path).expect("create daemon log");
         let log2 = log.try_clone().expect("clone log fd");
         let mut cmd = Command::new(outboxd_bin());
+        // The daemon reads OUTBOXD_* from the environment (clap `env`); never
+        // let the caller's shell leak configuration into a test.
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("OUTBOXD_") {
+                cmd.env_remove(&k);
+            }
+        }
         cmd.args(args)
             .env("RUST_LOG", "outboxd=debug,info")
             .env_remove("RUST_LOG_STYLE")
