@@ -31,6 +31,85 @@ pub struct Cli {
 pub enum Command {
     /// Stream outbox inserts to the sink until SIGINT/SIGTERM.
     Run(Box<RunArgs>),
+    /// Print the effective configuration of `run` with the same flags, as flags (password masked).
+    Config(Box<RunArgs>),
+    /// Show the slot, the publication and the server settings outboxd depends on.
+    Status(StatusArgs),
+    /// Inspect and replay the dead-letter topic.
+    #[command(subcommand)]
+    Dlq(DlqCommand),
+}
+
+/// Flags of `outboxd status`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StatusArgs {
+    /// PostgreSQL URL, as for `run`.
+    #[arg(long, env = "OUTBOXD_POSTGRES_URL", hide_env_values = true)]
+    pub postgres_url: String,
+    /// Slot to report on.
+    #[arg(long, default_value = "outboxd")]
+    pub slot: String,
+    /// Publication to report on.
+    #[arg(long, default_value = "outboxd")]
+    pub publication: String,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// Count DLQ records by reason and show the first ones.
+    List(DlqListArgs),
+    /// Republish DLQ records to their original topic (or --to-topic).
+    Replay(DlqReplayArgs),
+}
+
+/// Flags shared by the `dlq` subcommands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DlqCommonArgs {
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "OUTBOXD_KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
+    pub kafka_brokers: String,
+    /// Extra librdkafka property KEY=VALUE; repeatable.
+    #[arg(long = "kafka-property", value_name = "KEY=VALUE")]
+    pub kafka_properties: Vec<String>,
+    /// The dead-letter topic.
+    #[arg(long, default_value = "outboxd.dlq")]
+    pub dlq_topic: String,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DlqListArgs {
+    #[command(flatten)]
+    pub common: DlqCommonArgs,
+    /// How many records to show.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DlqReplayArgs {
+    #[command(flatten)]
+    pub common: DlqCommonArgs,
+    /// Only records whose `outboxd.error` reason equals this.
+    #[arg(long)]
+    pub filter_reason: Option<String>,
+    /// Only the record with this event id.
+    #[arg(long)]
+    pub event_id: Option<String>,
+    /// Republish here instead of each record's original topic.
+    #[arg(long)]
+    pub to_topic: Option<String>,
+    /// Where replay progress (offsets) is kept, so a second run does not republish.
+    #[arg(long, default_value = ".outboxd-dlq-state")]
+    pub state_dir: PathBuf,
+    /// Show what would be replayed; publish nothing, record nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -59,7 +138,7 @@ pub enum LogFormat {
 pub struct RunArgs {
     /// PostgreSQL URL: postgres://user:pass@host:port/db?sslmode=disable, or ?host=/socket/dir.
     #[arg(long, env = "OUTBOXD_POSTGRES_URL", hide_env_values = true)]
-    pub postgres_url: String,
+    pub postgres_url: Option<String>,
     /// Logical replication slot owned by this outboxd (created with pgoutput if missing).
     #[arg(long, default_value = "outboxd")]
     pub slot: String,
@@ -282,6 +361,30 @@ impl PgTarget {
         })
     }
 
+    /// A URL that reconnects to the same place, with the password replaced by `****`.
+    pub fn to_url_masked(&self) -> String {
+        let enc = |s: &str| {
+            percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+        };
+        let auth = match &self.password {
+            Some(_) => format!("{}:****", enc(&self.user)),
+            None => enc(&self.user),
+        };
+        match &self.host {
+            PgHost::Tcp(h) => format!(
+                "postgres://{auth}@{h}:{}/{}?sslmode=disable",
+                self.port,
+                enc(&self.dbname)
+            ),
+            PgHost::Unix(d) => format!(
+                "postgres://{auth}@/{}?host={}&port={}",
+                enc(&self.dbname),
+                d.display(),
+                self.port
+            ),
+        }
+    }
+
     /// The equivalent tokio-postgres configuration, for ordinary (non-replication) queries.
     pub fn to_tokio_postgres(&self) -> tokio_postgres::Config {
         let mut c = tokio_postgres::Config::new();
@@ -357,7 +460,11 @@ pub struct Config {
 impl Config {
     pub fn from_args(a: &RunArgs) -> Result<Config, Definite> {
         let bad = |m: String| Definite::Config(m);
-        let postgres = PgTarget::parse(&a.postgres_url)?;
+        let url = a
+            .postgres_url
+            .as_deref()
+            .ok_or_else(|| bad("--postgres-url (or OUTBOXD_POSTGRES_URL) is required, e.g. postgres://user:pass@host:5432/db".into()))?;
+        let postgres = PgTarget::parse(url)?;
         check_identifier("--slot", &a.slot, true)?;
         check_identifier("--publication", &a.publication, false)?;
         let table = parse_table(&a.table)?;
@@ -440,6 +547,82 @@ impl Config {
             log_format: a.log_format,
             metrics_addr: a.metrics_addr,
         })
+    }
+}
+
+impl Config {
+    /// The configuration as `outboxd run` flags; the password shows as `****`.
+    pub fn to_flags(&self) -> Vec<String> {
+        let mut f = vec!["outboxd run".to_owned()];
+        let mut push = |k: &str, v: &str| f.push(format!("--{k} {}", shell_quote(v)));
+        push("postgres-url", &self.postgres.to_url_masked());
+        push("slot", &self.slot);
+        push("publication", &self.publication);
+        push("table", &self.table.to_string());
+        push(
+            "publication-autocreate",
+            if self.publication_autocreate == PublicationAutocreate::Filtered {
+                "filtered"
+            } else {
+                "disabled"
+            },
+        );
+        push(
+            "sink",
+            match self.sink {
+                SinkKind::Kafka => "kafka",
+                SinkKind::Stdout => "stdout",
+                SinkKind::Null => "null",
+            },
+        );
+        push("kafka-brokers", &self.kafka.brokers);
+        for (k, v) in &self.kafka.properties {
+            let shown = if k.contains("password") || k.contains("secret") {
+                "****"
+            } else {
+                v.as_str()
+            };
+            push("kafka-property", &format!("{k}={shown}"));
+        }
+        push("topic-partitions", &self.kafka.topic_partitions.to_string());
+        push(
+            "topic-replication-factor",
+            &self.kafka.topic_replication_factor.to_string(),
+        );
+        push("route-by-field", &self.route.route_by_field);
+        push("route-topic-replacement", &self.route.topic_replacement);
+        push("table-field-event-key", &self.route.key_field);
+        push("table-field-event-id", &self.route.id_field);
+        push("table-field-event-payload", &self.route.payload_field);
+        push(
+            "table-field-event-timestamp",
+            self.route.timestamp_field.as_deref().unwrap_or(""),
+        );
+        push("max-in-flight", &self.max_in_flight.to_string());
+        push(
+            "status-interval",
+            &format!("{}ms", self.status_interval.as_millis()),
+        );
+        push(
+            "shutdown-timeout",
+            &format!("{}ms", self.shutdown_timeout.as_millis()),
+        );
+        if let Some(a) = self.metrics_addr {
+            push("metrics-addr", &a.to_string());
+        }
+        f
+    }
+}
+
+/// Single-quote for a POSIX shell when needed.
+fn shell_quote(v: &str) -> String {
+    if !v.is_empty()
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=,@".contains(&b))
+    {
+        v.to_owned()
+    } else {
+        format!("'{}'", v.replace('\'', "'\\''"))
     }
 }
 
@@ -579,7 +762,9 @@ mod tests {
             "postgres://u@127.0.0.1/db",
         ])
         .unwrap();
-        let Command::Run(a) = cli.command;
+        let Command::Run(a) = cli.command else {
+            panic!("run")
+        };
         let c = Config::from_args(&a).unwrap();
         assert_eq!(c.slot, "outboxd");
         assert_eq!(c.table.to_string(), "public.outbox");
@@ -599,7 +784,9 @@ mod tests {
             "bootstrap.servers=x:1",
         ])
         .unwrap();
-        let Command::Run(a) = cli.command;
+        let Command::Run(a) = cli.command else {
+            panic!("run")
+        };
         assert!(Config::from_args(&a)
             .unwrap_err()
             .to_string()

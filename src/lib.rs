@@ -9,6 +9,7 @@
 pub mod ack;
 pub mod app;
 pub mod config;
+pub mod dlq;
 pub mod error;
 pub mod lsn;
 pub mod metrics;
@@ -16,3 +17,4 @@ pub mod pg;
 pub mod pipeline;
 pub mod router;
 pub mod sink;
+pub mod status;

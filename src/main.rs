@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use outboxd::config::{Cli, Command, Config, LogFormat, SinkKind};
+use outboxd::config::{Cli, Command, Config, LogFormat, RunArgs, SinkKind};
 use outboxd::error::{Definite, Error};
 use outboxd::sink::{KafkaSink, NullSink, StdoutSink};
 use tokio_util::sync::CancellationToken;
@@ -13,7 +13,12 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Command::Run(args) = cli.command;
+    let args = match cli.command {
+        Command::Run(args) => args,
+        Command::Config(args) => return print_config(&args),
+        Command::Status(args) => return exit_with(block_on(outboxd::status::run(&args))),
+        Command::Dlq(cmd) => return exit_with(block_on(outboxd::dlq::tool::run(cmd))),
+    };
     let cfg = match Config::from_args(&args) {
         Ok(c) => c,
         Err(e) => {
@@ -32,6 +37,45 @@ fn main() -> ExitCode {
                 Some(Error::Definite(Definite::Config(_)))
             );
             ExitCode::from(if config { 2 } else { 1 })
+        }
+    }
+}
+
+fn print_config(args: &RunArgs) -> ExitCode {
+    match Config::from_args(args) {
+        Ok(cfg) => {
+            println!("{}", cfg.to_flags().join(" \\\n  "));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("outboxd: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Run a short-lived async command on a current-thread runtime.
+fn block_on<F: std::future::Future<Output = Result<u8, Error>>>(f: F) -> Result<u8, Error> {
+    init_logging(LogFormat::Text);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            Error::Definite(Definite::Config(format!("starting the tokio runtime: {e}")))
+        })?;
+    rt.block_on(f)
+}
+
+fn exit_with(r: Result<u8, Error>) -> ExitCode {
+    match r {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("outboxd: error: {e}");
+            ExitCode::from(if matches!(e, Error::Definite(Definite::Config(_))) {
+                2
+            } else {
+                1
+            })
         }
     }
 }

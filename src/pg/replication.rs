@@ -344,6 +344,42 @@ fn classify(t: &PgTarget, e: ServerError) -> Error {
     }
 }
 
+/// Parse the body of one CopyData frame of the replication stream (`w` XLogData or `k` keepalive).
+/// Pure: never panics; a short, long or unknown message is an error naming what was wrong.
+pub fn parse_copy_data(mut b: Bytes) -> Result<WalMessage, String> {
+    let Some(&tag) = b.first() else {
+        return Err("empty replication message".into());
+    };
+    b.advance(1);
+    match tag {
+        b'w' => {
+            if b.len() < 24 {
+                return Err(format!("XLogData header needs 24 bytes, got {}", b.len()));
+            }
+            let wal_start = Lsn(b.get_u64());
+            let wal_end = Lsn(b.get_u64());
+            let _send_time = b.get_i64();
+            Ok(WalMessage::Data {
+                wal_start,
+                wal_end,
+                data: b,
+            })
+        }
+        b'k' => {
+            if b.len() != 17 {
+                return Err(format!("keepalive must be 17 bytes, got {}", b.len()));
+            }
+            let wal_end = Lsn(b.get_u64());
+            let _send_time = b.get_i64();
+            Ok(WalMessage::Keepalive {
+                wal_end,
+                reply_requested: b.get_u8() == 1,
+            })
+        }
+        t => Err(format!("unknown replication message tag 0x{t:02x}")),
+    }
+}
+
 /// The CopyBoth phase: WAL in, status updates out.
 pub struct ReplicationStream {
     conn: ReplicationConn,
@@ -394,44 +430,11 @@ impl ReplicationStream {
         }
     }
 
-    fn parse_copy_data(&self, mut b: Bytes) -> Result<WalMessage, Definite> {
-        let short = || Definite::Protocol {
+    fn parse_copy_data(&self, b: Bytes) -> Result<WalMessage, Definite> {
+        parse_copy_data(b).map_err(|detail| Definite::Protocol {
             lsn: self.last_received,
-            detail: "truncated replication message".into(),
-        };
-        if b.is_empty() {
-            return Err(short());
-        }
-        match b.get_u8() {
-            b'w' => {
-                if b.len() < 24 {
-                    return Err(short());
-                }
-                let wal_start = Lsn(b.get_u64());
-                let wal_end = Lsn(b.get_u64());
-                let _send_time = b.get_i64();
-                Ok(WalMessage::Data {
-                    wal_start,
-                    wal_end,
-                    data: b,
-                })
-            }
-            b'k' => {
-                if b.len() != 17 {
-                    return Err(short());
-                }
-                let wal_end = Lsn(b.get_u64());
-                let _send_time = b.get_i64();
-                Ok(WalMessage::Keepalive {
-                    wal_end,
-                    reply_requested: b.get_u8() == 1,
-                })
-            }
-            t => Err(Definite::Protocol {
-                lsn: self.last_received,
-                detail: format!("unknown replication message tag 0x{t:02x}"),
-            }),
-        }
+            detail,
+        })
     }
 
     /// Standby status update: flush = apply = `confirmed`.
@@ -452,5 +455,53 @@ impl ReplicationStream {
     /// Highest WAL end seen from the server.
     pub fn last_received(&self) -> Lsn {
         self.last_received
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_data_framing() {
+        let mut k = vec![b'k'];
+        k.extend_from_slice(&0x1_0000_0010u64.to_be_bytes());
+        k.extend_from_slice(&7i64.to_be_bytes());
+        k.push(1);
+        match parse_copy_data(Bytes::from(k.clone())).unwrap() {
+            WalMessage::Keepalive {
+                wal_end,
+                reply_requested,
+            } => {
+                assert_eq!(wal_end, Lsn(0x1_0000_0010));
+                assert!(reply_requested);
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut w = vec![b'w'];
+        w.extend_from_slice(&5u64.to_be_bytes());
+        w.extend_from_slice(&9u64.to_be_bytes());
+        w.extend_from_slice(&0i64.to_be_bytes());
+        w.extend_from_slice(b"Bpayload");
+        match parse_copy_data(Bytes::from(w)).unwrap() {
+            WalMessage::Data {
+                wal_start,
+                wal_end,
+                data,
+            } => {
+                assert_eq!((wal_start, wal_end), (Lsn(5), Lsn(9)));
+                assert_eq!(&data[..], b"Bpayload");
+            }
+            other => panic!("{other:?}"),
+        }
+        for cut in 0..k.len() {
+            assert!(parse_copy_data(Bytes::copy_from_slice(&k[..cut])).is_err());
+        }
+        k.push(0);
+        assert!(
+            parse_copy_data(Bytes::from(k)).is_err(),
+            "trailing byte after keepalive"
+        );
+        assert!(parse_copy_data(Bytes::from_static(b"z")).is_err());
     }
 }
