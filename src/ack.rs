@@ -68,14 +68,7 @@ pub struct AckTracker {
 impl AckTracker {
     /// Start from the slot's `confirmed_flush_lsn`.
     pub fn new(confirmed: Lsn) -> Self {
-        AckTracker {
-            confirmed,
-            last_commit: confirmed,
-            queue: VecDeque::new(),
-            open: None,
-            next_id: 0,
-            in_flight: 0,
-        }
+        AckTracker { confirmed, last_commit: confirmed, queue: VecDeque::new(), open: None, next_id: 0, in_flight: 0 }
     }
 
     /// The LSN that is safe to send as the flush position.
@@ -99,11 +92,7 @@ impl AckTracker {
         }
         let id = TxnId(self.next_id);
         self.next_id += 1;
-        self.queue.push_back(Txn {
-            id,
-            end_lsn: None,
-            pending: 0,
-        });
+        self.queue.push_back(Txn { id, end_lsn: None, pending: 0 });
         self.open = Some(id);
         Ok(id)
     }
@@ -121,17 +110,10 @@ impl AckTracker {
     pub fn commit(&mut self, end_lsn: Lsn) -> Result<Lsn, AckError> {
         let id = self.open.take().ok_or(AckError::NoOpenTxn("COMMIT"))?;
         if end_lsn <= self.last_commit {
-            return Err(AckError::Backwards {
-                end: end_lsn,
-                prev: self.last_commit,
-            });
+            return Err(AckError::Backwards { end: end_lsn, prev: self.last_commit });
         }
         self.last_commit = end_lsn;
-        let txn = self
-            .queue
-            .back_mut()
-            .filter(|t| t.id == id)
-            .ok_or(AckError::UnknownTxn(id))?;
+        let txn = self.queue.back_mut().filter(|t| t.id == id).ok_or(AckError::UnknownTxn(id))?;
         txn.end_lsn = Some(end_lsn);
         self.advance();
         Ok(self.confirmed)
@@ -214,12 +196,7 @@ pub struct Delivery {
 
 impl Delivery {
     pub fn new(txn: TxnId, event_id: String, topic: String, tx: UnboundedSender<Ack>) -> Self {
-        Delivery {
-            txn,
-            event_id,
-            topic,
-            tx: Some(tx),
-        }
+        Delivery { txn, event_id, topic, tx: Some(tx) }
     }
 
     pub fn event_id(&self) -> &str {
@@ -231,9 +208,7 @@ impl Delivery {
     }
 
     pub fn fail(mut self, reason: impl Into<String>) {
-        self.send(Outcome::Failed {
-            reason: reason.into(),
-        });
+        self.send(Outcome::Failed { reason: reason.into() });
     }
 
     fn send(&mut self, outcome: Outcome) {
@@ -251,9 +226,7 @@ impl Delivery {
 
 impl Drop for Delivery {
     fn drop(&mut self) {
-        self.send(Outcome::Failed {
-            reason: "the sink dropped the record without a result".into(),
-        });
+        self.send(Outcome::Failed { reason: "the sink dropped the record without a result".into() });
     }
 }
 
@@ -328,18 +301,10 @@ mod tests {
         // A smaller wal_end never moves us back.
         assert_eq!(t.keepalive(lsn(40)), lsn(50));
         let a = t.begin().unwrap();
-        assert_eq!(
-            t.keepalive(lsn(60)),
-            lsn(50),
-            "open transaction blocks keepalive"
-        );
+        assert_eq!(t.keepalive(lsn(60)), lsn(50), "open transaction blocks keepalive");
         t.record().unwrap();
         t.commit(lsn(70)).unwrap();
-        assert_eq!(
-            t.keepalive(lsn(80)),
-            lsn(50),
-            "unacked record blocks keepalive"
-        );
+        assert_eq!(t.keepalive(lsn(80)), lsn(50), "unacked record blocks keepalive");
         assert_eq!(t.ack(a).unwrap(), lsn(70));
         assert_eq!(t.keepalive(lsn(80)), lsn(80));
     }
@@ -349,13 +314,7 @@ mod tests {
         let mut t = AckTracker::new(lsn(100));
         t.begin().unwrap();
         assert!(matches!(t.begin(), Err(AckError::NestedBegin(_))));
-        assert_eq!(
-            t.commit(lsn(100)),
-            Err(AckError::Backwards {
-                end: lsn(100),
-                prev: lsn(100)
-            })
-        );
+        assert_eq!(t.commit(lsn(100)), Err(AckError::Backwards { end: lsn(100), prev: lsn(100) }));
         let mut t = AckTracker::new(lsn(0));
         assert!(matches!(t.record(), Err(AckError::NoOpenTxn(_))));
         assert!(matches!(t.commit(lsn(1)), Err(AckError::NoOpenTxn(_))));
@@ -423,9 +382,7 @@ mod tests {
                 let now = t.ack(ids[txn]).unwrap();
                 assert!(now >= prev);
                 prev = now;
-                let prefix = (0..sizes.len())
-                    .take_while(|&i| acked[i] == sizes[i])
-                    .count();
+                let prefix = (0..sizes.len()).take_while(|&i| acked[i] == sizes[i]).count();
                 let expect = if prefix == 0 { 0 } else { 10 * prefix as u64 };
                 assert_eq!(now, lsn(expect), "perm {perm:?}");
             }
@@ -458,9 +415,6 @@ mod tests {
         Delivery::new(TxnId(4), "e2".into(), "t".into(), tx).ack();
         let ack = rx.try_recv().unwrap();
         assert!(matches!(ack.outcome, Outcome::Acked));
-        assert!(
-            rx.try_recv().is_err(),
-            "ack() must not also report a failure on drop"
-        );
+        assert!(rx.try_recv().is_err(), "ack() must not also report a failure on drop");
     }
 }

@@ -19,16 +19,12 @@ use crate::sink::Sink;
 const SLOT_BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Run until shutdown. Returns `Ok` after a clean drain.
-pub async fn run<S: Sink>(
-    cfg: &Config,
-    sink: &mut S,
-    shutdown: CancellationToken,
-) -> Result<(), Error> {
+pub async fn run<S: Sink>(cfg: &Config, sink: &mut S, shutdown: CancellationToken) -> Result<(), Error> {
     let metrics = Metrics::new();
     {
         let client = admin::connect(cfg).await?;
         admin::check_wal_level(&client).await?;
-        admin::check_table(&client, cfg).await?;
+        admin::check_tables(&client, cfg).await?;
         admin::ensure_publication(&client, cfg).await?;
     }
     let mut attempt = 0u32;
@@ -39,7 +35,11 @@ pub async fn run<S: Sink>(
         match session(cfg, sink, &metrics, shutdown.clone()).await {
             Ok(()) => return Ok(()),
             Err(Error::Transient(Transient::SlotBusy { slot, pid })) => {
-                tracing::warn!(slot, pid, "replication slot is held by another process; waiting for it to be released (standby)");
+                tracing::warn!(
+                    slot,
+                    pid,
+                    "replication slot is held by another process; waiting for it to be released (standby)"
+                );
                 attempt = 0;
                 wait(&shutdown, SLOT_BUSY_RETRY).await;
             }
@@ -78,23 +78,15 @@ async fn session<S: Sink>(
         admin::ensure_slot(&client, cfg).await?
     };
     let conn = ReplicationConn::connect(&cfg.postgres).await?;
-    let stream = conn
-        .start_replication(&cfg.slot, slot.confirmed_flush, &cfg.publication)
-        .await?;
+    let stream = conn.start_replication(&cfg.slot, slot.confirmed_flush, &cfg.publication).await?;
     tracing::info!(slot = %cfg.slot, publication = %cfg.publication, start = %slot.confirmed_flush, target = %cfg.postgres, "streaming");
-    Session::new(cfg, sink, metrics, stream, slot.confirmed_flush)
-        .run(shutdown)
-        .await
+    Session::new(cfg, sink, metrics, stream, slot.confirmed_flush).run(shutdown).await
 }
 
 /// Set-up already succeeded once, so a failing reconnect is the server's hiccup, not bad config.
 fn as_transient(e: Error) -> Error {
     match e {
-        Error::Definite(d) => Transient::PgServer {
-            code: "08001".into(),
-            message: d.to_string(),
-        }
-        .into(),
+        Error::Definite(d) => Transient::PgServer { code: "08001".into(), message: d.to_string() }.into(),
         t => t,
     }
 }

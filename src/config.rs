@@ -9,12 +9,14 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use percent_encoding::percent_decode_str;
 
 use crate::error::Definite;
+use crate::router::{HeadersField, MissingPolicy, Placement, RouteConfig, TopicRule};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -145,9 +147,9 @@ pub struct RunArgs {
     /// Publication the slot streams (see --publication-autocreate).
     #[arg(long, default_value = "outboxd")]
     pub publication: String,
-    /// The outbox table, as SCHEMA.TABLE.
-    #[arg(long, default_value = "public.outbox")]
-    pub table: String,
+    /// An outbox table, as SCHEMA.TABLE; repeatable (the same options apply to each).
+    #[arg(long = "table", default_value = "public.outbox")]
+    pub tables: Vec<String>,
     /// What to do when the publication is missing.
     #[arg(long, value_enum, default_value_t = PublicationAutocreate::Filtered)]
     pub publication_autocreate: PublicationAutocreate,
@@ -166,21 +168,45 @@ pub struct RunArgs {
     /// Column whose value picks the topic (Debezium `route.by.field`).
     #[arg(long, default_value = "event_type")]
     pub route_by_field: String,
-    /// Topic template; `${routedByValue}` is replaced by the route column's value.
+    /// Regex applied to the route value; must match it whole (Debezium `route.topic.regex`).
+    #[arg(long, default_value = "(?<routedByValue>.*)")]
+    pub route_topic_regex: String,
+    /// Topic template with `${group}` / `$N` from --route-topic-regex (Debezium `route.topic.replacement`).
     #[arg(long, default_value = "${routedByValue}.events")]
     pub route_topic_replacement: String,
-    /// Column used as the Kafka key (Debezium `table.field.event.key`).
-    #[arg(long, default_value = "aggregate_id")]
-    pub table_field_event_key: String,
+    /// Emit a tombstone (null value, no headers) for a NULL or empty payload (Debezium `route.tombstone.on.empty.payload`).
+    #[arg(long, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_name = "BOOL")]
+    pub route_tombstone_on_empty_payload: bool,
     /// Column sent as Kafka header `id` (Debezium `table.field.event.id`).
     #[arg(long, default_value = "event_id")]
     pub table_field_event_id: String,
+    /// Column used as the Kafka key; NULL means no key (Debezium `table.field.event.key`).
+    #[arg(long, default_value = "aggregate_id")]
+    pub table_field_event_key: String,
+    /// Column holding the event type (Debezium `table.field.event.type`); usable in placements.
+    #[arg(long, default_value = "event_type")]
+    pub table_field_event_type: String,
     /// Column sent as the record value (Debezium `table.field.event.payload`).
     #[arg(long, default_value = "payload")]
     pub table_field_event_payload: String,
-    /// Column used as the record timestamp; empty means the commit time.
+    /// Column used as the record timestamp; empty means the commit time (Debezium `table.field.event.timestamp`).
     #[arg(long, default_value = "created_at")]
     pub table_field_event_timestamp: String,
+    /// Extra columns: `col:header[:alias]`, `col:envelope[:alias]`, `col:partition`, comma-separated (Debezium `table.fields.additional.placement`).
+    #[arg(long, default_value = "")]
+    pub table_fields_additional_placement: String,
+    /// What a placement column missing from the table does (Debezium `table.field.additional.missing`... ours: error|ignore).
+    #[arg(long, value_enum, default_value_t = MissingPolicy::Error)]
+    pub table_field_additional_missing: MissingPolicy,
+    /// What an UPDATE on the outbox does: warn, error (both log and go on) or fatal (Debezium `table.op.invalid.behavior`).
+    #[arg(long, value_enum, default_value_t = InvalidOp::Warn)]
+    pub table_op_invalid_behavior: InvalidOp,
+    /// Parse `text` payloads as JSON and send them compact (Debezium `table.expand.json.payload`).
+    #[arg(long, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_name = "BOOL")]
+    pub table_expand_json_payload: bool,
+    /// jsonb column whose top-level keys become Kafka headers; empty disables. Default: `headers` when the table has it.
+    #[arg(long)]
+    pub table_field_event_headers: Option<String>,
     /// Where events go.
     #[arg(long, value_enum, default_value_t = SinkKind::Kafka)]
     pub sink: SinkKind,
@@ -223,19 +249,10 @@ pub enum PgHost {
 impl std::fmt::Display for PgTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.host {
-            PgHost::Tcp(h) => write!(
-                f,
-                "postgres://{}@{}:{}/{}",
-                self.user, h, self.port, self.dbname
-            ),
-            PgHost::Unix(d) => write!(
-                f,
-                "postgres://{}@/{}?host={}&port={}",
-                self.user,
-                self.dbname,
-                d.display(),
-                self.port
-            ),
+            PgHost::Tcp(h) => write!(f, "postgres://{}@{}:{}/{}", self.user, h, self.port, self.dbname),
+            PgHost::Unix(d) => {
+                write!(f, "postgres://{}@/{}?host={}&port={}", self.user, self.dbname, d.display(), self.port)
+            }
         }
     }
 }
@@ -285,9 +302,7 @@ impl PgTarget {
         let (mut host, mut port) = (None, None);
         if !hostport.is_empty() {
             let (h, p) = if let Some(inner) = hostport.strip_prefix('[') {
-                let (h, after) = inner
-                    .split_once(']')
-                    .ok_or_else(|| bad("unclosed [ in host"))?;
+                let (h, after) = inner.split_once(']').ok_or_else(|| bad("unclosed [ in host"))?;
                 (h, after.strip_prefix(':'))
             } else {
                 match hostport.rsplit_once(':') {
@@ -299,17 +314,10 @@ impl PgTarget {
                 host = Some(decode(h, "host")?);
             }
             if let Some(p) = p {
-                port = Some(
-                    p.parse::<u16>()
-                        .map_err(|_| bad(&format!("port {p:?} is not a number 1-65535")))?,
-                );
+                port = Some(p.parse::<u16>().map_err(|_| bad(&format!("port {p:?} is not a number 1-65535")))?);
             }
         }
-        let mut dbname = if path.is_empty() {
-            None
-        } else {
-            Some(decode(path, "database name")?)
-        };
+        let mut dbname = if path.is_empty() { None } else { Some(decode(path, "database name")?) };
         let mut sslmode = String::from("prefer");
         let mut application_name = String::from("outboxd");
         let mut connect_timeout = Duration::from_secs(10);
@@ -363,25 +371,16 @@ impl PgTarget {
 
     /// A URL that reconnects to the same place, with the password replaced by `****`.
     pub fn to_url_masked(&self) -> String {
-        let enc = |s: &str| {
-            percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
-        };
+        let enc = |s: &str| percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string();
         let auth = match &self.password {
             Some(_) => format!("{}:****", enc(&self.user)),
             None => enc(&self.user),
         };
         match &self.host {
-            PgHost::Tcp(h) => format!(
-                "postgres://{auth}@{h}:{}/{}?sslmode=disable",
-                self.port,
-                enc(&self.dbname)
-            ),
-            PgHost::Unix(d) => format!(
-                "postgres://{auth}@/{}?host={}&port={}",
-                enc(&self.dbname),
-                d.display(),
-                self.port
-            ),
+            PgHost::Tcp(h) => format!("postgres://{auth}@{h}:{}/{}?sslmode=disable", self.port, enc(&self.dbname)),
+            PgHost::Unix(d) => {
+                format!("postgres://{auth}@/{}?host={}&port={}", enc(&self.dbname), d.display(), self.port)
+            }
         }
     }
 
@@ -418,16 +417,12 @@ impl std::fmt::Display for TableName {
     }
 }
 
-/// Which columns feed which parts of a record, and how the topic is named.
-#[derive(Clone, Debug)]
-pub struct RouteConfig {
-    pub route_by_field: String,
-    pub topic_replacement: String,
-    pub key_field: String,
-    pub id_field: String,
-    pub payload_field: String,
-    /// `None`: use the transaction's commit time.
-    pub timestamp_field: Option<String>,
+/// What an UPDATE of an outbox row does (Debezium's `table.op.invalid.behavior`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum InvalidOp {
+    Warn,
+    Error,
+    Fatal,
 }
 
 #[derive(Clone, Debug)]
@@ -445,9 +440,10 @@ pub struct Config {
     pub postgres: PgTarget,
     pub slot: String,
     pub publication: String,
-    pub table: TableName,
+    pub tables: Vec<TableName>,
     pub publication_autocreate: PublicationAutocreate,
     pub route: RouteConfig,
+    pub op_invalid: InvalidOp,
     pub sink: SinkKind,
     pub kafka: KafkaConfig,
     pub max_in_flight: usize,
@@ -460,45 +456,40 @@ pub struct Config {
 impl Config {
     pub fn from_args(a: &RunArgs) -> Result<Config, Definite> {
         let bad = |m: String| Definite::Config(m);
-        let url = a
-            .postgres_url
-            .as_deref()
-            .ok_or_else(|| bad("--postgres-url (or OUTBOXD_POSTGRES_URL) is required, e.g. postgres://user:pass@host:5432/db".into()))?;
+        let url = a.postgres_url.as_deref().ok_or_else(|| {
+            bad("--postgres-url (or OUTBOXD_POSTGRES_URL) is required, e.g. postgres://user:pass@host:5432/db".into())
+        })?;
         let postgres = PgTarget::parse(url)?;
         check_identifier("--slot", &a.slot, true)?;
         check_identifier("--publication", &a.publication, false)?;
-        let table = parse_table(&a.table)?;
+        let mut tables = Vec::new();
+        for t in &a.tables {
+            let t = parse_table(t)?;
+            if !tables.contains(&t) {
+                tables.push(t);
+            }
+        }
         let mut properties = Vec::new();
         for p in &a.kafka_properties {
             let (k, v) = p
                 .split_once('=')
                 .filter(|(k, _)| !k.trim().is_empty())
-                .ok_or_else(|| {
-                    bad(format!(
-                        "--kafka-property {p:?}: expected KEY=VALUE, e.g. linger.ms=5"
-                    ))
-                })?;
+                .ok_or_else(|| bad(format!("--kafka-property {p:?}: expected KEY=VALUE, e.g. linger.ms=5")))?;
             if k.trim() == "bootstrap.servers" {
-                return Err(bad("--kafka-property bootstrap.servers conflicts with --kafka-brokers; use --kafka-brokers".into()));
+                return Err(bad(
+                    "--kafka-property bootstrap.servers conflicts with --kafka-brokers; use --kafka-brokers".into(),
+                ));
             }
             properties.push((k.trim().to_owned(), v.to_owned()));
         }
         if a.sink == SinkKind::Kafka && a.kafka_brokers.trim().is_empty() {
-            return Err(bad(
-                "--kafka-brokers is empty; give host:port[,host:port]".into()
-            ));
+            return Err(bad("--kafka-brokers is empty; give host:port[,host:port]".into()));
         }
         if a.topic_partitions < 1 {
-            return Err(bad(format!(
-                "--topic-partitions {} must be at least 1",
-                a.topic_partitions
-            )));
+            return Err(bad(format!("--topic-partitions {} must be at least 1", a.topic_partitions)));
         }
         if a.topic_replication_factor < 1 {
-            return Err(bad(format!(
-                "--topic-replication-factor {} must be at least 1",
-                a.topic_replication_factor
-            )));
+            return Err(bad(format!("--topic-replication-factor {} must be at least 1", a.topic_replication_factor)));
         }
         if a.max_in_flight == 0 {
             return Err(bad("--max-in-flight must be at least 1".into()));
@@ -510,11 +501,17 @@ impl Config {
             ("--table-field-event-payload", &a.table_field_event_payload),
         ] {
             if v.is_empty() {
-                return Err(bad(format!("{flag} must name a column of {table}")));
+                return Err(bad(format!("{flag} must name a column of the outbox table")));
             }
         }
-        crate::router::check_template(&a.route_topic_replacement)
-            .map_err(|e| bad(format!("--route-topic-replacement: {e}")))?;
+        let topic = TopicRule::new(&a.route_topic_regex, &a.route_topic_replacement).map_err(bad)?;
+        let placements = Placement::parse_list(&a.table_fields_additional_placement)
+            .map_err(|e| bad(format!("--table-fields-additional-placement {e}")))?;
+        let headers_field = match a.table_field_event_headers.as_deref() {
+            None => HeadersField::IfPresent("headers".into()),
+            Some("") => HeadersField::Disabled,
+            Some(c) => HeadersField::Required(c.into()),
+        };
         let status_interval = parse_duration("--status-interval", &a.status_interval)?;
         if status_interval.is_zero() {
             return Err(bad("--status-interval must be greater than 0".into()));
@@ -523,17 +520,23 @@ impl Config {
             postgres,
             slot: a.slot.clone(),
             publication: a.publication.clone(),
-            table,
+            tables,
             publication_autocreate: a.publication_autocreate,
             route: RouteConfig {
-                route_by_field: a.route_by_field.clone(),
-                topic_replacement: a.route_topic_replacement.clone(),
-                key_field: a.table_field_event_key.clone(),
                 id_field: a.table_field_event_id.clone(),
+                key_field: a.table_field_event_key.clone(),
+                type_field: a.table_field_event_type.clone(),
                 payload_field: a.table_field_event_payload.clone(),
-                timestamp_field: Some(a.table_field_event_timestamp.clone())
-                    .filter(|s| !s.is_empty()),
+                timestamp_field: Some(a.table_field_event_timestamp.clone()).filter(|s| !s.is_empty()),
+                placements,
+                additional_missing: a.table_field_additional_missing,
+                route_by_field: a.route_by_field.clone(),
+                topic: Arc::new(topic),
+                tombstone_on_empty_payload: a.route_tombstone_on_empty_payload,
+                expand_json_payload: a.table_expand_json_payload,
+                headers_field,
             },
+            op_invalid: a.table_op_invalid_behavior,
             sink: a.sink,
             kafka: KafkaConfig {
                 brokers: a.kafka_brokers.clone(),
@@ -558,14 +561,12 @@ impl Config {
         push("postgres-url", &self.postgres.to_url_masked());
         push("slot", &self.slot);
         push("publication", &self.publication);
-        push("table", &self.table.to_string());
+        for t in &self.tables {
+            push("table", &t.to_string());
+        }
         push(
             "publication-autocreate",
-            if self.publication_autocreate == PublicationAutocreate::Filtered {
-                "filtered"
-            } else {
-                "disabled"
-            },
+            if self.publication_autocreate == PublicationAutocreate::Filtered { "filtered" } else { "disabled" },
         );
         push(
             "sink",
@@ -577,36 +578,52 @@ impl Config {
         );
         push("kafka-brokers", &self.kafka.brokers);
         for (k, v) in &self.kafka.properties {
-            let shown = if k.contains("password") || k.contains("secret") {
-                "****"
-            } else {
-                v.as_str()
-            };
+            let shown = if k.contains("password") || k.contains("secret") { "****" } else { v.as_str() };
             push("kafka-property", &format!("{k}={shown}"));
         }
         push("topic-partitions", &self.kafka.topic_partitions.to_string());
+        push("topic-replication-factor", &self.kafka.topic_replication_factor.to_string());
+        let r = &self.route;
+        push("route-by-field", &r.route_by_field);
+        push("route-topic-regex", r.topic.regex_text());
+        push("route-topic-replacement", r.topic.replacement_text());
+        push("route-tombstone-on-empty-payload", &r.tombstone_on_empty_payload.to_string());
+        push("table-field-event-id", &r.id_field);
+        push("table-field-event-key", &r.key_field);
+        push("table-field-event-type", &r.type_field);
+        push("table-field-event-payload", &r.payload_field);
+        push("table-field-event-timestamp", r.timestamp_field.as_deref().unwrap_or(""));
+        let placements: Vec<String> = r
+            .placements
+            .iter()
+            .map(|p| match &p.target {
+                crate::router::PlacementTarget::Header(a) => format!("{}:header:{a}", p.column),
+                crate::router::PlacementTarget::Envelope(a) => format!("{}:envelope:{a}", p.column),
+                crate::router::PlacementTarget::Partition => format!("{}:partition", p.column),
+            })
+            .collect();
+        push("table-fields-additional-placement", &placements.join(","));
         push(
-            "topic-replication-factor",
-            &self.kafka.topic_replication_factor.to_string(),
+            "table-field-additional-missing",
+            if r.additional_missing == MissingPolicy::Error { "error" } else { "ignore" },
         );
-        push("route-by-field", &self.route.route_by_field);
-        push("route-topic-replacement", &self.route.topic_replacement);
-        push("table-field-event-key", &self.route.key_field);
-        push("table-field-event-id", &self.route.id_field);
-        push("table-field-event-payload", &self.route.payload_field);
         push(
-            "table-field-event-timestamp",
-            self.route.timestamp_field.as_deref().unwrap_or(""),
+            "table-op-invalid-behavior",
+            match self.op_invalid {
+                InvalidOp::Warn => "warn",
+                InvalidOp::Error => "error",
+                InvalidOp::Fatal => "fatal",
+            },
         );
+        push("table-expand-json-payload", &r.expand_json_payload.to_string());
+        match &r.headers_field {
+            HeadersField::IfPresent(_) => {}
+            HeadersField::Required(c) => push("table-field-event-headers", c),
+            HeadersField::Disabled => push("table-field-event-headers", ""),
+        }
         push("max-in-flight", &self.max_in_flight.to_string());
-        push(
-            "status-interval",
-            &format!("{}ms", self.status_interval.as_millis()),
-        );
-        push(
-            "shutdown-timeout",
-            &format!("{}ms", self.shutdown_timeout.as_millis()),
-        );
+        push("status-interval", &format!("{}ms", self.status_interval.as_millis()));
+        push("shutdown-timeout", &format!("{}ms", self.shutdown_timeout.as_millis()));
         if let Some(a) = self.metrics_addr {
             push("metrics-addr", &a.to_string());
         }
@@ -616,10 +633,7 @@ impl Config {
 
 /// Single-quote for a POSIX shell when needed.
 fn shell_quote(v: &str) -> String {
-    if !v.is_empty()
-        && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=,@".contains(&b))
-    {
+    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./:=,@".contains(&b)) {
         v.to_owned()
     } else {
         format!("'{}'", v.replace('\'', "'\\''"))
@@ -630,45 +644,31 @@ fn check_identifier(flag: &str, v: &str, slot: bool) -> Result<(), Definite> {
     let ok = !v.is_empty()
         && v.len() <= 63
         && if slot {
-            v.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            v.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
         } else {
             !v.contains('\0')
         };
     if ok {
         Ok(())
     } else if slot {
-        Err(Definite::Config(format!(
-            "{flag} {v:?}: slot names are 1-63 characters of a-z, 0-9 and _"
-        )))
+        Err(Definite::Config(format!("{flag} {v:?}: slot names are 1-63 characters of a-z, 0-9 and _")))
     } else {
-        Err(Definite::Config(format!(
-            "{flag} {v:?}: must be 1-63 characters"
-        )))
+        Err(Definite::Config(format!("{flag} {v:?}: must be 1-63 characters")))
     }
 }
 
 fn parse_table(s: &str) -> Result<TableName, Definite> {
     match s.split_once('.') {
         Some((schema, name)) if !schema.is_empty() && !name.is_empty() && !name.contains('.') => {
-            Ok(TableName {
-                schema: schema.to_owned(),
-                name: name.to_owned(),
-            })
+            Ok(TableName { schema: schema.to_owned(), name: name.to_owned() })
         }
-        _ => Err(Definite::Config(format!(
-            "--table {s:?}: expected SCHEMA.TABLE, e.g. public.outbox"
-        ))),
+        _ => Err(Definite::Config(format!("--table {s:?}: expected SCHEMA.TABLE, e.g. public.outbox"))),
     }
 }
 
 /// `500ms`, `10s`, `2m`, `1h`; a bare number is seconds.
 pub fn parse_duration(flag: &str, s: &str) -> Result<Duration, Definite> {
-    let bad = || {
-        Definite::Config(format!(
-            "{flag} {s:?}: expected a duration like 500ms, 10s or 2m"
-        ))
-    };
+    let bad = || Definite::Config(format!("{flag} {s:?}: expected a duration like 500ms, 10s or 2m"));
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
@@ -689,19 +689,12 @@ mod tests {
 
     #[test]
     fn url_with_password_is_parsed_and_redacted() {
-        let t =
-            PgTarget::parse("postgres://bob:s%40cret@db.example:6432/app?sslmode=disable").unwrap();
+        let t = PgTarget::parse("postgres://bob:s%40cret@db.example:6432/app?sslmode=disable").unwrap();
         assert_eq!(t.host, PgHost::Tcp("db.example".into()));
-        assert_eq!(
-            (t.port, t.user.as_str(), t.dbname.as_str()),
-            (6432, "bob", "app")
-        );
+        assert_eq!((t.port, t.user.as_str(), t.dbname.as_str()), (6432, "bob", "app"));
         assert_eq!(t.password.as_deref(), Some("s@cret"));
         let shown = format!("{t} {t:?}");
-        assert!(
-            !shown.contains("s@cret") && !shown.contains("s%40cret"),
-            "{shown}"
-        );
+        assert!(!shown.contains("s@cret") && !shown.contains("s%40cret"), "{shown}");
     }
 
     #[test]
@@ -714,16 +707,9 @@ mod tests {
 
     #[test]
     fn tls_modes_and_unknown_params_are_refused_clearly() {
-        let e = PgTarget::parse("postgres://u:pw@h/db?sslmode=require")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("sslmode=require") && e.contains("sslmode=disable"),
-            "{e}"
-        );
-        let e = PgTarget::parse("postgres://u:pw@h/db?bogus=1")
-            .unwrap_err()
-            .to_string();
+        let e = PgTarget::parse("postgres://u:pw@h/db?sslmode=require").unwrap_err().to_string();
+        assert!(e.contains("sslmode=require") && e.contains("sslmode=disable"), "{e}");
+        let e = PgTarget::parse("postgres://u:pw@h/db?bogus=1").unwrap_err().to_string();
         assert!(e.contains("bogus") && !e.contains("pw@"), "{e}");
         assert!(PgTarget::parse("mysql://h/db").is_err());
         assert!(PgTarget::parse("postgres://h:99999/db").is_err());
@@ -744,10 +730,7 @@ mod tests {
 
     #[test]
     fn table_and_identifiers() {
-        assert_eq!(
-            parse_table("public.outbox").unwrap().to_string(),
-            "public.outbox"
-        );
+        assert_eq!(parse_table("public.outbox").unwrap().to_string(), "public.outbox");
         assert!(parse_table("outbox").is_err());
         assert!(check_identifier("--slot", "Bad-Slot", true).is_err());
         assert!(check_identifier("--slot", "outboxd_1", true).is_ok());
@@ -755,19 +738,11 @@ mod tests {
 
     #[test]
     fn cli_defaults_validate() {
-        let cli = Cli::try_parse_from([
-            "outboxd",
-            "run",
-            "--postgres-url",
-            "postgres://u@127.0.0.1/db",
-        ])
-        .unwrap();
-        let Command::Run(a) = cli.command else {
-            panic!("run")
-        };
+        let cli = Cli::try_parse_from(["outboxd", "run", "--postgres-url", "postgres://u@127.0.0.1/db"]).unwrap();
+        let Command::Run(a) = cli.command else { panic!("run") };
         let c = Config::from_args(&a).unwrap();
         assert_eq!(c.slot, "outboxd");
-        assert_eq!(c.table.to_string(), "public.outbox");
+        assert_eq!(c.tables[0].to_string(), "public.outbox");
         assert_eq!(c.status_interval, Duration::from_secs(10));
         assert_eq!(c.max_in_flight, 10_000);
         assert_eq!(c.route.timestamp_field.as_deref(), Some("created_at"));
@@ -784,12 +759,7 @@ mod tests {
             "bootstrap.servers=x:1",
         ])
         .unwrap();
-        let Command::Run(a) = cli.command else {
-            panic!("run")
-        };
-        assert!(Config::from_args(&a)
-            .unwrap_err()
-            .to_string()
-            .contains("--kafka-brokers"));
+        let Command::Run(a) = cli.command else { panic!("run") };
+        assert!(Config::from_args(&a).unwrap_err().to_string().contains("--kafka-brokers"));
     }
 }

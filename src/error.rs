@@ -41,11 +41,7 @@ pub enum Definite {
     #[error("cannot route event {event_id}: {reason}; nothing after it is confirmed, fix the row or the routing flags and restart")]
     Route { event_id: String, reason: String },
     #[error("delivery of event {event_id} to topic {topic} failed: {reason}")]
-    Delivery {
-        event_id: String,
-        topic: String,
-        reason: String,
-    },
+    Delivery { event_id: String, topic: String, reason: String },
     #[error("sink error: {0}")]
     Sink(String),
     #[error("internal invariant broken: {0}")]

@@ -32,10 +32,7 @@ fn main() -> ExitCode {
         Err(e) => {
             tracing::error!("{e:#}");
             eprintln!("outboxd: error: {e:#}");
-            let config = matches!(
-                e.downcast_ref::<Error>(),
-                Some(Error::Definite(Definite::Config(_)))
-            );
+            let config = matches!(e.downcast_ref::<Error>(), Some(Error::Definite(Definite::Config(_))));
             ExitCode::from(if config { 2 } else { 1 })
         }
     }
@@ -60,9 +57,7 @@ fn block_on<F: std::future::Future<Output = Result<u8, Error>>>(f: F) -> Result<
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| {
-            Error::Definite(Definite::Config(format!("starting the tokio runtime: {e}")))
-        })?;
+        .map_err(|e| Error::Definite(Definite::Config(format!("starting the tokio runtime: {e}"))))?;
     rt.block_on(f)
 }
 
@@ -71,11 +66,7 @@ fn exit_with(r: Result<u8, Error>) -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("outboxd: error: {e}");
-            ExitCode::from(if matches!(e, Error::Definite(Definite::Config(_))) {
-                2
-            } else {
-                1
-            })
+            ExitCode::from(if matches!(e, Error::Definite(Definite::Config(_))) { 2 } else { 1 })
         }
     }
 }
@@ -83,10 +74,7 @@ fn exit_with(r: Result<u8, Error>) -> ExitCode {
 fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -94,10 +82,8 @@ fn init_logging(format: LogFormat) {
 }
 
 fn run(cfg: Config) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
+    let rt =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
     rt.block_on(async move {
         if let Some(addr) = cfg.metrics_addr {
             outboxd::metrics::serve(addr)?;
@@ -109,9 +95,7 @@ fn run(cfg: Config) -> anyhow::Result<()> {
                 let mut sink = KafkaSink::new(&cfg.kafka, cfg.max_in_flight)?;
                 outboxd::app::run(&cfg, &mut sink, shutdown).await?
             }
-            SinkKind::Stdout => {
-                outboxd::app::run(&cfg, &mut StdoutSink::default(), shutdown).await?
-            }
+            SinkKind::Stdout => outboxd::app::run(&cfg, &mut StdoutSink::default(), shutdown).await?,
             SinkKind::Null => outboxd::app::run(&cfg, &mut NullSink, shutdown).await?,
         }
         Ok(())

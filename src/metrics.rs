@@ -41,8 +41,7 @@ impl Metrics {
     pub fn progress(&self, confirmed: Lsn, server_wal_end: Lsn, in_flight: usize) {
         self.confirmed_lsn.set(confirmed.as_u64() as f64);
         self.server_wal_end.set(server_wal_end.as_u64() as f64);
-        self.lag_bytes
-            .set(server_wal_end.as_u64().saturating_sub(confirmed.as_u64()) as f64);
+        self.lag_bytes.set(server_wal_end.as_u64().saturating_sub(confirmed.as_u64()) as f64);
         self.in_flight.set(in_flight as f64);
     }
 }

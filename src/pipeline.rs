@@ -64,13 +64,7 @@ pub struct Session<'a, S: Sink> {
 }
 
 impl<'a, S: Sink> Session<'a, S> {
-    pub fn new(
-        cfg: &'a Config,
-        sink: &'a mut S,
-        metrics: &'a Metrics,
-        stream: ReplicationStream,
-        start: Lsn,
-    ) -> Self {
+    pub fn new(cfg: &'a Config, sink: &'a mut S, metrics: &'a Metrics, stream: ReplicationStream, start: Lsn) -> Self {
         let (acks_tx, acks_rx) = unbounded_channel();
         Session {
             cfg,
@@ -142,8 +136,7 @@ impl<'a, S: Sink> Session<'a, S> {
         let confirmed = self.tracker.confirmed();
         self.stream.send_status(confirmed).await?;
         self.metrics.status_updates.increment(1);
-        self.metrics
-            .progress(confirmed, self.server_wal_end, self.tracker.in_flight());
+        self.metrics.progress(confirmed, self.server_wal_end, self.tracker.in_flight());
         tracing::trace!(%confirmed, "standby status update");
         Ok(())
     }
@@ -154,37 +147,23 @@ impl<'a, S: Sink> Session<'a, S> {
         while let Some(ack) = next {
             match ack.outcome {
                 Outcome::Acked => {
-                    self.tracker
-                        .ack(ack.txn)
-                        .map_err(|e| Definite::Bug(e.to_string()))?;
+                    self.tracker.ack(ack.txn).map_err(|e| Definite::Bug(e.to_string()))?;
                     self.metrics.events_acked.increment(1);
                 }
                 Outcome::Failed { reason } => {
                     self.metrics.events_failed.increment(1);
-                    return Err(Definite::Delivery {
-                        event_id: ack.event_id,
-                        topic: ack.topic,
-                        reason,
-                    }
-                    .into());
+                    return Err(Definite::Delivery { event_id: ack.event_id, topic: ack.topic, reason }.into());
                 }
             }
             next = self.acks_rx.try_recv().ok();
         }
-        self.metrics.progress(
-            self.tracker.confirmed(),
-            self.server_wal_end,
-            self.tracker.in_flight(),
-        );
+        self.metrics.progress(self.tracker.confirmed(), self.server_wal_end, self.tracker.in_flight());
         Ok(())
     }
 
     async fn on_wal(&mut self, msg: WalMessage) -> Result<(), Error> {
         match msg {
-            WalMessage::Keepalive {
-                wal_end,
-                reply_requested,
-            } => {
+            WalMessage::Keepalive { wal_end, reply_requested } => {
                 self.server_wal_end = self.server_wal_end.max(wal_end);
                 self.tracker.keepalive(wal_end);
                 if reply_requested {
@@ -192,16 +171,12 @@ impl<'a, S: Sink> Session<'a, S> {
                 }
                 Ok(())
             }
-            WalMessage::Data {
-                wal_start,
-                wal_end,
-                data,
-            } => {
+            WalMessage::Data { wal_start, wal_end, data } => {
                 self.server_wal_end = self.server_wal_end.max(wal_end);
-                let msg = self.decoder.decode(data).map_err(|e| Definite::Protocol {
-                    lsn: wal_start,
-                    detail: e.to_string(),
-                })?;
+                let msg = self
+                    .decoder
+                    .decode(data)
+                    .map_err(|e| Definite::Protocol { lsn: wal_start, detail: e.to_string() })?;
                 self.on_logical(wal_start, msg).await
             }
         }
@@ -212,9 +187,7 @@ impl<'a, S: Sink> Session<'a, S> {
         match msg {
             LogicalMessage::Begin(b) => {
                 self.tracker.begin().map_err(bug)?;
-                self.open = Some(OpenTxn {
-                    commit_time_us: b.commit_time,
-                });
+                self.open = Some(OpenTxn { commit_time_us: b.commit_time });
             }
             LogicalMessage::Commit(c) => {
                 self.open = None;
@@ -222,35 +195,25 @@ impl<'a, S: Sink> Session<'a, S> {
                 self.metrics.transactions.increment(1);
             }
             LogicalMessage::Relation(rel) => {
-                let entry =
-                    if rel.namespace == self.cfg.table.schema && rel.name == self.cfg.table.name {
-                        RelationEntry::Outbox(Route::compile(&self.cfg.route, &rel)?)
-                    } else {
-                        RelationEntry::Other
-                    };
+                let entry = if self.cfg.tables.iter().any(|t| t.schema == rel.namespace && t.name == rel.name) {
+                    RelationEntry::Outbox(Route::compile(&self.cfg.route, &rel)?)
+                } else {
+                    RelationEntry::Other
+                };
                 self.relations.insert(rel.id, entry);
             }
             LogicalMessage::Insert(ins) => match self.relations.get(&ins.relation_id) {
                 Some(RelationEntry::Outbox(route)) => {
-                    let commit_time_us =
-                        self.open
-                            .as_ref()
-                            .map(|o| o.commit_time_us)
-                            .ok_or_else(|| Definite::Protocol {
-                                lsn: at,
-                                detail: "INSERT outside a transaction".into(),
-                            })?;
-                    let record = route.route(OutboxRow {
-                        tuple: &ins.tuple,
-                        commit_time_us,
-                    })?;
+                    let commit_time_us = self
+                        .open
+                        .as_ref()
+                        .map(|o| o.commit_time_us)
+                        .ok_or_else(|| Definite::Protocol { lsn: at, detail: "INSERT outside a transaction".into() })?;
+                    let record =
+                        route.route(OutboxRow { tuple: &ins.tuple, commit_time_us }).map_err(|b| b.into_definite())?;
                     let txn = self.tracker.record().map_err(bug)?;
-                    let delivery = Delivery::new(
-                        txn,
-                        record.event_id.clone(),
-                        record.topic.clone(),
-                        self.acks_tx.clone(),
-                    );
+                    let delivery =
+                        Delivery::new(txn, record.event_id.clone(), record.topic.clone(), self.acks_tx.clone());
                     self.sink.send(record, delivery).await?;
                     self.metrics.events_sent.increment(1);
                 }
@@ -258,10 +221,7 @@ impl<'a, S: Sink> Session<'a, S> {
                 None => {
                     return Err(Definite::Protocol {
                         lsn: at,
-                        detail: format!(
-                            "INSERT for relation {} before its Relation message",
-                            ins.relation_id
-                        ),
+                        detail: format!("INSERT for relation {} before its Relation message", ins.relation_id),
                     }
                     .into())
                 }
@@ -285,9 +245,7 @@ impl<'a, S: Sink> Session<'a, S> {
             | LogicalMessage::StreamPrepare(_)) => {
                 return Err(Definite::Protocol {
                     lsn: at,
-                    detail: format!(
-                    "server sent {other:?}, but outboxd asked for neither streaming nor two-phase"
-                ),
+                    detail: format!("server sent {other:?}, but outboxd asked for neither streaming nor two-phase"),
                 }
                 .into())
             }
@@ -297,8 +255,8 @@ impl<'a, S: Sink> Session<'a, S> {
 
     /// Debezium logs and skips non-INSERT operations on the outbox; so do we.
     fn ignored(&self, relation_id: u32, op: &str, at: Lsn) {
-        if let Some(RelationEntry::Outbox(_)) = self.relations.get(&relation_id) {
-            tracing::info!(%at, table = %self.cfg.table, op, "ignoring non-INSERT change on the outbox table");
+        if let Some(RelationEntry::Outbox(route)) = self.relations.get(&relation_id) {
+            tracing::info!(%at, table = route.table(), op, "ignoring non-INSERT change on the outbox table");
         }
     }
 }

@@ -9,9 +9,10 @@
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls};
 
-use crate::config::{Config, PublicationAutocreate};
+use crate::config::{Config, PublicationAutocreate, TableName};
 use crate::error::{Definite, Error, Transient};
 use crate::lsn::Lsn;
+use crate::router::{HeadersField, MissingPolicy};
 
 /// Open an ordinary connection; the connection task runs in the background.
 pub async fn connect(cfg: &Config) -> Result<Client, Error> {
@@ -39,26 +40,22 @@ pub async fn connect(cfg: &Config) -> Result<Client, Error> {
             Some(c) if *c == SqlState::INVALID_CATALOG_NAME => {
                 Definite::Setup(format!("database {:?} does not exist at {target}", target.dbname)).into()
             }
-            _ if e.to_string().contains("password missing") => Definite::Setup(format!(
-                "PostgreSQL at {target} asks for a password, but --postgres-url has none"
+            _ if e.to_string().contains("password missing") => {
+                Definite::Setup(format!("PostgreSQL at {target} asks for a password, but --postgres-url has none"))
+                    .into()
+            }
+            _ => Definite::Setup(format!(
+                "cannot reach PostgreSQL at {target}: {e}; check host, port and that the server is running"
             ))
             .into(),
-            _ => Definite::Setup(format!("cannot reach PostgreSQL at {target}: {e}; check host, port and that the server is running")).into(),
         }),
     }
 }
 
 fn db(what: &str, e: tokio_postgres::Error) -> Error {
-    let msg = e
-        .as_db_error()
-        .map(|d| d.message().to_owned())
-        .unwrap_or_else(|| e.to_string());
+    let msg = e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_else(|| e.to_string());
     if e.is_closed() || e.as_db_error().is_none() {
-        Transient::PgServer {
-            code: "08006".into(),
-            message: format!("{what}: {msg}"),
-        }
-        .into()
+        Transient::PgServer { code: "08006".into(), message: format!("{what}: {msg}") }.into()
     } else {
         Definite::Setup(format!("{what}: {msg}")).into()
     }
@@ -66,10 +63,7 @@ fn db(what: &str, e: tokio_postgres::Error) -> Error {
 
 /// `wal_level` must be `logical`.
 pub async fn check_wal_level(client: &Client) -> Result<(), Error> {
-    let row = client
-        .query_one("SHOW wal_level", &[])
-        .await
-        .map_err(|e| db("reading wal_level", e))?;
+    let row = client.query_one("SHOW wal_level", &[]).await.map_err(|e| db("reading wal_level", e))?;
     let level: String = row.get(0);
     if level != "logical" {
         return Err(Definite::Setup(format!(
@@ -80,40 +74,53 @@ pub async fn check_wal_level(client: &Client) -> Result<(), Error> {
     Ok(())
 }
 
-/// The table exists and has every column the router needs.
-pub async fn check_table(client: &Client, cfg: &Config) -> Result<(), Error> {
+/// Every outbox table exists and has the columns the router needs.
+pub async fn check_tables(client: &Client, cfg: &Config) -> Result<(), Error> {
+    for table in &cfg.tables {
+        check_table(client, cfg, table).await?;
+    }
+    Ok(())
+}
+
+async fn check_table(client: &Client, cfg: &Config, table: &TableName) -> Result<(), Error> {
     let rows = client
         .query(
             "SELECT a.attname::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
              JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped",
-            &[&cfg.table.schema, &cfg.table.name],
+            &[&table.schema, &table.name],
         )
         .await
         .map_err(|e| db("reading the outbox table's columns", e))?;
     if rows.is_empty() {
         return Err(Definite::Setup(format!(
-            "table {} does not exist (or has no columns): create it (see sql/01_outbox.sql) or point --table at it",
-            cfg.table
+            "table {table} does not exist (or has no columns): create it (see sql/01_outbox.sql) or point --table at it"
         ))
         .into());
     }
     let have: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     let r = &cfg.route;
     let mut need = vec![
-        (&r.route_by_field, "--route-by-field"),
-        (&r.key_field, "--table-field-event-key"),
-        (&r.id_field, "--table-field-event-id"),
-        (&r.payload_field, "--table-field-event-payload"),
+        (r.route_by_field.as_str(), "--route-by-field"),
+        (r.key_field.as_str(), "--table-field-event-key"),
+        (r.id_field.as_str(), "--table-field-event-id"),
+        (r.payload_field.as_str(), "--table-field-event-payload"),
     ];
     if let Some(ts) = &r.timestamp_field {
         need.push((ts, "--table-field-event-timestamp"));
     }
+    if let HeadersField::Required(h) = &r.headers_field {
+        need.push((h, "--table-field-event-headers"));
+    }
+    if r.additional_missing == MissingPolicy::Error {
+        for p in &r.placements {
+            need.push((&p.column, "--table-fields-additional-placement"));
+        }
+    }
     for (col, flag) in need {
         if !have.iter().any(|h| h == col) {
             return Err(Definite::Setup(format!(
-                "table {} has no column {col:?} (needed by {flag}); add the column or change {flag}",
-                cfg.table
+                "table {table} has no column {col:?} (needed by {flag}); add the column or change {flag}"
             ))
             .into());
         }
@@ -125,46 +132,34 @@ fn quote_ident(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))
 }
 
-/// The publication exists (created per `--publication-autocreate`) and publishes the table's inserts.
+fn quote_table(t: &TableName) -> String {
+    format!("{}.{}", quote_ident(&t.schema), quote_ident(&t.name))
+}
+
+/// The publication exists (created per `--publication-autocreate`) and publishes every table's inserts.
 pub async fn ensure_publication(client: &Client, cfg: &Config) -> Result<(), Error> {
+    let all: Vec<String> = cfg.tables.iter().map(quote_table).collect();
+    let all = all.join(", ");
     let exists = client
-        .query_opt(
-            "SELECT pubinsert FROM pg_publication WHERE pubname = $1",
-            &[&cfg.publication],
-        )
+        .query_opt("SELECT pubinsert FROM pg_publication WHERE pubname = $1", &[&cfg.publication])
         .await
         .map_err(|e| db("reading pg_publication", e))?;
     let Some(row) = exists else {
         if cfg.publication_autocreate == PublicationAutocreate::Disabled {
             return Err(Definite::Setup(format!(
-                "publication {:?} does not exist and --publication-autocreate is disabled: run CREATE PUBLICATION {} FOR TABLE {}.{}",
+                "publication {:?} does not exist and --publication-autocreate is disabled: run CREATE PUBLICATION {} FOR TABLE {all}",
                 cfg.publication,
                 quote_ident(&cfg.publication),
-                quote_ident(&cfg.table.schema),
-                quote_ident(&cfg.table.name)
             ))
             .into());
         }
-        let sql = format!(
-            "CREATE PUBLICATION {} FOR TABLE {}.{}",
-            quote_ident(&cfg.publication),
-            quote_ident(&cfg.table.schema),
-            quote_ident(&cfg.table.name)
-        );
+        let sql = format!("CREATE PUBLICATION {} FOR TABLE {all}", quote_ident(&cfg.publication));
         match client.batch_execute(&sql).await {
-            Ok(()) => {
-                tracing::info!(publication = %cfg.publication, table = %cfg.table, "created publication")
-            }
+            Ok(()) => tracing::info!(publication = %cfg.publication, tables = %all, "created publication"),
             // Another instance won the race; fall through to the membership check.
             Err(e) if e.code() == Some(&SqlState::DUPLICATE_OBJECT) => {}
             Err(e) => {
-                return Err(db(
-                    &format!(
-                        "creating publication {:?} (the role must own {})",
-                        cfg.publication, cfg.table
-                    ),
-                    e,
-                ))
+                return Err(db(&format!("creating publication {:?} (the role must own {all})", cfg.publication), e))
             }
         }
         return Ok(());
@@ -178,23 +173,23 @@ pub async fn ensure_publication(client: &Client, cfg: &Config) -> Result<(), Err
         ))
         .into());
     }
-    let member = client
-        .query_opt(
-            "SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
-            &[&cfg.publication, &cfg.table.schema, &cfg.table.name],
-        )
-        .await
-        .map_err(|e| db("reading pg_publication_tables", e))?;
-    if member.is_none() {
-        return Err(Definite::Setup(format!(
-            "publication {:?} does not include {}: ALTER PUBLICATION {} ADD TABLE {}.{}",
-            cfg.publication,
-            cfg.table,
-            quote_ident(&cfg.publication),
-            quote_ident(&cfg.table.schema),
-            quote_ident(&cfg.table.name)
-        ))
-        .into());
+    for table in &cfg.tables {
+        let member = client
+            .query_opt(
+                "SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
+                &[&cfg.publication, &table.schema, &table.name],
+            )
+            .await
+            .map_err(|e| db("reading pg_publication_tables", e))?;
+        if member.is_none() {
+            return Err(Definite::Setup(format!(
+                "publication {:?} does not include {table}: ALTER PUBLICATION {} ADD TABLE {}",
+                cfg.publication,
+                quote_ident(&cfg.publication),
+                quote_table(table)
+            ))
+            .into());
+        }
     }
     Ok(())
 }
@@ -209,43 +204,21 @@ pub struct SlotState {
 pub async fn ensure_slot(client: &Client, cfg: &Config) -> Result<SlotState, Error> {
     let q = "SELECT plugin::text, slot_type, database::text, active_pid, wal_status, confirmed_flush_lsn::text \
              FROM pg_replication_slots WHERE slot_name = $1";
-    let mut row = client
-        .query_opt(q, &[&cfg.slot])
-        .await
-        .map_err(|e| db("reading pg_replication_slots", e))?;
+    let mut row = client.query_opt(q, &[&cfg.slot]).await.map_err(|e| db("reading pg_replication_slots", e))?;
     if row.is_none() {
-        match client
-            .execute(
-                "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
-                &[&cfg.slot],
-            )
-            .await
-        {
+        match client.execute("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", &[&cfg.slot]).await {
             Ok(_) => {
                 tracing::info!(slot = %cfg.slot, "created logical replication slot (pgoutput)")
             }
             Err(e) if e.code() == Some(&SqlState::DUPLICATE_OBJECT) => {}
             Err(e) => {
-                return Err(db(
-                    &format!(
-                        "creating replication slot {:?} (the role needs REPLICATION)",
-                        cfg.slot
-                    ),
-                    e,
-                ))
+                return Err(db(&format!("creating replication slot {:?} (the role needs REPLICATION)", cfg.slot), e))
             }
         }
-        row = client
-            .query_opt(q, &[&cfg.slot])
-            .await
-            .map_err(|e| db("reading pg_replication_slots", e))?;
+        row = client.query_opt(q, &[&cfg.slot]).await.map_err(|e| db("reading pg_replication_slots", e))?;
     }
-    let row = row.ok_or_else(|| {
-        Definite::Setup(format!(
-            "replication slot {:?} vanished right after creation",
-            cfg.slot
-        ))
-    })?;
+    let row =
+        row.ok_or_else(|| Definite::Setup(format!("replication slot {:?} vanished right after creation", cfg.slot)))?;
     let plugin: Option<String> = row.get(0);
     let slot_type: String = row.get(1);
     let database: Option<String> = row.get(2);
@@ -278,16 +251,10 @@ pub async fn ensure_slot(client: &Client, cfg: &Config) -> Result<SlotState, Err
         .into());
     }
     if let Some(pid) = active_pid {
-        return Err(Transient::SlotBusy {
-            slot: cfg.slot.clone(),
-            pid,
-        }
-        .into());
+        return Err(Transient::SlotBusy { slot: cfg.slot.clone(), pid }.into());
     }
     let confirmed_flush = match confirmed {
-        Some(s) => s
-            .parse()
-            .map_err(|e| Definite::Setup(format!("slot {:?}: {e}", cfg.slot)))?,
+        Some(s) => s.parse().map_err(|e| Definite::Setup(format!("slot {:?}: {e}", cfg.slot)))?,
         None => Lsn::ZERO,
     };
     Ok(SlotState { confirmed_flush })
@@ -300,6 +267,5 @@ pub async fn current_wal_lsn(client: &Client) -> Result<Lsn, Error> {
         .await
         .map_err(|e| db("reading pg_current_wal_lsn", e))?;
     let s: String = row.get(0);
-    s.parse()
-        .map_err(|e: crate::lsn::ParseLsnError| Definite::Setup(e.to_string()).into())
+    s.parse().map_err(|e: crate::lsn::ParseLsnError| Definite::Setup(e.to_string()).into())
 }

@@ -247,10 +247,7 @@ pub struct Decoder {
 
 impl Decoder {
     pub fn new(proto_version: u32) -> Self {
-        Decoder {
-            proto_version,
-            in_stream: false,
-        }
+        Decoder { proto_version, in_stream: false }
     }
 
     pub fn proto_version(&self) -> u32 {
@@ -296,10 +293,7 @@ impl Decoder {
                 end_lsn: r.lsn("Commit.end_lsn")?,
                 commit_time: r.i64("Commit.commit_time")?,
             }),
-            b'O' => M::Origin(Origin {
-                commit_lsn: r.lsn("Origin.commit_lsn")?,
-                name: r.cstr("Origin.name")?,
-            }),
+            b'O' => M::Origin(Origin { commit_lsn: r.lsn("Origin.commit_lsn")?, name: r.cstr("Origin.name")? }),
             b'R' => M::Relation(Relation {
                 xid: stream_xid(r)?,
                 id: r.u32("Relation.id")?,
@@ -330,11 +324,7 @@ impl Decoder {
                 let xid = stream_xid(r)?;
                 let relation_id = r.u32("Insert.relation_id")?;
                 r.expect(b'N', "Insert new-tuple marker")?;
-                M::Insert(Insert {
-                    xid,
-                    relation_id,
-                    tuple: r.tuple()?,
-                })
+                M::Insert(Insert { xid, relation_id, tuple: r.tuple()? })
             }
             b'U' => {
                 let xid = stream_xid(r)?;
@@ -348,12 +338,7 @@ impl Decoder {
                 if old.is_some() {
                     r.expect(b'N', "Update new-tuple marker")?;
                 }
-                M::Update(Update {
-                    xid,
-                    relation_id,
-                    old,
-                    new: r.tuple()?,
-                })
+                M::Update(Update { xid, relation_id, old, new: r.tuple()? })
             }
             b'D' => {
                 let xid = stream_xid(r)?;
@@ -363,29 +348,17 @@ impl Decoder {
                     b'O' => OldKind::Full,
                     b => return Err(bad_marker("Delete tuple marker", b)),
                 };
-                M::Delete(Delete {
-                    xid,
-                    relation_id,
-                    old: (kind, r.tuple()?),
-                })
+                M::Delete(Delete { xid, relation_id, old: (kind, r.tuple()?) })
             }
             b'T' => {
                 let xid = stream_xid(r)?;
                 let n = r.count32("Truncate relation count")?;
                 let options = r.u8("Truncate.options")?;
                 if n.checked_mul(4).is_none_or(|need| need > r.0.len()) {
-                    return Err(DecodeError::Truncated {
-                        what: "Truncate.relation_ids",
-                    });
+                    return Err(DecodeError::Truncated { what: "Truncate.relation_ids" });
                 }
-                let relation_ids = (0..n)
-                    .map(|_| r.u32("Truncate.relation_ids"))
-                    .collect::<Result<_>>()?;
-                M::Truncate(Truncate {
-                    xid,
-                    options,
-                    relation_ids,
-                })
+                let relation_ids = (0..n).map(|_| r.u32("Truncate.relation_ids")).collect::<Result<_>>()?;
+                M::Truncate(Truncate { xid, options, relation_ids })
             }
             b'M' => M::Message(Message {
                 xid: stream_xid(r)?,
@@ -410,18 +383,10 @@ impl Decoder {
                 let xid = r.u32("StreamAbort.xid")?;
                 let subxid = r.u32("StreamAbort.subxid")?;
                 let (abort_lsn, abort_time) = match self.proto_version >= 4 {
-                    true => (
-                        Some(r.lsn("StreamAbort.abort_lsn")?),
-                        Some(r.i64("StreamAbort.abort_time")?),
-                    ),
+                    true => (Some(r.lsn("StreamAbort.abort_lsn")?), Some(r.i64("StreamAbort.abort_time")?)),
                     false => (None, None),
                 };
-                M::StreamAbort(StreamAbort {
-                    xid,
-                    subxid,
-                    abort_lsn,
-                    abort_time,
-                })
+                M::StreamAbort(StreamAbort { xid, subxid, abort_lsn, abort_time })
             }
             b'b' => M::BeginPrepare(BeginPrepare {
                 prepare_lsn: r.lsn("BeginPrepare.prepare_lsn")?,
@@ -455,10 +420,7 @@ impl Decoder {
 }
 
 fn bad_marker(what: &'static str, b: u8) -> DecodeError {
-    DecodeError::Invalid {
-        what,
-        detail: format!("unexpected byte 0x{b:02x}"),
-    }
+    DecodeError::Invalid { what, detail: format!("unexpected byte 0x{b:02x}") }
 }
 
 /// Bounds-checked big-endian cursor over the message; every read returns `Result`.
@@ -578,10 +540,7 @@ impl Reader {
 }
 
 fn negative(what: &'static str, n: i64) -> DecodeError {
-    DecodeError::Invalid {
-        what,
-        detail: format!("negative count/length {n}"),
-    }
+    DecodeError::Invalid { what, detail: format!("negative count/length {n}") }
 }
 
 #[cfg(test)]
@@ -619,10 +578,7 @@ mod tests {
     }
 
     fn dec(proto_version: u32, in_stream: bool) -> Decoder {
-        Decoder {
-            proto_version,
-            in_stream,
-        }
+        Decoder { proto_version, in_stream }
     }
 
     /// (proto_version, in_stream, wire bytes, expected message) for every message type.
@@ -713,10 +669,7 @@ mod tests {
         for (proto, in_stream, buf, _) in samples() {
             for len in 0..buf.len() {
                 let err = dec(proto, in_stream).decode(buf.slice(..len)).unwrap_err();
-                assert!(
-                    matches!(err, DecodeError::Truncated { .. }),
-                    "prefix {len} of {buf:?}: {err}"
-                );
+                assert!(matches!(err, DecodeError::Truncated { .. }), "prefix {len} of {buf:?}: {err}");
             }
         }
     }
@@ -735,10 +688,7 @@ mod tests {
     fn unknown_tag_is_an_error() {
         for tag in [b'Z', b'x', 0, 0xff] {
             let err = Decoder::new(4).decode(W::tag(tag).bytes()).unwrap_err();
-            assert!(
-                matches!(err, DecodeError::UnknownTag(t) if t == tag),
-                "{err}"
-            );
+            assert!(matches!(err, DecodeError::UnknownTag(t) if t == tag), "{err}");
             assert!(err.to_string().contains("unknown"));
         }
     }
@@ -767,10 +717,7 @@ mod tests {
         assert_eq!(ins(d.decode(insert(Some(9))).unwrap()), Some(9));
         // Without the xid the in-stream insert is misparsed and rejected.
         assert!(d.decode(insert(None)).is_err());
-        assert_eq!(
-            d.decode(W::tag(b'E').bytes()).unwrap(),
-            LogicalMessage::StreamStop
-        );
+        assert_eq!(d.decode(W::tag(b'E').bytes()).unwrap(), LogicalMessage::StreamStop);
         assert!(!d.in_stream());
         assert_eq!(ins(d.decode(insert(None)).unwrap()), None);
     }
@@ -779,9 +726,7 @@ mod tests {
     fn tuple_values_are_zero_copy() {
         let buf = W::tag(b'I').u32(1).u8(b'N').tuple().bytes();
         let range = buf.as_ptr_range();
-        let LogicalMessage::Insert(ins) = Decoder::new(1).decode(buf.clone()).unwrap() else {
-            panic!("not an insert")
-        };
+        let LogicalMessage::Insert(ins) = Decoder::new(1).decode(buf.clone()).unwrap() else { panic!("not an insert") };
         for v in &ins.tuple.0 {
             if let TupleValue::Text(b) | TupleValue::Binary(b) = v {
                 assert!(range.contains(&b.as_ptr()), "value was copied");
@@ -793,15 +738,7 @@ mod tests {
     fn invalid_utf8_name_is_an_error() {
         let buf = W::tag(b'O').u64(1).raw(&[0xff, 0xfe, 0]).bytes();
         let err = Decoder::new(1).decode(buf).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                DecodeError::InvalidUtf8 {
-                    what: "Origin.name"
-                }
-            ),
-            "{err}"
-        );
+        assert!(matches!(err, DecodeError::InvalidUtf8 { what: "Origin.name" }), "{err}");
     }
 
     #[test]
@@ -810,34 +747,15 @@ mod tests {
             W::tag(b'I').u32(1).u8(b'N').i16(-1).bytes(),
             W::tag(b'I').u32(1).u8(b'N').i16(i16::MAX).u8(b'n').bytes(),
             W::tag(b'I').u32(1).u8(b'N').i16(1).u8(b't').i32(-1).bytes(),
-            W::tag(b'I')
-                .u32(1)
-                .u8(b'N')
-                .i16(1)
-                .u8(b't')
-                .i32(i32::MAX)
-                .u8(0)
-                .bytes(),
+            W::tag(b'I').u32(1).u8(b'N').i16(1).u8(b't').i32(i32::MAX).u8(0).bytes(),
             W::tag(b'I').u32(1).u8(b'N').i16(1).u8(b'x').bytes(),
             W::tag(b'I').u32(1).u8(b'K').i16(0).bytes(),
             W::tag(b'U').u32(1).u8(b'K').i16(0).u8(b'K').i16(0).bytes(),
             W::tag(b'D').u32(1).u8(b'N').i16(0).bytes(),
             W::tag(b'T').i32(-1).u8(0).bytes(),
             W::tag(b'T').i32(i32::MAX).u8(0).u32(1).bytes(),
-            W::tag(b'R')
-                .u32(1)
-                .cstr("a")
-                .cstr("b")
-                .u8(b'd')
-                .i16(-5)
-                .bytes(),
-            W::tag(b'R')
-                .u32(1)
-                .cstr("a")
-                .cstr("b")
-                .u8(b'd')
-                .i16(30000)
-                .bytes(),
+            W::tag(b'R').u32(1).cstr("a").cstr("b").u8(b'd').i16(-5).bytes(),
+            W::tag(b'R').u32(1).cstr("a").cstr("b").u8(b'd').i16(30000).bytes(),
             W::tag(b'M').u8(0).u64(0).cstr("p").i32(-7).bytes(),
             W::tag(b'M').u8(0).u64(0).cstr("p").i32(1 << 30).bytes(),
         ];
@@ -857,10 +775,7 @@ mod tests {
             s ^= s << 17;
             s
         };
-        let seeds: Vec<_> = samples()
-            .into_iter()
-            .map(|(_, _, b, _)| b.to_vec())
-            .collect();
+        let seeds: Vec<_> = samples().into_iter().map(|(_, _, b, _)| b.to_vec()).collect();
         let tags = b"BCORYIUDTMSEcAbPKrpNKOntub";
         let mut ok = 0;
         for i in 0..20_000 {
@@ -889,9 +804,6 @@ mod tests {
             let mut d = dec(1 + (rnd() % 4) as u32, rnd() % 2 == 0);
             ok += d.decode(v.into()).is_ok() as u32;
         }
-        assert!(
-            ok > 0,
-            "fuzz inputs never decoded; generator is too hostile to be useful"
-        );
+        assert!(ok > 0, "fuzz inputs never decoded; generator is too hostile to be useful");
     }
 }

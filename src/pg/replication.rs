@@ -52,20 +52,14 @@ pub struct ReplicationConn {
 #[derive(Debug)]
 pub enum WalMessage {
     /// XLogData: a pgoutput message starting at `wal_start`.
-    Data {
-        wal_start: Lsn,
-        wal_end: Lsn,
-        data: Bytes,
-    },
+    Data { wal_start: Lsn, wal_end: Lsn, data: Bytes },
     /// Primary keepalive.
     Keepalive { wal_end: Lsn, reply_requested: bool },
 }
 
 /// µs since 2000-01-01, as the protocol wants clocks.
 fn pg_now_us() -> i64 {
-    let unix = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO);
+    let unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
     unix.as_micros() as i64 - 946_684_800_000_000
 }
 
@@ -73,34 +67,19 @@ impl ReplicationConn {
     /// Connect with `replication=database` and authenticate (trust, password, md5, SCRAM-SHA-256).
     pub async fn connect(t: &PgTarget) -> Result<ReplicationConn, Error> {
         let target = t.to_string();
-        let io_err = |source| Transient::PgIo {
-            target: target.clone(),
-            source,
-        };
+        let io_err = |source| Transient::PgIo { target: target.clone(), source };
         let sock: Box<dyn Socket> = match &t.host {
             PgHost::Tcp(h) => {
-                let s = tokio::time::timeout(
-                    t.connect_timeout,
-                    tokio::net::TcpStream::connect((h.as_str(), t.port)),
-                )
-                .await
-                .map_err(|_| {
-                    io_err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "connect timed out",
-                    ))
-                })?
-                .map_err(io_err)?;
+                let s = tokio::time::timeout(t.connect_timeout, tokio::net::TcpStream::connect((h.as_str(), t.port)))
+                    .await
+                    .map_err(|_| io_err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))?
+                    .map_err(io_err)?;
                 s.set_nodelay(true).map_err(io_err)?;
                 Box::new(s)
             }
             PgHost::Unix(dir) => {
                 let path = dir.join(format!(".s.PGSQL.{}", t.port));
-                Box::new(
-                    tokio::net::UnixStream::connect(path)
-                        .await
-                        .map_err(io_err)?,
-                )
+                Box::new(tokio::net::UnixStream::connect(path).await.map_err(io_err)?)
             }
         };
         let mut conn = ReplicationConn {
@@ -209,24 +188,16 @@ impl ReplicationConn {
         loop {
             // CopyBothResponse ('W') is not in postgres-protocol's backend enum; frame it here.
             if self.fill_frame().await? == b'W' {
-                let (_, len) =
-                    frame_header(&self.rbuf).ok_or_else(|| self.protocol("short frame"))?;
+                let (_, len) = frame_header(&self.rbuf).ok_or_else(|| self.protocol("short frame"))?;
                 self.rbuf.advance(1 + len);
-                return Ok(ReplicationStream {
-                    conn: self,
-                    last_received: start,
-                });
+                return Ok(ReplicationStream { conn: self, last_received: start });
             }
             match self.read_message().await? {
                 backend::Message::ErrorResponse(body) => {
                     let e = server_error(&body);
                     return Err(match e.code.as_str() {
                         // object_in_use: another walsender holds the slot.
-                        "55006" => Transient::PgServer {
-                            code: e.code,
-                            message: e.message,
-                        }
-                        .into(),
+                        "55006" => Transient::PgServer { code: e.code, message: e.message }.into(),
                         _ => Definite::Setup(format!(
                             "START_REPLICATION on slot {slot:?} failed: {} ({})",
                             e.message, e.code
@@ -235,11 +206,7 @@ impl ReplicationConn {
                     });
                 }
                 backend::Message::NoticeResponse(_) | backend::Message::ParameterStatus(_) => {}
-                _ => {
-                    return Err(self
-                        .protocol("unexpected reply to START_REPLICATION")
-                        .into())
-                }
+                _ => return Err(self.protocol("unexpected reply to START_REPLICATION").into()),
             }
         }
     }
@@ -260,15 +227,9 @@ impl ReplicationConn {
         if self.rbuf.capacity() - self.rbuf.len() < 8 * 1024 {
             self.rbuf.reserve(64 * 1024);
         }
-        let n = self
-            .sock
-            .read_buf(&mut self.rbuf)
-            .await
-            .map_err(|e| self.io(e))?;
+        let n = self.sock.read_buf(&mut self.rbuf).await.map_err(|e| self.io(e))?;
         if n == 0 {
-            return Err(Transient::PgClosed {
-                target: self.target.clone(),
-            });
+            return Err(Transient::PgClosed { target: self.target.clone() });
         }
         Ok(())
     }
@@ -289,17 +250,11 @@ impl ReplicationConn {
     }
 
     fn io(&self, source: std::io::Error) -> Transient {
-        Transient::PgIo {
-            target: self.target.clone(),
-            source,
-        }
+        Transient::PgIo { target: self.target.clone(), source }
     }
 
     fn protocol(&self, what: &str) -> Definite {
-        Definite::Protocol {
-            lsn: Lsn::ZERO,
-            detail: format!("{what} from {}", self.target),
-        }
+        Definite::Protocol { lsn: Lsn::ZERO, detail: format!("{what} from {}", self.target) }
     }
 }
 
@@ -359,11 +314,7 @@ pub fn parse_copy_data(mut b: Bytes) -> Result<WalMessage, String> {
             let wal_start = Lsn(b.get_u64());
             let wal_end = Lsn(b.get_u64());
             let _send_time = b.get_i64();
-            Ok(WalMessage::Data {
-                wal_start,
-                wal_end,
-                data: b,
-            })
+            Ok(WalMessage::Data { wal_start, wal_end, data: b })
         }
         b'k' => {
             if b.len() != 17 {
@@ -371,10 +322,7 @@ pub fn parse_copy_data(mut b: Bytes) -> Result<WalMessage, String> {
             }
             let wal_end = Lsn(b.get_u64());
             let _send_time = b.get_i64();
-            Ok(WalMessage::Keepalive {
-                wal_end,
-                reply_requested: b.get_u8() == 1,
-            })
+            Ok(WalMessage::Keepalive { wal_end, reply_requested: b.get_u8() == 1 })
         }
         t => Err(format!("unknown replication message tag 0x{t:02x}")),
     }
@@ -394,34 +342,23 @@ impl ReplicationStream {
             match tag {
                 b'd' => {
                     let Some(backend::Message::CopyData(body)) =
-                        backend::Message::parse(&mut self.conn.rbuf)
-                            .map_err(|e| self.conn.io(e))?
+                        backend::Message::parse(&mut self.conn.rbuf).map_err(|e| self.conn.io(e))?
                     else {
                         return Err(self.conn.protocol("bad CopyData frame").into());
                     };
                     let msg = self.parse_copy_data(body.into_bytes())?;
                     match &msg {
-                        WalMessage::Data { wal_end, .. }
-                        | WalMessage::Keepalive { wal_end, .. } => {
+                        WalMessage::Data { wal_end, .. } | WalMessage::Keepalive { wal_end, .. } => {
                             self.last_received = self.last_received.max(*wal_end);
                         }
                     }
                     return Ok(msg);
                 }
-                b'c' => {
-                    return Err(Transient::PgClosed {
-                        target: self.conn.target.clone(),
-                    }
-                    .into())
-                }
+                b'c' => return Err(Transient::PgClosed { target: self.conn.target.clone() }.into()),
                 _ => match self.conn.read_message().await? {
                     backend::Message::ErrorResponse(body) => {
                         let e = server_error(&body);
-                        return Err(Transient::PgServer {
-                            code: e.code,
-                            message: e.message,
-                        }
-                        .into());
+                        return Err(Transient::PgServer { code: e.code, message: e.message }.into());
                     }
                     backend::Message::NoticeResponse(_) | backend::Message::ParameterStatus(_) => {}
                     _ => return Err(self.conn.protocol("unexpected message in CopyBoth").into()),
@@ -431,10 +368,7 @@ impl ReplicationStream {
     }
 
     fn parse_copy_data(&self, b: Bytes) -> Result<WalMessage, Definite> {
-        parse_copy_data(b).map_err(|detail| Definite::Protocol {
-            lsn: self.last_received,
-            detail,
-        })
+        parse_copy_data(b).map_err(|detail| Definite::Protocol { lsn: self.last_received, detail })
     }
 
     /// Standby status update: flush = apply = `confirmed`.
@@ -446,9 +380,7 @@ impl ReplicationStream {
         body.put_u64(confirmed.0);
         body.put_i64(pg_now_us());
         body.put_u8(0);
-        frontend::CopyData::new(body.freeze())
-            .map_err(|e| self.conn.io(e))?
-            .write(&mut self.conn.wbuf);
+        frontend::CopyData::new(body.freeze()).map_err(|e| self.conn.io(e))?.write(&mut self.conn.wbuf);
         Ok(self.conn.flush().await?)
     }
 
@@ -469,10 +401,7 @@ mod tests {
         k.extend_from_slice(&7i64.to_be_bytes());
         k.push(1);
         match parse_copy_data(Bytes::from(k.clone())).unwrap() {
-            WalMessage::Keepalive {
-                wal_end,
-                reply_requested,
-            } => {
+            WalMessage::Keepalive { wal_end, reply_requested } => {
                 assert_eq!(wal_end, Lsn(0x1_0000_0010));
                 assert!(reply_requested);
             }
@@ -484,11 +413,7 @@ mod tests {
         w.extend_from_slice(&0i64.to_be_bytes());
         w.extend_from_slice(b"Bpayload");
         match parse_copy_data(Bytes::from(w)).unwrap() {
-            WalMessage::Data {
-                wal_start,
-                wal_end,
-                data,
-            } => {
+            WalMessage::Data { wal_start, wal_end, data } => {
                 assert_eq!((wal_start, wal_end), (Lsn(5), Lsn(9)));
                 assert_eq!(&data[..], b"Bpayload");
             }
@@ -498,10 +423,7 @@ mod tests {
             assert!(parse_copy_data(Bytes::copy_from_slice(&k[..cut])).is_err());
         }
         k.push(0);
-        assert!(
-            parse_copy_data(Bytes::from(k)).is_err(),
-            "trailing byte after keepalive"
-        );
+        assert!(parse_copy_data(Bytes::from(k)).is_err(), "trailing byte after keepalive");
         assert!(parse_copy_data(Bytes::from_static(b"z")).is_err());
     }
 }

@@ -74,35 +74,24 @@ impl KafkaSink {
             .set("acks", "all")
             .set("message.timeout.ms", "0")
             .set("linger.ms", "5")
-            .set(
-                "queue.buffering.max.messages",
-                (max_in_flight.max(1) * 2).max(100_000).to_string(),
-            )
+            .set("queue.buffering.max.messages", (max_in_flight.max(1) * 2).max(100_000).to_string())
             .set("client.id", "outboxd");
         for (k, v) in &cfg.properties {
             c.set(k, v);
         }
-        let producer: ThreadedProducer<DeliveryContext> =
-            c.create_with_context(DeliveryContext).map_err(|e| {
-                Definite::Config(format!(
-                    "Kafka producer config rejected: {e}; check --kafka-property values"
-                ))
-            })?;
+        let producer: ThreadedProducer<DeliveryContext> = c.create_with_context(DeliveryContext).map_err(|e| {
+            Definite::Config(format!("Kafka producer config rejected: {e}; check --kafka-property values"))
+        })?;
         let mut ac = ClientConfig::new();
         ac.set("bootstrap.servers", &cfg.brokers);
         for (k, v) in &cfg.properties {
             // Connection settings (security.*, sasl.*, ssl.*) matter to the admin client too.
-            if k.starts_with("security.")
-                || k.starts_with("sasl.")
-                || k.starts_with("ssl.")
-                || k.starts_with("socket.")
+            if k.starts_with("security.") || k.starts_with("sasl.") || k.starts_with("ssl.") || k.starts_with("socket.")
             {
                 ac.set(k, v);
             }
         }
-        let admin = ac
-            .create()
-            .map_err(|e| Definite::Config(format!("Kafka admin client config rejected: {e}")))?;
+        let admin = ac.create().map_err(|e| Definite::Config(format!("Kafka admin client config rejected: {e}")))?;
         Ok(KafkaSink {
             producer,
             admin,
@@ -120,11 +109,7 @@ impl KafkaSink {
         let opts = AdminOptions::new()
             .operation_timeout(Some(Duration::from_secs(10)))
             .request_timeout(Some(Duration::from_secs(15)));
-        let new = NewTopic::new(
-            topic,
-            self.partitions,
-            TopicReplication::Fixed(self.replication),
-        );
+        let new = NewTopic::new(topic, self.partitions, TopicReplication::Fixed(self.replication));
         let mut backoff = Duration::from_millis(200);
         loop {
             match self.admin.create_topics([&new], &opts).await {
@@ -168,10 +153,7 @@ impl Sink for KafkaSink {
         self.ensure_topic(&record.topic).await?;
         let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
         for (k, v) in &record.headers {
-            headers = headers.insert(Header {
-                key: k,
-                value: Some(v.as_ref()),
-            });
+            headers = headers.insert(Header { key: k, value: Some(v.as_ref()) });
         }
         let mut br: BaseRecord<'_, [u8], [u8], Box<Delivery>> =
             BaseRecord::with_opaque_to(&record.topic, Box::new(delivery)).headers(headers);
@@ -180,6 +162,9 @@ impl Sink for KafkaSink {
         }
         if let Some(p) = &record.payload {
             br = br.payload(p.as_ref());
+        }
+        if let Some(p) = record.partition {
+            br = br.partition(p);
         }
         if let Some(ts) = record.timestamp_ms {
             br = br.timestamp(ts);

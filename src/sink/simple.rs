@@ -28,9 +28,7 @@ pub struct StdoutSink {
 
 impl Default for StdoutSink {
     fn default() -> Self {
-        StdoutSink {
-            out: std::io::BufWriter::new(std::io::stdout()),
-        }
+        StdoutSink { out: std::io::BufWriter::new(std::io::stdout()) }
     }
 }
 
@@ -48,16 +46,15 @@ struct Line<'a> {
     key: Option<std::borrow::Cow<'a, str>>,
     headers: std::collections::BTreeMap<&'a str, std::borrow::Cow<'a, str>>,
     payload: Option<Payload<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    partition: Option<i32>,
     timestamp: Option<i64>,
 }
 
 /// One JSON line for `r`; the payload keeps its exact text when it is JSON.
 pub fn record_json(r: &Record) -> String {
     let payload = r.payload.as_ref().map(|p| {
-        match std::str::from_utf8(p)
-            .ok()
-            .and_then(|s| serde_json::from_str::<&RawValue>(s).ok())
-        {
+        match std::str::from_utf8(p).ok().and_then(|s| serde_json::from_str::<&RawValue>(s).ok()) {
             Some(raw) => Payload::Json(raw),
             None => Payload::Text(String::from_utf8_lossy(p)),
         }
@@ -65,12 +62,9 @@ pub fn record_json(r: &Record) -> String {
     let line = Line {
         topic: &r.topic,
         key: r.key.as_ref().map(|k| String::from_utf8_lossy(k)),
-        headers: r
-            .headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), String::from_utf8_lossy(v)))
-            .collect(),
+        headers: r.headers.iter().map(|(k, v)| (k.as_str(), String::from_utf8_lossy(v))).collect(),
         payload,
+        partition: r.partition,
         timestamp: r.timestamp_ms,
     };
     // Serializing borrowed strings and validated raw JSON cannot fail.
@@ -110,14 +104,12 @@ mod tests {
             key: Some(Bytes::from_static(b"42")),
             payload: Some(Bytes::from_static(br#"{"a": [1, 2]}"#)),
             headers: vec![("id".into(), Bytes::from_static(b"e-1"))],
+            partition: None,
             timestamp_ms: Some(7),
             event_id: "e-1".into(),
         };
         let line = record_json(&r);
-        assert!(
-            line.contains(r#""payload":{"a": [1, 2]}"#),
-            "payload must be verbatim: {line}"
-        );
+        assert!(line.contains(r#""payload":{"a": [1, 2]}"#), "payload must be verbatim: {line}");
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["payload"]["a"][1], 2);
         assert_eq!(v["headers"]["id"], "e-1");

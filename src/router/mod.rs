@@ -1,0 +1,465 @@
+//! The router: one outbox row in, one Kafka-shaped [`Record`] out, as Debezium's Outbox EventRouter
+//! would build it.
+//!
+//! Pure and synchronous. Column positions and types are resolved once per [`Relation`] message into
+//! a [`Route`]; per row the work is index lookups and, only when an option asks for it, JSON work.
+//!
+//! * topic: [`topic::TopicRule`] applied to the route-by column's value;
+//! * key: the key column (NULL means no key);
+//! * value: the payload column — JSON columns and text as their exact bytes, `bytea` raw; with
+//!   envelope placements, a JSON object `{"payload": …, alias: …}`; NULL is a null value (a
+//!   tombstone without headers when `--route-tombstone-on-empty-payload` is on);
+//! * headers: `id`, then the expanded top-level keys of the headers column, then header placements;
+//! * partition: a `col:partition` placement; timestamp: the timestamp column, else the commit time.
+//!
+//! A row that cannot become a record is a [`BadEvent`] carrying what could be salvaged (key,
+//! payload, intended topic) so the caller can stop, dead-letter or skip it.
+
+pub mod render;
+pub mod topic;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::error::Definite;
+use crate::pg::pgoutput::{Relation, TupleData, TupleValue};
+use render::{as_bytes, as_json, as_string, is_json, is_text};
+pub use topic::TopicRule;
+
+/// One event, ready for a sink.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub topic: String,
+    pub key: Option<Bytes>,
+    /// `None` is a null value (tombstone).
+    pub payload: Option<Bytes>,
+    pub headers: Vec<(String, Bytes)>,
+    pub partition: Option<i32>,
+    pub timestamp_ms: Option<i64>,
+    /// For error messages and logs.
+    pub event_id: String,
+}
+
+/// One inserted row of an outbox table with the context the router needs.
+#[derive(Clone, Copy, Debug)]
+pub struct OutboxRow<'a> {
+    pub tuple: &'a TupleData,
+    /// Commit time of the row's transaction, µs since 2000-01-01 UTC.
+    pub commit_time_us: i64,
+}
+
+/// A row that cannot be routed, with what could be salvaged for a dead-letter record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadEvent {
+    pub event_id: Option<String>,
+    /// Stable reason code (`null_id`, `null_route`, `invalid_topic`, `invalid_json`, `bad_value`).
+    pub code: &'static str,
+    pub message: String,
+    pub topic: Option<String>,
+    pub key: Option<Bytes>,
+    pub payload: Option<Bytes>,
+}
+
+impl BadEvent {
+    pub fn into_definite(self) -> Definite {
+        Definite::Route { event_id: self.event_id.unwrap_or_else(|| "(unknown)".into()), reason: self.message }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlacementTarget {
+    Header(String),
+    Envelope(String),
+    Partition,
+}
+
+/// `col:header[:alias]`, `col:envelope[:alias]` or `col:partition`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub column: String,
+    pub target: PlacementTarget,
+}
+
+impl Placement {
+    /// Parse Debezium's comma-separated `table.fields.additional.placement`.
+    pub fn parse_list(s: &str) -> Result<Vec<Placement>, String> {
+        s.split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let f: Vec<&str> = p.split(':').collect();
+                let bad = || format!("{p:?}: expected col:header[:alias], col:envelope[:alias] or col:partition");
+                let (col, kind, alias) = match f.as_slice() {
+                    [c, k] => (*c, *k, *c),
+                    [c, k, a] => (*c, *k, *a),
+                    _ => return Err(bad()),
+                };
+                if col.is_empty() || alias.is_empty() {
+                    return Err(bad());
+                }
+                let target = match kind {
+                    "header" => PlacementTarget::Header(alias.to_owned()),
+                    "envelope" => PlacementTarget::Envelope(alias.to_owned()),
+                    "partition" if f.len() == 2 => PlacementTarget::Partition,
+                    _ => return Err(bad()),
+                };
+                Ok(Placement { column: col.to_owned(), target })
+            })
+            .collect()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum MissingPolicy {
+    Error,
+    Ignore,
+}
+
+/// Which column's JSON object is expanded into headers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HeadersField {
+    /// Our default `headers`: used when the table has it.
+    IfPresent(String),
+    /// Named explicitly: the table must have it.
+    Required(String),
+    Disabled,
+}
+
+/// Which columns feed which parts of a record, and how the topic is named.
+#[derive(Clone, Debug)]
+pub struct RouteConfig {
+    pub id_field: String,
+    pub key_field: String,
+    pub type_field: String,
+    pub payload_field: String,
+    /// `None`: use the transaction's commit time.
+    pub timestamp_field: Option<String>,
+    pub placements: Vec<Placement>,
+    pub additional_missing: MissingPolicy,
+    pub route_by_field: String,
+    pub topic: Arc<TopicRule>,
+    pub tombstone_on_empty_payload: bool,
+    pub expand_json_payload: bool,
+    pub headers_field: HeadersField,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Col {
+    idx: usize,
+    type_oid: u32,
+}
+
+/// Column positions for one version of one outbox relation.
+#[derive(Clone, Debug)]
+pub struct Route {
+    table: String,
+    id: Col,
+    key: Col,
+    route_by: Col,
+    payload: Col,
+    timestamp: Option<Col>,
+    headers: Option<Col>,
+    placements: Vec<(Col, PlacementTarget)>,
+    topic: Arc<TopicRule>,
+    tombstone: bool,
+    expand_json: bool,
+}
+
+impl Route {
+    /// Resolve the configured columns against a Relation message.
+    pub fn compile(cfg: &RouteConfig, rel: &Relation) -> Result<Route, Definite> {
+        let table = format!("{}.{}", rel.namespace, rel.name);
+        let find = |col: &str| {
+            rel.columns.iter().position(|c| c.name == col).map(|idx| Col { idx, type_oid: rel.columns[idx].type_oid })
+        };
+        let need = |col: &str, flag: &str| {
+            find(col).ok_or_else(|| {
+                Definite::Setup(format!(
+                    "table {table} has no column {col:?} (set by {flag}); add the column or change the flag"
+                ))
+            })
+        };
+        let mut placements = Vec::new();
+        for p in &cfg.placements {
+            match (find(&p.column), cfg.additional_missing) {
+                (Some(c), _) => placements.push((c, p.target.clone())),
+                (None, MissingPolicy::Ignore) => {}
+                (None, MissingPolicy::Error) => {
+                    return Err(Definite::Setup(format!(
+                        "table {table} has no column {:?} (named in --table-fields-additional-placement); add it, fix the placement, or pass --table-field-additional-missing ignore",
+                        p.column
+                    )))
+                }
+            }
+        }
+        let headers = match &cfg.headers_field {
+            HeadersField::IfPresent(c) => find(c),
+            HeadersField::Required(c) => Some(need(c, "--table-field-event-headers")?),
+            HeadersField::Disabled => None,
+        };
+        Ok(Route {
+            id: need(&cfg.id_field, "--table-field-event-id")?,
+            key: need(&cfg.key_field, "--table-field-event-key")?,
+            route_by: need(&cfg.route_by_field, "--route-by-field")?,
+            payload: need(&cfg.payload_field, "--table-field-event-payload")?,
+            timestamp: match &cfg.timestamp_field {
+                Some(c) => Some(need(c, "--table-field-event-timestamp")?),
+                None => None,
+            },
+            headers,
+            placements,
+            topic: cfg.topic.clone(),
+            tombstone: cfg.tombstone_on_empty_payload,
+            expand_json: cfg.expand_json_payload,
+            table,
+        })
+    }
+
+    /// `schema.table` of the relation this route was compiled for.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// Turn one inserted row into a record.
+    pub fn route(&self, row: OutboxRow<'_>) -> Result<Record, BadEvent> {
+        let cols = &row.tuple.0;
+        let value = |c: Col| -> Result<Option<&Bytes>, String> {
+            match cols.get(c.idx) {
+                Some(TupleValue::Text(b)) => Ok(Some(b)),
+                Some(TupleValue::Null) => Ok(None),
+                Some(TupleValue::UnchangedToast) => {
+                    Err(format!("column {} arrived as an unchanged TOAST value", c.idx))
+                }
+                Some(TupleValue::Binary(_)) => Err(format!("column {} arrived in binary format", c.idx)),
+                None => Err(format!("row has {} columns, expected at least {}", cols.len(), c.idx + 1)),
+            }
+        };
+        // Salvage first, so every error can carry the event's key and payload.
+        let event_id = value(self.id).ok().flatten().map(|b| String::from_utf8_lossy(b).into_owned());
+        let key_raw = value(self.key).ok().flatten();
+        let payload_raw = value(self.payload).ok().flatten();
+        let key = key_raw.map(|k| as_bytes(self.key.type_oid, k)).transpose();
+        let payload = payload_raw.map(|p| as_bytes(self.payload.type_oid, p)).transpose();
+        let salvaged_key = key.clone().ok().flatten().or_else(|| key_raw.cloned());
+        let salvaged_payload = payload.clone().ok().flatten().or_else(|| payload_raw.cloned());
+        let bad = |code: &'static str, message: String, topic: Option<String>| BadEvent {
+            event_id: event_id.clone(),
+            code,
+            message,
+            topic,
+            key: salvaged_key.clone(),
+            payload: salvaged_payload.clone(),
+        };
+        let id = match value(self.id) {
+            Ok(Some(_)) => event_id.clone().unwrap_or_default(),
+            Ok(None) => return Err(bad("null_id", "the event id column is NULL".into(), None)),
+            Err(e) => return Err(bad("bad_value", e, None)),
+        };
+        let routed = match value(self.route_by) {
+            Ok(Some(v)) => as_string(self.route_by.type_oid, v),
+            Ok(None) => return Err(bad("null_route", "the route-by column is NULL".into(), None)),
+            Err(e) => return Err(bad("bad_value", e, None)),
+        };
+        let topic = self.topic.topic(&routed);
+        if let Err(e) = check_topic(&topic) {
+            return Err(bad("invalid_topic", e, Some(topic)));
+        }
+        let fail = |code: &'static str, message: String| bad(code, message, Some(topic.clone()));
+        let key = key.map_err(|e| fail("bad_value", e))?;
+        let mut payload = payload.map_err(|e| fail("bad_value", e))?;
+        if self.expand_json && is_text(self.payload.type_oid) {
+            if let Some(p) = &payload {
+                match serde_json::from_slice::<serde_json::Value>(p) {
+                    Ok(v) => payload = Some(Bytes::from(v.to_string())),
+                    Err(e) => tracing::warn!(event_id = %id, error = %e, "payload is not JSON; sending it as text"),
+                }
+            }
+        }
+        let empty = payload.as_ref().is_none_or(|p| p.is_empty());
+        let timestamp_ms = match self.timestamp {
+            Some(c) => match value(c).map_err(|e| fail("bad_value", e))? {
+                Some(b) => parse_timestamp_ms(c.type_oid, b).map_err(|e| fail("bad_value", e))?,
+                None => Some(pg_us_to_unix_ms(row.commit_time_us)),
+            },
+            None => Some(pg_us_to_unix_ms(row.commit_time_us)),
+        };
+        if self.tombstone && empty {
+            return Ok(Record {
+                topic,
+                key,
+                payload: None,
+                headers: Vec::new(),
+                partition: None,
+                timestamp_ms,
+                event_id: id,
+            });
+        }
+        let mut headers = vec![("id".to_owned(), Bytes::copy_from_slice(id.as_bytes()))];
+        if let Some(c) = self.headers {
+            if let Some(h) = value(c).map_err(|e| fail("bad_value", e))? {
+                expand_headers(h, &mut headers).map_err(|e| fail("invalid_json", e))?;
+            }
+        }
+        let mut envelope: Option<serde_json::Map<String, serde_json::Value>> = None;
+        let mut partition = None;
+        for (c, target) in &self.placements {
+            let v = value(*c).map_err(|e| fail("bad_value", e))?;
+            match target {
+                PlacementTarget::Header(alias) => {
+                    if let Some(v) = v {
+                        let b = if is_json(c.type_oid) { v.clone() } else { Bytes::from(as_string(c.type_oid, v)) };
+                        headers.push((alias.clone(), b));
+                    }
+                }
+                PlacementTarget::Envelope(alias) => {
+                    let j = v.map_or(serde_json::Value::Null, |v| as_json(c.type_oid, v));
+                    envelope.get_or_insert_with(serde_json::Map::new).insert(alias.clone(), j);
+                }
+                PlacementTarget::Partition => {
+                    let Some(v) = v else { continue };
+                    let p = std::str::from_utf8(v).ok().and_then(|s| s.parse::<i32>().ok()).filter(|p| *p >= 0);
+                    partition = Some(p.ok_or_else(|| {
+                        fail(
+                            "bad_value",
+                            format!(
+                                "partition column value {:?} is not a non-negative integer",
+                                String::from_utf8_lossy(v)
+                            ),
+                        )
+                    })?);
+                }
+            }
+        }
+        if let Some(mut env) = envelope {
+            let p = match &payload {
+                None => serde_json::Value::Null,
+                Some(p)
+                    if is_json(self.payload.type_oid)
+                        || (self.expand_json && serde_json::from_slice::<serde_json::Value>(p).is_ok()) =>
+                {
+                    serde_json::from_slice(p).unwrap_or(serde_json::Value::Null)
+                }
+                Some(p) => serde_json::Value::String(String::from_utf8_lossy(p).into_owned()),
+            };
+            env.insert("payload".into(), p);
+            payload = Some(Bytes::from(serde_json::Value::Object(env).to_string()));
+        }
+        Ok(Record { topic, key, payload, headers, partition, timestamp_ms, event_id: id })
+    }
+}
+
+/// Each top-level key of a JSON object becomes a header: strings as their text, others as JSON.
+fn expand_headers(json: &[u8], out: &mut Vec<(String, Bytes)>) -> Result<(), String> {
+    if json == b"{}" {
+        return Ok(());
+    }
+    let map: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(json).map_err(|e| format!("the headers column is not a JSON object: {e}"))?;
+    for (k, v) in map {
+        let b = match v {
+            serde_json::Value::String(s) => Bytes::from(s),
+            other => Bytes::from(other.to_string()),
+        };
+        out.push((k, b));
+    }
+    Ok(())
+}
+
+/// Kafka's topic rules: 1-249 of `[A-Za-z0-9._-]`, and not `.` or `..`.
+fn check_topic(t: &str) -> Result<(), String> {
+    let ok = !t.is_empty()
+        && t.len() <= 249
+        && t != "."
+        && t != ".."
+        && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("topic {t:?} is not a legal Kafka topic name (1-249 of A-Z a-z 0-9 . _ -)"))
+    }
+}
+
+/// µs between 1970-01-01 and 2000-01-01.
+const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
+
+pub fn pg_us_to_unix_ms(us: i64) -> i64 {
+    us.saturating_add(PG_EPOCH_OFFSET_US).div_euclid(1000)
+}
+
+/// A timestamp column's value in ms since the Unix epoch: `timestamptz`/`timestamp` text (ISO
+/// DateStyle; `timestamp` read as UTC), or an integer column taken as epoch milliseconds.
+fn parse_timestamp_ms(type_oid: u32, b: &[u8]) -> Result<Option<i64>, String> {
+    match type_oid {
+        render::INT8 | render::INT4 => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+            .map(Some)
+            .ok_or_else(|| "timestamp column is not an integer".to_owned()),
+        render::TIMESTAMP => {
+            let mut with_tz = b.to_vec();
+            with_tz.extend_from_slice(b"+00");
+            parse_timestamptz_ms(&with_tz)
+        }
+        _ => parse_timestamptz_ms(b),
+    }
+}
+
+/// Parse `timestamptz` text in ISO DateStyle (`2026-12-02 10:49:10.123456+00`, offsets may be
+/// `+05:30` or `-03:30:12`). `infinity` values give `None` (the record keeps no timestamp).
+fn parse_timestamptz_ms(b: &[u8]) -> Result<Option<i64>, String> {
+    let s = std::str::from_utf8(b).map_err(|_| "timestamp is not UTF-8".to_owned())?;
+    if s == "infinity" || s == "-infinity" || s == "infinity+00" || s == "-infinity+00" {
+        return Ok(None);
+    }
+    let bad = || format!("cannot read timestamp {s:?}; expected ISO format like 2026-12-02 10:49:10.5+00");
+    let num = |t: &str| -> Result<i64, String> {
+        if t.is_empty() || !t.bytes().all(|c| c.is_ascii_digit()) {
+            return Err(bad());
+        }
+        t.parse::<i64>().map_err(|_| bad())
+    };
+    let (date, rest) = s.split_once(' ').ok_or_else(bad)?;
+    let mut d = date.splitn(3, '-');
+    let (y, mo, da) =
+        (num(d.next().ok_or_else(bad)?)?, num(d.next().ok_or_else(bad)?)?, num(d.next().ok_or_else(bad)?)?);
+    let sign_at = rest.find(['+', '-']).ok_or_else(bad)?;
+    let (time, offset) = rest.split_at(sign_at);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    let mut t = hms.splitn(3, ':');
+    let (h, mi, se) =
+        (num(t.next().ok_or_else(bad)?)?, num(t.next().ok_or_else(bad)?)?, num(t.next().ok_or_else(bad)?)?);
+    let millis = if frac.is_empty() {
+        0
+    } else {
+        num(frac)?;
+        let digits: String = frac.chars().chain("000".chars()).take(3).collect();
+        num(&digits)?
+    };
+    let neg = offset.starts_with('-');
+    let mut o = offset[1..].splitn(3, ':');
+    let oh = num(o.next().ok_or_else(bad)?)?;
+    let om = o.next().map(num).transpose()?.unwrap_or(0);
+    let os = o.next().map(num).transpose()?.unwrap_or(0);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&da) || h > 24 || mi > 59 || se > 60 {
+        return Err(bad());
+    }
+    let off_s = (oh * 3600 + om * 60 + os) * if neg { -1 } else { 1 };
+    let days = days_from_civil(y, mo, da);
+    let secs = days * 86_400 + h * 3600 + mi * 60 + se - off_s;
+    Ok(Some(secs * 1000 + millis))
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (the civil-from-days inverse).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,349 @@
+//! Table-driven router tests: rows in, exact records out, one case per option.
+
+use super::render::{BOOL, BYTEA, INT4, JSONB, TEXT, TIMESTAMPTZ};
+use super::*;
+use crate::pg::pgoutput::Column;
+
+const UUID: u32 = 2950;
+const ID: &str = "0b6b3c1e-0000-4000-8000-000000000001";
+
+fn cfg() -> RouteConfig {
+    RouteConfig {
+        id_field: "event_id".into(),
+        key_field: "aggregate_id".into(),
+        type_field: "event_type".into(),
+        payload_field: "payload".into(),
+        timestamp_field: Some("created_at".into()),
+        placements: Vec::new(),
+        additional_missing: MissingPolicy::Error,
+        route_by_field: "event_type".into(),
+        topic: Arc::new(TopicRule::new("(?<routedByValue>.*)", "${routedByValue}.events").unwrap()),
+        tombstone_on_empty_payload: false,
+        expand_json_payload: false,
+        headers_field: HeadersField::IfPresent("headers".into()),
+    }
+}
+
+/// The sql/ schema plus a few extra columns for placements.
+const COLS: &[(&str, u32)] = &[
+    ("event_id", UUID),
+    ("aggregate_type", TEXT),
+    ("aggregate_id", TEXT),
+    ("event_type", TEXT),
+    ("payload", JSONB),
+    ("headers", JSONB),
+    ("created_at", TIMESTAMPTZ),
+    ("shard", INT4),
+    ("urgent", BOOL),
+    ("text_payload", TEXT),
+    ("blob", BYTEA),
+];
+
+fn relation(cols: &[(&str, u32)]) -> Relation {
+    Relation {
+        xid: None,
+        id: 1,
+        namespace: "public".into(),
+        name: "outbox".into(),
+        replica_identity: b'd',
+        columns: cols
+            .iter()
+            .map(|(n, t)| Column { flags: 0, name: (*n).into(), type_oid: *t, type_modifier: -1 })
+            .collect(),
+    }
+}
+
+fn row(overrides: &[(&str, Option<&str>)]) -> TupleData {
+    let base: [(&str, Option<&str>); 11] = [
+        ("event_id", Some(ID)),
+        ("aggregate_type", Some("order")),
+        ("aggregate_id", Some("42")),
+        ("event_type", Some("order.paid.v1")),
+        ("payload", Some(r#"{"total": 10.50, "x": "é"}"#)),
+        ("headers", Some(r#"{"traceId": "abc", "attempt": 2, "nested": {"a": [1]}}"#)),
+        ("created_at", Some("2026-12-02 10:49:10.123456+00")),
+        ("shard", Some("2")),
+        ("urgent", Some("t")),
+        ("text_payload", Some(r#"{ "spaced" : true }"#)),
+        ("blob", Some("\\x00ff")),
+    ];
+    TupleData(
+        base.iter()
+            .map(|(name, v)| {
+                let v = overrides.iter().find(|(n, _)| n == name).map_or(*v, |(_, o)| *o);
+                match v {
+                    Some(s) => TupleValue::Text(Bytes::copy_from_slice(s.as_bytes())),
+                    None => TupleValue::Null,
+                }
+            })
+            .collect(),
+    )
+}
+
+fn route_with(c: &RouteConfig, overrides: &[(&str, Option<&str>)]) -> Result<Record, BadEvent> {
+    let r = Route::compile(c, &relation(COLS)).unwrap();
+    r.route(OutboxRow { tuple: &row(overrides), commit_time_us: 1_000_000 })
+}
+
+fn h(rec: &Record) -> Vec<(&str, String)> {
+    rec.headers.iter().map(|(k, v)| (k.as_str(), String::from_utf8_lossy(v).into_owned())).collect()
+}
+
+#[test]
+fn defaults_route_like_the_event_router() {
+    let rec = route_with(&cfg(), &[]).unwrap();
+    assert_eq!(rec.topic, "order.paid.v1.events");
+    assert_eq!(rec.key.as_deref(), Some(&b"42"[..]));
+    assert_eq!(rec.payload.as_deref(), Some(r#"{"total": 10.50, "x": "é"}"#.as_bytes()));
+    assert_eq!(rec.timestamp_ms, Some(1_796_208_550_123));
+    assert_eq!(rec.partition, None);
+    // `id` first, then the expanded headers column: strings as text, others as JSON.
+    assert_eq!(
+        h(&rec),
+        vec![
+            ("id", ID.to_owned()),
+            ("attempt", "2".into()),
+            ("nested", r#"{"a":[1]}"#.into()),
+            ("traceId", "abc".into())
+        ]
+    );
+}
+
+#[test]
+fn table_of_options() {
+    type Tweak = fn(&mut RouteConfig);
+    type Check = fn(&Record);
+    let cases: Vec<(&str, Tweak, &[(&str, Option<&str>)], Check)> = vec![
+        ("key NULL means no key", |_| {}, &[("aggregate_id", None)], |r| assert_eq!(r.key, None)),
+        (
+            "key from another column",
+            |c| c.key_field = "aggregate_type".into(),
+            &[],
+            |r| assert_eq!(r.key.as_deref(), Some(&b"order"[..])),
+        ),
+        (
+            "route by another column, Debezium replacement",
+            |c| {
+                c.route_by_field = "aggregate_type".into();
+                c.topic = Arc::new(TopicRule::new("(?<routedByValue>.*)", "outbox.event.${routedByValue}").unwrap());
+            },
+            &[],
+            |r| assert_eq!(r.topic, "outbox.event.order"),
+        ),
+        (
+            "regex groups",
+            |c| c.topic = Arc::new(TopicRule::new(r"(?<agg>[a-z]+)\.(?<act>[a-z]+)\.(v\d+)", "${agg}-$3").unwrap()),
+            &[],
+            |r| assert_eq!(r.topic, "order-v1"),
+        ),
+        (
+            "regex that does not match leaves the plain value",
+            |c| c.topic = Arc::new(TopicRule::new(r"(?<agg>[0-9]+)", "n.${agg}").unwrap()),
+            &[],
+            |r| assert_eq!(r.topic, "order.paid.v1"),
+        ),
+        (
+            "timestamp empty means commit time",
+            |c| c.timestamp_field = None,
+            &[],
+            |r| assert_eq!(r.timestamp_ms, Some(946_684_801_000)),
+        ),
+        (
+            "NULL timestamp falls back to commit time",
+            |_| {},
+            &[("created_at", None)],
+            |r| assert_eq!(r.timestamp_ms, Some(946_684_801_000)),
+        ),
+        (
+            "NULL payload is a null value with headers",
+            |_| {},
+            &[("payload", None)],
+            |r| {
+                assert_eq!(r.payload, None);
+                assert_eq!(r.headers[0].0, "id");
+            },
+        ),
+        (
+            "tombstone on empty payload drops headers",
+            |c| c.tombstone_on_empty_payload = true,
+            &[("payload", None)],
+            |r| {
+                assert_eq!(r.payload, None);
+                assert!(r.headers.is_empty());
+                assert_eq!(r.key.as_deref(), Some(&b"42"[..]));
+            },
+        ),
+        (
+            "tombstone option leaves real payloads alone",
+            |c| c.tombstone_on_empty_payload = true,
+            &[],
+            |r| assert!(r.payload.is_some()),
+        ),
+        (
+            "text payload passes through as bytes",
+            |c| c.payload_field = "text_payload".into(),
+            &[],
+            |r| assert_eq!(r.payload.as_deref(), Some(&br#"{ "spaced" : true }"#[..])),
+        ),
+        (
+            "expand json payload re-serializes text",
+            |c| {
+                c.payload_field = "text_payload".into();
+                c.expand_json_payload = true;
+            },
+            &[],
+            |r| assert_eq!(r.payload.as_deref(), Some(&br#"{"spaced":true}"#[..])),
+        ),
+        (
+            "expand json payload passes non-JSON text through",
+            |c| {
+                c.payload_field = "text_payload".into();
+                c.expand_json_payload = true;
+            },
+            &[("text_payload", Some("not json"))],
+            |r| assert_eq!(r.payload.as_deref(), Some(&b"not json"[..])),
+        ),
+        (
+            "expand json payload leaves jsonb bytes exact",
+            |c| c.expand_json_payload = true,
+            &[],
+            |r| assert_eq!(r.payload.as_deref(), Some(r#"{"total": 10.50, "x": "é"}"#.as_bytes())),
+        ),
+        (
+            "bytea payload is raw bytes",
+            |c| c.payload_field = "blob".into(),
+            &[],
+            |r| assert_eq!(r.payload.as_deref(), Some(&[0u8, 255][..])),
+        ),
+        (
+            "header placements with aliases and rendering",
+            |c| {
+                c.placements = Placement::parse_list(
+                    "aggregate_type:header,event_type:header:eventType,urgent:header:urgent,created_at:header:at,event_id:header:eid",
+                )
+                .unwrap()
+            },
+            &[],
+            |r| {
+                let hs = h(r);
+                assert!(hs.contains(&("aggregate_type", "order".into())), "{hs:?}");
+                assert!(hs.contains(&("eventType", "order.paid.v1".into())));
+                assert!(hs.contains(&("urgent", "true".into())));
+                assert!(hs.contains(&("at", "2026-12-02T10:49:10.123456Z".into())));
+                assert!(hs.contains(&("eid", ID.into())));
+            },
+        ),
+        (
+            "envelope placement wraps the payload",
+            |c| {
+                c.placements =
+                    Placement::parse_list("event_type:envelope:type,shard:envelope,urgent:envelope:u").unwrap()
+            },
+            &[],
+            |r| {
+                let v: serde_json::Value = serde_json::from_slice(r.payload.as_deref().unwrap()).unwrap();
+                assert_eq!(v["type"], "order.paid.v1");
+                assert_eq!(v["shard"], 2);
+                assert_eq!(v["u"], true);
+                assert_eq!(v["payload"]["x"], "é");
+            },
+        ),
+        (
+            "partition placement",
+            |c| c.placements = Placement::parse_list("shard:partition").unwrap(),
+            &[],
+            |r| assert_eq!(r.partition, Some(2)),
+        ),
+        (
+            "headers column disabled",
+            |c| c.headers_field = HeadersField::Disabled,
+            &[],
+            |r| assert_eq!(h(r), vec![("id", ID.to_owned())]),
+        ),
+        ("headers column NULL", |_| {}, &[("headers", None)], |r| assert_eq!(r.headers.len(), 1)),
+        (
+            "header values may hold newlines",
+            |_| {},
+            &[("headers", Some(r#"{"note": "a\nb"}"#))],
+            |r| assert_eq!(h(r)[1], ("note", "a\nb".to_owned())),
+        ),
+    ];
+    for (name, tweak, overrides, check) in cases {
+        let mut c = cfg();
+        tweak(&mut c);
+        let rec = route_with(&c, overrides).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        check(&rec);
+    }
+}
+
+#[test]
+fn bad_events_carry_reason_and_salvage() {
+    let cases: Vec<(&[(&str, Option<&str>)], &str)> = vec![
+        (&[("event_type", None)], "null_route"),
+        (&[("event_id", None)], "null_id"),
+        (&[("event_type", Some("bad topic!"))], "invalid_topic"),
+        (&[("created_at", Some("yesterday"))], "bad_value"),
+        (&[("headers", Some("[1, 2]"))], "invalid_json"),
+    ];
+    for (overrides, code) in cases {
+        let e = route_with(&cfg(), overrides).unwrap_err();
+        assert_eq!(e.code, code, "{e:?}");
+        if code != "null_id" {
+            assert_eq!(e.event_id.as_deref(), Some(ID));
+        }
+        assert_eq!(e.key.as_deref(), Some(&b"42"[..]), "key salvaged for the DLQ");
+        assert!(e.payload.is_some(), "payload salvaged for the DLQ");
+        assert!(e.into_definite().to_string().contains(if code == "null_id" { "(unknown)" } else { ID }));
+    }
+    let mut c = cfg();
+    c.placements = Placement::parse_list("aggregate_type:partition").unwrap();
+    assert_eq!(route_with(&c, &[]).unwrap_err().code, "bad_value");
+}
+
+#[test]
+fn missing_columns() {
+    let e = Route::compile(&cfg(), &relation(&[("event_id", UUID), ("aggregate_id", TEXT), ("payload", JSONB)]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("\"event_type\"") && e.contains("--route-by-field"), "{e}");
+    let mut c = cfg();
+    c.placements = Placement::parse_list("nope:header").unwrap();
+    let e = Route::compile(&c, &relation(COLS)).unwrap_err().to_string();
+    assert!(e.contains("\"nope\"") && e.contains("--table-field-additional-missing ignore"), "{e}");
+    c.additional_missing = MissingPolicy::Ignore;
+    assert!(Route::compile(&c, &relation(COLS)).is_ok());
+    c.headers_field = HeadersField::Required("hdrs".into());
+    assert!(Route::compile(&c, &relation(COLS)).unwrap_err().to_string().contains("--table-field-event-headers"));
+    // The default headers column is optional.
+    let without: Vec<(&str, u32)> = COLS.iter().copied().filter(|(n, _)| *n != "headers").collect();
+    assert!(Route::compile(&cfg(), &relation(&without)).is_ok());
+}
+
+#[test]
+fn placement_syntax() {
+    assert_eq!(
+        Placement::parse_list("a:header, b:envelope:x ,c:partition").unwrap(),
+        vec![
+            Placement { column: "a".into(), target: PlacementTarget::Header("a".into()) },
+            Placement { column: "b".into(), target: PlacementTarget::Envelope("x".into()) },
+            Placement { column: "c".into(), target: PlacementTarget::Partition },
+        ]
+    );
+    for bad in ["a", "a:nowhere", "a:partition:x", ":header", "a:header:"] {
+        assert!(Placement::parse_list(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn timestamps() {
+    let p = |s: &str| parse_timestamptz_ms(s.as_bytes());
+    assert_eq!(p("1970-01-01 00:00:00+00").unwrap(), Some(0));
+    assert_eq!(p("1970-01-01 05:30:00.5+05:30").unwrap(), Some(500));
+    assert_eq!(p("2000-03-01 00:00:00-01").unwrap(), Some(951_868_800_000 + 3_600_000));
+    assert_eq!(p("infinity").unwrap(), None);
+    for s in ["", "2026-12-02", "2026-13-01 00:00:00+00", "2026-12-02 10:49:10", "a-b-c d:e:f+00"] {
+        assert!(p(s).is_err(), "{s}");
+    }
+    assert_eq!(parse_timestamp_ms(render::TIMESTAMP, b"1970-01-01 00:00:01").unwrap(), Some(1000));
+    assert_eq!(parse_timestamp_ms(render::INT8, b"1234").unwrap(), Some(1234));
+}
