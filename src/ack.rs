@@ -24,6 +24,9 @@
 
 use std::collections::VecDeque;
 
+use std::sync::Arc;
+
+use bytes::Bytes;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::lsn::Lsn;
@@ -35,6 +38,8 @@ pub struct TxnId(u64);
 #[derive(Debug)]
 struct Txn {
     id: TxnId,
+    /// From BEGIN, µs since 2000-01-01; for lag and latency metrics only.
+    commit_time_us: i64,
     /// `None` until COMMIT.
     end_lsn: Option<Lsn>,
     pending: usize,
@@ -63,12 +68,22 @@ pub struct AckTracker {
     open: Option<TxnId>,
     next_id: u64,
     in_flight: usize,
+    /// Commit times of transactions completed since the last [`AckTracker::take_completed`].
+    completed: Vec<i64>,
 }
 
 impl AckTracker {
     /// Start from the slot's `confirmed_flush_lsn`.
     pub fn new(confirmed: Lsn) -> Self {
-        AckTracker { confirmed, last_commit: confirmed, queue: VecDeque::new(), open: None, next_id: 0, in_flight: 0 }
+        AckTracker {
+            confirmed,
+            last_commit: confirmed,
+            queue: VecDeque::new(),
+            open: None,
+            next_id: 0,
+            in_flight: 0,
+            completed: Vec::new(),
+        }
     }
 
     /// The LSN that is safe to send as the flush position.
@@ -86,13 +101,14 @@ impl AckTracker {
         self.open.is_some() || !self.queue.is_empty()
     }
 
-    pub fn begin(&mut self) -> Result<TxnId, AckError> {
+    /// BEGIN of a transaction that committed at `commit_time_us` (µs since 2000-01-01).
+    pub fn begin(&mut self, commit_time_us: i64) -> Result<TxnId, AckError> {
         if let Some(open) = self.open {
             return Err(AckError::NestedBegin(open));
         }
         let id = TxnId(self.next_id);
         self.next_id += 1;
-        self.queue.push_back(Txn { id, end_lsn: None, pending: 0 });
+        self.queue.push_back(Txn { id, commit_time_us, end_lsn: None, pending: 0 });
         self.open = Some(id);
         Ok(id)
     }
@@ -104,6 +120,28 @@ impl AckTracker {
         txn.pending += 1;
         self.in_flight += 1;
         Ok(id)
+    }
+
+    /// One more record for a transaction that still has a record pending (a dead-letter copy
+    /// replacing a rejected record: add the copy before resolving the original).
+    pub fn record_for(&mut self, id: TxnId) -> Result<(), AckError> {
+        let txn = self.get_mut(id)?;
+        if txn.pending == 0 {
+            return Err(AckError::UnknownTxn(id));
+        }
+        txn.pending += 1;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Commit time of the oldest transaction not yet confirmed, if any.
+    pub fn oldest_commit_time(&self) -> Option<i64> {
+        self.queue.front().map(|t| t.commit_time_us)
+    }
+
+    /// Commit times of the transactions confirmed since the last call.
+    pub fn take_completed(&mut self) -> Vec<i64> {
+        std::mem::take(&mut self.completed)
     }
 
     /// COMMIT of the open transaction. Returns the frontier after it.
@@ -121,9 +159,7 @@ impl AckTracker {
 
     /// The sink confirmed one record of `id`. Returns the frontier after it.
     pub fn ack(&mut self, id: TxnId) -> Result<Lsn, AckError> {
-        let front = self.queue.front().ok_or(AckError::UnknownTxn(id))?.id;
-        let idx = id.0.checked_sub(front.0).ok_or(AckError::UnknownTxn(id))? as usize;
-        let txn = self.queue.get_mut(idx).ok_or(AckError::UnknownTxn(id))?;
+        let txn = self.get_mut(id)?;
         if txn.pending == 0 {
             return Err(AckError::UnknownTxn(id));
         }
@@ -155,12 +191,19 @@ impl AckTracker {
         }
     }
 
+    fn get_mut(&mut self, id: TxnId) -> Result<&mut Txn, AckError> {
+        let front = self.queue.front().ok_or(AckError::UnknownTxn(id))?.id;
+        let idx = id.0.checked_sub(front.0).ok_or(AckError::UnknownTxn(id))? as usize;
+        self.queue.get_mut(idx).ok_or(AckError::UnknownTxn(id))
+    }
+
     fn advance(&mut self) {
         while let Some(t) = self.queue.front() {
             match t.end_lsn {
                 Some(end) if t.pending == 0 => {
                     // end > confirmed holds: commit() checked end > last_commit >= confirmed.
                     self.confirmed = end;
+                    self.completed.push(t.commit_time_us);
                     self.queue.pop_front();
                 }
                 _ => break,
@@ -173,7 +216,26 @@ impl AckTracker {
 #[derive(Debug)]
 pub enum Outcome {
     Acked,
-    Failed { reason: String },
+    /// Never delivered, and retrying will not help or was not possible. The pipeline stops.
+    Failed {
+        reason: String,
+    },
+    /// The broker refused this record for good (too large, invalid topic, policy); the record's
+    /// parts come back so the bad-event policy can dead-letter them.
+    Rejected {
+        code: &'static str,
+        reason: String,
+        key: Option<Bytes>,
+        payload: Option<Bytes>,
+        headers: Vec<(String, Bytes)>,
+    },
+}
+
+/// Where a record came from, for dead-letter headers and error messages.
+#[derive(Clone, Debug)]
+pub struct Source {
+    pub lsn: Lsn,
+    pub table: Arc<str>,
 }
 
 /// A resolved delivery, sent back to the replication loop.
@@ -182,6 +244,9 @@ pub struct Ack {
     pub txn: TxnId,
     pub event_id: String,
     pub topic: String,
+    pub source: Source,
+    /// This record was itself a dead-letter copy: it may not be dead-lettered again.
+    pub dead_letter: bool,
     pub outcome: Outcome,
 }
 
@@ -191,12 +256,24 @@ pub struct Delivery {
     txn: TxnId,
     event_id: String,
     topic: String,
+    source: Source,
+    dead_letter: bool,
     tx: Option<UnboundedSender<Ack>>,
 }
 
 impl Delivery {
-    pub fn new(txn: TxnId, event_id: String, topic: String, tx: UnboundedSender<Ack>) -> Self {
-        Delivery { txn, event_id, topic, tx: Some(tx) }
+    pub fn new(txn: TxnId, event_id: String, topic: String, source: Source, tx: UnboundedSender<Ack>) -> Self {
+        Delivery { txn, event_id, topic, source, dead_letter: false, tx: Some(tx) }
+    }
+
+    /// Mark this delivery as carrying a dead-letter copy.
+    pub fn for_dead_letter(mut self) -> Self {
+        self.dead_letter = true;
+        self
+    }
+
+    pub fn txn(&self) -> TxnId {
+        self.txn
     }
 
     pub fn event_id(&self) -> &str {
@@ -207,8 +284,25 @@ impl Delivery {
         self.send(Outcome::Acked);
     }
 
+    /// Give up the handle without reporting: the caller has resolved the record in the tracker
+    /// itself (a rejected record whose bad-event policy ran synchronously).
+    pub fn disarm(mut self) {
+        self.tx = None;
+    }
+
     pub fn fail(mut self, reason: impl Into<String>) {
         self.send(Outcome::Failed { reason: reason.into() });
+    }
+
+    pub fn reject(
+        mut self,
+        code: &'static str,
+        reason: impl Into<String>,
+        key: Option<Bytes>,
+        payload: Option<Bytes>,
+        headers: Vec<(String, Bytes)>,
+    ) {
+        self.send(Outcome::Rejected { code, reason: reason.into(), key, payload, headers });
     }
 
     fn send(&mut self, outcome: Outcome) {
@@ -218,6 +312,8 @@ impl Delivery {
                 txn: self.txn,
                 event_id: std::mem::take(&mut self.event_id),
                 topic: std::mem::take(&mut self.topic),
+                source: self.source.clone(),
+                dead_letter: self.dead_letter,
                 outcome,
             });
         }
@@ -241,7 +337,7 @@ mod tests {
     #[test]
     fn frontier_waits_for_every_record_of_a_transaction() {
         let mut t = AckTracker::new(lsn(100));
-        let a = t.begin().unwrap();
+        let a = t.begin(0).unwrap();
         t.record().unwrap();
         t.record().unwrap();
         assert_eq!(t.commit(lsn(200)).unwrap(), lsn(100));
@@ -254,13 +350,13 @@ mod tests {
     #[test]
     fn out_of_order_acks_across_transactions() {
         let mut t = AckTracker::new(lsn(0));
-        let a = t.begin().unwrap();
+        let a = t.begin(0).unwrap();
         t.record().unwrap();
         t.commit(lsn(10)).unwrap();
-        let b = t.begin().unwrap();
+        let b = t.begin(0).unwrap();
         t.record().unwrap();
         t.commit(lsn(20)).unwrap();
-        let c = t.begin().unwrap();
+        let c = t.begin(0).unwrap();
         t.record().unwrap();
         t.commit(lsn(30)).unwrap();
         // Later transactions acked first: nothing may be confirmed yet.
@@ -273,7 +369,7 @@ mod tests {
     #[test]
     fn ack_before_commit_does_not_confirm() {
         let mut t = AckTracker::new(lsn(5));
-        let a = t.begin().unwrap();
+        let a = t.begin(0).unwrap();
         t.record().unwrap();
         assert_eq!(t.ack(a).unwrap(), lsn(5));
         assert_eq!(t.commit(lsn(9)).unwrap(), lsn(9));
@@ -282,15 +378,15 @@ mod tests {
     #[test]
     fn empty_transactions_complete_in_order() {
         let mut t = AckTracker::new(lsn(0));
-        let a = t.begin().unwrap();
+        let a = t.begin(0).unwrap();
         t.record().unwrap();
         t.commit(lsn(10)).unwrap();
-        t.begin().unwrap();
+        t.begin(0).unwrap();
         // Empty, but behind an unacked one: must wait.
         assert_eq!(t.commit(lsn(20)).unwrap(), lsn(0));
         assert_eq!(t.ack(a).unwrap(), lsn(20));
         // Empty with nothing ahead: completes at commit.
-        t.begin().unwrap();
+        t.begin(0).unwrap();
         assert_eq!(t.commit(lsn(25)).unwrap(), lsn(25));
     }
 
@@ -300,7 +396,7 @@ mod tests {
         assert_eq!(t.keepalive(lsn(50)), lsn(50));
         // A smaller wal_end never moves us back.
         assert_eq!(t.keepalive(lsn(40)), lsn(50));
-        let a = t.begin().unwrap();
+        let a = t.begin(0).unwrap();
         assert_eq!(t.keepalive(lsn(60)), lsn(50), "open transaction blocks keepalive");
         t.record().unwrap();
         t.commit(lsn(70)).unwrap();
@@ -312,22 +408,22 @@ mod tests {
     #[test]
     fn backwards_commit_and_nesting_are_errors() {
         let mut t = AckTracker::new(lsn(100));
-        t.begin().unwrap();
-        assert!(matches!(t.begin(), Err(AckError::NestedBegin(_))));
+        t.begin(0).unwrap();
+        assert!(matches!(t.begin(0), Err(AckError::NestedBegin(_))));
         assert_eq!(t.commit(lsn(100)), Err(AckError::Backwards { end: lsn(100), prev: lsn(100) }));
         let mut t = AckTracker::new(lsn(0));
         assert!(matches!(t.record(), Err(AckError::NoOpenTxn(_))));
         assert!(matches!(t.commit(lsn(1)), Err(AckError::NoOpenTxn(_))));
-        t.begin().unwrap();
+        t.begin(0).unwrap();
         t.commit(lsn(50)).unwrap();
-        t.begin().unwrap();
+        t.begin(0).unwrap();
         assert!(matches!(t.commit(lsn(40)), Err(AckError::Backwards { .. })));
     }
 
     #[test]
     fn stray_acks_are_errors() {
         let mut t = AckTracker::new(lsn(0));
-        let a = t.begin().unwrap();
+        let a = t.begin(0).unwrap();
         t.record().unwrap();
         t.commit(lsn(5)).unwrap();
         t.ack(a).unwrap();
@@ -338,7 +434,7 @@ mod tests {
     #[test]
     fn abandoning_an_open_transaction_forgets_its_records() {
         let mut t = AckTracker::new(lsn(0));
-        t.begin().unwrap();
+        t.begin(0).unwrap();
         t.record().unwrap();
         t.abandon_open();
         assert_eq!(t.in_flight(), 0);
@@ -366,7 +462,7 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(|(i, &n)| {
-                    let id = t.begin().unwrap();
+                    let id = t.begin(0).unwrap();
                     for _ in 0..n {
                         t.record().unwrap();
                     }
@@ -408,13 +504,36 @@ mod tests {
     #[test]
     fn dropped_delivery_reports_failure() {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let d = Delivery::new(TxnId(3), "e1".into(), "t".into(), tx.clone());
+        let src = Source { lsn: Lsn(1), table: Arc::from("public.outbox") };
+        let d = Delivery::new(TxnId(3), "e1".into(), "t".into(), src.clone(), tx.clone());
         drop(d);
         let ack = rx.try_recv().unwrap();
         assert!(matches!(ack.outcome, Outcome::Failed { .. }));
-        Delivery::new(TxnId(4), "e2".into(), "t".into(), tx).ack();
+        Delivery::new(TxnId(4), "e2".into(), "t".into(), src, tx).ack();
         let ack = rx.try_recv().unwrap();
         assert!(matches!(ack.outcome, Outcome::Acked));
         assert!(rx.try_recv().is_err(), "ack() must not also report a failure on drop");
+    }
+}
+
+#[cfg(test)]
+mod more_tests {
+    use super::*;
+
+    #[test]
+    fn dead_letter_copy_keeps_the_transaction_open_until_it_is_acked() {
+        let mut t = AckTracker::new(Lsn(0));
+        let a = t.begin(77).unwrap();
+        t.record().unwrap();
+        t.commit(Lsn(10)).unwrap();
+        assert_eq!(t.oldest_commit_time(), Some(77));
+        // The original is rejected: add the DLQ copy, then resolve the original.
+        t.record_for(a).unwrap();
+        assert_eq!(t.ack(a).unwrap(), Lsn(0), "the copy is still pending");
+        assert_eq!(t.ack(a).unwrap(), Lsn(10));
+        assert_eq!(t.take_completed(), vec![77]);
+        assert!(t.take_completed().is_empty());
+        assert_eq!(t.oldest_commit_time(), None);
+        assert!(t.record_for(a).is_err(), "a finished transaction takes no more records");
     }
 }

@@ -1,38 +1,65 @@
-//! The supervisor: set-up checks once, then replication sessions until shutdown.
+//! The supervisor: set-up checks once, then replication sessions until shutdown, plus the monitor
+//! task (lag polling, heartbeats).
 //!
 //! Set-up failures (unreachable server, bad login, `wal_level`, missing table or column, lost
 //! slot) are definite and end the process with their message. After streaming has started once,
-//! transient failures (a dropped connection, a server restart) start a new session from the slot's
-//! `confirmed_flush_lsn`: records that were in flight are sent again, which is the at-least-once
-//! window. A slot held by another process is waited for, never taken over.
+//! transient failures (a dropped connection, a server restart, a walsender timeout) start a new
+//! session from the slot's `confirmed_flush_lsn` after an exponential backoff with jitter: records
+//! that were in flight are sent again, which is the at-least-once window. A slot held by another
+//! process is waited for, never taken over, and never dropped or recreated.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::error::{Error, Transient};
+use crate::error::{Definite, Error, Transient};
+use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::pg::admin;
 use crate::pg::replication::ReplicationConn;
-use crate::pipeline::{backoff, Session};
+use crate::pipeline::{backoff, Context, Session, HEARTBEAT_PREFIX};
 use crate::sink::Sink;
 
-const SLOT_BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(3);
+const SLOT_BUSY_RETRY: Duration = Duration::from_secs(3);
 
 /// Run until shutdown. Returns `Ok` after a clean drain.
-pub async fn run<S: Sink>(cfg: &Config, sink: &mut S, shutdown: CancellationToken) -> Result<(), Error> {
-    let metrics = Metrics::new();
+pub async fn run<S: Sink>(
+    cfg: &Config,
+    sink: &mut S,
+    health: Arc<Health>,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
     {
         let client = admin::connect(cfg).await?;
         admin::check_wal_level(&client).await?;
         admin::check_tables(&client, cfg).await?;
         admin::ensure_publication(&client, cfg).await?;
     }
+    let monitor = tokio::spawn(monitor(cfg.clone(), health.clone(), metrics.clone(), shutdown.clone()));
+    let result = supervise(cfg, sink, health, metrics, shutdown).await;
+    monitor.abort();
+    result
+}
+
+async fn supervise<S: Sink>(
+    cfg: &Config,
+    sink: &mut S,
+    health: Arc<Health>,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
     let mut attempt = 0u32;
+    let mut streamed_once = false;
     loop {
         if shutdown.is_cancelled() {
             return Ok(());
         }
-        match session(cfg, sink, &metrics, shutdown.clone()).await {
+        let ctx = Context { cfg, metrics: metrics.clone(), health: health.clone() };
+        match session(ctx, sink, shutdown.clone(), &mut streamed_once).await {
             Ok(()) => return Ok(()),
             Err(Error::Transient(Transient::SlotBusy { slot, pid })) => {
                 tracing::warn!(
@@ -44,13 +71,13 @@ pub async fn run<S: Sink>(cfg: &Config, sink: &mut S, shutdown: CancellationToke
                 wait(&shutdown, SLOT_BUSY_RETRY).await;
             }
             Err(Error::Transient(Transient::PgServer { code, message })) if code == "55006" => {
-                tracing::warn!(slot = %cfg.slot, %message, "replication slot is in use; waiting for it to be released (standby)");
+                tracing::warn!(slot = %cfg.slot, %message, "replication slot is held by another process; waiting for it to be released (standby)");
                 wait(&shutdown, SLOT_BUSY_RETRY).await;
             }
             Err(e) if e.is_transient() => {
-                let delay = backoff(attempt);
-                attempt += 1;
-                metrics.reconnects.increment(1);
+                let delay = backoff(attempt, cfg.reconnect_max_backoff);
+                attempt = attempt.saturating_add(1);
+                metrics.pg_reconnects.increment(1);
                 tracing::warn!(error = %e, ?delay, "replication session ended; reconnecting from the confirmed LSN");
                 wait(&shutdown, delay).await;
             }
@@ -59,28 +86,38 @@ pub async fn run<S: Sink>(cfg: &Config, sink: &mut S, shutdown: CancellationToke
     }
 }
 
-async fn wait(shutdown: &CancellationToken, d: std::time::Duration) {
+async fn wait(shutdown: &CancellationToken, d: Duration) {
     tokio::select! {
         _ = shutdown.cancelled() => {}
         _ = tokio::time::sleep(d) => {}
     }
 }
 
-/// One session: (re)check the slot, connect, stream.
+/// One session: re-check the publication and slot, connect, stream.
 async fn session<S: Sink>(
-    cfg: &Config,
+    ctx: Context<'_>,
     sink: &mut S,
-    metrics: &Metrics,
     shutdown: CancellationToken,
+    streamed_once: &mut bool,
 ) -> Result<(), Error> {
+    let cfg = ctx.cfg;
     let slot = {
         let client = admin::connect(cfg).await.map_err(as_transient)?;
+        if *streamed_once && !admin::publication_exists(&client, &cfg.publication).await? {
+            return Err(Definite::Setup(format!(
+                "publication {:?} was dropped while outboxd was running; recreate it (see sql/04_publication.sql) and restart",
+                cfg.publication
+            ))
+            .into());
+        }
         admin::ensure_slot(&client, cfg).await?
     };
     let conn = ReplicationConn::connect(&cfg.postgres).await?;
-    let stream = conn.start_replication(&cfg.slot, slot.confirmed_flush, &cfg.publication).await?;
+    let heartbeats = !cfg.heartbeat_interval.is_zero();
+    let stream = conn.start_replication(&cfg.slot, slot.confirmed_flush, &cfg.publication, heartbeats).await?;
+    *streamed_once = true;
     tracing::info!(slot = %cfg.slot, publication = %cfg.publication, start = %slot.confirmed_flush, target = %cfg.postgres, "streaming");
-    Session::new(cfg, sink, metrics, stream, slot.confirmed_flush).run(shutdown).await
+    Session::new(ctx, sink, stream, slot.confirmed_flush).run(shutdown).await
 }
 
 /// Set-up already succeeded once, so a failing reconnect is the server's hiccup, not bad config.
@@ -88,5 +125,59 @@ fn as_transient(e: Error) -> Error {
     match e {
         Error::Definite(d) => Transient::PgServer { code: "08001".into(), message: d.to_string() }.into(),
         t => t,
+    }
+}
+
+/// Background duties over an ordinary connection: poll the slot's lag and safe WAL size, and emit
+/// heartbeats (plus `--heartbeat-action-query`) while no event flows. Failures here are logged and
+/// retried; they never stop the pipeline.
+async fn monitor(cfg: Config, health: Arc<Health>, metrics: Metrics, shutdown: CancellationToken) {
+    let tick = match cfg.heartbeat_interval.is_zero() {
+        true => cfg.lag_poll_interval,
+        false => cfg.lag_poll_interval.min(cfg.heartbeat_interval),
+    };
+    let mut client: Option<Client> = None;
+    let mut last_poll = tokio::time::Instant::now() - cfg.lag_poll_interval;
+    let mut last_action = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(tick.min(Duration::from_millis(500)).max(Duration::from_millis(100))) => {}
+        }
+        if client.as_ref().is_none_or(|c| c.is_closed()) {
+            client = admin::connect(&cfg).await.ok();
+        }
+        let Some(c) = client.as_ref() else { continue };
+        if last_poll.elapsed() >= cfg.lag_poll_interval {
+            last_poll = tokio::time::Instant::now();
+            match admin::slot_lag(c, &cfg.slot).await {
+                Ok(Some(lag)) => {
+                    metrics.lag_bytes.set(lag.lag_bytes as f64);
+                    if let Some(safe) = lag.safe_wal_size {
+                        metrics.safe_wal_size.set(safe as f64);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::debug!(error = %e, "lag poll failed"),
+            }
+        }
+        if cfg.heartbeat_interval.is_zero() || !health.streaming() {
+            continue;
+        }
+        if health.idle_for() >= cfg.heartbeat_interval {
+            let sql = format!("SELECT pg_logical_emit_message(false, '{HEARTBEAT_PREFIX}', now()::text)");
+            match c.batch_execute(&sql).await {
+                Ok(()) => health.activity(),
+                Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+            }
+        }
+        if let Some(q) = &cfg.heartbeat_action_query {
+            if last_action.elapsed() >= cfg.heartbeat_interval {
+                last_action = tokio::time::Instant::now();
+                if let Err(e) = c.batch_execute(q).await {
+                    tracing::warn!(error = %e, "--heartbeat-action-query failed");
+                }
+            }
+        }
     }
 }

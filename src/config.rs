@@ -222,9 +222,27 @@ pub struct RunArgs {
     /// Log format; the level comes from RUST_LOG (default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// Serve Prometheus metrics on this address (e.g. 0.0.0.0:9187); off when absent.
-    #[arg(long, env = "OUTBOXD_METRICS_ADDR")]
-    pub metrics_addr: Option<SocketAddr>,
+    /// Serve /metrics, /healthz and /readyz on this address; `off` disables.
+    #[arg(long, env = "OUTBOXD_METRICS_ADDR", default_value = "127.0.0.1:9464")]
+    pub metrics_addr: String,
+    /// What to do with an event that cannot be delivered as routed: stop, dead-letter it, or skip it.
+    #[arg(long, env = "OUTBOXD_ON_BAD_EVENT", value_enum, default_value_t = BadEventPolicy::Dlq)]
+    pub on_bad_event: BadEventPolicy,
+    /// Dead-letter topic for --on-bad-event dlq.
+    #[arg(long, env = "OUTBOXD_DLQ_TOPIC", default_value = "outboxd.dlq")]
+    pub dlq_topic: String,
+    /// Emit a logical heartbeat message this often while no event arrives; 0 disables.
+    #[arg(long, env = "OUTBOXD_HEARTBEAT_INTERVAL", default_value = "30s")]
+    pub heartbeat_interval: String,
+    /// SQL run on the heartbeat interval (Debezium `heartbeat.action.query`).
+    #[arg(long, env = "OUTBOXD_HEARTBEAT_ACTION_QUERY")]
+    pub heartbeat_action_query: Option<String>,
+    /// How often to poll the slot's lag and safe WAL size over the ordinary connection.
+    #[arg(long, env = "OUTBOXD_LAG_POLL_INTERVAL", default_value = "5s")]
+    pub lag_poll_interval: String,
+    /// Longest wait between reconnect attempts (exponential backoff with jitter).
+    #[arg(long, env = "OUTBOXD_RECONNECT_MAX_BACKOFF", default_value = "30s")]
+    pub reconnect_max_backoff: String,
 }
 
 /// Where and as whom to connect to PostgreSQL. `Display` omits the password.
@@ -451,6 +469,24 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     pub log_format: LogFormat,
     pub metrics_addr: Option<SocketAddr>,
+    pub on_bad_event: BadEventPolicy,
+    pub dlq_topic: String,
+    /// Zero: no heartbeats.
+    pub heartbeat_interval: Duration,
+    pub heartbeat_action_query: Option<String>,
+    pub lag_poll_interval: Duration,
+    pub reconnect_max_backoff: Duration,
+}
+
+/// What happens to an event that cannot be delivered as routed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BadEventPolicy {
+    /// Stop with an error naming the event; nothing after it is confirmed.
+    Fail,
+    /// Send it to --dlq-topic with the reason in headers; the DLQ ack counts as its ack.
+    Dlq,
+    /// Log it at error level, count it, and go on.
+    Skip,
 }
 
 impl Config {
@@ -548,7 +584,33 @@ impl Config {
             status_interval,
             shutdown_timeout: parse_duration("--shutdown-timeout", &a.shutdown_timeout)?,
             log_format: a.log_format,
-            metrics_addr: a.metrics_addr,
+            metrics_addr: match a.metrics_addr.as_str() {
+                "off" | "" => None,
+                s => Some(s.parse().map_err(|_| {
+                    bad(format!("--metrics-addr {s:?}: expected HOST:PORT like 127.0.0.1:9464, or off"))
+                })?),
+            },
+            on_bad_event: a.on_bad_event,
+            dlq_topic: {
+                if a.dlq_topic.is_empty()
+                    || a.dlq_topic.len() > 249
+                    || !a.dlq_topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+                {
+                    return Err(bad(format!("--dlq-topic {:?} is not a legal Kafka topic name", a.dlq_topic)));
+                }
+                a.dlq_topic.clone()
+            },
+            heartbeat_interval: parse_duration("--heartbeat-interval", &a.heartbeat_interval)?,
+            heartbeat_action_query: a.heartbeat_action_query.clone().filter(|q| !q.trim().is_empty()),
+            lag_poll_interval: {
+                let d = parse_duration("--lag-poll-interval", &a.lag_poll_interval)?;
+                if d.is_zero() {
+                    return Err(bad("--lag-poll-interval must be greater than 0".into()));
+                }
+                d
+            },
+            reconnect_max_backoff: parse_duration("--reconnect-max-backoff", &a.reconnect_max_backoff)?
+                .max(Duration::from_millis(100)),
         })
     }
 }
@@ -624,9 +686,22 @@ impl Config {
         push("max-in-flight", &self.max_in_flight.to_string());
         push("status-interval", &format!("{}ms", self.status_interval.as_millis()));
         push("shutdown-timeout", &format!("{}ms", self.shutdown_timeout.as_millis()));
-        if let Some(a) = self.metrics_addr {
-            push("metrics-addr", &a.to_string());
+        push("metrics-addr", &self.metrics_addr.map_or("off".to_owned(), |a| a.to_string()));
+        push(
+            "on-bad-event",
+            match self.on_bad_event {
+                BadEventPolicy::Fail => "fail",
+                BadEventPolicy::Dlq => "dlq",
+                BadEventPolicy::Skip => "skip",
+            },
+        );
+        push("dlq-topic", &self.dlq_topic);
+        push("heartbeat-interval", &format!("{}ms", self.heartbeat_interval.as_millis()));
+        if let Some(q) = &self.heartbeat_action_query {
+            push("heartbeat-action-query", q);
         }
+        push("lag-poll-interval", &format!("{}ms", self.lag_poll_interval.as_millis()));
+        push("reconnect-max-backoff", &format!("{}ms", self.reconnect_max_backoff.as_millis()));
         f
     }
 }

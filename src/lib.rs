@@ -11,6 +11,7 @@ pub mod app;
 pub mod config;
 pub mod dlq;
 pub mod error;
+pub mod health;
 pub mod lsn;
 pub mod metrics;
 pub mod pg;

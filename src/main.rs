@@ -7,6 +7,8 @@ use anyhow::Context;
 use clap::Parser;
 use outboxd::config::{Cli, Command, Config, LogFormat, RunArgs, SinkKind};
 use outboxd::error::{Definite, Error};
+use outboxd::health::Health;
+use outboxd::metrics::Metrics;
 use outboxd::sink::{KafkaSink, NullSink, StdoutSink};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
@@ -85,18 +87,21 @@ fn run(cfg: Config) -> anyhow::Result<()> {
     let rt =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
     rt.block_on(async move {
+        let health = Health::new();
+        let metrics = Metrics::new();
         if let Some(addr) = cfg.metrics_addr {
-            outboxd::metrics::serve(addr)?;
+            let bound = outboxd::health::serve(addr, health.clone()).await?;
+            tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
         }
         let shutdown = CancellationToken::new();
         spawn_signal_handler(shutdown.clone())?;
         match cfg.sink {
             SinkKind::Kafka => {
-                let mut sink = KafkaSink::new(&cfg.kafka, cfg.max_in_flight)?;
-                outboxd::app::run(&cfg, &mut sink, shutdown).await?
+                let mut sink = KafkaSink::new(&cfg.kafka, cfg.max_in_flight, health.clone(), metrics.clone())?;
+                outboxd::app::run(&cfg, &mut sink, health, metrics, shutdown).await?
             }
-            SinkKind::Stdout => outboxd::app::run(&cfg, &mut StdoutSink::default(), shutdown).await?,
-            SinkKind::Null => outboxd::app::run(&cfg, &mut NullSink, shutdown).await?,
+            SinkKind::Stdout => outboxd::app::run(&cfg, &mut StdoutSink::default(), health, metrics, shutdown).await?,
+            SinkKind::Null => outboxd::app::run(&cfg, &mut NullSink, health, metrics, shutdown).await?,
         }
         Ok(())
     })

@@ -1,47 +1,80 @@
-//! Metrics: one struct of handles, updated where state changes.
+//! Metrics: one struct of handles, updated where state changes, never inside parsing code.
 //!
-//! Exposed in Prometheus text format when `--metrics-addr` is set. LSNs are exported as plain
-//! numbers (bytes of WAL); `outboxd_replication_lag_bytes` is the server's last reported WAL end
-//! minus the LSN we have confirmed, which is what the slot pins.
+//! The names are an interface (alert rules and dashboards in `config/` depend on them):
+//! `outboxd_events_total{topic}`, `outboxd_events_failed_total{reason}`,
+//! `outboxd_dlq_events_total{reason}`, `outboxd_events_in_flight`, `outboxd_transactions_total`,
+//! `outboxd_received_lsn`, `outboxd_confirmed_flush_lsn`, `outboxd_replication_lag_bytes`,
+//! `outboxd_lag_seconds`, `outboxd_commit_to_ack_seconds`, `outboxd_connected{component}`,
+//! `outboxd_slot_safe_wal_size_bytes`, `outboxd_reconnects_total{component}`.
+//! LSNs are exported as plain numbers (bytes of WAL).
 
-use metrics::{counter, gauge, Counter, Gauge};
+use std::collections::HashMap;
+
+use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
 
 use crate::lsn::Lsn;
 
+/// Handles for every metric outboxd exports. Cheap to clone.
 #[derive(Clone)]
 pub struct Metrics {
-    pub events_sent: Counter,
-    pub events_acked: Counter,
-    pub events_failed: Counter,
-    pub transactions: Counter,
     pub in_flight: Gauge,
+    pub transactions: Counter,
+    pub received_lsn: Gauge,
     pub confirmed_lsn: Gauge,
-    pub server_wal_end: Gauge,
     pub lag_bytes: Gauge,
-    pub status_updates: Counter,
-    pub reconnects: Counter,
+    pub lag_seconds: Gauge,
+    pub commit_to_ack: Histogram,
+    pub pg_connected: Gauge,
+    pub kafka_connected: Gauge,
+    pub safe_wal_size: Gauge,
+    pub pg_reconnects: Counter,
+    pub kafka_reconnects: Counter,
+    events_by_topic: HashMap<String, Counter>,
 }
 
 impl Metrics {
     pub fn new() -> Self {
         Metrics {
-            events_sent: counter!("outboxd_events_sent_total"),
-            events_acked: counter!("outboxd_events_acked_total"),
-            events_failed: counter!("outboxd_events_failed_total"),
+            in_flight: gauge!("outboxd_events_in_flight"),
             transactions: counter!("outboxd_transactions_total"),
-            in_flight: gauge!("outboxd_in_flight_events"),
+            received_lsn: gauge!("outboxd_received_lsn"),
             confirmed_lsn: gauge!("outboxd_confirmed_flush_lsn"),
-            server_wal_end: gauge!("outboxd_server_wal_end_lsn"),
             lag_bytes: gauge!("outboxd_replication_lag_bytes"),
-            status_updates: counter!("outboxd_standby_status_updates_total"),
-            reconnects: counter!("outboxd_reconnects_total"),
+            lag_seconds: gauge!("outboxd_lag_seconds"),
+            commit_to_ack: histogram!("outboxd_commit_to_ack_seconds"),
+            pg_connected: gauge!("outboxd_connected", "component" => "postgres"),
+            kafka_connected: gauge!("outboxd_connected", "component" => "kafka"),
+            safe_wal_size: gauge!("outboxd_slot_safe_wal_size_bytes"),
+            pg_reconnects: counter!("outboxd_reconnects_total", "component" => "postgres"),
+            kafka_reconnects: counter!("outboxd_reconnects_total", "component" => "kafka"),
+            events_by_topic: HashMap::new(),
         }
     }
 
-    pub fn progress(&self, confirmed: Lsn, server_wal_end: Lsn, in_flight: usize) {
+    /// One event acked by the sink.
+    pub fn acked(&mut self, topic: &str) {
+        if let Some(c) = self.events_by_topic.get(topic) {
+            c.increment(1);
+            return;
+        }
+        let c = counter!("outboxd_events_total", "topic" => topic.to_owned());
+        c.increment(1);
+        self.events_by_topic.insert(topic.to_owned(), c);
+    }
+
+    /// One event that could not be delivered as routed.
+    pub fn failed(&self, reason: &'static str) {
+        counter!("outboxd_events_failed_total", "reason" => reason).increment(1);
+    }
+
+    /// One event sent to the dead-letter topic.
+    pub fn dead_lettered(&self, reason: &'static str) {
+        counter!("outboxd_dlq_events_total", "reason" => reason).increment(1);
+    }
+
+    pub fn progress(&self, received: Lsn, confirmed: Lsn, in_flight: usize) {
+        self.received_lsn.set(received.as_u64() as f64);
         self.confirmed_lsn.set(confirmed.as_u64() as f64);
-        self.server_wal_end.set(server_wal_end.as_u64() as f64);
-        self.lag_bytes.set(server_wal_end.as_u64().saturating_sub(confirmed.as_u64()) as f64);
         self.in_flight.set(in_flight as f64);
     }
 }
@@ -50,12 +83,4 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// Start the Prometheus endpoint.
-pub fn serve(addr: std::net::SocketAddr) -> Result<(), crate::error::Definite> {
-    metrics_exporter_prometheus::PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .install()
-        .map_err(|e| crate::error::Definite::Config(format!("--metrics-addr {addr}: {e}")))
 }

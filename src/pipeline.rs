@@ -15,27 +15,38 @@
 //! The session has two states, [`Phase::Streaming`] and [`Phase::Draining`]. Draining waits for
 //! in-flight acks up to `--shutdown-timeout`, then sends a final status update. Every LSN that
 //! leaves this module comes from the [`AckTracker`]; see `pg::replication` for the contract.
+//!
+//! Bad events (a row the router refuses, a record the broker rejects for good) follow
+//! `--on-bad-event`: `fail` stops here, `dlq` sends a copy to the dead-letter topic whose ack
+//! stands in for the event's, `skip` counts and logs it. Retriable delivery trouble is never a bad
+//! event: librdkafka retries it forever and the frontier waits.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::time::{interval, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::ack::{Ack, AckTracker, Delivery, Outcome};
-use crate::config::Config;
+use crate::ack::{Ack, AckTracker, Delivery, Outcome, Source, TxnId};
+use crate::config::{BadEventPolicy, Config, InvalidOp};
+use crate::dlq::{record_size, DeadLetter};
 use crate::error::{Definite, Error};
+use crate::health::Health;
 use crate::lsn::Lsn;
 use crate::metrics::Metrics;
 use crate::pg::pgoutput::{Decoder, LogicalMessage};
 use crate::pg::replication::{ReplicationStream, WalMessage};
-use crate::router::{OutboxRow, Route};
-use crate::sink::Sink;
+use crate::router::{BadEvent, OutboxRow, Record, Route};
+use crate::sink::{Sink, SinkError};
+
+/// Prefix of the logical messages outboxd emits as heartbeats.
+pub const HEARTBEAT_PREFIX: &str = "outboxd.heartbeat";
 
 /// What we know about a relation id.
 enum RelationEntry {
-    Outbox(Route),
+    Outbox(Route, Arc<str>),
     Other,
 }
 
@@ -49,10 +60,18 @@ enum Phase {
     Draining { deadline: Instant },
 }
 
+/// Shared handles a session reports to.
+pub struct Context<'a> {
+    pub cfg: &'a Config,
+    pub metrics: Metrics,
+    pub health: Arc<Health>,
+}
+
 pub struct Session<'a, S: Sink> {
     cfg: &'a Config,
     sink: &'a mut S,
-    metrics: &'a Metrics,
+    metrics: Metrics,
+    health: Arc<Health>,
     stream: ReplicationStream,
     decoder: Decoder,
     tracker: AckTracker,
@@ -63,13 +82,18 @@ pub struct Session<'a, S: Sink> {
     server_wal_end: Lsn,
 }
 
+fn now_pg_us() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_micros() as i64 - 946_684_800_000_000
+}
+
 impl<'a, S: Sink> Session<'a, S> {
-    pub fn new(cfg: &'a Config, sink: &'a mut S, metrics: &'a Metrics, stream: ReplicationStream, start: Lsn) -> Self {
+    pub fn new(ctx: Context<'a>, sink: &'a mut S, stream: ReplicationStream, start: Lsn) -> Self {
         let (acks_tx, acks_rx) = unbounded_channel();
         Session {
-            cfg,
+            cfg: ctx.cfg,
             sink,
-            metrics,
+            metrics: ctx.metrics,
+            health: ctx.health,
             stream,
             decoder: Decoder::new(1),
             tracker: AckTracker::new(start),
@@ -84,7 +108,11 @@ impl<'a, S: Sink> Session<'a, S> {
     /// Run until shutdown (Ok) or an error. On any exit, the last status update sent carries only
     /// acked progress.
     pub async fn run(mut self, shutdown: CancellationToken) -> Result<(), Error> {
+        self.health.set_streaming(true);
+        self.metrics.pg_connected.set(1.0);
         let result = self.run_inner(shutdown).await;
+        self.health.set_streaming(false);
+        self.metrics.pg_connected.set(0.0);
         if result.is_err() {
             // Safe even on failure: the tracker never includes unacked records.
             let _ = self.send_status().await;
@@ -106,7 +134,7 @@ impl<'a, S: Sink> Session<'a, S> {
                             tracing::info!(in_flight = self.tracker.in_flight(), "shutdown requested; draining in-flight events");
                             phase = Phase::Draining { deadline: Instant::now() + self.cfg.shutdown_timeout };
                         }
-                        Some(ack) = self.acks_rx.recv() => self.on_acks(ack)?,
+                        Some(ack) = self.acks_rx.recv() => self.on_acks(ack).await?,
                         _ = ticker.tick() => self.send_status().await?,
                         msg = self.stream.next(), if can_read => self.on_wal(msg?).await?,
                     }
@@ -117,7 +145,7 @@ impl<'a, S: Sink> Session<'a, S> {
                     }
                     tokio::select! {
                         biased;
-                        Some(ack) = self.acks_rx.recv() => self.on_acks(ack)?,
+                        Some(ack) = self.acks_rx.recv() => self.on_acks(ack).await?,
                         _ = ticker.tick() => self.send_status().await?,
                         _ = tokio::time::sleep_until(deadline) => {
                             tracing::warn!(in_flight = self.tracker.in_flight(), "shutdown timeout: exiting with events unacked; they will be sent again on restart");
@@ -135,29 +163,61 @@ impl<'a, S: Sink> Session<'a, S> {
     async fn send_status(&mut self) -> Result<(), Error> {
         let confirmed = self.tracker.confirmed();
         self.stream.send_status(confirmed).await?;
-        self.metrics.status_updates.increment(1);
-        self.metrics.progress(confirmed, self.server_wal_end, self.tracker.in_flight());
+        self.publish_progress();
+        let lag = self.tracker.oldest_commit_time().map_or(0.0, |t| (now_pg_us() - t).max(0) as f64 / 1e6);
+        self.metrics.lag_seconds.set(lag);
         tracing::trace!(%confirmed, "standby status update");
         Ok(())
     }
 
+    fn publish_progress(&self) {
+        self.metrics.progress(self.stream.last_received(), self.tracker.confirmed(), self.tracker.in_flight());
+    }
+
     /// Apply one ack and any others already queued.
-    fn on_acks(&mut self, first: Ack) -> Result<(), Error> {
+    async fn on_acks(&mut self, first: Ack) -> Result<(), Error> {
         let mut next = Some(first);
         while let Some(ack) = next {
             match ack.outcome {
                 Outcome::Acked => {
                     self.tracker.ack(ack.txn).map_err(|e| Definite::Bug(e.to_string()))?;
-                    self.metrics.events_acked.increment(1);
+                    self.metrics.acked(&ack.topic);
                 }
                 Outcome::Failed { reason } => {
-                    self.metrics.events_failed.increment(1);
+                    self.metrics.failed("delivery");
                     return Err(Definite::Delivery { event_id: ack.event_id, topic: ack.topic, reason }.into());
+                }
+                Outcome::Rejected { code, reason, key, payload, headers } => {
+                    if ack.dead_letter {
+                        self.metrics.failed(code);
+                        return Err(Definite::Delivery {
+                            event_id: ack.event_id,
+                            topic: ack.topic,
+                            reason: format!("the dead-letter copy was refused too: {reason}"),
+                        }
+                        .into());
+                    }
+                    let dl = DeadLetter {
+                        event_id: Some(ack.event_id),
+                        code,
+                        message: reason,
+                        original_topic: Some(ack.topic),
+                        key,
+                        payload,
+                        headers,
+                        source: ack.source,
+                    };
+                    self.on_bad_pending(ack.txn, dl).await?;
                 }
             }
             next = self.acks_rx.try_recv().ok();
         }
-        self.metrics.progress(self.tracker.confirmed(), self.server_wal_end, self.tracker.in_flight());
+        let now = now_pg_us();
+        for commit_time in self.tracker.take_completed() {
+            self.metrics.transactions.increment(1);
+            self.metrics.commit_to_ack.record((now - commit_time).max(0) as f64 / 1e6);
+        }
+        self.publish_progress();
         Ok(())
     }
 
@@ -186,54 +246,73 @@ impl<'a, S: Sink> Session<'a, S> {
         let bug = |e: crate::ack::AckError| Definite::Bug(format!("{e} (at {at})"));
         match msg {
             LogicalMessage::Begin(b) => {
-                self.tracker.begin().map_err(bug)?;
+                self.tracker.begin(b.commit_time).map_err(bug)?;
                 self.open = Some(OpenTxn { commit_time_us: b.commit_time });
             }
             LogicalMessage::Commit(c) => {
                 self.open = None;
                 self.tracker.commit(c.end_lsn).map_err(bug)?;
-                self.metrics.transactions.increment(1);
+                for commit_time in self.tracker.take_completed() {
+                    self.metrics.transactions.increment(1);
+                    self.metrics.commit_to_ack.record((now_pg_us() - commit_time).max(0) as f64 / 1e6);
+                }
             }
             LogicalMessage::Relation(rel) => {
                 let entry = if self.cfg.tables.iter().any(|t| t.schema == rel.namespace && t.name == rel.name) {
-                    RelationEntry::Outbox(Route::compile(&self.cfg.route, &rel)?)
+                    let route = Route::compile(&self.cfg.route, &rel)?;
+                    let table: Arc<str> = Arc::from(route.table());
+                    RelationEntry::Outbox(route, table)
                 } else {
                     RelationEntry::Other
                 };
                 self.relations.insert(rel.id, entry);
             }
-            LogicalMessage::Insert(ins) => match self.relations.get(&ins.relation_id) {
-                Some(RelationEntry::Outbox(route)) => {
-                    let commit_time_us = self
-                        .open
-                        .as_ref()
-                        .map(|o| o.commit_time_us)
-                        .ok_or_else(|| Definite::Protocol { lsn: at, detail: "INSERT outside a transaction".into() })?;
-                    let record =
-                        route.route(OutboxRow { tuple: &ins.tuple, commit_time_us }).map_err(|b| b.into_definite())?;
-                    let txn = self.tracker.record().map_err(bug)?;
-                    let delivery =
-                        Delivery::new(txn, record.event_id.clone(), record.topic.clone(), self.acks_tx.clone());
-                    self.sink.send(record, delivery).await?;
-                    self.metrics.events_sent.increment(1);
-                }
-                Some(RelationEntry::Other) => {}
-                None => {
-                    return Err(Definite::Protocol {
-                        lsn: at,
-                        detail: format!("INSERT for relation {} before its Relation message", ins.relation_id),
+            LogicalMessage::Insert(ins) => {
+                let (route, table) = match self.relations.get(&ins.relation_id) {
+                    Some(RelationEntry::Outbox(route, table)) => (route, table.clone()),
+                    Some(RelationEntry::Other) => return Ok(()),
+                    None => {
+                        return Err(Definite::Protocol {
+                            lsn: at,
+                            detail: format!("INSERT for relation {} before its Relation message", ins.relation_id),
+                        }
+                        .into())
                     }
-                    .into())
-                }
-            },
-            LogicalMessage::Update(u) => self.ignored(u.relation_id, "UPDATE", at),
-            LogicalMessage::Delete(d) => self.ignored(d.relation_id, "DELETE", at),
-            LogicalMessage::Truncate(t) => {
-                for id in t.relation_ids {
-                    self.ignored(id, "TRUNCATE", at);
+                };
+                let commit_time_us = self
+                    .open
+                    .as_ref()
+                    .map(|o| o.commit_time_us)
+                    .ok_or_else(|| Definite::Protocol { lsn: at, detail: "INSERT outside a transaction".into() })?;
+                let routed = route.route(OutboxRow { tuple: &ins.tuple, commit_time_us });
+                let source = Source { lsn: at, table };
+                match routed {
+                    Ok(record) => self.deliver(record, source).await?,
+                    Err(bad) => self.on_bad_row(bad, source).await?,
                 }
             }
-            LogicalMessage::Origin(_) | LogicalMessage::Type(_) | LogicalMessage::Message(_) => {}
+            LogicalMessage::Update(u) => self.on_update(u.relation_id, at)?,
+            LogicalMessage::Delete(d) => {
+                if let Some(RelationEntry::Outbox(_, table)) = self.relations.get(&d.relation_id) {
+                    tracing::debug!(%at, %table, "DELETE on the outbox produces no event");
+                }
+            }
+            LogicalMessage::Truncate(t) => {
+                for id in t.relation_ids {
+                    if let Some(RelationEntry::Outbox(_, table)) = self.relations.get(&id) {
+                        tracing::info!(%at, %table, "TRUNCATE on the outbox produces no event");
+                    }
+                }
+            }
+            LogicalMessage::Message(m) => {
+                // Non-transactional heartbeats carry no events: like a keepalive, they may move an
+                // idle frontier to their own LSN.
+                if m.flags & 1 == 0 && m.prefix == HEARTBEAT_PREFIX {
+                    self.tracker.keepalive(at);
+                    self.health.activity();
+                }
+            }
+            LogicalMessage::Origin(_) | LogicalMessage::Type(_) => {}
             other @ (LogicalMessage::StreamStart(_)
             | LogicalMessage::StreamStop
             | LogicalMessage::StreamCommit(_)
@@ -253,15 +332,156 @@ impl<'a, S: Sink> Session<'a, S> {
         Ok(())
     }
 
-    /// Debezium logs and skips non-INSERT operations on the outbox; so do we.
-    fn ignored(&self, relation_id: u32, op: &str, at: Lsn) {
-        if let Some(RelationEntry::Outbox(route)) = self.relations.get(&relation_id) {
-            tracing::info!(%at, table = route.table(), op, "ignoring non-INSERT change on the outbox table");
+    /// Debezium's `table.op.invalid.behavior` for UPDATEs of outbox rows.
+    fn on_update(&self, relation_id: u32, at: Lsn) -> Result<(), Error> {
+        let Some(RelationEntry::Outbox(_, table)) = self.relations.get(&relation_id) else { return Ok(()) };
+        let what = "UPDATE on the outbox produces no event (only INSERTs are events)";
+        match self.cfg.op_invalid {
+            InvalidOp::Warn => tracing::warn!(%at, %table, "{what}"),
+            InvalidOp::Error => tracing::error!(%at, %table, "{what}"),
+            InvalidOp::Fatal => {
+                return Err(Definite::Setup(format!(
+                    "UPDATE of a row of {table} at {at} and --table-op-invalid-behavior is fatal; outbox rows must only be inserted"
+                ))
+                .into())
+            }
+        }
+        Ok(())
+    }
+
+    /// Send a routed record, checking its size first.
+    async fn deliver(&mut self, record: Record, source: Source) -> Result<(), Error> {
+        self.health.activity();
+        let txn = self.tracker.record().map_err(|e| Definite::Bug(e.to_string()))?;
+        if let Some(max) = self.sink.max_message_bytes() {
+            let size = record_size(record.key.as_ref(), record.payload.as_ref(), &record.headers);
+            if size > max {
+                let dl = DeadLetter {
+                    event_id: Some(record.event_id),
+                    code: "too_large",
+                    message: format!("record of {size} bytes exceeds message.max.bytes {max}"),
+                    original_topic: Some(record.topic),
+                    key: record.key,
+                    payload: record.payload,
+                    headers: record.headers,
+                    source,
+                };
+                return self.on_bad_pending(txn, dl).await;
+            }
+        }
+        let delivery =
+            Delivery::new(txn, record.event_id.clone(), record.topic.clone(), source.clone(), self.acks_tx.clone());
+        self.send(record, delivery, source).await
+    }
+
+    async fn send(&mut self, record: Record, delivery: Delivery, source: Source) -> Result<(), Error> {
+        match self.sink.send(record, delivery).await {
+            Ok(()) => Ok(()),
+            Err(SinkError::Fatal(d)) => Err(d.into()),
+            Err(SinkError::Rejected { code, reason, record, delivery }) => {
+                let txn = delivery.txn();
+                let dl = DeadLetter {
+                    event_id: Some(record.event_id),
+                    code,
+                    message: reason,
+                    original_topic: Some(record.topic),
+                    key: record.key,
+                    payload: record.payload,
+                    headers: record.headers,
+                    source,
+                };
+                // The policy resolves the original in the tracker itself.
+                delivery.disarm();
+                self.on_bad_pending(txn, dl).await
+            }
+        }
+    }
+
+    /// A row the router refused: nothing is counted for it yet.
+    async fn on_bad_row(&mut self, bad: BadEvent, source: Source) -> Result<(), Error> {
+        self.metrics.failed(bad.code);
+        match self.cfg.on_bad_event {
+            BadEventPolicy::Fail => Err(bad.into_definite().into()),
+            BadEventPolicy::Skip => {
+                tracing::error!(event_id = ?bad.event_id, reason = bad.code, message = %bad.message, lsn = %source.lsn, "skipping bad event (--on-bad-event skip)");
+                Ok(())
+            }
+            BadEventPolicy::Dlq => {
+                let txn = self.tracker.record().map_err(|e| Definite::Bug(e.to_string()))?;
+                let mut headers = Vec::new();
+                if let Some(id) = &bad.event_id {
+                    headers.push(("id".to_owned(), bytes::Bytes::copy_from_slice(id.as_bytes())));
+                }
+                let dl = DeadLetter {
+                    event_id: bad.event_id,
+                    code: bad.code,
+                    message: bad.message,
+                    original_topic: bad.topic,
+                    key: bad.key,
+                    payload: bad.payload,
+                    headers,
+                    source,
+                };
+                self.dead_letter(txn, dl).await
+            }
+        }
+    }
+
+    /// A bad event whose record is already counted in `txn` and not yet resolved.
+    async fn on_bad_pending(&mut self, txn: TxnId, dl: DeadLetter) -> Result<(), Error> {
+        self.metrics.failed(dl.code);
+        match self.cfg.on_bad_event {
+            BadEventPolicy::Fail => Err(Definite::Delivery {
+                event_id: dl.event_id.unwrap_or_default(),
+                topic: dl.original_topic.unwrap_or_default(),
+                reason: format!("{} ({})", dl.message, dl.code),
+            }
+            .into()),
+            BadEventPolicy::Skip => {
+                tracing::error!(event_id = ?dl.event_id, reason = dl.code, message = %dl.message, lsn = %dl.source.lsn, "skipping bad event (--on-bad-event skip)");
+                self.tracker.ack(txn).map_err(|e| Definite::Bug(e.to_string()))?;
+                Ok(())
+            }
+            BadEventPolicy::Dlq => {
+                // Count the copy before resolving the original, so the transaction stays open.
+                self.tracker.record_for(txn).map_err(|e| Definite::Bug(e.to_string()))?;
+                self.tracker.ack(txn).map_err(|e| Definite::Bug(e.to_string()))?;
+                self.dead_letter(txn, dl).await
+            }
+        }
+    }
+
+    /// Send the dead-letter copy for a record already counted in `txn`.
+    async fn dead_letter(&mut self, txn: TxnId, dl: DeadLetter) -> Result<(), Error> {
+        tracing::warn!(event_id = ?dl.event_id, reason = dl.code, message = %dl.message, lsn = %dl.source.lsn, dlq = %self.cfg.dlq_topic, "sending bad event to the dead-letter topic");
+        self.metrics.dead_lettered(dl.code);
+        let max = self.sink.max_message_bytes().unwrap_or(usize::MAX);
+        let source = dl.source.clone();
+        let record = dl.into_record(&self.cfg.dlq_topic, max);
+        let delivery = Delivery::new(txn, record.event_id.clone(), record.topic.clone(), source, self.acks_tx.clone())
+            .for_dead_letter();
+        match self.sink.send(record, delivery).await {
+            Ok(()) => Ok(()),
+            Err(SinkError::Fatal(d)) => Err(d.into()),
+            // A dead-letter copy is never dead-lettered again: its refusal stops the pipeline.
+            Err(SinkError::Rejected { reason, record, delivery, .. }) => {
+                delivery.fail(reason.clone());
+                Err(Definite::Delivery {
+                    event_id: record.event_id,
+                    topic: record.topic,
+                    reason: format!("the dead-letter copy was refused: {reason}"),
+                }
+                .into())
+            }
         }
     }
 }
 
-/// How long to wait before reconnecting after a transient failure.
-pub fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(500u64.saturating_mul(1 << attempt.min(4))).min(Duration::from_secs(8))
+/// Exponential backoff with jitter for reconnect attempt `attempt` (0-based), capped at `max`.
+pub fn backoff(attempt: u32, max: Duration) -> Duration {
+    let base = Duration::from_millis(250u64.saturating_mul(1 << attempt.min(10))).min(max);
+    // Jitter from the clock's low bits: enough to spread a fleet's reconnects, no RNG needed.
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).subsec_nanos() as u64;
+    let jitter = base.as_millis() as u64 / 4;
+    base + Duration::from_millis(if jitter == 0 { 0 } else { nanos % jitter })
 }

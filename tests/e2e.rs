@@ -43,16 +43,8 @@ fn events_reach_topics_with_key_id_payload_timestamp_and_order() {
     let pg = PgCluster::start();
     pg.apply_all_sql();
     let broker = Broker::start();
-    let mut d = Outboxd::spawn(&daemon_args(
-        &pg,
-        &broker,
-        &["--topic-partitions", "3", "--status-interval", "500ms"],
-    ));
-    assert!(
-        d.wait_for_log("streaming", Duration::from_secs(30)),
-        "outboxd did not start:\n{}",
-        d.log()
-    );
+    let mut d = Outboxd::spawn(&daemon_args(&pg, &broker, &["--topic-partitions", "3", "--status-interval", "500ms"]));
+    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "outboxd did not start:\n{}", d.log());
 
     // Single-row transactions of three types, with payloads whose text must survive byte for byte.
     for i in 0..30 {
@@ -94,47 +86,22 @@ fn events_reach_topics_with_key_id_payload_timestamp_and_order() {
         ("order.paid.v1.events", 20),
     ] {
         let got = broker.consume_all(topic, 3, n, Duration::from_secs(60));
-        assert_eq!(
-            got.len(),
-            n,
-            "topic {topic}: expected {n} records, got {}\n{}",
-            got.len(),
-            d.log()
-        );
+        assert_eq!(got.len(), n, "topic {topic}: expected {n} records, got {}\n{}", got.len(), d.log());
         for r in &got {
             let id = r.header_str("id").expect("every record has an id header");
-            let row = expected
-                .get(&id)
-                .unwrap_or_else(|| panic!("record with unknown id {id} on {topic}"));
+            let row = expected.get(&id).unwrap_or_else(|| panic!("record with unknown id {id} on {topic}"));
             assert_eq!(format!("{}.events", row.event_type), topic);
-            assert_eq!(
-                r.key_str().as_deref(),
-                Some(row.aggregate_id.as_str()),
-                "key of {id}"
-            );
-            assert_eq!(
-                r.payload.as_deref(),
-                Some(row.payload.as_bytes()),
-                "payload bytes of {id}"
-            );
+            assert_eq!(r.key_str().as_deref(), Some(row.aggregate_id.as_str()), "key of {id}");
+            assert_eq!(r.payload.as_deref(), Some(row.payload.as_bytes()), "payload bytes of {id}");
             assert_eq!(r.timestamp_ms, Some(row.created_ms), "timestamp of {id}");
-            assert!(
-                seen.insert(id.clone(), ()).is_none(),
-                "duplicate {id} without any crash"
-            );
+            assert!(seen.insert(id.clone(), ()).is_none(), "duplicate {id} without any crash");
         }
         // Per-aggregate order: one key lives on one partition, in commit order.
         if topic == "bulk.v1.events" || topic == "seq.v1.events" {
-            let seqs: Vec<i64> = got
-                .iter()
-                .map(|r| r.payload_json()["seq"].as_i64().unwrap())
-                .collect();
+            let seqs: Vec<i64> = got.iter().map(|r| r.payload_json()["seq"].as_i64().unwrap()).collect();
             let mut sorted = seqs.clone();
             sorted.sort();
-            assert_eq!(
-                seqs, sorted,
-                "events of one aggregate must arrive in commit order"
-            );
+            assert_eq!(seqs, sorted, "events of one aggregate must arrive in commit order");
             assert!(got.iter().all(|r| r.partition == got[0].partition));
         }
     }
@@ -143,18 +110,14 @@ fn events_reach_topics_with_key_id_payload_timestamp_and_order() {
     // The slot catches up with the WAL once everything is acked.
     let end = pg.psql("SELECT pg_current_wal_insert_lsn()");
     let caught_up = wait_until(Duration::from_secs(20), || {
-        pg.psql(&format!("SELECT confirmed_flush_lsn >= '{end}'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'outboxd'")) == "t"
+        pg.psql(&format!(
+            "SELECT confirmed_flush_lsn >= '{end}'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'outboxd'"
+        )) == "t"
     });
-    assert!(
-        caught_up,
-        "confirmed_flush_lsn never reached {end}:\n{}",
-        d.log()
-    );
+    assert!(caught_up, "confirmed_flush_lsn never reached {end}:\n{}", d.log());
 
     d.sigterm();
-    let status = d
-        .wait_exit(Duration::from_secs(20))
-        .expect("outboxd exits after SIGTERM");
+    let status = d.wait_exit(Duration::from_secs(20)).expect("outboxd exits after SIGTERM");
     assert!(status.success(), "exit status {status:?}\n{}", d.log());
     assert!(d.log().contains("final status update sent"), "{}", d.log());
 }
@@ -164,45 +127,38 @@ fn non_insert_changes_and_other_tables_produce_nothing() {
     let pg = PgCluster::start();
     pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
     let broker = Broker::start();
-    let mut d = Outboxd::spawn(&daemon_args(
-        &pg,
-        &broker,
-        &["--sink", "stdout", "--status-interval", "500ms"],
-    ));
-    assert!(
-        d.wait_for_log("streaming", Duration::from_secs(30)),
-        "{}",
-        d.log()
-    );
+    let mut d = Outboxd::spawn(&daemon_args(&pg, &broker, &["--sink", "stdout", "--status-interval", "500ms"]));
+    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
     pg.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '1', 'x.v1', '{\"k\": 1}')");
     pg.psql("UPDATE outbox SET attempts = attempts + 1");
     pg.psql("DELETE FROM outbox");
     pg.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '2', 'y.v1', '{\"k\": 2}')");
-    assert!(
-        wait_until(Duration::from_secs(15), || d
-            .log()
-            .contains("\"key\":\"2\"")),
-        "{}",
-        d.log()
-    );
+    assert!(wait_until(Duration::from_secs(15), || d.log().contains("\"key\":\"2\"")), "{}", d.log());
     d.sigterm();
-    assert!(d
-        .wait_exit(Duration::from_secs(20))
-        .is_some_and(|s| s.success()));
+    assert!(d.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()));
     let log = d.log();
-    let lines: Vec<&str> = log
-        .lines()
-        .filter(|l| l.starts_with("{\"topic\""))
-        .collect();
-    assert_eq!(
-        lines.len(),
-        2,
-        "exactly the two inserts become events:\n{log}"
-    );
+    let lines: Vec<&str> = log.lines().filter(|l| l.starts_with("{\"topic\"")).collect();
+    assert_eq!(lines.len(), 2, "exactly the two inserts become events:\n{log}");
     assert!(
         lines[0].contains(r#""topic":"x.v1.events""#) && lines[0].contains(r#""payload":{"k": 1}"#),
         "{}",
         lines[0]
     );
-    assert!(log.contains("ignoring non-INSERT change"), "{log}");
+    assert!(log.contains("UPDATE on the outbox produces no event"), "{log}");
+}
+
+#[test]
+fn update_with_fatal_op_behavior_stops_without_confirming_it() {
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    let mut d = Outboxd::spawn(&daemon_args_pg_only(
+        &pg,
+        &["--sink", "null", "--status-interval", "200ms", "--table-op-invalid-behavior", "fatal"],
+    ));
+    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
+    pg.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '1', 'x.v1', '{}')");
+    pg.psql("UPDATE outbox SET attempts = 1");
+    let status = d.wait_exit(Duration::from_secs(20)).expect("outboxd stops on a fatal UPDATE");
+    assert_eq!(status.code(), Some(1), "{}", d.log());
+    assert!(d.log().contains("--table-op-invalid-behavior is fatal"), "{}", d.log());
 }

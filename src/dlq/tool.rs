@@ -1,39 +1,22 @@
-//! `outboxd dlq list` and `outboxd dlq replay`: read the dead-letter topic, count it, republish it.
+//! `outboxd dlq list` and `outboxd dlq replay`.
 //!
-//! Both commands read every partition of `--dlq-topic` (partition count from metadata) with
-//! `assign()` from the beginning, no consumer group and no commits, until 1.5 s pass without a new
-//! record (5 s before the first one; at most 5 minutes in all). High watermarks are not used to find
-//! the end, since some Kafka-protocol brokers report them wrongly.
+//! Both read every partition of `--dlq-topic` with `assign()` from the beginning (no group, no
+//! commits) until 1.5 s pass without a record (5 s before the first; 5 min at most): watermarks are
+//! not trusted to find the end. `replay` sends each matching record to `--to-topic` or its
+//! `outboxd.original.topic` with the original key, payload, CreateTime and headers minus
+//! `outboxd.*`, through an idempotent producer, creating a missing topic. Records without a
+//! destination, or whose payload the DLQ did not keep (`outboxd.payload.size`, no value: sending
+//! would make a tombstone), are reported and left for a later run.
 //!
-//! `replay` republishes each matching record (`--filter-reason` on `outboxd.error`, `--event-id` on
-//! the `id` header) to `--to-topic` or its `outboxd.original.topic`, with the original key,
-//! payload, CreateTime timestamp and headers minus every `outboxd.*` one, through an idempotent
-//! producer (`enable.idempotence=true`, `acks=all`). A missing destination topic is created with
-//! the broker's default partitions and replication (falling back to 1/1 where the broker does not
-//! take defaults). Records are not replayed, reported, and left for a later run when they have no
-//! destination or when the DLQ kept no payload (`outboxd.payload.size` present, value absent:
-//! republishing would send a null value, a tombstone on compacted topics).
-//!
-//! Progress lives in `<--state-dir>/<dlq-topic>.offsets.json`:
-//!
-//! ```json
-//! {"version":1,"dlq_topic":"outboxd.dlq","replayed":{"0":[[0,4],[7,7]],"2":[[3,9]]}}
-//! ```
-//!
-//! `replayed` maps a DLQ partition to the sorted, disjoint, inclusive offset ranges of the records
-//! that were republished and acknowledged. Only those are marked: a record skipped by a filter, for
-//! want of a destination or a payload, or whose delivery failed stays unmarked, so a later run (with
-//! other filters or `--to-topic`) can still replay it, and marked records are never republished
-//! again. (A plain "next offset" per partition could not express "3 replayed, 2 filtered out".)
-//! The file is rewritten (temp file, fsync, rename) after each batch of at most 1000 records, and
-//! only with records whose delivery succeeded; a crash between the broker's ack and the rename can
-//! republish that batch once more (at-least-once, as the relay itself). Delete the file when the
-//! DLQ topic is deleted and recreated (offsets restart at 0), and do not run two replays with the
-//! same state directory at once. `--dry-run` reads the file but publishes and writes nothing.
-//!
-//! `--kafka-property KEY=VALUE` goes to the consumer and the producer (connection settings also to
-//! the admin client). Exit codes: 0 done, 1 some delivery or topic creation failed (the successes
-//! are recorded), 2 bad flags.
+//! Progress: `<state-dir>/<dlq-topic>.offsets.json`, e.g.
+//! `{"version":1,"dlq_topic":"outboxd.dlq","replayed":{"0":[[0,4],[7,7]]}}`: per DLQ partition,
+//! the inclusive offset ranges of records republished *and acked*. Only those are marked, so
+//! records skipped by a filter, without destination or whose delivery failed stay replayable by a
+//! later run (a per-partition "next offset" could not say "3 done, 2 filtered out"). The file is
+//! replaced atomically (temp, fsync, rename) after each acked batch of up to 1000; a crash between
+//! ack and rename republishes that batch again (at-least-once). Delete it if the DLQ topic is
+//! recreated; do not run two replays on one state dir at once. `--dry-run` writes nothing.
+//! Records to replay are held in memory between reading and publishing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
@@ -51,6 +34,7 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, Timestamp, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
+use super::{H_ERROR as H_REASON, H_LSN, H_MESSAGE, H_SIZE, H_TABLE, H_TOPIC, PREFIX};
 use crate::config::{DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs};
 use crate::error::{Definite, Error};
 
@@ -66,12 +50,6 @@ const BATCH: usize = 1000;
 const MAX_LINES: usize = 50;
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
-const H_REASON: &str = "outboxd.error";
-const H_MESSAGE: &str = "outboxd.error.message";
-const H_TOPIC: &str = "outboxd.original.topic";
-const H_LSN: &str = "outboxd.source.lsn";
-const H_TABLE: &str = "outboxd.source.table";
-const H_SIZE: &str = "outboxd.payload.size";
 const H_ID: &str = "id";
 
 /// Returns the process exit code.
@@ -546,8 +524,15 @@ impl State {
 
 async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
     let common = Common::from_args(&a.common)?;
-    if a.to_topic.as_deref() == Some("") {
-        return Err(Definite::Config("--to-topic must not be empty".into()).into());
+    match a.to_topic.as_deref() {
+        Some("") => return Err(Definite::Config("--to-topic must not be empty".into()).into()),
+        Some(t) if t == common.topic => {
+            return Err(Definite::Config(format!(
+                "--to-topic {t:?} is the DLQ topic itself; name the topic the events belong to"
+            ))
+            .into())
+        }
+        _ => {}
     }
     let mut state = State::load(&a.state_dir, &common.topic)?;
 
@@ -566,7 +551,8 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
             already_done += 1;
             return;
         }
-        let Some(dest) = a.to_topic.clone().or_else(|| r.original_topic()) else {
+        let dest = a.to_topic.clone().or_else(|| r.original_topic());
+        let Some(dest) = dest.filter(|d| *d != common.topic) else {
             no_destination.push(r);
             return;
         };
@@ -647,13 +633,7 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
                 let (r, dest) = &batch[i];
                 match f.await {
                     Ok(Ok(d)) => {
-                        println!(
-                            "replayed {} id={} -> {dest} {}/{}",
-                            r.position(),
-                            r.id_shown(),
-                            d.partition,
-                            d.offset
-                        );
+                        println!("sent {} id={} -> {dest} {}/{}", r.position(), r.id_shown(), d.partition, d.offset);
                         state.insert(r.partition, r.offset);
                         acked += 1;
                     }
@@ -713,7 +693,7 @@ async fn send(
     r: &DlqRecord,
     dest: &str,
 ) -> Result<rdkafka::producer::DeliveryFuture, String> {
-    let kept = r.headers.iter().filter(|(k, _)| !k.starts_with("outboxd."));
+    let kept = r.headers.iter().filter(|(k, _)| !k.starts_with(PREFIX));
     let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
     for (k, v) in kept {
         headers = headers.insert(Header { key: k, value: v.as_deref() });

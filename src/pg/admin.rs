@@ -260,6 +260,36 @@ pub async fn ensure_slot(client: &Client, cfg: &Config) -> Result<SlotState, Err
     Ok(SlotState { confirmed_flush })
 }
 
+/// Whether the publication exists.
+pub async fn publication_exists(client: &Client, name: &str) -> Result<bool, Error> {
+    let row = client
+        .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&name])
+        .await
+        .map_err(|e| db("reading pg_publication", e))?;
+    Ok(row.is_some())
+}
+
+/// The slot's lag as the server sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotLag {
+    /// `pg_current_wal_lsn() - confirmed_flush_lsn`.
+    pub lag_bytes: i64,
+    /// `safe_wal_size`, when `max_slot_wal_keep_size` limits the slot.
+    pub safe_wal_size: Option<i64>,
+}
+
+pub async fn slot_lag(client: &Client, slot: &str) -> Result<Option<SlotLag>, Error> {
+    let row = client
+        .query_opt(
+            "SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::int8, safe_wal_size::int8 \
+             FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(|e| db("reading the slot's lag", e))?;
+    Ok(row.map(|r| SlotLag { lag_bytes: r.get::<_, Option<i64>>(0).unwrap_or(0), safe_wal_size: r.get(1) }))
+}
+
 /// Current WAL insert position, for lag metrics.
 pub async fn current_wal_lsn(client: &Client) -> Result<Lsn, Error> {
     let row = client

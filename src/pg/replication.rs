@@ -178,10 +178,13 @@ impl ReplicationConn {
         slot: &str,
         start: Lsn,
         publication: &str,
+        messages: bool,
     ) -> Result<ReplicationStream, Error> {
         let pubs = publication.replace('"', "\"\"").replace('\'', "''");
+        // `messages` (PostgreSQL 14+) lets our heartbeat messages through.
+        let messages = if messages { ", messages 'true'" } else { "" };
         let sql = format!(
-            "START_REPLICATION SLOT \"{slot}\" LOGICAL {start} (proto_version '1', publication_names '\"{pubs}\"')"
+            "START_REPLICATION SLOT \"{slot}\" LOGICAL {start} (proto_version '1', publication_names '\"{pubs}\"'{messages})"
         );
         frontend::query(&sql, &mut self.wbuf).map_err(|e| self.io(e))?;
         self.flush().await?;
@@ -328,6 +331,24 @@ pub fn parse_copy_data(mut b: Bytes) -> Result<WalMessage, String> {
     }
 }
 
+/// An error the walsender sent mid-stream. Most are the server going away (transient); a missing
+/// publication or removed WAL will not fix themselves.
+fn stream_error(e: ServerError) -> Error {
+    match e.code.as_str() {
+        "42704" => Definite::Setup(format!(
+            "the server stopped streaming: {} — recreate the publication (see sql/04_publication.sql) and restart",
+            e.message
+        ))
+        .into(),
+        "58P01" => Definite::Setup(format!(
+            "the server stopped streaming: {} — the slot lost WAL it needs; events may be missing, reconcile the outbox by hand",
+            e.message
+        ))
+        .into(),
+        _ => Transient::PgServer { code: e.code, message: e.message }.into(),
+    }
+}
+
 /// The CopyBoth phase: WAL in, status updates out.
 pub struct ReplicationStream {
     conn: ReplicationConn,
@@ -356,10 +377,7 @@ impl ReplicationStream {
                 }
                 b'c' => return Err(Transient::PgClosed { target: self.conn.target.clone() }.into()),
                 _ => match self.conn.read_message().await? {
-                    backend::Message::ErrorResponse(body) => {
-                        let e = server_error(&body);
-                        return Err(Transient::PgServer { code: e.code, message: e.message }.into());
-                    }
+                    backend::Message::ErrorResponse(body) => return Err(stream_error(server_error(&body))),
                     backend::Message::NoticeResponse(_) | backend::Message::ParameterStatus(_) => {}
                     _ => return Err(self.conn.protocol("unexpected message in CopyBoth").into()),
                 },

@@ -8,34 +8,74 @@
 //! retries neither duplicate nor reorder within a partition; `message.timeout.ms=0` (retry forever)
 //! so a broker outage stalls the pipeline instead of failing records. Topics are created through
 //! the admin API before their first record, since many clusters disable auto-creation.
+//!
+//! Errors that are about one record for good (too large, invalid topic, policy violation) come back
+//! as rejections with the record's parts, for the bad-event policy. Everything else fails the
+//! delivery, which stops the pipeline without advancing.
+//!
+//! Broker health: a delivery success marks Kafka up; a background metadata check every few seconds
+//! marks it up or down, so a stalled broker flips `/readyz` within seconds.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
 
-use super::Sink;
+use super::{Sink, SinkError};
 use crate::ack::Delivery;
 use crate::config::KafkaConfig;
 use crate::error::Definite;
+use crate::health::Health;
+use crate::metrics::Metrics;
 use crate::router::Record;
 
-/// Resolves delivery handles from librdkafka's delivery reports.
-pub struct DeliveryContext;
+const METADATA_CHECK_EVERY: Duration = Duration::from_secs(3);
+
+/// Which broker errors condemn one record rather than the pipeline.
+fn rejection_code(e: &KafkaError) -> Option<&'static str> {
+    use RDKafkaErrorCode as C;
+    match e.rdkafka_error_code()? {
+        C::MessageSizeTooLarge | C::MessageBatchTooLarge | C::InvalidMessageSize => Some("too_large"),
+        C::InvalidTopic => Some("invalid_topic"),
+        C::PolicyViolation => Some("policy_violation"),
+        C::InvalidRecord | C::InvalidMessage => Some("rejected"),
+        _ => None,
+    }
+}
+
+/// Resolves delivery handles from librdkafka's delivery reports, and tracks broker health.
+pub struct DeliveryContext {
+    health: Arc<Health>,
+    metrics: Metrics,
+}
+
+impl DeliveryContext {
+    fn kafka_up(&self, up: bool) {
+        if up && !self.health.kafka_ok() {
+            self.metrics.kafka_reconnects.increment(1);
+            tracing::info!("Kafka is reachable again");
+        } else if !up && self.health.kafka_ok() {
+            tracing::warn!("Kafka is unreachable; holding events and retrying");
+        }
+        self.health.set_kafka(up);
+        self.metrics.kafka_connected.set(if up { 1.0 } else { 0.0 });
+    }
+}
 
 impl ClientContext for DeliveryContext {
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
         use rdkafka::config::RDKafkaLogLevel as L;
         match level {
-            L::Emerg | L::Alert | L::Critical | L::Error => {
-                tracing::error!(target: "librdkafka", fac, "{log_message}")
-            }
+            L::Emerg | L::Alert | L::Critical | L::Error => tracing::error!(target: "librdkafka", fac, "{log_message}"),
             L::Warning => tracing::warn!(target: "librdkafka", fac, "{log_message}"),
             L::Notice | L::Info => tracing::info!(target: "librdkafka", fac, "{log_message}"),
             L::Debug => tracing::debug!(target: "librdkafka", fac, "{log_message}"),
@@ -43,6 +83,9 @@ impl ClientContext for DeliveryContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        if matches!(error.rdkafka_error_code(), Some(RDKafkaErrorCode::AllBrokersDown)) {
+            self.kafka_up(false);
+        }
         tracing::warn!(target: "librdkafka", %error, "{reason}");
     }
 }
@@ -52,22 +95,53 @@ impl ProducerContext for DeliveryContext {
 
     fn delivery(&self, result: &DeliveryResult<'_>, delivery: Box<Delivery>) {
         match result {
-            Ok(_) => delivery.ack(),
-            Err((e, _)) => delivery.fail(e.to_string()),
+            Ok(_) => {
+                if !self.health.kafka_ok() {
+                    self.kafka_up(true);
+                }
+                delivery.ack()
+            }
+            Err((e, msg)) => match rejection_code(e) {
+                Some(code) => {
+                    let headers = msg
+                        .headers()
+                        .map(|hs| {
+                            hs.iter()
+                                .map(|h| (h.key.to_owned(), Bytes::copy_from_slice(h.value.unwrap_or_default())))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    delivery.reject(
+                        code,
+                        e.to_string(),
+                        msg.key().map(Bytes::copy_from_slice),
+                        msg.payload().map(Bytes::copy_from_slice),
+                        headers,
+                    )
+                }
+                None => delivery.fail(e.to_string()),
+            },
         }
     }
 }
 
 pub struct KafkaSink {
-    producer: ThreadedProducer<DeliveryContext>,
+    producer: Arc<ThreadedProducer<DeliveryContext>>,
     admin: AdminClient<DefaultClientContext>,
     known_topics: HashSet<String>,
     partitions: i32,
     replication: i32,
+    max_message_bytes: usize,
+    stop_checks: Arc<AtomicBool>,
 }
 
 impl KafkaSink {
-    pub fn new(cfg: &KafkaConfig, max_in_flight: usize) -> Result<KafkaSink, Definite> {
+    pub fn new(
+        cfg: &KafkaConfig,
+        max_in_flight: usize,
+        health: Arc<Health>,
+        metrics: Metrics,
+    ) -> Result<KafkaSink, Definite> {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &cfg.brokers)
             .set("enable.idempotence", "true")
@@ -79,9 +153,20 @@ impl KafkaSink {
         for (k, v) in &cfg.properties {
             c.set(k, v);
         }
-        let producer: ThreadedProducer<DeliveryContext> = c.create_with_context(DeliveryContext).map_err(|e| {
-            Definite::Config(format!("Kafka producer config rejected: {e}; check --kafka-property values"))
-        })?;
+        let max_message_bytes = cfg
+            .properties
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "message.max.bytes")
+            .map(|(_, v)| v.parse::<usize>())
+            .transpose()
+            .map_err(|_| Definite::Config("--kafka-property message.max.bytes must be a number of bytes".into()))?
+            .unwrap_or(1_000_000);
+        metrics.kafka_connected.set(1.0);
+        let producer: ThreadedProducer<DeliveryContext> =
+            c.create_with_context(DeliveryContext { health, metrics }).map_err(|e| {
+                Definite::Config(format!("Kafka producer config rejected: {e}; check --kafka-property values"))
+            })?;
         let mut ac = ClientConfig::new();
         ac.set("bootstrap.servers", &cfg.brokers);
         for (k, v) in &cfg.properties {
@@ -92,12 +177,17 @@ impl KafkaSink {
             }
         }
         let admin = ac.create().map_err(|e| Definite::Config(format!("Kafka admin client config rejected: {e}")))?;
+        let producer = Arc::new(producer);
+        let stop_checks = Arc::new(AtomicBool::new(false));
+        spawn_metadata_checks(producer.clone(), stop_checks.clone());
         Ok(KafkaSink {
             producer,
             admin,
             known_topics: HashSet::new(),
             partitions: cfg.topic_partitions,
             replication: cfg.topic_replication_factor,
+            max_message_bytes,
+            stop_checks,
         })
     }
 
@@ -112,45 +202,68 @@ impl KafkaSink {
         let new = NewTopic::new(topic, self.partitions, TopicReplication::Fixed(self.replication));
         let mut backoff = Duration::from_millis(200);
         loop {
-            match self.admin.create_topics([&new], &opts).await {
-                Ok(results) => {
-                    for r in results {
-                        match r {
-                            Ok(_) => tracing::info!(topic, partitions = self.partitions, "created topic"),
-                            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                            Err((_, code @ (RDKafkaErrorCode::InvalidTopic
-                            | RDKafkaErrorCode::InvalidPartitions
-                            | RDKafkaErrorCode::InvalidReplicationFactor
-                            | RDKafkaErrorCode::TopicAuthorizationFailed
-                            | RDKafkaErrorCode::ClusterAuthorizationFailed))) => {
-                                return Err(Definite::Sink(format!(
-                                    "cannot create topic {topic:?}: {code}; create it yourself or fix --topic-partitions/--topic-replication-factor"
-                                )))
-                            }
-                            Err((_, code)) => {
-                                tracing::warn!(topic, %code, "topic creation failed; retrying");
-                                tokio::time::sleep(backoff).await;
-                                backoff = (backoff * 2).min(Duration::from_secs(5));
-                                continue;
-                            }
-                        }
+            let retry = match self.admin.create_topics([&new], &opts).await {
+                Ok(results) => match results.into_iter().next() {
+                    Some(Ok(_)) => {
+                        tracing::info!(topic, partitions = self.partitions, "created topic");
+                        false
                     }
-                    self.known_topics.insert(topic.to_owned());
-                    return Ok(());
-                }
+                    Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) | None => false,
+                    Some(Err((
+                        _,
+                        code @ (RDKafkaErrorCode::InvalidTopic
+                        | RDKafkaErrorCode::InvalidPartitions
+                        | RDKafkaErrorCode::InvalidReplicationFactor
+                        | RDKafkaErrorCode::TopicAuthorizationFailed
+                        | RDKafkaErrorCode::ClusterAuthorizationFailed),
+                    ))) => {
+                        return Err(Definite::Sink(format!(
+                            "cannot create topic {topic:?}: {code}; create it yourself or fix --topic-partitions/--topic-replication-factor"
+                        )))
+                    }
+                    Some(Err((_, code))) => {
+                        tracing::warn!(topic, %code, "topic creation failed; retrying");
+                        true
+                    }
+                },
                 Err(e) => {
                     tracing::warn!(topic, error = %e, "Kafka admin request failed; retrying (broker unreachable?)");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    true
                 }
+            };
+            if !retry {
+                self.known_topics.insert(topic.to_owned());
+                return Ok(());
             }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
         }
     }
 }
 
+/// Ask the cluster for metadata every few seconds; the answer (or its absence) is broker health.
+fn spawn_metadata_checks(producer: Arc<ThreadedProducer<DeliveryContext>>, stop: Arc<AtomicBool>) {
+    let spawned = std::thread::Builder::new().name("outboxd-kafka-health".into()).spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            let ok = producer.client().fetch_metadata(None, Duration::from_secs(2)).is_ok();
+            producer.context().kafka_up(ok);
+            std::thread::sleep(METADATA_CHECK_EVERY);
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "could not start the Kafka health thread; /readyz will follow deliveries only");
+    }
+}
+
+impl Drop for KafkaSink {
+    fn drop(&mut self) {
+        self.stop_checks.store(true, Ordering::Relaxed);
+    }
+}
+
 impl Sink for KafkaSink {
-    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), Definite> {
-        self.ensure_topic(&record.topic).await?;
+    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
+        self.ensure_topic(&record.topic).await.map_err(SinkError::Fatal)?;
         let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
         for (k, v) in &record.headers {
             headers = headers.insert(Header { key: k, value: Some(v.as_ref()) });
@@ -177,15 +290,27 @@ impl Sink for KafkaSink {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
                 Err((e, back)) => {
-                    let reason = e.to_string();
-                    back.delivery_opaque.fail(reason.clone());
-                    return Err(Definite::Delivery {
-                        event_id: record.event_id.clone(),
-                        topic: record.topic.clone(),
-                        reason,
+                    let delivery = *back.delivery_opaque;
+                    return Err(match rejection_code(&e) {
+                        Some(code) => {
+                            SinkError::Rejected { code, reason: e.to_string(), record: Box::new(record), delivery }
+                        }
+                        None => {
+                            let reason = e.to_string();
+                            delivery.fail(reason.clone());
+                            SinkError::Fatal(Definite::Delivery {
+                                event_id: record.event_id.clone(),
+                                topic: record.topic.clone(),
+                                reason,
+                            })
+                        }
                     });
                 }
             }
         }
+    }
+
+    fn max_message_bytes(&self) -> Option<usize> {
+        Some(self.max_message_bytes)
     }
 }

@@ -5,7 +5,7 @@ use std::io::Write;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use super::Sink;
+use super::{Sink, SinkError};
 use crate::ack::Delivery;
 use crate::error::Definite;
 use crate::router::Record;
@@ -15,7 +15,7 @@ use crate::router::Record;
 pub struct NullSink;
 
 impl Sink for NullSink {
-    async fn send(&mut self, _record: Record, delivery: Delivery) -> Result<(), Definite> {
+    async fn send(&mut self, _record: Record, delivery: Delivery) -> Result<(), SinkError> {
         delivery.ack();
         Ok(())
     }
@@ -72,7 +72,7 @@ pub fn record_json(r: &Record) -> String {
 }
 
 impl Sink for StdoutSink {
-    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), Definite> {
+    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
         let line = record_json(&record);
         let res = self
             .out
@@ -86,7 +86,7 @@ impl Sink for StdoutSink {
             }
             Err(e) => {
                 delivery.fail(e.to_string());
-                Err(Definite::Sink(format!("writing to stdout failed: {e}")))
+                Err(SinkError::Fatal(Definite::Sink(format!("writing to stdout failed: {e}"))))
             }
         }
     }

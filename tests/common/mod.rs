@@ -71,10 +71,7 @@ fn handed_out() -> &'static Mutex<HashSet<u16>> {
 /// callers that bind it in a child process retry with a fresh port on failure.
 pub fn free_port() -> u16 {
     for _ in 0..100 {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("bind 127.0.0.1:0")
-            .port();
+        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("bind 127.0.0.1:0").port();
         if handed_out().lock().unwrap().insert(port) {
             return port;
         }
@@ -150,10 +147,7 @@ fn keep_tempdirs() -> bool {
 }
 
 fn make_tempdir(prefix: &str) -> TempDir {
-    tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir()
-        .expect("create tempdir")
+    tempfile::Builder::new().prefix(prefix).tempdir().expect("create tempdir")
 }
 
 /// Removes (or, with `OUTBOXD_TEST_KEEP`, leaks and prints) a tempdir.
@@ -169,11 +163,7 @@ fn is_root() -> bool {
     // No libc dependency: ask `id`.
     static ROOT: OnceLock<bool> = OnceLock::new();
     *ROOT.get_or_init(|| {
-        Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-            .unwrap_or(false)
+        Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
     })
 }
 
@@ -189,9 +179,7 @@ pub fn send_signal(pid: u32, signal: &str) -> bool {
 }
 
 fn read_lossy(path: &Path) -> String {
-    fs::read(path)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default()
+    fs::read(path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
 }
 
 fn describe(out: &Output) -> String {
@@ -233,9 +221,7 @@ pub fn pg_bindir() -> PathBuf {
             .filter(|p| p.join("initdb").exists())
             .collect();
         found.sort();
-        found
-            .pop()
-            .expect("no PostgreSQL server binaries found (set PG_BINDIR)")
+        found.pop().expect("no PostgreSQL server binaries found (set PG_BINDIR)")
     })
     .clone()
 }
@@ -274,27 +260,14 @@ impl PgCluster {
         let data_dir = root.join("data");
 
         if is_root() {
-            let st = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(&root)
-                .status()
-                .expect("run chown");
+            let st = Command::new("chown").args(["-R", "postgres:postgres"]).arg(&root).status().expect("run chown");
             assert!(st.success(), "chown of {} failed", root.display());
         }
 
         let out = pg_server_cmd("initdb")
             .arg("-D")
             .arg(&data_dir)
-            .args([
-                "-U",
-                "postgres",
-                "-A",
-                "trust",
-                "-E",
-                "UTF8",
-                "--locale=C",
-                "--no-sync",
-            ])
+            .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"])
             .current_dir(&root)
             .output()
             .expect("spawn initdb");
@@ -339,22 +312,14 @@ impl PgCluster {
         );
         fs::write(data_dir.join("pg_hba.conf"), hba).expect("write pg_hba.conf");
 
-        let mut cluster = PgCluster {
-            dir: Some(dir),
-            data_dir,
-            port: 0,
-            running: false,
-        };
+        let mut cluster = PgCluster { dir: Some(dir), data_dir, port: 0, running: false };
 
         // Port races with other tests/processes: retry with a fresh port.
         let mut last_err = String::new();
         for _attempt in 0..8 {
             cluster.port = free_port();
-            fs::write(
-                cluster.data_dir.join("harness_port.conf"),
-                format!("port = {}\n", cluster.port),
-            )
-            .expect("write harness_port.conf");
+            fs::write(cluster.data_dir.join("harness_port.conf"), format!("port = {}\n", cluster.port))
+                .expect("write harness_port.conf");
             match cluster.pg_ctl_start() {
                 Ok(()) => {
                     cluster.running = true;
@@ -385,11 +350,7 @@ impl PgCluster {
         } else {
             // Make sure a half-started postmaster is gone before retrying.
             let _ = self.pg_ctl_stop("immediate");
-            Err(format!(
-                "{}\nserver log:\n{}",
-                describe(&out),
-                self.server_log()
-            ))
+            Err(format!("{}\nserver log:\n{}", describe(&out), self.server_log()))
         }
     }
 
@@ -455,10 +416,7 @@ impl PgCluster {
 
     /// Like [`url`](Self::url) for another user/password (not percent-encoded).
     pub fn url_for(&self, user: &str, pass: &str) -> String {
-        format!(
-            "postgres://{user}:{pass}@127.0.0.1:{}/{DB}?sslmode=disable",
-            self.port
-        )
+        format!("postgres://{user}:{pass}@127.0.0.1:{}/{DB}?sslmode=disable", self.port)
     }
 
     fn psql_cmd(&self, db: &str) -> Command {
@@ -478,11 +436,7 @@ impl PgCluster {
 
     fn run_psql(&self, mut cmd: Command, what: &str) -> String {
         let out = cmd.output().expect("spawn psql");
-        assert!(
-            out.status.success(),
-            "psql failed for {what}\n{}",
-            describe(&out)
-        );
+        assert!(out.status.success(), "psql failed for {what}\n{}", describe(&out));
         String::from_utf8_lossy(&out.stdout).trim_end().to_string()
     }
 
@@ -538,10 +492,8 @@ impl PgCluster {
             .user("postgres")
             .dbname(db)
             .application_name("outboxd-test-harness");
-        let (client, conn) = cfg
-            .connect(tokio_postgres::NoTls)
-            .await
-            .expect("connect to test cluster over unix socket");
+        let (client, conn) =
+            cfg.connect(tokio_postgres::NoTls).await.expect("connect to test cluster over unix socket");
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 eprintln!("[harness] postgres connection ended: {e}");
@@ -608,10 +560,8 @@ impl Drop for PgCluster {
 }
 
 fn append(path: &Path, text: &str) {
-    let mut f = fs::OpenOptions::new()
-        .append(true)
-        .open(path)
-        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let mut f =
+        fs::OpenOptions::new().append(true).open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     f.write_all(text.as_bytes()).expect("append");
 }
 
@@ -649,23 +599,17 @@ pub struct Consumed {
 impl Consumed {
     /// First header with this name.
     pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_slice())
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_slice())
     }
 
     /// First header with this name as UTF-8 (lossy).
     pub fn header_str(&self, name: &str) -> Option<String> {
-        self.header(name)
-            .map(|v| String::from_utf8_lossy(v).into_owned())
+        self.header(name).map(|v| String::from_utf8_lossy(v).into_owned())
     }
 
     /// Key as UTF-8 (lossy).
     pub fn key_str(&self) -> Option<String> {
-        self.key
-            .as_deref()
-            .map(|v| String::from_utf8_lossy(v).into_owned())
+        self.key.as_deref().map(|v| String::from_utf8_lossy(v).into_owned())
     }
 
     /// Payload parsed as JSON (panics if absent or not JSON).
@@ -704,13 +648,7 @@ impl Broker {
     }
 
     fn launch(dir: TempDir, workdir: PathBuf, storage: String) -> Broker {
-        let mut broker = Broker {
-            dir: Some(dir),
-            workdir,
-            storage,
-            port: 0,
-            child: None,
-        };
+        let mut broker = Broker { dir: Some(dir), workdir, storage, port: 0, child: None };
         let mut last_err = String::new();
         for _attempt in 0..5 {
             broker.port = free_port();
@@ -726,11 +664,7 @@ impl Broker {
     }
 
     fn spawn_and_wait(&mut self, timeout: Duration) -> Result<(), String> {
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .expect("open tansu log");
+        let log = fs::OpenOptions::new().create(true).append(true).open(self.log_path()).expect("open tansu log");
         let log2 = log.try_clone().expect("clone log fd");
         let url = format!("tcp://127.0.0.1:{}", self.port);
         let child = Command::new(tansu_bin())
@@ -739,10 +673,7 @@ impl Broker {
             .args(["--advertised-listener-url", &url])
             .args(["--storage-engine", &self.storage])
             .current_dir(&self.workdir)
-            .env(
-                "RUST_LOG",
-                std::env::var("TANSU_LOG").unwrap_or_else(|_| "warn".into()),
-            )
+            .env("RUST_LOG", std::env::var("TANSU_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2)
@@ -765,26 +696,16 @@ impl Broker {
         if ready {
             Ok(())
         } else {
-            Err(format!(
-                "tansu not ready after {timeout:?}\nlog:\n{}",
-                self.log()
-            ))
+            Err(format!("tansu not ready after {timeout:?}\nlog:\n{}", self.log()))
         }
     }
 
     fn metadata_ok(&self, timeout: Duration) -> bool {
-        let consumer: BaseConsumer = match self
-            .client_config()
-            .set("group.id", "outboxd-harness-probe")
-            .create()
-        {
+        let consumer: BaseConsumer = match self.client_config().set("group.id", "outboxd-harness-probe").create() {
             Ok(c) => c,
             Err(_) => return false,
         };
-        consumer
-            .fetch_metadata(None, timeout)
-            .map(|m| !m.brokers().is_empty())
-            .unwrap_or(false)
+        consumer.fetch_metadata(None, timeout).map(|m| !m.brokers().is_empty()).unwrap_or(false)
     }
 
     /// `127.0.0.1:PORT`
@@ -813,9 +734,7 @@ impl Broker {
     /// A `ClientConfig` with `bootstrap.servers` set (and IPv4 forced).
     pub fn client_config(&self) -> ClientConfig {
         let mut cfg = ClientConfig::new();
-        cfg.set("bootstrap.servers", self.bootstrap())
-            .set("broker.address.family", "v4")
-            .set("log_level", "3");
+        cfg.set("bootstrap.servers", self.bootstrap()).set("broker.address.family", "v4").set("log_level", "3");
         cfg
     }
 
@@ -837,28 +756,19 @@ impl Broker {
         let cfg = self.client_config();
         let topic = name.to_string();
         let result = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("build runtime");
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("build runtime");
             rt.block_on(async move {
-                let admin: AdminClient<DefaultClientContext> =
-                    cfg.create().map_err(|e| e.to_string())?;
+                let admin: AdminClient<DefaultClientContext> = cfg.create().map_err(|e| e.to_string())?;
                 let new = NewTopic::new(&topic, partitions, TopicReplication::Fixed(1));
                 let opts = AdminOptions::new()
                     .request_timeout(Some(Duration::from_secs(20)))
                     .operation_timeout(Some(Duration::from_secs(20)));
-                let res = admin
-                    .create_topics([&new], &opts)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let res = admin.create_topics([&new], &opts).await.map_err(|e| e.to_string())?;
                 for r in res {
                     match r {
                         Ok(_) => {}
                         Err((_, RDKafkaErrorCode::TopicAlreadyExists)) if exists_ok => {}
-                        Err((t, code)) => {
-                            return Err(format!("create topic {t}: {code:?} ({code})"))
-                        }
+                        Err((t, code)) => return Err(format!("create topic {t}: {code:?} ({code})")),
                     }
                 }
                 Ok::<(), String>(())
@@ -867,19 +777,11 @@ impl Broker {
         .join()
         .expect("create_topic thread panicked");
         if let Err(e) = result {
-            panic!(
-                "create_topic({name}, {partitions}) failed: {e}\nbroker log:\n{}",
-                self.log()
-            );
+            panic!("create_topic({name}, {partitions}) failed: {e}\nbroker log:\n{}", self.log());
         }
 
-        let ok = wait_until(Duration::from_secs(20), || {
-            self.partition_count(name) == Some(partitions as usize)
-        });
-        assert!(
-            ok,
-            "topic {name} did not show {partitions} partitions in metadata"
-        );
+        let ok = wait_until(Duration::from_secs(20), || self.partition_count(name) == Some(partitions as usize));
+        assert!(ok, "topic {name} did not show {partitions} partitions in metadata");
     }
 
     /// Number of partitions of `topic` per the broker's metadata (None if unknown).
@@ -890,9 +792,7 @@ impl Broker {
             .set("allow.auto.create.topics", "false")
             .create()
             .ok()?;
-        let md = consumer
-            .fetch_metadata(Some(topic), Duration::from_secs(5))
-            .ok()?;
+        let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)).ok()?;
         let t = md.topics().iter().find(|t| t.name() == topic)?;
         if t.error().is_some() || t.partitions().is_empty() {
             return None;
@@ -909,13 +809,7 @@ impl Broker {
     /// watermarks (and so possibly its last-stable offset) are unreliable.
     /// Blocking; in async tests consider `tokio::task::spawn_blocking` if
     /// something on the same runtime must make progress meanwhile.
-    pub fn consume_all(
-        &self,
-        topic: &str,
-        partitions: i32,
-        min_count: usize,
-        timeout: Duration,
-    ) -> Vec<Consumed> {
+    pub fn consume_all(&self, topic: &str, partitions: i32, min_count: usize, timeout: Duration) -> Vec<Consumed> {
         const QUIET: Duration = Duration::from_secs(1);
         let consumer: BaseConsumer = self
             .client_config()
@@ -930,8 +824,7 @@ impl Broker {
             .expect("create consumer");
         let mut tpl = TopicPartitionList::new();
         for p in 0..partitions {
-            tpl.add_partition_offset(topic, p, Offset::Beginning)
-                .expect("add partition");
+            tpl.add_partition_offset(topic, p, Offset::Beginning).expect("add partition");
         }
         consumer.assign(&tpl).expect("assign");
 
@@ -948,9 +841,7 @@ impl Broker {
                     let headers = m
                         .headers()
                         .map(|hs| {
-                            hs.iter()
-                                .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
-                                .collect()
+                            hs.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect()
                         })
                         .unwrap_or_default();
                     out.push(Consumed {
@@ -1000,21 +891,15 @@ impl Broker {
     pub fn restart(&mut self) {
         self.kill();
         let mut last_err = String::new();
-        let ok = wait_until(Duration::from_secs(30), || {
-            match self.spawn_and_wait(Duration::from_secs(20)) {
-                Ok(()) => true,
-                Err(e) => {
-                    self.kill();
-                    last_err = e;
-                    false
-                }
+        let ok = wait_until(Duration::from_secs(30), || match self.spawn_and_wait(Duration::from_secs(20)) {
+            Ok(()) => true,
+            Err(e) => {
+                self.kill();
+                last_err = e;
+                false
             }
         });
-        assert!(
-            ok,
-            "tansu did not restart on port {}:\n{last_err}",
-            self.port
-        );
+        assert!(ok, "tansu did not restart on port {}:\n{last_err}", self.port);
     }
 
     /// Whether the broker process is alive.
@@ -1082,11 +967,7 @@ impl Outboxd {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("spawn outboxd");
-        Outboxd {
-            dir: Some(dir),
-            child: Some(child),
-            status: None,
-        }
+        Outboxd { dir: Some(dir), child: Some(child), status: None }
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -1094,11 +975,7 @@ impl Outboxd {
     }
 
     pub fn log_path(&self) -> PathBuf {
-        self.dir
-            .as_ref()
-            .expect("tempdir")
-            .path()
-            .join("outboxd.log")
+        self.dir.as_ref().expect("tempdir").path().join("outboxd.log")
     }
 
     /// Combined stdout/stderr so far.
@@ -1173,11 +1050,7 @@ impl Drop for Outboxd {
     fn drop(&mut self) {
         self.kill9();
         if std::thread::panicking() {
-            eprintln!(
-                "[harness] outboxd log ({}):\n{}",
-                self.log_path().display(),
-                self.log()
-            );
+            eprintln!("[harness] outboxd log ({}):\n{}", self.log_path().display(), self.log());
         }
         dispose_tempdir(self.dir.take(), "outboxd");
     }
@@ -1217,6 +1090,10 @@ pub fn daemon_args(pg: &PgCluster, broker: &Broker, extra: &[&str]) -> Vec<Strin
 pub fn daemon_args_pg_only(pg: &PgCluster, extra: &[&str]) -> Vec<String> {
     let mut a = args(&["run", "--postgres-url"]);
     a.push(pg.url());
+    // Many daemons run at once: each gets its own metrics port unless the test picks one.
+    if !extra.contains(&"--metrics-addr") {
+        a.extend(args(&["--metrics-addr", "127.0.0.1:0"]));
+    }
     a.extend(extra.iter().map(|s| s.to_string()));
     a
 }

@@ -1,0 +1,123 @@
+//! Process health and the HTTP endpoint: `/metrics` (Prometheus text), `/healthz`, `/readyz`.
+//!
+//! [`Health`] is a few atomics written where the facts change (session start/end, Kafka delivery
+//! results and metadata checks) and read by the HTTP handler. Ready means: streaming, PostgreSQL
+//! connected, and the last Kafka delivery or metadata check succeeded.
+//!
+//! The server is deliberately tiny: one request per connection, GET only, no keep-alive. It serves
+//! probes and scrapes, not users.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::error::Definite;
+
+/// Shared readiness facts.
+#[derive(Debug)]
+pub struct Health {
+    streaming: AtomicBool,
+    postgres: AtomicBool,
+    kafka: AtomicBool,
+    /// Unix ms of the last outbox event or heartbeat seen in the stream.
+    last_activity_ms: AtomicU64,
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_millis() as u64
+}
+
+impl Health {
+    pub fn new() -> Arc<Health> {
+        Arc::new(Health {
+            streaming: AtomicBool::new(false),
+            postgres: AtomicBool::new(false),
+            kafka: AtomicBool::new(true),
+            last_activity_ms: AtomicU64::new(unix_ms()),
+        })
+    }
+
+    pub fn set_streaming(&self, v: bool) {
+        self.streaming.store(v, Ordering::Relaxed);
+        self.postgres.store(v, Ordering::Relaxed);
+    }
+
+    pub fn set_kafka(&self, ok: bool) {
+        self.kafka.store(ok, Ordering::Relaxed);
+    }
+
+    pub fn kafka_ok(&self) -> bool {
+        self.kafka.load(Ordering::Relaxed)
+    }
+
+    /// An outbox event or a heartbeat just came through the stream.
+    pub fn activity(&self) {
+        self.last_activity_ms.store(unix_ms(), Ordering::Relaxed);
+    }
+
+    /// Time since the last event or heartbeat.
+    pub fn idle_for(&self) -> Duration {
+        Duration::from_millis(unix_ms().saturating_sub(self.last_activity_ms.load(Ordering::Relaxed)))
+    }
+
+    pub fn streaming(&self) -> bool {
+        self.streaming.load(Ordering::Relaxed)
+    }
+
+    pub fn ready(&self) -> bool {
+        self.streaming.load(Ordering::Relaxed) && self.postgres.load(Ordering::Relaxed) && self.kafka_ok()
+    }
+}
+
+/// Install the Prometheus recorder and serve the endpoints on `addr`. Returns the bound address
+/// (useful with port 0).
+pub async fn serve(addr: SocketAddr, health: Arc<Health>) -> Result<SocketAddr, Definite> {
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Full("outboxd_commit_to_ack_seconds".into()),
+            &[0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0],
+        )
+        .and_then(|b| b.install_recorder())
+        .map_err(|e| Definite::Config(format!("--metrics-addr: cannot install the metrics recorder: {e}")))?;
+    let listener = TcpListener::bind(addr).await.map_err(|e| {
+        Definite::Config(format!("--metrics-addr {addr}: cannot listen ({e}); pick a free port, or 'off' to disable"))
+    })?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    tokio::spawn(accept_loop(listener, handle, health));
+    Ok(bound)
+}
+
+async fn accept_loop(listener: TcpListener, handle: PrometheusHandle, health: Arc<Health>) {
+    loop {
+        let Ok((mut sock, _)) = listener.accept().await else { continue };
+        let handle = handle.clone();
+        let health = health.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 2048];
+            let n = match tokio::time::timeout(std::time::Duration::from_secs(5), sock.read(&mut buf)).await {
+                Ok(Ok(n)) => n,
+                _ => return,
+            };
+            let req = String::from_utf8_lossy(&buf[..n]);
+            let path = req.split_whitespace().nth(1).unwrap_or("/");
+            let (status, body, ctype) = match path.split('?').next().unwrap_or("/") {
+                "/metrics" => ("200 OK", handle.render(), "text/plain; version=0.0.4"),
+                "/healthz" => ("200 OK", "ok\n".to_owned(), "text/plain"),
+                "/readyz" if health.ready() => ("200 OK", "ready\n".to_owned(), "text/plain"),
+                "/readyz" => ("503 Service Unavailable", "not ready\n".to_owned(), "text/plain"),
+                _ => ("404 Not Found", "not found\n".to_owned(), "text/plain"),
+            };
+            let resp = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = sock.write_all(resp.as_bytes()).await;
+            let _ = sock.shutdown().await;
+        });
+    }
+}
