@@ -37,6 +37,9 @@ pub async fn run<S: Sink>(
         let client = admin::connect(cfg).await?;
         admin::check_wal_level(&client).await?;
         admin::check_tables(&client, cfg).await?;
+        if cfg.require_empty_tables {
+            admin::check_empty(&client, cfg).await?;
+        }
         admin::ensure_publication(&client, cfg).await?;
     }
     let monitor = tokio::spawn(monitor(cfg.clone(), health.clone(), metrics.clone(), shutdown.clone()));

@@ -4,7 +4,8 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
 use outboxd::config::{Cli, Command, Config, LogFormat, RunArgs, SinkKind};
 use outboxd::error::{Definite, Error};
 use outboxd::health::Health;
@@ -14,14 +15,25 @@ use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    // Which flags the user gave (command line or environment): those win over --debezium-config.
+    let sub = matches.subcommand().map(|(_, m)| m.clone());
+    let explicit = move |id: &str| {
+        sub.as_ref().is_some_and(|m| {
+            matches!(m.value_source(id), Some(ValueSource::CommandLine) | Some(ValueSource::EnvVariable))
+        })
+    };
     let args = match cli.command {
         Command::Run(args) => args,
-        Command::Config(args) => return print_config(&args),
+        Command::Config(args) => return print_config(&args, &explicit),
         Command::Status(args) => return exit_with(block_on(outboxd::status::run(&args))),
         Command::Dlq(cmd) => return exit_with(block_on(outboxd::dlq::tool::run(cmd))),
     };
-    let cfg = match Config::from_args(&args) {
+    let cfg = match Config::from_args_with_file(&args, &explicit) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("outboxd: error: {e}");
@@ -29,6 +41,7 @@ fn main() -> ExitCode {
         }
     };
     init_logging(cfg.log_format);
+    log_notes(&cfg);
     match run(cfg) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -40,9 +53,22 @@ fn main() -> ExitCode {
     }
 }
 
-fn print_config(args: &RunArgs) -> ExitCode {
-    match Config::from_args(args) {
+fn log_notes(cfg: &Config) {
+    for (warning, note) in &cfg.notes {
+        if *warning {
+            tracing::warn!("--debezium-config: {note}");
+        } else {
+            tracing::info!("--debezium-config: {note}");
+        }
+    }
+}
+
+fn print_config(args: &RunArgs, explicit: &dyn Fn(&str) -> bool) -> ExitCode {
+    match Config::from_args_with_file(args, explicit) {
         Ok(cfg) => {
+            for (warning, note) in &cfg.notes {
+                eprintln!("outboxd: {}: {note}", if *warning { "warning" } else { "note" });
+            }
             println!("{}", cfg.to_flags().join(" \\\n  "));
             ExitCode::SUCCESS
         }

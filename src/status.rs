@@ -163,7 +163,8 @@ fn judge(slot: SlotReport, publication: PublicationReport, server: ServerReport)
     if !slot.exists {
         problems.push(format!(
             "slot {name:?} is missing (not in pg_replication_slots): `outboxd run` creates it on \
-             first start; if it was dropped, outbox rows committed before it is recreated are never streamed"
+             first start; if an existing slot was dropped, rows committed until it is recreated are never \
+             streamed and must be republished from the outbox table"
         ));
     } else if slot.wal_status.as_deref() == Some("lost") {
         problems.push(format!(
@@ -258,7 +259,7 @@ fn render_text(r: &Report) -> String {
         rows.extend([("  publishes inserts", yes_no(p.pubinsert)), ("  tables", tables)]);
     }
     rows.extend([
-        ("server", v.database.clone()),
+        ("server", format!("connected to database {}", v.database)),
         ("  server_version", v.server_version.clone()),
         ("  wal_level", v.wal_level.clone()),
         ("  max_slot_wal_keep_size", v.max_slot_wal_keep_size.clone()),

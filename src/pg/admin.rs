@@ -128,6 +128,25 @@ async fn check_table(client: &Client, cfg: &Config, table: &TableName) -> Result
     Ok(())
 }
 
+/// `snapshot.mode=initial` in a Debezium file: outboxd takes no snapshots, so existing rows would
+/// be skipped silently. Refuse unless every outbox table is empty.
+pub async fn check_empty(client: &Client, cfg: &Config) -> Result<(), Error> {
+    for t in &cfg.tables {
+        let row = client
+            .query_one(&format!("SELECT EXISTS (SELECT 1 FROM {})", quote_table(t)), &[])
+            .await
+            .map_err(|e| db(&format!("reading {t}"), e))?;
+        if row.get::<_, bool>(0) {
+            return Err(Definite::Setup(format!(
+                "snapshot.mode asks for an initial snapshot, but outboxd streams only new rows and {t} is not empty: \
+                 set snapshot.mode=never (or no_data) in the file, and republish old rows yourself if they were never sent"
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
 fn quote_ident(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))
 }

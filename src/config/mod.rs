@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+
+pub mod debezium;
 use percent_encoding::percent_decode_str;
 
 use crate::error::Definite;
@@ -136,8 +138,11 @@ pub enum LogFormat {
 }
 
 /// Raw flags of `outboxd run`. Defaults follow `sql/01_outbox.sql` and Debezium's EventRouter.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
+    /// Read a Debezium connector config (Connect JSON or Debezium Server .properties); explicit flags win.
+    #[arg(long, env = "OUTBOXD_DEBEZIUM_CONFIG")]
+    pub debezium_config: Option<PathBuf>,
     /// PostgreSQL URL: postgres://user:pass@host:port/db?sslmode=disable, or ?host=/socket/dir.
     #[arg(long, env = "OUTBOXD_POSTGRES_URL", hide_env_values = true)]
     pub postgres_url: Option<String>,
@@ -476,6 +481,10 @@ pub struct Config {
     pub heartbeat_action_query: Option<String>,
     pub lag_poll_interval: Duration,
     pub reconnect_max_backoff: Duration,
+    /// The outbox tables must be empty at start (a Debezium file asked for an initial snapshot).
+    pub require_empty_tables: bool,
+    /// Messages from loading the configuration, for the log once it is up: (is_warning, text).
+    pub notes: Vec<(bool, String)>,
 }
 
 /// What happens to an event that cannot be delivered as routed.
@@ -490,6 +499,19 @@ pub enum BadEventPolicy {
 }
 
 impl Config {
+    /// Like [`Config::from_args`], first merging `--debezium-config` under the flags for which
+    /// `explicit(arg_id)` says the user gave a value (command line or environment).
+    pub fn from_args_with_file(a: &RunArgs, explicit: &dyn Fn(&str) -> bool) -> Result<Config, Definite> {
+        let Some(path) = &a.debezium_config else { return Config::from_args(a) };
+        let overlay = debezium::load(path)?;
+        let mut merged = a.clone();
+        apply_overlay(&mut merged, &overlay, explicit)?;
+        let mut cfg = Config::from_args(&merged)?;
+        cfg.require_empty_tables = overlay.require_empty_tables;
+        cfg.notes = overlay.notes;
+        Ok(cfg)
+    }
+
     pub fn from_args(a: &RunArgs) -> Result<Config, Definite> {
         let bad = |m: String| Definite::Config(m);
         let url = a.postgres_url.as_deref().ok_or_else(|| {
@@ -609,6 +631,8 @@ impl Config {
                 }
                 d
             },
+            require_empty_tables: false,
+            notes: Vec::new(),
             reconnect_max_backoff: parse_duration("--reconnect-max-backoff", &a.reconnect_max_backoff)?
                 .max(Duration::from_millis(100)),
         })
@@ -713,6 +737,62 @@ fn shell_quote(v: &str) -> String {
     } else {
         format!("'{}'", v.replace('\'', "'\\''"))
     }
+}
+
+/// Set every field the overlay names, unless the user set it explicitly.
+fn apply_overlay(a: &mut RunArgs, o: &debezium::Overlay, explicit: &dyn Fn(&str) -> bool) -> Result<(), Definite> {
+    let bad = |id: &str, v: &str| Definite::Config(format!("--debezium-config: value {v:?} for {id} is not valid"));
+    let boolean = |id: &str, v: &str| match v.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(bad(id, v)),
+    };
+    let mut replaced_tables = false;
+    for (id, v) in &o.values {
+        if explicit(id) {
+            continue;
+        }
+        let v = v.clone();
+        match *id {
+            "postgres_url" => a.postgres_url = Some(v),
+            "slot" => a.slot = v,
+            "publication" => a.publication = v,
+            "publication_autocreate" => {
+                a.publication_autocreate = PublicationAutocreate::from_str(&v, true).map_err(|_| bad(id, &v))?
+            }
+            "tables" => {
+                if !replaced_tables {
+                    a.tables.clear();
+                    replaced_tables = true;
+                }
+                a.tables.push(v);
+            }
+            "kafka_brokers" => a.kafka_brokers = v,
+            "kafka_properties" => a.kafka_properties.push(v),
+            "heartbeat_interval" => a.heartbeat_interval = v,
+            "heartbeat_action_query" => a.heartbeat_action_query = Some(v),
+            "table_field_event_id" => a.table_field_event_id = v,
+            "table_field_event_key" => a.table_field_event_key = v,
+            "table_field_event_type" => a.table_field_event_type = v,
+            "table_field_event_payload" => a.table_field_event_payload = v,
+            "table_field_event_timestamp" => a.table_field_event_timestamp = v,
+            "table_fields_additional_placement" => a.table_fields_additional_placement = v,
+            "table_field_additional_missing" => {
+                a.table_field_additional_missing = MissingPolicy::from_str(&v, true).map_err(|_| bad(id, &v))?
+            }
+            "route_by_field" => a.route_by_field = v,
+            "route_topic_regex" => a.route_topic_regex = v,
+            "route_topic_replacement" => a.route_topic_replacement = v,
+            "route_tombstone_on_empty_payload" => a.route_tombstone_on_empty_payload = boolean(id, &v)?,
+            "table_op_invalid_behavior" => {
+                a.table_op_invalid_behavior = InvalidOp::from_str(&v, true).map_err(|_| bad(id, &v))?
+            }
+            "table_expand_json_payload" => a.table_expand_json_payload = boolean(id, &v)?,
+            "table_field_event_headers" => a.table_field_event_headers = Some(v),
+            other => return Err(Definite::Bug(format!("debezium overlay names unknown flag {other}"))),
+        }
+    }
+    Ok(())
 }
 
 fn check_identifier(flag: &str, v: &str, slot: bool) -> Result<(), Definite> {

@@ -1,0 +1,436 @@
+//! `--debezium-config FILE`: run from an existing Debezium connector configuration.
+//!
+//! Reads a Kafka Connect REST body (`{"name": …, "config": {…}}`, or the bare config object) or a
+//! `.properties` file (Debezium Server's `debezium.source.*`, `debezium.transforms.*`,
+//! `debezium.sink.kafka.producer.*`), and turns it into flag values for `outboxd run`.
+//!
+//! Rules:
+//! * EventRouter options the file leaves out take **Debezium's** defaults (`id`, `aggregateid`,
+//!   `payload`, `route.by.field=aggregatetype`, replacement `outbox.event.${routedByValue}`, no
+//!   headers expansion), so one file routes the same way in both tools.
+//! * Flags given on the command line or in the environment win over the file ([`apply`]).
+//! * Known keys that do not apply are reported at info; unknown keys in one warning; values we
+//!   cannot honour (another decoder plugin, another transform type, an initial snapshot of a
+//!   non-empty table) are errors that say what to change.
+//! * The password only ever travels inside the URL value; messages name keys, never values.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::error::Definite;
+
+const EVENT_ROUTER: &str = "io.debezium.transforms.outbox.EventRouter";
+
+/// Flag values (by clap argument id) read from a Debezium file, plus what to tell the operator.
+#[derive(Debug, Default, Clone)]
+pub struct Overlay {
+    /// `(arg id, value)`; for repeatable flags the same id appears several times.
+    pub values: Vec<(&'static str, String)>,
+    /// Messages for the log: (is_warning, text).
+    pub notes: Vec<(bool, String)>,
+    /// `snapshot.mode` asks for an initial snapshot: only an empty outbox is acceptable.
+    pub require_empty_tables: bool,
+}
+
+/// Keys Debezium knows that have no meaning for outboxd.
+const NOT_APPLICABLE: &[&str] = &[
+    "name",
+    "connector.class",
+    "tasks.max",
+    "database.server.name",
+    "topic.prefix",
+    "key.converter",
+    "value.converter",
+    "key.converter.schemas.enable",
+    "value.converter.schemas.enable",
+    "schema.include.list",
+    "schema.history.internal.kafka.topic",
+    "schema.history.internal.kafka.bootstrap.servers",
+    "decimal.handling.mode",
+    "time.precision.mode",
+    "include.schema.changes",
+    "slot.drop.on.stop",
+    "offset.storage",
+    "offset.storage.file.filename",
+    "offset.flush.interval.ms",
+    "errors.tolerance",
+    "errors.log.enable",
+    "max.batch.size",
+    "max.queue.size",
+    "poll.interval.ms",
+    "sink.type",
+    "format.key",
+    "format.value",
+];
+
+/// Read and translate a Debezium configuration file.
+pub fn load(path: &Path) -> Result<Overlay, Definite> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Definite::Config(format!("--debezium-config {}: cannot read it: {e}", path.display())))?;
+    let raw = if text.trim_start().starts_with('{') {
+        parse_json(&text).map_err(|e| Definite::Config(format!("--debezium-config {}: {e}", path.display())))?
+    } else {
+        parse_properties(&text)
+    };
+    translate(&normalize(raw)).map_err(|e| Definite::Config(format!("--debezium-config {}: {e}", path.display())))
+}
+
+/// A Connect REST body or a bare config object, values as strings.
+fn parse_json(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+    let obj = match v.get("config") {
+        Some(c) => c,
+        None => &v,
+    };
+    let map = obj.as_object().ok_or("expected a JSON object (a connector config, or {\"name\", \"config\"})")?;
+    Ok(map
+        .iter()
+        .map(|(k, v)| {
+            let s = match v {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (k.clone(), s)
+        })
+        .collect())
+}
+
+/// Java `.properties`: `key=value` or `key: value`, `#`/`!` comments, `\` line continuations.
+fn parse_properties(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut pending = String::new();
+    for line in text.lines() {
+        let line = line.trim_start();
+        if pending.is_empty() && (line.is_empty() || line.starts_with('#') || line.starts_with('!')) {
+            continue;
+        }
+        if let Some(cont) = line.strip_suffix('\\') {
+            pending.push_str(cont);
+            continue;
+        }
+        pending.push_str(line);
+        let full = std::mem::take(&mut pending);
+        let split = full.find(['=', ':']).unwrap_or(full.len());
+        let (k, v) = full.split_at(split);
+        let v = v.get(1..).unwrap_or("").trim();
+        out.insert(k.trim().to_owned(), v.to_owned());
+    }
+    out
+}
+
+/// Map Debezium Server's prefixed keys onto connector keys.
+fn normalize(raw: BTreeMap<String, String>) -> BTreeMap<String, String> {
+    raw.into_iter()
+        .filter_map(|(k, v)| {
+            let k = if let Some(r) = k.strip_prefix("debezium.source.") {
+                r.to_owned()
+            } else if let Some(r) = k.strip_prefix("debezium.transforms") {
+                format!("transforms{r}")
+            } else if let Some(r) = k.strip_prefix("debezium.sink.kafka.producer.") {
+                format!("producer.override.{r}")
+            } else if let Some(r) = k.strip_prefix("debezium.sink.") {
+                format!("sink.{r}")
+            } else if let Some(r) = k.strip_prefix("debezium.format.") {
+                format!("format.{r}")
+            } else if k.starts_with("quarkus.") {
+                return None;
+            } else {
+                k
+            };
+            Some((k, v))
+        })
+        .collect()
+}
+
+fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
+    let mut o = Overlay::default();
+    let mut used: Vec<&str> = Vec::new();
+    let mut get = |k: &'static str| -> Option<String> {
+        let v = cfg.get(k).cloned();
+        if v.is_some() {
+            used.push(k);
+        }
+        v
+    };
+
+    match get("plugin.name").as_deref() {
+        None | Some("pgoutput") => {}
+        Some(other) => {
+            return Err(format!(
+                "plugin.name={other} is not supported: outboxd reads pgoutput only; set plugin.name=pgoutput (a new slot is needed)"
+            ))
+        }
+    }
+    if let Some(class) = get("connector.class") {
+        if !class.ends_with("PostgresConnector") {
+            return Err(format!("connector.class {class} is not the PostgreSQL connector"));
+        }
+    }
+    if let Some(t) = get("sink.type") {
+        if t != "kafka" {
+            return Err(format!("debezium.sink.type={t}: outboxd's file drop-in maps the kafka sink only"));
+        }
+    }
+
+    // The connection, as one URL (explicit --postgres-url still wins).
+    let host = get("database.hostname");
+    let port = get("database.port");
+    let user = get("database.user");
+    let password = get("database.password");
+    let dbname = get("database.dbname");
+    let sslmode = get("database.sslmode");
+    if host.is_some() || user.is_some() || dbname.is_some() {
+        let enc = |s: &str| percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string();
+        let auth = match (&user, &password) {
+            (Some(u), Some(p)) => format!("{}:{}@", enc(u), enc(p)),
+            (Some(u), None) => format!("{}@", enc(u)),
+            _ => String::new(),
+        };
+        let url = format!(
+            "postgres://{auth}{}:{}/{}?sslmode={}",
+            host.as_deref().unwrap_or("localhost"),
+            port.as_deref().unwrap_or("5432"),
+            enc(dbname.as_deref().unwrap_or("postgres")),
+            sslmode.as_deref().unwrap_or("disable")
+        );
+        o.values.push(("postgres_url", url));
+    }
+    o.values.push(("slot", get("slot.name").unwrap_or_else(|| "debezium".into())));
+    o.values.push(("publication", get("publication.name").unwrap_or_else(|| "dbz_publication".into())));
+    match get("publication.autocreate.mode").as_deref() {
+        // Debezium's default is all_tables; a publication of the outbox tables routes the same rows.
+        None => o.values.push(("publication_autocreate", "filtered".into())),
+        Some(m @ ("filtered" | "disabled")) => o.values.push(("publication_autocreate", m.into())),
+        Some(other) => {
+            return Err(format!(
+                "publication.autocreate.mode={other} is not supported; use filtered (a publication of the outbox tables) or disabled"
+            ))
+        }
+    }
+    if let Some(list) = get("table.include.list") {
+        for t in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            if t.contains(['*', '+', '?', '[', '(', '|', '\\', '^', '$']) {
+                return Err(format!(
+                    "table.include.list entry {t:?} is a regular expression; list the outbox tables by name (schema.table)"
+                ));
+            }
+            o.values.push(("tables", t.to_owned()));
+        }
+    }
+    if let Some(ms) = get("heartbeat.interval.ms") {
+        let n: u64 = ms.parse().map_err(|_| format!("heartbeat.interval.ms={ms:?} is not a number"))?;
+        o.values.push(("heartbeat_interval", format!("{n}ms")));
+    }
+    if let Some(q) = get("heartbeat.action.query") {
+        o.values.push(("heartbeat_action_query", q));
+    }
+    if let Some(t) = get("tombstones.on.delete") {
+        o.notes.push((
+            false,
+            format!("tombstones.on.delete={t} does not apply: outboxd emits nothing for DELETEs on the outbox"),
+        ));
+    }
+    match get("snapshot.mode").as_deref() {
+        None | Some("never" | "no_data" | "nodata") => {}
+        Some("initial" | "always" | "initial_only" | "when_needed") => o.require_empty_tables = true,
+        Some(other) => {
+            return Err(format!("snapshot.mode={other} is not supported; outboxd streams changes only (use never)"))
+        }
+    }
+
+    // Transforms: exactly one EventRouter, nothing else.
+    let names: Vec<String> = get("transforms")
+        .map(|t| t.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
+        .unwrap_or_default();
+    let mut router: Option<String> = None;
+    for n in &names {
+        let ty = cfg.get(&format!("transforms.{n}.type")).cloned().unwrap_or_default();
+        if ty != EVENT_ROUTER {
+            return Err(format!(
+                "transform {n:?} has type {ty:?}; outboxd implements only {EVENT_ROUTER}: remove that transform or apply it downstream"
+            ));
+        }
+        if let Some(first) = &router {
+            return Err(format!("transforms {first:?} and {n:?} are both EventRouters; keep one"));
+        }
+        router = Some(n.clone());
+    }
+    let router_opts: BTreeMap<String, String> = match &router {
+        Some(n) => {
+            let prefix = format!("transforms.{n}.");
+            cfg.iter().filter_map(|(k, v)| k.strip_prefix(&prefix).map(|o| (o.to_owned(), v.clone()))).collect()
+        }
+        None => {
+            o.notes.push((
+                true,
+                "the file has no EventRouter transform; routing uses Debezium's EventRouter defaults".into(),
+            ));
+            BTreeMap::new()
+        }
+    };
+    let mut router_used = vec!["type".to_owned()];
+    let mut opt = |name: &str, default: &str| -> String {
+        router_used.push(name.to_owned());
+        router_opts.get(name).cloned().unwrap_or_else(|| default.to_owned())
+    };
+    o.values.push(("table_field_event_id", opt("table.field.event.id", "id")));
+    o.values.push(("table_field_event_key", opt("table.field.event.key", "aggregateid")));
+    o.values.push(("table_field_event_type", opt("table.field.event.type", "type")));
+    o.values.push(("table_field_event_payload", opt("table.field.event.payload", "payload")));
+    o.values.push(("table_field_event_timestamp", opt("table.field.event.timestamp", "")));
+    o.values.push(("table_fields_additional_placement", opt("table.fields.additional.placement", "")));
+    o.values.push(("table_field_additional_missing", opt("table.field.additional.missing", "error")));
+    o.values.push(("route_by_field", opt("route.by.field", "aggregatetype")));
+    o.values.push(("route_topic_regex", opt("route.topic.regex", "(?<routedByValue>.*)")));
+    o.values.push(("route_topic_replacement", opt("route.topic.replacement", "outbox.event.${routedByValue}")));
+    o.values.push(("route_tombstone_on_empty_payload", opt("route.tombstone.on.empty.payload", "false")));
+    o.values.push(("table_op_invalid_behavior", opt("table.op.invalid.behavior", "warn")));
+    o.values.push(("table_expand_json_payload", opt("table.expand.json.payload", "false")));
+    o.values.push(("table_field_event_headers", opt("table.field.event.headers", "")));
+    for k in ["table.field.event.schema.version", "table.field.event.payload.id", "debezium.op.invalid.behavior"] {
+        if router_opts.contains_key(k) {
+            router_used.push(k.to_owned());
+            o.notes.push((false, format!("transforms.*.{k} does not apply to outboxd")));
+        }
+    }
+    let unknown_router: Vec<String> = router_opts
+        .keys()
+        .filter(|k| !router_used.contains(k))
+        .map(|k| format!("transforms.{}.{k}", router.as_deref().unwrap_or("?")))
+        .collect();
+
+    // Producer overrides.
+    let mut unknown = unknown_router;
+    for (k, v) in cfg {
+        if let Some(p) = k.strip_prefix("producer.override.") {
+            if p == "bootstrap.servers" {
+                o.values.push(("kafka_brokers", v.clone()));
+            } else {
+                o.values.push(("kafka_properties", format!("{p}={v}")));
+            }
+            continue;
+        }
+        if used.contains(&k.as_str()) || k.starts_with("transforms") {
+            continue;
+        }
+        if NOT_APPLICABLE.contains(&k.as_str()) || k.starts_with("schema.history") || k.ends_with(".converter") {
+            o.notes.push((false, format!("{k} does not apply to outboxd; ignored")));
+        } else {
+            unknown.push(k.clone());
+        }
+    }
+    if !unknown.is_empty() {
+        o.notes.push((true, format!("ignoring keys outboxd does not know: {}", unknown.join(", "))));
+    }
+    Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn value<'a>(o: &'a Overlay, id: &str) -> Option<&'a str> {
+        o.values.iter().rev().find(|(k, _)| *k == id).map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn connector_json_like_the_seed() {
+        let json = r#"{"name": "outbox-connector", "config": {
+            "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+            "database.hostname": "postgres", "database.port": "5432", "database.user": "replica",
+            "database.password": "p@ss:word", "database.dbname": "app", "database.server.name": "app-pg",
+            "plugin.name": "pgoutput", "publication.autocreate.mode": "filtered",
+            "table.include.list": "public.outbox", "heartbeat.interval.ms": 5000,
+            "tombstones.on.delete": "false", "transforms": "outbox",
+            "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+            "transforms.outbox.table.fields.additional.placement": "aggregate_type:header,event_type:header",
+            "transforms.outbox.route.by.field": "event_type",
+            "transforms.outbox.route.topic.replacement": "${routedByValue}.events",
+            "transforms.outbox.table.field.event.id": "event_id",
+            "transforms.outbox.table.field.event.key": "aggregate_id",
+            "transforms.outbox.table.field.event.payload": "payload",
+            "transforms.outbox.table.field.event.timestamp": "created_at",
+            "producer.override.linger.ms": "10", "mystery.key": "1"}}"#;
+        let o = translate(&normalize(parse_json(json).unwrap())).unwrap();
+        assert_eq!(
+            value(&o, "postgres_url"),
+            Some("postgres://replica:p%40ss%3Aword@postgres:5432/app?sslmode=disable")
+        );
+        assert_eq!(value(&o, "route_by_field"), Some("event_type"));
+        assert_eq!(value(&o, "route_topic_replacement"), Some("${routedByValue}.events"));
+        assert_eq!(value(&o, "table_field_event_key"), Some("aggregate_id"));
+        assert_eq!(value(&o, "tables"), Some("public.outbox"));
+        assert_eq!(value(&o, "heartbeat_interval"), Some("5000ms"));
+        assert_eq!(value(&o, "kafka_properties"), Some("linger.ms=10"));
+        assert_eq!(value(&o, "slot"), Some("debezium"));
+        let notes: Vec<&String> = o.notes.iter().map(|(_, n)| n).collect();
+        assert!(notes.iter().any(|n| n.contains("database.server.name")), "{notes:?}");
+        let warn: Vec<&String> = o.notes.iter().filter(|(w, _)| *w).map(|(_, n)| n).collect();
+        assert_eq!(warn.len(), 1, "{warn:?}");
+        assert!(warn[0].contains("mystery.key") && !warn[0].contains("p@ss"), "{warn:?}");
+    }
+
+    #[test]
+    fn left_out_router_options_take_debeziums_defaults() {
+        let o = translate(&map(&[("transforms", "outbox"), ("transforms.outbox.type", EVENT_ROUTER)])).unwrap();
+        assert_eq!(value(&o, "table_field_event_id"), Some("id"));
+        assert_eq!(value(&o, "table_field_event_key"), Some("aggregateid"));
+        assert_eq!(value(&o, "route_by_field"), Some("aggregatetype"));
+        assert_eq!(value(&o, "route_topic_replacement"), Some("outbox.event.${routedByValue}"));
+        assert_eq!(value(&o, "table_field_event_timestamp"), Some(""));
+        assert_eq!(value(&o, "table_field_event_headers"), Some(""));
+        assert_eq!(value(&o, "publication"), Some("dbz_publication"));
+    }
+
+    #[test]
+    fn debezium_server_properties() {
+        let props = "# Debezium Server\n\
+            debezium.sink.type=kafka\n\
+            debezium.sink.kafka.producer.bootstrap.servers=k1:9092,k2:9092\n\
+            debezium.sink.kafka.producer.compression.type=lz4\n\
+            debezium.source.connector.class=io.debezium.connector.postgresql.PostgresConnector\n\
+            debezium.source.database.hostname = db\n\
+            debezium.source.database.user: u\n\
+            debezium.source.database.dbname=app\n\
+            debezium.source.slot.name=outbox_slot\n\
+            debezium.transforms=router\n\
+            debezium.transforms.router.type=io.debezium.transforms.outbox.EventRouter\n\
+            debezium.transforms.router.route.by.field=\\\n  event_type\n\
+            quarkus.log.level=INFO\n";
+        let o = translate(&normalize(parse_properties(props))).unwrap();
+        assert_eq!(value(&o, "kafka_brokers"), Some("k1:9092,k2:9092"));
+        assert_eq!(value(&o, "kafka_properties"), Some("compression.type=lz4"));
+        assert_eq!(value(&o, "postgres_url"), Some("postgres://u@db:5432/app?sslmode=disable"));
+        assert_eq!(value(&o, "slot"), Some("outbox_slot"));
+        assert_eq!(value(&o, "route_by_field"), Some("event_type"));
+        assert!(o.notes.iter().all(|(w, _)| !w), "{:?}", o.notes);
+    }
+
+    #[test]
+    fn unsupported_values_are_errors_that_say_what_to_change() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (&[("plugin.name", "decoderbufs")], "plugin.name=pgoutput"),
+            (
+                &[("transforms", "a"), ("transforms.a.type", "org.apache.kafka.connect.transforms.InsertField$Value")],
+                "remove that transform",
+            ),
+            (
+                &[("transforms", "a,b"), ("transforms.a.type", EVENT_ROUTER), ("transforms.b.type", EVENT_ROUTER)],
+                "keep one",
+            ),
+            (&[("publication.autocreate.mode", "all_tables")], "use filtered"),
+            (&[("table.include.list", "public.outbox_.*")], "regular expression"),
+            (&[("snapshot.mode", "exported")], "use never"),
+        ];
+        for (pairs, want) in cases {
+            let e = translate(&map(pairs)).unwrap_err();
+            assert!(e.contains(want), "{e}");
+        }
+        let o = translate(&map(&[("snapshot.mode", "initial")])).unwrap();
+        assert!(o.require_empty_tables);
+    }
+}
