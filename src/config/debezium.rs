@@ -262,7 +262,7 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
         }
         None => {
             o.notes.push((
-                true,
+                false,
                 "the file has no EventRouter transform; routing uses Debezium's EventRouter defaults".into(),
             ));
             BTreeMap::new()
