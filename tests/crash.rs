@@ -14,10 +14,7 @@ fn slot_confirmed(pg: &PgCluster) -> String {
 }
 
 fn lsn(s: &str) -> u64 {
-    let (hi, lo) = s
-        .trim()
-        .split_once('/')
-        .unwrap_or_else(|| panic!("not an LSN: {s:?}"));
+    let (hi, lo) = s.trim().split_once('/').unwrap_or_else(|| panic!("not an LSN: {s:?}"));
     (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
 }
 
@@ -29,9 +26,7 @@ fn lsn_lt(_pg: &PgCluster, a: &str, b: &str) -> bool {
 fn ids_in_kafka(broker: &Broker, topic: &str, min: usize) -> HashMap<String, usize> {
     let mut counts = HashMap::new();
     for r in broker.consume_all(topic, 1, min, Duration::from_secs(120)) {
-        *counts
-            .entry(r.header_str("id").expect("id header"))
-            .or_insert(0) += 1;
+        *counts.entry(r.header_str("id").expect("id header")).or_insert(0) += 1;
     }
     counts
 }
@@ -45,11 +40,7 @@ fn kill_9_mid_stream_loses_nothing() {
     let broker = Broker::start();
     let args = daemon_args(&pg, &broker, &["--status-interval", "200ms"]);
     let mut d = Outboxd::spawn(&args);
-    assert!(
-        d.wait_for_log("streaming", Duration::from_secs(30)),
-        "{}",
-        d.log()
-    );
+    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
 
     // A writer keeps committing while we kill outboxd. For each transaction it records the WAL
     // insert position after the commit (a separate psql -c, so a separate transaction): an upper
@@ -83,11 +74,7 @@ fn kill_9_mid_stream_loses_nothing() {
                     .args(["-c", &sql, "-c", "SELECT pg_current_wal_insert_lsn()"])
                     .output()
                     .expect("psql runs");
-                assert!(
-                    out.status.success(),
-                    "{}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
                 after.push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -96,10 +83,7 @@ fn kill_9_mid_stream_loses_nothing() {
     };
     // Let some events through, then kill without warning.
     assert!(
-        wait_until(Duration::from_secs(60), || pg
-            .psql("SELECT count(*) FROM outbox")
-            .parse::<usize>()
-            .unwrap()
+        wait_until(Duration::from_secs(60), || pg.psql("SELECT count(*) FROM outbox").parse::<usize>().unwrap()
             >= TXNS * PER_TXN / 3),
         "writer too slow"
     );
@@ -108,25 +92,15 @@ fn kill_9_mid_stream_loses_nothing() {
     // Nobody holds the slot now, so this is where the restart resumes.
     let resume_at = slot_confirmed(&pg);
     let mut d2 = Outboxd::spawn(&args);
-    assert!(
-        d2.wait_for_log("streaming", Duration::from_secs(30)),
-        "{}",
-        d2.log()
-    );
+    assert!(d2.wait_for_log("streaming", Duration::from_secs(30)), "{}", d2.log());
     let after = writer.join().expect("writer finished");
 
-    let all: Vec<String> = pg
-        .psql("SELECT event_id FROM outbox")
-        .lines()
-        .map(String::from)
-        .collect();
+    let all: Vec<String> = pg.psql("SELECT event_id FROM outbox").lines().map(String::from).collect();
     assert_eq!(all.len(), TXNS * PER_TXN);
     let mut seen: HashMap<String, (usize, usize)> = HashMap::new();
     for r in broker.consume_all("crash.v1.events", 1, all.len(), Duration::from_secs(120)) {
         let t = r.payload_json()["t"].as_u64().expect("payload has t") as usize;
-        seen.entry(r.header_str("id").expect("id header"))
-            .or_insert((0, t))
-            .0 += 1;
+        seen.entry(r.header_str("id").expect("id header")).or_insert((0, t)).0 += 1;
     }
     let missing: Vec<&String> = all.iter().filter(|id| !seen.contains_key(*id)).collect();
     assert!(
@@ -135,31 +109,23 @@ fn kill_9_mid_stream_loses_nothing() {
         missing.len(),
         &missing[..missing.len().min(5)]
     );
-    assert_eq!(
-        seen.len(),
-        all.len(),
-        "records with ids that are not in the outbox"
-    );
+    assert_eq!(seen.len(), all.len(), "records with ids that are not in the outbox");
     // Duplicates are allowed only for transactions the slot had not confirmed: a repeat of a
     // transaction that committed at or before the resume point is outside the documented window.
     let mut dups = 0;
     for (id, (count, t)) in &seen {
         if *count > 1 {
             dups += count - 1;
-            assert!(lsn_lt(&pg, &resume_at, &after[*t]), "event {id} of transaction {t} (committed by {}) repeated although the slot had confirmed {resume_at}", after[*t]);
+            assert!(
+                lsn_lt(&pg, &resume_at, &after[*t]),
+                "event {id} of transaction {t} (committed by {}) repeated although the slot had confirmed {resume_at}",
+                after[*t]
+            );
         }
     }
-    eprintln!(
-        "kill -9: {} events, {dups} duplicates, resumed at {resume_at}",
-        all.len()
-    );
+    eprintln!("kill -9: {} events, {dups} duplicates, resumed at {resume_at}", all.len());
     d2.sigterm();
-    assert!(
-        d2.wait_exit(Duration::from_secs(30))
-            .is_some_and(|s| s.success()),
-        "{}",
-        d2.log()
-    );
+    assert!(d2.wait_exit(Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", d2.log());
 }
 
 #[test]
@@ -169,21 +135,12 @@ fn slot_is_never_confirmed_past_an_unacked_record() {
     let broker = Broker::start();
     let args = daemon_args(&pg, &broker, &["--status-interval", "200ms"]);
     let mut d = Outboxd::spawn(&args);
-    assert!(
-        d.wait_for_log("streaming", Duration::from_secs(30)),
-        "{}",
-        d.log()
-    );
+    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
     // Warm up: the topic exists and one event made it through.
-    pg.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('w', 'w', 'frozen.v1', '{}')");
-    assert_eq!(
-        broker
-            .consume_all("frozen.v1.events", 1, 1, Duration::from_secs(30))
-            .len(),
-        1,
-        "{}",
-        d.log()
+    pg.psql(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('w', 'w', 'frozen.v1', '{}')",
     );
+    assert_eq!(broker.consume_all("frozen.v1.events", 1, 1, Duration::from_secs(30)).len(), 1, "{}", d.log());
 
     broker.pause();
     // Commit a transaction while the broker is frozen. psql runs both statements in one implicit
@@ -209,23 +166,10 @@ fn slot_is_never_confirmed_past_an_unacked_record() {
     d.kill9();
     broker.resume();
     let mut d2 = Outboxd::spawn(&args);
-    assert!(
-        d2.wait_for_log("streaming", Duration::from_secs(30)),
-        "{}",
-        d2.log()
-    );
+    assert!(d2.wait_for_log("streaming", Duration::from_secs(30)), "{}", d2.log());
     let seen = ids_in_kafka(&broker, "frozen.v1.events", 501);
-    let all: Vec<String> = pg
-        .psql("SELECT event_id FROM outbox")
-        .lines()
-        .map(String::from)
-        .collect();
-    assert!(
-        all.iter().all(|id| seen.contains_key(id)),
-        "events lost: have {} of {}",
-        seen.len(),
-        all.len()
-    );
+    let all: Vec<String> = pg.psql("SELECT event_id FROM outbox").lines().map(String::from).collect();
+    assert!(all.iter().all(|id| seen.contains_key(id)), "events lost: have {} of {}", seen.len(), all.len());
     let end = pg.psql("SELECT pg_current_wal_insert_lsn()");
     assert!(
         wait_until(Duration::from_secs(20), || lsn_lt(&pg, &before_commit, &slot_confirmed(&pg))),
@@ -233,42 +177,21 @@ fn slot_is_never_confirmed_past_an_unacked_record() {
         slot_confirmed(&pg)
     );
     d2.sigterm();
-    assert!(
-        d2.wait_exit(Duration::from_secs(30))
-            .is_some_and(|s| s.success()),
-        "{}",
-        d2.log()
-    );
+    assert!(d2.wait_exit(Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", d2.log());
 }
 
 #[test]
 fn idle_outbox_does_not_pin_wal() {
     let pg = PgCluster::start();
     pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
-    let mut d = Outboxd::spawn(&daemon_args_pg_only(
-        &pg,
-        &["--sink", "null", "--status-interval", "200ms"],
-    ));
-    assert!(
-        d.wait_for_log("streaming", Duration::from_secs(30)),
-        "{}",
-        d.log()
-    );
+    let mut d = Outboxd::spawn(&daemon_args_pg_only(&pg, &["--sink", "null", "--status-interval", "200ms"]));
+    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
     let start = slot_confirmed(&pg);
     pg.psql("CREATE TABLE busy (x int); INSERT INTO busy SELECT generate_series(1, 50000)");
     let end = pg.psql("SELECT pg_current_wal_insert_lsn()");
     assert!(lsn_lt(&pg, &start, &end));
-    let advanced = wait_until(Duration::from_secs(30), || {
-        !lsn_lt(&pg, &slot_confirmed(&pg), &end)
-    });
-    assert!(
-        advanced,
-        "idle slot stuck at {} while WAL reached {end}\n{}",
-        slot_confirmed(&pg),
-        d.log()
-    );
+    let advanced = wait_until(Duration::from_secs(30), || !lsn_lt(&pg, &slot_confirmed(&pg), &end));
+    assert!(advanced, "idle slot stuck at {} while WAL reached {end}\n{}", slot_confirmed(&pg), d.log());
     d.sigterm();
-    assert!(d
-        .wait_exit(Duration::from_secs(20))
-        .is_some_and(|s| s.success()));
+    assert!(d.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()));
 }

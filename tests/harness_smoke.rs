@@ -16,50 +16,25 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 async fn sql_files_apply_and_paid_order_emits_outbox_event() {
     let pg = PgCluster::start();
     let files = common::sql_files();
-    let names: Vec<String> = files
-        .iter()
-        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(
-        names,
-        [
-            "01_outbox.sql",
-            "02_orders_example.sql",
-            "03_role.sql",
-            "04_publication.sql"
-        ]
-    );
+    let names: Vec<String> = files.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["01_outbox.sql", "02_orders_example.sql", "03_role.sql", "04_publication.sql"]);
     // Round 1 without the optional psql variable, round 2 with it.
     for f in &files {
         pg.apply_sql_file(f);
     }
-    assert_eq!(
-        pg.psql("SELECT rolpassword IS NULL FROM pg_authid WHERE rolname = 'outboxd_relay'"),
-        "t"
-    );
+    assert_eq!(pg.psql("SELECT rolpassword IS NULL FROM pg_authid WHERE rolname = 'outboxd_relay'"), "t");
     for f in &files {
         pg.apply_sql_file_with(f, &[("relay_password", "relay-pw")]);
     }
     assert_eq!(pg.psql("SHOW wal_level"), "logical");
 
-    let order_id =
-        pg.psql("INSERT INTO orders (user_id, total_amount) VALUES (42, 99.95) RETURNING id");
-    assert_eq!(
-        pg.psql("SELECT count(*) FROM outbox"),
-        "0",
-        "created order emits nothing"
-    );
+    let order_id = pg.psql("INSERT INTO orders (user_id, total_amount) VALUES (42, 99.95) RETURNING id");
+    assert_eq!(pg.psql("SELECT count(*) FROM outbox"), "0", "created order emits nothing");
 
-    pg.psql(&format!(
-        "UPDATE orders SET status = 'paid' WHERE id = {order_id}"
-    ));
+    pg.psql(&format!("UPDATE orders SET status = 'paid' WHERE id = {order_id}"));
     // Re-saving an already paid order and moving it on must not emit again.
-    pg.psql(&format!(
-        "UPDATE orders SET status = 'paid' WHERE id = {order_id}"
-    ));
-    pg.psql(&format!(
-        "UPDATE orders SET status = 'shipped' WHERE id = {order_id}"
-    ));
+    pg.psql(&format!("UPDATE orders SET status = 'paid' WHERE id = {order_id}"));
+    pg.psql(&format!("UPDATE orders SET status = 'shipped' WHERE id = {order_id}"));
 
     let rows = pg.psql(
         "SELECT aggregate_type, aggregate_id, event_type, \
@@ -69,11 +44,7 @@ async fn sql_files_apply_and_paid_order_emits_outbox_event() {
          FROM outbox",
     );
     let lines: Vec<&str> = rows.lines().collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "expected exactly one outbox row, got:\n{rows}"
-    );
+    assert_eq!(lines.len(), 1, "expected exactly one outbox row, got:\n{rows}");
     let cols: Vec<&str> = lines[0].split('|').collect();
     assert_eq!(
         cols,
@@ -94,10 +65,7 @@ async fn sql_files_apply_and_paid_order_emits_outbox_event() {
 
     // The same row through a tokio-postgres client (unix socket).
     let client = pg.client().await;
-    let row = client
-        .query_one("SELECT event_type, event_id::text FROM outbox", &[])
-        .await
-        .unwrap();
+    let row = client.query_one("SELECT event_type, event_id::text FROM outbox", &[]).await.unwrap();
     assert_eq!(row.get::<_, String>(0), "order.paid.v1");
     assert_eq!(row.get::<_, String>(1).len(), 36, "event_id is a uuid");
 
@@ -136,9 +104,7 @@ async fn sql_files_apply_and_paid_order_emits_outbox_event() {
 #[tokio::test]
 async fn password_logins_over_tcp() {
     let pg = PgCluster::start();
-    assert!(pg
-        .url()
-        .starts_with("postgres://outboxd:secret-pw@127.0.0.1:"));
+    assert!(pg.url().starts_with("postgres://outboxd:secret-pw@127.0.0.1:"));
     assert_eq!(
         pg.psql(
             "SELECT rolname, split_part(rolpassword, '$', 1) ~ '^(md5[0-9a-f]{32}|SCRAM-SHA-256)$' \
@@ -146,42 +112,23 @@ async fn password_logins_over_tcp() {
         ),
         "md5user|t\noutboxd|t"
     );
-    assert!(pg
-        .psql("SELECT rolpassword FROM pg_authid WHERE rolname = 'md5user'")
-        .starts_with("md5"));
-    assert!(pg
-        .psql("SELECT rolpassword FROM pg_authid WHERE rolname = 'outboxd'")
-        .starts_with("SCRAM-SHA-256$"));
+    assert!(pg.psql("SELECT rolpassword FROM pg_authid WHERE rolname = 'md5user'").starts_with("md5"));
+    assert!(pg.psql("SELECT rolpassword FROM pg_authid WHERE rolname = 'outboxd'").starts_with("SCRAM-SHA-256$"));
 
     for url in [pg.url(), pg.url_for(common::MD5_USER, common::MD5_PASSWORD)] {
-        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .unwrap_or_else(|e| panic!("connect {url}: {e}"));
+        let (client, conn) =
+            tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap_or_else(|e| panic!("connect {url}: {e}"));
         tokio::spawn(conn);
-        let who: String = client
-            .query_one("SELECT current_user::text", &[])
-            .await
-            .unwrap()
-            .get(0);
+        let who: String = client.query_one("SELECT current_user::text", &[]).await.unwrap().get(0);
         assert!(url.contains(&format!("//{who}:")), "{who} vs {url}");
-        let wal_level: String = client
-            .query_one("SELECT current_setting('wal_level')", &[])
-            .await
-            .unwrap()
-            .get(0);
+        let wal_level: String = client.query_one("SELECT current_setting('wal_level')", &[]).await.unwrap().get(0);
         assert_eq!(wal_level, "logical");
     }
 
     let bad = pg.url_for(common::USER, "wrong");
-    let err = tokio_postgres::connect(&bad, tokio_postgres::NoTls)
-        .await
-        .err()
-        .expect("wrong password must be rejected");
-    assert_eq!(
-        err.code(),
-        Some(&tokio_postgres::error::SqlState::INVALID_PASSWORD),
-        "unexpected error: {err:?}"
-    );
+    let err =
+        tokio_postgres::connect(&bad, tokio_postgres::NoTls).await.err().expect("wrong password must be rejected");
+    assert_eq!(err.code(), Some(&tokio_postgres::error::SqlState::INVALID_PASSWORD), "unexpected error: {err:?}");
 }
 
 /// Extra configuration lines override the harness defaults; the cluster can
@@ -206,11 +153,8 @@ async fn broker_roundtrip_preserves_key_payload_and_headers() {
     broker.create_topic(&topic, 3);
     assert_eq!(broker.partition_count(&topic), Some(3));
 
-    let producer: FutureProducer = broker
-        .client_config()
-        .set("message.timeout.ms", "20000")
-        .create()
-        .expect("producer");
+    let producer: FutureProducer =
+        broker.client_config().set("message.timeout.ms", "20000").create().expect("producer");
     let key = b"order-17".to_vec();
     let payload = br#"{"order_id":17,"note":"caf\u00e9 \u2713"}"#.to_vec();
     let header_val = vec![0u8, 1, 2, 0xff, b'x'];
@@ -220,10 +164,7 @@ async fn broker_roundtrip_preserves_key_payload_and_headers() {
                 .partition(1)
                 .key(&key)
                 .payload(&payload)
-                .headers(OwnedHeaders::new().insert(Header {
-                    key: "trace_id",
-                    value: Some(&header_val),
-                })),
+                .headers(OwnedHeaders::new().insert(Header { key: "trace_id", value: Some(&header_val) })),
             Duration::from_secs(20),
         )
         .await
@@ -232,22 +173,14 @@ async fn broker_roundtrip_preserves_key_payload_and_headers() {
 
     // Blocking is fine here: nothing else on this runtime needs to progress.
     let got = broker.consume_all(&topic, 3, 1, Duration::from_secs(30));
-    assert_eq!(
-        got.len(),
-        1,
-        "records: {got:?}\nbroker log:\n{}",
-        broker.log()
-    );
+    assert_eq!(got.len(), 1, "records: {got:?}\nbroker log:\n{}", broker.log());
     let rec = &got[0];
     assert_eq!(rec.topic, topic);
     assert_eq!(rec.partition, 1);
     assert_eq!(rec.offset, delivery.offset);
     assert_eq!(rec.key.as_deref(), Some(&key[..]));
     assert_eq!(rec.payload.as_deref(), Some(&payload[..]));
-    assert_eq!(
-        rec.headers,
-        vec![("trace_id".to_string(), header_val.clone())]
-    );
+    assert_eq!(rec.headers, vec![("trace_id".to_string(), header_val.clone())]);
     assert_eq!(rec.header("trace_id"), Some(&header_val[..]));
     assert_eq!(rec.payload_json()["order_id"], 17);
     assert!(rec.timestamp_ms.is_some_and(|t| t > 0));
@@ -272,24 +205,13 @@ async fn broker_accepts_idempotent_producer() {
     for i in 0..5u32 {
         let payload = format!("idem-{i}");
         producer
-            .send(
-                FutureRecord::to(&topic).key("k").payload(&payload),
-                Duration::from_secs(20),
-            )
+            .send(FutureRecord::to(&topic).key("k").payload(&payload), Duration::from_secs(20))
             .await
-            .unwrap_or_else(|(e, _)| {
-                panic!(
-                    "idempotent produce #{i} failed: {e}\nbroker log:\n{}",
-                    broker.log()
-                )
-            });
+            .unwrap_or_else(|(e, _)| panic!("idempotent produce #{i} failed: {e}\nbroker log:\n{}", broker.log()));
     }
 
     let got = broker.consume_all(&topic, 1, 5, Duration::from_secs(30));
-    let payloads: Vec<String> = got
-        .iter()
-        .map(|c| String::from_utf8(c.payload.clone().unwrap()).unwrap())
-        .collect();
+    let payloads: Vec<String> = got.iter().map(|c| String::from_utf8(c.payload.clone().unwrap()).unwrap()).collect();
     assert_eq!(payloads, ["idem-0", "idem-1", "idem-2", "idem-3", "idem-4"]);
 }
 
@@ -302,20 +224,11 @@ async fn persistent_broker_survives_restart_and_pause() {
     let topic = "persisted";
     broker.create_topic(topic, 2);
 
-    let producer: FutureProducer = broker
-        .client_config()
-        .set("message.timeout.ms", "20000")
-        .create()
-        .expect("producer");
+    let producer: FutureProducer =
+        broker.client_config().set("message.timeout.ms", "20000").create().expect("producer");
     for i in 0..4 {
         producer
-            .send(
-                FutureRecord::to(topic)
-                    .partition(i % 2)
-                    .key("k")
-                    .payload(&format!("p{i}")),
-                Duration::from_secs(20),
-            )
+            .send(FutureRecord::to(topic).partition(i % 2).key("k").payload(&format!("p{i}")), Duration::from_secs(20))
             .await
             .unwrap_or_else(|(e, _)| panic!("produce failed: {e}"));
     }
@@ -326,24 +239,13 @@ async fn persistent_broker_survives_restart_and_pause() {
     assert_eq!(broker.port(), port);
     broker.ensure_topic(topic, 2); // already there: no error
     let got = broker.consume_all(topic, 2, 4, Duration::from_secs(30));
-    let mut payloads: Vec<String> = got
-        .iter()
-        .map(|c| String::from_utf8(c.payload.clone().unwrap()).unwrap())
-        .collect();
+    let mut payloads: Vec<String> =
+        got.iter().map(|c| String::from_utf8(c.payload.clone().unwrap()).unwrap()).collect();
     payloads.sort();
-    assert_eq!(
-        payloads,
-        ["p0", "p1", "p2", "p3"],
-        "broker log:\n{}",
-        broker.log()
-    );
+    assert_eq!(payloads, ["p0", "p1", "p2", "p3"], "broker log:\n{}", broker.log());
 
     broker.pause();
-    assert_eq!(
-        broker.partition_count(topic),
-        None,
-        "paused broker must not answer"
-    );
+    assert_eq!(broker.partition_count(topic), None, "paused broker must not answer");
     broker.resume();
     assert_eq!(broker.partition_count(topic), Some(2));
 }
@@ -354,22 +256,14 @@ async fn persistent_broker_survives_restart_and_pause() {
 fn daemon_wrapper_captures_output_and_exit_codes() {
     let (code, out) = common::run_to_exit(&common::args(&["--help"]), Duration::from_secs(30));
     assert_eq!(code, Some(0), "output:\n{out}");
-    assert!(
-        out.contains("Usage") && out.contains("run"),
-        "output:\n{out}"
-    );
+    assert!(out.contains("Usage") && out.contains("run"), "output:\n{out}");
 
-    let (code, out) =
-        common::run_to_exit(&common::args(&["--no-such-flag"]), Duration::from_secs(30));
+    let (code, out) = common::run_to_exit(&common::args(&["--no-such-flag"]), Duration::from_secs(30));
     assert_eq!(code, Some(2), "clap usage errors exit 2; output:\n{out}");
     assert!(out.contains("--no-such-flag"), "output:\n{out}");
 
     let mut d = common::Outboxd::spawn(&common::args(&["run", "--help"]));
-    assert!(
-        d.wait_for_log("--postgres-url", Duration::from_secs(30)),
-        "log:\n{}",
-        d.log()
-    );
+    assert!(d.wait_for_log("--postgres-url", Duration::from_secs(30)), "log:\n{}", d.log());
     let status = d.wait_exit(Duration::from_secs(30)).expect("exits");
     assert!(status.success());
     assert!(!d.is_running());

@@ -11,15 +11,9 @@ const WRONG_PASSWORD: &str = "Not-The-Password-9731";
 
 fn fails_with(args: &[String], want: &str) -> String {
     let (code, out) = run_to_exit(args, Duration::from_secs(30));
-    assert_eq!(
-        code,
-        Some(1),
-        "expected exit 1 for {want:?}, got {code:?}:\n{out}"
-    );
-    let line = out
-        .lines()
-        .find(|l| l.starts_with("outboxd: error:"))
-        .unwrap_or_else(|| panic!("no error line:\n{out}"));
+    assert_eq!(code, Some(1), "expected exit 1 for {want:?}, got {code:?}:\n{out}");
+    let line =
+        out.lines().find(|l| l.starts_with("outboxd: error:")).unwrap_or_else(|| panic!("no error line:\n{out}"));
     assert!(line.contains(want), "error line lacks {want:?}: {line}");
     out
 }
@@ -30,43 +24,27 @@ fn wrong_password_is_named_and_never_echoed() {
     pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
     let mut a = daemon_args_pg_only(&pg, &["--sink", "null"]);
     let i = a.iter().position(|x| x == "--postgres-url").unwrap();
-    a[i + 1] = format!(
-        "postgres://{USER}:{WRONG_PASSWORD}@127.0.0.1:{}/app?sslmode=disable",
-        pg.port()
-    );
+    a[i + 1] = format!("postgres://{USER}:{WRONG_PASSWORD}@127.0.0.1:{}/app?sslmode=disable", pg.port());
     let out = fails_with(&a, "password authentication failed");
-    assert!(
-        !out.contains(WRONG_PASSWORD),
-        "the password leaked into the output:\n{out}"
-    );
+    assert!(!out.contains(WRONG_PASSWORD), "the password leaked into the output:\n{out}");
 }
 
 #[test]
 fn wal_level_replica_says_how_to_fix() {
     let pg = PgCluster::start_with(&["wal_level = replica"]);
     pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
-    let out = fails_with(
-        &daemon_args_pg_only(&pg, &["--sink", "null"]),
-        "wal_level is 'replica'",
-    );
-    assert!(
-        out.contains("ALTER SYSTEM SET wal_level = logical"),
-        "{out}"
-    );
+    let out = fails_with(&daemon_args_pg_only(&pg, &["--sink", "null"]), "wal_level is 'replica'");
+    assert!(out.contains("ALTER SYSTEM SET wal_level = logical"), "{out}");
 }
 
 #[test]
 fn missing_table_and_missing_column() {
     let pg = PgCluster::start();
-    fails_with(
-        &daemon_args_pg_only(&pg, &["--sink", "null"]),
-        "table public.outbox does not exist",
+    fails_with(&daemon_args_pg_only(&pg, &["--sink", "null"]), "table public.outbox does not exist");
+    pg.psql(
+        "CREATE TABLE outbox (event_id uuid PRIMARY KEY, aggregate_id text, payload jsonb, created_at timestamptz)",
     );
-    pg.psql("CREATE TABLE outbox (event_id uuid PRIMARY KEY, aggregate_id text, payload jsonb, created_at timestamptz)");
-    fails_with(
-        &daemon_args_pg_only(&pg, &["--sink", "null"]),
-        "has no column \"event_type\"",
-    );
+    fails_with(&daemon_args_pg_only(&pg, &["--sink", "null"]), "has no column \"event_type\"");
 }
 
 #[test]
@@ -76,14 +54,7 @@ fn disabled_autocreate_requires_the_publication() {
     fails_with(
         &daemon_args_pg_only(
             &pg,
-            &[
-                "--sink",
-                "null",
-                "--publication",
-                "absent",
-                "--publication-autocreate",
-                "disabled",
-            ],
+            &["--sink", "null", "--publication", "absent", "--publication-autocreate", "disabled"],
         ),
         "publication \"absent\" does not exist",
     );
@@ -91,27 +62,12 @@ fn disabled_autocreate_requires_the_publication() {
 
 #[test]
 fn bad_flags_exit_2_with_the_flag_named() {
-    let (code, out) = run_to_exit(
-        &args(&[
-            "run",
-            "--postgres-url",
-            "postgres://u:pw@h/db?sslmode=require",
-        ]),
-        Duration::from_secs(10),
-    );
+    let (code, out) =
+        run_to_exit(&args(&["run", "--postgres-url", "postgres://u:pw@h/db?sslmode=require"]), Duration::from_secs(10));
     assert_eq!(code, Some(2), "{out}");
-    assert!(
-        out.contains("sslmode=require is not supported") && !out.contains("u:pw"),
-        "{out}"
-    );
+    assert!(out.contains("sslmode=require is not supported") && !out.contains("u:pw"), "{out}");
     let (code, out) = run_to_exit(
-        &args(&[
-            "run",
-            "--postgres-url",
-            "postgres://h/db",
-            "--status-interval",
-            "soon",
-        ]),
+        &args(&["run", "--postgres-url", "postgres://h/db", "--status-interval", "soon"]),
         Duration::from_secs(10),
     );
     assert_eq!(code, Some(2), "{out}");
@@ -124,40 +80,24 @@ fn md5_and_unix_socket_logins_work() {
     let pg = PgCluster::start();
     pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
     for url in [
-        format!(
-            "postgres://{MD5_USER}:{MD5_PASSWORD}@127.0.0.1:{}/app?sslmode=disable",
-            pg.port()
-        ),
-        format!(
-            "postgres://postgres@/app?host={}&port={}",
-            pg.socket_dir().display(),
-            pg.port()
-        ),
+        format!("postgres://{MD5_USER}:{MD5_PASSWORD}@127.0.0.1:{}/app?sslmode=disable", pg.port()),
+        format!("postgres://postgres@/app?host={}&port={}", pg.socket_dir().display(), pg.port()),
     ] {
         let mut a = daemon_args_pg_only(&pg, &["--sink", "stdout", "--status-interval", "200ms"]);
         let i = a.iter().position(|x| x == "--postgres-url").unwrap();
         a[i + 1] = url.clone();
         let mut d = Outboxd::spawn(&a);
-        assert!(
-            d.wait_for_log("streaming", Duration::from_secs(30)),
-            "{url}:\n{}",
-            d.log()
+        assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{url}:\n{}", d.log());
+        pg.psql(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', 'k', 'auth.v1', '{}')",
         );
-        pg.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', 'k', 'auth.v1', '{}')");
         assert!(
-            wait_until(Duration::from_secs(15), || d
-                .log()
-                .contains("\"topic\":\"auth.v1.events\"")),
+            wait_until(Duration::from_secs(15), || d.log().contains("\"topic\":\"auth.v1.events\"")),
             "{url}:\n{}",
             d.log()
         );
         d.sigterm();
-        assert!(
-            d.wait_exit(Duration::from_secs(20))
-                .is_some_and(|s| s.success()),
-            "{}",
-            d.log()
-        );
+        assert!(d.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "{}", d.log());
         assert!(!d.log().contains(MD5_PASSWORD), "password leaked");
         pg.psql("DELETE FROM outbox");
     }
@@ -169,42 +109,24 @@ fn busy_slot_is_waited_for_then_taken_over() {
     pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
     let a = daemon_args_pg_only(&pg, &["--sink", "stdout", "--status-interval", "200ms"]);
     let mut first = Outboxd::spawn(&a);
-    assert!(
-        first.wait_for_log("streaming", Duration::from_secs(30)),
-        "{}",
-        first.log()
-    );
+    assert!(first.wait_for_log("streaming", Duration::from_secs(30)), "{}", first.log());
     let mut standby = Outboxd::spawn(&a);
     assert!(
         standby.wait_for_log("held by another process", Duration::from_secs(30)),
         "standby did not report the busy slot:\n{}",
         standby.log()
     );
-    assert!(
-        standby.is_running(),
-        "standby must keep waiting, not exit:\n{}",
-        standby.log()
-    );
+    assert!(standby.is_running(), "standby must keep waiting, not exit:\n{}", standby.log());
     assert!(!standby.log().contains("streaming"), "{}", standby.log());
     // The active instance is never terminated by the standby.
     assert!(first.is_running());
     first.sigterm();
-    assert!(first
-        .wait_exit(Duration::from_secs(20))
-        .is_some_and(|s| s.success()));
-    assert!(
-        standby.wait_for_log("streaming", Duration::from_secs(30)),
-        "standby never took over:\n{}",
-        standby.log()
+    assert!(first.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()));
+    assert!(standby.wait_for_log("streaming", Duration::from_secs(30)), "standby never took over:\n{}", standby.log());
+    pg.psql(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', 'k', 'takeover.v1', '{}')",
     );
-    pg.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', 'k', 'takeover.v1', '{}')");
-    assert!(
-        wait_until(Duration::from_secs(15), || standby
-            .log()
-            .contains("takeover.v1.events")),
-        "{}",
-        standby.log()
-    );
+    assert!(wait_until(Duration::from_secs(15), || standby.log().contains("takeover.v1.events")), "{}", standby.log());
 }
 
 #[test]
@@ -219,8 +141,5 @@ fn lost_slot_is_fatal() {
     }
     let status = pg.psql("SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'outboxd'");
     assert_eq!(status, "lost", "could not provoke a lost slot");
-    fails_with(
-        &daemon_args_pg_only(&pg, &["--sink", "null"]),
-        "wal_status 'lost'",
-    );
+    fails_with(&daemon_args_pg_only(&pg, &["--sink", "null"]), "wal_status 'lost'");
 }
