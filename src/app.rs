@@ -156,9 +156,7 @@ async fn monitor(cfg: Config, health: Arc<Health>, metrics: Metrics, shutdown: C
             match admin::slot_lag(c, &cfg.slot).await {
                 Ok(Some(lag)) => {
                     metrics.lag_bytes.set(lag.lag_bytes as f64);
-                    if let Some(safe) = lag.safe_wal_size {
-                        metrics.safe_wal_size.set(safe as f64);
-                    }
+                    metrics.safe_wal_size(lag.safe_wal_size);
                 }
                 Ok(None) => {}
                 Err(e) => tracing::debug!(error = %e, "lag poll failed"),

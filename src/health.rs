@@ -98,11 +98,17 @@ async fn accept_loop(listener: TcpListener, handle: PrometheusHandle, health: Ar
         let handle = handle.clone();
         let health = health.clone();
         tokio::spawn(async move {
-            let mut buf = [0u8; 2048];
-            let n = match tokio::time::timeout(std::time::Duration::from_secs(5), sock.read(&mut buf)).await {
-                Ok(Ok(n)) => n,
-                _ => return,
-            };
+            // Read the whole request head: closing with unread bytes would reset the connection.
+            let mut buf = Vec::with_capacity(1024);
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
+                let mut chunk = [0u8; 1024];
+                match tokio::time::timeout_at(deadline, sock.read(&mut chunk)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+                    Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let n = buf.len();
             let req = String::from_utf8_lossy(&buf[..n]);
             let path = req.split_whitespace().nth(1).unwrap_or("/");
             let (status, body, ctype) = match path.split('?').next().unwrap_or("/") {

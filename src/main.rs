@@ -114,11 +114,12 @@ fn run(cfg: Config) -> anyhow::Result<()> {
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
     rt.block_on(async move {
         let health = Health::new();
-        let metrics = Metrics::new();
         if let Some(addr) = cfg.metrics_addr {
             let bound = outboxd::health::serve(addr, health.clone()).await?;
             tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
         }
+        // After the recorder is installed: handles made before it would record nowhere.
+        let metrics = Metrics::new();
         let shutdown = CancellationToken::new();
         spawn_signal_handler(shutdown.clone())?;
         match cfg.sink {

@@ -26,14 +26,31 @@ pub struct Metrics {
     pub commit_to_ack: Histogram,
     pub pg_connected: Gauge,
     pub kafka_connected: Gauge,
-    pub safe_wal_size: Gauge,
     pub pg_reconnects: Counter,
     pub kafka_reconnects: Counter,
     events_by_topic: HashMap<String, Counter>,
 }
 
+/// Every reason code a failed or dead-lettered event can carry; registered at zero so dashboards and
+/// alerts see the series before the first failure.
+pub const REASONS: &[&str] = &[
+    "null_id",
+    "null_route",
+    "invalid_topic",
+    "invalid_json",
+    "bad_value",
+    "too_large",
+    "rejected",
+    "policy_violation",
+    "delivery",
+];
+
 impl Metrics {
     pub fn new() -> Self {
+        for reason in REASONS {
+            counter!("outboxd_events_failed_total", "reason" => *reason).absolute(0);
+            counter!("outboxd_dlq_events_total", "reason" => *reason).absolute(0);
+        }
         Metrics {
             in_flight: gauge!("outboxd_events_in_flight"),
             transactions: counter!("outboxd_transactions_total"),
@@ -44,7 +61,6 @@ impl Metrics {
             commit_to_ack: histogram!("outboxd_commit_to_ack_seconds"),
             pg_connected: gauge!("outboxd_connected", "component" => "postgres"),
             kafka_connected: gauge!("outboxd_connected", "component" => "kafka"),
-            safe_wal_size: gauge!("outboxd_slot_safe_wal_size_bytes"),
             pg_reconnects: counter!("outboxd_reconnects_total", "component" => "postgres"),
             kafka_reconnects: counter!("outboxd_reconnects_total", "component" => "kafka"),
             events_by_topic: HashMap::new(),
@@ -70,6 +86,14 @@ impl Metrics {
     /// One event sent to the dead-letter topic.
     pub fn dead_lettered(&self, reason: &'static str) {
         counter!("outboxd_dlq_events_total", "reason" => reason).increment(1);
+    }
+
+    /// The slot's `safe_wal_size`: exported only while the server limits it, so "unlimited" never
+    /// reads as "0 bytes left".
+    pub fn safe_wal_size(&self, bytes: Option<i64>) {
+        if let Some(b) = bytes {
+            gauge!("outboxd_slot_safe_wal_size_bytes").set(b as f64);
+        }
     }
 
     pub fn progress(&self, received: Lsn, confirmed: Lsn, in_flight: usize) {

@@ -379,7 +379,14 @@ impl ReplicationStream {
                 _ => match self.conn.read_message().await? {
                     backend::Message::ErrorResponse(body) => return Err(stream_error(server_error(&body))),
                     backend::Message::NoticeResponse(_) | backend::Message::ParameterStatus(_) => {}
-                    _ => return Err(self.conn.protocol("unexpected message in CopyBoth").into()),
+                    // The stream is over (e.g. CommandComplete after a server shutdown): reconnect.
+                    _ => {
+                        return Err(Transient::PgServer {
+                            code: "08P01".into(),
+                            message: format!("replication stream ended with message {:?}", tag as char),
+                        }
+                        .into())
+                    }
                 },
             }
         }

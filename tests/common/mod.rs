@@ -800,6 +800,13 @@ impl Broker {
         Some(t.partitions().len())
     }
 
+    /// Names of all topics the broker knows (internal ones excluded).
+    pub fn topics(&self) -> Vec<String> {
+        let consumer: BaseConsumer = self.client_config().create().expect("create consumer");
+        let md = consumer.fetch_metadata(None, Duration::from_secs(5)).expect("metadata");
+        md.topics().iter().map(|t| t.name().to_owned()).filter(|n| !n.starts_with("__")).collect()
+    }
+
     /// Reads `topic` partitions `0..partitions` from the beginning with
     /// `assign()` (no group join, no commits) until at least `min_count`
     /// records arrived and then ~1 s passed without new ones, or until
@@ -1096,4 +1103,41 @@ pub fn daemon_args_pg_only(pg: &PgCluster, extra: &[&str]) -> Vec<String> {
     }
     a.extend(extra.iter().map(|s| s.to_string()));
     a
+}
+
+// ---------------------------------------------------------------------------
+// the daemon's HTTP endpoint
+// ---------------------------------------------------------------------------
+
+/// `GET path` on 127.0.0.1:port; returns (status code, body), or None when nothing answers.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::Read as _;
+    let mut s = TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let status = out.split_whitespace().nth(1)?.parse().ok()?;
+    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Some((status, body))
+}
+
+/// The value of the first sample of `series` (a metric name, optionally with a `{label="v"}`
+/// fragment that must appear in the sample's labels) in a Prometheus text body.
+pub fn metric(body: &str, series: &str) -> Option<f64> {
+    let (name, labels) = match series.split_once('{') {
+        Some((n, l)) => (n, Some(l.trim_end_matches('}'))),
+        None => (series, None),
+    };
+    body.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (key, value) = l.rsplit_once(' ')?;
+        let (kname, klabels) = match key.split_once('{') {
+            Some((n, rest)) => (n, rest),
+            None => (key, ""),
+        };
+        if kname != name || labels.is_some_and(|want| !klabels.contains(want)) {
+            return None;
+        }
+        value.parse().ok()
+    })
 }
