@@ -200,7 +200,7 @@ pub struct RunArgs {
     /// Extra columns: `col:header[:alias]`, `col:envelope[:alias]`, `col:partition`, comma-separated (Debezium `table.fields.additional.placement`).
     #[arg(long, default_value = "")]
     pub table_fields_additional_placement: String,
-    /// What a placement column missing from the table does (Debezium `table.field.additional.missing`... ours: error|ignore).
+    /// What a placement column missing from the table does: fail at start, or leave that placement out.
     #[arg(long, value_enum, default_value_t = MissingPolicy::Error)]
     pub table_field_additional_missing: MissingPolicy,
     /// What an UPDATE on the outbox does: warn, error (both log and go on) or fatal (Debezium `table.op.invalid.behavior`).
