@@ -68,7 +68,7 @@ pub struct AckTracker {
     open: Option<TxnId>,
     next_id: u64,
     in_flight: usize,
-    /// Commit times of transactions completed since the last [`AckTracker::take_completed`].
+    /// Commit times of transactions completed since the last [`AckTracker::drain_completed`].
     completed: Vec<i64>,
 }
 
@@ -140,8 +140,11 @@ impl AckTracker {
     }
 
     /// Commit times of the transactions confirmed since the last call.
-    pub fn take_completed(&mut self) -> Vec<i64> {
-        std::mem::take(&mut self.completed)
+    pub fn drain_completed(&mut self, mut each: impl FnMut(i64)) {
+        // Drained in place: the buffer keeps its capacity, so the hot path does not allocate.
+        for t in self.completed.drain(..) {
+            each(t);
+        }
     }
 
     /// COMMIT of the open transaction. Returns the frontier after it.
@@ -531,8 +534,11 @@ mod more_tests {
         t.record_for(a).unwrap();
         assert_eq!(t.ack(a).unwrap(), Lsn(0), "the copy is still pending");
         assert_eq!(t.ack(a).unwrap(), Lsn(10));
-        assert_eq!(t.take_completed(), vec![77]);
-        assert!(t.take_completed().is_empty());
+        let mut done = Vec::new();
+        t.drain_completed(|c| done.push(c));
+        assert_eq!(done, vec![77]);
+        t.drain_completed(|c| done.push(c));
+        assert_eq!(done, vec![77], "drained once");
         assert_eq!(t.oldest_commit_time(), None);
         assert!(t.record_for(a).is_err(), "a finished transaction takes no more records");
     }

@@ -212,13 +212,19 @@ impl<'a, S: Sink> Session<'a, S> {
             }
             next = self.acks_rx.try_recv().ok();
         }
-        let now = now_pg_us();
-        for commit_time in self.tracker.take_completed() {
-            self.metrics.transactions.increment(1);
-            self.metrics.commit_to_ack.record((now - commit_time).max(0) as f64 / 1e6);
-        }
+        self.record_completed();
         self.publish_progress();
         Ok(())
+    }
+
+    /// Count transactions the tracker confirmed, and their commit-to-ack latency.
+    fn record_completed(&mut self) {
+        let now = now_pg_us();
+        let m = &self.metrics;
+        self.tracker.drain_completed(|commit_time| {
+            m.transactions.increment(1);
+            m.commit_to_ack.record((now - commit_time).max(0) as f64 / 1e6);
+        });
     }
 
     async fn on_wal(&mut self, msg: WalMessage) -> Result<(), Error> {
@@ -252,10 +258,7 @@ impl<'a, S: Sink> Session<'a, S> {
             LogicalMessage::Commit(c) => {
                 self.open = None;
                 self.tracker.commit(c.end_lsn).map_err(bug)?;
-                for commit_time in self.tracker.take_completed() {
-                    self.metrics.transactions.increment(1);
-                    self.metrics.commit_to_ack.record((now_pg_us() - commit_time).max(0) as f64 / 1e6);
-                }
+                self.record_completed();
             }
             LogicalMessage::Relation(rel) => {
                 let entry = if self.cfg.tables.iter().any(|t| t.schema == rel.namespace && t.name == rel.name) {
