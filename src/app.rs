@@ -25,14 +25,16 @@ use crate::sink::Sink;
 
 const SLOT_BUSY_RETRY: Duration = Duration::from_secs(3);
 
+/// What the process shares with every session: readiness, metric handles, the shutdown signal.
+#[derive(Clone)]
+pub struct Handles {
+    pub health: Arc<Health>,
+    pub metrics: Metrics,
+    pub shutdown: CancellationToken,
+}
+
 /// Run until shutdown. Returns `Ok` after a clean drain.
-pub async fn run<S: Sink>(
-    cfg: &Config,
-    sink: &mut S,
-    health: Arc<Health>,
-    metrics: Metrics,
-    shutdown: CancellationToken,
-) -> Result<(), Error> {
+pub async fn run<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Result<(), Error> {
     {
         let client = admin::connect(cfg).await?;
         admin::check_wal_level(&client).await?;
@@ -42,19 +44,14 @@ pub async fn run<S: Sink>(
         }
         admin::ensure_publication(&client, cfg).await?;
     }
-    let monitor = tokio::spawn(monitor(cfg.clone(), health.clone(), metrics.clone(), shutdown.clone()));
-    let result = supervise(cfg, sink, health, metrics, shutdown).await;
+    let monitor = tokio::spawn(monitor(cfg.clone(), handles.clone()));
+    let result = supervise(cfg, sink, handles).await;
     monitor.abort();
     result
 }
 
-async fn supervise<S: Sink>(
-    cfg: &Config,
-    sink: &mut S,
-    health: Arc<Health>,
-    metrics: Metrics,
-    shutdown: CancellationToken,
-) -> Result<(), Error> {
+async fn supervise<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Result<(), Error> {
+    let Handles { health, metrics, shutdown } = handles;
     let mut attempt = 0u32;
     let mut streamed_once = false;
     loop {
@@ -134,7 +131,8 @@ fn as_transient(e: Error) -> Error {
 /// Background duties over an ordinary connection: poll the slot's lag and safe WAL size, and emit
 /// heartbeats (plus `--heartbeat-action-query`) while no event flows. Failures here are logged and
 /// retried; they never stop the pipeline.
-async fn monitor(cfg: Config, health: Arc<Health>, metrics: Metrics, shutdown: CancellationToken) {
+async fn monitor(cfg: Config, handles: Handles) {
+    let Handles { health, metrics, shutdown } = handles;
     let tick = match cfg.heartbeat_interval.is_zero() {
         true => cfg.lag_poll_interval,
         false => cfg.lag_poll_interval.min(cfg.heartbeat_interval),

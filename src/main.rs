@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
+use outboxd::app::Handles;
 use outboxd::config::{Cli, Command, Config, LogFormat, RunArgs, SinkKind};
 use outboxd::error::{Definite, Error};
 use outboxd::health::Health;
@@ -122,13 +123,14 @@ fn run(cfg: Config) -> anyhow::Result<()> {
         let metrics = Metrics::new();
         let shutdown = CancellationToken::new();
         spawn_signal_handler(shutdown.clone())?;
+        let handles = Handles { health: health.clone(), metrics: metrics.clone(), shutdown };
         match cfg.sink {
             SinkKind::Kafka => {
                 let mut sink = KafkaSink::new(&cfg.kafka, cfg.max_in_flight, health.clone(), metrics.clone())?;
-                outboxd::app::run(&cfg, &mut sink, health, metrics, shutdown).await?
+                outboxd::app::run(&cfg, &mut sink, handles).await?
             }
-            SinkKind::Stdout => outboxd::app::run(&cfg, &mut StdoutSink::default(), health, metrics, shutdown).await?,
-            SinkKind::Null => outboxd::app::run(&cfg, &mut NullSink, health, metrics, shutdown).await?,
+            SinkKind::Stdout => outboxd::app::run(&cfg, &mut StdoutSink::default(), handles).await?,
+            SinkKind::Null => outboxd::app::run(&cfg, &mut NullSink, handles).await?,
         }
         Ok(())
     })

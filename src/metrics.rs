@@ -31,6 +31,23 @@ pub struct Metrics {
     events_by_topic: HashMap<String, Counter>,
 }
 
+/// Every metric name outboxd exports: the interface alert rules and dashboards rely on.
+pub const NAMES: &[&str] = &[
+    "outboxd_events_total",
+    "outboxd_events_failed_total",
+    "outboxd_events_in_flight",
+    "outboxd_transactions_total",
+    "outboxd_received_lsn",
+    "outboxd_confirmed_flush_lsn",
+    "outboxd_replication_lag_bytes",
+    "outboxd_lag_seconds",
+    "outboxd_commit_to_ack_seconds",
+    "outboxd_connected",
+    "outboxd_slot_safe_wal_size_bytes",
+    "outboxd_reconnects_total",
+    "outboxd_dlq_events_total",
+];
+
 /// Every reason code a failed or dead-lettered event can carry; registered at zero so dashboards and
 /// alerts see the series before the first failure.
 pub const REASONS: &[&str] = &[

@@ -239,6 +239,5 @@ fn chaos_loses_nothing_keeps_order_and_repeats_only_inside_fault_windows() {
         sessions.len(),
         windows_used.len()
     );
-    d.sigterm();
-    assert!(d.wait_exit(Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", d.log());
+    d.stop_cleanly();
 }

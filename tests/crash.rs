@@ -124,8 +124,7 @@ fn kill_9_mid_stream_loses_nothing() {
         }
     }
     eprintln!("kill -9: {} events, {dups} duplicates, resumed at {resume_at}", all.len());
-    d2.sigterm();
-    assert!(d2.wait_exit(Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", d2.log());
+    d2.stop_cleanly();
 }
 
 #[test]
@@ -176,8 +175,7 @@ fn slot_is_never_confirmed_past_an_unacked_record() {
         "slot never advanced after the broker came back (stuck at {}, want > {before_commit}, wal at {end})",
         slot_confirmed(&pg)
     );
-    d2.sigterm();
-    assert!(d2.wait_exit(Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", d2.log());
+    d2.stop_cleanly();
 }
 
 #[test]
@@ -192,6 +190,5 @@ fn idle_outbox_does_not_pin_wal() {
     assert!(lsn_lt(&pg, &start, &end));
     let advanced = wait_until(Duration::from_secs(30), || !lsn_lt(&pg, &slot_confirmed(&pg), &end));
     assert!(advanced, "idle slot stuck at {} while WAL reached {end}\n{}", slot_confirmed(&pg), d.log());
-    d.sigterm();
-    assert!(d.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()));
+    d.stop_cleanly();
 }

@@ -83,8 +83,7 @@ fn seed_shaped_connector_json_routes_like_the_event_router() {
     let log = d.log();
     assert!(!log.contains(PASSWORD), "the password leaked into the log:\n{log}");
     assert!(log.contains("database.server.name does not apply"), "{log}");
-    d.sigterm();
-    assert!(d.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "{}", d.log());
+    d.stop_cleanly();
 }
 
 #[test]

@@ -56,8 +56,7 @@ fn default_policy_dead_letters_and_keeps_going() {
     assert_eq!(r.key_str().as_deref(), Some("b"));
     assert_eq!(r.payload.as_deref(), Some(&b"{\"n\": 2}"[..]));
     assert!(slot_reaches_wal_end(&pg), "the DLQ ack must let the slot move on\n{}", d.log());
-    d.sigterm();
-    assert!(d.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "{}", d.log());
+    d.stop_cleanly();
 }
 
 #[test]
@@ -87,8 +86,7 @@ fn oversize_events_go_to_the_dlq_without_their_payload() {
     // The row stays in the outbox for a later replay.
     assert_eq!(pg.psql("SELECT count(*) FROM outbox WHERE aggregate_id = 'big'"), "1");
     assert!(slot_reaches_wal_end(&pg), "{}", d.log());
-    d.sigterm();
-    assert!(d.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "{}", d.log());
+    d.stop_cleanly();
 }
 
 #[test]
@@ -115,8 +113,7 @@ fn skip_policy_counts_and_moves_on() {
     assert_eq!(metric(&body, "outboxd_dlq_events_total{reason=\"null_route\"}"), Some(0.0), "{body}");
     assert!(!broker.topics().contains(&"outboxd.dlq".to_owned()));
     assert!(slot_reaches_wal_end(&pg), "{}", d.log());
-    d.sigterm();
-    assert!(d.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()));
+    d.stop_cleanly();
 }
 
 #[test]

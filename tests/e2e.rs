@@ -134,8 +134,7 @@ fn non_insert_changes_and_other_tables_produce_nothing() {
     pg.psql("DELETE FROM outbox");
     pg.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '2', 'y.v1', '{\"k\": 2}')");
     assert!(wait_until(Duration::from_secs(15), || d.log().contains("\"key\":\"2\"")), "{}", d.log());
-    d.sigterm();
-    assert!(d.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()));
+    d.stop_cleanly();
     let log = d.log();
     let lines: Vec<&str> = log.lines().filter(|l| l.starts_with("{\"topic\"")).collect();
     assert_eq!(lines.len(), 2, "exactly the two inserts become events:\n{log}");

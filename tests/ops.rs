@@ -8,21 +8,7 @@ use std::time::Duration;
 
 use common::*;
 
-const METRICS: &[&str] = &[
-    "outboxd_events_total",
-    "outboxd_events_failed_total",
-    "outboxd_events_in_flight",
-    "outboxd_transactions_total",
-    "outboxd_received_lsn",
-    "outboxd_confirmed_flush_lsn",
-    "outboxd_replication_lag_bytes",
-    "outboxd_lag_seconds",
-    "outboxd_commit_to_ack_seconds",
-    "outboxd_connected",
-    "outboxd_slot_safe_wal_size_bytes",
-    "outboxd_reconnects_total",
-    "outboxd_dlq_events_total",
-];
+use outboxd::metrics::NAMES as METRICS;
 
 fn start(pg: &PgCluster, broker: &Broker, port: u16, extra: &[&str]) -> Outboxd {
     let addr = format!("127.0.0.1:{port}");
@@ -95,8 +81,7 @@ fn metrics_probes_and_lag_agree_with_the_server() {
         .parse()
         .unwrap();
     assert!(metric(&body, "outboxd_confirmed_flush_lsn").unwrap() <= confirmed);
-    d.sigterm();
-    assert!(d.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()));
+    d.stop_cleanly();
 }
 
 #[test]
@@ -113,8 +98,7 @@ fn postgres_fast_restart_mid_stream_loses_nothing() {
     assert!(d.is_running(), "outboxd exited on a PostgreSQL restart:\n{}", d.log());
     let body = scrape(port);
     assert!(metric(&body, "outboxd_reconnects_total{component=\"postgres\"}").unwrap_or(0.0) >= 1.0, "{body}");
-    d.sigterm();
-    assert!(d.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "{}", d.log());
+    d.stop_cleanly();
 }
 
 #[test]
@@ -142,8 +126,7 @@ fn stalled_broker_flips_readiness_and_recovers_with_everything() {
         "never ready again"
     );
     assert_all_arrived(&pg, &broker, &d);
-    d.sigterm();
-    assert!(d.wait_exit(Duration::from_secs(30)).is_some_and(|s| s.success()), "{}", d.log());
+    d.stop_cleanly();
 }
 
 #[test]
@@ -178,6 +161,5 @@ fn heartbeats_move_an_idle_slot_and_never_reach_kafka() {
     assert!(pg.psql("SELECT count(*) FROM beats").parse::<i32>().unwrap() >= 2, "action query did not run");
     let topics = broker.topics();
     assert!(topics.is_empty(), "heartbeats must not create or reach topics: {topics:?}");
-    d.sigterm();
-    assert!(d.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()));
+    d.stop_cleanly();
 }

@@ -9,22 +9,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The metric names outboxd exports: the interface that alerts and dashboards may rely on.
-const METRICS: &[&str] = &[
-    "outboxd_events_total",
-    "outboxd_events_failed_total",
-    "outboxd_events_in_flight",
-    "outboxd_transactions_total",
-    "outboxd_received_lsn",
-    "outboxd_confirmed_flush_lsn",
-    "outboxd_replication_lag_bytes",
-    "outboxd_lag_seconds",
-    "outboxd_commit_to_ack_seconds",
-    "outboxd_connected",
-    "outboxd_slot_safe_wal_size_bytes",
-    "outboxd_reconnects_total",
-    "outboxd_dlq_events_total",
-];
+use outboxd::metrics::NAMES as METRICS;
 
 /// Histograms, which Prometheus exposes as `_bucket`, `_sum` and `_count` series.
 const HISTOGRAMS: &[&str] = &["outboxd_commit_to_ack_seconds"];

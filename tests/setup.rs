@@ -96,8 +96,7 @@ fn md5_and_unix_socket_logins_work() {
             "{url}:\n{}",
             d.log()
         );
-        d.sigterm();
-        assert!(d.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "{}", d.log());
+        d.stop_cleanly();
         assert!(!d.log().contains(MD5_PASSWORD), "password leaked");
         pg.psql("DELETE FROM outbox");
     }
@@ -120,8 +119,7 @@ fn busy_slot_is_waited_for_then_taken_over() {
     assert!(!standby.log().contains("streaming"), "{}", standby.log());
     // The active instance is never terminated by the standby.
     assert!(first.is_running());
-    first.sigterm();
-    assert!(first.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()));
+    first.stop_cleanly();
     assert!(standby.wait_for_log("streaming", Duration::from_secs(30)), "standby never took over:\n{}", standby.log());
     pg.psql(
         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', 'k', 'takeover.v1', '{}')",

@@ -1039,6 +1039,13 @@ impl Outboxd {
         }
     }
 
+    /// SIGTERM, then assert a clean exit (status 0) within 30 s: the shutdown drain worked.
+    pub fn stop_cleanly(&mut self) {
+        self.sigterm();
+        let status = self.wait_exit(Duration::from_secs(30));
+        assert!(status.is_some_and(|s| s.success()), "outboxd did not exit cleanly ({status:?}):\n{}", self.log());
+    }
+
     /// Sends SIGINT.
     pub fn sigint(&self) {
         if let Some(pid) = self.pid() {
