@@ -5,6 +5,7 @@
 #   3. outboxd --sink kafka into a local tansu broker,
 # each from its own slot created before the backlog, in the same run on the same cluster.
 # Prints events/s and each rate as a ratio of pg_recvlogical's. Usage: bench/drain.sh [N]
+# Superseded by `bench/run drain` (CPU, RSS, repetitions, medians); kept as the quick original.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
