@@ -68,7 +68,9 @@ pub struct AckTracker {
     open: Option<TxnId>,
     next_id: u64,
     in_flight: usize,
-    /// Commit times of transactions completed since the last [`AckTracker::drain_completed`].
+    /// Commit times of transactions whose records were all acked (and that were committed) since
+    /// the last [`AckTracker::drain_completed`]. Independent of the frontier: a transaction counts
+    /// when its own last ack arrives, even if an earlier one still holds the frontier back.
     completed: Vec<i64>,
 }
 
@@ -139,7 +141,8 @@ impl AckTracker {
         self.queue.front().map(|t| t.commit_time_us)
     }
 
-    /// Commit times of the transactions confirmed since the last call.
+    /// Commit times of the transactions fully acked since the last call (for the
+    /// commit-to-ack histogram; the frontier may still be held back by an earlier transaction).
     pub fn drain_completed(&mut self, mut each: impl FnMut(i64)) {
         // Drained in place: the buffer keeps its capacity, so the hot path does not allocate.
         for t in self.completed.drain(..) {
@@ -156,6 +159,10 @@ impl AckTracker {
         self.last_commit = end_lsn;
         let txn = self.queue.back_mut().filter(|t| t.id == id).ok_or(AckError::UnknownTxn(id))?;
         txn.end_lsn = Some(end_lsn);
+        if txn.pending == 0 {
+            let t = txn.commit_time_us;
+            self.completed.push(t);
+        }
         self.advance();
         Ok(self.confirmed)
     }
@@ -167,6 +174,10 @@ impl AckTracker {
             return Err(AckError::UnknownTxn(id));
         }
         txn.pending -= 1;
+        if txn.pending == 0 && txn.end_lsn.is_some() {
+            let t = txn.commit_time_us;
+            self.completed.push(t);
+        }
         self.in_flight -= 1;
         self.advance();
         Ok(self.confirmed)
@@ -206,7 +217,6 @@ impl AckTracker {
                 Some(end) if t.pending == 0 => {
                     // end > confirmed holds: commit() checked end > last_commit >= confirmed.
                     self.confirmed = end;
-                    self.completed.push(t.commit_time_us);
                     self.queue.pop_front();
                 }
                 _ => break,
@@ -541,5 +551,30 @@ mod more_tests {
         assert_eq!(done, vec![77], "drained once");
         assert_eq!(t.oldest_commit_time(), None);
         assert!(t.record_for(a).is_err(), "a finished transaction takes no more records");
+    }
+
+    #[test]
+    fn a_transaction_completes_on_its_own_last_ack_not_on_the_frontier() {
+        let mut t = AckTracker::new(Lsn(0));
+        let a = t.begin(1).unwrap();
+        t.record().unwrap();
+        t.commit(Lsn(10)).unwrap();
+        let b = t.begin(2).unwrap();
+        t.record().unwrap();
+        t.commit(Lsn(20)).unwrap();
+        t.ack(b).unwrap();
+        let mut done = Vec::new();
+        t.drain_completed(|c| done.push(c));
+        assert_eq!(done, vec![2], "b is fully acked although a holds the frontier");
+        assert_eq!(t.confirmed(), Lsn(0));
+        t.ack(a).unwrap();
+        t.drain_completed(|c| done.push(c));
+        assert_eq!(done, vec![2, 1]);
+        assert_eq!(t.confirmed(), Lsn(20));
+        // An empty transaction completes at its commit.
+        t.begin(3).unwrap();
+        t.commit(Lsn(30)).unwrap();
+        t.drain_completed(|c| done.push(c));
+        assert_eq!(done, vec![2, 1, 3]);
     }
 }
