@@ -21,6 +21,11 @@ ensure_tools() {
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null
     PG_BIN=""
   fi
+  # promtool validates config/prometheus-alerts.yml in tests/packaging.rs (skipped when absent).
+  if ! command -v promtool >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
+      || echo "note: promtool not installable; the alert rules are still checked by parsing"
+  fi
   if ! command -v tansu >/dev/null 2>&1; then
     echo "installing tansu 0.6.0 (about 13 minutes on 2 cores)..."
     cargo install tansu --version 0.6.0 --locked --features dynostore,libsql
