@@ -218,7 +218,7 @@ impl ReplicationConn {
     async fn fill_frame(&mut self) -> Result<u8, Transient> {
         loop {
             if let Some((tag, len)) = frame_header(&self.rbuf) {
-                if self.rbuf.len() >= 1 + len {
+                if self.rbuf.len() > len {
                     return Ok(tag);
                 }
             }

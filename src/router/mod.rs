@@ -222,6 +222,8 @@ impl Route {
     }
 
     /// Turn one inserted row into a record.
+    // Bad events are rare; carrying their salvage inline beats a box on every good row.
+    #[allow(clippy::result_large_err)]
     pub fn route(&self, row: OutboxRow<'_>) -> Result<Record, BadEvent> {
         let cols = &row.tuple.0;
         let value = |c: Col| -> Result<Option<&Bytes>, String> {
