@@ -59,7 +59,12 @@ async fn supervise<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Res
             return Ok(());
         }
         let ctx = Context { cfg, metrics: metrics.clone(), health: health.clone() };
-        match session(ctx, sink, shutdown.clone(), &mut streamed_once).await {
+        let mut reached_stream = false;
+        let result = session(ctx, sink, shutdown.clone(), &mut streamed_once, &mut reached_stream).await;
+        if reached_stream {
+            attempt = 0;
+        }
+        match result {
             Ok(()) => return Ok(()),
             Err(Error::Transient(Transient::SlotBusy { slot, pid })) => {
                 tracing::warn!(
@@ -99,6 +104,7 @@ async fn session<S: Sink>(
     sink: &mut S,
     shutdown: CancellationToken,
     streamed_once: &mut bool,
+    reset_backoff: &mut bool,
 ) -> Result<(), Error> {
     let cfg = ctx.cfg;
     let slot = {
@@ -116,6 +122,8 @@ async fn session<S: Sink>(
     let heartbeats = !cfg.heartbeat_interval.is_zero();
     let stream = conn.start_replication(&cfg.slot, slot.confirmed_flush, &cfg.publication, heartbeats).await?;
     *streamed_once = true;
+    // Reaching the stream again resets the backoff: the next outage starts from a short delay.
+    *reset_backoff = true;
     tracing::info!(slot = %cfg.slot, publication = %cfg.publication, start = %slot.confirmed_flush, target = %cfg.postgres, "streaming");
     Session::new(ctx, sink, stream, slot.confirmed_flush).run(shutdown).await
 }
