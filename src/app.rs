@@ -24,6 +24,8 @@ use crate::pipeline::{backoff, Context, Session, HEARTBEAT_PREFIX};
 use crate::sink::Sink;
 
 const SLOT_BUSY_RETRY: Duration = Duration::from_secs(3);
+/// How often the monitor wakes; finer than any sensible lag-poll or heartbeat interval.
+const MONITOR_TICK: Duration = Duration::from_millis(250);
 
 /// What the process shares with every session: readiness, metric handles, the shutdown signal.
 #[derive(Clone)]
@@ -141,17 +143,19 @@ fn as_transient(e: Error) -> Error {
 /// retried; they never stop the pipeline.
 async fn monitor(cfg: Config, handles: Handles) {
     let Handles { health, metrics, shutdown } = handles;
-    let tick = match cfg.heartbeat_interval.is_zero() {
-        true => cfg.lag_poll_interval,
-        false => cfg.lag_poll_interval.min(cfg.heartbeat_interval),
-    };
     let mut client: Option<Client> = None;
     let mut last_poll = tokio::time::Instant::now() - cfg.lag_poll_interval;
     let mut last_action = tokio::time::Instant::now();
+    // Idle time, from changes of the activity counter (the hot path never reads a clock).
+    let (mut seen, mut last_activity) = (health.activity_count(), tokio::time::Instant::now());
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(tick.min(Duration::from_millis(500)).max(Duration::from_millis(100))) => {}
+            _ = tokio::time::sleep(MONITOR_TICK) => {}
+        }
+        if health.activity_count() != seen {
+            seen = health.activity_count();
+            last_activity = tokio::time::Instant::now();
         }
         if client.as_ref().is_none_or(|c| c.is_closed()) {
             client = admin::connect(&cfg).await.ok();
@@ -171,11 +175,12 @@ async fn monitor(cfg: Config, handles: Handles) {
         if cfg.heartbeat_interval.is_zero() || !health.streaming() {
             continue;
         }
-        if health.idle_for() >= cfg.heartbeat_interval {
+        if last_activity.elapsed() >= cfg.heartbeat_interval {
+            // Counted as activity now, so one heartbeat goes out per quiet interval.
+            last_activity = tokio::time::Instant::now();
             let sql = format!("SELECT pg_logical_emit_message(false, '{HEARTBEAT_PREFIX}', now()::text)");
-            match c.batch_execute(&sql).await {
-                Ok(()) => health.activity(),
-                Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+            if let Err(e) = c.batch_execute(&sql).await {
+                tracing::warn!(error = %e, "heartbeat failed");
             }
         }
         if let Some(q) = &cfg.heartbeat_action_query {

@@ -359,16 +359,8 @@ impl<'a, S: Sink> Session<'a, S> {
         if let Some(max) = self.sink.max_message_bytes() {
             let size = record_size(record.key.as_ref(), record.payload.as_ref(), &record.headers);
             if size > max {
-                let dl = DeadLetter {
-                    event_id: Some(record.event_id),
-                    code: "too_large",
-                    message: format!("record of {size} bytes exceeds message.max.bytes {max}"),
-                    original_topic: Some(record.topic),
-                    key: record.key,
-                    payload: record.payload,
-                    headers: record.headers,
-                    source,
-                };
+                let message = format!("record of {size} bytes exceeds message.max.bytes {max}");
+                let dl = DeadLetter::from_record(record, "too_large", message, source);
                 return self.on_bad_pending(txn, dl).await;
             }
         }
@@ -383,16 +375,7 @@ impl<'a, S: Sink> Session<'a, S> {
             Err(SinkError::Fatal(d)) => Err(d.into()),
             Err(SinkError::Rejected { code, reason, record, delivery }) => {
                 let txn = delivery.txn();
-                let dl = DeadLetter {
-                    event_id: Some(record.event_id),
-                    code,
-                    message: reason,
-                    original_topic: Some(record.topic),
-                    key: record.key,
-                    payload: record.payload,
-                    headers: record.headers,
-                    source,
-                };
+                let dl = DeadLetter::from_record(*record, code, reason, source);
                 // The policy resolves the original in the tracker itself.
                 delivery.disarm();
                 self.on_bad_pending(txn, dl).await

@@ -45,6 +45,20 @@ pub fn record_size(key: Option<&Bytes>, payload: Option<&Bytes>, headers: &[(Str
 }
 
 impl DeadLetter {
+    /// A routed record that could not be delivered as it is.
+    pub fn from_record(record: Record, code: &'static str, message: String, source: Source) -> DeadLetter {
+        DeadLetter {
+            event_id: Some(record.event_id),
+            code,
+            message,
+            original_topic: Some(record.topic),
+            key: record.key,
+            payload: record.payload,
+            headers: record.headers,
+            source,
+        }
+    }
+
     /// The record to send to `dlq_topic`. The payload is dropped (and its size recorded) when the
     /// copy would not fit in `max_bytes`.
     pub fn into_record(self, dlq_topic: &str, max_bytes: usize) -> Record {
