@@ -394,10 +394,7 @@ impl<'a, S: Sink> Session<'a, S> {
             }
             BadEventPolicy::Dlq => {
                 let txn = self.tracker.record().map_err(|e| Definite::Bug(e.to_string()))?;
-                let mut headers = Vec::new();
-                if let Some(id) = &bad.event_id {
-                    headers.push(("id".to_owned(), bytes::Bytes::copy_from_slice(id.as_bytes())));
-                }
+                // `into_record` adds the `id` header from the event id.
                 let dl = DeadLetter {
                     event_id: bad.event_id,
                     code: bad.code,
@@ -405,7 +402,7 @@ impl<'a, S: Sink> Session<'a, S> {
                     original_topic: bad.topic,
                     key: bad.key,
                     payload: bad.payload,
-                    headers,
+                    headers: Vec::new(),
                     source,
                 };
                 self.dead_letter(txn, dl).await
