@@ -103,8 +103,7 @@ fn chaos_loses_nothing_keeps_order_and_repeats_only_inside_fault_windows() {
         &broker,
         &["--status-interval", "200ms", "--reconnect-max-backoff", "1s", "--topic-partitions", "3"],
     );
-    let mut d = Outboxd::spawn(&args);
-    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
+    let mut d = Outboxd::spawn_streaming(&args);
 
     // The writer: explicit ids and ON CONFLICT make a retried statement harmless.
     let txns: Arc<Mutex<Vec<Txn>>> = Arc::new(Mutex::new(Vec::new()));
@@ -155,8 +154,7 @@ fn chaos_loses_nothing_keeps_order_and_repeats_only_inside_fault_windows() {
             "kill9" => {
                 d.kill9();
                 logs.push(d.log());
-                d = Outboxd::spawn(&args);
-                assert!(d.wait_for_log("streaming", Duration::from_secs(60)), "{}", d.log());
+                d = Outboxd::spawn_streaming(&args);
             }
             "broker_stop" => {
                 stops.push(Instant::now());

@@ -39,8 +39,7 @@ fn kill_9_mid_stream_loses_nothing() {
     pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
     let broker = Broker::start();
     let args = daemon_args(&pg, &broker, &["--status-interval", "200ms"]);
-    let mut d = Outboxd::spawn(&args);
-    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
+    let mut d = Outboxd::spawn_streaming(&args);
 
     // A writer keeps committing while we kill outboxd. For each transaction it records the WAL
     // insert position after the commit (a separate psql -c, so a separate transaction): an upper
@@ -91,8 +90,7 @@ fn kill_9_mid_stream_loses_nothing() {
     std::thread::sleep(Duration::from_millis(500));
     // Nobody holds the slot now, so this is where the restart resumes.
     let resume_at = slot_confirmed(&pg);
-    let mut d2 = Outboxd::spawn(&args);
-    assert!(d2.wait_for_log("streaming", Duration::from_secs(30)), "{}", d2.log());
+    let mut d2 = Outboxd::spawn_streaming(&args);
     let after = writer.join().expect("writer finished");
 
     let all: Vec<String> = pg.psql("SELECT event_id FROM outbox").lines().map(String::from).collect();
@@ -133,8 +131,7 @@ fn slot_is_never_confirmed_past_an_unacked_record() {
     pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
     let broker = Broker::start();
     let args = daemon_args(&pg, &broker, &["--status-interval", "200ms"]);
-    let mut d = Outboxd::spawn(&args);
-    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
+    let mut d = Outboxd::spawn_streaming(&args);
     // Warm up: the topic exists and one event made it through.
     pg.psql(
         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('w', 'w', 'frozen.v1', '{}')",
@@ -164,8 +161,7 @@ fn slot_is_never_confirmed_past_an_unacked_record() {
     // Crash while frozen: the restart must still deliver everything.
     d.kill9();
     broker.resume();
-    let mut d2 = Outboxd::spawn(&args);
-    assert!(d2.wait_for_log("streaming", Duration::from_secs(30)), "{}", d2.log());
+    let mut d2 = Outboxd::spawn_streaming(&args);
     let seen = ids_in_kafka(&broker, "frozen.v1.events", 501);
     let all: Vec<String> = pg.psql("SELECT event_id FROM outbox").lines().map(String::from).collect();
     assert!(all.iter().all(|id| seen.contains_key(id)), "events lost: have {} of {}", seen.len(), all.len());
@@ -182,8 +178,7 @@ fn slot_is_never_confirmed_past_an_unacked_record() {
 fn idle_outbox_does_not_pin_wal() {
     let pg = PgCluster::start();
     pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
-    let mut d = Outboxd::spawn(&daemon_args_pg_only(&pg, &["--sink", "null", "--status-interval", "200ms"]));
-    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
+    let mut d = Outboxd::spawn_streaming(&daemon_args_pg_only(&pg, &["--sink", "null", "--status-interval", "200ms"]));
     let start = slot_confirmed(&pg);
     pg.psql("CREATE TABLE busy (x int); INSERT INTO busy SELECT generate_series(1, 50000)");
     let end = pg.psql("SELECT pg_current_wal_insert_lsn()");

@@ -56,8 +56,7 @@ fn seed_shaped_connector_json_routes_like_the_event_router() {
     let broker = Broker::start();
     let dir = tempfile::tempdir().unwrap();
     let file = write(&dir, "connector.json", &connector_json(&pg, &broker, "${routedByValue}.events"));
-    let mut d = Outboxd::spawn(&args(&["run", "--debezium-config", &file, "--metrics-addr", "127.0.0.1:0"]));
-    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
+    let mut d = Outboxd::spawn_streaming(&args(&["run", "--debezium-config", &file, "--metrics-addr", "127.0.0.1:0"]));
     pg.psql(
         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers, created_at) VALUES \
          ('order', 'o-1', 'order.paid.v1', '{\"total\": 10.50}', '{\"traceId\": \"t-1\"}', '2026-01-01 00:00:01.5+00')",

@@ -37,8 +37,7 @@ fn default_policy_dead_letters_and_keeps_going() {
     let pg = PgCluster::start();
     lax_outbox(&pg);
     let broker = Broker::start();
-    let mut d = Outboxd::spawn(&daemon_args(&pg, &broker, &["--status-interval", "200ms"]));
-    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
+    let mut d = Outboxd::spawn_streaming(&daemon_args(&pg, &broker, &["--status-interval", "200ms"]));
     let good1 = insert(&pg, "a", Some("ok.v1"), "{\"n\": 1}");
     let bad = insert(&pg, "b", None, "{\"n\": 2}");
     let good2 = insert(&pg, "c", Some("ok.v1"), "{\"n\": 3}");
@@ -64,12 +63,11 @@ fn oversize_events_go_to_the_dlq_without_their_payload() {
     let pg = PgCluster::start();
     lax_outbox(&pg);
     let broker = Broker::start();
-    let mut d = Outboxd::spawn(&daemon_args(
+    let mut d = Outboxd::spawn_streaming(&daemon_args(
         &pg,
         &broker,
         &["--status-interval", "200ms", "--kafka-property", "message.max.bytes=4000"],
     ));
-    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
     let big = format!("{{\"blob\": \"{}\"}}", "x".repeat(10_000));
     let bad = insert(&pg, "big", Some("size.v1"), &big);
     let good = insert(&pg, "small", Some("size.v1"), "{}");
@@ -96,12 +94,11 @@ fn skip_policy_counts_and_moves_on() {
     let broker = Broker::start();
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let mut d = Outboxd::spawn(&daemon_args(
+    let mut d = Outboxd::spawn_streaming(&daemon_args(
         &pg,
         &broker,
         &["--status-interval", "200ms", "--on-bad-event", "skip", "--metrics-addr", &addr],
     ));
-    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
     let bad = insert(&pg, "b", None, "{}");
     let good = insert(&pg, "g", Some("skip.v1"), "{}");
     let ok = broker.consume_all("skip.v1.events", 1, 1, Duration::from_secs(30));
@@ -121,8 +118,8 @@ fn fail_policy_stops_at_the_bad_row_without_confirming_it() {
     let pg = PgCluster::start();
     lax_outbox(&pg);
     let broker = Broker::start();
-    let mut d = Outboxd::spawn(&daemon_args(&pg, &broker, &["--status-interval", "200ms", "--on-bad-event", "fail"]));
-    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
+    let mut d =
+        Outboxd::spawn_streaming(&daemon_args(&pg, &broker, &["--status-interval", "200ms", "--on-bad-event", "fail"]));
     let before = pg.psql("SELECT pg_current_wal_insert_lsn()");
     let bad = insert(&pg, "b", None, "{}");
     let status = d.wait_exit(Duration::from_secs(20)).expect("outboxd stops on a bad row with --on-bad-event fail");

@@ -43,8 +43,11 @@ fn events_reach_topics_with_key_id_payload_timestamp_and_order() {
     let pg = PgCluster::start();
     pg.apply_all_sql();
     let broker = Broker::start();
-    let mut d = Outboxd::spawn(&daemon_args(&pg, &broker, &["--topic-partitions", "3", "--status-interval", "500ms"]));
-    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "outboxd did not start:\n{}", d.log());
+    let mut d = Outboxd::spawn_streaming(&daemon_args(
+        &pg,
+        &broker,
+        &["--topic-partitions", "3", "--status-interval", "500ms"],
+    ));
 
     // Single-row transactions of three types, with payloads whose text must survive byte for byte.
     for i in 0..30 {
@@ -127,8 +130,8 @@ fn non_insert_changes_and_other_tables_produce_nothing() {
     let pg = PgCluster::start();
     pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
     let broker = Broker::start();
-    let mut d = Outboxd::spawn(&daemon_args(&pg, &broker, &["--sink", "stdout", "--status-interval", "500ms"]));
-    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
+    let mut d =
+        Outboxd::spawn_streaming(&daemon_args(&pg, &broker, &["--sink", "stdout", "--status-interval", "500ms"]));
     pg.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '1', 'x.v1', '{\"k\": 1}')");
     pg.psql("UPDATE outbox SET attempts = attempts + 1");
     pg.psql("DELETE FROM outbox");
@@ -150,11 +153,10 @@ fn non_insert_changes_and_other_tables_produce_nothing() {
 fn update_with_fatal_op_behavior_stops_without_confirming_it() {
     let pg = PgCluster::start();
     pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
-    let mut d = Outboxd::spawn(&daemon_args_pg_only(
+    let mut d = Outboxd::spawn_streaming(&daemon_args_pg_only(
         &pg,
         &["--sink", "null", "--status-interval", "200ms", "--table-op-invalid-behavior", "fatal"],
     ));
-    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
     pg.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '1', 'x.v1', '{}')");
     pg.psql("UPDATE outbox SET attempts = 1");
     let status = d.wait_exit(Duration::from_secs(20)).expect("outboxd stops on a fatal UPDATE");

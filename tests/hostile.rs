@@ -220,8 +220,7 @@ fn start_daemon(pg: PgCluster, extra: &[&str]) -> (PgCluster, Broker, Outboxd) {
     let broker = Broker::start();
     let mut flags = vec!["--status-interval", "200ms"];
     flags.extend_from_slice(extra);
-    let d = Outboxd::spawn(&daemon_args(&pg, &broker, &flags));
-    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "outboxd did not start streaming:\n{}", d.log());
+    let d = Outboxd::spawn_streaming(&daemon_args(&pg, &broker, &flags));
     (pg, broker, d)
 }
 

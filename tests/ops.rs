@@ -14,9 +14,7 @@ fn start(pg: &PgCluster, broker: &Broker, port: u16, extra: &[&str]) -> Outboxd 
     let addr = format!("127.0.0.1:{port}");
     let mut a = vec!["--metrics-addr", addr.as_str(), "--status-interval", "200ms", "--lag-poll-interval", "200ms"];
     a.extend_from_slice(extra);
-    let d = Outboxd::spawn(&daemon_args(pg, broker, &a));
-    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
-    d
+    Outboxd::spawn_streaming(&daemon_args(pg, broker, &a))
 }
 
 fn scrape(port: u16) -> String {

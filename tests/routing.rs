@@ -24,9 +24,7 @@ CREATE TABLE events_b (
 fn start(pg: &PgCluster, broker: &Broker, extra: &[&str]) -> Outboxd {
     let mut a = vec!["--status-interval", "200ms"];
     a.extend_from_slice(extra);
-    let d = Outboxd::spawn(&daemon_args(pg, broker, &a));
-    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
-    d
+    Outboxd::spawn_streaming(&daemon_args(pg, broker, &a))
 }
 
 #[test]

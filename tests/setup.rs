@@ -86,8 +86,7 @@ fn md5_and_unix_socket_logins_work() {
         let mut a = daemon_args_pg_only(&pg, &["--sink", "stdout", "--status-interval", "200ms"]);
         let i = a.iter().position(|x| x == "--postgres-url").unwrap();
         a[i + 1] = url.clone();
-        let mut d = Outboxd::spawn(&a);
-        assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{url}:\n{}", d.log());
+        let mut d = Outboxd::spawn_streaming(&a);
         pg.psql(
             "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', 'k', 'auth.v1', '{}')",
         );
@@ -107,8 +106,7 @@ fn busy_slot_is_waited_for_then_taken_over() {
     let pg = PgCluster::start();
     pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
     let a = daemon_args_pg_only(&pg, &["--sink", "stdout", "--status-interval", "200ms"]);
-    let mut first = Outboxd::spawn(&a);
-    assert!(first.wait_for_log("streaming", Duration::from_secs(30)), "{}", first.log());
+    let mut first = Outboxd::spawn_streaming(&a);
     let mut standby = Outboxd::spawn(&a);
     assert!(
         standby.wait_for_log("held by another process", Duration::from_secs(30)),

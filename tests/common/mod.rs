@@ -1039,6 +1039,14 @@ impl Outboxd {
         }
     }
 
+    /// Spawn and wait (up to 60 s) until the daemon logs that it is streaming; panics with its log
+    /// otherwise.
+    pub fn spawn_streaming(args: &[String]) -> Outboxd {
+        let d = Outboxd::spawn(args);
+        assert!(d.wait_for_log("streaming", Duration::from_secs(60)), "outboxd did not start streaming:\n{}", d.log());
+        d
+    }
+
     /// SIGTERM, then assert a clean exit (status 0) within 30 s: the shutdown drain worked.
     pub fn stop_cleanly(&mut self) {
         self.sigterm();
