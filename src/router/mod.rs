@@ -243,15 +243,17 @@ impl Route {
         let payload_raw = value(self.payload).ok().flatten();
         let key = key_raw.map(|k| as_bytes(self.key.type_oid, k)).transpose();
         let payload = payload_raw.map(|p| as_bytes(self.payload.type_oid, p)).transpose();
-        let salvaged_key = key.clone().ok().flatten().or_else(|| key_raw.cloned());
-        let salvaged_payload = payload.clone().ok().flatten().or_else(|| payload_raw.cloned());
+        // Salvage for a dead-letter copy is built only when a row is bad: the converted value when
+        // it converts, else the raw text.
+        let salvage =
+            |raw: Option<&Bytes>, type_oid: u32| raw.map(|v| as_bytes(type_oid, v).unwrap_or_else(|_| v.clone()));
         let bad = |code: &'static str, message: String, topic: Option<String>| BadEvent {
             event_id: event_id.clone(),
             code,
             message,
             topic,
-            key: salvaged_key.clone(),
-            payload: salvaged_payload.clone(),
+            key: salvage(key_raw, self.key.type_oid),
+            payload: salvage(payload_raw, self.payload.type_oid),
         };
         let id = match value(self.id) {
             Ok(Some(_)) => event_id.clone().unwrap_or_default(),
