@@ -17,6 +17,14 @@ pg_bindir() {
 # Install what a fresh machine of this kind lacks: PostgreSQL server binaries and tansu.
 ensure_tools() {
   export PATH="$HOME/.cargo/bin:$PATH"
+  # C libraries rdkafka links: OpenSSL (TLS), Cyrus SASL (GSSAPI), curl (OAUTHBEARER OIDC), zlib.
+  local need=()
+  for p in libssl-dev libsasl2-dev libcurl4-openssl-dev zlib1g-dev pkg-config ca-certificates openssl; do
+    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+  done
+  if [ ${#need[@]} -gt 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  fi
   if [ ! -x "$(pg_bindir)/initdb" ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null
     PG_BIN=""

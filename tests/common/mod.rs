@@ -25,6 +25,8 @@
 //! tempdirs of dropped clusters/brokers/daemons for post-mortem inspection).
 #![allow(dead_code)]
 
+pub mod certs;
+
 use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::Write as _;
