@@ -55,14 +55,14 @@ pub async fn run<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Resul
 async fn supervise<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Result<(), Error> {
     let Handles { health, metrics, shutdown } = handles;
     let mut attempt = 0u32;
-    let mut streamed_once = false;
+    let mut state = SessionState::default();
     loop {
         if shutdown.is_cancelled() {
             return Ok(());
         }
         let ctx = Context { cfg, metrics: metrics.clone(), health: health.clone() };
         let mut reached_stream = false;
-        let result = session(ctx, sink, shutdown.clone(), &mut streamed_once, &mut reached_stream).await;
+        let result = session(ctx, sink, shutdown.clone(), &mut state, &mut reached_stream).await;
         if reached_stream {
             attempt = 0;
         }
@@ -100,34 +100,82 @@ async fn wait(shutdown: &CancellationToken, d: Duration) {
     }
 }
 
+/// What one session leaves for the next.
+#[derive(Default)]
+struct SessionState {
+    streamed_once: bool,
+    /// The walsender PID of our last replication connection: if a dead link left it holding the
+    /// slot, it is ours to end.
+    own_walsender: Option<i32>,
+}
+
 /// One session: re-check the publication and slot, connect, stream.
 async fn session<S: Sink>(
     ctx: Context<'_>,
     sink: &mut S,
     shutdown: CancellationToken,
-    streamed_once: &mut bool,
+    state: &mut SessionState,
     reset_backoff: &mut bool,
 ) -> Result<(), Error> {
     let cfg = ctx.cfg;
-    let slot = {
+    let checks = async {
         let client = admin::connect(cfg).await.map_err(as_transient)?;
-        if *streamed_once && !admin::publication_exists(&client, &cfg.publication).await? {
+        if state.streamed_once && !admin::publication_exists(&client, &cfg.publication).await? {
             return Err(Definite::Setup(format!(
                 "publication {:?} was dropped while outboxd was running; recreate it (see sql/04_publication.sql) and restart",
                 cfg.publication
             ))
             .into());
         }
-        admin::ensure_slot(&client, cfg).await?
+        take_slot(&client, cfg, state.own_walsender).await
+    };
+    let slot = match tokio::time::timeout(admin::ADMIN_TIMEOUT * 2, checks).await {
+        Ok(r) => r?,
+        Err(_) => return Err(stalled("the slot and publication checks")),
     };
     let conn = ReplicationConn::connect(&cfg.postgres).await?;
+    state.own_walsender = conn.backend_pid();
     let heartbeats = !cfg.heartbeat_interval.is_zero();
-    let stream = conn.start_replication(&cfg.slot, slot.confirmed_flush, &cfg.publication, heartbeats).await?;
-    *streamed_once = true;
+    let start =
+        conn.start_replication(&cfg.slot, slot.confirmed_flush, &cfg.publication, heartbeats, cfg.wal_receiver_timeout);
+    let stream = match tokio::time::timeout(admin::ADMIN_TIMEOUT, start).await {
+        Ok(r) => r?,
+        Err(_) => return Err(stalled("START_REPLICATION")),
+    };
+    state.streamed_once = true;
     // Reaching the stream again resets the backoff: the next outage starts from a short delay.
     *reset_backoff = true;
     tracing::info!(slot = %cfg.slot, publication = %cfg.publication, start = %slot.confirmed_flush, target = %cfg.postgres, "streaming");
     Session::new(ctx, sink, stream, slot.confirmed_flush).run(shutdown).await
+}
+
+fn stalled(what: &str) -> Error {
+    Transient::PgServer { code: "57014".into(), message: format!("{what} got no answer in time; retrying") }.into()
+}
+
+/// [`admin::ensure_slot`], except that a slot still held by our own previous walsender (a dead
+/// link that PostgreSQL has not noticed yet, until its `wal_sender_timeout`) is taken back at once
+/// by ending that walsender. A slot held by any other PID is left alone: a standby waits.
+async fn take_slot(client: &Client, cfg: &Config, own: Option<i32>) -> Result<admin::SlotState, Error> {
+    let mut ended = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match admin::ensure_slot(client, cfg).await {
+            Err(Error::Transient(Transient::SlotBusy { pid, .. })) if Some(pid) == own => {
+                if !ended {
+                    ended = admin::terminate_own_walsender(client, &cfg.slot, pid).await?;
+                    if ended {
+                        tracing::warn!(pid, slot = %cfg.slot, "our previous walsender still held the slot (dead link); ended it");
+                    }
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(Transient::SlotBusy { slot: cfg.slot.clone(), pid }.into());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Set-up already succeeded once, so a failing reconnect is the server's hiccup, not bad config.
@@ -163,13 +211,19 @@ async fn monitor(cfg: Config, handles: Handles) {
         let Some(c) = client.as_ref() else { continue };
         if last_poll.elapsed() >= cfg.lag_poll_interval {
             last_poll = tokio::time::Instant::now();
-            match admin::slot_lag(c, &cfg.slot).await {
-                Ok(Some(lag)) => {
+            match tokio::time::timeout(admin::ADMIN_TIMEOUT, admin::slot_lag(c, &cfg.slot)).await {
+                Ok(Ok(Some(lag))) => {
                     metrics.lag_bytes.set(lag.lag_bytes as f64);
                     metrics.safe_wal_size(lag.safe_wal_size);
                 }
-                Ok(None) => {}
-                Err(e) => tracing::debug!(error = %e, "lag poll failed"),
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => tracing::debug!(error = %e, "lag poll failed"),
+                // A frozen link: drop this connection and make a new one next tick.
+                Err(_) => {
+                    tracing::warn!("lag poll got no answer; reconnecting the monitor's connection");
+                    client = None;
+                    continue;
+                }
             }
         }
         if cfg.heartbeat_interval.is_zero() || !health.streaming() {
@@ -179,14 +233,14 @@ async fn monitor(cfg: Config, handles: Handles) {
             // Counted as activity now, so one heartbeat goes out per quiet interval.
             last_activity = tokio::time::Instant::now();
             let sql = format!("SELECT pg_logical_emit_message(false, '{HEARTBEAT_PREFIX}', now()::text)");
-            if let Err(e) = c.batch_execute(&sql).await {
+            if let Err(e) = admin::timed("heartbeat", c.batch_execute(&sql)).await {
                 tracing::warn!(error = %e, "heartbeat failed");
             }
         }
         if let Some(q) = &cfg.heartbeat_action_query {
             if last_action.elapsed() >= cfg.heartbeat_interval {
                 last_action = tokio::time::Instant::now();
-                if let Err(e) = c.batch_execute(q).await {
+                if let Err(e) = admin::timed("--heartbeat-action-query", c.batch_execute(q)).await {
                     tracing::warn!(error = %e, "--heartbeat-action-query failed");
                 }
             }

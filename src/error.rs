@@ -62,3 +62,31 @@ impl Error {
         matches!(self, Error::Transient(_))
     }
 }
+
+/// Whether a server error with this SQLSTATE may pass by itself; the one place that decides it,
+/// for both connections. Transient: connection trouble (class 08), insufficient resources (53),
+/// operator intervention such as a shutdown or a server starting up (57P01-57P05), a cancelled
+/// statement (57014, our own timeouts), serialization failures and deadlocks (40001, 40P01), an
+/// object in use (55006, a slot another walsender still holds) and system errors (58000, 58030).
+/// The rest (28 authentication, 42 syntax and access, 3D000 no database, ...) need an operator.
+pub fn sqlstate_is_transient(code: &str) -> bool {
+    code.starts_with("08")
+        || code.starts_with("53")
+        || code.starts_with("57P0")
+        || matches!(code, "57014" | "40001" | "40P01" | "55006" | "58000" | "58030")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sqlstate_is_transient;
+
+    #[test]
+    fn sqlstate_classes() {
+        for c in ["08006", "08001", "53300", "53100", "57P01", "57P03", "40001", "40P01", "55006", "57014"] {
+            assert!(sqlstate_is_transient(c), "{c}");
+        }
+        for c in ["28P01", "28000", "42501", "42P01", "42704", "3D000", "22P02", "58P01", "XX000"] {
+            assert!(!sqlstate_is_transient(c), "{c}");
+        }
+    }
+}

@@ -82,6 +82,14 @@ pub struct Session<'a, S: Sink> {
     server_wal_end: Lsn,
 }
 
+/// Sleep until `at`, or forever when there is no deadline.
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 fn now_pg_us() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_micros() as i64 - 946_684_800_000_000
 }
@@ -113,9 +121,10 @@ impl<'a, S: Sink> Session<'a, S> {
         let result = self.run_inner(shutdown).await;
         self.health.set_streaming(false);
         self.metrics.pg_connected.set(0.0);
-        if result.is_err() {
+        match &result {
             // Safe even on failure: the tracker never includes unacked records.
-            let _ = self.send_status().await;
+            Err(_) => drop(self.send_status().await),
+            Ok(()) => self.stream.close().await,
         }
         result
     }
@@ -128,6 +137,10 @@ impl<'a, S: Sink> Session<'a, S> {
             match phase {
                 Phase::Streaming => {
                     let can_read = self.tracker.in_flight() < self.cfg.max_in_flight;
+                    if !can_read {
+                        self.stream.pause_liveness();
+                    }
+                    let alive_check = self.stream.liveness_deadline();
                     tokio::select! {
                         biased;
                         _ = shutdown.cancelled() => {
@@ -137,6 +150,11 @@ impl<'a, S: Sink> Session<'a, S> {
                         Some(ack) = self.acks_rx.recv() => self.on_acks(ack).await?,
                         _ = ticker.tick() => self.send_status().await?,
                         msg = self.stream.next(), if can_read => self.on_wal(msg?).await?,
+                        // After the WAL arm: data already waiting always wins over a deadline.
+                        _ = sleep_until_opt(alive_check), if can_read => {
+                            let confirmed = self.tracker.confirmed();
+                            self.stream.check_liveness(confirmed).await?;
+                        }
                     }
                 }
                 Phase::Draining { deadline } => {

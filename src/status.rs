@@ -6,7 +6,6 @@
 //! publication, a slot held by someone, WAL about to be removed) is reported as a warning.
 
 use serde::Serialize;
-use tokio_postgres::NoTls;
 
 use crate::config::{PgTarget, StatusArgs};
 use crate::error::{Definite, Error};
@@ -63,7 +62,11 @@ pub struct ServerReport {
 
 /// Returns the process exit code: 0 when the slot is healthy, 1 when it is missing or lost.
 pub async fn run(args: &StatusArgs) -> Result<u8, Error> {
-    let target = PgTarget::parse(&args.postgres_url)?;
+    let fallbacks = crate::config::postgres::Fallbacks {
+        password_file: args.postgres_password_file.as_deref(),
+        ..crate::config::postgres::Fallbacks::process()
+    };
+    let target = PgTarget::parse_with(&args.postgres_url, &fallbacks)?;
     let report = collect(&target, &args.slot, &args.publication).await?;
     if args.json {
         let text = serde_json::to_string_pretty(&report)
@@ -76,16 +79,7 @@ pub async fn run(args: &StatusArgs) -> Result<u8, Error> {
 }
 
 async fn collect(target: &PgTarget, slot: &str, publication: &str) -> Result<Report, Error> {
-    let (client, conn) = target
-        .to_tokio_postgres()
-        .connect(NoTls)
-        .await
-        .map_err(|e| Definite::Setup(format!("cannot connect to PostgreSQL at {target}: {e}")))?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "status connection closed");
-        }
-    });
+    let client = crate::pg::admin::connect_target(target).await?;
     let q = |what: &'static str| move |e: tokio_postgres::Error| Definite::Setup(format!("{what} at {target}: {e}"));
 
     let row = client

@@ -62,10 +62,15 @@ fn disabled_autocreate_requires_the_publication() {
 
 #[test]
 fn bad_flags_exit_2_with_the_flag_named() {
-    let (code, out) =
-        run_to_exit(&args(&["run", "--postgres-url", "postgres://u:pw@h/db?sslmode=require"]), Duration::from_secs(10));
+    let (code, out) = run_to_exit(
+        &args(&["run", "--postgres-url", "postgres://u:pw@h/db?sslmode=verify-full"]),
+        Duration::from_secs(10),
+    );
     assert_eq!(code, Some(2), "{out}");
-    assert!(out.contains("sslmode=require is not supported") && !out.contains("u:pw"), "{out}");
+    assert!(
+        out.contains("sslmode=verify-full needs") && out.contains("sslrootcert=") && !out.contains("u:pw"),
+        "{out}"
+    );
     let (code, out) = run_to_exit(
         &args(&["run", "--postgres-url", "postgres://h/db", "--status-interval", "soon"]),
         Duration::from_secs(10),

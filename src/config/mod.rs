@@ -4,8 +4,8 @@
 //! [`Config::from_args`] turns it into typed values and rejects every bad combination with a
 //! one-line message that names the flag and the fix. Nothing downstream re-validates.
 //!
-//! The PostgreSQL URL is parsed here into a [`PgTarget`], whose `Display` never shows the password,
-//! so the URL can be logged and put into errors safely.
+//! The PostgreSQL conninfo is parsed by [`postgres`] into a [`PgTarget`], whose `Display` never
+//! shows the password, so it can be logged and put into errors safely.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,7 +15,9 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 pub mod debezium;
-use percent_encoding::percent_decode_str;
+pub mod postgres;
+
+pub use postgres::{PgHost, PgTarget, SslMode};
 
 use crate::error::Definite;
 use crate::router::{HeadersField, MissingPolicy, Placement, RouteConfig, TopicRule};
@@ -48,8 +50,11 @@ pub enum Command {
 #[derive(Debug, Clone, clap::Args)]
 pub struct StatusArgs {
     /// PostgreSQL URL, as for `run`.
-    #[arg(long, env = "OUTBOXD_POSTGRES_URL", hide_env_values = true)]
+    #[arg(long, env = "OUTBOXD_POSTGRES_URL", hide_env_values = true, default_value = "")]
     pub postgres_url: String,
+    /// File holding the PostgreSQL password, as for `run`.
+    #[arg(long, env = "OUTBOXD_POSTGRES_PASSWORD_FILE")]
+    pub postgres_password_file: Option<PathBuf>,
     /// Slot to report on.
     #[arg(long, default_value = "outboxd")]
     pub slot: String,
@@ -143,9 +148,16 @@ pub struct RunArgs {
     /// Read a Debezium connector config (Connect JSON or Debezium Server .properties); explicit flags win.
     #[arg(long, env = "OUTBOXD_DEBEZIUM_CONFIG")]
     pub debezium_config: Option<PathBuf>,
-    /// PostgreSQL URL: postgres://user:pass@host:port/db?sslmode=disable, or ?host=/socket/dir.
+    /// PostgreSQL conninfo: a URL (postgres://user@host:5432/db?sslmode=verify-full) or libpq
+    /// key=value pairs (host=db dbname=app sslmode=verify-full); libpq's PG* variables fill gaps.
     #[arg(long, env = "OUTBOXD_POSTGRES_URL", hide_env_values = true)]
     pub postgres_url: Option<String>,
+    /// File holding the PostgreSQL password (one trailing newline is ignored), so it is not in argv.
+    #[arg(long, env = "OUTBOXD_POSTGRES_PASSWORD_FILE")]
+    pub postgres_password_file: Option<PathBuf>,
+    /// Reconnect when the replication connection has been silent this long (0 disables).
+    #[arg(long, env = "OUTBOXD_WAL_RECEIVER_TIMEOUT", default_value = "60s")]
+    pub wal_receiver_timeout: String,
     /// Logical replication slot owned by this outboxd (created with pgoutput if missing).
     #[arg(long, default_value = "outboxd")]
     pub slot: String,
@@ -250,183 +262,6 @@ pub struct RunArgs {
     pub reconnect_max_backoff: String,
 }
 
-/// Where and as whom to connect to PostgreSQL. `Display` omits the password.
-#[derive(Clone, PartialEq, Eq)]
-pub struct PgTarget {
-    pub host: PgHost,
-    pub port: u16,
-    pub user: String,
-    pub password: Option<String>,
-    pub dbname: String,
-    pub application_name: String,
-    pub connect_timeout: Duration,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PgHost {
-    Tcp(String),
-    /// Directory holding `.s.PGSQL.<port>`.
-    Unix(PathBuf),
-}
-
-impl std::fmt::Display for PgTarget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.host {
-            PgHost::Tcp(h) => write!(f, "postgres://{}@{}:{}/{}", self.user, h, self.port, self.dbname),
-            PgHost::Unix(d) => {
-                write!(f, "postgres://{}@/{}?host={}&port={}", self.user, self.dbname, d.display(), self.port)
-            }
-        }
-    }
-}
-
-impl std::fmt::Debug for PgTarget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PgTarget({self})")
-    }
-}
-
-impl PgTarget {
-    /// Parse a libpq-style URL. Unknown parameters and TLS modes are refused, not ignored.
-    pub fn parse(url: &str) -> Result<PgTarget, Definite> {
-        let bad = |why: &str| Definite::Config(format!("--postgres-url: {why}"));
-        let rest = url
-            .strip_prefix("postgres://")
-            .or_else(|| url.strip_prefix("postgresql://"))
-            .ok_or_else(|| bad("must start with postgres:// or postgresql://"))?;
-        let (rest, query) = match rest.split_once('?') {
-            Some((r, q)) => (r, Some(q)),
-            None => (rest, None),
-        };
-        let (authority, path) = match rest.split_once('/') {
-            Some((a, p)) => (a, p),
-            None => (rest, ""),
-        };
-        let (userinfo, hostport) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
-        let decode = |s: &str, what: &str| {
-            percent_decode_str(s)
-                .decode_utf8()
-                .map(|c| c.into_owned())
-                .map_err(|_| bad(&format!("the {what} is not valid percent-encoded UTF-8")))
-        };
-        let (mut user, mut password) = (None, None);
-        if let Some(ui) = userinfo {
-            match ui.split_once(':') {
-                Some((u, p)) => {
-                    user = Some(decode(u, "user")?);
-                    password = Some(decode(p, "password")?);
-                }
-                None => user = Some(decode(ui, "user")?),
-            }
-        }
-        let (mut host, mut port) = (None, None);
-        if !hostport.is_empty() {
-            let (h, p) = if let Some(inner) = hostport.strip_prefix('[') {
-                let (h, after) = inner.split_once(']').ok_or_else(|| bad("unclosed [ in host"))?;
-                (h, after.strip_prefix(':'))
-            } else {
-                match hostport.rsplit_once(':') {
-                    Some((h, p)) => (h, Some(p)),
-                    None => (hostport, None),
-                }
-            };
-            if !h.is_empty() {
-                host = Some(decode(h, "host")?);
-            }
-            if let Some(p) = p {
-                port = Some(p.parse::<u16>().map_err(|_| bad(&format!("port {p:?} is not a number 1-65535")))?);
-            }
-        }
-        let mut dbname = if path.is_empty() { None } else { Some(decode(path, "database name")?) };
-        let mut sslmode = String::from("prefer");
-        let mut application_name = String::from("outboxd");
-        let mut connect_timeout = Duration::from_secs(10);
-        for pair in query.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let v = decode(v, k)?;
-            match k {
-                "host" => host = Some(v),
-                "port" => port = Some(v.parse().map_err(|_| bad(&format!("port {v:?} is not a number 1-65535")))?),
-                "user" => user = Some(v),
-                "password" => password = Some(v),
-                "dbname" => dbname = Some(v),
-                "sslmode" => sslmode = v,
-                "application_name" => application_name = v,
-                "connect_timeout" => {
-                    let secs: u64 = v.parse().map_err(|_| bad("connect_timeout must be whole seconds"))?;
-                    connect_timeout = Duration::from_secs(secs.max(1));
-                }
-                other => {
-                    return Err(bad(&format!(
-                        "unsupported parameter {other:?}; supported: host, port, user, password, dbname, sslmode, application_name, connect_timeout"
-                    )))
-                }
-            }
-        }
-        match sslmode.as_str() {
-            "disable" | "allow" | "prefer" => {}
-            "require" | "verify-ca" | "verify-full" => {
-                return Err(bad(&format!(
-                    "sslmode={sslmode} is not supported yet (outboxd speaks plaintext only); use sslmode=disable on a trusted network"
-                )))
-            }
-            other => return Err(bad(&format!("unknown sslmode {other:?}; use sslmode=disable"))),
-        }
-        let host = match host {
-            Some(h) if h.starts_with('/') => PgHost::Unix(PathBuf::from(h)),
-            Some(h) => PgHost::Tcp(h),
-            None => PgHost::Unix(PathBuf::from("/var/run/postgresql")),
-        };
-        let user = user.unwrap_or_else(|| "postgres".to_owned());
-        Ok(PgTarget {
-            host,
-            port: port.unwrap_or(5432),
-            dbname: dbname.unwrap_or_else(|| user.clone()),
-            user,
-            password,
-            application_name,
-            connect_timeout,
-        })
-    }
-
-    /// A URL that reconnects to the same place, with the password replaced by `****`.
-    pub fn to_url_masked(&self) -> String {
-        let enc = |s: &str| percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string();
-        let auth = match &self.password {
-            Some(_) => format!("{}:****", enc(&self.user)),
-            None => enc(&self.user),
-        };
-        match &self.host {
-            PgHost::Tcp(h) => format!("postgres://{auth}@{h}:{}/{}?sslmode=disable", self.port, enc(&self.dbname)),
-            PgHost::Unix(d) => {
-                format!("postgres://{auth}@/{}?host={}&port={}", enc(&self.dbname), d.display(), self.port)
-            }
-        }
-    }
-
-    /// The equivalent tokio-postgres configuration, for ordinary (non-replication) queries.
-    pub fn to_tokio_postgres(&self) -> tokio_postgres::Config {
-        let mut c = tokio_postgres::Config::new();
-        match &self.host {
-            PgHost::Tcp(h) => c.host(h),
-            PgHost::Unix(d) => c.host_path(d),
-        };
-        c.port(self.port)
-            .user(&self.user)
-            .dbname(&self.dbname)
-            .application_name(&self.application_name)
-            .connect_timeout(self.connect_timeout)
-            .ssl_mode(tokio_postgres::config::SslMode::Disable);
-        if let Some(p) = &self.password {
-            c.password(p);
-        }
-        c
-    }
-}
-
 /// `SCHEMA.TABLE`, unquoted as PostgreSQL stores it in the catalogs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TableName {
@@ -472,6 +307,8 @@ pub struct Config {
     pub max_in_flight: usize,
     pub status_interval: Duration,
     pub shutdown_timeout: Duration,
+    /// Silence on the replication connection after which it is dropped; zero: never.
+    pub wal_receiver_timeout: Duration,
     pub log_format: LogFormat,
     pub metrics_addr: Option<SocketAddr>,
     pub on_bad_event: BadEventPolicy,
@@ -514,10 +351,19 @@ impl Config {
 
     pub fn from_args(a: &RunArgs) -> Result<Config, Definite> {
         let bad = |m: String| Definite::Config(m);
-        let url = a.postgres_url.as_deref().ok_or_else(|| {
-            bad("--postgres-url (or OUTBOXD_POSTGRES_URL) is required, e.g. postgres://user:pass@host:5432/db".into())
-        })?;
-        let postgres = PgTarget::parse(url)?;
+        // Without --postgres-url, libpq's environment alone may say where to go (PGHOST, ...).
+        let url = a.postgres_url.as_deref().unwrap_or("");
+        if url.is_empty() && std::env::var_os("PGHOST").is_none() {
+            return Err(bad(
+                "--postgres-url (or OUTBOXD_POSTGRES_URL, or PGHOST) is required, e.g. postgres://user@host:5432/db"
+                    .into(),
+            ));
+        }
+        let fallbacks = postgres::Fallbacks {
+            password_file: a.postgres_password_file.as_deref(),
+            ..postgres::Fallbacks::process()
+        };
+        let postgres = PgTarget::parse_with(url, &fallbacks)?;
         check_identifier("--slot", &a.slot, true)?;
         check_identifier("--publication", &a.publication, false)?;
         let mut tables = Vec::new();
@@ -605,6 +451,7 @@ impl Config {
             max_in_flight: a.max_in_flight,
             status_interval,
             shutdown_timeout: parse_duration("--shutdown-timeout", &a.shutdown_timeout)?,
+            wal_receiver_timeout: parse_duration("--wal-receiver-timeout", &a.wal_receiver_timeout)?,
             log_format: a.log_format,
             metrics_addr: match a.metrics_addr.as_str() {
                 "off" | "" => None,
@@ -645,6 +492,9 @@ impl Config {
         let mut f = vec!["outboxd run".to_owned()];
         let mut push = |k: &str, v: &str| f.push(format!("--{k} {}", shell_quote(v)));
         push("postgres-url", &self.postgres.to_url_masked());
+        if let Some(postgres::PasswordSource::File(f)) = &self.postgres.password_source {
+            push("postgres-password-file", &f.display().to_string());
+        }
         push("slot", &self.slot);
         push("publication", &self.publication);
         for t in &self.tables {
@@ -710,6 +560,8 @@ impl Config {
         push("max-in-flight", &self.max_in_flight.to_string());
         push("status-interval", &format!("{}ms", self.status_interval.as_millis()));
         push("shutdown-timeout", &format!("{}ms", self.shutdown_timeout.as_millis()));
+        push("wal-receiver-timeout", &format!("{}ms", self.wal_receiver_timeout.as_millis()));
+        push("log-format", if self.log_format == LogFormat::Json { "json" } else { "text" });
         push("metrics-addr", &self.metrics_addr.map_or("off".to_owned(), |a| a.to_string()));
         push(
             "on-bad-event",
@@ -841,34 +693,6 @@ pub fn parse_duration(flag: &str, s: &str) -> Result<Duration, Definite> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn url_with_password_is_parsed_and_redacted() {
-        let t = PgTarget::parse("postgres://bob:s%40cret@db.example:6432/app?sslmode=disable").unwrap();
-        assert_eq!(t.host, PgHost::Tcp("db.example".into()));
-        assert_eq!((t.port, t.user.as_str(), t.dbname.as_str()), (6432, "bob", "app"));
-        assert_eq!(t.password.as_deref(), Some("s@cret"));
-        let shown = format!("{t} {t:?}");
-        assert!(!shown.contains("s@cret") && !shown.contains("s%40cret"), "{shown}");
-    }
-
-    #[test]
-    fn unix_socket_directory() {
-        let t = PgTarget::parse("postgresql://me@/app?host=/tmp/pg&port=5544").unwrap();
-        assert_eq!(t.host, PgHost::Unix("/tmp/pg".into()));
-        assert_eq!(t.port, 5544);
-        assert_eq!(t.dbname, "app");
-    }
-
-    #[test]
-    fn tls_modes_and_unknown_params_are_refused_clearly() {
-        let e = PgTarget::parse("postgres://u:pw@h/db?sslmode=require").unwrap_err().to_string();
-        assert!(e.contains("sslmode=require") && e.contains("sslmode=disable"), "{e}");
-        let e = PgTarget::parse("postgres://u:pw@h/db?bogus=1").unwrap_err().to_string();
-        assert!(e.contains("bogus") && !e.contains("pw@"), "{e}");
-        assert!(PgTarget::parse("mysql://h/db").is_err());
-        assert!(PgTarget::parse("postgres://h:99999/db").is_err());
-    }
 
     #[test]
     fn durations() {

@@ -6,18 +6,60 @@
 //! process is reported as [`Transient::SlotBusy`] so the caller can wait for it, which is how a
 //! standby outboxd takes over.
 
-use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, NoTls};
+use std::time::Duration;
 
-use crate::config::{Config, PublicationAutocreate, TableName};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::Client;
+
+use crate::config::{Config, PgTarget, PublicationAutocreate, SslMode, TableName};
 use crate::error::{Definite, Error, Transient};
 use crate::lsn::Lsn;
+use crate::pg::tls;
 use crate::router::{HeadersField, MissingPolicy};
 
-/// Open an ordinary connection; the connection task runs in the background.
+/// Client-side bound on one admin step (connect and login, or one catalog query): a frozen link
+/// must become a transient error, never a hang. The server-side `statement_timeout` is shorter.
+pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Open an ordinary connection to `cfg.postgres`; the connection task runs in the background.
 pub async fn connect(cfg: &Config) -> Result<Client, Error> {
-    let target = &cfg.postgres;
-    match target.to_tokio_postgres().connect(NoTls).await {
+    connect_target(&cfg.postgres).await
+}
+
+/// Open an ordinary connection, over TLS as `sslmode` says, with a `statement_timeout`.
+pub async fn connect_target(target: &PgTarget) -> Result<Client, Error> {
+    let limit = target.connect_timeout + Duration::from_secs(5);
+    let client = match tokio::time::timeout(limit, connect_inner(target)).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(Transient::PgServer {
+                code: "08001".into(),
+                message: format!("connecting to {target} took over {}s", limit.as_secs()),
+            }
+            .into())
+        }
+    };
+    let set = format!("SET statement_timeout = {}", ADMIN_TIMEOUT.as_millis() * 2 / 3);
+    timed("setting statement_timeout", client.batch_execute(&set)).await?;
+    Ok(client)
+}
+
+async fn connect_inner(target: &PgTarget) -> Result<Client, Error> {
+    let tls = tls::make_tls(&target.tls)?;
+    let mut pg = target.to_tokio_postgres();
+    let first = pg.connect(tls.clone()).await;
+    let result = match first {
+        // libpq's allow: plaintext first, TLS when the server refuses that login.
+        Err(e)
+            if target.tls.mode == SslMode::Allow
+                && e.code() == Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION) =>
+        {
+            pg.ssl_mode(tokio_postgres::config::SslMode::Require);
+            pg.connect(tls).await
+        }
+        other => other,
+    };
+    match result {
         Ok((client, conn)) => {
             tokio::spawn(async move {
                 if let Err(e) = conn.await {
@@ -26,38 +68,144 @@ pub async fn connect(cfg: &Config) -> Result<Client, Error> {
             });
             Ok(client)
         }
-        Err(e) => Err(match e.code() {
-            Some(c) if *c == SqlState::INVALID_PASSWORD => Definite::Setup(format!(
-                "password authentication failed for user {:?} at {target}: check the password in --postgres-url",
-                target.user
-            ))
-            .into(),
-            Some(c) if *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION => Definite::Setup(format!(
-                "PostgreSQL at {target} refused the login: {}",
-                e.as_db_error().map(|d| d.message()).unwrap_or("no pg_hba.conf entry")
-            ))
-            .into(),
-            Some(c) if *c == SqlState::INVALID_CATALOG_NAME => {
-                Definite::Setup(format!("database {:?} does not exist at {target}", target.dbname)).into()
-            }
-            _ if e.to_string().contains("password missing") => {
-                Definite::Setup(format!("PostgreSQL at {target} asks for a password, but --postgres-url has none"))
-                    .into()
-            }
-            _ => Definite::Setup(format!(
-                "cannot reach PostgreSQL at {target}: {e}; check host, port and that the server is running"
-            ))
-            .into(),
-        }),
+        Err(e) => Err(connect_error(target, e)),
     }
 }
 
+/// One line per way a login can fail; TLS and login problems are definite.
+fn connect_error(target: &PgTarget, e: tokio_postgres::Error) -> Error {
+    let mode = target.tls.mode_given.as_str();
+    let text = full_text(&e);
+    let where_ = target.first_host();
+    if let Some(db) = e.as_db_error() {
+        let msg = db.message();
+        let c = db.code();
+        let login = *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION;
+        return if *c == SqlState::INVALID_PASSWORD {
+            Definite::Setup(format!(
+                "password authentication failed for user {:?} at {target}: check the password \
+                 (--postgres-url, --postgres-password-file, PGPASSWORD or ~/.pgpass)",
+                target.user
+            ))
+            .into()
+        } else if login && (msg.contains("no encryption") || msg.contains("SSL off")) {
+            Definite::Config(format!(
+                "PostgreSQL at {where_} accepts this login only over TLS ({msg}), but sslmode={mode} \
+                 sent it in plaintext: use sslmode=require or stronger"
+            ))
+            .into()
+        } else if login && msg.contains("certificate") {
+            Definite::Config(format!(
+                "PostgreSQL at {where_} refused the client certificate ({msg}): its CN must be the user \
+                 name, or map it with pg_ident.conf"
+            ))
+            .into()
+        } else if login {
+            Definite::Setup(format!("PostgreSQL at {target} refused the login: {msg}")).into()
+        } else if *c == SqlState::INVALID_CATALOG_NAME {
+            Definite::Setup(format!("database {:?} does not exist at {target}", target.dbname)).into()
+        } else if crate::error::sqlstate_is_transient(c.code()) {
+            Transient::PgServer { code: c.code().to_owned(), message: msg.to_owned() }.into()
+        } else {
+            Definite::Setup(format!("PostgreSQL at {target} refused the connection: {msg} ({})", c.code())).into()
+        };
+    }
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("password missing") {
+        return Definite::Setup(format!(
+            "PostgreSQL at {target} asks for a password, but none was given: put it in --postgres-url, \
+             --postgres-password-file, PGPASSWORD or ~/.pgpass"
+        ))
+        .into();
+    }
+    if lower.contains("server does not support tls") {
+        return Definite::Config(format!(
+            "PostgreSQL at {where_} does not accept TLS (sslmode={mode}): turn ssl on in postgresql.conf, \
+             or use sslmode=prefer to allow plaintext"
+        ))
+        .into();
+    }
+    if lower.contains("channel binding") {
+        return Definite::Config(format!(
+            "channel_binding=require, but PostgreSQL at {where_} did not log us in with SCRAM-SHA-256-PLUS \
+             ({text}): use TLS with scram-sha-256 in pg_hba.conf, or channel_binding=prefer"
+        ))
+        .into();
+    }
+    if lower.contains("certificate verify failed") || lower.contains("tls handshake") || lower.contains("ssl routines")
+    {
+        let verify = lower.contains("certificate verify failed");
+        let reason = if verify {
+            text.rsplit_once('(').map(|(_, r)| r.trim_end_matches(')').to_owned()).unwrap_or_else(|| text.clone())
+        } else {
+            text.clone()
+        };
+        return tls::handshake_failure(&where_, &target.tls, &reason, verify);
+    }
+    Transient::PgServer {
+        code: "08001".into(),
+        message: format!(
+            "cannot reach PostgreSQL at {target}: {text}; check host, port and that the server is running"
+        ),
+    }
+    .into()
+}
+
+/// The error and its sources on one line (tokio-postgres keeps the OpenSSL reason in a source).
+fn full_text(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        let t = x.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = x.source();
+    }
+    s
+}
+
+/// Bound one admin step by [`ADMIN_TIMEOUT`].
+pub async fn timed<T>(
+    what: &str,
+    f: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T, Error> {
+    match tokio::time::timeout(ADMIN_TIMEOUT, f).await {
+        Ok(r) => r.map_err(|e| db(what, e)),
+        Err(_) => Err(Transient::PgServer {
+            code: "57014".into(),
+            message: format!("{what}: no answer in {}s", ADMIN_TIMEOUT.as_secs()),
+        }
+        .into()),
+    }
+}
+
+/// Terminate the walsender with this PID if it still holds our slot; true when it did. The
+/// caller passes only a PID that its own earlier replication connection had, so a slot held by
+/// another instance (a standby waiting its turn) is never taken.
+pub async fn terminate_own_walsender(client: &Client, slot: &str, pid: i32) -> Result<bool, Error> {
+    let rows = timed(
+        "ending our previous walsender",
+        client.query(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+             WHERE slot_name = $1 AND active_pid = $2",
+            &[&slot, &pid],
+        ),
+    )
+    .await?;
+    Ok(rows.first().is_some_and(|r| r.get::<_, bool>(0)))
+}
+
+/// A failed query: transient or definite by SQLSTATE class ([`crate::error::sqlstate_is_transient`]).
 fn db(what: &str, e: tokio_postgres::Error) -> Error {
     let msg = e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_else(|| e.to_string());
-    if e.is_closed() || e.as_db_error().is_none() {
-        Transient::PgServer { code: "08006".into(), message: format!("{what}: {msg}") }.into()
-    } else {
-        Definite::Setup(format!("{what}: {msg}")).into()
+    match e.code() {
+        None => Transient::PgServer { code: "08006".into(), message: format!("{what}: {msg}") }.into(),
+        Some(c) if crate::error::sqlstate_is_transient(c.code()) => {
+            Transient::PgServer { code: c.code().to_owned(), message: format!("{what}: {msg}") }.into()
+        }
+        Some(_) => Definite::Setup(format!("{what}: {msg}")).into(),
     }
 }
 
@@ -307,14 +455,4 @@ pub async fn slot_lag(client: &Client, slot: &str) -> Result<Option<SlotLag>, Er
         .await
         .map_err(|e| db("reading the slot's lag", e))?;
     Ok(row.map(|r| SlotLag { lag_bytes: r.get::<_, Option<i64>>(0).unwrap_or(0), safe_wal_size: r.get(1) }))
-}
-
-/// Current WAL insert position, for lag metrics.
-pub async fn current_wal_lsn(client: &Client) -> Result<Lsn, Error> {
-    let row = client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await
-        .map_err(|e| db("reading pg_current_wal_lsn", e))?;
-    let s: String = row.get(0);
-    s.parse().map_err(|e: crate::lsn::ParseLsnError| Definite::Setup(e.to_string()).into())
 }

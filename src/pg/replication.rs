@@ -20,15 +20,19 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use tokio::time::Instant;
+
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use fallible_iterator::FallibleIterator;
-use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256};
+use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256, SCRAM_SHA_256_PLUS};
 use postgres_protocol::message::{backend, frontend};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::config::{PgHost, PgTarget};
+use crate::config::postgres::ChannelBindingMode;
+use crate::config::{PgHost, PgTarget, SslMode};
 use crate::error::{Definite, Error, Transient};
 use crate::lsn::Lsn;
+use crate::pg::tls::{self, Negotiated};
 
 trait Socket: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Socket for T {}
@@ -46,6 +50,11 @@ pub struct ReplicationConn {
     rbuf: BytesMut,
     wbuf: BytesMut,
     target: String,
+    /// The walsender's PID (BackendKeyData), so a later session can end a walsender of ours
+    /// that a dead link left holding the slot.
+    backend_pid: Option<i32>,
+    /// When bytes last arrived from the server.
+    last_rx: Instant,
 }
 
 /// One message of the replication stream.
@@ -64,31 +73,96 @@ fn pg_now_us() -> i64 {
 }
 
 impl ReplicationConn {
-    /// Connect with `replication=database` and authenticate (trust, password, md5, SCRAM-SHA-256).
+    /// Connect with `replication=database` and authenticate (trust, password, md5, SCRAM-SHA-256
+    /// with or without channel binding, client certificates), over TLS as `sslmode` says. Hosts
+    /// are tried in order; the whole of it is bounded by `connect_timeout`.
     pub async fn connect(t: &PgTarget) -> Result<ReplicationConn, Error> {
-        let target = t.to_string();
-        let io_err = |source| Transient::PgIo { target: target.clone(), source };
-        let sock: Box<dyn Socket> = match &t.host {
-            PgHost::Tcp(h) => {
-                let s = tokio::time::timeout(t.connect_timeout, tokio::net::TcpStream::connect((h.as_str(), t.port)))
-                    .await
-                    .map_err(|_| io_err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))?
-                    .map_err(io_err)?;
-                s.set_nodelay(true).map_err(io_err)?;
-                Box::new(s)
+        match tokio::time::timeout(t.connect_timeout, Self::connect_any(t)).await {
+            Ok(r) => r,
+            Err(_) => Err(Transient::PgIo {
+                target: t.to_string(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("connecting and logging in took over connect_timeout={}s", t.connect_timeout.as_secs()),
+                ),
             }
+            .into()),
+        }
+    }
+
+    /// The walsender's PID, from BackendKeyData.
+    pub fn backend_pid(&self) -> Option<i32> {
+        self.backend_pid
+    }
+
+    async fn connect_any(t: &PgTarget) -> Result<ReplicationConn, Error> {
+        let mut last = None;
+        for (i, (host, port)) in t.hosts.iter().enumerate() {
+            match Self::connect_one(t, host, *port).await {
+                Ok(c) => return Ok(c),
+                Err(e) if e.is_transient() && i + 1 < t.hosts.len() => {
+                    tracing::warn!(error = %e, "trying the next host");
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Definite::Config("--postgres-url names no host".into()).into()))
+    }
+
+    async fn connect_one(t: &PgTarget, host: &PgHost, port: u16) -> Result<ReplicationConn, Error> {
+        let h = match host {
             PgHost::Unix(dir) => {
-                let path = dir.join(format!(".s.PGSQL.{}", t.port));
-                Box::new(tokio::net::UnixStream::connect(path).await.map_err(io_err)?)
+                let path = dir.join(format!(".s.PGSQL.{port}"));
+                let s = tokio::net::UnixStream::connect(&path)
+                    .await
+                    .map_err(|source| Transient::PgIo { target: path.display().to_string(), source })?;
+                return Self::login(t, Box::new(s), None).await;
             }
+            PgHost::Tcp(h) => h.as_str(),
         };
+        match t.tls.mode {
+            SslMode::Disable => Self::login(t, Box::new(tcp_connect(t, h, port).await?), None).await,
+            // libpq's allow: plaintext first, TLS if the server refuses that login.
+            SslMode::Allow => match Self::login(t, Box::new(tcp_connect(t, h, port).await?), None).await {
+                Err(Error::Definite(e)) => {
+                    tracing::info!(error = %e, "plaintext login refused; retrying over TLS (sslmode=allow)");
+                    Self::login_tls(t, h, port).await
+                }
+                other => other,
+            },
+            _ => Self::login_tls(t, h, port).await,
+        }
+    }
+
+    async fn login_tls(t: &PgTarget, h: &str, port: u16) -> Result<ReplicationConn, Error> {
+        let tcp = tcp_connect(t, h, port).await?;
+        match tls::negotiate(tcp, h, port, &t.tls).await {
+            Ok(Negotiated::Tls(s)) => {
+                let cb = tls::server_end_point(s.ssl());
+                Self::login(t, s, cb).await
+            }
+            Ok(Negotiated::Plain(s)) => Self::login(t, Box::new(s), None).await,
+            // libpq's prefer: a failed handshake falls back to plaintext on a new socket.
+            Err(e) if e.is_transient() && t.tls.mode == SslMode::Prefer => {
+                tracing::info!(error = %e, "TLS handshake failed; retrying in plaintext (sslmode=prefer)");
+                Self::login(t, Box::new(tcp_connect(t, h, port).await?), None).await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn login(t: &PgTarget, sock: Box<dyn Socket>, cb: Option<Vec<u8>>) -> Result<ReplicationConn, Error> {
+        let target = t.to_string();
         let mut conn = ReplicationConn {
             sock,
             rbuf: BytesMut::with_capacity(64 * 1024),
             wbuf: BytesMut::new(),
             target: target.clone(),
+            backend_pid: None,
+            last_rx: Instant::now(),
         };
-        let params = [
+        let mut params = vec![
             ("user", t.user.as_str()),
             ("database", t.dbname.as_str()),
             ("replication", "database"),
@@ -97,29 +171,51 @@ impl ReplicationConn {
             ("DateStyle", "ISO"),
             ("TimeZone", "UTC"),
         ];
-        frontend::startup_message(params.iter().copied(), &mut conn.wbuf).map_err(io_err)?;
+        if let Some(o) = &t.options {
+            params.push(("options", o.as_str()));
+        }
+        frontend::startup_message(params.iter().copied(), &mut conn.wbuf)
+            .map_err(|source| Transient::PgIo { target: target.clone(), source })?;
         conn.flush().await?;
-        conn.authenticate(t).await?;
+        conn.authenticate(t, cb).await?;
         Ok(conn)
     }
 
-    async fn authenticate(&mut self, t: &PgTarget) -> Result<(), Error> {
+    async fn authenticate(&mut self, t: &PgTarget, cb: Option<Vec<u8>>) -> Result<(), Error> {
         let need_password = || {
             Definite::Setup(format!(
-                "PostgreSQL at {} asks for a password, but --postgres-url has none; add it as postgres://user:PASSWORD@host/db",
-                t
+                "PostgreSQL at {t} asks for a password, but none was given: put it in --postgres-url, \
+                 --postgres-password-file, PGPASSWORD or ~/.pgpass"
+            ))
+        };
+        let require_cb = t.channel_binding == ChannelBindingMode::Require;
+        let no_cb = || {
+            Definite::Config(format!(
+                "PostgreSQL at {t} logged us in without SCRAM channel binding, but channel_binding=require: \
+                 use scram-sha-256 in pg_hba.conf over TLS, or channel_binding=prefer"
             ))
         };
         let mut scram: Option<ScramSha256> = None;
+        let mut bound = false;
         loop {
             match self.read_message().await? {
-                backend::Message::AuthenticationOk => {}
+                backend::Message::AuthenticationOk => {
+                    if require_cb && !bound {
+                        return Err(no_cb().into());
+                    }
+                }
                 backend::Message::AuthenticationCleartextPassword => {
+                    if require_cb {
+                        return Err(no_cb().into());
+                    }
                     let pw = t.password.as_deref().ok_or_else(need_password)?;
                     frontend::password_message(pw.as_bytes(), &mut self.wbuf).map_err(|e| self.io(e))?;
                     self.flush().await?;
                 }
                 backend::Message::AuthenticationMd5Password(body) => {
+                    if require_cb {
+                        return Err(no_cb().into());
+                    }
                     let pw = t.password.as_deref().ok_or_else(need_password)?;
                     let hash = postgres_protocol::authentication::md5_hash(t.user.as_bytes(), pw.as_bytes(), body.salt());
                     frontend::password_message(hash.as_bytes(), &mut self.wbuf).map_err(|e| self.io(e))?;
@@ -128,18 +224,34 @@ impl ReplicationConn {
                 backend::Message::AuthenticationSasl(body) => {
                     let pw = t.password.as_deref().ok_or_else(need_password)?;
                     let mut mechs = body.mechanisms();
-                    let mut has_scram = false;
+                    let (mut has_scram, mut has_plus) = (false, false);
                     while let Some(m) = mechs.next().map_err(|e| self.io(e))? {
                         has_scram |= m == SCRAM_SHA_256;
+                        has_plus |= m == SCRAM_SHA_256_PLUS;
                     }
-                    if !has_scram {
-                        return Err(Definite::Setup(format!(
-                            "PostgreSQL at {t} offers no SASL mechanism outboxd supports (SCRAM-SHA-256 without channel binding)"
-                        ))
-                        .into());
-                    }
-                    let s = ScramSha256::new(pw.as_bytes(), ChannelBinding::unsupported());
-                    frontend::sasl_initial_response(SCRAM_SHA_256, s.message(), &mut self.wbuf).map_err(|e| self.io(e))?;
+                    let use_cb = t.channel_binding != ChannelBindingMode::Disable;
+                    let (mech, binding) = match (&cb, has_plus) {
+                        (Some(data), true) if use_cb => (SCRAM_SHA_256_PLUS, ChannelBinding::tls_server_end_point(data.clone())),
+                        _ if require_cb => {
+                            return Err(Definite::Config(format!(
+                                "channel_binding=require, but PostgreSQL at {t} offers no SCRAM-SHA-256-PLUS{}: \
+                                 it needs TLS and PostgreSQL 11+, or use channel_binding=prefer",
+                                if cb.is_none() { " (this connection is not TLS)" } else { "" }
+                            ))
+                            .into())
+                        }
+                        (Some(_), _) if use_cb && has_scram => (SCRAM_SHA_256, ChannelBinding::unrequested()),
+                        _ if has_scram => (SCRAM_SHA_256, ChannelBinding::unsupported()),
+                        _ => {
+                            return Err(Definite::Setup(format!(
+                                "PostgreSQL at {t} offers no SASL mechanism outboxd supports (SCRAM-SHA-256, SCRAM-SHA-256-PLUS)"
+                            ))
+                            .into())
+                        }
+                    };
+                    bound = mech == SCRAM_SHA_256_PLUS;
+                    let s = ScramSha256::new(pw.as_bytes(), binding);
+                    frontend::sasl_initial_response(mech, s.message(), &mut self.wbuf).map_err(|e| self.io(e))?;
                     self.flush().await?;
                     scram = Some(s);
                 }
@@ -155,7 +267,8 @@ impl ReplicationConn {
                         .map_err(|e| Definite::Setup(format!("SCRAM server signature from {t} did not verify: {e}")))?;
                 }
                 backend::Message::ErrorResponse(body) => return Err(classify(t, server_error(&body))),
-                backend::Message::ParameterStatus(_) | backend::Message::BackendKeyData(_) => {}
+                backend::Message::BackendKeyData(k) => self.backend_pid = Some(k.process_id()),
+                backend::Message::ParameterStatus(_) => {}
                 backend::Message::NoticeResponse(_) => {}
                 backend::Message::ReadyForQuery(_) => return Ok(()),
                 backend::Message::AuthenticationGss
@@ -163,7 +276,7 @@ impl ReplicationConn {
                 | backend::Message::AuthenticationKerberosV5
                 | backend::Message::AuthenticationScmCredential => {
                     return Err(Definite::Setup(format!(
-                        "PostgreSQL at {t} wants an authentication method outboxd does not support; use trust, md5 or scram-sha-256 in pg_hba.conf"
+                        "PostgreSQL at {t} wants an authentication method outboxd does not support; use trust, md5, scram-sha-256 or cert in pg_hba.conf"
                     ))
                     .into())
                 }
@@ -179,6 +292,7 @@ impl ReplicationConn {
         start: Lsn,
         publication: &str,
         messages: bool,
+        receiver_timeout: Duration,
     ) -> Result<ReplicationStream, Error> {
         let pubs = publication.replace('"', "\"\"").replace('\'', "''");
         // `messages` (PostgreSQL 14+) lets our heartbeat messages through.
@@ -193,7 +307,7 @@ impl ReplicationConn {
             if self.fill_frame().await? == b'W' {
                 let (_, len) = frame_header(&self.rbuf).ok_or_else(|| self.protocol("short frame"))?;
                 self.rbuf.advance(1 + len);
-                return Ok(ReplicationStream { conn: self, last_received: start });
+                return Ok(ReplicationStream { conn: self, last_received: start, receiver_timeout, pinged: false });
             }
             match self.read_message().await? {
                 backend::Message::ErrorResponse(body) => {
@@ -234,6 +348,7 @@ impl ReplicationConn {
         if n == 0 {
             return Err(Transient::PgClosed { target: self.target.clone() });
         }
+        self.last_rx = Instant::now();
         Ok(())
     }
 
@@ -259,6 +374,25 @@ impl ReplicationConn {
     fn protocol(&self, what: &str) -> Definite {
         Definite::Protocol { lsn: Lsn::ZERO, detail: format!("{what} from {}", self.target) }
     }
+}
+
+/// TCP connect with keepalives (and `tcp_user_timeout`) as the conninfo says.
+async fn tcp_connect(t: &PgTarget, host: &str, port: u16) -> Result<tokio::net::TcpStream, Transient> {
+    let io = |source| Transient::PgIo { target: format!("{host}:{port}"), source };
+    let s = tokio::net::TcpStream::connect((host, port)).await.map_err(io)?;
+    s.set_nodelay(true).map_err(io)?;
+    let sock = socket2::SockRef::from(&s);
+    if t.keepalives.enabled {
+        let k = socket2::TcpKeepalive::new()
+            .with_time(t.keepalives.idle)
+            .with_interval(t.keepalives.interval)
+            .with_retries(t.keepalives.count);
+        sock.set_tcp_keepalive(&k).map_err(io)?;
+    }
+    if let Some(ut) = t.tcp_user_timeout {
+        sock.set_tcp_user_timeout(Some(ut)).map_err(io)?;
+    }
+    Ok(s)
 }
 
 /// Tag and body length (excluding the tag) of the frame at the start of `buf`, if its header is in.
@@ -287,8 +421,19 @@ fn server_error(body: &backend::ErrorResponseBody) -> ServerError {
 fn classify(t: &PgTarget, e: ServerError) -> Error {
     match e.code.as_str() {
         "28P01" => Definite::Setup(format!(
-            "password authentication failed for user {:?} at {t}: check the password in --postgres-url",
+            "password authentication failed for user {:?} at {t}: check the password (--postgres-url, --postgres-password-file, PGPASSWORD or ~/.pgpass)",
             t.user
+        ))
+        .into(),
+        "28000" if e.message.contains("no encryption") || e.message.contains("SSL off") => Definite::Config(format!(
+            "PostgreSQL at {t} accepts this login only over TLS ({}), but sslmode={} sent it in plaintext: use sslmode=require or stronger",
+            e.message,
+            t.tls.mode_given.as_str()
+        ))
+        .into(),
+        "28000" if e.message.contains("certificate") => Definite::Config(format!(
+            "PostgreSQL at {t} refused the client certificate ({}): its CN must be the user name, or map it with pg_ident.conf",
+            e.message
         ))
         .into(),
         "28000" => Definite::Setup(format!(
@@ -298,7 +443,8 @@ fn classify(t: &PgTarget, e: ServerError) -> Error {
         .into(),
         "3D000" => Definite::Setup(format!("database {:?} does not exist at {t}: fix the database in --postgres-url", t.dbname)).into(),
         "42501" => Definite::Setup(format!("{} at {t}: grant the role REPLICATION (ALTER ROLE {} REPLICATION)", e.message, t.user)).into(),
-        _ => Transient::PgServer { code: e.code, message: e.message }.into(),
+        c if crate::error::sqlstate_is_transient(c) => Transient::PgServer { code: e.code, message: e.message }.into(),
+        c => Definite::Setup(format!("PostgreSQL at {t} refused the replication login: {} ({c})", e.message)).into(),
     }
 }
 
@@ -350,9 +496,18 @@ fn stream_error(e: ServerError) -> Error {
 }
 
 /// The CopyBoth phase: WAL in, status updates out.
+///
+/// Liveness, as PostgreSQL's own walreceiver does it: an idle walsender may stay silent while we
+/// keep sending status updates, so after half of `--wal-receiver-timeout` without a byte we send
+/// a status update that asks for a reply; with still nothing at the full timeout the link is
+/// taken as dead (a half-open TCP connection never closes by itself) and the session ends with a
+/// transient error. Time spent not reading (backpressure) does not count.
 pub struct ReplicationStream {
     conn: ReplicationConn,
     last_received: Lsn,
+    receiver_timeout: Duration,
+    /// A reply-requesting status update went out since the last byte arrived.
+    pinged: bool,
 }
 
 impl ReplicationStream {
@@ -367,6 +522,7 @@ impl ReplicationStream {
                     else {
                         return Err(self.conn.protocol("bad CopyData frame").into());
                     };
+                    self.pinged = false;
                     let msg = self.parse_copy_data(body.into_bytes())?;
                     match &msg {
                         WalMessage::Data { wal_end, .. } | WalMessage::Keepalive { wal_end, .. } => {
@@ -398,15 +554,81 @@ impl ReplicationStream {
 
     /// Standby status update: flush = apply = `confirmed`.
     pub async fn send_status(&mut self, confirmed: Lsn) -> Result<(), Error> {
+        self.status(confirmed, false).await
+    }
+
+    async fn status(&mut self, confirmed: Lsn, reply: bool) -> Result<(), Error> {
         let mut body = BytesMut::with_capacity(34);
         body.put_u8(b'r');
         body.put_u64(self.last_received.max(confirmed).0);
         body.put_u64(confirmed.0);
         body.put_u64(confirmed.0);
         body.put_i64(pg_now_us());
-        body.put_u8(0);
+        body.put_u8(u8::from(reply));
         frontend::CopyData::new(body.freeze()).map_err(|e| self.conn.io(e))?.write(&mut self.conn.wbuf);
-        Ok(self.conn.flush().await?)
+        // A frozen link can fill the send buffer; never wait on it longer than on silence.
+        let limit = if self.receiver_timeout.is_zero() { Duration::from_secs(60) } else { self.receiver_timeout };
+        match tokio::time::timeout(limit, self.conn.flush()).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(self.silent("sending a status update blocked").into()),
+        }
+    }
+
+    /// When [`ReplicationStream::check_liveness`] next has something to do; `None` when the
+    /// receive deadline is off.
+    pub fn liveness_deadline(&self) -> Option<Instant> {
+        if self.receiver_timeout.is_zero() {
+            return None;
+        }
+        Some(if self.pinged {
+            self.conn.last_rx + self.receiver_timeout
+        } else {
+            self.conn.last_rx + self.receiver_timeout / 2
+        })
+    }
+
+    /// Ask for a reply at half the timeout; fail at the full timeout.
+    pub async fn check_liveness(&mut self, confirmed: Lsn) -> Result<(), Error> {
+        if self.receiver_timeout.is_zero() {
+            return Ok(());
+        }
+        let silent = self.conn.last_rx.elapsed();
+        if silent >= self.receiver_timeout {
+            return Err(self.silent("no message").into());
+        }
+        if !self.pinged && silent >= self.receiver_timeout / 2 {
+            self.pinged = true;
+            tracing::debug!(?silent, "replication connection quiet; asking the server for a reply");
+            self.status(confirmed, true).await?;
+        }
+        Ok(())
+    }
+
+    /// We are not reading (backpressure): silence from now on is not the server's.
+    pub fn pause_liveness(&mut self) {
+        self.conn.last_rx = Instant::now();
+        self.pinged = false;
+    }
+
+    fn silent(&self, what: &str) -> Transient {
+        Transient::PgIo {
+            target: self.conn.target.clone(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "{what} from the server for {}s (--wal-receiver-timeout); the link looks dead",
+                    self.receiver_timeout.as_secs()
+                ),
+            ),
+        }
+    }
+
+    /// End the stream as the protocol wants (CopyDone, then Terminate), so the server logs a clean
+    /// disconnect. Best effort, bounded: a dead link is simply dropped.
+    pub async fn close(mut self) {
+        frontend::copy_done(&mut self.conn.wbuf);
+        frontend::terminate(&mut self.conn.wbuf);
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.conn.flush()).await;
     }
 
     /// Highest WAL end seen from the server.

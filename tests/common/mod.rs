@@ -26,6 +26,8 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod netfault;
+pub mod pg_tls;
 
 use std::collections::HashSet;
 use std::fs::{self, File};

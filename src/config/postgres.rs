@@ -1,0 +1,798 @@
+//! Where and how to reach PostgreSQL: one parsed [`PgTarget`] for both connections.
+//!
+//! `--postgres-url` takes a URL (`postgres://user:pass@host:port/db?sslmode=verify-full`) or a
+//! libpq key/value string (`host=db port=5432 dbname=app sslmode=verify-full`). tokio-postgres's
+//! [`tokio_postgres::Config`] parses both forms; the libpq keywords it does not know (the TLS file
+//! keywords, `verify-ca`/`verify-full`/`allow`, `passfile`, `keepalives_count`) are taken out first
+//! and handled here. Missing values fall back to libpq's environment (`PGHOST`, `PGPORT`, ...),
+//! then to libpq's defaults. The password comes, in this order, from the conninfo,
+//! `--postgres-password-file`, `PGPASSWORD`, then the password file (`passfile`, `PGPASSFILE`,
+//! `~/.pgpass`).
+//!
+//! Invariants: the replication connection and the admin connection are both derived from the
+//! one `PgTarget`, so they can never disagree; `Display` and `Debug` never show a password or a
+//! key passphrase.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::error::Definite;
+
+/// libpq's `sslmode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SslMode {
+    Disable,
+    Allow,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl SslMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Allow => "allow",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+
+    fn parse(v: &str) -> Option<SslMode> {
+        Some(match v {
+            "disable" => SslMode::Disable,
+            "allow" => SslMode::Allow,
+            "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            _ => return None,
+        })
+    }
+
+    /// The server's certificate is checked against a root (verify-ca and stronger).
+    pub fn verifies(self) -> bool {
+        self >= SslMode::VerifyCa
+    }
+}
+
+/// Trusted roots for the server certificate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RootCert {
+    File(PathBuf),
+    /// The operating system's roots (`sslrootcert=system`).
+    System,
+}
+
+/// TLS settings of both connections, libpq's keywords.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// Effective mode: `require` with a root certificate is already upgraded to `verify-ca`.
+    pub mode: SslMode,
+    /// The mode as written (for `outboxd config` and messages).
+    pub mode_given: SslMode,
+    pub root_cert: Option<RootCert>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub crl: Option<PathBuf>,
+    /// Passphrase of an encrypted `sslkey`.
+    pub key_password: Option<String>,
+}
+
+/// libpq's `channel_binding`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChannelBindingMode {
+    Disable,
+    Prefer,
+    Require,
+}
+
+/// TCP keepalive settings (libpq's `keepalives*`); seconds. Defaults notice a dead peer in about
+/// a minute, where the kernel's defaults would take over two hours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keepalives {
+    pub enabled: bool,
+    pub idle: Duration,
+    pub interval: Duration,
+    pub count: u32,
+}
+
+impl Default for Keepalives {
+    fn default() -> Self {
+        Keepalives { enabled: true, idle: Duration::from_secs(30), interval: Duration::from_secs(10), count: 3 }
+    }
+}
+
+/// One host to try.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PgHost {
+    Tcp(String),
+    /// Directory holding `.s.PGSQL.<port>`.
+    Unix(PathBuf),
+}
+
+/// Where the password came from; decides how `outboxd config` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PasswordSource {
+    Conninfo,
+    File(PathBuf),
+    Env,
+    Passfile(PathBuf),
+}
+
+/// Where and as whom to connect to PostgreSQL. `Display` omits the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PgTarget {
+    /// Hosts with their ports, tried in order.
+    pub hosts: Vec<(PgHost, u16)>,
+    pub user: String,
+    pub password: Option<String>,
+    pub password_source: Option<PasswordSource>,
+    pub dbname: String,
+    pub application_name: String,
+    pub options: Option<String>,
+    pub connect_timeout: Duration,
+    pub tcp_user_timeout: Option<Duration>,
+    pub keepalives: Keepalives,
+    pub tls: TlsSettings,
+    pub channel_binding: ChannelBindingMode,
+}
+
+/// libpq keywords that tokio-postgres does not parse; we take them out of the conninfo first.
+const OURS: &[&str] = &[
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "sslcrl",
+    "sslpassword",
+    "passfile",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "keepalives_retries",
+];
+
+/// Where a value not in the conninfo comes from.
+pub struct Fallbacks<'a> {
+    /// libpq environment lookup (`PGHOST`, ...); tests pass a map.
+    pub env: &'a dyn Fn(&str) -> Option<String>,
+    /// `--postgres-password-file`.
+    pub password_file: Option<&'a Path>,
+}
+
+impl Fallbacks<'_> {
+    /// The process environment and no password file.
+    pub fn process() -> Fallbacks<'static> {
+        Fallbacks { env: &|k| std::env::var(k).ok().filter(|v| !v.is_empty()), password_file: None }
+    }
+}
+
+impl PgTarget {
+    /// Parse with the process environment as libpq's fallbacks.
+    pub fn parse(conninfo: &str) -> Result<PgTarget, Definite> {
+        PgTarget::parse_with(conninfo, &Fallbacks::process())
+    }
+
+    pub fn parse_with(conninfo: &str, fb: &Fallbacks<'_>) -> Result<PgTarget, Definite> {
+        let bad = |why: String| Definite::Config(format!("--postgres-url: {why}"));
+        let (rest, ours) = split_ours(conninfo).map_err(bad)?;
+        let base: tokio_postgres::Config = rest.parse().map_err(|e: tokio_postgres::Error| {
+            use std::error::Error as _;
+            let e = match e.source() {
+                Some(why) => format!("{e}: {why}"),
+                None => e.to_string(),
+            };
+            bad(format!("{e}; give a URL like postgres://user@host:5432/db or key=value pairs like host=db dbname=app"))
+        })?;
+        let get = |k: &str| ours.iter().rev().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+        let env = |k: &str| (fb.env)(k);
+
+        let mut hosts: Vec<PgHost> = base
+            .get_hosts()
+            .iter()
+            .map(|h| match h {
+                tokio_postgres::config::Host::Tcp(s) => PgHost::Tcp(s.clone()),
+                tokio_postgres::config::Host::Unix(p) => PgHost::Unix(p.clone()),
+            })
+            .collect();
+        if hosts.is_empty() {
+            hosts = match env("PGHOST") {
+                Some(h) => h.split(',').map(host_of).collect(),
+                None => vec![PgHost::Unix(PathBuf::from("/var/run/postgresql"))],
+            };
+        }
+        let mut ports: Vec<u16> = base.get_ports().to_vec();
+        if ports.is_empty() {
+            if let Some(p) = env("PGPORT") {
+                for p in p.split(',') {
+                    ports.push(p.trim().parse().map_err(|_| bad(format!("PGPORT {p:?} is not a port number")))?);
+                }
+            }
+        }
+        let ports = match ports.len() {
+            0 => vec![5432; hosts.len()],
+            1 => vec![ports[0]; hosts.len()],
+            n if n == hosts.len() => ports,
+            n => return Err(bad(format!("{} hosts but {n} ports; give one port, or one per host", hosts.len()))),
+        };
+        let hosts: Vec<(PgHost, u16)> = hosts.into_iter().zip(ports).collect();
+        let user = base
+            .get_user()
+            .map(str::to_owned)
+            .or_else(|| env("PGUSER"))
+            .or_else(|| env("USER"))
+            .unwrap_or_else(|| "postgres".into());
+        let dbname = base.get_dbname().map(str::to_owned).or_else(|| env("PGDATABASE")).unwrap_or_else(|| user.clone());
+        let application_name = base
+            .get_application_name()
+            .map(str::to_owned)
+            .or_else(|| env("PGAPPNAME"))
+            .unwrap_or_else(|| "outboxd".into());
+        let connect_timeout = match base.get_connect_timeout() {
+            Some(d) => *d,
+            None => match env("PGCONNECT_TIMEOUT") {
+                Some(v) => Duration::from_secs(
+                    v.trim()
+                        .parse::<u64>()
+                        .map_err(|_| bad(format!("PGCONNECT_TIMEOUT {v:?} is not whole seconds")))?,
+                ),
+                None => Duration::from_secs(10),
+            },
+        }
+        .max(Duration::from_secs(1));
+
+        // Password: conninfo, --postgres-password-file, PGPASSWORD, then the password file.
+        let (password, password_source) = if let Some(p) = base.get_password() {
+            let p = String::from_utf8(p.to_vec()).map_err(|_| bad("the password is not UTF-8".into()))?;
+            (Some(p), Some(PasswordSource::Conninfo))
+        } else if let Some(f) = fb.password_file {
+            (Some(read_secret_file("--postgres-password-file", f)?), Some(PasswordSource::File(f.to_owned())))
+        } else if let Some(p) = env("PGPASSWORD") {
+            (Some(p), Some(PasswordSource::Env))
+        } else {
+            let file = get("passfile").or_else(|| env("PGPASSFILE")).map(PathBuf::from).or_else(default_pgpass);
+            match file.filter(|f| f.exists()) {
+                Some(f) => match pgpass_lookup(&f, &hosts[0], &dbname, &user)? {
+                    Some(p) => (Some(p), Some(PasswordSource::Passfile(f))),
+                    None => (None, None),
+                },
+                None => (None, None),
+            }
+        };
+
+        let tls = tls_settings(&get, &env)?;
+        let channel_binding = match base.get_channel_binding() {
+            tokio_postgres::config::ChannelBinding::Disable => ChannelBindingMode::Disable,
+            tokio_postgres::config::ChannelBinding::Require => ChannelBindingMode::Require,
+            _ => ChannelBindingMode::Prefer,
+        };
+        if channel_binding == ChannelBindingMode::Require && tls.mode == SslMode::Disable {
+            return Err(bad(
+                "channel_binding=require needs TLS, but sslmode=disable; use sslmode=require or stronger".into()
+            ));
+        }
+        let secs = |k: &str| -> Result<Option<u64>, Definite> {
+            get(k)
+                .map(|v| v.trim().parse::<u64>().map_err(|_| bad(format!("{k} {v:?} is not whole seconds"))))
+                .transpose()
+        };
+        let d = Keepalives::default();
+        let keepalives = Keepalives {
+            enabled: get("keepalives").is_none_or(|v| v.trim() != "0"),
+            idle: secs("keepalives_idle")?.filter(|s| *s > 0).map_or(d.idle, Duration::from_secs),
+            interval: secs("keepalives_interval")?.filter(|s| *s > 0).map_or(d.interval, Duration::from_secs),
+            count: secs("keepalives_count")?
+                .or(secs("keepalives_retries")?)
+                .filter(|s| *s > 0)
+                .map_or(d.count, |c| c.min(u32::MAX as u64) as u32),
+        };
+        Ok(PgTarget {
+            hosts,
+            user,
+            password,
+            password_source,
+            dbname,
+            application_name,
+            options: base.get_options().map(str::to_owned),
+            connect_timeout,
+            tcp_user_timeout: base.get_tcp_user_timeout().copied(),
+            keepalives,
+            tls,
+            channel_binding,
+        })
+    }
+
+    /// The first host, for messages and the pgpass lookup.
+    pub fn first_host(&self) -> String {
+        match &self.hosts[0] {
+            (PgHost::Tcp(h), p) => format!("{h}:{p}"),
+            (PgHost::Unix(d), p) => format!("{}/.s.PGSQL.{p}", d.display()),
+        }
+    }
+
+    /// A URL that reconnects to the same place; the password shows as `****`, and only when it
+    /// was written in the conninfo (a password file is shown as its flag instead).
+    pub fn to_url_masked(&self) -> String {
+        let enc = |s: &str| percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string();
+        let auth = match self.password_source {
+            Some(PasswordSource::Conninfo) => format!("{}:****", enc(&self.user)),
+            _ => enc(&self.user),
+        };
+        let mut q: Vec<(String, String)> = Vec::new();
+        let mut tcp = Vec::new();
+        for (h, p) in &self.hosts {
+            match h {
+                PgHost::Tcp(h) if h.contains(':') => tcp.push(format!("[{h}]:{p}")),
+                PgHost::Tcp(h) => tcp.push(format!("{}:{p}", enc(h))),
+                PgHost::Unix(d) => {
+                    q.push(("host".into(), d.display().to_string()));
+                    q.push(("port".into(), p.to_string()));
+                }
+            }
+        }
+        q.push(("sslmode".into(), self.tls.mode_given.as_str().into()));
+        match &self.tls.root_cert {
+            Some(RootCert::File(f)) => q.push(("sslrootcert".into(), f.display().to_string())),
+            Some(RootCert::System) => q.push(("sslrootcert".into(), "system".into())),
+            None => {}
+        }
+        for (k, v) in [("sslcert", &self.tls.cert), ("sslkey", &self.tls.key), ("sslcrl", &self.tls.crl)] {
+            if let Some(v) = v {
+                q.push((k.into(), v.display().to_string()));
+            }
+        }
+        if self.tls.key_password.is_some() {
+            q.push(("sslpassword".into(), "****".into()));
+        }
+        q.push((
+            "channel_binding".into(),
+            match self.channel_binding {
+                ChannelBindingMode::Disable => "disable",
+                ChannelBindingMode::Prefer => "prefer",
+                ChannelBindingMode::Require => "require",
+            }
+            .into(),
+        ));
+        q.push(("application_name".into(), self.application_name.clone()));
+        q.push(("connect_timeout".into(), self.connect_timeout.as_secs().to_string()));
+        if let Some(o) = &self.options {
+            q.push(("options".into(), o.clone()));
+        }
+        if let Some(t) = self.tcp_user_timeout {
+            q.push(("tcp_user_timeout".into(), t.as_secs().to_string()));
+        }
+        let k = &self.keepalives;
+        q.push(("keepalives".into(), if k.enabled { "1" } else { "0" }.into()));
+        q.push(("keepalives_idle".into(), k.idle.as_secs().to_string()));
+        q.push(("keepalives_interval".into(), k.interval.as_secs().to_string()));
+        q.push(("keepalives_count".into(), k.count.to_string()));
+        let query: Vec<String> =
+            q.iter().map(|(k, v)| format!("{k}={}", if v == "****" { v.clone() } else { enc(v) })).collect();
+        format!("postgres://{auth}@{}/{}?{}", tcp.join(","), enc(&self.dbname), query.join("&"))
+    }
+
+    /// The equivalent tokio-postgres configuration for ordinary (non-replication) sessions. TLS
+    /// itself is set up by `pg::tls`; this only carries the mode tokio-postgres understands.
+    pub fn to_tokio_postgres(&self) -> tokio_postgres::Config {
+        use tokio_postgres::config::{ChannelBinding, SslMode as TpMode};
+        let mut c = tokio_postgres::Config::new();
+        for (h, p) in &self.hosts {
+            match h {
+                PgHost::Tcp(h) => c.host(h),
+                PgHost::Unix(d) => c.host_path(d),
+            };
+            c.port(*p);
+        }
+        c.user(&self.user)
+            .dbname(&self.dbname)
+            .application_name(&self.application_name)
+            .connect_timeout(self.connect_timeout)
+            .keepalives(self.keepalives.enabled)
+            .keepalives_idle(self.keepalives.idle)
+            .keepalives_interval(self.keepalives.interval)
+            .keepalives_retries(self.keepalives.count)
+            .channel_binding(match self.channel_binding {
+                ChannelBindingMode::Disable => ChannelBinding::Disable,
+                ChannelBindingMode::Prefer => ChannelBinding::Prefer,
+                ChannelBindingMode::Require => ChannelBinding::Require,
+            })
+            .ssl_mode(match self.tls.mode {
+                SslMode::Disable | SslMode::Allow => TpMode::Disable,
+                SslMode::Prefer => TpMode::Prefer,
+                _ => TpMode::Require,
+            });
+        if let Some(o) = &self.options {
+            c.options(o);
+        }
+        if let Some(t) = self.tcp_user_timeout {
+            c.tcp_user_timeout(t);
+        }
+        if let Some(p) = &self.password {
+            c.password(p);
+        }
+        c
+    }
+}
+
+impl std::fmt::Display for PgTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hosts: Vec<String> = self
+            .hosts
+            .iter()
+            .map(|(h, p)| match h {
+                PgHost::Tcp(h) => format!("{h}:{p}"),
+                PgHost::Unix(d) => format!("{}:{p}", d.display()),
+            })
+            .collect();
+        write!(f, "postgres://{}@{}/{}", self.user, hosts.join(","), self.dbname)
+    }
+}
+
+impl std::fmt::Debug for PgTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PgTarget({self}, sslmode={})", self.tls.mode.as_str())
+    }
+}
+
+fn host_of(h: &str) -> PgHost {
+    if h.starts_with('/') {
+        PgHost::Unix(PathBuf::from(h))
+    } else {
+        PgHost::Tcp(h.to_owned())
+    }
+}
+
+fn tls_settings(
+    get: &dyn Fn(&str) -> Option<String>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<TlsSettings, Definite> {
+    let bad = |why: String| Definite::Config(format!("--postgres-url: {why}"));
+    let pick = |k: &str, e: &str| get(k).or_else(|| env(e)).filter(|v| !v.is_empty());
+    let home_file = |name: &str| {
+        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".postgresql").join(name)).filter(|p| p.exists())
+    };
+    let root_cert = match pick("sslrootcert", "PGSSLROOTCERT") {
+        Some(v) if v == "system" => Some(RootCert::System),
+        Some(v) => Some(RootCert::File(readable("sslrootcert", &v)?)),
+        None => home_file("root.crt").map(RootCert::File),
+    };
+    let mode_given = match pick("sslmode", "PGSSLMODE") {
+        Some(v) => SslMode::parse(&v).ok_or_else(|| {
+            bad(format!("unknown sslmode {v:?}; use disable, allow, prefer, require, verify-ca or verify-full"))
+        })?,
+        // libpq: sslrootcert=system without an sslmode means verify-full.
+        None if root_cert == Some(RootCert::System) => SslMode::VerifyFull,
+        None => SslMode::Prefer,
+    };
+    if root_cert == Some(RootCert::System) && mode_given != SslMode::VerifyFull {
+        return Err(bad(format!(
+            "sslrootcert=system needs sslmode=verify-full (sslmode={} would not check the host name)",
+            mode_given.as_str()
+        )));
+    }
+    // libpq: `require` with a root certificate present verifies the chain, as verify-ca.
+    let mode = if mode_given == SslMode::Require && root_cert.is_some() { SslMode::VerifyCa } else { mode_given };
+    if mode.verifies() && root_cert.is_none() {
+        return Err(bad(format!(
+            "sslmode={} needs the CA that signed the server's certificate: pass sslrootcert=/path/to/ca.pem \
+             (or sslrootcert=system for the OS roots with verify-full)",
+            mode.as_str()
+        )));
+    }
+    let cert = match pick("sslcert", "PGSSLCERT") {
+        Some(v) => Some(readable("sslcert", &v)?),
+        None => home_file("postgresql.crt"),
+    };
+    let key = match pick("sslkey", "PGSSLKEY") {
+        Some(v) => Some(readable("sslkey", &v)?),
+        None => cert.as_ref().and_then(|_| home_file("postgresql.key")),
+    };
+    if cert.is_some() != key.is_some() {
+        return Err(bad("sslcert and sslkey go together: give both (client-certificate login) or neither".into()));
+    }
+    let crl = pick("sslcrl", "PGSSLCRL").map(|v| readable("sslcrl", &v)).transpose()?;
+    Ok(TlsSettings { mode, mode_given, root_cert, cert, key, crl, key_password: get("sslpassword") })
+}
+
+fn readable(key: &str, v: &str) -> Result<PathBuf, Definite> {
+    let p = PathBuf::from(v);
+    std::fs::File::open(&p).map_err(|e| {
+        Definite::Config(format!("--postgres-url: {key}={v}: cannot read the file ({e}); fix the path"))
+    })?;
+    Ok(p)
+}
+
+/// A secret file's contents without one trailing newline (as `echo` and Kubernetes secrets leave).
+pub fn read_secret_file(flag: &str, path: &Path) -> Result<String, Definite> {
+    let s = std::fs::read_to_string(path).map_err(|e| {
+        Definite::Config(format!("{flag} {}: cannot read it ({e}); fix the path or its permissions", path.display()))
+    })?;
+    let s = s.strip_suffix("\r\n").or_else(|| s.strip_suffix('\n')).unwrap_or(&s);
+    Ok(s.to_owned())
+}
+
+fn default_pgpass() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pgpass"))
+}
+
+/// libpq's password file: `host:port:db:user:password`, `*` matches anything, `\` escapes.
+fn pgpass_lookup(file: &Path, host: &(PgHost, u16), db: &str, user: &str) -> Result<Option<String>, Definite> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(m) = std::fs::metadata(file) {
+            if m.permissions().mode() & 0o077 != 0 {
+                tracing::warn!(file = %file.display(), "password file has group or world access; ignored as libpq does (chmod 0600 it)");
+                return Ok(None);
+            }
+        }
+    }
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(_) => return Ok(None),
+    };
+    let hostname = match &host.0 {
+        PgHost::Tcp(h) => h.clone(),
+        PgHost::Unix(_) => "localhost".into(),
+    };
+    let port = host.1.to_string();
+    for line in text.lines() {
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let fields = split_pgpass(line);
+        if fields.len() < 5 {
+            continue;
+        }
+        let m = |f: &str, v: &str| f == "*" || f == v;
+        if m(&fields[0], &hostname) && m(&fields[1], &port) && m(&fields[2], db) && m(&fields[3], user) {
+            return Ok(Some(fields[4..].join(":")));
+        }
+    }
+    Ok(None)
+}
+
+fn split_pgpass(line: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(n) = chars.next() {
+                    out.last_mut().unwrap_or(&mut String::new()).push(n);
+                }
+            }
+            ':' if out.len() < 5 => out.push(String::new()),
+            c => {
+                if let Some(last) = out.last_mut() {
+                    last.push(c);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Take our keywords out of a URL's query or a key/value string. Returns the rest (for
+/// tokio-postgres) and our pairs, decoded.
+fn split_ours(conninfo: &str) -> Result<(String, Vec<(String, String)>), String> {
+    let mut ours = Vec::new();
+    let s = conninfo.trim();
+    if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+        let Some((head, query)) = s.split_once('?') else { return Ok((s.to_owned(), ours)) };
+        let mut keep = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let key = percent_encoding::percent_decode_str(k).decode_utf8_lossy().into_owned();
+            if OURS.contains(&key.as_str()) {
+                let v = percent_encoding::percent_decode_str(v)
+                    .decode_utf8()
+                    .map_err(|_| format!("the value of {key} is not valid percent-encoded UTF-8"))?;
+                ours.push((key, v.into_owned()));
+            } else {
+                keep.push(pair);
+            }
+        }
+        let rest = if keep.is_empty() { head.to_owned() } else { format!("{head}?{}", keep.join("&")) };
+        return Ok((rest, ours));
+    }
+    if s.contains("://") {
+        return Err(
+            "must start with postgres:// or postgresql://, or be key=value pairs like host=db dbname=app".into()
+        );
+    }
+    let mut keep = Vec::new();
+    for (k, v) in keyword_pairs(s)? {
+        if OURS.contains(&k.as_str()) {
+            ours.push((k, v));
+        } else {
+            keep.push(format!("{k}='{}'", v.replace('\\', "\\\\").replace('\'', "\\'")));
+        }
+    }
+    Ok((keep.join(" "), ours))
+}
+
+/// libpq's `keyword = value` syntax: values may be single-quoted, `\` escapes.
+fn keyword_pairs(s: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    let mut it = s.chars().peekable();
+    loop {
+        while it.next_if(|c| c.is_whitespace()).is_some() {}
+        if it.peek().is_none() {
+            return Ok(out);
+        }
+        let mut key = String::new();
+        while let Some(c) = it.next_if(|c| *c != '=' && !c.is_whitespace()) {
+            key.push(c);
+        }
+        while it.next_if(|c| c.is_whitespace()).is_some() {}
+        if it.next() != Some('=') {
+            return Err(format!("expected = after {key:?} (key=value pairs like host=db dbname=app)"));
+        }
+        while it.next_if(|c| c.is_whitespace()).is_some() {}
+        let mut val = String::new();
+        if it.next_if_eq(&'\'').is_some() {
+            loop {
+                match it.next() {
+                    Some('\\') => val.push(it.next().ok_or("unterminated quoted value")?),
+                    Some('\'') => break,
+                    Some(c) => val.push(c),
+                    None => return Err(format!("unterminated quoted value of {key}")),
+                }
+            }
+        } else {
+            while let Some(c) = it.next_if(|c| !c.is_whitespace()) {
+                if c == '\\' {
+                    if let Some(n) = it.next() {
+                        val.push(n);
+                    }
+                } else {
+                    val.push(c);
+                }
+            }
+        }
+        out.push((key, val));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse_env(s: &str, env: &[(&str, &str)]) -> Result<PgTarget, Definite> {
+        let map: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let lookup = move |k: &str| map.get(k).cloned();
+        PgTarget::parse_with(s, &Fallbacks { env: &lookup, password_file: None })
+    }
+
+    #[test]
+    fn url_with_password_is_parsed_and_redacted() {
+        let t = parse_env("postgres://bob:s%40cret@db.example:6432/app?sslmode=disable", &[]).unwrap();
+        assert_eq!(t.hosts, vec![(PgHost::Tcp("db.example".into()), 6432)]);
+        assert_eq!((t.user.as_str(), t.dbname.as_str()), ("bob", "app"));
+        assert_eq!(t.password.as_deref(), Some("s@cret"));
+        let shown = format!("{t} {t:?} {}", t.to_url_masked());
+        assert!(!shown.contains("s@cret") && !shown.contains("s%40cret"), "{shown}");
+    }
+
+    #[test]
+    fn key_value_form_and_url_agree() {
+        let kv = parse_env(r"host=db port=6000 dbname=app user=relay password='it\'s x' sslmode=disable", &[]).unwrap();
+        let url = parse_env("postgresql://relay:it%27s%20x@db:6000/app?sslmode=disable", &[]).unwrap();
+        assert!(kv == url, "{kv:?} vs {url:?}");
+        assert_eq!(kv.password.as_deref(), Some("it's x"));
+    }
+
+    #[test]
+    fn unix_socket_directory() {
+        let t = parse_env("postgresql://me@/app?host=/tmp/pg&port=5544", &[]).unwrap();
+        assert_eq!(t.hosts, vec![(PgHost::Unix("/tmp/pg".into()), 5544)]);
+        assert_eq!(t.dbname, "app");
+        assert_eq!(t.tls.mode, SslMode::Prefer);
+    }
+
+    #[test]
+    fn libpq_environment_fills_gaps_but_never_overrides() {
+        let env = [
+            ("PGHOST", "envhost"),
+            ("PGPORT", "7777"),
+            ("PGUSER", "envuser"),
+            ("PGDATABASE", "envdb"),
+            ("PGPASSWORD", "envpw"),
+            ("PGAPPNAME", "envapp"),
+            ("PGCONNECT_TIMEOUT", "3"),
+            ("PGSSLMODE", "disable"),
+        ];
+        let t = parse_env("", &env).unwrap();
+        assert_eq!(t.hosts, vec![(PgHost::Tcp("envhost".into()), 7777)]);
+        assert_eq!((t.user.as_str(), t.dbname.as_str(), t.application_name.as_str()), ("envuser", "envdb", "envapp"));
+        assert_eq!(t.password.as_deref(), Some("envpw"));
+        assert_eq!(t.password_source, Some(PasswordSource::Env));
+        assert_eq!(t.connect_timeout, Duration::from_secs(3));
+        assert_eq!(t.tls.mode, SslMode::Disable);
+        let t = parse_env("host=h port=1 user=u dbname=d password=p sslmode=prefer", &env).unwrap();
+        assert_eq!(t.hosts, vec![(PgHost::Tcp("h".into()), 1)]);
+        assert_eq!((t.user.as_str(), t.dbname.as_str(), t.password.as_deref()), ("u", "d", Some("p")));
+        assert_eq!(t.tls.mode, SslMode::Prefer);
+    }
+
+    #[test]
+    fn password_file_and_pgpass() {
+        let dir = tempfile::tempdir().unwrap();
+        let pwf = dir.path().join("pw");
+        std::fs::write(&pwf, "from-file\n").unwrap();
+        let lookup = |_: &str| None;
+        let t = PgTarget::parse_with("host=h user=u", &Fallbacks { env: &lookup, password_file: Some(&pwf) }).unwrap();
+        assert_eq!(t.password.as_deref(), Some("from-file"), "one trailing newline is dropped");
+        assert!(!t.to_url_masked().contains("****"), "a file password is not shown as a URL password");
+
+        let pass = dir.path().join("pgpass");
+        std::fs::write(&pass, "# comment\nother:*:*:*:nope\nh:5432:app:u:pa\\:ss:word\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&pass, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let p = pass.display().to_string();
+        let t = parse_env("host=h user=u dbname=app", &[("PGPASSFILE", &p)]).unwrap();
+        assert_eq!(t.password.as_deref(), Some("pa:ss:word"));
+        std::fs::set_permissions(&pass, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let t = parse_env("host=h user=u dbname=app", &[("PGPASSFILE", &p)]).unwrap();
+        assert_eq!(t.password, None, "a world-readable password file is ignored, as libpq does");
+    }
+
+    #[test]
+    fn tls_modes_follow_libpq() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "x").unwrap();
+        let ca = ca.display().to_string();
+        let t = parse_env(&format!("host=h sslmode=require sslrootcert={ca}"), &[]).unwrap();
+        assert_eq!(t.tls.mode, SslMode::VerifyCa, "require with a root cert verifies the chain");
+        assert_eq!(t.tls.mode_given, SslMode::Require);
+        let e = parse_env("host=h sslmode=verify-full", &[("HOME", "/nonexistent")]).unwrap_err().to_string();
+        assert!(e.contains("sslrootcert=/path/to/ca.pem"), "{e}");
+        let e = parse_env("host=h sslmode=bogus", &[]).unwrap_err().to_string();
+        assert!(e.contains("verify-full"), "{e}");
+        let e = parse_env("host=h sslrootcert=/no/such/ca.pem sslmode=verify-ca", &[]).unwrap_err().to_string();
+        assert!(e.contains("/no/such/ca.pem") && e.contains("cannot read"), "{e}");
+        let t = parse_env("host=h sslrootcert=system", &[]).unwrap();
+        assert_eq!(t.tls.mode, SslMode::VerifyFull);
+        assert!(parse_env("host=h sslrootcert=system sslmode=require", &[]).is_err());
+        let e = parse_env("host=h sslmode=disable channel_binding=require", &[]).unwrap_err().to_string();
+        assert!(e.contains("channel_binding=require"), "{e}");
+    }
+
+    #[test]
+    fn masked_url_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "x").unwrap();
+        let src = format!(
+            "host=a,b port=1,2 user=u password=secret dbname=d sslmode=verify-full sslrootcert={} \
+             application_name=x connect_timeout=4 keepalives_idle=7 channel_binding=require sslpassword=kp",
+            ca.display()
+        );
+        let t = parse_env(&src, &[]).unwrap();
+        let url = t.to_url_masked();
+        assert!(!url.contains("secret") && !url.contains("kp&") && !url.ends_with("=kp"), "{url}");
+        let mut again = parse_env(&url, &[]).unwrap();
+        again.password = t.password.clone();
+        again.password_source = t.password_source.clone();
+        again.tls.key_password = t.tls.key_password.clone();
+        assert!(again == t, "{url}\n{again:?}\n{t:?}");
+    }
+
+    #[test]
+    fn unknown_keywords_and_bad_forms_are_refused_clearly() {
+        let e = parse_env("postgres://u:pw@h/db?bogus=1", &[]).unwrap_err().to_string();
+        assert!(e.contains("bogus") && !e.contains("pw"), "{e}");
+        assert!(parse_env("mysql://h/db", &[]).is_err());
+        assert!(parse_env("postgres://h:99999/db", &[]).is_err());
+        assert!(parse_env("host=h dbname", &[]).is_err());
+        assert!(parse_env("host=h password='open", &[]).is_err());
+    }
+}

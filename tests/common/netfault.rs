@@ -1,0 +1,114 @@
+//! A TCP proxy for network faults: forwards 127.0.0.1:<port> to a target port, and can freeze.
+//!
+//! [`FreezeProxy::freeze`] models a NAT timeout or a partition: every connection open at that
+//! moment stops forwarding in both directions but is never closed (no FIN, no RST), so both ends
+//! see a silent, half-open link. Connections made after [`FreezeProxy::thaw`] forward normally;
+//! the frozen ones stay dead until the proxy is dropped. With `freeze_new`, connections accepted
+//! while frozen are held silent too (a fully blackholed route).
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+pub struct FreezeProxy {
+    pub port: u16,
+    /// Bumped by each freeze; a connection forwards only while its epoch is current.
+    epoch: Arc<AtomicU64>,
+    frozen: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl FreezeProxy {
+    pub fn start(target_port: u16) -> FreezeProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let epoch = Arc::new(AtomicU64::new(0));
+        let frozen = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let conns = Arc::new(Mutex::new(Vec::new()));
+        let (e, f, s, c) = (epoch.clone(), frozen.clone(), stop.clone(), conns.clone());
+        thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        client.set_nonblocking(false).ok();
+                        let Ok(server) = TcpStream::connect(("127.0.0.1", target_port)) else {
+                            continue;
+                        };
+                        c.lock().unwrap().push(client.try_clone().unwrap());
+                        c.lock().unwrap().push(server.try_clone().unwrap());
+                        // Accepted while frozen: this connection is dead from the start.
+                        let mine = if f.load(Ordering::SeqCst) { u64::MAX } else { e.load(Ordering::SeqCst) };
+                        pump(client.try_clone().unwrap(), server.try_clone().unwrap(), e.clone(), mine, s.clone());
+                        pump(server, client, e.clone(), mine, s.clone());
+                    }
+                    Err(err) if err.kind() == ErrorKind::WouldBlock => thread::sleep(Duration::from_millis(20)),
+                    Err(_) => thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        FreezeProxy { port, epoch, frozen, stop, conns }
+    }
+
+    /// Stop forwarding on every open connection, without closing any; new connections are held
+    /// silent too until [`FreezeProxy::thaw`].
+    pub fn freeze(&self) {
+        self.frozen.store(true, Ordering::SeqCst);
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Let new connections through again (frozen ones stay dead).
+    pub fn thaw(&self) {
+        self.frozen.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for FreezeProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for s in self.conns.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, epoch: Arc<AtomicU64>, mine: u64, stop: Arc<AtomicBool>) {
+    thread::spawn(move || {
+        from.set_read_timeout(Some(Duration::from_millis(50))).ok();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
+            if epoch.load(Ordering::SeqCst) != mine {
+                // Frozen: read nothing more, write nothing more, keep the sockets open.
+                thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+            match from.read(&mut buf) {
+                Ok(0) => {
+                    let _ = to.shutdown(Shutdown::Write);
+                    return;
+                }
+                Ok(n) => {
+                    if epoch.load(Ordering::SeqCst) != mine {
+                        continue; // frozen between read and write: these bytes are lost in the void
+                    }
+                    if to.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(_) => {
+                    let _ = to.shutdown(Shutdown::Write);
+                    return;
+                }
+            }
+        }
+    });
+}
