@@ -26,6 +26,7 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod secure_kafka;
 
 use std::collections::HashSet;
 use std::fs::{self, File};
