@@ -11,6 +11,12 @@
 # tests/packaging.rs checks that every flag and OUTBOXD_* variable used here exists in the binary.
 
 FROM rust:1-bookworm AS build
+# librdkafka is built from source by rdkafka-sys (configure + make) against the system OpenSSL (TLS), Cyrus
+# SASL (GSSAPI/Kerberos; PLAIN, SCRAM and OAUTHBEARER are built in), zlib and libcurl (OIDC).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends pkg-config libssl-dev libsasl2-dev \
+       libcurl4-openssl-dev zlib1g-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
@@ -19,9 +25,12 @@ COPY examples ./examples
 RUN cargo build --release --locked --bin outboxd
 
 FROM debian:bookworm-slim
-# ca-certificates for TLS to brokers once enabled; curl for the HEALTHCHECK.
+# The shared libraries librdkafka links: libssl3 (TLS), libsasl2-2 (+ libsasl2-modules-gssapi-mit
+# for Kerberos), libcurl4 (OIDC token requests), zlib1g; ca-certificates so managed brokers
+# (Confluent Cloud, MSK, Aiven) verify with the system CAs; curl for the HEALTHCHECK.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates curl \
+    && apt-get install -y --no-install-recommends ca-certificates curl libssl3 libsasl2-2 \
+       libsasl2-modules-gssapi-mit libcurl4 zlib1g \
     && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 10001 outboxd \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \

@@ -12,12 +12,22 @@
 //! * Known keys that do not apply are reported at info; unknown keys in one warning; values we
 //!   cannot honour (another decoder plugin, another transform type, an initial snapshot of a
 //!   non-empty table) are errors that say what to change.
-//! * The password only ever travels inside the URL value; messages name keys, never values.
+//! * The password only ever travels inside the URL value (and the Kafka credentials inside
+//!   librdkafka properties, which `outboxd config` masks); messages name keys, never values.
+//! * `${file:PATH:KEY}`, `${directory:DIR:FILE}` and `${env:NAME}` config-provider placeholders are
+//!   resolved in every value first ([`providers`]).
+//! * `database.sslmode`/`sslrootcert`/`sslcert`/`sslkey`/`sslpassword` become query parameters of
+//!   the URL; Kafka producer settings (`producer.override.*`, `debezium.sink.kafka.producer.*`,
+//!   `producer.*`, top-level `security.protocol`/`sasl.*`/`ssl.*`) are translated from Java client
+//!   names to librdkafka's ([`producer`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::error::Definite;
+
+mod producer;
+mod providers;
 
 const EVENT_ROUTER: &str = "io.debezium.transforms.outbox.EventRouter";
 
@@ -72,7 +82,9 @@ pub fn load(path: &Path) -> Result<Overlay, Definite> {
     } else {
         parse_properties(&text)
     };
-    translate(&normalize(raw)).map_err(|e| Definite::Config(format!("--debezium-config {}: {e}", path.display())))
+    providers::resolve_all(normalize(raw))
+        .and_then(|cfg| translate(&cfg))
+        .map_err(|e| Definite::Config(format!("--debezium-config {}: {e}", path.display())))
 }
 
 /// A Connect REST body or a bare config object, values as strings.
@@ -186,13 +198,23 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
             (Some(u), None) => format!("{}@", enc(u)),
             _ => String::new(),
         };
-        let url = format!(
+        let mut url = format!(
             "postgres://{auth}{}:{}/{}?sslmode={}",
             host.as_deref().unwrap_or("localhost"),
             port.as_deref().unwrap_or("5432"),
             enc(dbname.as_deref().unwrap_or("postgres")),
-            sslmode.as_deref().unwrap_or("disable")
+            enc(sslmode.as_deref().unwrap_or("disable"))
         );
+        for (key, param) in [
+            ("database.sslrootcert", "sslrootcert"),
+            ("database.sslcert", "sslcert"),
+            ("database.sslkey", "sslkey"),
+            ("database.sslpassword", "sslpassword"),
+        ] {
+            if let Some(v) = get(key) {
+                url.push_str(&format!("&{param}={}", enc(&v)));
+            }
+        }
         o.values.push(("postgres_url", url));
     }
     o.values.push(("slot", get("slot.name").unwrap_or_else(|| "debezium".into())));
@@ -299,18 +321,31 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
         .map(|k| format!("transforms.{}.{k}", router.as_deref().unwrap_or("?")))
         .collect();
 
-    // Producer overrides.
-    let mut unknown = unknown_router;
-    for (k, v) in cfg {
-        if let Some(p) = k.strip_prefix("producer.override.") {
-            if p == "bootstrap.servers" {
-                o.values.push(("kafka_brokers", v.clone()));
-            } else {
-                o.values.push(("kafka_properties", format!("{p}={v}")));
+    // Producer settings, least specific first so the most specific wins.
+    let mut java: BTreeMap<String, String> = BTreeMap::new();
+    for level in 0..3 {
+        for (k, v) in cfg {
+            if producer_level(k).is_some_and(|(l, _)| l == level) {
+                java.insert(producer_level(k).map(|(_, p)| p.to_owned()).unwrap_or_default(), v.clone());
             }
+        }
+    }
+    let mapped = producer::map(&java)?;
+    if let Some(b) = mapped.brokers {
+        o.values.push(("kafka_brokers", b));
+    }
+    for (k, v) in mapped.properties {
+        o.values.push(("kafka_properties", format!("{k}={v}")));
+    }
+    o.notes.extend(mapped.notes.into_iter().map(|n| (false, n)));
+
+    let mut unknown = unknown_router;
+    for k in cfg.keys() {
+        if producer_level(k).is_some() || used.contains(&k.as_str()) || k.starts_with("transforms") {
             continue;
         }
-        if used.contains(&k.as_str()) || k.starts_with("transforms") {
+        if k.starts_with("database.ssl") {
+            o.notes.push((false, format!("{k} does not apply to outboxd; ignored")));
             continue;
         }
         if NOT_APPLICABLE.contains(&k.as_str()) || k.starts_with("schema.history") || k.ends_with(".converter") {
@@ -323,6 +358,20 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
         o.notes.push((true, format!("ignoring keys outboxd does not know: {}", unknown.join(", "))));
     }
     Ok(o)
+}
+
+/// A producer setting's precedence (0 top-level security keys, 1 `producer.*`, 2
+/// `producer.override.*`) and its Java client name.
+fn producer_level(k: &str) -> Option<(u8, &str)> {
+    if let Some(p) = k.strip_prefix("producer.override.") {
+        Some((2, p))
+    } else if let Some(p) = k.strip_prefix("producer.") {
+        Some((1, p))
+    } else if k == "security.protocol" || k.starts_with("sasl.") || k.starts_with("ssl.") {
+        Some((0, k))
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
@@ -432,5 +481,112 @@ mod tests {
         }
         let o = translate(&map(&[("snapshot.mode", "initial")])).unwrap();
         assert!(o.require_empty_tables);
+    }
+
+    #[test]
+    fn database_tls_settings_go_into_the_url() {
+        let o = translate(&map(&[
+            ("database.hostname", "db.internal"),
+            ("database.user", "replica"),
+            ("database.dbname", "app"),
+            ("database.sslmode", "verify-full"),
+            ("database.sslrootcert", "/etc/certs/root ca.pem"),
+            ("database.sslcert", "/etc/certs/client.crt"),
+            ("database.sslkey", "/etc/certs/client.key"),
+            ("database.sslpassword", "k&y=pw"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            value(&o, "postgres_url"),
+            Some(
+                "postgres://replica@db.internal:5432/app?sslmode=verify%2Dfull&sslrootcert=%2Fetc%2Fcerts%2Froot%20ca%2Epem\
+                 &sslcert=%2Fetc%2Fcerts%2Fclient%2Ecrt&sslkey=%2Fetc%2Fcerts%2Fclient%2Ekey&sslpassword=k%26y%3Dpw"
+            )
+        );
+        assert!(o.notes.iter().all(|(w, _)| !w), "{:?}", o.notes);
+    }
+
+    fn kafka_props(o: &Overlay) -> Vec<&str> {
+        o.values.iter().filter(|(k, _)| *k == "kafka_properties").map(|(_, v)| v.as_str()).collect()
+    }
+
+    #[test]
+    fn connect_producer_overrides_map_to_librdkafka() {
+        let o = translate(&map(&[
+            ("producer.override.security.protocol", "SASL_SSL"),
+            ("producer.override.sasl.mechanism", "SCRAM-SHA-256"),
+            (
+                "producer.override.sasl.jaas.config",
+                "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"relay\" password=\"pw\";",
+            ),
+            ("producer.override.ssl.endpoint.identification.algorithm", ""),
+            ("producer.compression.type", "gzip"),
+            ("producer.override.compression.type", "zstd"),
+            ("security.protocol", "PLAINTEXT"),
+        ]))
+        .unwrap();
+        let p = kafka_props(&o);
+        for want in [
+            "security.protocol=sasl_ssl",
+            "sasl.mechanisms=SCRAM-SHA-256",
+            "sasl.username=relay",
+            "sasl.password=pw",
+            "ssl.endpoint.identification.algorithm=none",
+            "compression.type=zstd",
+        ] {
+            assert!(p.contains(&want), "{want} in {p:?}");
+        }
+        assert!(!p.iter().any(|v| v.contains("jaas") || v.contains("gzip") || v.contains("PLAINTEXT")), "{p:?}");
+        assert!(o.notes.iter().all(|(w, _)| !w), "{:?}", o.notes);
+    }
+
+    #[test]
+    fn debezium_server_producer_security_and_refused_stores() {
+        let props = "debezium.sink.type=kafka\n\
+            debezium.sink.kafka.producer.bootstrap.servers=k:9093\n\
+            debezium.sink.kafka.producer.security.protocol=SSL\n\
+            debezium.sink.kafka.producer.ssl.truststore.type=PEM\n\
+            debezium.sink.kafka.producer.ssl.truststore.location=/certs/ca.pem\n\
+            debezium.source.database.hostname=db\n";
+        let o = translate(&normalize(parse_properties(props))).unwrap();
+        assert_eq!(value(&o, "kafka_brokers"), Some("k:9093"));
+        assert_eq!(kafka_props(&o), vec!["ssl.ca.location=/certs/ca.pem", "security.protocol=ssl"]);
+        let e = translate(&normalize(parse_properties(
+            "debezium.sink.kafka.producer.ssl.truststore.location=/certs/truststore.jks\n",
+        )))
+        .unwrap_err();
+        assert!(e.contains("keytool -importkeystore") && e.contains("ca.pem"), "{e}");
+    }
+
+    #[test]
+    fn config_providers_resolve_before_mapping() {
+        let dir = tempfile::tempdir().unwrap();
+        let secrets = dir.path().join("kafka.properties");
+        std::fs::write(&secrets, "user=relay\npassword=hunter22\ndb=dbpass\n").unwrap();
+        let s = secrets.display();
+        let conf = dir.path().join("connector.json");
+        std::fs::write(
+            &conf,
+            format!(
+                r#"{{"name": "x", "config": {{
+                "config.providers": "file",
+                "config.providers.file.class": "org.apache.kafka.common.config.provider.FileConfigProvider",
+                "database.hostname": "db", "database.user": "u", "database.dbname": "app",
+                "database.password": "${{file:{s}:db}}",
+                "producer.override.sasl.mechanism": "SCRAM-SHA-256",
+                "producer.override.security.protocol": "SASL_PLAINTEXT",
+                "producer.override.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"${{file:{s}:user}}\" password=\"${{file:{s}:password}}\";"
+            }}}}"#
+            ),
+        )
+        .unwrap();
+        let o = load(&conf).unwrap();
+        assert_eq!(value(&o, "postgres_url"), Some("postgres://u:dbpass@db:5432/app?sslmode=disable"));
+        let p = kafka_props(&o);
+        assert!(p.contains(&"sasl.username=relay") && p.contains(&"sasl.password=hunter22"), "{p:?}");
+        assert!(o.notes.iter().all(|(w, n)| !w && !n.contains("hunter22")), "{:?}", o.notes);
+        std::fs::write(&secrets, "user=relay\n").unwrap();
+        let e = load(&conf).unwrap_err().to_string();
+        assert!(e.contains("has no key") && e.contains("connector.json") && !e.contains('\n'), "{e}");
     }
 }

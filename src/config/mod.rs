@@ -16,6 +16,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 pub mod debezium;
 pub mod postgres;
+pub mod properties;
 
 pub use postgres::{PgHost, PgTarget, SslMode};
 
@@ -80,9 +81,12 @@ pub struct DlqCommonArgs {
     /// Kafka bootstrap servers.
     #[arg(long, env = "OUTBOXD_KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
     pub kafka_brokers: String,
-    /// Extra librdkafka property KEY=VALUE; repeatable.
+    /// Extra librdkafka property KEY=VALUE; repeatable; after --kafka-property-file.
     #[arg(long = "kafka-property", value_name = "KEY=VALUE")]
     pub kafka_properties: Vec<String>,
+    /// Java .properties file of librdkafka properties (key=value lines), e.g. credentials.
+    #[arg(long, env = "OUTBOXD_KAFKA_PROPERTY_FILE", value_name = "FILE")]
+    pub kafka_property_file: Option<PathBuf>,
     /// The dead-letter topic.
     #[arg(long, default_value = "outboxd.dlq")]
     pub dlq_topic: String,
@@ -173,9 +177,15 @@ pub struct RunArgs {
     /// Kafka bootstrap servers, comma-separated.
     #[arg(long, env = "OUTBOXD_KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
     pub kafka_brokers: String,
-    /// Extra librdkafka producer property KEY=VALUE; repeatable.
+    /// Extra librdkafka producer property KEY=VALUE; repeatable; wins over --kafka-property-file.
     #[arg(long = "kafka-property", value_name = "KEY=VALUE")]
     pub kafka_properties: Vec<String>,
+    /// Java .properties file of librdkafka properties (key=value lines), e.g. SASL/TLS credentials.
+    #[arg(long, env = "OUTBOXD_KAFKA_PROPERTY_FILE", value_name = "FILE")]
+    pub kafka_property_file: Option<PathBuf>,
+    /// librdkafka properties from --debezium-config, applied before the file and the flags.
+    #[arg(skip)]
+    pub debezium_kafka_properties: Vec<String>,
     /// Partitions for topics outboxd creates.
     #[arg(long, default_value_t = 1)]
     pub topic_partitions: i32,
@@ -283,13 +293,66 @@ pub enum InvalidOp {
     Fatal,
 }
 
-#[derive(Clone, Debug)]
+/// How to reach Kafka; every client is built from it by [`crate::sink::kafka_client`].
+#[derive(Clone)]
 pub struct KafkaConfig {
     pub brokers: String,
-    /// Passed to librdkafka as given, after our defaults.
+    /// Passed to librdkafka as given, after our defaults: those from `--debezium-config`, then
+    /// `--kafka-property-file`, then `--kafka-property` (a later key wins).
     pub properties: Vec<(String, String)>,
+    /// Which of `properties` came from `--kafka-property-file`, so `outboxd config` names the file.
+    pub property_file: Option<PropertyFile>,
+    /// Partitions of topics outboxd creates; `-1`: the broker's default (`dlq` tools).
     pub topic_partitions: i32,
+    /// Replication factor of topics outboxd creates; `-1`: the broker's default.
     pub topic_replication_factor: i32,
+}
+
+/// The `--kafka-property-file` and the index range of its entries in [`KafkaConfig::properties`].
+#[derive(Clone, Debug)]
+pub struct PropertyFile {
+    pub path: PathBuf,
+    pub range: std::ops::Range<usize>,
+}
+
+impl std::fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::sink::kafka_client::shown;
+        let props: Vec<String> = self.properties.iter().map(|(k, v)| format!("{k}={}", shown(k, v))).collect();
+        f.debug_struct("KafkaConfig")
+            .field("brokers", &self.brokers)
+            .field("properties", &props)
+            .field("property_file", &self.property_file)
+            .field("topic_partitions", &self.topic_partitions)
+            .field("topic_replication_factor", &self.topic_replication_factor)
+            .finish()
+    }
+}
+
+/// Merged librdkafka properties and where the file's are among them.
+pub type LoadedProperties = (Vec<(String, String)>, Option<PropertyFile>);
+
+impl KafkaConfig {
+    /// Properties from Debezium, the file, then the flags, each checked.
+    pub fn load_properties(
+        debezium: &[String],
+        file: Option<&std::path::Path>,
+        flags: &[String],
+    ) -> Result<LoadedProperties, Definite> {
+        use crate::sink::kafka_client;
+        let mut props = kafka_client::parse_property_flags(debezium)
+            .map_err(|e| Definite::Config(format!("--debezium-config: {e}")))?;
+        let file = match file {
+            Some(path) => {
+                let start = props.len();
+                props.extend(kafka_client::read_property_file(path)?);
+                Some(PropertyFile { path: path.to_owned(), range: start..props.len() })
+            }
+            None => None,
+        };
+        props.extend(kafka_client::parse_property_flags(flags)?);
+        Ok((props, file))
+    }
 }
 
 /// Everything `outboxd run` needs, validated.
@@ -373,19 +436,11 @@ impl Config {
                 tables.push(t);
             }
         }
-        let mut properties = Vec::new();
-        for p in &a.kafka_properties {
-            let (k, v) = p
-                .split_once('=')
-                .filter(|(k, _)| !k.trim().is_empty())
-                .ok_or_else(|| bad(format!("--kafka-property {p:?}: expected KEY=VALUE, e.g. linger.ms=5")))?;
-            if k.trim() == "bootstrap.servers" {
-                return Err(bad(
-                    "--kafka-property bootstrap.servers conflicts with --kafka-brokers; use --kafka-brokers".into(),
-                ));
-            }
-            properties.push((k.trim().to_owned(), v.to_owned()));
-        }
+        let (properties, property_file) = KafkaConfig::load_properties(
+            &a.debezium_kafka_properties,
+            a.kafka_property_file.as_deref(),
+            &a.kafka_properties,
+        )?;
         if a.sink == SinkKind::Kafka && a.kafka_brokers.trim().is_empty() {
             return Err(bad("--kafka-brokers is empty; give host:port[,host:port]".into()));
         }
@@ -445,6 +500,7 @@ impl Config {
             kafka: KafkaConfig {
                 brokers: a.kafka_brokers.clone(),
                 properties,
+                property_file,
                 topic_partitions: a.topic_partitions,
                 topic_replication_factor: a.topic_replication_factor,
             },
@@ -513,9 +569,18 @@ impl Config {
             },
         );
         push("kafka-brokers", &self.kafka.brokers);
-        for (k, v) in &self.kafka.properties {
-            let shown = if k.contains("password") || k.contains("secret") { "****" } else { v.as_str() };
-            push("kafka-property", &format!("{k}={shown}"));
+        let file = self.kafka.property_file.as_ref();
+        for (i, (k, v)) in self.kafka.properties.iter().enumerate() {
+            if let Some(f) = file.filter(|f| f.range.start == i) {
+                push("kafka-property-file", &f.path.display().to_string());
+            }
+            if file.is_some_and(|f| f.range.contains(&i)) {
+                continue;
+            }
+            push("kafka-property", &format!("{k}={}", crate::sink::kafka_client::shown(k, v)));
+        }
+        if let Some(f) = file.filter(|f| f.range.start == self.kafka.properties.len()) {
+            push("kafka-property-file", &f.path.display().to_string());
         }
         push("topic-partitions", &self.kafka.topic_partitions.to_string());
         push("topic-replication-factor", &self.kafka.topic_replication_factor.to_string());
@@ -600,8 +665,12 @@ fn apply_overlay(a: &mut RunArgs, o: &debezium::Overlay, explicit: &dyn Fn(&str)
         _ => Err(bad(id, v)),
     };
     let mut replaced_tables = false;
+    // Producer settings merge under the flags instead of yielding to any one of them: a
+    // `--kafka-property linger.ms=1` must not drop the file's SASL settings.
+    a.debezium_kafka_properties =
+        o.values.iter().filter(|(id, _)| *id == "kafka_properties").map(|(_, v)| v.clone()).collect();
     for (id, v) in &o.values {
-        if explicit(id) {
+        if explicit(id) || *id == "kafka_properties" {
             continue;
         }
         let v = v.clone();
@@ -620,7 +689,6 @@ fn apply_overlay(a: &mut RunArgs, o: &debezium::Overlay, explicit: &dyn Fn(&str)
                 a.tables.push(v);
             }
             "kafka_brokers" => a.kafka_brokers = v,
-            "kafka_properties" => a.kafka_properties.push(v),
             "heartbeat_interval" => a.heartbeat_interval = v,
             "heartbeat_action_query" => a.heartbeat_action_query = Some(v),
             "table_field_event_id" => a.table_field_event_id = v,

@@ -17,16 +17,18 @@
 //! ack and rename republishes that batch again (at-least-once). Delete it if the DLQ topic is
 //! recreated; do not run two replays on one state dir at once. `--dry-run` writes nothing.
 //! Records to replay are held in memory between reading and publishing.
+//!
+//! The consumer, producer and admin client come from [`crate::sink::kafka_client`], so
+//! `--kafka-property` and `--kafka-property-file` mean here what they mean for `outboxd run`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::{Consumer, DefaultConsumerContext, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -35,8 +37,9 @@ use rdkafka::{Offset, Timestamp, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use super::{H_ERROR as H_REASON, H_LSN, H_MESSAGE, H_SIZE, H_TABLE, H_TOPIC, PREFIX};
-use crate::config::{DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs};
+use crate::config::{DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs, KafkaConfig};
 use crate::error::{Definite, Error};
+use crate::sink::kafka_client::{self, Retry};
 
 /// Stop reading this long after the last record.
 const QUIET: Duration = Duration::from_millis(1500);
@@ -111,26 +114,10 @@ impl DlqRecord {
     }
 }
 
-fn parse_properties(raw: &[String]) -> Result<Vec<(String, String)>, Definite> {
-    raw.iter()
-        .map(|p| {
-            let (k, v) = p.split_once('=').filter(|(k, _)| !k.trim().is_empty()).ok_or_else(|| {
-                Definite::Config(format!("--kafka-property {p:?}: expected KEY=VALUE, e.g. security.protocol=ssl"))
-            })?;
-            if k.trim() == "bootstrap.servers" {
-                return Err(Definite::Config(
-                    "--kafka-property bootstrap.servers conflicts with --kafka-brokers; use --kafka-brokers".into(),
-                ));
-            }
-            Ok((k.trim().to_owned(), v.to_owned()))
-        })
-        .collect()
-}
-
 /// Validated common flags.
 struct Common {
+    kafka: KafkaConfig,
     brokers: String,
-    properties: Vec<(String, String)>,
     topic: String,
 }
 
@@ -142,57 +129,49 @@ impl Common {
         if a.dlq_topic.is_empty() {
             return Err(Definite::Config("--dlq-topic must not be empty (default outboxd.dlq)".into()));
         }
+        let (properties, property_file) =
+            KafkaConfig::load_properties(&[], a.kafka_property_file.as_deref(), &a.kafka_properties)?;
         Ok(Common {
+            kafka: KafkaConfig {
+                brokers: a.kafka_brokers.clone(),
+                properties,
+                property_file,
+                // Topics replay creates take the broker's defaults.
+                topic_partitions: -1,
+                topic_replication_factor: -1,
+            },
             brokers: a.kafka_brokers.clone(),
-            properties: parse_properties(&a.kafka_properties)?,
             topic: a.dlq_topic.clone(),
         })
     }
 
     fn consumer(&self) -> Result<StreamConsumer, Definite> {
-        let mut c = ClientConfig::new();
-        c.set("bootstrap.servers", &self.brokers)
-            .set("group.id", "outboxd-dlq-tool")
-            .set("client.id", "outboxd-dlq-tool")
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("allow.auto.create.topics", "false")
-            .set("isolation.level", "read_uncommitted")
-            .set("fetch.wait.max.ms", "100");
-        for (k, v) in &self.properties {
-            c.set(k, v);
-        }
-        c.create().map_err(|e| {
-            Definite::Config(format!("Kafka consumer config rejected: {e}; check --kafka-property values"))
-        })
+        let defaults = [
+            ("group.id", "outboxd-dlq-tool".to_owned()),
+            ("enable.auto.commit", "false".into()),
+            ("enable.auto.offset.store", "false".into()),
+            ("auto.offset.reset", "earliest".into()),
+            ("allow.auto.create.topics", "false".into()),
+            ("isolation.level", "read_uncommitted".into()),
+            ("fetch.wait.max.ms", "100".into()),
+        ];
+        let c = kafka_client::consumer_config(&self.kafka, "outboxd-dlq-tool", &defaults);
+        kafka_client::create(&c, DefaultConsumerContext, "consumer", &self.kafka)
     }
 
     fn producer(&self) -> Result<FutureProducer, Definite> {
-        let mut c = ClientConfig::new();
-        c.set("bootstrap.servers", &self.brokers)
-            .set("client.id", "outboxd-dlq-replay")
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("message.timeout.ms", "120000");
-        for (k, v) in &self.properties {
-            c.set(k, v);
-        }
-        c.create().map_err(|e| {
-            Definite::Config(format!("Kafka producer config rejected: {e}; check --kafka-property values"))
-        })
+        let defaults = [
+            ("enable.idempotence", "true".to_owned()),
+            ("acks", "all".into()),
+            ("message.timeout.ms", "120000".into()),
+        ];
+        let c = kafka_client::producer_config(&self.kafka, "outboxd-dlq-replay", &defaults);
+        kafka_client::create(&c, DefaultClientContext, "producer", &self.kafka)
     }
 
     fn admin(&self) -> Result<AdminClient<DefaultClientContext>, Definite> {
-        let mut c = ClientConfig::new();
-        c.set("bootstrap.servers", &self.brokers);
-        for (k, v) in &self.properties {
-            // Only connection settings: the admin client is neither consumer nor producer.
-            if ["security.", "sasl.", "ssl.", "socket.", "broker.address."].iter().any(|p| k.starts_with(p)) {
-                c.set(k, v);
-            }
-        }
-        c.create().map_err(|e| Definite::Config(format!("Kafka admin client config rejected: {e}")))
+        let c = kafka_client::admin_config(&self.kafka, "outboxd-dlq-replay");
+        kafka_client::create(&c, DefaultClientContext, "admin client", &self.kafka)
     }
 }
 
@@ -608,7 +587,7 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
         let destinations: BTreeSet<String> = to_replay.iter().map(|(_, d)| d.clone()).collect();
         let mut unusable: BTreeMap<String, String> = BTreeMap::new();
         for d in &destinations {
-            if let Err(e) = ensure_topic(&admin, &consumer, &common.brokers, d).await {
+            if let Err(e) = ensure_topic(&admin, &consumer, &common, d).await {
                 tracing::error!(topic = %d, "{e}");
                 unusable.insert(d.clone(), e);
             }
@@ -719,44 +698,32 @@ async fn send(
     }
 }
 
-/// Creates `topic` unless the broker already knows it. Broker defaults for partitions and
-/// replication first; 1/1 when the broker does not take defaults.
+/// Creates `topic` unless the broker already knows it (broker defaults for partitions and
+/// replication, see [`kafka_client::ensure_topic`]), then waits until the metadata shows it, so
+/// the first send does not race the creation.
 async fn ensure_topic(
     admin: &AdminClient<DefaultClientContext>,
     consumer: &StreamConsumer,
-    brokers: &str,
+    common: &Common,
     topic: &str,
 ) -> Result<(), String> {
-    if partition_count(consumer, topic, brokers).map_err(|e| e.to_string())?.is_some() {
+    if partition_count(consumer, topic, &common.brokers).map_err(|e| e.to_string())?.is_some() {
         return Ok(());
     }
-    let opts = AdminOptions::new()
-        .operation_timeout(Some(Duration::from_secs(10)))
-        .request_timeout(Some(Duration::from_secs(15)));
-    for (partitions, replication) in [(-1, -1), (1, 1)] {
-        let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
-        let results =
-            admin.create_topics([&new], &opts).await.map_err(|e| format!("cannot create topic {topic:?}: {e}"))?;
-        match results.into_iter().next() {
-            Some(Ok(_)) | Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => {
-                tracing::info!(topic, "created topic");
-                break;
-            }
-            Some(Err((
-                _,
-                RDKafkaErrorCode::InvalidPartitions
-                | RDKafkaErrorCode::InvalidReplicationFactor
-                | RDKafkaErrorCode::InvalidRequest
-                | RDKafkaErrorCode::UnsupportedVersion,
-            ))) if partitions == -1 => continue,
-            Some(Err((_, code))) => return Err(format!("cannot create topic {topic:?}: {code}; create it yourself")),
-            None => return Err(format!("cannot create topic {topic:?}: no answer")),
-        }
-    }
-    // Wait until the metadata shows it, so the first send does not race the creation.
+    let k = &common.kafka;
+    kafka_client::ensure_topic(
+        admin,
+        topic,
+        k.topic_partitions,
+        k.topic_replication_factor,
+        Retry::For(Duration::from_secs(15)),
+        &k.properties,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     let deadline = Instant::now() + Duration::from_secs(15);
     while Instant::now() < deadline {
-        if let Ok(Some(_)) = partition_count(consumer, topic, brokers) {
+        if let Ok(Some(_)) = partition_count(consumer, topic, &common.brokers) {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -808,17 +775,5 @@ mod tests {
         assert_eq!(std::fs::read_dir(&sub).unwrap().count(), 1, "no temp file left");
         std::fs::write(sub.join("other.offsets.json"), text).unwrap();
         assert!(State::load(&sub, "other").is_err());
-    }
-
-    #[test]
-    fn kafka_properties_are_checked() {
-        assert_eq!(
-            parse_properties(&["linger.ms=5".into(), "a=b=c".into()]).unwrap(),
-            vec![("linger.ms".into(), "5".into()), ("a".into(), "b=c".into())]
-        );
-        for bad in ["nope", "=x", "bootstrap.servers=h:1"] {
-            let e = parse_properties(&[bad.into()]).unwrap_err().to_string();
-            assert!(e.contains("--kafka-property") && !e.contains('\n'), "{e}");
-        }
     }
 }

@@ -7,7 +7,8 @@
 //! Defaults, each overridable with `--kafka-property`: `enable.idempotence=true` and `acks=all` so
 //! retries neither duplicate nor reorder within a partition; `message.timeout.ms=0` (retry forever)
 //! so a broker outage stalls the pipeline instead of failing records. Topics are created through
-//! the admin API before their first record, since many clusters disable auto-creation.
+//! the admin API before their first record, since many clusters disable auto-creation. The clients
+//! themselves are built by [`super::kafka_client`], like every other Kafka client of outboxd.
 //!
 //! Errors that are about one record for good (too large, invalid topic, policy violation) come back
 //! as rejections with the record's parts, for the bad-event policy. Everything else fails the
@@ -22,14 +23,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
 
+use super::kafka_client::{self, Retry};
 use super::{Sink, SinkError};
 use crate::ack::Delivery;
 use crate::config::KafkaConfig;
@@ -56,6 +57,8 @@ fn rejection_code(e: &KafkaError) -> Option<&'static str> {
 pub struct DeliveryContext {
     health: Arc<Health>,
     metrics: Metrics,
+    /// The user's properties, to scrub secret values from librdkafka's error texts.
+    properties: Vec<(String, String)>,
 }
 
 impl DeliveryContext {
@@ -86,6 +89,7 @@ impl ClientContext for DeliveryContext {
         if matches!(error.rdkafka_error_code(), Some(RDKafkaErrorCode::AllBrokersDown)) {
             self.kafka_up(false);
         }
+        let reason = kafka_client::scrub(reason, &self.properties);
         tracing::warn!(target: "librdkafka", %error, "{reason}");
     }
 }
@@ -128,6 +132,7 @@ impl ProducerContext for DeliveryContext {
 pub struct KafkaSink {
     producer: Arc<ThreadedProducer<DeliveryContext>>,
     admin: AdminClient<DefaultClientContext>,
+    properties: Vec<(String, String)>,
     known_topics: HashSet<String>,
     partitions: i32,
     replication: i32,
@@ -142,17 +147,17 @@ impl KafkaSink {
         health: Arc<Health>,
         metrics: Metrics,
     ) -> Result<KafkaSink, Definite> {
-        let mut c = ClientConfig::new();
-        c.set("bootstrap.servers", &cfg.brokers)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("message.timeout.ms", "0")
-            .set("linger.ms", "5")
-            .set("queue.buffering.max.messages", (max_in_flight.max(1) * 2).max(100_000).to_string())
-            .set("client.id", "outboxd");
-        for (k, v) in &cfg.properties {
-            c.set(k, v);
-        }
+        let c = kafka_client::producer_config(
+            cfg,
+            "outboxd",
+            &[
+                ("enable.idempotence", "true".into()),
+                ("acks", "all".into()),
+                ("message.timeout.ms", "0".into()),
+                ("linger.ms", "5".into()),
+                ("queue.buffering.max.messages", (max_in_flight.max(1) * 2).max(100_000).to_string()),
+            ],
+        );
         let max_message_bytes = cfg
             .properties
             .iter()
@@ -163,26 +168,21 @@ impl KafkaSink {
             .map_err(|_| Definite::Config("--kafka-property message.max.bytes must be a number of bytes".into()))?
             .unwrap_or(1_000_000);
         metrics.kafka_connected.set(1.0);
-        let producer: ThreadedProducer<DeliveryContext> =
-            c.create_with_context(DeliveryContext { health, metrics }).map_err(|e| {
-                Definite::Config(format!("Kafka producer config rejected: {e}; check --kafka-property values"))
-            })?;
-        let mut ac = ClientConfig::new();
-        ac.set("bootstrap.servers", &cfg.brokers);
-        for (k, v) in &cfg.properties {
-            // Connection settings (security.*, sasl.*, ssl.*) matter to the admin client too.
-            if k.starts_with("security.") || k.starts_with("sasl.") || k.starts_with("ssl.") || k.starts_with("socket.")
-            {
-                ac.set(k, v);
-            }
-        }
-        let admin = ac.create().map_err(|e| Definite::Config(format!("Kafka admin client config rejected: {e}")))?;
+        let context = DeliveryContext { health, metrics, properties: cfg.properties.clone() };
+        let producer: ThreadedProducer<DeliveryContext> = kafka_client::create(&c, context, "producer", cfg)?;
+        let admin = kafka_client::create(
+            &kafka_client::admin_config(cfg, "outboxd-admin"),
+            DefaultClientContext,
+            "admin client",
+            cfg,
+        )?;
         let producer = Arc::new(producer);
         let stop_checks = Arc::new(AtomicBool::new(false));
         spawn_metadata_checks(producer.clone(), stop_checks.clone());
         Ok(KafkaSink {
             producer,
             admin,
+            properties: cfg.properties.clone(),
             known_topics: HashSet::new(),
             partitions: cfg.topic_partitions,
             replication: cfg.topic_replication_factor,
@@ -196,48 +196,17 @@ impl KafkaSink {
         if self.known_topics.contains(topic) {
             return Ok(());
         }
-        let opts = AdminOptions::new()
-            .operation_timeout(Some(Duration::from_secs(10)))
-            .request_timeout(Some(Duration::from_secs(15)));
-        let new = NewTopic::new(topic, self.partitions, TopicReplication::Fixed(self.replication));
-        let mut backoff = Duration::from_millis(200);
-        loop {
-            let retry = match self.admin.create_topics([&new], &opts).await {
-                Ok(results) => match results.into_iter().next() {
-                    Some(Ok(_)) => {
-                        tracing::info!(topic, partitions = self.partitions, "created topic");
-                        false
-                    }
-                    Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) | None => false,
-                    Some(Err((
-                        _,
-                        code @ (RDKafkaErrorCode::InvalidTopic
-                        | RDKafkaErrorCode::InvalidPartitions
-                        | RDKafkaErrorCode::InvalidReplicationFactor
-                        | RDKafkaErrorCode::TopicAuthorizationFailed
-                        | RDKafkaErrorCode::ClusterAuthorizationFailed),
-                    ))) => {
-                        return Err(Definite::Sink(format!(
-                            "cannot create topic {topic:?}: {code}; create it yourself or fix --topic-partitions/--topic-replication-factor"
-                        )))
-                    }
-                    Some(Err((_, code))) => {
-                        tracing::warn!(topic, %code, "topic creation failed; retrying");
-                        true
-                    }
-                },
-                Err(e) => {
-                    tracing::warn!(topic, error = %e, "Kafka admin request failed; retrying (broker unreachable?)");
-                    true
-                }
-            };
-            if !retry {
-                self.known_topics.insert(topic.to_owned());
-                return Ok(());
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-        }
+        kafka_client::ensure_topic(
+            &self.admin,
+            topic,
+            self.partitions,
+            self.replication,
+            Retry::Forever,
+            &self.properties,
+        )
+        .await?;
+        self.known_topics.insert(topic.to_owned());
+        Ok(())
     }
 }
 

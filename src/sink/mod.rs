@@ -7,6 +7,7 @@
 //! a full client queue).
 
 mod kafka;
+pub mod kafka_client;
 mod simple;
 
 pub use kafka::KafkaSink;

@@ -28,6 +28,7 @@
 pub mod certs;
 pub mod netfault;
 pub mod pg_tls;
+pub mod secure_kafka;
 
 use std::collections::HashSet;
 use std::fs::{self, File};
