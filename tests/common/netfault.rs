@@ -8,7 +8,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
@@ -20,6 +20,7 @@ pub struct FreezeProxy {
     frozen: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
+    target: Arc<AtomicU16>,
 }
 
 impl FreezeProxy {
@@ -31,13 +32,14 @@ impl FreezeProxy {
         let frozen = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let conns = Arc::new(Mutex::new(Vec::new()));
-        let (e, f, s, c) = (epoch.clone(), frozen.clone(), stop.clone(), conns.clone());
+        let target = Arc::new(AtomicU16::new(target_port));
+        let (e, f, s, c, t) = (epoch.clone(), frozen.clone(), stop.clone(), conns.clone(), target.clone());
         thread::spawn(move || {
             while !s.load(Ordering::SeqCst) {
                 match listener.accept() {
                     Ok((client, _)) => {
                         client.set_nonblocking(false).ok();
-                        let Ok(server) = TcpStream::connect(("127.0.0.1", target_port)) else {
+                        let Ok(server) = TcpStream::connect(("127.0.0.1", t.load(Ordering::SeqCst))) else {
                             continue;
                         };
                         c.lock().unwrap().push(client.try_clone().unwrap());
@@ -52,7 +54,12 @@ impl FreezeProxy {
                 }
             }
         });
-        FreezeProxy { port, epoch, frozen, stop, conns }
+        FreezeProxy { port, epoch, frozen, stop, conns, target }
+    }
+
+    /// Forward new connections to this port (for a server that must advertise the proxy).
+    pub fn set_target(&self, port: u16) {
+        self.target.store(port, Ordering::SeqCst);
     }
 
     /// Stop forwarding on every open connection, without closing any; new connections are held
