@@ -138,7 +138,7 @@ fn replication_connection_tls_failures_are_definite() {
     assert!(ok.as_ref().is_ok_and(|pid| pid.is_some()), "{:?}", ok.err());
     for (extra, want) in [
         (format!("sslmode=verify-full sslrootcert={}", tls.wrong_ca_file.display()), "sslrootcert="),
-        (format!("sslmode=disable"), "only over TLS"),
+        ("sslmode=disable".to_string(), "only over TLS"),
     ] {
         let e = connect(format!("{base} {extra}")).expect_err(&extra);
         assert!(!e.is_transient(), "{extra}: {e}");
