@@ -45,7 +45,6 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
-use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tempfile::TempDir;
 
@@ -602,6 +601,24 @@ pub struct Consumed {
 }
 
 impl Consumed {
+    /// Copy what the tests look at out of a consumed message.
+    pub fn from_message(m: &rdkafka::message::BorrowedMessage<'_>) -> Consumed {
+        use rdkafka::message::{Headers as _, Message as _};
+        let headers = m
+            .headers()
+            .map(|hs| hs.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
+            .unwrap_or_default();
+        Consumed {
+            topic: m.topic().to_string(),
+            partition: m.partition(),
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            payload: m.payload().map(<[u8]>::to_vec),
+            headers,
+            timestamp_ms: m.timestamp().to_millis(),
+        }
+    }
+
     /// First header with this name.
     pub fn header(&self, name: &str) -> Option<&[u8]> {
         self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_slice())
@@ -850,21 +867,7 @@ impl Broker {
             }
             match consumer.poll(Duration::from_millis(100)) {
                 Some(Ok(m)) => {
-                    let headers = m
-                        .headers()
-                        .map(|hs| {
-                            hs.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect()
-                        })
-                        .unwrap_or_default();
-                    out.push(Consumed {
-                        topic: m.topic().to_string(),
-                        partition: m.partition(),
-                        offset: m.offset(),
-                        key: m.key().map(<[u8]>::to_vec),
-                        payload: m.payload().map(<[u8]>::to_vec),
-                        headers,
-                        timestamp_ms: m.timestamp().to_millis(),
-                    });
+                    out.push(Consumed::from_message(&m));
                     last_new = Instant::now();
                 }
                 Some(Err(e)) => eprintln!("[harness] consume {topic}: {e}"),

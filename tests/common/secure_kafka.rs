@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use openssl::ssl::{Ssl, SslAcceptor, SslFiletype, SslMethod};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::oneshot;
 
@@ -259,19 +258,7 @@ pub fn consume_with(config: &ClientConfig, topic: &str, min_count: usize, timeou
         }
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
-                let headers = m
-                    .headers()
-                    .map(|hs| hs.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
-                    .unwrap_or_default();
-                out.push(Consumed {
-                    topic: m.topic().to_string(),
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    payload: m.payload().map(<[u8]>::to_vec),
-                    headers,
-                    timestamp_ms: m.timestamp().to_millis(),
-                });
+                out.push(Consumed::from_message(&m));
                 last_new = Instant::now();
             }
             Some(Err(e)) => eprintln!("[harness] consume {topic}: {e}"),
