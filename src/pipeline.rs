@@ -10,7 +10,9 @@
 //! 1. shutdown: stop reading WAL and drain;
 //! 2. acks: they free capacity and move the frontier, so they go before new work;
 //! 3. the status timer: the server must hear from us even when we are saturated;
-//! 4. new WAL, read only while fewer than `--max-in-flight` records await acks (backpressure).
+//! 4. new WAL, read only while fewer than `--max-in-flight` records await acks (backpressure);
+//! 5. the receive deadline (`--wal-receiver-timeout`): ask the server for a reply at half of it,
+//!    end the session at all of it. It runs only while we read, so backpressure is not silence.
 //!
 //! The session has two states, [`Phase::Streaming`] and [`Phase::Draining`]. Draining waits for
 //! in-flight acks up to `--shutdown-timeout`, then sends a final status update. Every LSN that
