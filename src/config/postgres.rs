@@ -141,6 +141,32 @@ pub struct PgTarget {
     pub channel_binding: ChannelBindingMode,
 }
 
+/// What must be percent-encoded inside a conninfo URL's parts (dots, dashes and slashes stay readable).
+const URL_RESERVED: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'&')
+    .add(b'\'')
+    .add(b',')
+    .add(b'/')
+    .add(b':')
+    .add(b'<')
+    .add(b'>')
+    .add(b'=')
+    .add(b'?')
+    .add(b'@')
+    .add(b'[')
+    .add(b'\\')
+    .add(b']')
+    .add(b'^')
+    .add(b'`')
+    .add(b'{')
+    .add(b'|')
+    .add(b'}')
+    .add(b'+');
+
 /// libpq keywords that tokio-postgres does not parse; we take them out of the conninfo first.
 const OURS: &[&str] = &[
     "sslmode",
@@ -318,7 +344,7 @@ impl PgTarget {
     /// A URL that reconnects to the same place; the password shows as `****`, and only when it
     /// was written in the conninfo (a password file is shown as its flag instead).
     pub fn to_url_masked(&self) -> String {
-        let enc = |s: &str| percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string();
+        let enc = |s: &str| percent_encoding::utf8_percent_encode(s, URL_RESERVED).to_string();
         let auth = match self.password_source {
             Some(PasswordSource::Conninfo) => format!("{}:****", enc(&self.user)),
             _ => enc(&self.user),
