@@ -11,8 +11,9 @@
 //! 2. acks: they free capacity and move the frontier, so they go before new work;
 //! 3. the status timer: the server must hear from us even when we are saturated;
 //! 4. new WAL, read only while fewer than `--max-in-flight` records await acks (backpressure);
-//! 5. the receive deadline (`--wal-receiver-timeout`): ask the server for a reply at half of it,
-//!    end the session at all of it. It runs only while we read, so backpressure is not silence.
+//! 5. the liveness tick (`--wal-receiver-timeout`): ask the server for a reply after half of it
+//!    without a byte, end the session after all of it. It runs only while we read, so
+//!    backpressure is not silence.
 //!
 //! The session has two states, [`Phase::Streaming`] and [`Phase::Draining`]. Draining waits for
 //! in-flight acks up to `--shutdown-timeout`, then sends a final status update. Every LSN that
@@ -84,14 +85,6 @@ pub struct Session<'a, S: Sink> {
     server_wal_end: Lsn,
 }
 
-/// Sleep until `at`, or forever when there is no deadline.
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 fn now_pg_us() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_micros() as i64 - 946_684_800_000_000
 }
@@ -134,6 +127,9 @@ impl<'a, S: Sink> Session<'a, S> {
     async fn run_inner(&mut self, shutdown: CancellationToken) -> Result<(), Error> {
         let mut ticker = interval(self.cfg.status_interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let live_period = self.stream.liveness_period();
+        let mut liveness = interval(live_period.unwrap_or(Duration::from_secs(3600)));
+        liveness.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut phase = Phase::Streaming;
         loop {
             match phase {
@@ -142,7 +138,6 @@ impl<'a, S: Sink> Session<'a, S> {
                     if !can_read {
                         self.stream.pause_liveness();
                     }
-                    let alive_check = self.stream.liveness_deadline();
                     tokio::select! {
                         biased;
                         _ = shutdown.cancelled() => {
@@ -153,7 +148,7 @@ impl<'a, S: Sink> Session<'a, S> {
                         _ = ticker.tick() => self.send_status().await?,
                         msg = self.stream.next(), if can_read => self.on_wal(msg?).await?,
                         // After the WAL arm: data already waiting always wins over a deadline.
-                        _ = sleep_until_opt(alive_check), if can_read => {
+                        _ = liveness.tick(), if can_read && live_period.is_some() => {
                             let confirmed = self.tracker.confirmed();
                             self.stream.check_liveness(confirmed).await?;
                         }

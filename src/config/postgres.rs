@@ -577,30 +577,25 @@ fn pgpass_lookup(file: &Path, host: &(PgHost, u16), db: &str, user: &str) -> Res
         }
         let m = |f: &str, v: &str| f == "*" || f == v;
         if m(&fields[0], &hostname) && m(&fields[1], &port) && m(&fields[2], db) && m(&fields[3], user) {
-            return Ok(Some(fields[4..].join(":")));
+            return Ok(Some(fields[4].clone()));
         }
     }
     Ok(None)
 }
 
 fn split_pgpass(line: &str) -> Vec<String> {
-    let mut out = vec![String::new()];
+    let mut out = Vec::new();
+    let mut field = String::new();
     let mut chars = line.chars();
     while let Some(c) = chars.next() {
         match c {
-            '\\' => {
-                if let Some(n) = chars.next() {
-                    out.last_mut().unwrap_or(&mut String::new()).push(n);
-                }
-            }
-            ':' if out.len() < 5 => out.push(String::new()),
-            c => {
-                if let Some(last) = out.last_mut() {
-                    last.push(c);
-                }
-            }
+            '\\' => field.extend(chars.next()),
+            // The fifth field, the password, keeps any further colons.
+            ':' if out.len() < 4 => out.push(std::mem::take(&mut field)),
+            c => field.push(c),
         }
     }
+    out.push(field);
     out
 }
 

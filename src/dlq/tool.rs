@@ -117,7 +117,6 @@ impl DlqRecord {
 /// Validated common flags.
 struct Common {
     kafka: KafkaConfig,
-    brokers: String,
     topic: String,
 }
 
@@ -140,7 +139,6 @@ impl Common {
                 topic_partitions: -1,
                 topic_replication_factor: -1,
             },
-            brokers: a.kafka_brokers.clone(),
             topic: a.dlq_topic.clone(),
         })
     }
@@ -197,7 +195,7 @@ fn partition_count(consumer: &StreamConsumer, topic: &str, brokers: &str) -> Res
 /// when the topic does not exist.
 async fn read_dlq(common: &Common, mut each: impl FnMut(DlqRecord)) -> Result<Option<i32>, Error> {
     let consumer = common.consumer()?;
-    let Some(partitions) = partition_count(&consumer, &common.topic, &common.brokers)? else {
+    let Some(partitions) = partition_count(&consumer, &common.topic, &common.kafka.brokers)? else {
         return Ok(None);
     };
     let mut tpl = TopicPartitionList::new();
@@ -707,7 +705,7 @@ async fn ensure_topic(
     common: &Common,
     topic: &str,
 ) -> Result<(), String> {
-    if partition_count(consumer, topic, &common.brokers).map_err(|e| e.to_string())?.is_some() {
+    if partition_count(consumer, topic, &common.kafka.brokers).map_err(|e| e.to_string())?.is_some() {
         return Ok(());
     }
     let k = &common.kafka;
@@ -723,7 +721,7 @@ async fn ensure_topic(
     .map_err(|e| e.to_string())?;
     let deadline = Instant::now() + Duration::from_secs(15);
     while Instant::now() < deadline {
-        if let Ok(Some(_)) = partition_count(consumer, topic, &common.brokers) {
+        if let Ok(Some(_)) = partition_count(consumer, topic, &common.kafka.brokers) {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

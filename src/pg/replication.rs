@@ -574,17 +574,12 @@ impl ReplicationStream {
         }
     }
 
-    /// When [`ReplicationStream::check_liveness`] next has something to do; `None` when the
-    /// receive deadline is off.
-    pub fn liveness_deadline(&self) -> Option<Instant> {
-        if self.receiver_timeout.is_zero() {
-            return None;
-        }
-        Some(if self.pinged {
-            self.conn.last_rx + self.receiver_timeout
-        } else {
-            self.conn.last_rx + self.receiver_timeout / 2
-        })
+    /// How often [`ReplicationStream::check_liveness`] should run: an eighth of the receive
+    /// timeout, between 50 ms and 1 s; `None` when the timeout is off. A fixed tick keeps the
+    /// per-message path free of timer work.
+    pub fn liveness_period(&self) -> Option<Duration> {
+        (!self.receiver_timeout.is_zero())
+            .then(|| (self.receiver_timeout / 8).clamp(Duration::from_millis(50), Duration::from_secs(1)))
     }
 
     /// Ask for a reply at half the timeout; fail at the full timeout.

@@ -183,14 +183,11 @@ pub fn producer_config(cfg: &KafkaConfig, client_id: &str, defaults: &[(&str, St
 
 /// An admin client: connection and security settings, no producer-only properties.
 pub fn admin_config(cfg: &KafkaConfig, client_id: &str) -> ClientConfig {
-    let mut c = base(cfg, client_id);
-    for (k, v) in cfg.properties.iter().filter(|(k, _)| !is_producer_only(k)) {
-        c.set(k, v);
-    }
-    c
+    consumer_config(cfg, client_id, &[])
 }
 
-/// A consumer: `defaults` (ours), then the user's properties minus producer-only ones.
+/// A consumer (or, without defaults, an admin client): `defaults` (ours), then the user's
+/// properties minus producer-only ones.
 pub fn consumer_config(cfg: &KafkaConfig, client_id: &str, defaults: &[(&str, String)]) -> ClientConfig {
     let mut c = base(cfg, client_id);
     for (k, v) in defaults {
