@@ -11,8 +11,11 @@
 //! * The confirmed frontier moves to a transaction's end LSN only when it is committed, all its
 //!   records are acked, and every earlier transaction has moved the frontier already. Acks arrive
 //!   out of order across partitions; order is restored here.
-//! * A transaction with no records (another table's change, or an empty commit) completes as soon as
-//!   everything before it has.
+//! * A transaction with no records (another table's change, a logical message, or an empty commit)
+//!   completes as soon as everything before it has. It is not queued behind a waiting one: at COMMIT
+//!   it folds into the entry ahead of it (that entry's end LSN moves forward to its own), so the
+//!   queue holds at most one entry per transaction with records in flight, plus the open one. A
+//!   stalled record therefore costs memory for records, not for every transaction that follows.
 //! * A keepalive's WAL end may move the frontier only while no transaction is open or queued: that
 //!   WAL holds nothing for us, so confirming it stops an idle outbox from pinning WAL.
 //! * A failed record poisons its transaction: the frontier never passes it. The caller stops.
@@ -136,6 +139,11 @@ impl AckTracker {
         Ok(())
     }
 
+    /// Commit time of the open transaction (from its BEGIN), if one is open.
+    pub fn open_commit_time(&self) -> Option<i64> {
+        self.open.and_then(|_| self.queue.back()).map(|t| t.commit_time_us)
+    }
+
     /// Commit time of the oldest transaction not yet confirmed, if any.
     pub fn oldest_commit_time(&self) -> Option<i64> {
         self.queue.front().map(|t| t.commit_time_us)
@@ -162,9 +170,22 @@ impl AckTracker {
         if txn.pending == 0 {
             let t = txn.commit_time_us;
             self.completed.push(t);
+            // Nothing of ours in it: once the entry ahead completes, the frontier may jump straight
+            // to this commit. Carrying the end LSN forward keeps the queue bounded by records.
+            if self.queue.len() >= 2 {
+                self.queue.pop_back();
+                if let Some(ahead) = self.queue.back_mut() {
+                    ahead.end_lsn = Some(end_lsn);
+                }
+            }
         }
         self.advance();
         Ok(self.confirmed)
+    }
+
+    /// Entries in the queue (committed or open transactions not yet behind the frontier).
+    pub fn queued(&self) -> usize {
+        self.queue.len()
     }
 
     /// The sink confirmed one record of `id`. Returns the frontier after it.
@@ -192,23 +213,10 @@ impl AckTracker {
         self.confirmed
     }
 
-    /// Abandon the open transaction (the stream broke mid-transaction). Its records, if acked
-    /// later, are unknown; the transaction will be resent from the confirmed LSN.
-    pub fn abandon_open(&mut self) {
-        if let Some(id) = self.open.take() {
-            if let Some(t) = self.queue.back() {
-                if t.id == id {
-                    self.in_flight -= t.pending;
-                    self.queue.pop_back();
-                }
-            }
-        }
-    }
-
     fn get_mut(&mut self, id: TxnId) -> Result<&mut Txn, AckError> {
-        let front = self.queue.front().ok_or(AckError::UnknownTxn(id))?.id;
-        let idx = id.0.checked_sub(front.0).ok_or(AckError::UnknownTxn(id))? as usize;
-        self.queue.get_mut(idx).ok_or(AckError::UnknownTxn(id))
+        // Ids increase along the queue but are not contiguous (empty transactions fold away).
+        let idx = self.queue.binary_search_by_key(&id, |t| t.id).map_err(|_| AckError::UnknownTxn(id))?;
+        Ok(&mut self.queue[idx])
     }
 
     fn advance(&mut self) {
@@ -260,6 +268,8 @@ pub struct Ack {
     pub source: Source,
     /// This record was itself a dead-letter copy: it may not be dead-lettered again.
     pub dead_letter: bool,
+    /// The record's size, counted against `--max-in-flight-bytes` until this ack.
+    pub bytes: usize,
     pub outcome: Outcome,
 }
 
@@ -271,12 +281,27 @@ pub struct Delivery {
     topic: String,
     source: Source,
     dead_letter: bool,
+    bytes: usize,
     tx: Option<UnboundedSender<Ack>>,
 }
 
 impl Delivery {
     pub fn new(txn: TxnId, event_id: String, topic: String, source: Source, tx: UnboundedSender<Ack>) -> Self {
-        Delivery { txn, event_id, topic, source, dead_letter: false, tx: Some(tx) }
+        Delivery { txn, event_id, topic, source, dead_letter: false, bytes: 0, tx: Some(tx) }
+    }
+
+    /// Count `bytes` for this record against the in-flight byte budget until it resolves.
+    pub fn with_bytes(mut self, bytes: usize) -> Self {
+        self.bytes = bytes;
+        self
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn source(&self) -> &Source {
+        &self.source
     }
 
     /// Mark this delivery as carrying a dead-letter copy.
@@ -287,6 +312,11 @@ impl Delivery {
 
     pub fn txn(&self) -> TxnId {
         self.txn
+    }
+
+    /// This handle carries a dead-letter copy.
+    pub fn is_dead_letter(&self) -> bool {
+        self.dead_letter
     }
 
     pub fn event_id(&self) -> &str {
@@ -327,6 +357,7 @@ impl Delivery {
                 topic: std::mem::take(&mut self.topic),
                 source: self.source.clone(),
                 dead_letter: self.dead_letter,
+                bytes: self.bytes,
                 outcome,
             });
         }
@@ -404,6 +435,51 @@ mod tests {
     }
 
     #[test]
+    fn empty_transactions_behind_a_stalled_record_take_no_memory() {
+        let mut t = AckTracker::new(lsn(0));
+        let a = t.begin(0).unwrap();
+        t.record().unwrap();
+        t.commit(lsn(10)).unwrap();
+        for i in 0..100_000u64 {
+            t.begin(0).unwrap();
+            assert_eq!(t.commit(lsn(20 + i)).unwrap(), lsn(0), "the stalled record holds the frontier");
+        }
+        assert_eq!(t.queued(), 1, "empty transactions folded into the stalled one");
+        // A transaction with a record after the flood, then more empties behind it.
+        let b = t.begin(0).unwrap();
+        t.record().unwrap();
+        t.commit(lsn(200_000)).unwrap();
+        t.begin(0).unwrap();
+        t.commit(lsn(200_010)).unwrap();
+        assert_eq!(t.queued(), 2);
+        // Acking `a` releases the flood, but not `b` or what folded into it.
+        assert_eq!(t.ack(a).unwrap(), lsn(20 + 99_999));
+        assert_eq!(t.ack(b).unwrap(), lsn(200_010));
+        assert_eq!(t.queued(), 0);
+        let mut n = 0;
+        t.drain_completed(|_| n += 1);
+        assert_eq!(n, 100_003, "every transaction is still counted once");
+    }
+
+    #[test]
+    fn acks_find_their_transaction_after_folding() {
+        let mut t = AckTracker::new(lsn(0));
+        let a = t.begin(0).unwrap();
+        t.record().unwrap();
+        t.commit(lsn(10)).unwrap();
+        t.begin(0).unwrap();
+        t.commit(lsn(20)).unwrap();
+        let c = t.begin(0).unwrap();
+        t.record().unwrap();
+        t.record().unwrap();
+        t.commit(lsn(30)).unwrap();
+        assert_eq!(t.ack(c).unwrap(), lsn(0));
+        assert_eq!(t.ack(a).unwrap(), lsn(20));
+        assert_eq!(t.ack(c).unwrap(), lsn(30));
+        assert!(t.ack(TxnId(1)).is_err(), "the folded transaction has no records to ack");
+    }
+
+    #[test]
     fn keepalive_advances_only_when_idle() {
         let mut t = AckTracker::new(lsn(10));
         assert_eq!(t.keepalive(lsn(50)), lsn(50));
@@ -442,17 +518,6 @@ mod tests {
         t.ack(a).unwrap();
         assert_eq!(t.ack(a), Err(AckError::UnknownTxn(a)));
         assert_eq!(t.ack(TxnId(99)), Err(AckError::UnknownTxn(TxnId(99))));
-    }
-
-    #[test]
-    fn abandoning_an_open_transaction_forgets_its_records() {
-        let mut t = AckTracker::new(lsn(0));
-        t.begin(0).unwrap();
-        t.record().unwrap();
-        t.abandon_open();
-        assert_eq!(t.in_flight(), 0);
-        assert!(!t.busy());
-        assert_eq!(t.confirmed(), lsn(0));
     }
 
     /// Every interleaving of acks over a few transactions: the frontier is always the end LSN of

@@ -4,8 +4,12 @@
 //! Set-up failures (unreachable server, bad login, `wal_level`, missing table or column, lost
 //! slot) are definite and end the process with their message. After streaming has started once,
 //! transient failures (a dropped connection, a server restart, a walsender timeout) start a new
-//! session from the slot's `confirmed_flush_lsn` after an exponential backoff with jitter: records
-//! that were in flight are sent again, which is the at-least-once window. A slot held by another
+//! session after an exponential backoff with jitter, from the later of the slot's
+//! `confirmed_flush_lsn` and the frontier this process already reached. PostgreSQL persists a
+//! logical slot's `confirmed_flush_lsn` lazily (only when `restart_lsn` or `catalog_xmin` moves),
+//! so after a server restart the slot can be far behind what we confirmed; starting at our own
+//! frontier makes the server skip transactions that committed before it, and only records that
+//! were in flight are sent again, which is the at-least-once window. A slot held by another
 //! process is waited for, never taken over, and never dropped or recreated.
 
 use std::sync::Arc;
@@ -17,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::error::{Definite, Error, Transient};
 use crate::health::Health;
+use crate::lsn::Lsn;
 use crate::metrics::Metrics;
 use crate::pg::admin;
 use crate::pg::replication::ReplicationConn;
@@ -107,6 +112,8 @@ struct SessionState {
     /// The walsender PID of our last replication connection: if a dead link left it holding the
     /// slot, it is ours to end.
     own_walsender: Option<i32>,
+    /// The frontier reached by this process: every record before it was acked by the sink.
+    confirmed: Option<Lsn>,
 }
 
 /// One session: re-check the publication and slot, connect, stream.
@@ -136,8 +143,14 @@ async fn session<S: Sink>(
     let conn = ReplicationConn::connect(&cfg.postgres).await?;
     state.own_walsender = conn.backend_pid();
     let heartbeats = !cfg.heartbeat_interval.is_zero();
-    let start =
-        conn.start_replication(&cfg.slot, slot.confirmed_flush, &cfg.publication, heartbeats, cfg.wal_receiver_timeout);
+    let from = match state.confirmed {
+        Some(ours) if ours > slot.confirmed_flush => {
+            tracing::info!(slot_lsn = %slot.confirmed_flush, ours = %ours, "the slot is behind what this process confirmed (not yet persisted by the server); resuming from ours");
+            ours
+        }
+        _ => slot.confirmed_flush,
+    };
+    let start = conn.start_replication(&cfg.slot, from, &cfg.publication, heartbeats, cfg.wal_receiver_timeout);
     let stream = match tokio::time::timeout(admin::ADMIN_TIMEOUT, start).await {
         Ok(r) => r?,
         Err(_) => return Err(stalled("START_REPLICATION")),
@@ -145,8 +158,11 @@ async fn session<S: Sink>(
     state.streamed_once = true;
     // Reaching the stream again resets the backoff: the next outage starts from a short delay.
     *reset_backoff = true;
-    tracing::info!(slot = %cfg.slot, publication = %cfg.publication, start = %slot.confirmed_flush, target = %cfg.postgres, "streaming");
-    Session::new(ctx, sink, stream, slot.confirmed_flush).run(shutdown).await
+    tracing::info!(slot = %cfg.slot, publication = %cfg.publication, start = %from, target = %cfg.postgres, "streaming");
+    let mut reached = from;
+    let result = Session::new(ctx, sink, stream, from).run(shutdown, &mut reached).await;
+    state.confirmed = Some(reached);
+    result
 }
 
 fn stalled(what: &str) -> Error {

@@ -126,7 +126,13 @@ fn run(cfg: Config) -> anyhow::Result<()> {
         let handles = Handles { health: health.clone(), metrics: metrics.clone(), shutdown };
         match cfg.sink {
             SinkKind::Kafka => {
-                let mut sink = KafkaSink::new(&cfg.kafka, cfg.max_in_flight, health.clone(), metrics.clone())?;
+                let mut sink = KafkaSink::new(
+                    &cfg.kafka,
+                    cfg.max_in_flight,
+                    cfg.max_in_flight_bytes,
+                    health.clone(),
+                    metrics.clone(),
+                )?;
                 outboxd::app::run(&cfg, &mut sink, handles).await?
             }
             SinkKind::Stdout => outboxd::app::run(&cfg, &mut StdoutSink::default(), handles).await?,

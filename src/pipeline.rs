@@ -10,8 +10,10 @@
 //! 1. shutdown: stop reading WAL and drain;
 //! 2. acks: they free capacity and move the frontier, so they go before new work;
 //! 3. the status timer: the server must hear from us even when we are saturated;
-//! 4. new WAL, read only while fewer than `--max-in-flight` records await acks (backpressure);
-//! 5. the liveness tick (`--wal-receiver-timeout`): ask the server for a reply after half of it
+//! 4. the sink's held records, while it is blocked (a topic being created, a full client queue);
+//! 5. new WAL, read only while fewer than `--max-in-flight` records and `--max-in-flight-bytes`
+//!    bytes await acks and the sink is not blocked (backpressure);
+//! 6. the liveness tick (`--wal-receiver-timeout`): ask the server for a reply after half of it
 //!    without a byte, end the session after all of it. It runs only while we read, so
 //!    backpressure is not silence.
 //!
@@ -28,6 +30,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::pg::replication::pg_now_us as now_pg_us;
+
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::time::{interval, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
@@ -40,7 +44,7 @@ use crate::health::Health;
 use crate::lsn::Lsn;
 use crate::metrics::Metrics;
 use crate::pg::pgoutput::{Decoder, LogicalMessage};
-use crate::pg::replication::{ReplicationStream, WalMessage};
+use crate::pg::replication::{WalMessage, WalSource};
 use crate::router::{BadEvent, OutboxRow, Record, Route};
 use crate::sink::{Sink, SinkError};
 
@@ -51,11 +55,6 @@ pub const HEARTBEAT_PREFIX: &str = "outboxd.heartbeat";
 enum RelationEntry {
     Outbox(Route, Arc<str>),
     Other,
-}
-
-/// The open transaction's context that rows need.
-struct OpenTxn {
-    commit_time_us: i64,
 }
 
 enum Phase {
@@ -70,27 +69,23 @@ pub struct Context<'a> {
     pub health: Arc<Health>,
 }
 
-pub struct Session<'a, S: Sink> {
+pub struct Session<'a, S: Sink, W: WalSource> {
     cfg: &'a Config,
     sink: &'a mut S,
     metrics: Metrics,
     health: Arc<Health>,
-    stream: ReplicationStream,
+    stream: W,
     decoder: Decoder,
     tracker: AckTracker,
     relations: HashMap<u32, RelationEntry>,
-    open: Option<OpenTxn>,
     acks_tx: UnboundedSender<Ack>,
     acks_rx: UnboundedReceiver<Ack>,
-    server_wal_end: Lsn,
+    /// Bytes of records handed to the sink and not yet resolved (`--max-in-flight-bytes`).
+    in_flight_bytes: usize,
 }
 
-fn now_pg_us() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_micros() as i64 - 946_684_800_000_000
-}
-
-impl<'a, S: Sink> Session<'a, S> {
-    pub fn new(ctx: Context<'a>, sink: &'a mut S, stream: ReplicationStream, start: Lsn) -> Self {
+impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
+    pub fn new(ctx: Context<'a>, sink: &'a mut S, stream: W, start: Lsn) -> Self {
         let (acks_tx, acks_rx) = unbounded_channel();
         Session {
             cfg: ctx.cfg,
@@ -101,27 +96,43 @@ impl<'a, S: Sink> Session<'a, S> {
             decoder: Decoder::new(1),
             tracker: AckTracker::new(start),
             relations: HashMap::new(),
-            open: None,
             acks_tx,
             acks_rx,
-            server_wal_end: start,
+            in_flight_bytes: 0,
         }
     }
 
     /// Run until shutdown (Ok) or an error. On any exit, the last status update sent carries only
-    /// acked progress.
-    pub async fn run(mut self, shutdown: CancellationToken) -> Result<(), Error> {
+    /// acked progress, and `confirmed` is left at the frontier reached: every record before it is
+    /// acked, so the next session may start there even if the server did not persist it.
+    pub async fn run(mut self, shutdown: CancellationToken, confirmed: &mut Lsn) -> Result<(), Error> {
         self.health.set_streaming(true);
         self.metrics.pg_connected.set(1.0);
         let result = self.run_inner(shutdown).await;
         self.health.set_streaming(false);
         self.metrics.pg_connected.set(0.0);
+        // Acks that arrived after the loop ended still count.
+        while let Ok(ack) = self.acks_rx.try_recv() {
+            if let Outcome::Acked = ack.outcome {
+                if self.tracker.ack(ack.txn).is_err() {
+                    break;
+                }
+            }
+        }
+        *confirmed = (*confirmed).max(self.tracker.confirmed());
         match &result {
             // Safe even on failure: the tracker never includes unacked records.
             Err(_) => drop(self.send_status().await),
             Ok(()) => self.stream.close().await,
         }
         result
+    }
+
+    /// May the loop read more WAL? Not while the sink holds records or a budget is spent.
+    fn can_read(&self) -> bool {
+        self.tracker.in_flight() < self.cfg.max_in_flight
+            && self.in_flight_bytes < self.cfg.max_in_flight_bytes
+            && !self.sink.blocked()
     }
 
     async fn run_inner(&mut self, shutdown: CancellationToken) -> Result<(), Error> {
@@ -134,7 +145,8 @@ impl<'a, S: Sink> Session<'a, S> {
         loop {
             match phase {
                 Phase::Streaming => {
-                    let can_read = self.tracker.in_flight() < self.cfg.max_in_flight;
+                    let can_read = self.can_read();
+                    let blocked = self.sink.blocked();
                     if !can_read {
                         self.stream.pause_liveness();
                     }
@@ -146,6 +158,7 @@ impl<'a, S: Sink> Session<'a, S> {
                         }
                         Some(ack) = self.acks_rx.recv() => self.on_acks(ack).await?,
                         _ = ticker.tick() => self.send_status().await?,
+                        r = self.sink.unblock(), if blocked => self.on_sink_result(r).await?,
                         msg = self.stream.next(), if can_read => self.on_wal(msg?).await?,
                         // After the WAL arm: data already waiting always wins over a deadline.
                         _ = liveness.tick(), if can_read && live_period.is_some() => {
@@ -158,10 +171,12 @@ impl<'a, S: Sink> Session<'a, S> {
                     if self.tracker.in_flight() == 0 {
                         break;
                     }
+                    let blocked = self.sink.blocked();
                     tokio::select! {
                         biased;
                         Some(ack) = self.acks_rx.recv() => self.on_acks(ack).await?,
                         _ = ticker.tick() => self.send_status().await?,
+                        r = self.sink.unblock(), if blocked => self.on_sink_result(r).await?,
                         _ = tokio::time::sleep_until(deadline) => {
                             tracing::warn!(in_flight = self.tracker.in_flight(), "shutdown timeout: exiting with events unacked; they will be sent again on restart");
                             break;
@@ -193,6 +208,7 @@ impl<'a, S: Sink> Session<'a, S> {
     async fn on_acks(&mut self, first: Ack) -> Result<(), Error> {
         let mut next = Some(first);
         while let Some(ack) = next {
+            self.in_flight_bytes = self.in_flight_bytes.saturating_sub(ack.bytes);
             match ack.outcome {
                 Outcome::Acked => {
                     self.tracker.ack(ack.txn).map_err(|e| Definite::Bug(e.to_string()))?;
@@ -245,15 +261,13 @@ impl<'a, S: Sink> Session<'a, S> {
     async fn on_wal(&mut self, msg: WalMessage) -> Result<(), Error> {
         match msg {
             WalMessage::Keepalive { wal_end, reply_requested } => {
-                self.server_wal_end = self.server_wal_end.max(wal_end);
                 self.tracker.keepalive(wal_end);
                 if reply_requested {
                     self.send_status().await?;
                 }
                 Ok(())
             }
-            WalMessage::Data { wal_start, wal_end, data } => {
-                self.server_wal_end = self.server_wal_end.max(wal_end);
+            WalMessage::Data { wal_start, data, .. } => {
                 let msg = self
                     .decoder
                     .decode(data)
@@ -268,10 +282,8 @@ impl<'a, S: Sink> Session<'a, S> {
         match msg {
             LogicalMessage::Begin(b) => {
                 self.tracker.begin(b.commit_time).map_err(bug)?;
-                self.open = Some(OpenTxn { commit_time_us: b.commit_time });
             }
             LogicalMessage::Commit(c) => {
-                self.open = None;
                 self.tracker.commit(c.end_lsn).map_err(bug)?;
                 self.record_completed();
             }
@@ -298,9 +310,8 @@ impl<'a, S: Sink> Session<'a, S> {
                     }
                 };
                 let commit_time_us = self
-                    .open
-                    .as_ref()
-                    .map(|o| o.commit_time_us)
+                    .tracker
+                    .open_commit_time()
                     .ok_or_else(|| Definite::Protocol { lsn: at, detail: "INSERT outside a transaction".into() })?;
                 let routed = route.route(OutboxRow { tuple: &ins.tuple, commit_time_us });
                 let source = Source { lsn: at, table };
@@ -379,17 +390,31 @@ impl<'a, S: Sink> Session<'a, S> {
                 return self.on_bad_pending(txn, dl).await;
             }
         }
-        let delivery =
-            Delivery::new(txn, record.event_id.clone(), record.topic.clone(), source.clone(), self.acks_tx.clone());
-        self.send(record, delivery, source).await
+        let delivery = self.delivery(txn, &record, source);
+        let r = self.sink.send(record, delivery).await;
+        self.on_sink_result(r).await
     }
 
-    async fn send(&mut self, record: Record, delivery: Delivery, source: Source) -> Result<(), Error> {
-        match self.sink.send(record, delivery).await {
+    /// A delivery handle for `record`, counted against the byte budget until it resolves.
+    fn delivery(&mut self, txn: TxnId, record: &Record, source: Source) -> Delivery {
+        let bytes = record_size(record.key.as_ref(), record.payload.as_ref(), &record.headers);
+        self.in_flight_bytes += bytes;
+        Delivery::new(txn, record.event_id.clone(), record.topic.clone(), source, self.acks_tx.clone())
+            .with_bytes(bytes)
+    }
+
+    /// What `send` or `unblock` said: a refusal of one record goes to the bad-event policy.
+    async fn on_sink_result(&mut self, r: Result<(), SinkError>) -> Result<(), Error> {
+        match r {
             Ok(()) => Ok(()),
             Err(SinkError::Fatal(d)) => Err(d.into()),
             Err(SinkError::Rejected { code, reason, record, delivery }) => {
+                if delivery.is_dead_letter() {
+                    return Err(dead_letter_refused(*record, delivery, reason));
+                }
                 let txn = delivery.txn();
+                let source = delivery.source().clone();
+                self.in_flight_bytes = self.in_flight_bytes.saturating_sub(delivery.bytes());
                 let dl = DeadLetter::from_record(*record, code, reason, source);
                 // The policy resolves the original in the tracker itself.
                 delivery.disarm();
@@ -456,23 +481,27 @@ impl<'a, S: Sink> Session<'a, S> {
         let max = self.sink.max_message_bytes().unwrap_or(usize::MAX);
         let source = dl.source.clone();
         let record = dl.into_record(&self.cfg.dlq_topic, max);
-        let delivery = Delivery::new(txn, record.event_id.clone(), record.topic.clone(), source, self.acks_tx.clone())
-            .for_dead_letter();
+        let delivery = self.delivery(txn, &record, source).for_dead_letter();
+        // Not through `on_sink_result`: a dead-letter copy never goes back to the policy.
         match self.sink.send(record, delivery).await {
             Ok(()) => Ok(()),
             Err(SinkError::Fatal(d)) => Err(d.into()),
-            // A dead-letter copy is never dead-lettered again: its refusal stops the pipeline.
             Err(SinkError::Rejected { reason, record, delivery, .. }) => {
-                delivery.fail(reason.clone());
-                Err(Definite::Delivery {
-                    event_id: record.event_id,
-                    topic: record.topic,
-                    reason: format!("the dead-letter copy was refused: {reason}"),
-                }
-                .into())
+                Err(dead_letter_refused(*record, delivery, reason))
             }
         }
     }
+}
+
+/// A dead-letter copy is never dead-lettered again: its refusal stops the pipeline.
+fn dead_letter_refused(record: Record, delivery: Delivery, reason: String) -> Error {
+    delivery.fail(reason.clone());
+    Definite::Delivery {
+        event_id: record.event_id,
+        topic: record.topic,
+        reason: format!("the dead-letter copy was refused: {reason}"),
+    }
+    .into()
 }
 
 /// Exponential backoff with jitter for reconnect attempt `attempt` (0-based), capped at `max`.

@@ -240,6 +240,10 @@ pub struct RunArgs {
     /// Stop reading WAL while this many events wait for acks.
     #[arg(long, default_value_t = 10_000)]
     pub max_in_flight: usize,
+    /// Stop reading WAL while this many bytes of events wait for acks (e.g. 64MiB, 512KiB, 1GB);
+    /// whichever of this and --max-in-flight is reached first.
+    #[arg(long, env = "OUTBOXD_MAX_IN_FLIGHT_BYTES", default_value = "64MiB")]
+    pub max_in_flight_bytes: String,
     /// How often to send a standby status update (e.g. 500ms, 10s, 2m).
     #[arg(long, default_value = "10s")]
     pub status_interval: String,
@@ -368,6 +372,7 @@ pub struct Config {
     pub sink: SinkKind,
     pub kafka: KafkaConfig,
     pub max_in_flight: usize,
+    pub max_in_flight_bytes: usize,
     pub status_interval: Duration,
     pub shutdown_timeout: Duration,
     /// Silence on the replication connection after which it is dropped; zero: never.
@@ -453,6 +458,10 @@ impl Config {
         if a.max_in_flight == 0 {
             return Err(bad("--max-in-flight must be at least 1".into()));
         }
+        let max_in_flight_bytes = parse_size("--max-in-flight-bytes", &a.max_in_flight_bytes)?;
+        if max_in_flight_bytes < 1024 {
+            return Err(bad(format!("--max-in-flight-bytes {:?} must be at least 1KiB", a.max_in_flight_bytes)));
+        }
         for (flag, v) in [
             ("--route-by-field", &a.route_by_field),
             ("--table-field-event-key", &a.table_field_event_key),
@@ -505,6 +514,7 @@ impl Config {
                 topic_replication_factor: a.topic_replication_factor,
             },
             max_in_flight: a.max_in_flight,
+            max_in_flight_bytes,
             status_interval,
             shutdown_timeout: parse_duration("--shutdown-timeout", &a.shutdown_timeout)?,
             wal_receiver_timeout: parse_duration("--wal-receiver-timeout", &a.wal_receiver_timeout)?,
@@ -623,6 +633,7 @@ impl Config {
             HeadersField::Disabled => push("table-field-event-headers", ""),
         }
         push("max-in-flight", &self.max_in_flight.to_string());
+        push("max-in-flight-bytes", &self.max_in_flight_bytes.to_string());
         push("status-interval", &format!("{}ms", self.status_interval.as_millis()));
         push("shutdown-timeout", &format!("{}ms", self.shutdown_timeout.as_millis()));
         push("wal-receiver-timeout", &format!("{}ms", self.wal_receiver_timeout.as_millis()));
@@ -758,9 +769,42 @@ pub fn parse_duration(flag: &str, s: &str) -> Result<Duration, Definite> {
     Ok(d)
 }
 
+/// `64MiB`, `512KiB`, `1GB`, `1000000`: a byte count, binary (KiB, MiB, GiB) or decimal (KB, MB, GB).
+pub fn parse_size(flag: &str, s: &str) -> Result<usize, Definite> {
+    let bad = || Definite::Config(format!("{flag} {s:?}: expected a size like 64MiB, 512KiB or 1000000"));
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: usize = num.parse().map_err(|_| bad())?;
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" | "k" => 1 << 10,
+        "mib" | "m" => 1 << 20,
+        "gib" | "g" => 1 << 30,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(mult).ok_or_else(bad)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes() {
+        let z = |s| parse_size("--x", s);
+        assert_eq!(z("64MiB").unwrap(), 64 << 20);
+        assert_eq!(z("512 KiB").unwrap(), 512 << 10);
+        assert_eq!(z("1GB").unwrap(), 1_000_000_000);
+        assert_eq!(z("1000").unwrap(), 1000);
+        for bad in ["", "MiB", "-1", "1.5MiB", "12parsecs", "99999999999999999999GiB"] {
+            let e = z(bad).unwrap_err().to_string();
+            assert!(e.contains("--x") && e.contains("64MiB"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn durations() {

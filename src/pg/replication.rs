@@ -67,7 +67,7 @@ pub enum WalMessage {
 }
 
 /// µs since 2000-01-01, as the protocol wants clocks.
-fn pg_now_us() -> i64 {
+pub fn pg_now_us() -> i64 {
     let unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
     unix.as_micros() as i64 - 946_684_800_000_000
 }
@@ -629,6 +629,49 @@ impl ReplicationStream {
     /// Highest WAL end seen from the server.
     pub fn last_received(&self) -> Lsn {
         self.last_received
+    }
+}
+
+/// Where a session's WAL comes from: the walsender stream in production, a scripted source in the
+/// pipeline's own tests. Every method keeps the meaning documented on [`ReplicationStream`].
+#[allow(async_fn_in_trait)]
+pub trait WalSource {
+    /// Next message. Must be cancel-safe: the loop polls it as one arm of a `select!`.
+    async fn next(&mut self) -> Result<WalMessage, Error>;
+    /// Standby status update with flush = apply = `confirmed`.
+    async fn send_status(&mut self, confirmed: Lsn) -> Result<(), Error>;
+    /// How often [`WalSource::check_liveness`] should run; `None`: never.
+    fn liveness_period(&self) -> Option<Duration>;
+    async fn check_liveness(&mut self, confirmed: Lsn) -> Result<(), Error>;
+    /// We stopped reading (backpressure): silence from now on is ours, not the server's.
+    fn pause_liveness(&mut self);
+    /// End the stream cleanly.
+    async fn close(self);
+    /// Highest WAL end seen.
+    fn last_received(&self) -> Lsn;
+}
+
+impl WalSource for ReplicationStream {
+    async fn next(&mut self) -> Result<WalMessage, Error> {
+        ReplicationStream::next(self).await
+    }
+    async fn send_status(&mut self, confirmed: Lsn) -> Result<(), Error> {
+        ReplicationStream::send_status(self, confirmed).await
+    }
+    fn liveness_period(&self) -> Option<Duration> {
+        ReplicationStream::liveness_period(self)
+    }
+    async fn check_liveness(&mut self, confirmed: Lsn) -> Result<(), Error> {
+        ReplicationStream::check_liveness(self, confirmed).await
+    }
+    fn pause_liveness(&mut self) {
+        ReplicationStream::pause_liveness(self)
+    }
+    async fn close(self) {
+        ReplicationStream::close(self).await
+    }
+    fn last_received(&self) -> Lsn {
+        ReplicationStream::last_received(self)
     }
 }
 

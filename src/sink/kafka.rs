@@ -14,10 +14,17 @@
 //! as rejections with the record's parts, for the bad-event policy. Everything else fails the
 //! delivery, which stops the pipeline without advancing.
 //!
+//! `send` never waits. A record whose topic is still being created (the admin request runs as its
+//! own task), or that librdkafka's queue has no room for, is held in order, and the sink reports
+//! [`Sink::blocked`]; the replication loop then stops reading WAL and polls [`Sink::unblock`] as one
+//! arm of its `select!`, so status updates, acks and shutdown keep their priority. `unblock` is
+//! cancel-safe: held records live in the sink, not in the future. The known-topic cache is an LRU
+//! of [`TOPIC_CACHE`] names; an evicted topic costs one more CreateTopics (answered "exists").
+//!
 //! Broker health: a delivery success marks Kafka up; a background metadata check every few seconds
 //! marks it up or down, so a stalled broker flips `/readyz` within seconds.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +37,7 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
 
-use super::kafka_client::{self, Retry};
+use super::kafka_client::{self, Retry, TopicError};
 use super::{Sink, SinkError};
 use crate::ack::Delivery;
 use crate::config::KafkaConfig;
@@ -40,6 +47,10 @@ use crate::metrics::Metrics;
 use crate::router::Record;
 
 const METADATA_CHECK_EVERY: Duration = Duration::from_secs(3);
+/// Topics remembered as existing. Beyond it the least recently used is forgotten.
+pub const TOPIC_CACHE: usize = 10_000;
+/// How long a full producer queue is left to drain before the next try.
+const QUEUE_FULL_WAIT: Duration = Duration::from_millis(5);
 
 /// Which broker errors condemn one record rather than the pipeline.
 fn rejection_code(e: &KafkaError) -> Option<&'static str> {
@@ -49,6 +60,12 @@ fn rejection_code(e: &KafkaError) -> Option<&'static str> {
         C::InvalidTopic => Some("invalid_topic"),
         C::PolicyViolation => Some("policy_violation"),
         C::InvalidRecord | C::InvalidMessage => Some("rejected"),
+        // A `:partition` placement at or above the topic's partition count.
+        C::UnknownPartition => Some("unknown_partition"),
+        // A timestamp outside the broker's `message.timestamp.difference.max.ms` window.
+        C::InvalidTimestamp => Some("invalid_timestamp"),
+        // An ACL denies this one topic; other topics may still be fine.
+        C::TopicAuthorizationFailed => Some("topic_authorization_failed"),
         _ => None,
     }
 }
@@ -129,21 +146,79 @@ impl ProducerContext for DeliveryContext {
     }
 }
 
+/// A record `send` could not hand to librdkafka yet.
+struct Held {
+    record: Record,
+    delivery: Delivery,
+}
+
+/// A topic's CreateTopics, running as its own task so the loop never waits on it.
+struct Creating {
+    topic: String,
+    task: tokio::task::JoinHandle<Result<bool, TopicError>>,
+}
+
 pub struct KafkaSink {
     producer: Arc<ThreadedProducer<DeliveryContext>>,
-    admin: AdminClient<DefaultClientContext>,
-    properties: Vec<(String, String)>,
-    known_topics: HashSet<String>,
+    admin: Arc<AdminClient<DefaultClientContext>>,
+    properties: Arc<Vec<(String, String)>>,
+    known_topics: TopicCache,
     partitions: i32,
     replication: i32,
     max_message_bytes: usize,
     stop_checks: Arc<AtomicBool>,
+    /// Records waiting for their topic or for queue space, in send order.
+    held: VecDeque<Held>,
+    creating: Option<Creating>,
+}
+
+/// Least-recently-used set of topic names known to exist.
+#[derive(Debug, Default)]
+pub struct TopicCache {
+    cap: usize,
+    clock: u64,
+    used: HashMap<String, u64>,
+}
+
+impl TopicCache {
+    pub fn new(cap: usize) -> Self {
+        TopicCache { cap: cap.max(1), clock: 0, used: HashMap::new() }
+    }
+
+    /// True if `topic` is known; marks it used.
+    pub fn touch(&mut self, topic: &str) -> bool {
+        self.clock += 1;
+        match self.used.get_mut(topic) {
+            Some(t) => {
+                *t = self.clock;
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn insert(&mut self, topic: String) {
+        if self.used.len() >= self.cap && !self.used.contains_key(&topic) {
+            // Linear, but only on a miss past the cap, which already costs an admin round trip.
+            if let Some(oldest) = self.used.iter().min_by_key(|(_, &t)| t).map(|(k, _)| k.clone()) {
+                self.used.remove(&oldest);
+            }
+        }
+        self.clock += 1;
+        self.used.insert(topic, self.clock);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.used.len()
+    }
 }
 
 impl KafkaSink {
     pub fn new(
         cfg: &KafkaConfig,
         max_in_flight: usize,
+        max_in_flight_bytes: usize,
         health: Arc<Health>,
         metrics: Metrics,
     ) -> Result<KafkaSink, Definite> {
@@ -156,6 +231,9 @@ impl KafkaSink {
                 ("message.timeout.ms", "0".into()),
                 ("linger.ms", "5".into()),
                 ("queue.buffering.max.messages", (max_in_flight.max(1) * 2).max(100_000).to_string()),
+                // Room for twice our own byte budget (librdkafka's default, 1 GiB, at least), so
+                // `--max-in-flight-bytes` stops reading WAL before librdkafka's queue is full.
+                ("queue.buffering.max.kbytes", (max_in_flight_bytes / 512).clamp(1_048_576, 2_097_151).to_string()),
             ],
         );
         let max_message_bytes = cfg
@@ -181,31 +259,88 @@ impl KafkaSink {
         spawn_metadata_checks(producer.clone(), stop_checks.clone());
         Ok(KafkaSink {
             producer,
-            admin,
-            properties: cfg.properties.clone(),
-            known_topics: HashSet::new(),
+            admin: Arc::new(admin),
+            properties: Arc::new(cfg.properties.clone()),
+            known_topics: TopicCache::new(TOPIC_CACHE),
             partitions: cfg.topic_partitions,
             replication: cfg.topic_replication_factor,
             max_message_bytes,
             stop_checks,
+            held: VecDeque::new(),
+            creating: None,
         })
     }
 
-    /// Create `topic` unless we already did. Retries while the broker is unreachable.
-    async fn ensure_topic(&mut self, topic: &str) -> Result<(), Definite> {
-        if self.known_topics.contains(topic) {
-            return Ok(());
+    /// Start creating `topic` in the background (retrying while the broker is unreachable).
+    fn start_creating(&mut self, topic: &str) {
+        let (admin, props) = (self.admin.clone(), self.properties.clone());
+        let (name, partitions, replication) = (topic.to_owned(), self.partitions, self.replication);
+        let task = tokio::spawn(async move {
+            kafka_client::ensure_topic_classified(&admin, &name, partitions, replication, Retry::Forever, &props).await
+        });
+        self.creating = Some(Creating { topic: topic.to_owned(), task });
+    }
+
+    /// Hand `held` to librdkafka now if its topic is known and the queue has room; otherwise give
+    /// it back. A refusal of the record comes back as [`SinkError::Rejected`].
+    fn try_produce(&mut self, held: Held) -> Result<Option<Held>, SinkError> {
+        let Held { record, delivery } = held;
+        if !self.known_topics.touch(&record.topic) {
+            if self.creating.is_none() {
+                self.start_creating(&record.topic);
+            }
+            return Ok(Some(Held { record, delivery }));
         }
-        kafka_client::ensure_topic(
-            &self.admin,
-            topic,
-            self.partitions,
-            self.replication,
-            Retry::Forever,
-            &self.properties,
-        )
-        .await?;
-        self.known_topics.insert(topic.to_owned());
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+        for (k, v) in &record.headers {
+            headers = headers.insert(Header { key: k, value: Some(v.as_ref()) });
+        }
+        let mut br: BaseRecord<'_, [u8], [u8], Box<Delivery>> =
+            BaseRecord::with_opaque_to(&record.topic, Box::new(delivery)).headers(headers);
+        if let Some(k) = &record.key {
+            br = br.key(k.as_ref());
+        }
+        if let Some(p) = &record.payload {
+            br = br.payload(p.as_ref());
+        }
+        if let Some(p) = record.partition {
+            br = br.partition(p);
+        }
+        if let Some(ts) = record.timestamp_ms {
+            br = br.timestamp(ts);
+        }
+        match self.producer.send(br) {
+            Ok(()) => Ok(None),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                let delivery = *back.delivery_opaque;
+                Ok(Some(Held { record, delivery }))
+            }
+            Err((e, back)) => {
+                let delivery = *back.delivery_opaque;
+                let reason = kafka_client::scrub(&e.to_string(), &self.properties);
+                Err(match rejection_code(&e) {
+                    Some(code) => SinkError::Rejected { code, reason, record: Box::new(record), delivery },
+                    None => {
+                        delivery.fail(reason.clone());
+                        SinkError::Fatal(Definite::Delivery {
+                            event_id: record.event_id.clone(),
+                            topic: record.topic.clone(),
+                            reason,
+                        })
+                    }
+                })
+            }
+        }
+    }
+
+    /// Hand over held records in order until one has to wait again.
+    fn flush_held(&mut self) -> Result<(), SinkError> {
+        while let Some(h) = self.held.pop_front() {
+            if let Some(h) = self.try_produce(h)? {
+                self.held.push_front(h);
+                break;
+            }
+        }
         Ok(())
     }
 }
@@ -227,59 +362,103 @@ fn spawn_metadata_checks(producer: Arc<ThreadedProducer<DeliveryContext>>, stop:
 impl Drop for KafkaSink {
     fn drop(&mut self) {
         self.stop_checks.store(true, Ordering::Relaxed);
+        if let Some(c) = &self.creating {
+            c.task.abort();
+        }
     }
 }
 
 impl Sink for KafkaSink {
     async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
-        self.ensure_topic(&record.topic).await.map_err(SinkError::Fatal)?;
-        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
-        for (k, v) in &record.headers {
-            headers = headers.insert(Header { key: k, value: Some(v.as_ref()) });
+        let held = Held { record, delivery };
+        // Behind held records: keep send order.
+        if !self.held.is_empty() {
+            self.held.push_back(held);
+            return Ok(());
         }
-        let mut br: BaseRecord<'_, [u8], [u8], Box<Delivery>> =
-            BaseRecord::with_opaque_to(&record.topic, Box::new(delivery)).headers(headers);
-        if let Some(k) = &record.key {
-            br = br.key(k.as_ref());
+        if let Some(h) = self.try_produce(held)? {
+            self.held.push_back(h);
         }
-        if let Some(p) = &record.payload {
-            br = br.payload(p.as_ref());
-        }
-        if let Some(p) = record.partition {
-            br = br.partition(p);
-        }
-        if let Some(ts) = record.timestamp_ms {
-            br = br.timestamp(ts);
-        }
-        loop {
-            match self.producer.send(br) {
-                Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    br = back;
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                Err((e, back)) => {
-                    let delivery = *back.delivery_opaque;
-                    return Err(match rejection_code(&e) {
-                        Some(code) => {
-                            SinkError::Rejected { code, reason: e.to_string(), record: Box::new(record), delivery }
+        Ok(())
+    }
+
+    fn blocked(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    async fn unblock(&mut self) -> Result<(), SinkError> {
+        if let Some(c) = self.creating.as_mut() {
+            // Awaiting `&mut JoinHandle` is cancel-safe: the task keeps running if we are dropped.
+            let outcome = (&mut c.task).await;
+            let topic = std::mem::take(&mut c.topic);
+            self.creating = None;
+            match outcome {
+                Ok(Ok(_)) => self.known_topics.insert(topic),
+                Ok(Err(TopicError { refused: Some(code), error })) => {
+                    // Every held record bound for this topic is refused with it; the first one
+                    // goes back now, the rest meet the same answer on their own attempt.
+                    if let Some(pos) = self.held.iter().position(|h| h.record.topic == topic) {
+                        if let Some(Held { record, delivery }) = self.held.remove(pos) {
+                            let reason = error.to_string();
+                            return Err(SinkError::Rejected { code, reason, record: Box::new(record), delivery });
                         }
-                        None => {
-                            let reason = e.to_string();
-                            delivery.fail(reason.clone());
-                            SinkError::Fatal(Definite::Delivery {
-                                event_id: record.event_id.clone(),
-                                topic: record.topic.clone(),
-                                reason,
-                            })
-                        }
-                    });
+                    }
                 }
+                Ok(Err(TopicError { refused: None, error })) => return Err(SinkError::Fatal(error)),
+                Err(e) => return Err(SinkError::Fatal(Definite::Sink(format!("topic creation task ended: {e}")))),
             }
+        } else {
+            tokio::time::sleep(QUEUE_FULL_WAIT).await;
         }
+        self.flush_held()
     }
 
     fn max_message_bytes(&self) -> Option<usize> {
         Some(self.max_message_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_record_broker_errors_are_rejections() {
+        let produce = |c| KafkaError::MessageProduction(c);
+        assert_eq!(rejection_code(&produce(RDKafkaErrorCode::UnknownPartition)), Some("unknown_partition"));
+        assert_eq!(rejection_code(&produce(RDKafkaErrorCode::InvalidTimestamp)), Some("invalid_timestamp"));
+        assert_eq!(
+            rejection_code(&produce(RDKafkaErrorCode::TopicAuthorizationFailed)),
+            Some("topic_authorization_failed")
+        );
+        assert_eq!(rejection_code(&produce(RDKafkaErrorCode::MessageSizeTooLarge)), Some("too_large"));
+        // Retriable trouble is never a bad event: it must hold the frontier, not skip the record.
+        for c in [
+            RDKafkaErrorCode::UnknownTopicOrPartition,
+            RDKafkaErrorCode::NotLeaderForPartition,
+            RDKafkaErrorCode::RequestTimedOut,
+            RDKafkaErrorCode::AllBrokersDown,
+            RDKafkaErrorCode::MessageTimedOut,
+            RDKafkaErrorCode::ClusterAuthorizationFailed,
+        ] {
+            assert_eq!(rejection_code(&produce(c)), None, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn topic_cache_forgets_the_least_recently_used() {
+        let mut c = TopicCache::new(3);
+        for t in ["a", "b", "c"] {
+            c.insert(t.into());
+        }
+        assert!(c.touch("a"));
+        c.insert("d".into());
+        assert_eq!(c.len(), 3);
+        assert!(!c.touch("b"), "b was least recently used");
+        assert!(c.touch("a") && c.touch("c") && c.touch("d"));
+        for i in 0..10_000 {
+            c.insert(format!("t{i}"));
+        }
+        assert_eq!(c.len(), 3, "bounded whatever the number of distinct topics");
     }
 }

@@ -246,6 +246,28 @@ pub async fn ensure_topic<C: ClientContext + 'static>(
     retry: Retry,
     props: &[(String, String)],
 ) -> Result<bool, Definite> {
+    ensure_topic_classified(admin, topic, partitions, replication, retry, props).await.map_err(|e| e.error)
+}
+
+/// Why a topic could not be made ready.
+#[derive(Debug)]
+pub struct TopicError {
+    /// Set when the broker refused this one topic for good (invalid name, authorization, policy):
+    /// the records meant for it are bad events, not a reason to stop. `None`: the cluster itself
+    /// is the problem (sizes it cannot take, cluster authorization, gave up retrying).
+    pub refused: Option<&'static str>,
+    pub error: Definite,
+}
+
+/// [`ensure_topic`], telling a refusal of this one topic apart from other failures.
+pub async fn ensure_topic_classified<C: ClientContext + 'static>(
+    admin: &AdminClient<C>,
+    topic: &str,
+    partitions: i32,
+    replication: i32,
+    retry: Retry,
+    props: &[(String, String)],
+) -> Result<bool, TopicError> {
     let opts = AdminOptions::new()
         .operation_timeout(Some(Duration::from_secs(10)))
         .request_timeout(Some(Duration::from_secs(15)));
@@ -253,10 +275,13 @@ pub async fn ensure_topic<C: ClientContext + 'static>(
         Retry::Forever => None,
         Retry::For(d) => Some(Instant::now() + d),
     };
-    let fail = |why: String| {
-        Definite::Sink(format!(
+    let fail = |why: String, refused: Option<&'static str>| {
+        TopicError {
+        refused,
+        error: Definite::Sink(format!(
             "cannot create topic {topic:?}: {why}; create it yourself or fix --topic-partitions/--topic-replication-factor"
-        ))
+        )),
+    }
     };
     let mut sizes = (partitions, replication);
     let mut backoff = Duration::from_millis(200);
@@ -269,7 +294,7 @@ pub async fn ensure_topic<C: ClientContext + 'static>(
                     return Ok(true);
                 }
                 Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => return Ok(false),
-                None => return Err(fail("the broker gave no answer".into())),
+                None => return Err(fail("the broker gave no answer".into(), None)),
                 Some(Err((
                     _,
                     RDKafkaErrorCode::InvalidPartitions
@@ -280,15 +305,21 @@ pub async fn ensure_topic<C: ClientContext + 'static>(
                     sizes = (1, 1);
                     continue;
                 }
+                Some(Err((_, code @ RDKafkaErrorCode::InvalidTopic))) => {
+                    return Err(fail(code.to_string(), Some("invalid_topic")))
+                }
+                Some(Err((_, code @ RDKafkaErrorCode::TopicAuthorizationFailed))) => {
+                    return Err(fail(code.to_string(), Some("topic_authorization_failed")))
+                }
+                Some(Err((_, code @ RDKafkaErrorCode::PolicyViolation))) => {
+                    return Err(fail(code.to_string(), Some("policy_violation")))
+                }
                 Some(Err((
                     _,
-                    code @ (RDKafkaErrorCode::InvalidTopic
-                    | RDKafkaErrorCode::InvalidPartitions
+                    code @ (RDKafkaErrorCode::InvalidPartitions
                     | RDKafkaErrorCode::InvalidReplicationFactor
-                    | RDKafkaErrorCode::TopicAuthorizationFailed
-                    | RDKafkaErrorCode::ClusterAuthorizationFailed
-                    | RDKafkaErrorCode::PolicyViolation),
-                ))) => return Err(fail(code.to_string())),
+                    | RDKafkaErrorCode::ClusterAuthorizationFailed),
+                ))) => return Err(fail(code.to_string(), None)),
                 Some(Err((_, code))) => {
                     tracing::warn!(topic, %code, "topic creation failed; retrying");
                     code.to_string()
@@ -301,7 +332,7 @@ pub async fn ensure_topic<C: ClientContext + 'static>(
             }
         };
         if give_up.is_some_and(|t| Instant::now() + backoff > t) {
-            return Err(fail(format!("{last_error} (gave up retrying; is --kafka-brokers reachable?)")));
+            return Err(fail(format!("{last_error} (gave up retrying; is --kafka-brokers reachable?)"), None));
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(5));

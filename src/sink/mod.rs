@@ -3,8 +3,12 @@
 //! A sink takes a [`Record`] and its [`Delivery`] handle and must eventually resolve the handle:
 //! `ack()` once the record is durably accepted, `reject()` when the destination refuses this record
 //! for good, `fail()` when it can never be delivered. Dropping the handle counts as failure, so a
-//! sink bug can stall the pipeline but never lose an event. `send` may wait (for topic creation, or
-//! a full client queue).
+//! sink bug can stall the pipeline but never lose an event.
+//!
+//! `send` must not wait on the destination: a sink that cannot take a record yet (its topic is
+//! being created, its client queue is full) keeps it, in order, and reports [`Sink::blocked`]. The
+//! replication loop then reads no more WAL and polls [`Sink::unblock`] beside its acks, status timer
+//! and shutdown, so a slow destination never silences the loop.
 
 mod kafka;
 pub mod kafka_client;
@@ -29,8 +33,20 @@ pub enum SinkError {
 
 #[allow(async_fn_in_trait)]
 pub trait Sink {
-    /// Hand one record over. Ordering: records sent to the same topic and key keep send order.
+    /// Hand one record over without waiting. Ordering: records sent to the same topic and key keep
+    /// send order.
     async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError>;
+
+    /// True while the sink holds records it could not hand over yet.
+    fn blocked(&self) -> bool {
+        false
+    }
+
+    /// Make progress on held records; returns after one step, to be called again while
+    /// [`Sink::blocked`]. Must be cancel-safe: dropping the future loses no record.
+    async fn unblock(&mut self) -> Result<(), SinkError> {
+        std::future::pending().await
+    }
 
     /// The largest record the destination takes, if it has a limit.
     fn max_message_bytes(&self) -> Option<usize> {
