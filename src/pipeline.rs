@@ -512,3 +512,7 @@ pub fn backoff(attempt: u32, max: Duration) -> Duration {
     let jitter = base.as_millis() as u64 / 4;
     base + Duration::from_millis(if jitter == 0 { 0 } else { nanos % jitter })
 }
+
+#[cfg(test)]
+#[path = "pipeline_tests.rs"]
+mod tests;
