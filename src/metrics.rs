@@ -59,6 +59,9 @@ pub const REASONS: &[&str] = &[
     "too_large",
     "rejected",
     "policy_violation",
+    "unknown_partition",
+    "invalid_timestamp",
+    "topic_authorization_failed",
     "delivery",
 ];
 
