@@ -164,7 +164,8 @@ fn waiting_for_a_topic_keeps_status_updates_and_shutdown() {
     broker.pause();
     insert(&pg, "wait.v1", 1, 1);
     let end = current_lsn(&pg);
-    assert!(wait_until(Duration::from_secs(20), || received_at_least(&pg, &end)), "{}", d.log());
+    // The row is read and held for its topic (reading stops there, before the COMMIT).
+    std::thread::sleep(Duration::from_secs(3));
     let reply_time = || pg.psql("SELECT coalesce(max(reply_time)::text, '') FROM pg_stat_replication");
     let t0 = reply_time();
     std::thread::sleep(Duration::from_secs(2));
