@@ -132,6 +132,7 @@ impl<'a, S: Sink> Session<'a, S> {
         liveness.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut phase = Phase::Streaming;
         loop {
+            self.health.loop_tick();
             match phase {
                 Phase::Streaming => {
                     let can_read = self.tracker.in_flight() < self.cfg.max_in_flight;
