@@ -147,8 +147,12 @@ async fn accept_loop(listener: TcpListener, handle: PrometheusHandle, health: Ar
             Err(e) => {
                 // Out of file descriptors, or the like: retrying at once would spin. Pause and
                 // let connections close.
+                if backoff.is_zero() {
+                    tracing::warn!(error = %e, "metrics endpoint: accept failed; pausing and retrying");
+                } else {
+                    tracing::debug!(error = %e, "metrics endpoint: accept failed again");
+                }
                 backoff = (backoff * 2).clamp(Duration::from_millis(10), MAX_ACCEPT_BACKOFF);
-                tracing::warn!(error = %e, ?backoff, "metrics endpoint: accept failed; pausing");
                 tokio::time::sleep(backoff).await;
                 continue;
             }
