@@ -154,7 +154,9 @@ fn spawn_signal_handler(shutdown: CancellationToken) -> anyhow::Result<()> {
             _ = term.recv() => 143,
             _ = int.recv() => 130,
         };
-        tracing::error!("second signal during shutdown: exiting now without draining; unacked events will be sent again on restart");
+        tracing::error!(
+            "second signal during shutdown: exiting now without draining; unacked events will be sent again on restart"
+        );
         std::process::exit(code);
     });
     Ok(())

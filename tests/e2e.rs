@@ -135,7 +135,8 @@ fn non_insert_changes_and_other_tables_produce_nothing() {
         "CREATE TABLE orders (id int PRIMARY KEY, note text); CREATE TABLE audit (id int); \
          CREATE PUBLICATION outboxd FOR TABLE outbox, orders",
     );
-    let mut d = Outboxd::spawn_streaming(&daemon_args_pg_only(&pg, &["--sink", "stdout", "--status-interval", "500ms"]));
+    let mut d =
+        Outboxd::spawn_streaming(&daemon_args_pg_only(&pg, &["--sink", "stdout", "--status-interval", "500ms"]));
     pg.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '1', 'x.v1', '{\"k\": 1}')");
     pg.psql("INSERT INTO orders SELECT g, 'o' FROM generate_series(1, 500) g");
     pg.psql("INSERT INTO audit SELECT generate_series(1, 500)");

@@ -162,7 +162,14 @@ fn heartbeat_action_query_runs_every_interval() {
     pg.psql("CREATE TABLE beats (at timestamptz)");
     let mut d = Outboxd::spawn_streaming(&daemon_args_pg_only(
         &pg,
-        &["--sink", "null", "--heartbeat-interval", "1s", "--heartbeat-action-query", "INSERT INTO beats VALUES (now())"],
+        &[
+            "--sink",
+            "null",
+            "--heartbeat-interval",
+            "1s",
+            "--heartbeat-action-query",
+            "INSERT INTO beats VALUES (now())",
+        ],
     ));
     let runs = || pg.psql("SELECT count(*) FROM beats").parse::<i32>().unwrap();
     assert!(wait_until(Duration::from_secs(15), || runs() >= 3), "action query ran {} times\n{}", runs(), d.log());
@@ -284,7 +291,10 @@ fn silent_clients_and_fd_exhaustion_do_not_take_the_endpoint_down() {
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let mut buf = [0u8; 64];
         let r = s.read(&mut buf);
-        assert!(matches!(r, Ok(0)) || r.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset), "{r:?}");
+        assert!(
+            matches!(r, Ok(0)) || r.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{r:?}"
+        );
     }
     assert!(t.elapsed() < Duration::from_secs(15), "silent clients were held {:?}", t.elapsed());
     drop(silent);
