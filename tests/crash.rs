@@ -153,6 +153,8 @@ fn slot_is_never_confirmed_past_an_unacked_record() {
     // Other WAL keeps flowing (keepalives) while the records are stuck.
     pg.psql("CREATE TABLE noise (x int); INSERT INTO noise SELECT generate_series(1, 10000)");
     let noise_end = pg.psql("SELECT pg_current_wal_insert_lsn()");
+    // One record more, so WAL exists past `noise_end` for the server to send.
+    pg.psql("INSERT INTO noise VALUES (0)");
     // Sample until the server has sent us everything up to the end of the noise (so keepalives
     // offered that position), then for 3 s more: 15 status updates, each a chance to confirm
     // past the unacked transaction.
