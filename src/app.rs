@@ -62,6 +62,7 @@ async fn supervise<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Res
     let mut attempt = 0u32;
     let mut state = SessionState::default();
     loop {
+        health.loop_tick();
         if shutdown.is_cancelled() {
             return Ok(());
         }
@@ -80,28 +81,33 @@ async fn supervise<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Res
                     "replication slot is held by another process; waiting for it to be released (standby)"
                 );
                 attempt = 0;
-                wait(&shutdown, SLOT_BUSY_RETRY).await;
+                wait(&health, &shutdown, SLOT_BUSY_RETRY).await;
             }
             Err(Error::Transient(Transient::PgServer { code, message })) if code == "55006" => {
                 tracing::warn!(slot = %cfg.slot, %message, "replication slot is held by another process; waiting for it to be released (standby)");
-                wait(&shutdown, SLOT_BUSY_RETRY).await;
+                wait(&health, &shutdown, SLOT_BUSY_RETRY).await;
             }
             Err(e) if e.is_transient() => {
                 let delay = backoff(attempt, cfg.reconnect_max_backoff);
                 attempt = attempt.saturating_add(1);
                 metrics.pg_reconnects.increment(1);
                 tracing::warn!(error = %e, ?delay, "replication session ended; reconnecting from the confirmed LSN");
-                wait(&shutdown, delay).await;
+                wait(&health, &shutdown, delay).await;
             }
             Err(e) => return Err(e),
         }
     }
 }
 
-async fn wait(shutdown: &CancellationToken, d: Duration) {
-    tokio::select! {
-        _ = shutdown.cancelled() => {}
-        _ = tokio::time::sleep(d) => {}
+/// Sleep `d` or until shutdown, ticking liveness each second: backing off is progress.
+async fn wait(health: &Health, shutdown: &CancellationToken, d: Duration) {
+    let until = tokio::time::Instant::now() + d;
+    while tokio::time::Instant::now() < until {
+        health.loop_tick();
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep_until(until.min(tokio::time::Instant::now() + Duration::from_secs(1))) => {}
+        }
     }
 }
 
@@ -140,7 +146,9 @@ async fn session<S: Sink>(
         Ok(r) => r?,
         Err(_) => return Err(stalled("the slot and publication checks")),
     };
+    ctx.health.loop_tick();
     let conn = ReplicationConn::connect(&cfg.postgres).await?;
+    ctx.health.loop_tick();
     state.own_walsender = conn.backend_pid();
     let heartbeats = !cfg.heartbeat_interval.is_zero();
     let from = match state.confirmed {

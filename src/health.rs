@@ -1,23 +1,46 @@
 //! Process health and the HTTP endpoint: `/metrics` (Prometheus text), `/healthz`, `/readyz`.
 //!
 //! [`Health`] is a few atomics written where the facts change (session start/end, Kafka delivery
-//! results and metadata checks) and read by the HTTP handler. Ready means: streaming (so PostgreSQL
-//! is connected), and the last Kafka delivery or metadata check succeeded.
+//! results and metadata checks, every turn of the replication loop) and read by the HTTP handler.
 //!
-//! The server is deliberately tiny: one request per connection, GET only, no keep-alive. It serves
-//! probes and scrapes, not users.
+//! - Live (`/healthz`) means the replication loop (or the supervisor between sessions) turned
+//!   within `--health-stall-timeout`. The session loop turns at least once per
+//!   `--status-interval` even when saturated or idle (its status timer is an arm of the loop), and
+//!   the supervisor ticks through every backoff, so only a loop blocked inside one step, a wedge,
+//!   goes quiet. That is the one failure a restart fixes, so it is the only one `/healthz` reports:
+//!   a broker outage or a reconnecting PostgreSQL link is readiness, not liveness.
+//! - Ready (`/readyz`) means streaming (so PostgreSQL is connected) and the last Kafka delivery
+//!   or metadata check succeeded.
+//!
+//! The server is hand-written on purpose: one request per connection, GET only, no keep-alive. It
+//! serves probes and scrapes, not users. hyper would parse HTTP better, but the robustness this
+//! endpoint needs is the same code with or without it: our own accept loop that backs off on
+//! errors (EMFILE would otherwise spin a core), one deadline per connection covering reading the
+//! request and writing the answer (a silent client is dropped, never waited on), a task per
+//! connection (a slow client never holds up a probe), and a cap on open connections so probes
+//! cannot use up the file descriptors PostgreSQL and Kafka need. That is a few lines here, and
+//! saves four crates in the build.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 
 use crate::error::Definite;
 
-/// Shared readiness facts.
+/// One connection's whole life: reading the request head, rendering, writing the answer.
+const CONN_DEADLINE: Duration = Duration::from_secs(5);
+/// Connections served at once; more are closed on accept.
+const MAX_CONNECTIONS: usize = 64;
+/// Longest pause after a failed accept (e.g. EMFILE), reached by doubling from 10 ms.
+const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Shared readiness and liveness facts.
 #[derive(Debug)]
 pub struct Health {
     streaming: AtomicBool,
@@ -25,15 +48,51 @@ pub struct Health {
     /// Outbox events and heartbeats seen in the stream: a counter, so the per-event path pays one
     /// relaxed add and no clock read; the monitor turns changes into idle time.
     activity: AtomicU64,
+    /// Loop ticks are stored as milliseconds since this instant (a monotonic clock).
+    epoch: Instant,
+    last_tick_ms: AtomicU64,
+    /// No tick for this long means wedged; zero turns the check off.
+    stall_timeout: Duration,
 }
 
 impl Health {
-    pub fn new() -> Arc<Health> {
+    /// Health whose `/healthz` fails after `stall_timeout` without a [`loop_tick`](Self::loop_tick)
+    /// (zero: never). The clock starts now, so start-up has one timeout to reach the loop.
+    pub fn new(stall_timeout: Duration) -> Arc<Health> {
         Arc::new(Health {
             streaming: AtomicBool::new(false),
             kafka: AtomicBool::new(true),
             activity: AtomicU64::new(0),
+            epoch: Instant::now(),
+            last_tick_ms: AtomicU64::new(0),
+            stall_timeout,
         })
+    }
+
+    /// The replication loop (or the supervisor between sessions) made progress. One clock read
+    /// and a relaxed store: cheap next to decoding one WAL message.
+    pub fn loop_tick(&self) {
+        self.tick_at(Instant::now());
+    }
+
+    fn tick_at(&self, now: Instant) {
+        let ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
+        self.last_tick_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Not wedged: the loop ticked within the stall timeout.
+    pub fn live(&self) -> bool {
+        self.stalled_for(Instant::now()).is_none()
+    }
+
+    /// How long the loop has been quiet at `now`, if that is longer than the stall timeout.
+    fn stalled_for(&self, now: Instant) -> Option<Duration> {
+        if self.stall_timeout.is_zero() {
+            return None;
+        }
+        let last = self.epoch + Duration::from_millis(self.last_tick_ms.load(Ordering::Relaxed));
+        let quiet = now.saturating_duration_since(last);
+        (quiet > self.stall_timeout).then_some(quiet)
     }
 
     pub fn set_streaming(&self, v: bool) {
@@ -70,13 +129,7 @@ impl Health {
 /// Install the Prometheus recorder and serve the endpoints on `addr`. Returns the bound address
 /// (useful with port 0).
 pub async fn serve(addr: SocketAddr, health: Arc<Health>) -> Result<SocketAddr, Definite> {
-    let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(
-            metrics_exporter_prometheus::Matcher::Full("outboxd_commit_to_ack_seconds".into()),
-            &[0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0],
-        )
-        .and_then(|b| b.install_recorder())
-        .map_err(|e| Definite::Config(format!("--metrics-addr: cannot install the metrics recorder: {e}")))?;
+    let handle = crate::metrics::install_recorder(crate::metrics::UPKEEP_INTERVAL)?;
     let listener = TcpListener::bind(addr).await.map_err(|e| {
         Definite::Config(format!("--metrics-addr {addr}: cannot listen ({e}); pick a free port, or 'off' to disable"))
     })?;
@@ -86,37 +139,107 @@ pub async fn serve(addr: SocketAddr, health: Arc<Health>) -> Result<SocketAddr, 
 }
 
 async fn accept_loop(listener: TcpListener, handle: PrometheusHandle, health: Arc<Health>) {
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut backoff = Duration::ZERO;
     loop {
-        let Ok((mut sock, _)) = listener.accept().await else { continue };
+        let sock = match listener.accept().await {
+            Ok((sock, _)) => sock,
+            Err(e) => {
+                // Out of file descriptors, or the like: retrying at once would spin. Pause and
+                // let connections close.
+                if backoff.is_zero() {
+                    tracing::warn!(error = %e, "metrics endpoint: accept failed; pausing and retrying");
+                } else {
+                    tracing::debug!(error = %e, "metrics endpoint: accept failed again");
+                }
+                backoff = (backoff * 2).clamp(Duration::from_millis(10), MAX_ACCEPT_BACKOFF);
+                tokio::time::sleep(backoff).await;
+                continue;
+            }
+        };
+        backoff = Duration::ZERO;
+        // Over the cap: close at once rather than queue behind clients that may never finish.
+        let Ok(permit) = permits.clone().try_acquire_owned() else { continue };
         let handle = handle.clone();
         let health = health.clone();
         tokio::spawn(async move {
-            // Read the whole request head: closing with unread bytes would reset the connection.
-            let mut buf = Vec::with_capacity(1024);
-            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
-            while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
-                let mut chunk = [0u8; 1024];
-                match tokio::time::timeout_at(deadline, sock.read(&mut chunk)).await {
-                    Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
-                    Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
-                }
-            }
-            let n = buf.len();
-            let req = String::from_utf8_lossy(&buf[..n]);
-            let path = req.split_whitespace().nth(1).unwrap_or("/");
-            let (status, body, ctype) = match path.split('?').next().unwrap_or("/") {
-                "/metrics" => ("200 OK", handle.render(), "text/plain; version=0.0.4"),
-                "/healthz" => ("200 OK", "ok\n".to_owned(), "text/plain"),
-                "/readyz" if health.ready() => ("200 OK", "ready\n".to_owned(), "text/plain"),
-                "/readyz" => ("503 Service Unavailable", "not ready\n".to_owned(), "text/plain"),
-                _ => ("404 Not Found", "not found\n".to_owned(), "text/plain"),
-            };
-            let resp = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = sock.write_all(resp.as_bytes()).await;
-            let _ = sock.shutdown().await;
+            let _ = tokio::time::timeout(CONN_DEADLINE, answer(sock, &handle, &health)).await;
+            drop(permit);
         });
+    }
+}
+
+/// Read one request head and write one response.
+async fn answer(mut sock: TcpStream, handle: &PrometheusHandle, health: &Health) {
+    // Read the whole request head: closing with unread bytes would reset the connection.
+    let mut buf = Vec::with_capacity(1024);
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
+        let mut chunk = [0u8; 1024];
+        match sock.read(&mut chunk).await {
+            // The client finished sending: answer what it asked, if anything.
+            Ok(0) => break,
+            Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let req = String::from_utf8_lossy(&buf);
+    let path = req.split_whitespace().nth(1).unwrap_or("/");
+    let (status, body, ctype) = match path.split('?').next().unwrap_or("/") {
+        "/metrics" => ("200 OK", handle.render(), "text/plain; version=0.0.4"),
+        "/healthz" => match health.stalled_for(Instant::now()) {
+            None => ("200 OK", "ok\n".to_owned(), "text/plain"),
+            Some(quiet) => (
+                "503 Service Unavailable",
+                format!("stalled: the replication loop made no progress for {}s\n", quiet.as_secs()),
+                "text/plain",
+            ),
+        },
+        "/readyz" if health.ready() => ("200 OK", "ready\n".to_owned(), "text/plain"),
+        "/readyz" => ("503 Service Unavailable", "not ready\n".to_owned(), "text/plain"),
+        _ => ("404 Not Found", "not found\n".to_owned(), "text/plain"),
+    };
+    let resp = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = sock.write_all(resp.as_bytes()).await;
+    let _ = sock.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_until_the_loop_is_quiet_longer_than_the_timeout() {
+        let h = Health::new(Duration::from_secs(120));
+        let t0 = h.epoch;
+        // Start-up gets one timeout from creation.
+        assert_eq!(h.stalled_for(t0 + Duration::from_secs(120)), None);
+        assert_eq!(h.stalled_for(t0 + Duration::from_secs(121)), Some(Duration::from_secs(121)));
+        h.tick_at(t0 + Duration::from_secs(100));
+        assert_eq!(h.stalled_for(t0 + Duration::from_secs(220)), None);
+        assert_eq!(h.stalled_for(t0 + Duration::from_millis(220_500)), Some(Duration::from_millis(120_500)));
+        // A tick heals it.
+        h.tick_at(t0 + Duration::from_secs(300));
+        assert_eq!(h.stalled_for(t0 + Duration::from_secs(301)), None);
+    }
+
+    #[test]
+    fn zero_timeout_never_stalls() {
+        let h = Health::new(Duration::ZERO);
+        assert_eq!(h.stalled_for(h.epoch + Duration::from_secs(86_400 * 365)), None);
+        assert!(h.live());
+    }
+
+    #[test]
+    fn real_clock_stalls_after_a_short_timeout() {
+        let h = Health::new(Duration::from_millis(50));
+        h.loop_tick();
+        assert!(h.live());
+        std::thread::sleep(Duration::from_millis(120));
+        assert!(!h.live());
+        h.loop_tick();
+        assert!(h.live());
     }
 }

@@ -1,5 +1,6 @@
 //! The `outboxd` binary: parse flags, set up logging and signals, pick the sink, run, and turn the
-//! outcome into an exit code (0 clean shutdown, 1 runtime failure, 2 bad configuration).
+//! outcome into an exit code (0 clean shutdown, 1 runtime failure, 2 bad configuration, 130/143 a
+//! second SIGINT/SIGTERM that cut the shutdown drain short).
 
 use std::process::ExitCode;
 
@@ -114,7 +115,7 @@ fn run(cfg: Config) -> anyhow::Result<()> {
     let rt =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
     rt.block_on(async move {
-        let health = Health::new();
+        let health = Health::new(cfg.health_stall_timeout);
         if let Some(addr) = cfg.metrics_addr {
             let bound = outboxd::health::serve(addr, health.clone()).await?;
             tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
@@ -142,16 +143,27 @@ fn run(cfg: Config) -> anyhow::Result<()> {
     })
 }
 
+/// The first SIGTERM or SIGINT starts the drain; a second one exits at once (the operator means
+/// it, e.g. a drain stuck on a broker that never answers). Unacked records are sent again on the
+/// next start, as after a crash.
 fn spawn_signal_handler(shutdown: CancellationToken) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     tokio::spawn(async move {
         tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM received"),
-            _ = int.recv() => tracing::info!("SIGINT received"),
+            _ = term.recv() => tracing::info!("SIGTERM received; draining (send it again to exit at once)"),
+            _ = int.recv() => tracing::info!("SIGINT received; draining (send it again to exit at once)"),
         }
         shutdown.cancel();
+        let code = tokio::select! {
+            _ = term.recv() => 143,
+            _ = int.recv() => 130,
+        };
+        tracing::error!(
+            "second signal during shutdown: exiting now without draining; unacked events will be sent again on restart"
+        );
+        std::process::exit(code);
     });
     Ok(())
 }

@@ -7,12 +7,56 @@
 //! `outboxd_lag_seconds`, `outboxd_commit_to_ack_seconds`, `outboxd_connected{component}`,
 //! `outboxd_slot_safe_wal_size_bytes`, `outboxd_reconnects_total{component}`.
 //! LSNs are exported as plain numbers (bytes of WAL).
+//!
+//! Memory stays bounded with nobody scraping: the exporter keeps raw histogram samples until they
+//! are folded into buckets, so [`install_recorder`] runs its upkeep on a timer instead of only on a
+//! scrape; and `outboxd_events_total` gets a series for the first [`MAX_TOPIC_SERIES`] distinct
+//! topics only (routing can make a topic out of any column value); events to later topics count
+//! under `topic="(other)"`, a name no Kafka topic can have, with one warning.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use crate::error::Definite;
 use crate::lsn::Lsn;
+
+/// Distinct `topic` label values `outboxd_events_total` gets before the rest share [`OTHER_TOPIC`].
+pub const MAX_TOPIC_SERIES: usize = 1000;
+/// The label for events past the cap: parentheses are not legal in a Kafka topic name.
+pub const OTHER_TOPIC: &str = "(other)";
+/// How often the exporter folds raw histogram samples into buckets: per-transaction samples are
+/// 8 to 16 bytes each, so a second of them is small at any rate we reach.
+pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Install the Prometheus recorder globally and start its upkeep every `upkeep` on the current
+/// tokio runtime. Returns the handle that renders `/metrics`.
+pub fn install_recorder(upkeep: Duration) -> Result<PrometheusHandle, Definite> {
+    let handle = builder()
+        .and_then(|b| b.install_recorder())
+        .map_err(|e| Definite::Config(format!("--metrics-addr: cannot install the metrics recorder: {e}")))?;
+    let h = handle.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(upkeep);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            h.run_upkeep();
+        }
+    });
+    Ok(handle)
+}
+
+fn builder() -> Result<PrometheusBuilder, metrics_exporter_prometheus::BuildError> {
+    PrometheusBuilder::new().set_buckets_for_metric(
+        Matcher::Full("outboxd_commit_to_ack_seconds".into()),
+        &[0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0],
+    )
+}
 
 /// Handles for every metric outboxd exports. Cheap to clone.
 #[derive(Clone)]
@@ -28,7 +72,41 @@ pub struct Metrics {
     pub kafka_connected: Gauge,
     pub pg_reconnects: Counter,
     pub kafka_reconnects: Counter,
-    events_by_topic: HashMap<String, Counter>,
+    /// Shared by every clone, so the cap holds for the process, not per session.
+    topics: Arc<TopicSeries>,
+}
+
+/// The `outboxd_events_total{topic}` handles, at most `cap` of them plus the overflow one.
+struct TopicSeries {
+    cap: usize,
+    by_topic: Mutex<HashMap<Box<str>, Counter>>,
+    other: OnceLock<Counter>,
+    warned: AtomicBool,
+}
+
+impl TopicSeries {
+    fn counter(&self, topic: &str) -> Counter {
+        // Uncontended (one runtime thread), and far cheaper than producing the event.
+        let mut map = self.by_topic.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = map.get(topic) {
+            return c.clone();
+        }
+        if map.len() < self.cap {
+            let c = counter!("outboxd_events_total", "topic" => topic.to_owned());
+            map.insert(topic.into(), c.clone());
+            return c;
+        }
+        drop(map);
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                cap = self.cap,
+                topic,
+                "outboxd_events_total has a series for {} topics already; events to further topics count under topic=\"{OTHER_TOPIC}\"",
+                self.cap
+            );
+        }
+        self.other.get_or_init(|| counter!("outboxd_events_total", "topic" => OTHER_TOPIC)).clone()
+    }
 }
 
 /// Every metric name outboxd exports: the interface alert rules and dashboards rely on.
@@ -67,6 +145,10 @@ pub const REASONS: &[&str] = &[
 
 impl Metrics {
     pub fn new() -> Self {
+        Self::with_topic_cap(MAX_TOPIC_SERIES)
+    }
+
+    fn with_topic_cap(cap: usize) -> Self {
         for reason in REASONS {
             counter!("outboxd_events_failed_total", "reason" => *reason).absolute(0);
             counter!("outboxd_dlq_events_total", "reason" => *reason).absolute(0);
@@ -83,19 +165,18 @@ impl Metrics {
             kafka_connected: gauge!("outboxd_connected", "component" => "kafka"),
             pg_reconnects: counter!("outboxd_reconnects_total", "component" => "postgres"),
             kafka_reconnects: counter!("outboxd_reconnects_total", "component" => "kafka"),
-            events_by_topic: HashMap::new(),
+            topics: Arc::new(TopicSeries {
+                cap,
+                by_topic: Mutex::new(HashMap::new()),
+                other: OnceLock::new(),
+                warned: AtomicBool::new(false),
+            }),
         }
     }
 
     /// One event acked by the sink.
-    pub fn acked(&mut self, topic: &str) {
-        if let Some(c) = self.events_by_topic.get(topic) {
-            c.increment(1);
-            return;
-        }
-        let c = counter!("outboxd_events_total", "topic" => topic.to_owned());
-        c.increment(1);
-        self.events_by_topic.insert(topic.to_owned(), c);
+    pub fn acked(&self, topic: &str) {
+        self.topics.counter(topic).increment(1);
     }
 
     /// One event that could not be delivered as routed.
@@ -126,5 +207,60 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(body: &str) -> Vec<&str> {
+        body.lines().filter(|l| l.starts_with("outboxd_events_total{")).collect()
+    }
+
+    #[test]
+    fn topic_series_stop_at_the_cap_and_the_rest_count_as_other() {
+        let recorder = builder().unwrap().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            let m = Metrics::with_topic_cap(3);
+            let clone = m.clone();
+            for t in ["a", "b", "a", "c"] {
+                m.acked(t);
+            }
+            // Past the cap, from any clone: the cap is per process, not per handle.
+            for i in 0..50 {
+                clone.acked(&format!("late-{i}"));
+            }
+            m.acked("b");
+        });
+        let body = handle.render();
+        let mut got = series(&body);
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                "outboxd_events_total{topic=\"(other)\"} 50",
+                "outboxd_events_total{topic=\"a\"} 2",
+                "outboxd_events_total{topic=\"b\"} 2",
+                "outboxd_events_total{topic=\"c\"} 1",
+            ],
+            "{body}"
+        );
+    }
+
+    #[test]
+    fn no_other_series_below_the_cap() {
+        let recorder = builder().unwrap().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            let m = Metrics::with_topic_cap(2);
+            m.acked("x");
+            m.acked("y");
+            m.acked("x");
+        });
+        let body = handle.render();
+        assert_eq!(series(&body).len(), 2, "{body}");
+        assert!(!body.contains(OTHER_TOPIC), "{body}");
     }
 }

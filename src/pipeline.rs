@@ -143,6 +143,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         liveness.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut phase = Phase::Streaming;
         loop {
+            self.health.loop_tick();
             match phase {
                 Phase::Streaming => {
                     let can_read = self.can_read();

@@ -87,8 +87,11 @@ fn kill_9_mid_stream_loses_nothing() {
         "writer too slow"
     );
     d.kill9();
-    std::thread::sleep(Duration::from_millis(500));
-    // Nobody holds the slot now, so this is where the restart resumes.
+    // Once the walsender has noticed, nobody holds the slot, so this is where the restart resumes.
+    let released = wait_until(Duration::from_secs(30), || {
+        pg.psql("SELECT active FROM pg_replication_slots WHERE slot_name = 'outboxd'") == "f"
+    });
+    assert!(released, "the slot stayed active after kill -9");
     let resume_at = slot_confirmed(&pg);
     let mut d2 = Outboxd::spawn_streaming(&args);
     let after = writer.join().expect("writer finished");
@@ -149,14 +152,30 @@ fn slot_is_never_confirmed_past_an_unacked_record() {
     );
     // Other WAL keeps flowing (keepalives) while the records are stuck.
     pg.psql("CREATE TABLE noise (x int); INSERT INTO noise SELECT generate_series(1, 10000)");
-    for _ in 0..15 {
-        std::thread::sleep(Duration::from_millis(200));
+    let noise_end = pg.psql("SELECT pg_current_wal_insert_lsn()");
+    // One record more, so WAL exists past `noise_end` for the server to send.
+    pg.psql("INSERT INTO noise VALUES (0)");
+    // Sample until the server has sent us everything up to the end of the noise (so keepalives
+    // offered that position), then for 3 s more: 15 status updates, each a chance to confirm
+    // past the unacked transaction.
+    let sent_all = format!(
+        "SELECT r.sent_lsn >= '{noise_end}'::pg_lsn FROM pg_stat_replication r \
+         JOIN pg_replication_slots s ON s.active_pid = r.pid WHERE s.slot_name = 'outboxd'"
+    );
+    let started = std::time::Instant::now();
+    let mut sent_at: Option<std::time::Instant> = None;
+    while sent_at.is_none_or(|t| t.elapsed() < Duration::from_secs(3)) {
         let c = slot_confirmed(&pg);
         assert!(
             !lsn_lt(&pg, &before_commit, &c),
             "slot confirmed {c}, past the commit of unacked records (commit record starts at or after {before_commit})\n{}",
             d.log()
         );
+        if sent_at.is_none() && pg.psql(&sent_all) == "t" {
+            sent_at = Some(std::time::Instant::now());
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the server never sent up to {noise_end}\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(100));
     }
     // Crash while frozen: the restart must still deliver everything.
     d.kill9();

@@ -129,23 +129,48 @@ fn events_reach_topics_with_key_id_payload_timestamp_and_order() {
 fn non_insert_changes_and_other_tables_produce_nothing() {
     let pg = PgCluster::start();
     pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
-    let broker = Broker::start();
+    // `orders` shares the publication with the outbox (its rows reach outboxd and must be passed
+    // over); `audit` is not published (its WAL is skipped by the server).
+    pg.psql(
+        "CREATE TABLE orders (id int PRIMARY KEY, note text); CREATE TABLE audit (id int); \
+         CREATE PUBLICATION outboxd FOR TABLE outbox, orders",
+    );
     let mut d =
-        Outboxd::spawn_streaming(&daemon_args(&pg, &broker, &["--sink", "stdout", "--status-interval", "500ms"]));
+        Outboxd::spawn_streaming(&daemon_args_pg_only(&pg, &["--sink", "stdout", "--status-interval", "500ms"]));
     pg.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '1', 'x.v1', '{\"k\": 1}')");
+    pg.psql("INSERT INTO orders SELECT g, 'o' FROM generate_series(1, 500) g");
+    pg.psql("INSERT INTO audit SELECT generate_series(1, 500)");
     pg.psql("UPDATE outbox SET attempts = attempts + 1");
     pg.psql("DELETE FROM outbox");
-    pg.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '2', 'y.v1', '{\"k\": 2}')");
+    // One transaction mixing both published tables.
+    pg.psql(
+        "BEGIN; INSERT INTO orders VALUES (1000, 'mixed'); \
+         INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '2', 'y.v1', '{\"k\": 2}'); \
+         INSERT INTO orders VALUES (1001, 'mixed'); COMMIT",
+    );
+    pg.psql("UPDATE orders SET note = 'changed' WHERE id < 50; DELETE FROM orders WHERE id < 10; TRUNCATE audit");
+    // Last come transactions of other tables only: they carry no event, and must not hold the
+    // slot back (a transaction without records still completes).
+    pg.psql("INSERT INTO orders SELECT g, 'tail' FROM generate_series(2000, 2100) g");
+    pg.psql("INSERT INTO audit VALUES (1)");
+    let end = pg.psql("SELECT pg_current_wal_insert_lsn()");
     assert!(wait_until(Duration::from_secs(15), || d.log().contains("\"key\":\"2\"")), "{}", d.log());
+    let caught_up = wait_until(Duration::from_secs(30), || {
+        pg.psql(&format!(
+            "SELECT confirmed_flush_lsn >= '{end}'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'outboxd'"
+        )) == "t"
+    });
+    assert!(caught_up, "other tables' transactions stalled the slot before {end}:\n{}", d.log());
     d.stop_cleanly();
     let log = d.log();
     let lines: Vec<&str> = log.lines().filter(|l| l.starts_with("{\"topic\"")).collect();
-    assert_eq!(lines.len(), 2, "exactly the two inserts become events:\n{log}");
+    assert_eq!(lines.len(), 2, "exactly the two outbox inserts become events:\n{log}");
     assert!(
         lines[0].contains(r#""topic":"x.v1.events""#) && lines[0].contains(r#""payload":{"k": 1}"#),
         "{}",
         lines[0]
     );
+    assert!(lines[1].contains(r#""topic":"y.v1.events""#), "{}", lines[1]);
     assert!(log.contains("UPDATE on the outbox produces no event"), "{log}");
 }
 

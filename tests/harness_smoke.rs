@@ -268,3 +268,21 @@ fn daemon_wrapper_captures_output_and_exit_codes() {
     assert!(status.success());
     assert!(!d.is_running());
 }
+
+/// `streaming_started` matches the session-start line in both log formats, and not the error
+/// lines that merely contain the word.
+#[test]
+fn streaming_line_is_matched_exactly() {
+    let text =
+        "2026-12-03T07:58:51.495778Z  INFO outboxd::app: streaming slot=outboxd publication=outboxd start=0/1958AC8";
+    let json =
+        r#"{"timestamp":"2026-12-03T07:58:51Z","level":"INFO","fields":{"message":"streaming","slot":"outboxd"}}"#;
+    assert!(common::streaming_started(text));
+    assert!(common::streaming_started(json));
+    for other in [
+        "2026-12-03T07:58:51Z ERROR outboxd: the server stopped streaming: publication \"outboxd\" does not exist",
+        r#"{"fields":{"message":"the server stopped streaming: x"}}"#,
+    ] {
+        assert!(!common::streaming_started(other), "{other}");
+    }
+}

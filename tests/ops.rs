@@ -128,36 +128,234 @@ fn stalled_broker_flips_readiness_and_recovers_with_everything() {
 }
 
 #[test]
-fn heartbeats_move_an_idle_slot_and_never_reach_kafka() {
+fn heartbeats_move_an_idle_slot_and_never_reach_the_sink() {
     let pg = PgCluster::start();
     pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
-    pg.psql("CREATE TABLE beats (n int)");
+    // A second slot decodes everything, so the heartbeats can be counted in the WAL itself.
+    pg.psql("SELECT 1 FROM pg_create_logical_replication_slot('probe', 'test_decoding')");
+    let mut d = Outboxd::spawn_streaming(&daemon_args_pg_only(
+        &pg,
+        &["--sink", "stdout", "--status-interval", "200ms", "--heartbeat-interval", "1s"],
+    ));
+    // Nothing else writes to this cluster: every heartbeat is a logical message of our prefix.
+    let beats = "FROM pg_logical_slot_peek_changes('probe', NULL, NULL) \
+                 WHERE data LIKE 'message: transactional: 0 prefix: outboxd.heartbeat,%'";
+    let count = || pg.psql(&format!("SELECT count(*) {beats}")).parse::<i64>().unwrap();
+    assert!(wait_until(Duration::from_secs(15), || count() >= 3), "{} heartbeats in the WAL\n{}", count(), d.log());
+    // The idle slot moves past a heartbeat's own WAL.
+    let last = pg.psql(&format!("SELECT max(lsn) {beats}"));
+    let moved = wait_until(Duration::from_secs(10), || {
+        pg.psql(&format!(
+            "SELECT confirmed_flush_lsn >= '{last}'::pg_lsn FROM pg_replication_slots WHERE slot_name = 'outboxd'"
+        )) == "t"
+    });
+    assert!(moved, "confirmed_flush_lsn never passed the heartbeat at {last}\n{}", d.log());
+    d.stop_cleanly();
+    let log = d.log();
+    assert!(!log.lines().any(|l| l.starts_with("{\"topic\"")), "a heartbeat became a record:\n{log}");
+}
+
+#[test]
+fn heartbeat_action_query_runs_every_interval() {
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    pg.psql("CREATE TABLE beats (at timestamptz)");
+    let mut d = Outboxd::spawn_streaming(&daemon_args_pg_only(
+        &pg,
+        &[
+            "--sink",
+            "null",
+            "--heartbeat-interval",
+            "1s",
+            "--heartbeat-action-query",
+            "INSERT INTO beats VALUES (now())",
+        ],
+    ));
+    let runs = || pg.psql("SELECT count(*) FROM beats").parse::<i32>().unwrap();
+    assert!(wait_until(Duration::from_secs(15), || runs() >= 3), "action query ran {} times\n{}", runs(), d.log());
+    d.stop_cleanly();
+}
+
+fn healthz(port: u16) -> Option<u16> {
+    http_get(port, "/healthz").map(|r| r.0)
+}
+
+fn postmaster_pid(pg: &PgCluster) -> u32 {
+    let pidfile = std::fs::read_to_string(pg.data_dir().join("postmaster.pid")).expect("postmaster.pid");
+    pidfile.lines().next().and_then(|l| l.trim().parse().ok()).expect("pid on the first line")
+}
+
+/// A SIGSTOPped process, continued on drop so a failed assertion never leaves it frozen.
+struct Frozen(u32);
+
+impl Frozen {
+    fn new(pid: u32) -> Frozen {
+        assert!(send_signal(pid, "STOP"), "kill -STOP {pid}");
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        send_signal(self.0, "CONT");
+    }
+}
+
+/// CPU time (user + system, in clock ticks) the process has used.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn healthz_fails_while_the_loop_is_stuck_and_passes_while_it_turns() {
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let url = format!("{}&connect_timeout=60", pg.url());
+    let a = args(&[
+        "run",
+        "--postgres-url",
+        &url,
+        "--sink",
+        "null",
+        "--metrics-addr",
+        &addr,
+        "--status-interval",
+        "200ms",
+        "--health-stall-timeout",
+        "2s",
+    ]);
+    // Stuck before the loop: the server takes the connection and never answers.
+    let frozen = Frozen::new(postmaster_pid(&pg));
+    let mut d = Outboxd::spawn(&a);
+    assert!(wait_until(Duration::from_secs(15), || healthz(port) == Some(503)), "/healthz never failed:\n{}", d.log());
+    let body = http_get(port, "/healthz").expect("answers").1;
+    assert!(body.contains("stalled"), "{body}");
+    drop(frozen);
+    assert!(d.wait_for_streaming(Duration::from_secs(60)), "{}", d.log());
+    assert!(wait_until(Duration::from_secs(5), || healthz(port) == Some(200)), "/healthz never recovered");
+
+    // Busy, then idle, for twice the stall timeout: the loop turns and every probe passes.
+    let writer = {
+        let sock = pg.socket_dir();
+        let port = pg.port();
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(2);
+            while std::time::Instant::now() < deadline {
+                let ok = std::process::Command::new("psql")
+                    .args(["-X", "-q", "-U", "postgres", "-d", "app", "-p", &port.to_string(), "-h"])
+                    .arg(&sock)
+                    .args(["-c", "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) SELECT 'h', 'h', 'h.v1', '{}' FROM generate_series(1, 200)"])
+                    .status()
+                    .is_ok_and(|s| s.success());
+                assert!(ok, "insert failed");
+            }
+        })
+    };
+    for _ in 0..40 {
+        assert_eq!(healthz(port), Some(200), "{}", d.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    writer.join().expect("writer");
+    let events: usize = pg.psql("SELECT count(*) FROM outbox").parse().unwrap();
+    assert!(events >= 200, "the writer wrote {events} events");
+    d.stop_cleanly();
+}
+
+#[test]
+fn silent_clients_and_fd_exhaustion_do_not_take_the_endpoint_down() {
+    use std::io::{Read as _, Write as _};
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut d = Outboxd::spawn_streaming(&daemon_args_pg_only(&pg, &["--sink", "null", "--metrics-addr", &addr]));
+    let pid = d.pid().expect("pid");
+
+    // Slow-loris: clients that connect and send nothing, or half a request.
+    let mut silent: Vec<std::net::TcpStream> =
+        (0..20).map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect")).collect();
+    silent[0].write_all(b"GET /healthz HTTP/1.1\r\n").unwrap();
+    let t = std::time::Instant::now();
+    for _ in 0..10 {
+        assert_eq!(healthz(port), Some(200));
+    }
+    assert!(t.elapsed() < Duration::from_secs(3), "10 probes took {:?} next to silent clients", t.elapsed());
+    // The server drops them after its deadline instead of holding a task and a descriptor.
+    for s in &mut silent[..2] {
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut buf = [0u8; 64];
+        let r = s.read(&mut buf);
+        assert!(
+            matches!(r, Ok(0)) || r.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{r:?}"
+        );
+    }
+    assert!(t.elapsed() < Duration::from_secs(15), "silent clients were held {:?}", t.elapsed());
+    drop(silent);
+
+    // Out of file descriptors: accept fails with EMFILE while connections wait in the backlog.
+    // A loop that retries at once burns a core; ours pauses.
+    std::thread::sleep(Duration::from_millis(500));
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+    let limit = |n: &str| {
+        let ok = std::process::Command::new("prlimit")
+            .args([format!("--pid={pid}"), format!("--nofile={n}:")])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "prlimit --nofile={n}");
+    };
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let soft = limits.lines().find(|l| l.starts_with("Max open files")).and_then(|l| l.split_whitespace().nth(3));
+    let soft = soft.expect("soft limit").to_owned();
+    limit(&open.to_string());
+    let waiting: Vec<std::net::TcpStream> =
+        (0..5).map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect")).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_ticks(pid) - before;
+    limit(&soft);
+    eprintln!("{used} CPU ticks in 2 s of failing accepts");
+    assert!(used < 40, "{used} CPU ticks in 2 s while accept failed: the accept loop spins\n{}", d.log());
+    assert!(d.log().contains("accept failed"), "{}", d.log());
+    drop(waiting);
+    assert!(wait_until(Duration::from_secs(5), || healthz(port) == Some(200)), "endpoint did not recover");
+    d.stop_cleanly();
+}
+
+#[test]
+fn second_signal_ends_a_stuck_drain_at_once() {
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
     let broker = Broker::start();
     let port = free_port();
-    let mut d = start(
-        &pg,
-        &broker,
-        port,
-        &["--heartbeat-interval", "1s", "--heartbeat-action-query", "INSERT INTO beats VALUES (1)"],
-    );
-    let first = pg.psql("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'outboxd'");
-    let mut moves = 0;
-    let mut last = first.clone();
-    for _ in 0..12 {
-        std::thread::sleep(Duration::from_millis(500));
-        let now = pg.psql("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'outboxd'");
-        if now != last {
-            moves += 1;
-            last = now;
-        }
-    }
-    assert!(
-        moves >= 2,
-        "confirmed_flush_lsn moved {moves} times in 6 s of heartbeats (from {first} to {last})\n{}",
-        d.log()
-    );
-    assert!(pg.psql("SELECT count(*) FROM beats").parse::<i32>().unwrap() >= 2, "action query did not run");
-    let topics = broker.topics();
-    assert!(topics.is_empty(), "heartbeats must not create or reach topics: {topics:?}");
-    d.stop_cleanly();
+    let mut d = start(&pg, &broker, port, &["--shutdown-timeout", "60s"]);
+    insert_events(&pg, 10, "warm");
+    assert_eq!(broker.consume_all("ops.v1.events", 1, 10, Duration::from_secs(30)).len(), 10);
+
+    broker.pause();
+    insert_events(&pg, 100, "stuck");
+    let stuck = wait_until(Duration::from_secs(20), || {
+        metric(&scrape(port), "outboxd_events_in_flight").is_some_and(|n| n > 0.0)
+    });
+    assert!(stuck, "no events in flight\n{}", d.log());
+    d.sigterm();
+    assert!(d.wait_for_log("shutdown requested", Duration::from_secs(10)), "{}", d.log());
+    // The drain really is stuck: acks never come while the broker is stopped.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(d.is_running(), "exited before the second signal:\n{}", d.log());
+    let t = std::time::Instant::now();
+    d.sigterm();
+    let status = d.wait_exit(Duration::from_secs(10));
+    broker.resume();
+    let status = status.unwrap_or_else(|| panic!("still draining 10 s after the second SIGTERM:\n{}", d.log()));
+    assert!(t.elapsed() < Duration::from_secs(5), "exit took {:?}", t.elapsed());
+    assert_eq!(status.code(), Some(143), "{}", d.log());
+    assert!(d.log().contains("second signal during shutdown"), "{}", d.log());
 }

@@ -20,7 +20,7 @@ fn stdout_args(conninfo: &str) -> Vec<String> {
 /// Stream one event through a daemon with this conninfo, then stop it cleanly.
 fn streams(pg: &PgCluster, conninfo: &str, env: &[(&str, &str)], tag: &str) -> String {
     let mut d = Outboxd::spawn_with_env(&stdout_args(conninfo), env);
-    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{conninfo}: did not stream:\n{}", d.log());
+    assert!(d.wait_for_streaming(Duration::from_secs(30)), "{conninfo}: did not stream:\n{}", d.log());
     pg.psql(&format!(
         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', 'k', '{tag}', '{{}}')"
     ));
@@ -176,7 +176,7 @@ fn conninfo_forms_environment_pgpass_and_password_file() {
     let mut a = stdout_args("");
     a.truncate(a.len() - 2);
     let mut d = Outboxd::spawn_with_env(&a, &env);
-    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
+    assert!(d.wait_for_streaming(Duration::from_secs(30)), "{}", d.log());
     let app = pg.psql("SELECT count(*) FROM pg_stat_replication WHERE application_name = 'outboxd-env'");
     assert_eq!(app, "1", "PGAPPNAME not used");
     d.stop_cleanly();
@@ -199,7 +199,7 @@ fn conninfo_forms_environment_pgpass_and_password_file() {
     let mut a = stdout_args(&url);
     a.extend(args(&["--postgres-password-file", &pwf.display().to_string()]));
     let mut d = Outboxd::spawn(&a);
-    assert!(d.wait_for_log("streaming", Duration::from_secs(30)), "{}", d.log());
+    assert!(d.wait_for_streaming(Duration::from_secs(30)), "{}", d.log());
     d.stop_cleanly();
     a[0] = "config".into();
     let (code, out) = run_to_exit(&a, Duration::from_secs(10));

@@ -274,6 +274,10 @@ pub struct RunArgs {
     /// Longest wait between reconnect attempts (exponential backoff with jitter).
     #[arg(long, env = "OUTBOXD_RECONNECT_MAX_BACKOFF", default_value = "30s")]
     pub reconnect_max_backoff: String,
+    /// /healthz answers 503 once the replication loop has made no progress this long (a wedge);
+    /// 0 disables. Must exceed twice --status-interval: a healthy loop turns at least that often.
+    #[arg(long, env = "OUTBOXD_HEALTH_STALL_TIMEOUT", default_value = "120s")]
+    pub health_stall_timeout: String,
 }
 
 /// `SCHEMA.TABLE`, unquoted as PostgreSQL stores it in the catalogs.
@@ -386,6 +390,8 @@ pub struct Config {
     pub heartbeat_action_query: Option<String>,
     pub lag_poll_interval: Duration,
     pub reconnect_max_backoff: Duration,
+    /// Zero: /healthz never reports a stall.
+    pub health_stall_timeout: Duration,
     /// The outbox tables must be empty at start (a Debezium file asked for an initial snapshot).
     pub require_empty_tables: bool,
     /// Messages from loading the configuration, for the log once it is up: (is_warning, text).
@@ -548,6 +554,16 @@ impl Config {
             notes: Vec::new(),
             reconnect_max_backoff: parse_duration("--reconnect-max-backoff", &a.reconnect_max_backoff)?
                 .max(Duration::from_millis(100)),
+            health_stall_timeout: {
+                let d = parse_duration("--health-stall-timeout", &a.health_stall_timeout)?;
+                if !d.is_zero() && d <= status_interval * 2 {
+                    return Err(bad(format!(
+                        "--health-stall-timeout {} must exceed twice --status-interval {} (or be 0 to disable)",
+                        a.health_stall_timeout, a.status_interval
+                    )));
+                }
+                d
+            },
         })
     }
 }
@@ -654,6 +670,7 @@ impl Config {
         }
         push("lag-poll-interval", &format!("{}ms", self.lag_poll_interval.as_millis()));
         push("reconnect-max-backoff", &format!("{}ms", self.reconnect_max_backoff.as_millis()));
+        push("health-stall-timeout", &format!("{}ms", self.health_stall_timeout.as_millis()));
         f
     }
 }
@@ -852,5 +869,20 @@ mod tests {
         .unwrap();
         let Command::Run(a) = cli.command else { panic!("run") };
         assert!(Config::from_args(&a).unwrap_err().to_string().contains("--kafka-brokers"));
+    }
+
+    #[test]
+    fn health_stall_timeout_must_outlast_the_status_timer() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["outboxd", "run", "--postgres-url", "postgres://u@h/db"];
+            argv.extend_from_slice(extra);
+            let Command::Run(a) = Cli::try_parse_from(argv).unwrap().command else { panic!("run") };
+            Config::from_args(&a)
+        };
+        assert_eq!(parse(&[]).unwrap().health_stall_timeout, Duration::from_secs(120));
+        assert!(parse(&["--health-stall-timeout", "0"]).unwrap().health_stall_timeout.is_zero());
+        assert!(parse(&["--health-stall-timeout", "3s", "--status-interval", "1s"]).is_ok());
+        let e = parse(&["--health-stall-timeout", "15s"]).unwrap_err().to_string();
+        assert!(e.contains("--health-stall-timeout") && e.contains("--status-interval"), "{e}");
     }
 }

@@ -1003,6 +1003,13 @@ impl Outboxd {
         wait_until(timeout, || self.log().contains(needle))
     }
 
+    /// Polls the log until it has the line that says a replication session started streaming
+    /// (text or JSON format). Plain `wait_for_log("streaming")` would also match "stopped
+    /// streaming" and the like.
+    pub fn wait_for_streaming(&self, timeout: Duration) -> bool {
+        wait_until(timeout, || streaming_started(&self.log()))
+    }
+
     /// Async flavour of [`wait_for_log`](Self::wait_for_log).
     pub async fn wait_for_log_async(&self, needle: &str, timeout: Duration) -> bool {
         let path = self.log_path();
@@ -1051,7 +1058,7 @@ impl Outboxd {
     /// otherwise.
     pub fn spawn_streaming(args: &[String]) -> Outboxd {
         let d = Outboxd::spawn(args);
-        assert!(d.wait_for_log("streaming", Duration::from_secs(60)), "outboxd did not start streaming:\n{}", d.log());
+        assert!(d.wait_for_streaming(Duration::from_secs(60)), "outboxd did not start streaming:\n{}", d.log());
         d
     }
 
@@ -1084,6 +1091,12 @@ impl Drop for Outboxd {
         }
         dispose_tempdir(self.dir.take(), "outboxd");
     }
+}
+
+/// Whether `log` has the "streaming" line: in the text format the message is followed by its
+/// first field, in JSON it is the whole `message`.
+pub fn streaming_started(log: &str) -> bool {
+    log.lines().any(|l| l.contains(" streaming slot=") || l.contains("\"message\":\"streaming\""))
 }
 
 /// Runs `outboxd ARGS...` to completion (killed after `timeout`) and returns
