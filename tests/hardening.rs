@@ -270,3 +270,45 @@ fn a_postgres_restart_replays_only_what_was_in_flight() {
     );
     d.stop_cleanly();
 }
+
+#[test]
+fn adding_a_column_while_streaming_loses_nothing() {
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    let broker = Broker::start();
+    broker.create_topic("alter.v1.events", 1);
+    let mut d = Outboxd::spawn_streaming(&daemon_args(&pg, &broker, &[]));
+    insert(&pg, "alter.v1", 1, 50);
+    pg.psql("ALTER TABLE outbox ADD COLUMN tenant text NOT NULL DEFAULT 'acme'");
+    insert(&pg, "alter.v1", 51, 100);
+    // The new column placed as a header from now on needs a restart; the stream itself goes on.
+    let end = current_lsn(&pg);
+    assert!(wait_until(Duration::from_secs(30), || confirmed_at_least(&pg, &end)), "{}", d.log());
+    assert!(d.is_running(), "{}", d.log());
+    let got = broker.consume_all("alter.v1.events", 1, 100, Duration::from_secs(30));
+    let ids: HashSet<String> = keys(&got).into_iter().collect();
+    assert_eq!(ids.len(), 100, "events across the ALTER TABLE");
+    d.stop_cleanly();
+}
+
+#[test]
+fn dropping_the_routed_column_is_a_clear_definite_error() {
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    let broker = Broker::start();
+    broker.create_topic("drop.v1.events", 1);
+    let mut d = Outboxd::spawn_streaming(&daemon_args(&pg, &broker, &[]));
+    insert(&pg, "drop.v1", 1, 5);
+    let before = current_lsn(&pg);
+    assert!(wait_until(Duration::from_secs(30), || confirmed_at_least(&pg, &before)), "{}", d.log());
+    pg.psql("ALTER TABLE outbox DROP COLUMN event_type");
+    pg.psql("INSERT INTO outbox (aggregate_type, aggregate_id, payload) VALUES ('a', 'after-drop', '{}')");
+    let after = current_lsn(&pg);
+    let status = d.wait_exit(Duration::from_secs(30));
+    let log = d.log();
+    assert!(status.is_some_and(|s| !s.success()), "expected a failing exit:\n{log}");
+    let line = log.lines().find(|l| l.contains("outboxd: error:")).unwrap_or_default().to_string();
+    assert!(line.contains("event_type"), "the error names the missing column: {line}\n{log}");
+    assert_eq!(log.matches("outboxd: error:").count(), 1, "one error line, no retry loop:\n{log}");
+    assert!(!confirmed_at_least(&pg, &after), "the row that could not be routed was confirmed");
+}
