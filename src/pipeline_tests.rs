@@ -382,7 +382,7 @@ async fn run_plan(mut plan: Plan) -> Truth {
         let msgs = session_messages(&plan.txns, start, plan.keepalive_reply);
         let stream =
             Scripted { msgs, fail_after: plan.disconnects.get(session).copied(), truth: truth.clone(), last: start };
-        let ctx = Context { cfg: &cfg, metrics: Metrics::new(), health: Health::new() };
+        let ctx = Context { cfg: &cfg, metrics: Metrics::new(), health: Health::new(Duration::ZERO) };
         let run = Session::new(ctx, &mut sink, stream, start).run(shutdown.clone(), &mut confirmed);
         let r = match tokio::time::timeout_at(give_up, run).await {
             Ok(r) => r,
@@ -519,7 +519,7 @@ async fn drain_timeout_confirms_nothing_unacked() {
             }
         }
     });
-    let ctx = Context { cfg: &cfg, metrics: Metrics::new(), health: Health::new() };
+    let ctx = Context { cfg: &cfg, metrics: Metrics::new(), health: Health::new(Duration::ZERO) };
     let mut confirmed = Lsn(0);
     let started = tokio::time::Instant::now();
     Session::new(ctx, &mut sink, stream, Lsn(0)).run(shutdown, &mut confirmed).await.unwrap();
