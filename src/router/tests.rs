@@ -334,16 +334,82 @@ fn placement_syntax() {
     }
 }
 
+/// Row data never panics the router: every unreadable or out-of-range timestamp, wherever it is
+/// used, is a `bad_value` event with the row salvaged for the dead-letter topic.
 #[test]
-fn timestamps() {
-    let p = |s: &str| parse_timestamptz_ms(s.as_bytes());
-    assert_eq!(p("1970-01-01 00:00:00+00").unwrap(), Some(0));
-    assert_eq!(p("1970-01-01 05:30:00.5+05:30").unwrap(), Some(500));
-    assert_eq!(p("2000-03-01 00:00:00-01").unwrap(), Some(951_868_800_000 + 3_600_000));
-    assert_eq!(p("infinity").unwrap(), None);
-    for s in ["", "2026-12-02", "2026-13-01 00:00:00+00", "2026-12-02 10:49:10", "a-b-c d:e:f+00"] {
-        assert!(p(s).is_err(), "{s}");
+fn out_of_range_timestamps_are_bad_events() {
+    const FAR: &str = "99999999999999999-01-01 00:00:00+00";
+    let text_ts: Vec<(&str, u32)> =
+        COLS.iter().map(|&(n, t)| if n == "created_at" { (n, TEXT) } else { (n, t) }).collect();
+    type Tweak = fn(&mut RouteConfig);
+    let cases: Vec<(&str, &[(&str, u32)], Tweak, &str, &str)> = vec![
+        ("far-future timestamptz", COLS, |_| {}, FAR, "cannot read timestamp"),
+        ("far-future text timestamp", &text_ts, |_| {}, FAR, "cannot read timestamp"),
+        ("year past 9999", COLS, |_| {}, "294276-12-31 23:59:59+00", "cannot read timestamp"),
+        ("offset past the edge", COLS, |_| {}, "9999-12-31 23:00:00-05", "out of range"),
+        ("text without offset", &text_ts, |_| {}, "2026-12-02 10:49:10", "no UTC offset"),
+        (
+            "header placement of a far-future timestamp",
+            COLS,
+            |c| {
+                c.timestamp_field = None;
+                c.placements = Placement::parse_list("created_at:header").unwrap();
+            },
+            FAR,
+            "cannot read timestamp",
+        ),
+        (
+            "envelope placement of a far-future timestamp",
+            COLS,
+            |c| {
+                c.timestamp_field = None;
+                c.placements = Placement::parse_list("created_at:envelope").unwrap();
+            },
+            FAR,
+            "cannot read timestamp",
+        ),
+        (
+            "route by a far-future timestamp",
+            COLS,
+            |c| c.route_by_field = "created_at".into(),
+            FAR,
+            "cannot read timestamp",
+        ),
+    ];
+    for (name, cols, tweak, value, want) in cases {
+        let mut c = cfg();
+        tweak(&mut c);
+        let r = Route::compile(&c, &relation(cols)).unwrap();
+        let e = r.route(OutboxRow { tuple: &row(&[("created_at", Some(value))]), commit_time_us: 0 }).unwrap_err();
+        assert_eq!(e.code, "bad_value", "{name}: {e:?}");
+        assert!(e.message.contains(want), "{name}: {}", e.message);
+        assert_eq!((e.event_id.as_deref(), e.key.as_deref()), (Some(ID), Some(&b"42"[..])), "{name}: salvage");
     }
-    assert_eq!(parse_timestamp_ms(render::TIMESTAMP, b"1970-01-01 00:00:01").unwrap(), Some(1000));
-    assert_eq!(parse_timestamp_ms(render::INT8, b"1234").unwrap(), Some(1234));
+    // Negative (BC) years inside the range route normally, as negative epoch milliseconds.
+    let rec = route_with(&cfg(), &[("created_at", Some("0044-03-15 12:00:00+00 BC"))]).unwrap();
+    assert_eq!(rec.timestamp_ms, Some(-63_517_780_800_000));
+    let mut c = cfg();
+    c.placements = Placement::parse_list("created_at:header:at").unwrap();
+    let rec = route_with(&c, &[("created_at", Some("0044-03-15 12:00:00+00 BC"))]).unwrap();
+    assert_eq!(h(&rec).last().unwrap(), &("at", "-000043-03-15T12:00:00Z".to_owned()));
+    // `infinity` keeps no timestamp rather than inventing one.
+    assert_eq!(route_with(&cfg(), &[("created_at", Some("infinity"))]).unwrap().timestamp_ms, None);
+}
+
+/// pgoutput sends text unless asked for binary; a binary or unchanged-TOAST value (a protocol
+/// surprise) is a bad event, not a misread.
+#[test]
+fn binary_and_toast_timestamps_are_bad_events() {
+    let r = Route::compile(&cfg(), &relation(COLS)).unwrap();
+    let at = COLS.iter().position(|(n, _)| *n == "created_at").unwrap();
+    for (v, want) in [
+        (TupleValue::Binary(Bytes::from_static(&[0x7f; 8])), "binary format"),
+        (TupleValue::UnchangedToast, "unchanged TOAST"),
+    ] {
+        let mut t = row(&[]);
+        t.0[at] = v;
+        let e = r.route(OutboxRow { tuple: &t, commit_time_us: 0 }).unwrap_err();
+        assert_eq!(e.code, "bad_value");
+        assert!(e.message.contains(want), "{}", e.message);
+    }
 }
