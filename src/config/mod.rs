@@ -201,7 +201,7 @@ pub struct RunArgs {
     /// Topic template with `${group}` / `$N` from --route-topic-regex (Debezium `route.topic.replacement`).
     #[arg(long, default_value = "${routedByValue}.events")]
     pub route_topic_replacement: String,
-    /// Emit a tombstone (null value, no headers) for a NULL or empty payload (Debezium `route.tombstone.on.empty.payload`).
+    /// Emit a tombstone (null value; headers and partition kept) for a NULL, empty or blank payload (Debezium `route.tombstone.on.empty.payload`).
     #[arg(long, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_name = "BOOL")]
     pub route_tombstone_on_empty_payload: bool,
     /// Column sent as Kafka header `id` (Debezium `table.field.event.id`).
@@ -220,8 +220,9 @@ pub struct RunArgs {
     #[arg(long, default_value = "created_at")]
     pub table_field_event_timestamp: String,
     /// Extra columns: `col:header[:alias]`, `col:envelope[:alias]`, `col:partition`, comma-separated (Debezium `table.fields.additional.placement`).
-    #[arg(long, default_value = "")]
-    pub table_fields_additional_placement: String,
+    /// Left out: none; an empty value is an error.
+    #[arg(long)]
+    pub table_fields_additional_placement: Option<String>,
     /// What a placement column missing from the table does: fail at start, or leave that placement out.
     #[arg(long, value_enum, default_value_t = MissingPolicy::Error)]
     pub table_field_additional_missing: MissingPolicy,
@@ -464,8 +465,10 @@ impl Config {
             }
         }
         let topic = TopicRule::new(&a.route_topic_regex, &a.route_topic_replacement).map_err(bad)?;
-        let placements = Placement::parse_list(&a.table_fields_additional_placement)
-            .map_err(|e| bad(format!("--table-fields-additional-placement {e}")))?;
+        let placements = match a.table_fields_additional_placement.as_deref() {
+            None => Vec::new(),
+            Some(p) => Placement::parse_list(p).map_err(|e| bad(format!("--table-fields-additional-placement {e}")))?,
+        };
         let headers_field = match a.table_field_event_headers.as_deref() {
             None => HeadersField::IfPresent("headers".into()),
             Some("") => HeadersField::Disabled,
@@ -603,7 +606,9 @@ impl Config {
                 crate::router::PlacementTarget::Partition => format!("{}:partition", p.column),
             })
             .collect();
-        push("table-fields-additional-placement", &placements.join(","));
+        if !placements.is_empty() {
+            push("table-fields-additional-placement", &placements.join(","));
+        }
         push(
             "table-field-additional-missing",
             if r.additional_missing == MissingPolicy::Error { "error" } else { "ignore" },
@@ -696,7 +701,7 @@ fn apply_overlay(a: &mut RunArgs, o: &debezium::Overlay, explicit: &dyn Fn(&str)
             "table_field_event_type" => a.table_field_event_type = v,
             "table_field_event_payload" => a.table_field_event_payload = v,
             "table_field_event_timestamp" => a.table_field_event_timestamp = v,
-            "table_fields_additional_placement" => a.table_fields_additional_placement = v,
+            "table_fields_additional_placement" => a.table_fields_additional_placement = Some(v),
             "table_field_additional_missing" => {
                 a.table_field_additional_missing = MissingPolicy::from_str(&v, true).map_err(|_| bad(id, &v))?
             }
@@ -793,6 +798,25 @@ mod tests {
         assert_eq!(c.status_interval, Duration::from_secs(10));
         assert_eq!(c.max_in_flight, 10_000);
         assert_eq!(c.route.timestamp_field.as_deref(), Some("created_at"));
+    }
+
+    /// Debezium refuses an empty `table.fields.additional.placement`; so do we, while the flag left
+    /// out stays valid and means no placements.
+    #[test]
+    fn empty_placement_is_an_error_but_absent_is_none() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["outboxd", "run", "--postgres-url", "postgres://u@127.0.0.1/db"];
+            argv.extend_from_slice(extra);
+            let Command::Run(a) = Cli::try_parse_from(argv).unwrap().command else { panic!("run") };
+            Config::from_args(&a)
+        };
+        assert!(parse(&[]).unwrap().route.placements.is_empty());
+        let flag = "--table-fields-additional-placement";
+        for bad in ["", " ", "a:header,,", "a:header,,b:header", ","] {
+            let e = parse(&[flag, bad]).unwrap_err().to_string();
+            assert!(e.contains(flag) && (e.contains("empty")), "{bad:?}: {e}");
+        }
+        assert_eq!(parse(&[flag, "a:header,b:envelope:x"]).unwrap().route.placements.len(), 2);
     }
 
     #[test]

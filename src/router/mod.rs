@@ -7,8 +7,11 @@
 //! * topic: [`topic::TopicRule`] applied to the route-by column's value;
 //! * key: the key column (NULL means no key);
 //! * value: the payload column — JSON columns and text as their exact bytes, `bytea` raw; with
-//!   envelope placements, a JSON object `{"payload": …, alias: …}`; NULL is a null value (a
-//!   tombstone without headers when `--route-tombstone-on-empty-payload` is on);
+//!   envelope placements configured, always a JSON object `{"payload": …, alias: …}` (even when
+//!   `--table-field-additional-missing ignore` dropped every envelope column, so one topic keeps one
+//!   shape); NULL is a null value. With `--route-tombstone-on-empty-payload`, a NULL, empty or
+//!   whitespace-only text payload is a tombstone (null value, no envelope) that keeps its headers
+//!   and partition, as Debezium's does;
 //! * headers: `id`, then the expanded top-level keys of the headers column, then header placements;
 //! * partition: a `col:partition` placement; timestamp: the timestamp column, else the commit time.
 //!
@@ -83,12 +86,19 @@ pub struct Placement {
 }
 
 impl Placement {
-    /// Parse Debezium's comma-separated `table.fields.additional.placement`.
+    /// Parse Debezium's comma-separated `table.fields.additional.placement`. An empty entry
+    /// (`""`, `"a:header,,b:header"`, a trailing comma) is an error, as it is for Debezium: it is
+    /// a typo more often than an intent. "No placements" is the flag left out, not an empty value.
     pub fn parse_list(s: &str) -> Result<Vec<Placement>, String> {
+        if s.trim().is_empty() {
+            return Err("is empty; leave the flag out for no placements, or give col:header[:alias], col:envelope[:alias] or col:partition".into());
+        }
         s.split(',')
             .map(str::trim)
-            .filter(|p| !p.is_empty())
             .map(|p| {
+                if p.is_empty() {
+                    return Err(format!("{s:?} has an empty entry; remove the extra comma"));
+                }
                 let f: Vec<&str> = p.split(':').collect();
                 let bad = || format!("{p:?}: expected col:header[:alias], col:envelope[:alias] or col:partition");
                 let (col, kind, alias) = match f.as_slice() {
@@ -165,6 +175,9 @@ pub struct Route {
     topic: Arc<TopicRule>,
     tombstone: bool,
     expand_json: bool,
+    /// An envelope placement is configured, whether or not its column exists: the value is
+    /// always an envelope then (Debezium decides this from the configuration, not the row).
+    envelope: bool,
 }
 
 impl Route {
@@ -213,6 +226,7 @@ impl Route {
             topic: cfg.topic.clone(),
             tombstone: cfg.tombstone_on_empty_payload,
             expand_json: cfg.expand_json_payload,
+            envelope: cfg.placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_))),
             table,
         })
     }
@@ -284,7 +298,14 @@ impl Route {
                 }
             }
         }
-        let empty = payload.as_ref().is_none_or(|p| p.is_empty());
+        // Debezium's test is `payload.toString().trim().isEmpty()`: text that is empty or only
+        // whitespace (Java's trim drops every char <= U+0020). A `bytea` value's toString is never
+        // empty, so only a NULL one counts.
+        let empty = match &payload {
+            None => true,
+            Some(_) if self.payload.type_oid == render::BYTEA => false,
+            Some(p) => p.iter().all(|b| *b <= b' '),
+        };
         let timestamp_ms = match self.timestamp {
             Some(c) => match value(c).map_err(|e| fail("bad_value", e))? {
                 Some(b) => timestamp::epoch_ms(c.type_oid, b).map_err(|e| fail("bad_value", e))?,
@@ -292,17 +313,6 @@ impl Route {
             },
             None => Some(pg_us_to_unix_ms(row.commit_time_us)),
         };
-        if self.tombstone && empty {
-            return Ok(Record {
-                topic,
-                key,
-                payload: None,
-                headers: Vec::new(),
-                partition: None,
-                timestamp_ms,
-                event_id: id,
-            });
-        }
         let mut headers = vec![("id".to_owned(), Bytes::copy_from_slice(id.as_bytes()))];
         if let Some(c) = self.headers {
             if let Some(h) = value(c).map_err(|e| fail("bad_value", e))? {
@@ -346,7 +356,12 @@ impl Route {
                 }
             }
         }
-        if let Some(mut env) = envelope {
+        if self.tombstone && empty {
+            // Headers and partition stay: consumers of a compacted topic still see which event
+            // deleted the key.
+            return Ok(Record { topic, key, payload: None, headers, partition, timestamp_ms, event_id: id });
+        }
+        if let Some(mut env) = envelope.or_else(|| self.envelope.then(serde_json::Map::new)) {
             let p = match &payload {
                 None => serde_json::Value::Null,
                 Some(p)

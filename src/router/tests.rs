@@ -164,16 +164,6 @@ fn table_of_options() {
             },
         ),
         (
-            "tombstone on empty payload drops headers",
-            |c| c.tombstone_on_empty_payload = true,
-            &[("payload", None)],
-            |r| {
-                assert_eq!(r.payload, None);
-                assert!(r.headers.is_empty());
-                assert_eq!(r.key.as_deref(), Some(&b"42"[..]));
-            },
-        ),
-        (
             "tombstone option leaves real payloads alone",
             |c| c.tombstone_on_empty_payload = true,
             &[],
@@ -332,6 +322,20 @@ fn placement_syntax() {
     for bad in ["a", "a:nowhere", "a:partition:x", ":header", "a:header:"] {
         assert!(Placement::parse_list(bad).is_err(), "{bad}");
     }
+    // An empty value or entry is a configuration error, as in Debezium (no placements is the flag
+    // left out); the message says what to do.
+    for (bad, says) in [
+        ("", "leave the flag out"),
+        ("  ", "leave the flag out"),
+        ("a:header,,b:header", "empty entry"),
+        ("a:header,", "empty entry"),
+        ("a:header,,", "empty entry"),
+        (",a:header", "empty entry"),
+        ("a:header, ,b:header", "empty entry"),
+    ] {
+        let e = Placement::parse_list(bad).unwrap_err();
+        assert!(e.contains(says), "{bad:?}: {e}");
+    }
 }
 
 /// Row data never panics the router: every unreadable or out-of-range timestamp, wherever it is
@@ -412,4 +416,107 @@ fn binary_and_toast_timestamps_are_bad_events() {
         assert_eq!(e.code, "bad_value");
         assert!(e.message.contains(want), "{}", e.message);
     }
+}
+
+/// Debezium's EventRouter builds a tombstone after the headers and placements, so it keeps the
+/// `id` header, every `:header` placement and the partition; only the value (and with it the
+/// envelope) is null. Its emptiness test is `payload.toString().trim().isEmpty()`.
+#[test]
+fn tombstones_keep_headers_like_debezium() {
+    type Tweak = fn(&mut RouteConfig);
+    type Check = fn(&Record);
+    let placements: Tweak = |c| {
+        c.tombstone_on_empty_payload = true;
+        c.placements = Placement::parse_list("event_type:header:eventType,shard:partition,urgent:envelope").unwrap();
+    };
+    let text_payload: Tweak = |c| {
+        c.tombstone_on_empty_payload = true;
+        c.payload_field = "text_payload".into();
+    };
+    fn tombstone(r: &Record) {
+        assert_eq!(r.payload, None, "a tombstone");
+        assert_eq!(r.key.as_deref(), Some(&b"42"[..]));
+        assert_eq!(r.headers[0], ("id".to_owned(), Bytes::from_static(ID.as_bytes())));
+    }
+    let cases: Vec<(&str, Tweak, &[(&str, Option<&str>)], Check)> = vec![
+        (
+            "NULL payload keeps id and the headers column",
+            |c| c.tombstone_on_empty_payload = true,
+            &[("payload", None)],
+            |r| {
+                tombstone(r);
+                assert_eq!(h(r).iter().map(|(k, _)| *k).collect::<Vec<_>>(), ["id", "attempt", "nested", "traceId"]);
+            },
+        ),
+        (
+            "NULL payload keeps header placements and the partition, drops the envelope",
+            placements,
+            &[("payload", None)],
+            |r| {
+                tombstone(r);
+                assert!(h(r).contains(&("eventType", "order.paid.v1".into())), "{:?}", h(r));
+                assert_eq!(r.partition, Some(2));
+            },
+        ),
+        ("empty text payload", text_payload, &[("text_payload", Some(""))], tombstone),
+        ("whitespace-only text payload (Java trim)", text_payload, &[("text_payload", Some(" \t\r\n"))], tombstone),
+        ("text payload with content", text_payload, &[("text_payload", Some(" x "))], |r| {
+            assert_eq!(r.payload.as_deref(), Some(&b" x "[..]))
+        }),
+        (
+            "empty bytea is a value, not a tombstone (a byte array's toString is never empty)",
+            |c| {
+                c.tombstone_on_empty_payload = true;
+                c.payload_field = "blob".into();
+            },
+            &[("blob", Some("\\x"))],
+            |r| assert_eq!(r.payload.as_deref(), Some(&b""[..])),
+        ),
+        (
+            "without the option a NULL payload is a null value with the same headers",
+            |c| c.placements = Placement::parse_list("event_type:header:eventType").unwrap(),
+            &[("payload", None)],
+            |r| {
+                assert_eq!(r.payload, None);
+                assert_eq!(h(r).last().unwrap(), &("eventType", "order.paid.v1".to_owned()));
+            },
+        ),
+    ];
+    for (name, tweak, overrides, check) in cases {
+        let mut c = cfg();
+        tweak(&mut c);
+        let rec = route_with(&c, overrides).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        eprintln!("case: {name}");
+        check(&rec);
+    }
+}
+
+/// With `table.field.additional.missing=ignore`, Debezium decides "envelope or bare payload" from
+/// the configuration: a configured `:envelope` placement whose column is missing still yields
+/// `{"payload": …}`, so every record on a topic has one shape.
+#[test]
+fn missing_envelope_column_still_yields_an_envelope() {
+    let cases: &[(&str, &str, serde_json::Value)] = &[
+        ("only envelope column missing", "nope:envelope", serde_json::json!({"payload": {"total": 10.50, "x": "é"}})),
+        (
+            "one of two envelope columns missing",
+            "nope:envelope,shard:envelope:s",
+            serde_json::json!({"payload": {"total": 10.50, "x": "é"}, "s": 2}),
+        ),
+        ("missing header column: bare payload", "nope:header", serde_json::json!({"total": 10.50, "x": "é"})),
+    ];
+    for (name, placements, want) in cases {
+        let mut c = cfg();
+        c.additional_missing = MissingPolicy::Ignore;
+        c.placements = Placement::parse_list(placements).unwrap();
+        let rec = route_with(&c, &[]).unwrap();
+        let got: serde_json::Value = serde_json::from_slice(rec.payload.as_deref().unwrap()).unwrap();
+        assert_eq!(&got, want, "{name}");
+    }
+    // A NULL payload inside an envelope is `"payload": null`.
+    let mut c = cfg();
+    c.additional_missing = MissingPolicy::Ignore;
+    c.placements = Placement::parse_list("nope:envelope").unwrap();
+    let rec = route_with(&c, &[("payload", None)]).unwrap();
+    assert_eq!(rec.payload.as_deref(), Some(&br#"{"payload":null}"#[..]));
 }
