@@ -26,8 +26,11 @@ use std::path::Path;
 
 use crate::error::Definite;
 
+mod apply;
 mod producer;
 mod providers;
+
+pub use apply::apply;
 
 const EVENT_ROUTER: &str = "io.debezium.transforms.outbox.EventRouter";
 

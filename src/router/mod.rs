@@ -138,7 +138,7 @@ pub enum HeadersField {
 }
 
 /// Which columns feed which parts of a record, and how the topic is named.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RouteConfig {
     pub id_field: String,
     pub key_field: String,

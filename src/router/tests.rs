@@ -80,7 +80,12 @@ fn row(overrides: &[(&str, Option<&str>)]) -> TupleData {
     )
 }
 
-fn route_with(c: &RouteConfig, overrides: &[(&str, Option<&str>)]) -> Result<Record, BadEvent> {
+/// Column values replacing the defaults of [`row`]; `None` is NULL.
+type Overrides<'a> = &'a [(&'a str, Option<&'a str>)];
+
+// Tests compare whole results; the size of a bad event does not matter here.
+#[allow(clippy::result_large_err)]
+fn route_with(c: &RouteConfig, overrides: Overrides<'_>) -> Result<Record, BadEvent> {
     let r = Route::compile(c, &relation(COLS)).unwrap();
     r.route(OutboxRow { tuple: &row(overrides), commit_time_us: 1_000_000 })
 }
@@ -113,7 +118,7 @@ fn defaults_route_like_the_event_router() {
 fn table_of_options() {
     type Tweak = fn(&mut RouteConfig);
     type Check = fn(&Record);
-    let cases: Vec<(&str, Tweak, &[(&str, Option<&str>)], Check)> = vec![
+    let cases: Vec<(&str, Tweak, Overrides<'_>, Check)> = vec![
         ("key NULL means no key", |_| {}, &[("aggregate_id", None)], |r| assert_eq!(r.key, None)),
         (
             "key from another column",
@@ -268,7 +273,7 @@ fn table_of_options() {
 
 #[test]
 fn bad_events_carry_reason_and_salvage() {
-    let cases: Vec<(&[(&str, Option<&str>)], &str)> = vec![
+    let cases: Vec<(Overrides<'_>, &str)> = vec![
         (&[("event_type", None)], "null_route"),
         (&[("event_id", None)], "null_id"),
         (&[("event_type", Some("bad topic!"))], "invalid_topic"),
@@ -346,7 +351,8 @@ fn out_of_range_timestamps_are_bad_events() {
     let text_ts: Vec<(&str, u32)> =
         COLS.iter().map(|&(n, t)| if n == "created_at" { (n, TEXT) } else { (n, t) }).collect();
     type Tweak = fn(&mut RouteConfig);
-    let cases: Vec<(&str, &[(&str, u32)], Tweak, &str, &str)> = vec![
+    type Columns<'a> = &'a [(&'a str, u32)];
+    let cases: Vec<(&str, Columns<'_>, Tweak, &str, &str)> = vec![
         ("far-future timestamptz", COLS, |_| {}, FAR, "cannot read timestamp"),
         ("far-future text timestamp", &text_ts, |_| {}, FAR, "cannot read timestamp"),
         ("year past 9999", COLS, |_| {}, "294276-12-31 23:59:59+00", "cannot read timestamp"),
@@ -438,7 +444,7 @@ fn tombstones_keep_headers_like_debezium() {
         assert_eq!(r.key.as_deref(), Some(&b"42"[..]));
         assert_eq!(r.headers[0], ("id".to_owned(), Bytes::from_static(ID.as_bytes())));
     }
-    let cases: Vec<(&str, Tweak, &[(&str, Option<&str>)], Check)> = vec![
+    let cases: Vec<(&str, Tweak, Overrides<'_>, Check)> = vec![
         (
             "NULL payload keeps id and the headers column",
             |c| c.tombstone_on_empty_payload = true,
