@@ -472,3 +472,31 @@ fn debezium_properties_overridden_by_the_property_file_stay_overridden() {
     assert_eq!(effective(&again), effective(&c), "{:?}", c.to_flags());
     assert!(!c.to_flags().join(" ").contains("from-debezium"));
 }
+
+/// Every `run` flag is printed by `outboxd config` (those printed only when set are listed), so a
+/// new flag cannot be forgotten in `show.rs`. Give the generator above a strategy for it too.
+#[test]
+fn outboxd_config_prints_every_run_flag() {
+    use clap::CommandFactory;
+    const ONLY_WHEN_SET: &[&str] = &[
+        "debezium-config", // merged into the other flags
+        "postgres-password-file",
+        "kafka-property",
+        "kafka-property-file",
+        "table-fields-additional-placement",
+        "table-field-event-headers",
+        "heartbeat-action-query",
+    ];
+    let cli = Cli::command();
+    let run = cli.find_subcommand("run").expect("run subcommand");
+    let c = config_of(&["--postgres-url".into(), "postgres://u@127.0.0.1/db".into()]).unwrap();
+    let args = c.to_args();
+    let printed: Vec<&str> = args.iter().map(|(k, _)| *k).collect();
+    for arg in run.get_arguments() {
+        let Some(long) = arg.get_long() else { continue };
+        if long == "help" || ONLY_WHEN_SET.contains(&long) {
+            continue;
+        }
+        assert!(printed.contains(&long), "--{long} is missing from Config::to_args (config/show.rs)");
+    }
+}
