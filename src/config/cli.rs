@@ -2,8 +2,9 @@
 //! text, and the value enums they share with the validated [`super::Config`].
 //!
 //! Nothing here is checked beyond what clap checks; [`super::Config::from_args`] validates `run`'s
-//! flags, and [`super::Config::to_args`] is their inverse, so a flag added here needs a line in
-//! both (the round-trip test in `config::tests` fails until it has them).
+//! flags, and [`super::Config::to_args`] is their inverse, so a `run` flag added here needs a line
+//! in both (`config::tests::outboxd_config_prints_every_run_flag` fails until `to_args` has it;
+//! give the round-trip generator there a strategy for it too).
 
 use std::path::PathBuf;
 
