@@ -71,6 +71,9 @@ fn print_config(args: &RunArgs, explicit: &dyn Fn(&str) -> bool) -> ExitCode {
             for (warning, note) in &cfg.notes {
                 eprintln!("outboxd: {}: {note}", if *warning { "warning" } else { "note" });
             }
+            if cfg.require_empty_tables {
+                eprintln!("outboxd: note: the Debezium file's snapshot.mode also requires empty outbox tables at start; the flags below do not");
+            }
             println!("{}", cfg.to_flags().join(" \\\n  "));
             ExitCode::SUCCESS
         }

@@ -565,6 +565,61 @@ fn json_column_keeps_nul_escape_and_formatting_verbatim() {
     assert_running(&mut d);
 }
 
+/// Row data never stops the daemon: timestamps PostgreSQL stores but a record cannot carry (a
+/// `timestamptz` in 200000 AD; a text `created_at` of `99999999999999999-01-01`, which overflowed
+/// 64-bit day arithmetic and panicked before) are dead-lettered as `bad_value` under the default
+/// `--on-bad-event dlq`, and the events around them arrive with their timestamps.
+#[test]
+fn out_of_range_timestamps_are_dead_lettered_and_later_events_follow() {
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    pg.psql(
+        "CREATE TABLE public.outbox_text_ts (LIKE public.outbox INCLUDING ALL); \
+         ALTER TABLE public.outbox_text_ts ALTER COLUMN created_at TYPE text",
+    );
+    let (pg, broker, mut d) = start_daemon(pg, &["--table", "public.outbox", "--table", "public.outbox_text_ts"]);
+    let db = Db::connect(&pg);
+    let with_created_at = |table: &str, ty: &str, created_at: &str| -> String {
+        let sql = format!(
+            "INSERT INTO {table} (aggregate_type, aggregate_id, event_type, payload, created_at) \
+             VALUES ('hostile', 'bad', $1, '{{}}', $2::text::{ty}) RETURNING event_id::text"
+        );
+        db.query(&sql, &[&EVENT_TYPE, &created_at])[0].get(0)
+    };
+    db.insert("outbox", "before", r#"{"n": 0}"#, "{}");
+    let bad_tz = with_created_at("outbox", "timestamptz", "200000-01-01 00:00:00+00");
+    db.insert("outbox_text_ts", "text-before", r#"{"n": 1}"#, "{}");
+    let bad_text = with_created_at("outbox_text_ts", "text", "99999999999999999-01-01 00:00:00+00");
+    db.insert("outbox", "after", r#"{"n": 2}"#, "{}");
+    db.insert("outbox_text_ts", "text-after", r#"{"n": 3}"#, "{}");
+
+    let mut rows = outbox_rows(&db, "outbox");
+    rows.extend(outbox_rows(&db, "outbox_text_ts"));
+    assert!(rows.remove(&bad_tz).is_some() && rows.remove(&bad_text).is_some());
+    let got = check_delivered(&broker, TOPIC, &rows, Times::Once, Duration::from_secs(60), &d, false);
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    for c in &got {
+        let ts = c.timestamp_ms.expect("record timestamp");
+        assert!((now_ms - ts).abs() < 600_000, "created_at became the record timestamp, got {ts}");
+    }
+
+    let dead = broker.consume_all(DLQ, 1, 2, Duration::from_secs(30));
+    assert_eq!(dead.len(), 2, "two dead letters expected:\n{}", tail(&d.log(), 40));
+    let mut ids: Vec<String> = dead.iter().filter_map(|c| c.header_str("id")).collect();
+    ids.sort();
+    let mut want = vec![bad_tz, bad_text];
+    want.sort();
+    assert_eq!(ids, want);
+    for c in &dead {
+        assert_eq!(c.header_str("outboxd.error").as_deref(), Some("bad_value"));
+        let msg = c.header_str("outboxd.error.message").unwrap_or_default();
+        assert!(msg.contains("cannot read timestamp"), "{msg}");
+        assert_eq!(c.key.as_deref(), Some(&b"bad"[..]));
+        assert_eq!(c.payload.as_deref(), Some(&b"{}"[..]), "payload salvaged");
+    }
+    assert_running(&mut d);
+}
+
 /// The walsender is terminated twice while a writer commits 5000 events in 1000 small
 /// transactions. The server sends ErrorResponse (FATAL 57P01) on the replication connection and
 /// closes it; the daemon must log the reconnect, resume from the confirmed LSN, and deliver every

@@ -111,7 +111,11 @@ fn two_outbox_tables_bytea_payloads_and_tombstones() {
     assert_eq!(bin[0].payload.as_deref(), Some(&[0u8, 255, 16][..]), "bytea arrives as raw bytes");
     assert_eq!(bin[1].key_str().as_deref(), Some("k2"));
     assert_eq!(bin[1].payload, None, "NULL payload with the tombstone option is a tombstone");
-    assert!(bin[1].headers.is_empty(), "tombstones carry no headers");
+    // As Debezium's: a tombstone keeps the `id` header (and any header placements).
+    let names: Vec<&str> = bin[1].headers.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names, ["id"], "the tombstone keeps its id header");
+    let id = pg.psql("SELECT event_id FROM events_b WHERE aggregate_id = 'k2'");
+    assert_eq!(bin[1].header_str("id").as_deref(), Some(id.as_str()));
     let json = broker.consume_all("json.events", 1, 1, Duration::from_secs(30));
     assert_eq!(json.len(), 1, "{}", d.log());
     assert_eq!(json[0].payload.as_deref(), Some(&b"[1, 2]"[..]));

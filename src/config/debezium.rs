@@ -26,8 +26,11 @@ use std::path::Path;
 
 use crate::error::Definite;
 
+mod apply;
 mod producer;
 mod providers;
+
+pub use apply::apply;
 
 const EVENT_ROUTER: &str = "io.debezium.transforms.outbox.EventRouter";
 
@@ -300,8 +303,16 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
     o.values.push(("table_field_event_type", opt("table.field.event.type", "type")));
     o.values.push(("table_field_event_payload", opt("table.field.event.payload", "payload")));
     o.values.push(("table_field_event_timestamp", opt("table.field.event.timestamp", "")));
-    o.values.push(("table_fields_additional_placement", opt("table.fields.additional.placement", "")));
-    o.values.push(("table_field_additional_missing", opt("table.field.additional.missing", "error")));
+    // Debezium's own name is the boolean `table.fields.additional.error.on.missing`; the
+    // error/ignore spelling `table.field.additional.missing` is accepted as well.
+    let missing = opt("table.field.additional.missing", "error");
+    let missing = match opt("table.fields.additional.error.on.missing", "").trim().to_ascii_lowercase().as_str() {
+        "" => missing,
+        "true" => "error".to_owned(),
+        "false" => "ignore".to_owned(),
+        other => other.to_owned(),
+    };
+    o.values.push(("table_field_additional_missing", missing));
     o.values.push(("route_by_field", opt("route.by.field", "aggregatetype")));
     o.values.push(("route_topic_regex", opt("route.topic.regex", "(?<routedByValue>.*)")));
     o.values.push(("route_topic_replacement", opt("route.topic.replacement", "outbox.event.${routedByValue}")));
@@ -309,6 +320,12 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
     o.values.push(("table_op_invalid_behavior", opt("table.op.invalid.behavior", "warn")));
     o.values.push(("table_expand_json_payload", opt("table.expand.json.payload", "false")));
     o.values.push(("table_field_event_headers", opt("table.field.event.headers", "")));
+    // Debezium's default is no placements: an absent option sets nothing, while an empty value is
+    // passed on to be refused like an empty flag.
+    router_used.push("table.fields.additional.placement".to_owned());
+    if let Some(p) = router_opts.get("table.fields.additional.placement") {
+        o.values.push(("table_fields_additional_placement", p.clone()));
+    }
     for k in ["table.field.event.schema.version", "table.field.event.payload.id", "debezium.op.invalid.behavior"] {
         if router_opts.contains_key(k) {
             router_used.push(k.to_owned());
@@ -433,6 +450,29 @@ mod tests {
         assert_eq!(value(&o, "table_field_event_timestamp"), Some(""));
         assert_eq!(value(&o, "table_field_event_headers"), Some(""));
         assert_eq!(value(&o, "publication"), Some("dbz_publication"));
+        assert_eq!(value(&o, "table_fields_additional_placement"), None, "no placements, and no empty value");
+        assert_eq!(value(&o, "table_field_additional_missing"), Some("error"));
+    }
+
+    #[test]
+    fn additional_placement_and_missing_options() {
+        let router = |pairs: &[(&str, &str)]| {
+            let mut m = map(&[("transforms", "outbox"), ("transforms.outbox.type", EVENT_ROUTER)]);
+            m.extend(pairs.iter().map(|(k, v)| (format!("transforms.outbox.{k}"), v.to_string())));
+            translate(&m).unwrap()
+        };
+        // An explicitly empty placement is passed on (and refused by validation), not dropped.
+        let o = router(&[("table.fields.additional.placement", "")]);
+        assert_eq!(value(&o, "table_fields_additional_placement"), Some(""));
+        for (k, v, want) in [
+            ("table.fields.additional.error.on.missing", "false", "ignore"),
+            ("table.fields.additional.error.on.missing", "TRUE", "error"),
+            ("table.field.additional.missing", "ignore", "ignore"),
+        ] {
+            let o = router(&[(k, v)]);
+            assert_eq!(value(&o, "table_field_additional_missing"), Some(want), "{k}={v}");
+            assert!(o.notes.iter().all(|(w, _)| !w), "{k} is known: {:?}", o.notes);
+        }
     }
 
     #[test]

@@ -7,8 +7,11 @@
 //! * topic: [`topic::TopicRule`] applied to the route-by column's value;
 //! * key: the key column (NULL means no key);
 //! * value: the payload column — JSON columns and text as their exact bytes, `bytea` raw; with
-//!   envelope placements, a JSON object `{"payload": …, alias: …}`; NULL is a null value (a
-//!   tombstone without headers when `--route-tombstone-on-empty-payload` is on);
+//!   envelope placements configured, always a JSON object `{"payload": …, alias: …}` (even when
+//!   `--table-field-additional-missing ignore` dropped every envelope column, so one topic keeps one
+//!   shape); NULL is a null value. With `--route-tombstone-on-empty-payload`, a NULL, empty or
+//!   whitespace-only text payload is a tombstone (null value, no envelope) that keeps its headers
+//!   and partition, as Debezium's does;
 //! * headers: `id`, then the expanded top-level keys of the headers column, then header placements;
 //! * partition: a `col:partition` placement; timestamp: the timestamp column, else the commit time.
 //!
@@ -16,6 +19,7 @@
 //! payload, intended topic) so the caller can stop, dead-letter or skip it.
 
 pub mod render;
+mod timestamp;
 pub mod topic;
 
 use std::sync::Arc;
@@ -82,12 +86,19 @@ pub struct Placement {
 }
 
 impl Placement {
-    /// Parse Debezium's comma-separated `table.fields.additional.placement`.
+    /// Parse Debezium's comma-separated `table.fields.additional.placement`. An empty entry
+    /// (`""`, `"a:header,,b:header"`, a trailing comma) is an error, as it is for Debezium: it is
+    /// a typo more often than an intent. "No placements" is the flag left out, not an empty value.
     pub fn parse_list(s: &str) -> Result<Vec<Placement>, String> {
+        if s.trim().is_empty() {
+            return Err("is empty; leave the flag out for no placements, or give col:header[:alias], col:envelope[:alias] or col:partition".into());
+        }
         s.split(',')
             .map(str::trim)
-            .filter(|p| !p.is_empty())
             .map(|p| {
+                if p.is_empty() {
+                    return Err(format!("{s:?} has an empty entry; remove the extra comma"));
+                }
                 let f: Vec<&str> = p.split(':').collect();
                 let bad = || format!("{p:?}: expected col:header[:alias], col:envelope[:alias] or col:partition");
                 let (col, kind, alias) = match f.as_slice() {
@@ -127,7 +138,7 @@ pub enum HeadersField {
 }
 
 /// Which columns feed which parts of a record, and how the topic is named.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RouteConfig {
     pub id_field: String,
     pub key_field: String,
@@ -164,6 +175,9 @@ pub struct Route {
     topic: Arc<TopicRule>,
     tombstone: bool,
     expand_json: bool,
+    /// An envelope placement is configured, whether or not its column exists: the value is
+    /// always an envelope then (Debezium decides this from the configuration, not the row).
+    envelope: bool,
 }
 
 impl Route {
@@ -212,6 +226,7 @@ impl Route {
             topic: cfg.topic.clone(),
             tombstone: cfg.tombstone_on_empty_payload,
             expand_json: cfg.expand_json_payload,
+            envelope: cfg.placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_))),
             table,
         })
     }
@@ -261,7 +276,10 @@ impl Route {
             Err(e) => return Err(bad("bad_value", e, None)),
         };
         let routed = match value(self.route_by) {
-            Ok(Some(v)) => as_string(self.route_by.type_oid, v),
+            Ok(Some(v)) => match as_string(self.route_by.type_oid, v) {
+                Ok(s) => s,
+                Err(e) => return Err(bad("bad_value", e, None)),
+            },
             Ok(None) => return Err(bad("null_route", "the route-by column is NULL".into(), None)),
             Err(e) => return Err(bad("bad_value", e, None)),
         };
@@ -280,25 +298,21 @@ impl Route {
                 }
             }
         }
-        let empty = payload.as_ref().is_none_or(|p| p.is_empty());
+        // Debezium's test is `payload.toString().trim().isEmpty()`: text that is empty or only
+        // whitespace (Java's trim drops every char <= U+0020). A `bytea` value's toString is never
+        // empty, so only a NULL one counts.
+        let empty = match &payload {
+            None => true,
+            Some(_) if self.payload.type_oid == render::BYTEA => false,
+            Some(p) => p.iter().all(|b| *b <= b' '),
+        };
         let timestamp_ms = match self.timestamp {
             Some(c) => match value(c).map_err(|e| fail("bad_value", e))? {
-                Some(b) => parse_timestamp_ms(c.type_oid, b).map_err(|e| fail("bad_value", e))?,
+                Some(b) => timestamp::epoch_ms(c.type_oid, b).map_err(|e| fail("bad_value", e))?,
                 None => Some(pg_us_to_unix_ms(row.commit_time_us)),
             },
             None => Some(pg_us_to_unix_ms(row.commit_time_us)),
         };
-        if self.tombstone && empty {
-            return Ok(Record {
-                topic,
-                key,
-                payload: None,
-                headers: Vec::new(),
-                partition: None,
-                timestamp_ms,
-                event_id: id,
-            });
-        }
         let mut headers = vec![("id".to_owned(), Bytes::copy_from_slice(id.as_bytes()))];
         if let Some(c) = self.headers {
             if let Some(h) = value(c).map_err(|e| fail("bad_value", e))? {
@@ -312,12 +326,19 @@ impl Route {
             match target {
                 PlacementTarget::Header(alias) => {
                     if let Some(v) = v {
-                        let b = if is_json(c.type_oid) { v.clone() } else { Bytes::from(as_string(c.type_oid, v)) };
+                        let b = if is_json(c.type_oid) {
+                            v.clone()
+                        } else {
+                            Bytes::from(as_string(c.type_oid, v).map_err(|e| fail("bad_value", e))?)
+                        };
                         headers.push((alias.clone(), b));
                     }
                 }
                 PlacementTarget::Envelope(alias) => {
-                    let j = v.map_or(serde_json::Value::Null, |v| as_json(c.type_oid, v));
+                    let j = match v {
+                        Some(v) => as_json(c.type_oid, v).map_err(|e| fail("bad_value", e))?,
+                        None => serde_json::Value::Null,
+                    };
                     envelope.get_or_insert_with(serde_json::Map::new).insert(alias.clone(), j);
                 }
                 PlacementTarget::Partition => {
@@ -335,7 +356,12 @@ impl Route {
                 }
             }
         }
-        if let Some(mut env) = envelope {
+        if self.tombstone && empty {
+            // Headers and partition stay: consumers of a compacted topic still see which event
+            // deleted the key.
+            return Ok(Record { topic, key, payload: None, headers, partition, timestamp_ms, event_id: id });
+        }
+        if let Some(mut env) = envelope.or_else(|| self.envelope.then(serde_json::Map::new)) {
             let p = match &payload {
                 None => serde_json::Value::Null,
                 Some(p)
@@ -389,80 +415,6 @@ const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
 
 pub fn pg_us_to_unix_ms(us: i64) -> i64 {
     us.saturating_add(PG_EPOCH_OFFSET_US).div_euclid(1000)
-}
-
-/// A timestamp column's value in ms since the Unix epoch: `timestamptz`/`timestamp` text (ISO
-/// DateStyle; `timestamp` read as UTC), or an integer column taken as epoch milliseconds.
-fn parse_timestamp_ms(type_oid: u32, b: &[u8]) -> Result<Option<i64>, String> {
-    match type_oid {
-        render::INT8 | render::INT4 => std::str::from_utf8(b)
-            .ok()
-            .and_then(|s| s.parse::<i64>().ok())
-            .map(Some)
-            .ok_or_else(|| "timestamp column is not an integer".to_owned()),
-        render::TIMESTAMP => {
-            let mut with_tz = b.to_vec();
-            with_tz.extend_from_slice(b"+00");
-            parse_timestamptz_ms(&with_tz)
-        }
-        _ => parse_timestamptz_ms(b),
-    }
-}
-
-/// Parse `timestamptz` text in ISO DateStyle (`2026-12-02 10:49:10.123456+00`, offsets may be
-/// `+05:30` or `-03:30:12`). `infinity` values give `None` (the record keeps no timestamp).
-fn parse_timestamptz_ms(b: &[u8]) -> Result<Option<i64>, String> {
-    let s = std::str::from_utf8(b).map_err(|_| "timestamp is not UTF-8".to_owned())?;
-    if s == "infinity" || s == "-infinity" || s == "infinity+00" || s == "-infinity+00" {
-        return Ok(None);
-    }
-    let bad = || format!("cannot read timestamp {s:?}; expected ISO format like 2026-12-02 10:49:10.5+00");
-    let num = |t: &str| -> Result<i64, String> {
-        if t.is_empty() || !t.bytes().all(|c| c.is_ascii_digit()) {
-            return Err(bad());
-        }
-        t.parse::<i64>().map_err(|_| bad())
-    };
-    let (date, rest) = s.split_once(' ').ok_or_else(bad)?;
-    let mut d = date.splitn(3, '-');
-    let (y, mo, da) =
-        (num(d.next().ok_or_else(bad)?)?, num(d.next().ok_or_else(bad)?)?, num(d.next().ok_or_else(bad)?)?);
-    let sign_at = rest.find(['+', '-']).ok_or_else(bad)?;
-    let (time, offset) = rest.split_at(sign_at);
-    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
-    let mut t = hms.splitn(3, ':');
-    let (h, mi, se) =
-        (num(t.next().ok_or_else(bad)?)?, num(t.next().ok_or_else(bad)?)?, num(t.next().ok_or_else(bad)?)?);
-    let millis = if frac.is_empty() {
-        0
-    } else {
-        num(frac)?;
-        let digits: String = frac.chars().chain("000".chars()).take(3).collect();
-        num(&digits)?
-    };
-    let neg = offset.starts_with('-');
-    let mut o = offset[1..].splitn(3, ':');
-    let oh = num(o.next().ok_or_else(bad)?)?;
-    let om = o.next().map(num).transpose()?.unwrap_or(0);
-    let os = o.next().map(num).transpose()?.unwrap_or(0);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&da) || h > 24 || mi > 59 || se > 60 {
-        return Err(bad());
-    }
-    let off_s = (oh * 3600 + om * 60 + os) * if neg { -1 } else { 1 };
-    let days = days_from_civil(y, mo, da);
-    let secs = days * 86_400 + h * 3600 + mi * 60 + se - off_s;
-    Ok(Some(secs * 1000 + millis))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (the civil-from-days inverse).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

@@ -3,9 +3,12 @@
 //! pgoutput sends every value in PostgreSQL's text output format (we never ask for binary), with
 //! the walsender pinned to `DateStyle=ISO, TimeZone=UTC`. This module turns those texts into what
 //! Kafka consumers expect: raw bytes for `bytea` (decoded from `\x` hex), `true`/`false` for
-//! booleans, ISO 8601 for timestamps, and JSON text as is. Everything else is its text.
+//! booleans, ISO 8601 for timestamps (see [`super::timestamp`]), and JSON text as is. Everything
+//! else is its text. Only timestamps can fail to render: a value out of jiff's range is an `Err`.
 
 use bytes::Bytes;
+
+use super::timestamp;
 
 pub const BOOL: u32 = 16;
 pub const BYTEA: u32 = 17;
@@ -46,51 +49,29 @@ pub fn bytea(text: &[u8]) -> Result<Bytes, String> {
 pub fn as_bytes(type_oid: u32, text: &Bytes) -> Result<Bytes, String> {
     match type_oid {
         BYTEA => bytea(text),
-        BOOL | TIMESTAMP | TIMESTAMPTZ => Ok(Bytes::from(as_string(type_oid, text).into_bytes())),
+        BOOL | TIMESTAMP | TIMESTAMPTZ => Ok(Bytes::from(as_string(type_oid, text)?.into_bytes())),
         _ => Ok(text.clone()),
     }
 }
 
 /// A value as a string (headers, envelope fields): ISO 8601 timestamps, `true`/`false`.
-pub fn as_string(type_oid: u32, text: &[u8]) -> String {
-    let s = String::from_utf8_lossy(text);
-    match type_oid {
-        BOOL => match &*s {
-            "t" => "true".into(),
-            "f" => "false".into(),
-            other => other.into(),
+pub fn as_string(type_oid: u32, text: &[u8]) -> Result<String, String> {
+    Ok(match type_oid {
+        BOOL => match text {
+            b"t" => "true".into(),
+            b"f" => "false".into(),
+            other => String::from_utf8_lossy(other).into_owned(),
         },
-        TIMESTAMPTZ => iso_timestamp(&s, true),
-        TIMESTAMP => iso_timestamp(&s, false),
-        _ => s.into_owned(),
-    }
-}
-
-/// `2026-12-02 10:49:10.5+00` → `2026-12-02T10:49:10.5Z`; other offsets become `+05:30`.
-fn iso_timestamp(s: &str, tz: bool) -> String {
-    let Some((date, time)) = s.split_once(' ') else { return s.to_owned() };
-    if !tz {
-        return format!("{date}T{time}");
-    }
-    match time.find(['+', '-']) {
-        Some(i) => {
-            let (t, off) = time.split_at(i);
-            if off == "+00" {
-                format!("{date}T{t}Z")
-            } else if off.len() == 3 {
-                format!("{date}T{t}{off}:00")
-            } else {
-                format!("{date}T{t}{off}")
-            }
-        }
-        None => format!("{date}T{time}"),
-    }
+        TIMESTAMPTZ => timestamp::iso(text, true)?,
+        TIMESTAMP => timestamp::iso(text, false)?,
+        _ => String::from_utf8_lossy(text).into_owned(),
+    })
 }
 
 /// A value as a JSON value for an envelope: JSON columns embedded, numbers and booleans typed,
 /// everything else a string.
-pub fn as_json(type_oid: u32, text: &[u8]) -> serde_json::Value {
-    match type_oid {
+pub fn as_json(type_oid: u32, text: &[u8]) -> Result<serde_json::Value, String> {
+    Ok(match type_oid {
         JSON | JSONB => serde_json::from_slice(text)
             .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(text).into_owned())),
         INT2 | INT4 | INT8 | OID | FLOAT4 | FLOAT8 | NUMERIC => {
@@ -100,8 +81,8 @@ pub fn as_json(type_oid: u32, text: &[u8]) -> serde_json::Value {
             })
         }
         BOOL => serde_json::Value::Bool(text == b"t"),
-        _ => serde_json::Value::String(as_string(type_oid, text)),
-    }
+        _ => serde_json::Value::String(as_string(type_oid, text)?),
+    })
 }
 
 /// Whether the column holds JSON text.
@@ -122,17 +103,24 @@ mod tests {
     fn renderings() {
         assert_eq!(&bytea(b"\\x00ff10").unwrap()[..], &[0, 255, 16]);
         assert!(bytea(b"\\x0").is_err() && bytea(b"00").is_err() && bytea(b"\\xzz").is_err());
-        assert_eq!(as_string(BOOL, b"t"), "true");
-        assert_eq!(as_string(TIMESTAMPTZ, b"2026-12-02 10:49:10.5+00"), "2026-12-02T10:49:10.5Z");
-        assert_eq!(as_string(TIMESTAMPTZ, b"2026-12-02 10:49:10+05:30"), "2026-12-02T10:49:10+05:30");
-        assert_eq!(as_string(TIMESTAMPTZ, b"2026-12-02 10:49:10-03"), "2026-12-02T10:49:10-03:00");
-        assert_eq!(as_string(TIMESTAMP, b"2026-12-02 10:49:10"), "2026-12-02T10:49:10");
-        assert_eq!(as_string(2950, b"0b6b3c1e-0000-4000-8000-000000000001"), "0b6b3c1e-0000-4000-8000-000000000001");
-        assert_eq!(as_json(INT8, b"42"), serde_json::json!(42));
-        assert_eq!(as_json(NUMERIC, b"10.50").to_string(), "10.50".parse::<serde_json::Value>().unwrap().to_string());
-        assert_eq!(as_json(NUMERIC, b"NaN"), serde_json::json!("NaN"));
-        assert_eq!(as_json(JSONB, br#"{"a": 1}"#), serde_json::json!({"a": 1}));
-        assert_eq!(as_json(BOOL, b"f"), serde_json::json!(false));
-        assert_eq!(as_json(TEXT, b"x"), serde_json::json!("x"));
+        let s = |oid: u32, t: &[u8]| as_string(oid, t).unwrap();
+        assert_eq!(s(BOOL, b"t"), "true");
+        assert_eq!(s(TIMESTAMPTZ, b"2026-12-02 10:49:10.5+00"), "2026-12-02T10:49:10.5Z");
+        assert_eq!(s(TIMESTAMPTZ, b"2026-12-02 10:49:10+05:30"), "2026-12-02T10:49:10+05:30");
+        assert_eq!(s(TIMESTAMPTZ, b"2026-12-02 10:49:10-03"), "2026-12-02T10:49:10-03:00");
+        assert_eq!(s(TIMESTAMP, b"2026-12-02 10:49:10"), "2026-12-02T10:49:10");
+        assert_eq!(s(2950, b"0b6b3c1e-0000-4000-8000-000000000001"), "0b6b3c1e-0000-4000-8000-000000000001");
+        let j = |oid: u32, t: &[u8]| as_json(oid, t).unwrap();
+        assert_eq!(j(INT8, b"42"), serde_json::json!(42));
+        assert_eq!(j(NUMERIC, b"10.50").to_string(), "10.50".parse::<serde_json::Value>().unwrap().to_string());
+        assert_eq!(j(NUMERIC, b"NaN"), serde_json::json!("NaN"));
+        assert_eq!(j(JSONB, br#"{"a": 1}"#), serde_json::json!({"a": 1}));
+        assert_eq!(j(BOOL, b"f"), serde_json::json!(false));
+        assert_eq!(j(TEXT, b"x"), serde_json::json!("x"));
+        assert_eq!(j(TIMESTAMPTZ, b"2026-12-02 10:49:10+00"), serde_json::json!("2026-12-02T10:49:10Z"));
+        // Out-of-range timestamps are errors in every rendering, never a panic.
+        let far = b"99999999999999999-01-01 00:00:00+00";
+        assert!(as_string(TIMESTAMPTZ, far).is_err() && as_json(TIMESTAMPTZ, far).is_err());
+        assert!(as_bytes(TIMESTAMPTZ, &Bytes::from_static(far)).is_err());
     }
 }

@@ -80,7 +80,12 @@ fn row(overrides: &[(&str, Option<&str>)]) -> TupleData {
     )
 }
 
-fn route_with(c: &RouteConfig, overrides: &[(&str, Option<&str>)]) -> Result<Record, BadEvent> {
+/// Column values replacing the defaults of [`row`]; `None` is NULL.
+type Overrides<'a> = &'a [(&'a str, Option<&'a str>)];
+
+// Tests compare whole results; the size of a bad event does not matter here.
+#[allow(clippy::result_large_err)]
+fn route_with(c: &RouteConfig, overrides: Overrides<'_>) -> Result<Record, BadEvent> {
     let r = Route::compile(c, &relation(COLS)).unwrap();
     r.route(OutboxRow { tuple: &row(overrides), commit_time_us: 1_000_000 })
 }
@@ -113,7 +118,7 @@ fn defaults_route_like_the_event_router() {
 fn table_of_options() {
     type Tweak = fn(&mut RouteConfig);
     type Check = fn(&Record);
-    let cases: Vec<(&str, Tweak, &[(&str, Option<&str>)], Check)> = vec![
+    let cases: Vec<(&str, Tweak, Overrides<'_>, Check)> = vec![
         ("key NULL means no key", |_| {}, &[("aggregate_id", None)], |r| assert_eq!(r.key, None)),
         (
             "key from another column",
@@ -161,16 +166,6 @@ fn table_of_options() {
             |r| {
                 assert_eq!(r.payload, None);
                 assert_eq!(r.headers[0].0, "id");
-            },
-        ),
-        (
-            "tombstone on empty payload drops headers",
-            |c| c.tombstone_on_empty_payload = true,
-            &[("payload", None)],
-            |r| {
-                assert_eq!(r.payload, None);
-                assert!(r.headers.is_empty());
-                assert_eq!(r.key.as_deref(), Some(&b"42"[..]));
             },
         ),
         (
@@ -278,7 +273,7 @@ fn table_of_options() {
 
 #[test]
 fn bad_events_carry_reason_and_salvage() {
-    let cases: Vec<(&[(&str, Option<&str>)], &str)> = vec![
+    let cases: Vec<(Overrides<'_>, &str)> = vec![
         (&[("event_type", None)], "null_route"),
         (&[("event_id", None)], "null_id"),
         (&[("event_type", Some("bad topic!"))], "invalid_topic"),
@@ -332,18 +327,202 @@ fn placement_syntax() {
     for bad in ["a", "a:nowhere", "a:partition:x", ":header", "a:header:"] {
         assert!(Placement::parse_list(bad).is_err(), "{bad}");
     }
+    // An empty value or entry is a configuration error, as in Debezium (no placements is the flag
+    // left out); the message says what to do.
+    for (bad, says) in [
+        ("", "leave the flag out"),
+        ("  ", "leave the flag out"),
+        ("a:header,,b:header", "empty entry"),
+        ("a:header,", "empty entry"),
+        ("a:header,,", "empty entry"),
+        (",a:header", "empty entry"),
+        ("a:header, ,b:header", "empty entry"),
+    ] {
+        let e = Placement::parse_list(bad).unwrap_err();
+        assert!(e.contains(says), "{bad:?}: {e}");
+    }
 }
 
+/// Row data never panics the router: every unreadable or out-of-range timestamp, wherever it is
+/// used, is a `bad_value` event with the row salvaged for the dead-letter topic.
 #[test]
-fn timestamps() {
-    let p = |s: &str| parse_timestamptz_ms(s.as_bytes());
-    assert_eq!(p("1970-01-01 00:00:00+00").unwrap(), Some(0));
-    assert_eq!(p("1970-01-01 05:30:00.5+05:30").unwrap(), Some(500));
-    assert_eq!(p("2000-03-01 00:00:00-01").unwrap(), Some(951_868_800_000 + 3_600_000));
-    assert_eq!(p("infinity").unwrap(), None);
-    for s in ["", "2026-12-02", "2026-13-01 00:00:00+00", "2026-12-02 10:49:10", "a-b-c d:e:f+00"] {
-        assert!(p(s).is_err(), "{s}");
+fn out_of_range_timestamps_are_bad_events() {
+    const FAR: &str = "99999999999999999-01-01 00:00:00+00";
+    let text_ts: Vec<(&str, u32)> =
+        COLS.iter().map(|&(n, t)| if n == "created_at" { (n, TEXT) } else { (n, t) }).collect();
+    type Tweak = fn(&mut RouteConfig);
+    type Columns<'a> = &'a [(&'a str, u32)];
+    let cases: Vec<(&str, Columns<'_>, Tweak, &str, &str)> = vec![
+        ("far-future timestamptz", COLS, |_| {}, FAR, "cannot read timestamp"),
+        ("far-future text timestamp", &text_ts, |_| {}, FAR, "cannot read timestamp"),
+        ("year past 9999", COLS, |_| {}, "294276-12-31 23:59:59+00", "cannot read timestamp"),
+        ("offset past the edge", COLS, |_| {}, "9999-12-31 23:00:00-05", "out of range"),
+        ("text without offset", &text_ts, |_| {}, "2026-12-02 10:49:10", "no UTC offset"),
+        (
+            "header placement of a far-future timestamp",
+            COLS,
+            |c| {
+                c.timestamp_field = None;
+                c.placements = Placement::parse_list("created_at:header").unwrap();
+            },
+            FAR,
+            "cannot read timestamp",
+        ),
+        (
+            "envelope placement of a far-future timestamp",
+            COLS,
+            |c| {
+                c.timestamp_field = None;
+                c.placements = Placement::parse_list("created_at:envelope").unwrap();
+            },
+            FAR,
+            "cannot read timestamp",
+        ),
+        (
+            "route by a far-future timestamp",
+            COLS,
+            |c| c.route_by_field = "created_at".into(),
+            FAR,
+            "cannot read timestamp",
+        ),
+    ];
+    for (name, cols, tweak, value, want) in cases {
+        let mut c = cfg();
+        tweak(&mut c);
+        let r = Route::compile(&c, &relation(cols)).unwrap();
+        let e = r.route(OutboxRow { tuple: &row(&[("created_at", Some(value))]), commit_time_us: 0 }).unwrap_err();
+        assert_eq!(e.code, "bad_value", "{name}: {e:?}");
+        assert!(e.message.contains(want), "{name}: {}", e.message);
+        assert_eq!((e.event_id.as_deref(), e.key.as_deref()), (Some(ID), Some(&b"42"[..])), "{name}: salvage");
     }
-    assert_eq!(parse_timestamp_ms(render::TIMESTAMP, b"1970-01-01 00:00:01").unwrap(), Some(1000));
-    assert_eq!(parse_timestamp_ms(render::INT8, b"1234").unwrap(), Some(1234));
+    // Negative (BC) years inside the range route normally, as negative epoch milliseconds.
+    let rec = route_with(&cfg(), &[("created_at", Some("0044-03-15 12:00:00+00 BC"))]).unwrap();
+    assert_eq!(rec.timestamp_ms, Some(-63_517_780_800_000));
+    let mut c = cfg();
+    c.placements = Placement::parse_list("created_at:header:at").unwrap();
+    let rec = route_with(&c, &[("created_at", Some("0044-03-15 12:00:00+00 BC"))]).unwrap();
+    assert_eq!(h(&rec).last().unwrap(), &("at", "-000043-03-15T12:00:00Z".to_owned()));
+    // `infinity` keeps no timestamp rather than inventing one.
+    assert_eq!(route_with(&cfg(), &[("created_at", Some("infinity"))]).unwrap().timestamp_ms, None);
+}
+
+/// pgoutput sends text unless asked for binary; a binary or unchanged-TOAST value (a protocol
+/// surprise) is a bad event, not a misread.
+#[test]
+fn binary_and_toast_timestamps_are_bad_events() {
+    let r = Route::compile(&cfg(), &relation(COLS)).unwrap();
+    let at = COLS.iter().position(|(n, _)| *n == "created_at").unwrap();
+    for (v, want) in [
+        (TupleValue::Binary(Bytes::from_static(&[0x7f; 8])), "binary format"),
+        (TupleValue::UnchangedToast, "unchanged TOAST"),
+    ] {
+        let mut t = row(&[]);
+        t.0[at] = v;
+        let e = r.route(OutboxRow { tuple: &t, commit_time_us: 0 }).unwrap_err();
+        assert_eq!(e.code, "bad_value");
+        assert!(e.message.contains(want), "{}", e.message);
+    }
+}
+
+/// Debezium's EventRouter builds a tombstone after the headers and placements, so it keeps the
+/// `id` header, every `:header` placement and the partition; only the value (and with it the
+/// envelope) is null. Its emptiness test is `payload.toString().trim().isEmpty()`.
+#[test]
+fn tombstones_keep_headers_like_debezium() {
+    type Tweak = fn(&mut RouteConfig);
+    type Check = fn(&Record);
+    let placements: Tweak = |c| {
+        c.tombstone_on_empty_payload = true;
+        c.placements = Placement::parse_list("event_type:header:eventType,shard:partition,urgent:envelope").unwrap();
+    };
+    let text_payload: Tweak = |c| {
+        c.tombstone_on_empty_payload = true;
+        c.payload_field = "text_payload".into();
+    };
+    fn tombstone(r: &Record) {
+        assert_eq!(r.payload, None, "a tombstone");
+        assert_eq!(r.key.as_deref(), Some(&b"42"[..]));
+        assert_eq!(r.headers[0], ("id".to_owned(), Bytes::from_static(ID.as_bytes())));
+    }
+    let cases: Vec<(&str, Tweak, Overrides<'_>, Check)> = vec![
+        (
+            "NULL payload keeps id and the headers column",
+            |c| c.tombstone_on_empty_payload = true,
+            &[("payload", None)],
+            |r| {
+                tombstone(r);
+                assert_eq!(h(r).iter().map(|(k, _)| *k).collect::<Vec<_>>(), ["id", "attempt", "nested", "traceId"]);
+            },
+        ),
+        (
+            "NULL payload keeps header placements and the partition, drops the envelope",
+            placements,
+            &[("payload", None)],
+            |r| {
+                tombstone(r);
+                assert!(h(r).contains(&("eventType", "order.paid.v1".into())), "{:?}", h(r));
+                assert_eq!(r.partition, Some(2));
+            },
+        ),
+        ("empty text payload", text_payload, &[("text_payload", Some(""))], tombstone),
+        ("whitespace-only text payload (Java trim)", text_payload, &[("text_payload", Some(" \t\r\n"))], tombstone),
+        ("text payload with content", text_payload, &[("text_payload", Some(" x "))], |r| {
+            assert_eq!(r.payload.as_deref(), Some(&b" x "[..]))
+        }),
+        (
+            "empty bytea is a value, not a tombstone (a byte array's toString is never empty)",
+            |c| {
+                c.tombstone_on_empty_payload = true;
+                c.payload_field = "blob".into();
+            },
+            &[("blob", Some("\\x"))],
+            |r| assert_eq!(r.payload.as_deref(), Some(&b""[..])),
+        ),
+        (
+            "without the option a NULL payload is a null value with the same headers",
+            |c| c.placements = Placement::parse_list("event_type:header:eventType").unwrap(),
+            &[("payload", None)],
+            |r| {
+                assert_eq!(r.payload, None);
+                assert_eq!(h(r).last().unwrap(), &("eventType", "order.paid.v1".to_owned()));
+            },
+        ),
+    ];
+    for (name, tweak, overrides, check) in cases {
+        let mut c = cfg();
+        tweak(&mut c);
+        let rec = route_with(&c, overrides).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        eprintln!("case: {name}");
+        check(&rec);
+    }
+}
+
+/// With `table.field.additional.missing=ignore`, Debezium decides "envelope or bare payload" from
+/// the configuration: a configured `:envelope` placement whose column is missing still yields
+/// `{"payload": …}`, so every record on a topic has one shape.
+#[test]
+fn missing_envelope_column_still_yields_an_envelope() {
+    let cases: &[(&str, &str, serde_json::Value)] = &[
+        ("only envelope column missing", "nope:envelope", serde_json::json!({"payload": {"total": 10.50, "x": "é"}})),
+        (
+            "one of two envelope columns missing",
+            "nope:envelope,shard:envelope:s",
+            serde_json::json!({"payload": {"total": 10.50, "x": "é"}, "s": 2}),
+        ),
+        ("missing header column: bare payload", "nope:header", serde_json::json!({"total": 10.50, "x": "é"})),
+    ];
+    for (name, placements, want) in cases {
+        let mut c = cfg();
+        c.additional_missing = MissingPolicy::Ignore;
+        c.placements = Placement::parse_list(placements).unwrap();
+        let rec = route_with(&c, &[]).unwrap();
+        let got: serde_json::Value = serde_json::from_slice(rec.payload.as_deref().unwrap()).unwrap();
+        assert_eq!(&got, want, "{name}");
+    }
+    // A NULL payload inside an envelope is `"payload": null`.
+    let mut c = cfg();
+    c.additional_missing = MissingPolicy::Ignore;
+    c.placements = Placement::parse_list("nope:envelope").unwrap();
+    let rec = route_with(&c, &[("payload", None)]).unwrap();
+    assert_eq!(rec.payload.as_deref(), Some(&br#"{"payload":null}"#[..]));
 }

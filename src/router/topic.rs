@@ -25,6 +25,13 @@ pub struct TopicRule {
     whole_value: Option<(String, String)>,
 }
 
+/// Two rules are equal when built from the same texts (the rest is compiled from them).
+impl PartialEq for TopicRule {
+    fn eq(&self, other: &Self) -> bool {
+        self.regex_text == other.regex_text && self.replacement_text == other.replacement_text
+    }
+}
+
 impl TopicRule {
     /// Build a rule; errors name the problem and, for unknown groups, list the defined ones.
     pub fn new(regex: &str, replacement: &str) -> Result<TopicRule, String> {

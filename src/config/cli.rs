@@ -1,0 +1,290 @@
+//! What clap parses: every subcommand's raw flags, with their env fallbacks, defaults and `--help`
+//! text, and the value enums they share with the validated [`super::Config`].
+//!
+//! Nothing here is checked beyond what clap checks; [`super::Config::from_args`] validates `run`'s
+//! flags, and [`super::Config::to_args`] is their inverse, so a `run` flag added here needs a line
+//! in both (`config::tests::outboxd_config_prints_every_run_flag` fails until `to_args` has it;
+//! give the round-trip generator there a strategy for it too).
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::router::MissingPolicy;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "outboxd",
+    version,
+    about = "Relay a PostgreSQL outbox table to Kafka through a logical replication slot, at-least-once"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Stream outbox inserts to the sink until SIGINT/SIGTERM.
+    Run(Box<RunArgs>),
+    /// Print the effective configuration of `run` with the same flags, as flags (password masked).
+    Config(Box<RunArgs>),
+    /// Show the slot, the publication and the server settings outboxd depends on.
+    Status(StatusArgs),
+    /// Inspect and replay the dead-letter topic.
+    #[command(subcommand)]
+    Dlq(DlqCommand),
+}
+
+/// Flags of `outboxd status`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StatusArgs {
+    /// PostgreSQL URL, as for `run`.
+    #[arg(long, env = "OUTBOXD_POSTGRES_URL", hide_env_values = true, default_value = "")]
+    pub postgres_url: String,
+    /// File holding the PostgreSQL password, as for `run`.
+    #[arg(long, env = "OUTBOXD_POSTGRES_PASSWORD_FILE")]
+    pub postgres_password_file: Option<PathBuf>,
+    /// Slot to report on.
+    #[arg(long, default_value = "outboxd")]
+    pub slot: String,
+    /// Publication to report on.
+    #[arg(long, default_value = "outboxd")]
+    pub publication: String,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// Count DLQ records by reason and show the first ones.
+    List(DlqListArgs),
+    /// Republish DLQ records to their original topic (or --to-topic).
+    Replay(DlqReplayArgs),
+}
+
+/// Flags shared by the `dlq` subcommands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DlqCommonArgs {
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "OUTBOXD_KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
+    pub kafka_brokers: String,
+    /// Extra librdkafka property KEY=VALUE; repeatable; after --kafka-property-file.
+    #[arg(long = "kafka-property", value_name = "KEY=VALUE")]
+    pub kafka_properties: Vec<String>,
+    /// Java .properties file of librdkafka properties (key=value lines), e.g. credentials.
+    #[arg(long, env = "OUTBOXD_KAFKA_PROPERTY_FILE", value_name = "FILE")]
+    pub kafka_property_file: Option<PathBuf>,
+    /// The dead-letter topic.
+    #[arg(long, default_value = "outboxd.dlq")]
+    pub dlq_topic: String,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DlqListArgs {
+    #[command(flatten)]
+    pub common: DlqCommonArgs,
+    /// How many records to show.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DlqReplayArgs {
+    #[command(flatten)]
+    pub common: DlqCommonArgs,
+    /// Only records whose `outboxd.error` reason equals this.
+    #[arg(long)]
+    pub filter_reason: Option<String>,
+    /// Only the record with this event id.
+    #[arg(long)]
+    pub event_id: Option<String>,
+    /// Republish here instead of each record's original topic.
+    #[arg(long)]
+    pub to_topic: Option<String>,
+    /// Where replay progress (offsets) is kept, so a second run does not republish.
+    #[arg(long, default_value = ".outboxd-dlq-state")]
+    pub state_dir: PathBuf,
+    /// Show what would be replayed; publish nothing, record nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PublicationAutocreate {
+    /// Create `FOR TABLE <table>` when the publication is missing (Debezium's `filtered`).
+    Filtered,
+    /// A missing publication is an error.
+    Disabled,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SinkKind {
+    Kafka,
+    Stdout,
+    Null,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Raw flags of `outboxd run`. Defaults follow `sql/01_outbox.sql` and Debezium's EventRouter.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Read a Debezium connector config (Connect JSON or Debezium Server .properties); explicit flags win.
+    #[arg(long, env = "OUTBOXD_DEBEZIUM_CONFIG")]
+    pub debezium_config: Option<PathBuf>,
+    /// PostgreSQL conninfo: a URL (postgres://user@host:5432/db?sslmode=verify-full) or libpq
+    /// key=value pairs (host=db dbname=app sslmode=verify-full); libpq's PG* variables fill gaps.
+    #[arg(long, env = "OUTBOXD_POSTGRES_URL", hide_env_values = true)]
+    pub postgres_url: Option<String>,
+    /// File holding the PostgreSQL password (one trailing newline is ignored), so it is not in argv.
+    #[arg(long, env = "OUTBOXD_POSTGRES_PASSWORD_FILE")]
+    pub postgres_password_file: Option<PathBuf>,
+    /// Reconnect when the replication connection has been silent this long (0 disables).
+    #[arg(long, env = "OUTBOXD_WAL_RECEIVER_TIMEOUT", default_value = "60s")]
+    pub wal_receiver_timeout: String,
+    /// Logical replication slot owned by this outboxd (created with pgoutput if missing).
+    #[arg(long, default_value = "outboxd")]
+    pub slot: String,
+    /// Publication the slot streams (see --publication-autocreate).
+    #[arg(long, default_value = "outboxd")]
+    pub publication: String,
+    /// An outbox table, as SCHEMA.TABLE; repeatable (the same options apply to each).
+    #[arg(long = "table", default_value = "public.outbox")]
+    pub tables: Vec<String>,
+    /// What to do when the publication is missing.
+    #[arg(long, value_enum, default_value_t = PublicationAutocreate::Filtered)]
+    pub publication_autocreate: PublicationAutocreate,
+    /// Kafka bootstrap servers, comma-separated.
+    #[arg(long, env = "OUTBOXD_KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
+    pub kafka_brokers: String,
+    /// Extra librdkafka producer property KEY=VALUE; repeatable; wins over --kafka-property-file.
+    #[arg(long = "kafka-property", value_name = "KEY=VALUE")]
+    pub kafka_properties: Vec<String>,
+    /// Java .properties file of librdkafka properties (key=value lines), e.g. SASL/TLS credentials.
+    #[arg(long, env = "OUTBOXD_KAFKA_PROPERTY_FILE", value_name = "FILE")]
+    pub kafka_property_file: Option<PathBuf>,
+    /// librdkafka properties from --debezium-config, applied before the file and the flags.
+    #[arg(skip)]
+    pub debezium_kafka_properties: Vec<String>,
+    /// Partitions for topics outboxd creates.
+    #[arg(long, default_value_t = 1)]
+    pub topic_partitions: i32,
+    /// Replication factor for topics outboxd creates.
+    #[arg(long, default_value_t = 1)]
+    pub topic_replication_factor: i32,
+    /// Column whose value picks the topic (Debezium `route.by.field`).
+    #[arg(long, default_value = "event_type")]
+    pub route_by_field: String,
+    /// Regex applied to the route value; must match it whole (Debezium `route.topic.regex`).
+    #[arg(long, default_value = "(?<routedByValue>.*)")]
+    pub route_topic_regex: String,
+    /// Topic template with `${group}` / `$N` from --route-topic-regex (Debezium `route.topic.replacement`).
+    #[arg(long, default_value = "${routedByValue}.events")]
+    pub route_topic_replacement: String,
+    /// Emit a tombstone (null value; headers and partition kept) for a NULL, empty or blank payload (Debezium `route.tombstone.on.empty.payload`).
+    #[arg(long, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_name = "BOOL")]
+    pub route_tombstone_on_empty_payload: bool,
+    /// Column sent as Kafka header `id` (Debezium `table.field.event.id`).
+    #[arg(long, default_value = "event_id")]
+    pub table_field_event_id: String,
+    /// Column used as the Kafka key; NULL means no key (Debezium `table.field.event.key`).
+    #[arg(long, default_value = "aggregate_id")]
+    pub table_field_event_key: String,
+    /// Column holding the event type (Debezium `table.field.event.type`); usable in placements.
+    #[arg(long, default_value = "event_type")]
+    pub table_field_event_type: String,
+    /// Column sent as the record value (Debezium `table.field.event.payload`).
+    #[arg(long, default_value = "payload")]
+    pub table_field_event_payload: String,
+    /// Column used as the record timestamp; empty means the commit time (Debezium `table.field.event.timestamp`).
+    #[arg(long, default_value = "created_at")]
+    pub table_field_event_timestamp: String,
+    /// Extra columns: `col:header[:alias]`, `col:envelope[:alias]`, `col:partition`, comma-separated (Debezium `table.fields.additional.placement`).
+    /// Left out: none; an empty value is an error.
+    #[arg(long)]
+    pub table_fields_additional_placement: Option<String>,
+    /// What a placement column missing from the table does: fail at start, or leave that placement out.
+    #[arg(long, value_enum, default_value_t = MissingPolicy::Error)]
+    pub table_field_additional_missing: MissingPolicy,
+    /// What an UPDATE on the outbox does: warn, error (both log and go on) or fatal (Debezium `table.op.invalid.behavior`).
+    #[arg(long, value_enum, default_value_t = InvalidOp::Warn)]
+    pub table_op_invalid_behavior: InvalidOp,
+    /// Parse `text` payloads as JSON and send them compact (Debezium `table.expand.json.payload`).
+    #[arg(long, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_name = "BOOL")]
+    pub table_expand_json_payload: bool,
+    /// jsonb column whose top-level keys become Kafka headers; empty disables. Default: `headers` when the table has it.
+    #[arg(long)]
+    pub table_field_event_headers: Option<String>,
+    /// Where events go.
+    #[arg(long, value_enum, default_value_t = SinkKind::Kafka)]
+    pub sink: SinkKind,
+    /// Stop reading WAL while this many events wait for acks.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_in_flight: usize,
+    /// Stop reading WAL while this many bytes of events wait for acks (e.g. 64MiB, 512KiB, 1GB);
+    /// whichever of this and --max-in-flight is reached first.
+    #[arg(long, env = "OUTBOXD_MAX_IN_FLIGHT_BYTES", default_value = "64MiB")]
+    pub max_in_flight_bytes: String,
+    /// /healthz answers 503 once the replication loop has made no progress this long (a wedge);
+    /// 0 disables. Must exceed twice --status-interval: a healthy loop turns at least that often.
+    #[arg(long, env = "OUTBOXD_HEALTH_STALL_TIMEOUT", default_value = "120s")]
+    pub health_stall_timeout: String,
+    /// How often to send a standby status update (e.g. 500ms, 10s, 2m).
+    #[arg(long, default_value = "10s")]
+    pub status_interval: String,
+    /// How long shutdown waits for in-flight acks.
+    #[arg(long, default_value = "30s")]
+    pub shutdown_timeout: String,
+    /// Log format; the level comes from RUST_LOG (default info).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Serve /metrics, /healthz and /readyz on this address; `off` disables.
+    #[arg(long, env = "OUTBOXD_METRICS_ADDR", default_value = "127.0.0.1:9464")]
+    pub metrics_addr: String,
+    /// What to do with an event that cannot be delivered as routed: stop, dead-letter it, or skip it.
+    #[arg(long, env = "OUTBOXD_ON_BAD_EVENT", value_enum, default_value_t = BadEventPolicy::Dlq)]
+    pub on_bad_event: BadEventPolicy,
+    /// Dead-letter topic for --on-bad-event dlq.
+    #[arg(long, env = "OUTBOXD_DLQ_TOPIC", default_value = "outboxd.dlq")]
+    pub dlq_topic: String,
+    /// Emit a logical heartbeat message this often while no event arrives; 0 disables.
+    #[arg(long, env = "OUTBOXD_HEARTBEAT_INTERVAL", default_value = "30s")]
+    pub heartbeat_interval: String,
+    /// SQL run on the heartbeat interval (Debezium `heartbeat.action.query`).
+    #[arg(long, env = "OUTBOXD_HEARTBEAT_ACTION_QUERY")]
+    pub heartbeat_action_query: Option<String>,
+    /// How often to poll the slot's lag and safe WAL size over the ordinary connection.
+    #[arg(long, env = "OUTBOXD_LAG_POLL_INTERVAL", default_value = "5s")]
+    pub lag_poll_interval: String,
+    /// Longest wait between reconnect attempts (exponential backoff with jitter).
+    #[arg(long, env = "OUTBOXD_RECONNECT_MAX_BACKOFF", default_value = "30s")]
+    pub reconnect_max_backoff: String,
+}
+
+/// What an UPDATE of an outbox row does (Debezium's `table.op.invalid.behavior`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum InvalidOp {
+    Warn,
+    Error,
+    Fatal,
+}
+
+/// What happens to an event that cannot be delivered as routed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BadEventPolicy {
+    /// Stop with an error naming the event; nothing after it is confirmed.
+    Fail,
+    /// Send it to --dlq-topic with the reason in headers; the DLQ ack counts as its ack.
+    Dlq,
+    /// Log it at error level, count it, and go on.
+    Skip,
+}

@@ -1,0 +1,70 @@
+//! Merging a translated Debezium file ([`Overlay`]) under the `run` flags.
+//!
+//! The overlay names flags by their clap argument id (a string), so this is the one place that
+//! maps those ids to [`RunArgs`] fields; an id it does not know is a bug, reported as such.
+
+use clap::ValueEnum;
+
+use super::Overlay;
+use crate::config::{InvalidOp, PublicationAutocreate, RunArgs};
+use crate::error::Definite;
+use crate::router::MissingPolicy;
+
+/// Set every field the overlay names, unless the user set it explicitly.
+pub fn apply(a: &mut RunArgs, o: &Overlay, explicit: &dyn Fn(&str) -> bool) -> Result<(), Definite> {
+    let bad = |id: &str, v: &str| Definite::Config(format!("--debezium-config: value {v:?} for {id} is not valid"));
+    let boolean = |id: &str, v: &str| match v.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(bad(id, v)),
+    };
+    let mut replaced_tables = false;
+    // Producer settings merge under the flags instead of yielding to any one of them: a
+    // `--kafka-property linger.ms=1` must not drop the file's SASL settings.
+    a.debezium_kafka_properties =
+        o.values.iter().filter(|(id, _)| *id == "kafka_properties").map(|(_, v)| v.clone()).collect();
+    for (id, v) in &o.values {
+        if explicit(id) || *id == "kafka_properties" {
+            continue;
+        }
+        let v = v.clone();
+        match *id {
+            "postgres_url" => a.postgres_url = Some(v),
+            "slot" => a.slot = v,
+            "publication" => a.publication = v,
+            "publication_autocreate" => {
+                a.publication_autocreate = PublicationAutocreate::from_str(&v, true).map_err(|_| bad(id, &v))?
+            }
+            "tables" => {
+                if !replaced_tables {
+                    a.tables.clear();
+                    replaced_tables = true;
+                }
+                a.tables.push(v);
+            }
+            "kafka_brokers" => a.kafka_brokers = v,
+            "heartbeat_interval" => a.heartbeat_interval = v,
+            "heartbeat_action_query" => a.heartbeat_action_query = Some(v),
+            "table_field_event_id" => a.table_field_event_id = v,
+            "table_field_event_key" => a.table_field_event_key = v,
+            "table_field_event_type" => a.table_field_event_type = v,
+            "table_field_event_payload" => a.table_field_event_payload = v,
+            "table_field_event_timestamp" => a.table_field_event_timestamp = v,
+            "table_fields_additional_placement" => a.table_fields_additional_placement = Some(v),
+            "table_field_additional_missing" => {
+                a.table_field_additional_missing = MissingPolicy::from_str(&v, true).map_err(|_| bad(id, &v))?
+            }
+            "route_by_field" => a.route_by_field = v,
+            "route_topic_regex" => a.route_topic_regex = v,
+            "route_topic_replacement" => a.route_topic_replacement = v,
+            "route_tombstone_on_empty_payload" => a.route_tombstone_on_empty_payload = boolean(id, &v)?,
+            "table_op_invalid_behavior" => {
+                a.table_op_invalid_behavior = InvalidOp::from_str(&v, true).map_err(|_| bad(id, &v))?
+            }
+            "table_expand_json_payload" => a.table_expand_json_payload = boolean(id, &v)?,
+            "table_field_event_headers" => a.table_field_event_headers = Some(v),
+            other => return Err(Definite::Bug(format!("debezium overlay names unknown flag {other}"))),
+        }
+    }
+    Ok(())
+}

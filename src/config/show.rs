@@ -1,0 +1,146 @@
+//! The inverse of parsing: a validated [`Config`] as the `outboxd run` flags that rebuild it, for
+//! `outboxd config`.
+//!
+//! Invariant, held by the round-trip property test in `config::tests`: parsing [`Config::to_argv`]
+//! again gives an equal `Config`. So every field a flag sets appears here, spelled so that clap
+//! reads it back (a value starting with `-` as `--flag=value`). Secrets are the one exception: a
+//! password written in the conninfo and secret librdkafka properties show as `****`; a password
+//! or properties read from a file show as that file's flag.
+
+use clap::ValueEnum;
+
+use super::{postgres, Config};
+use crate::router::{HeadersField, PlacementTarget};
+
+impl Config {
+    /// `(flag without --, value)` pairs, in the order `outboxd config` prints them.
+    pub fn to_args(&self) -> Vec<(&'static str, String)> {
+        let mut f: Vec<(&'static str, String)> = Vec::new();
+        let mut push = |k: &'static str, v: String| f.push((k, v));
+        push("postgres-url", self.postgres.to_url_masked());
+        if let Some(postgres::PasswordSource::File(p)) = &self.postgres.password_source {
+            push("postgres-password-file", p.display().to_string());
+        }
+        push("slot", self.slot.clone());
+        push("publication", self.publication.clone());
+        for t in &self.tables {
+            push("table", t.to_string());
+        }
+        push("publication-autocreate", value_name(self.publication_autocreate));
+        push("sink", value_name(self.sink));
+        push("kafka-brokers", self.kafka.brokers.clone());
+        let props = &self.kafka.properties;
+        let file = self.kafka.property_file.as_ref();
+        if let Some(f) = file {
+            push("kafka-property-file", f.path.display().to_string());
+        }
+        for (i, (k, v)) in props.iter().enumerate() {
+            if file.is_some_and(|f| f.range.contains(&i)) {
+                continue;
+            }
+            // Flags always apply after the file. A property listed before it (one from
+            // --debezium-config) is shown only when nothing later sets its key: otherwise it
+            // never took effect, and shown as a flag it would wrongly override the file.
+            if file.is_some_and(|f| i < f.range.start) && props[i + 1..].iter().any(|(later, _)| later == k) {
+                continue;
+            }
+            push("kafka-property", format!("{k}={}", crate::sink::kafka_client::shown(k, v)));
+        }
+        push("topic-partitions", self.kafka.topic_partitions.to_string());
+        push("topic-replication-factor", self.kafka.topic_replication_factor.to_string());
+        let r = &self.route;
+        push("route-by-field", r.route_by_field.clone());
+        push("route-topic-regex", r.topic.regex_text().to_owned());
+        push("route-topic-replacement", r.topic.replacement_text().to_owned());
+        push("route-tombstone-on-empty-payload", r.tombstone_on_empty_payload.to_string());
+        push("table-field-event-id", r.id_field.clone());
+        push("table-field-event-key", r.key_field.clone());
+        push("table-field-event-type", r.type_field.clone());
+        push("table-field-event-payload", r.payload_field.clone());
+        push("table-field-event-timestamp", r.timestamp_field.clone().unwrap_or_default());
+        let placements: Vec<String> = r
+            .placements
+            .iter()
+            .map(|p| match &p.target {
+                PlacementTarget::Header(a) => format!("{}:header:{a}", p.column),
+                PlacementTarget::Envelope(a) => format!("{}:envelope:{a}", p.column),
+                PlacementTarget::Partition => format!("{}:partition", p.column),
+            })
+            .collect();
+        // Left out means none; an empty value would be refused.
+        if !placements.is_empty() {
+            push("table-fields-additional-placement", placements.join(","));
+        }
+        push("table-field-additional-missing", value_name(r.additional_missing));
+        push("table-op-invalid-behavior", value_name(self.op_invalid));
+        push("table-expand-json-payload", r.expand_json_payload.to_string());
+        match &r.headers_field {
+            HeadersField::IfPresent(_) => {}
+            HeadersField::Required(c) => push("table-field-event-headers", c.clone()),
+            HeadersField::Disabled => push("table-field-event-headers", String::new()),
+        }
+        push("max-in-flight", self.max_in_flight.to_string());
+        push("max-in-flight-bytes", self.max_in_flight_bytes.to_string());
+        push("health-stall-timeout", millis(self.health_stall_timeout));
+        push("status-interval", millis(self.status_interval));
+        push("shutdown-timeout", millis(self.shutdown_timeout));
+        push("wal-receiver-timeout", millis(self.wal_receiver_timeout));
+        push("log-format", value_name(self.log_format));
+        push("metrics-addr", self.metrics_addr.map_or("off".to_owned(), |a| a.to_string()));
+        push("on-bad-event", value_name(self.on_bad_event));
+        push("dlq-topic", self.dlq_topic.clone());
+        push("heartbeat-interval", millis(self.heartbeat_interval));
+        if let Some(q) = &self.heartbeat_action_query {
+            push("heartbeat-action-query", q.clone());
+        }
+        push("lag-poll-interval", millis(self.lag_poll_interval));
+        push("reconnect-max-backoff", millis(self.reconnect_max_backoff));
+        f
+    }
+
+    /// The argv after `outboxd run` that rebuilds this configuration.
+    pub fn to_argv(&self) -> Vec<String> {
+        let mut argv = Vec::new();
+        for (k, v) in self.to_args() {
+            if v.starts_with('-') {
+                // clap would take `-x` after `--flag` for a flag of its own.
+                argv.push(format!("--{k}={v}"));
+            } else {
+                argv.push(format!("--{k}"));
+                argv.push(v);
+            }
+        }
+        argv
+    }
+
+    /// `outboxd run` and then one shell-quoted flag per element, as `outboxd config` prints them.
+    pub fn to_flags(&self) -> Vec<String> {
+        let mut lines = vec!["outboxd run".to_owned()];
+        for (k, v) in self.to_args() {
+            if v.starts_with('-') {
+                lines.push(shell_quote(&format!("--{k}={v}")));
+            } else {
+                lines.push(format!("--{k} {}", shell_quote(&v)));
+            }
+        }
+        lines
+    }
+}
+
+/// A value enum as its flag spelling (`Dlq` → `dlq`).
+fn value_name(v: impl ValueEnum) -> String {
+    v.to_possible_value().map(|p| p.get_name().to_owned()).unwrap_or_default()
+}
+
+fn millis(d: std::time::Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+/// Single-quote for a POSIX shell when needed.
+fn shell_quote(v: &str) -> String {
+    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./:=,@".contains(&b)) {
+        v.to_owned()
+    } else {
+        format!("'{}'", v.replace('\'', "'\\''"))
+    }
+}

@@ -1,0 +1,233 @@
+//! Raw flags to a validated [`Config`]: every value typed, every bad combination rejected with a
+//! one-line message that names the flag and the fix. Runtime code never re-validates.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{debezium, postgres, Config, KafkaConfig, PgTarget, RunArgs, SinkKind, TableName};
+use crate::error::Definite;
+use crate::router::{HeadersField, Placement, RouteConfig, TopicRule};
+
+impl Config {
+    /// Like [`Config::from_args`], first merging `--debezium-config` under the flags for which
+    /// `explicit(arg_id)` says the user gave a value (command line or environment).
+    pub fn from_args_with_file(a: &RunArgs, explicit: &dyn Fn(&str) -> bool) -> Result<Config, Definite> {
+        let Some(path) = &a.debezium_config else { return Config::from_args(a) };
+        let overlay = debezium::load(path)?;
+        let mut merged = a.clone();
+        debezium::apply(&mut merged, &overlay, explicit)?;
+        let mut cfg = Config::from_args(&merged)?;
+        cfg.require_empty_tables = overlay.require_empty_tables;
+        cfg.notes = overlay.notes;
+        Ok(cfg)
+    }
+
+    pub fn from_args(a: &RunArgs) -> Result<Config, Definite> {
+        let bad = |m: String| Definite::Config(m);
+        // Without --postgres-url, libpq's environment alone may say where to go (PGHOST, ...).
+        let url = a.postgres_url.as_deref().unwrap_or("");
+        if url.is_empty() && std::env::var_os("PGHOST").is_none() {
+            return Err(bad(
+                "--postgres-url (or OUTBOXD_POSTGRES_URL, or PGHOST) is required, e.g. postgres://user@host:5432/db"
+                    .into(),
+            ));
+        }
+        let fallbacks = postgres::Fallbacks {
+            password_file: a.postgres_password_file.as_deref(),
+            ..postgres::Fallbacks::process()
+        };
+        let postgres = PgTarget::parse_with(url, &fallbacks)?;
+        check_identifier("--slot", &a.slot, true)?;
+        check_identifier("--publication", &a.publication, false)?;
+        let mut tables = Vec::new();
+        for t in &a.tables {
+            let t = parse_table(t)?;
+            if !tables.contains(&t) {
+                tables.push(t);
+            }
+        }
+        let (properties, property_file) = KafkaConfig::load_properties(
+            &a.debezium_kafka_properties,
+            a.kafka_property_file.as_deref(),
+            &a.kafka_properties,
+        )?;
+        if a.sink == SinkKind::Kafka && a.kafka_brokers.trim().is_empty() {
+            return Err(bad("--kafka-brokers is empty; give host:port[,host:port]".into()));
+        }
+        if a.topic_partitions < 1 {
+            return Err(bad(format!("--topic-partitions {} must be at least 1", a.topic_partitions)));
+        }
+        if a.topic_replication_factor < 1 {
+            return Err(bad(format!("--topic-replication-factor {} must be at least 1", a.topic_replication_factor)));
+        }
+        if a.max_in_flight == 0 {
+            return Err(bad("--max-in-flight must be at least 1".into()));
+        }
+        let max_in_flight_bytes = parse_size("--max-in-flight-bytes", &a.max_in_flight_bytes)?;
+        if max_in_flight_bytes < 1024 {
+            return Err(bad(format!("--max-in-flight-bytes {:?} must be at least 1KiB", a.max_in_flight_bytes)));
+        }
+        for (flag, v) in [
+            ("--route-by-field", &a.route_by_field),
+            ("--table-field-event-key", &a.table_field_event_key),
+            ("--table-field-event-id", &a.table_field_event_id),
+            ("--table-field-event-payload", &a.table_field_event_payload),
+        ] {
+            if v.is_empty() {
+                return Err(bad(format!("{flag} must name a column of the outbox table")));
+            }
+        }
+        let topic = TopicRule::new(&a.route_topic_regex, &a.route_topic_replacement).map_err(bad)?;
+        let placements = match a.table_fields_additional_placement.as_deref() {
+            None => Vec::new(),
+            Some(p) => Placement::parse_list(p).map_err(|e| bad(format!("--table-fields-additional-placement {e}")))?,
+        };
+        let headers_field = match a.table_field_event_headers.as_deref() {
+            None => HeadersField::IfPresent("headers".into()),
+            Some("") => HeadersField::Disabled,
+            Some(c) => HeadersField::Required(c.into()),
+        };
+        let status_interval = parse_duration("--status-interval", &a.status_interval)?;
+        if status_interval.is_zero() {
+            return Err(bad("--status-interval must be greater than 0".into()));
+        }
+        Ok(Config {
+            postgres,
+            slot: a.slot.clone(),
+            publication: a.publication.clone(),
+            tables,
+            publication_autocreate: a.publication_autocreate,
+            route: RouteConfig {
+                id_field: a.table_field_event_id.clone(),
+                key_field: a.table_field_event_key.clone(),
+                type_field: a.table_field_event_type.clone(),
+                payload_field: a.table_field_event_payload.clone(),
+                timestamp_field: Some(a.table_field_event_timestamp.clone()).filter(|s| !s.is_empty()),
+                placements,
+                additional_missing: a.table_field_additional_missing,
+                route_by_field: a.route_by_field.clone(),
+                topic: Arc::new(topic),
+                tombstone_on_empty_payload: a.route_tombstone_on_empty_payload,
+                expand_json_payload: a.table_expand_json_payload,
+                headers_field,
+            },
+            op_invalid: a.table_op_invalid_behavior,
+            sink: a.sink,
+            kafka: KafkaConfig {
+                brokers: a.kafka_brokers.clone(),
+                properties,
+                property_file,
+                topic_partitions: a.topic_partitions,
+                topic_replication_factor: a.topic_replication_factor,
+            },
+            max_in_flight: a.max_in_flight,
+            max_in_flight_bytes,
+            health_stall_timeout: {
+                let d = parse_duration("--health-stall-timeout", &a.health_stall_timeout)?;
+                if !d.is_zero() && d <= status_interval * 2 {
+                    return Err(bad(format!(
+                        "--health-stall-timeout {} must exceed twice --status-interval {} (or be 0 to disable)",
+                        a.health_stall_timeout, a.status_interval
+                    )));
+                }
+                d
+            },
+            status_interval,
+            shutdown_timeout: parse_duration("--shutdown-timeout", &a.shutdown_timeout)?,
+            wal_receiver_timeout: parse_duration("--wal-receiver-timeout", &a.wal_receiver_timeout)?,
+            log_format: a.log_format,
+            metrics_addr: match a.metrics_addr.as_str() {
+                "off" | "" => None,
+                s => Some(s.parse().map_err(|_| {
+                    bad(format!("--metrics-addr {s:?}: expected HOST:PORT like 127.0.0.1:9464, or off"))
+                })?),
+            },
+            on_bad_event: a.on_bad_event,
+            dlq_topic: {
+                if a.dlq_topic.is_empty()
+                    || a.dlq_topic.len() > 249
+                    || !a.dlq_topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+                {
+                    return Err(bad(format!("--dlq-topic {:?} is not a legal Kafka topic name", a.dlq_topic)));
+                }
+                a.dlq_topic.clone()
+            },
+            heartbeat_interval: parse_duration("--heartbeat-interval", &a.heartbeat_interval)?,
+            heartbeat_action_query: a.heartbeat_action_query.clone().filter(|q| !q.trim().is_empty()),
+            lag_poll_interval: {
+                let d = parse_duration("--lag-poll-interval", &a.lag_poll_interval)?;
+                if d.is_zero() {
+                    return Err(bad("--lag-poll-interval must be greater than 0".into()));
+                }
+                d
+            },
+            require_empty_tables: false,
+            notes: Vec::new(),
+            reconnect_max_backoff: parse_duration("--reconnect-max-backoff", &a.reconnect_max_backoff)?
+                .max(Duration::from_millis(100)),
+        })
+    }
+}
+
+pub(super) fn check_identifier(flag: &str, v: &str, slot: bool) -> Result<(), Definite> {
+    let ok = !v.is_empty()
+        && v.len() <= 63
+        && if slot {
+            v.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        } else {
+            !v.contains('\0')
+        };
+    if ok {
+        Ok(())
+    } else if slot {
+        Err(Definite::Config(format!("{flag} {v:?}: slot names are 1-63 characters of a-z, 0-9 and _")))
+    } else {
+        Err(Definite::Config(format!("{flag} {v:?}: must be 1-63 characters")))
+    }
+}
+
+pub(super) fn parse_table(s: &str) -> Result<TableName, Definite> {
+    match s.split_once('.') {
+        Some((schema, name)) if !schema.is_empty() && !name.is_empty() && !name.contains('.') => {
+            Ok(TableName { schema: schema.to_owned(), name: name.to_owned() })
+        }
+        _ => Err(Definite::Config(format!("--table {s:?}: expected SCHEMA.TABLE, e.g. public.outbox"))),
+    }
+}
+
+/// `500ms`, `10s`, `2m`, `1h`; a bare number is seconds.
+/// `64MiB`, `512KiB`, `1GB`, `1000000`: a byte count, binary (KiB, MiB, GiB) or decimal (KB, MB, GB).
+pub fn parse_size(flag: &str, s: &str) -> Result<usize, Definite> {
+    let bad = || Definite::Config(format!("{flag} {s:?}: expected a size like 64MiB, 512KiB or 1000000"));
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: usize = num.parse().map_err(|_| bad())?;
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" | "k" => 1 << 10,
+        "mib" | "m" => 1 << 20,
+        "gib" | "g" => 1 << 30,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(mult).ok_or_else(bad)
+}
+
+pub fn parse_duration(flag: &str, s: &str) -> Result<Duration, Definite> {
+    let bad = || Definite::Config(format!("{flag} {s:?}: expected a duration like 500ms, 10s or 2m"));
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "" | "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(bad)?),
+        "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(bad)?),
+        _ => return Err(bad()),
+    };
+    Ok(d)
+}
