@@ -449,29 +449,40 @@ impl<'a, S: Sink> Session<'a, S> {
         }
     }
 
-    /// Send the dead-letter copy for a record already counted in `txn`.
+    /// Send the dead-letter copy for a record already counted in `txn`. A copy over the sink's
+    /// limit goes as several chunk records: each is counted in the tracker before any is sent, so
+    /// the transaction cannot complete until every chunk is acked.
     async fn dead_letter(&mut self, txn: TxnId, dl: DeadLetter) -> Result<(), Error> {
         tracing::warn!(event_id = ?dl.event_id, reason = dl.code, message = %dl.message, lsn = %dl.source.lsn, dlq = %self.cfg.dlq_topic, "sending bad event to the dead-letter topic");
         self.metrics.dead_lettered(dl.code);
         let max = self.sink.max_message_bytes().unwrap_or(usize::MAX);
         let source = dl.source.clone();
-        let record = dl.into_record(&self.cfg.dlq_topic, max);
-        let delivery = Delivery::new(txn, record.event_id.clone(), record.topic.clone(), source, self.acks_tx.clone())
-            .for_dead_letter();
-        match self.sink.send(record, delivery).await {
-            Ok(()) => Ok(()),
-            Err(SinkError::Fatal(d)) => Err(d.into()),
-            // A dead-letter copy is never dead-lettered again: its refusal stops the pipeline.
-            Err(SinkError::Rejected { reason, record, delivery, .. }) => {
-                delivery.fail(reason.clone());
-                Err(Definite::Delivery {
-                    event_id: record.event_id,
-                    topic: record.topic,
-                    reason: format!("the dead-letter copy was refused: {reason}"),
+        let records = dl.into_records(&self.cfg.dlq_topic, max);
+        // `txn` already counts one record for the copy; add the other chunks.
+        for _ in 1..records.len() {
+            self.tracker.record_for(txn).map_err(|e| Definite::Bug(e.to_string()))?;
+        }
+        for record in records {
+            let delivery =
+                Delivery::new(txn, record.event_id.clone(), record.topic.clone(), source.clone(), self.acks_tx.clone())
+                    .for_dead_letter();
+            match self.sink.send(record, delivery).await {
+                Ok(()) => {}
+                Err(SinkError::Fatal(d)) => return Err(d.into()),
+                // A dead-letter copy is never dead-lettered again: its refusal stops the pipeline.
+                // Chunks not sent stay counted, so the transaction is never confirmed.
+                Err(SinkError::Rejected { reason, record, delivery, .. }) => {
+                    delivery.fail(reason.clone());
+                    return Err(Definite::Delivery {
+                        event_id: record.event_id,
+                        topic: record.topic,
+                        reason: format!("the dead-letter copy was refused: {reason}"),
+                    }
+                    .into());
                 }
-                .into())
             }
         }
+        Ok(())
     }
 }
 
