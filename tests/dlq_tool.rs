@@ -399,11 +399,15 @@ fn chunked_copies_list_once_and_replay_joined_never_in_part() {
     assert_eq!(j["incomplete"].as_array().unwrap().len(), 1, "{j}");
     assert_eq!(j["incomplete"][0]["event_id"], "e10");
     assert_eq!(j["incomplete"][0]["state"], "have 0,2 of 3 chunks (missing 1)");
+    let unreadable = j["unreadable"].as_array().unwrap();
+    assert_eq!(unreadable.len(), 1, "{j}");
+    assert!(unreadable[0].as_str().unwrap().contains("id=e11") && unreadable[0].as_str().unwrap().contains("SHA-256"));
     let (code, out) = dlq(&broker, &dlq_topic, "list", &[]);
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("1 record in 1 partition"), "{out}");
     assert!(out.contains("[2500 bytes in 3 chunks]"), "{out}");
     assert!(out.contains("1 incomplete chunk sets") && out.contains("missing 1"), "{out}");
+    assert!(out.contains("1 unreadable") && out.contains("0/6 id=e11"), "{out}");
 
     let (code, out) = dlq(&broker, &dlq_topic, "replay", &["--to-topic", &dest, "--state-dir", sd]);
     assert_eq!(code, Some(0), "{out}");

@@ -29,30 +29,16 @@ impl Entry {
         Entry { payload_len: r.payload_len, chunks: 1, positions: vec![(r.partition, r.offset)], head: r }
     }
 
-    /// Joins a complete set. `keep_payload`: join and check the digest; otherwise only check that
-    /// the chunk lengths add up (`list`, which drops payloads as it reads).
-    fn joined(set: Assembled<DlqRecord>, keep_payload: bool) -> Fed {
+    /// Joins a complete set, checking length and digest.
+    fn joined(set: Assembled<DlqRecord>) -> Fed {
         let Assembled { info, parts, extra } = set;
         let positions: Vec<(i32, i64)> = parts.iter().chain(&extra).map(|r| (r.partition, r.offset)).collect();
-        let payload = if keep_payload {
-            match chunk::join(&info, parts.iter().map(|r| r.payload.as_deref().unwrap_or_default())) {
-                Ok(p) => Some(p),
-                Err(why) => return Fed::Unreadable(first(parts), format!("chunk set does not join: {why}")),
-            }
-        } else {
-            let sum: u64 = parts.iter().map(|r| r.payload_len.unwrap_or(0) as u64).sum();
-            if sum != info.size {
-                let why = format!(
-                    "chunk set does not join: chunks add up to {sum} bytes, {} says {}",
-                    chunk::H_SIZE,
-                    info.size
-                );
-                return Fed::Unreadable(first(parts), why);
-            }
-            None
+        let payload = match chunk::join(&info, parts.iter().map(|r| r.payload.as_deref().unwrap_or_default())) {
+            Ok(p) => p,
+            Err(why) => return Fed::Unreadable(first(parts), format!("chunk set does not join: {why}")),
         };
         let mut head = first(parts);
-        head.payload = payload;
+        head.payload = Some(payload);
         Fed::Entry(Entry { payload_len: Some(info.size as usize), chunks: info.count, positions, head })
     }
 }
@@ -85,18 +71,14 @@ pub struct Leftover {
 }
 
 /// Turns records into events; see the module doc.
+#[derive(Default)]
 pub struct Collector {
     asm: Assembler<DlqRecord>,
-    keep_payload: bool,
     /// Chunk ids of sets completed (or, via [`Collector::seen_done`], replayed before).
     complete: HashSet<String>,
 }
 
 impl Collector {
-    pub fn new(keep_payload: bool) -> Collector {
-        Collector { asm: Assembler::default(), keep_payload, complete: HashSet::new() }
-    }
-
     pub fn feed(&mut self, r: DlqRecord) -> Fed {
         let info = match ChunkInfo::parse(|k| r.header(k)) {
             Ok(None) => return Fed::Entry(Entry::single(r)),
@@ -105,7 +87,7 @@ impl Collector {
         };
         let Some(set) = self.asm.add(info, r) else { return Fed::Pending };
         self.complete.insert(set.info.id.clone());
-        Entry::joined(set, self.keep_payload)
+        Entry::joined(set)
     }
 
     /// A chunk record skipped because an earlier replay republished it: returns whether its

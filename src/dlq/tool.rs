@@ -28,6 +28,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 
+use super::chunk;
 use super::entry::{Collector, Entry, Fed};
 use super::read::{partition_count, DlqReader, DlqRecord};
 use super::state::State;
@@ -169,14 +170,18 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
     let mut by_reason: BTreeMap<String, u64> = BTreeMap::new();
     let mut rows: Vec<Entry> = Vec::new();
     let mut unreadable = Report::new("unreadable (never replayed)");
-    let mut collector = Collector::new(false);
+    let mut collector = Collector::default();
     let mut partitions = None;
     if let Some(mut reader) = common.reader()? {
         partitions = Some(reader.partitions());
         while let Some(mut r) = reader.next().await? {
-            r.payload = None; // not shown; keeps memory small
+            // Payloads are not shown; chunks keep theirs until their set is checked.
+            if r.header(chunk::H_ID).is_none() {
+                r.payload = None;
+            }
             match collector.feed(r) {
-                Fed::Entry(e) => {
+                Fed::Entry(mut e) => {
+                    e.head.payload = None;
                     *by_reason.entry(e.head.reason()).or_default() += 1;
                     rows.push(e);
                 }
@@ -350,7 +355,7 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
         first_failure: None,
     };
     let mut publisher = Publisher { common: &common, clients: None, topics: BTreeMap::new() };
-    let mut collector = Collector::new(true);
+    let mut collector = Collector::default();
     let mut batch: Vec<(Entry, String)> = Vec::new();
     let mut batch_bytes = 0usize;
 
