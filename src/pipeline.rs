@@ -435,7 +435,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             }
             BadEventPolicy::Dlq => {
                 let txn = self.tracker.record().map_err(|e| Definite::Bug(e.to_string()))?;
-                // `into_record` adds the `id` header from the event id.
+                // `into_records` adds the `id` header from the event id.
                 let dl = DeadLetter {
                     event_id: bad.event_id,
                     code: bad.code,
@@ -475,22 +475,33 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         }
     }
 
-    /// Send the dead-letter copy for a record already counted in `txn`.
+    /// Send the dead-letter copy for a record already counted in `txn`. A copy over the sink's
+    /// limit goes as several chunk records: each is counted in the tracker before any is sent, so
+    /// the transaction cannot complete until every chunk is acked.
     async fn dead_letter(&mut self, txn: TxnId, dl: DeadLetter) -> Result<(), Error> {
         tracing::warn!(event_id = ?dl.event_id, reason = dl.code, message = %dl.message, lsn = %dl.source.lsn, dlq = %self.cfg.dlq_topic, "sending bad event to the dead-letter topic");
         self.metrics.dead_lettered(dl.code);
         let max = self.sink.max_message_bytes().unwrap_or(usize::MAX);
         let source = dl.source.clone();
-        let record = dl.into_record(&self.cfg.dlq_topic, max);
-        let delivery = self.delivery(txn, &record, source).for_dead_letter();
-        // Not through `on_sink_result`: a dead-letter copy never goes back to the policy.
-        match self.sink.send(record, delivery).await {
-            Ok(()) => Ok(()),
-            Err(SinkError::Fatal(d)) => Err(d.into()),
-            Err(SinkError::Rejected { reason, record, delivery, .. }) => {
-                Err(dead_letter_refused(*record, delivery, reason))
+        let records = dl.into_records(&self.cfg.dlq_topic, max);
+        // `txn` already counts one record for the copy; add the other chunks before any is sent,
+        // so the transaction cannot complete on a partial set.
+        for _ in 1..records.len() {
+            self.tracker.record_for(txn).map_err(|e| Definite::Bug(e.to_string()))?;
+        }
+        for record in records {
+            let delivery = self.delivery(txn, &record, source.clone()).for_dead_letter();
+            // Not through `on_sink_result`: a dead-letter copy never goes back to the policy.
+            // Chunks not sent stay counted, so a refusal never lets the transaction complete.
+            match self.sink.send(record, delivery).await {
+                Ok(()) => {}
+                Err(SinkError::Fatal(d)) => return Err(d.into()),
+                Err(SinkError::Rejected { reason, record, delivery, .. }) => {
+                    return Err(dead_letter_refused(*record, delivery, reason))
+                }
             }
         }
+        Ok(())
     }
 }
 

@@ -58,33 +58,107 @@ fn default_policy_dead_letters_and_keeps_going() {
     d.stop_cleanly();
 }
 
+/// The default policy keeps a payload larger than the broker takes: its dead-letter copy goes in
+/// chunks, the slot passes the event only once every chunk is acked (the row is deleted in its own
+/// transaction, so the DLQ holds the only copy), and `outboxd dlq replay` puts it back together
+/// on the original topic byte for byte.
 #[test]
-fn oversize_events_go_to_the_dlq_without_their_payload() {
+fn oversize_event_is_kept_in_chunks_confirmed_after_the_last_and_replayed_byte_exact() {
+    use common::netfault::{Dir, FreezeProxy};
+    use common::secure_kafka::{client_config, consume_with, Tansu};
     let pg = PgCluster::start();
     lax_outbox(&pg);
-    let broker = Broker::start();
-    let mut d = Outboxd::spawn_streaming(&daemon_args(
+    // outboxd reaches the broker through a proxy that can hold its produce requests.
+    let proxy = FreezeProxy::start(1);
+    let work = tempfile::tempdir().unwrap();
+    let tansu = Tansu::start(work.path(), Some(proxy.port), false);
+    proxy.set_target(tansu.port);
+    let bootstrap = format!("127.0.0.1:{}", proxy.port);
+    let metrics_port = free_port();
+    let mut a = daemon_args_pg_only(
         &pg,
-        &broker,
-        &["--status-interval", "200ms", "--kafka-property", "message.max.bytes=4000"],
-    ));
-    let big = format!("{{\"blob\": \"{}\"}}", "x".repeat(10_000));
-    let bad = insert(&pg, "big", Some("size.v1"), &big);
-    let good = insert(&pg, "small", Some("size.v1"), "{}");
-    let ok = broker.consume_all("size.v1.events", 1, 1, Duration::from_secs(30));
-    assert_eq!(ok.len(), 1, "{}", d.log());
-    assert_eq!(ok[0].header_str("id"), Some(good));
-    let dlq = broker.consume_all("outboxd.dlq", 1, 1, Duration::from_secs(30));
-    assert_eq!(dlq.len(), 1, "{}", d.log());
-    assert_eq!(dlq[0].header_str("id"), Some(bad));
-    assert_eq!(dlq[0].header_str("outboxd.error").as_deref(), Some("too_large"));
-    assert_eq!(dlq[0].header_str("outboxd.original.topic").as_deref(), Some("size.v1.events"));
-    assert_eq!(dlq[0].header_str("outboxd.payload.size"), Some(big.len().to_string()));
-    assert_eq!(dlq[0].payload, None);
-    // The row stays in the outbox for a later replay.
-    assert_eq!(pg.psql("SELECT count(*) FROM outbox WHERE aggregate_id = 'big'"), "1");
+        &[
+            "--status-interval",
+            "200ms",
+            "--heartbeat-interval",
+            "0",
+            "--metrics-addr",
+            &format!("127.0.0.1:{metrics_port}"),
+        ],
+    );
+    a.extend(args(&["--kafka-brokers", &bootstrap, "--kafka-property", "message.max.bytes=1000000"]));
+    let mut d = Outboxd::spawn_streaming(&a);
+    insert(&pg, "warm", Some("size.v1"), "{}");
     assert!(slot_reaches_wal_end(&pg), "{}", d.log());
+
+    // 3 MiB of varied JSON (md5 hex strings), so a misplaced chunk cannot go unnoticed.
+    let blob = "jsonb_build_object('blob', (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 98304) g))";
+    let expected = pg.psql(&format!("SELECT {blob}::text"));
+    assert!(expected.len() > 3 << 20, "{}", expected.len());
+    let before = pg.psql("SELECT pg_current_wal_insert_lsn()");
+    // Let the first chunk through and hold the rest of the produce traffic.
+    proxy.hold_after(Dir::Up, 1_300_000);
+    pg.psql(&format!(
+        "BEGIN; INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('6d1f9d2e-0000-4000-8000-000000000001', 't', 'big', 'size.v1', {blob}); \
+         DELETE FROM outbox WHERE aggregate_id = 'big'; COMMIT"
+    ));
+    let commit_end = pg.psql("SELECT pg_current_wal_insert_lsn()");
+    assert!(wait_until(Duration::from_secs(30), || proxy.held(Dir::Up)), "no produce traffic:\n{}", d.log());
+    let dlq_acks = || {
+        let (_, body) = http_get(metrics_port, "/metrics").unwrap_or_default();
+        metric(&body, "outboxd_events_total{topic=\"outboxd.dlq\"}").unwrap_or(0.0)
+    };
+    assert!(wait_until(Duration::from_secs(15), || dlq_acks() >= 1.0), "first chunk never acked:\n{}", d.log());
+    // One chunk acked, the others held: the slot must not pass the transaction.
+    let end = std::time::Instant::now() + Duration::from_secs(4);
+    while std::time::Instant::now() < end {
+        let past = pg.psql(&format!(
+            "SELECT confirmed_flush_lsn >= '{commit_end}' FROM pg_replication_slots WHERE slot_name = 'outboxd'"
+        ));
+        assert_eq!(past, "f", "slot confirmed an event with {} of its chunks acked:\n{}", dlq_acks(), d.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(dlq_acks() < 4.0, "{}", dlq_acks());
+    proxy.release(Dir::Up);
+    assert!(slot_reaches_wal_end(&pg), "{}", d.log());
+    assert_eq!(dlq_acks(), 4.0, "3 MiB in chunks under 1 MB");
+    assert!(pg.psql(&format!("SELECT '{before}'::pg_lsn < '{commit_end}'::pg_lsn")) == "t");
+
+    let chunks = consume_with(&client_config(&bootstrap, &[]), "outboxd.dlq", 4, Duration::from_secs(30));
+    assert_eq!(chunks.len(), 4, "{}", d.log());
+    for (i, c) in chunks.iter().enumerate() {
+        assert_eq!(c.header_str("outboxd.chunk.index"), Some(i.to_string()));
+        assert_eq!(c.header_str("outboxd.chunk.count").as_deref(), Some("4"));
+        assert_eq!(c.header_str("outboxd.error").as_deref(), Some("too_large"));
+        assert_eq!(c.key_str().as_deref(), Some("big"));
+        assert!(c.payload.as_ref().is_some_and(|p| p.len() < 1_000_000), "chunk {i}");
+    }
     d.stop_cleanly();
+
+    let state = tempfile::tempdir().unwrap();
+    let tool = |sub: &str, extra: &[&str]| {
+        let mut a = vec!["dlq", sub, "--kafka-brokers", &bootstrap];
+        a.extend_from_slice(extra);
+        run_to_exit(&args(&a), Duration::from_secs(90))
+    };
+    let (code, out) = tool("list", &["--json"]);
+    assert_eq!(code, Some(0), "{out}");
+    let j: serde_json::Value = serde_json::from_str(out.lines().find(|l| l.starts_with('{')).unwrap()).unwrap();
+    assert_eq!((j["total"].as_u64(), j["records"][0]["chunks"].as_u64()), (Some(1), Some(4)), "{j}");
+    assert_eq!(j["records"][0]["payload_bytes"].as_u64(), Some(expected.len() as u64));
+    let (code, out) = tool(
+        "replay",
+        &["--state-dir", state.path().to_str().unwrap(), "--kafka-property", "message.max.bytes=5000000"],
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("replayed 1,"), "{out}");
+    let got = consume_with(&client_config(&bootstrap, &[]), "size.v1.events", 2, Duration::from_secs(30));
+    let big: Vec<_> = got.iter().filter(|r| r.key_str().as_deref() == Some("big")).collect();
+    assert_eq!(big.len(), 1, "{got:?}");
+    assert!(big[0].payload.as_deref() == Some(expected.as_bytes()), "replayed payload differs from the row's");
+    assert_eq!(big[0].header_str("id").as_deref(), Some("6d1f9d2e-0000-4000-8000-000000000001"));
+    assert!(big[0].headers.iter().all(|(k, _)| !k.starts_with("outboxd.")), "{:?}", big[0].headers);
 }
 
 #[test]

@@ -8,7 +8,9 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
+use common::secure_kafka;
 use common::*;
+use rdkafka::config::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
@@ -17,7 +19,7 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 struct Fake {
     partition: i32,
     key: &'static str,
-    payload: Option<&'static str>,
+    payload: Option<String>,
     timestamp_ms: i64,
     headers: Vec<(&'static str, String)>,
 }
@@ -44,8 +46,13 @@ fn dlq_headers(
 }
 
 fn produce(broker: &Broker, topic: &str, records: &[Fake]) {
+    produce_with(broker.client_config(), topic, records)
+}
+
+/// Sends `records` one at a time (each in its own batch).
+fn produce_with(mut config: ClientConfig, topic: &str, records: &[Fake]) {
     let producer: FutureProducer =
-        broker.client_config().set("enable.idempotence", "true").set("acks", "all").create().expect("producer");
+        config.set("enable.idempotence", "true").set("acks", "all").create().expect("producer");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         for f in records {
@@ -55,8 +62,8 @@ fn produce(broker: &Broker, topic: &str, records: &[Fake]) {
             }
             let mut rec: FutureRecord<'_, str, str> =
                 FutureRecord::to(topic).partition(f.partition).key(f.key).timestamp(f.timestamp_ms).headers(headers);
-            if let Some(p) = f.payload {
-                rec = rec.payload(p);
+            if let Some(p) = &f.payload {
+                rec = rec.payload(p.as_str());
             }
             producer.send(rec, Duration::from_secs(30)).await.map_err(|(e, _)| e).expect("produce fake DLQ record");
         }
@@ -127,21 +134,21 @@ fn list_counts_and_replay_republishes_each_record_once() {
         Fake {
             partition: 0,
             key: "order-1",
-            payload: Some(r#"{"order":1,"amount":"12.50"}"#),
+            payload: Some(r#"{"order":1,"amount":"12.50"}"#.into()),
             timestamp_ms: 1_700_000_000_001,
             headers: dlq_headers("e1", &[("trace", "t-1")], "invalid_json", Some(&orders), &[]),
         },
         Fake {
             partition: 1,
             key: "user-2",
-            payload: Some(r#"{"user":2}"#),
+            payload: Some(r#"{"user":2}"#.into()),
             timestamp_ms: 1_700_000_000_002,
             headers: dlq_headers("e2", &[], "invalid_json", Some(&users), &[]),
         },
         Fake {
             partition: 0,
             key: "order-3",
-            payload: Some(r#"{"order":3}"#),
+            payload: Some(r#"{"order":3}"#.into()),
             timestamp_ms: 1_700_000_000_003,
             headers: dlq_headers("e3", &[], "null_route", None, &[]),
         },
@@ -155,7 +162,7 @@ fn list_counts_and_replay_republishes_each_record_once() {
         Fake {
             partition: 0,
             key: "order-5",
-            payload: Some(r#"{"order":5}"#),
+            payload: Some(r#"{"order":5}"#.into()),
             timestamp_ms: 1_700_000_000_005,
             headers: dlq_headers("e5", &[("tenant", "acme")], "rejected", Some(&orders), &[]),
         },
@@ -305,15 +312,15 @@ fn failed_delivery_exits_1_and_records_only_the_successes() {
     let dlq_topic = unique_name("outboxd.dlq");
     let dest = unique_name("dest");
     broker.create_topic(&dlq_topic, 1);
-    let big: &'static str = Box::leak(format!("\"{}\"", "x".repeat(5000)).into_boxed_str());
-    let fake = |id: &str, payload: &'static str| Fake {
+    let big = format!("\"{}\"", "x".repeat(5000));
+    let fake = |id: &str, payload: &str| Fake {
         partition: 0,
         key: "k",
-        payload: Some(payload),
+        payload: Some(payload.into()),
         timestamp_ms: 1_700_000_000_000,
         headers: dlq_headers(id, &[], "rejected", None, &[]),
     };
-    produce(&broker, &dlq_topic, &[fake("small", "{}"), fake("big", big)]);
+    produce(&broker, &dlq_topic, &[fake("small", "{}"), fake("big", &big)]);
     let state = tempfile::tempdir().unwrap();
     let sd = state.path().to_str().unwrap();
     // The producer refuses records over message.max.bytes: the big one fails, the small one goes.
@@ -334,4 +341,171 @@ fn failed_delivery_exits_1_and_records_only_the_successes() {
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(summary(&out), "replayed 1, skipped 0 (no destination), already done 1", "{out}");
     assert_eq!(ids(&read_topic(&broker, &dest)), ["big", "small"]);
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    openssl::sha::sha256(data).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Chunk `index` of a copy of `whole` cut into `len`-byte slices, as the pipeline writes it.
+fn chunk(id: &str, set: &str, whole: &str, len: usize, index: usize, digest: Option<&str>) -> Fake {
+    let count = whole.len().div_ceil(len);
+    let slice = &whole[index * len..((index + 1) * len).min(whole.len())];
+    let sha = digest.map_or_else(|| sha256_hex(whole.as_bytes()), str::to_owned);
+    let extra = [
+        ("outboxd.chunk.id", set.to_owned()),
+        ("outboxd.chunk.index", index.to_string()),
+        ("outboxd.chunk.count", count.to_string()),
+        ("outboxd.chunk.size", whole.len().to_string()),
+        ("outboxd.chunk.sha256", sha),
+    ];
+    let mut headers = dlq_headers(id, &[("trace", "t-9")], "too_large", None, &[]);
+    headers.extend(extra.iter().map(|(k, v)| (*k, v.clone())));
+    Fake { partition: 0, key: "order-9", payload: Some(slice.to_owned()), timestamp_ms: 1_700_000_000_009, headers }
+}
+
+#[test]
+fn chunked_copies_list_once_and_replay_joined_never_in_part() {
+    let broker = Broker::start();
+    let dlq_topic = unique_name("outboxd.dlq");
+    let dest = unique_name("order.paid.v1.events");
+    broker.create_topic(&dlq_topic, 1);
+    let whole: String = (0..2500).map(|i| char::from(b'a' + (i * 7 % 26) as u8)).collect();
+    let (set, len) = ("00aa", 1000);
+    // A crashed first write left chunk 0; the retry wrote all three, read here out of order.
+    let records = [
+        chunk("e9", set, &whole, len, 0, None),
+        chunk("e9", set, &whole, len, 2, None),
+        chunk("e9", set, &whole, len, 0, None),
+        chunk("e9", set, &whole, len, 1, None),
+        // Another event whose chunk 1 never made it.
+        chunk("e10", "00bb", &whole, len, 0, None),
+        chunk("e10", "00bb", &whole, len, 2, None),
+        // And one whose chunks do not add up to their digest.
+        chunk("e11", "00cc", &whole, 2000, 0, Some(&"0".repeat(64))),
+        chunk("e11", "00cc", &whole, 2000, 1, Some(&"0".repeat(64))),
+    ];
+    produce(&broker, &dlq_topic, &records);
+    let state = tempfile::tempdir().unwrap();
+    let sd = state.path().to_str().unwrap();
+
+    let (code, out) = dlq(&broker, &dlq_topic, "list", &["--json"]);
+    assert_eq!(code, Some(0), "{out}");
+    let j = json_line(&out);
+    assert_eq!(j["total"], 1, "one event for e9's chunks: {j}");
+    assert_eq!(j["records"][0]["event_id"], "e9");
+    assert_eq!(j["records"][0]["chunks"], 3);
+    assert_eq!(j["records"][0]["payload_bytes"], 2500);
+    assert_eq!(j["incomplete"].as_array().unwrap().len(), 1, "{j}");
+    assert_eq!(j["incomplete"][0]["event_id"], "e10");
+    assert_eq!(j["incomplete"][0]["state"], "have 0,2 of 3 chunks (missing 1)");
+    let unreadable = j["unreadable"].as_array().unwrap();
+    assert_eq!(unreadable.len(), 1, "{j}");
+    assert!(unreadable[0].as_str().unwrap().contains("id=e11") && unreadable[0].as_str().unwrap().contains("SHA-256"));
+    let (code, out) = dlq(&broker, &dlq_topic, "list", &[]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("1 record in 1 partition"), "{out}");
+    assert!(out.contains("[2500 bytes in 3 chunks]"), "{out}");
+    assert!(out.contains("1 incomplete chunk sets") && out.contains("missing 1"), "{out}");
+    assert!(out.contains("1 unreadable") && out.contains("0/6 id=e11"), "{out}");
+
+    let (code, out) = dlq(&broker, &dlq_topic, "replay", &["--to-topic", &dest, "--state-dir", sd]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(
+        summary(&out),
+        "replayed 1, skipped 0 (no destination), already done 0, skipped 2 (incomplete or unreadable)",
+        "{out}"
+    );
+    assert!(out.contains("0/4 id=e10") && out.contains("missing 1"), "{out}");
+    assert!(out.contains("0/6 id=e11") && out.contains("SHA-256"), "{out}");
+    let got = read_topic(&broker, &dest);
+    assert_eq!(ids(&got), ["e9"], "{got:?}");
+    assert_republished(&got[0], "order-9", &whole, 1_700_000_000_009, &[("trace", "t-9")]);
+    let saved = std::fs::read_to_string(state_file(state.path(), &dlq_topic)).unwrap();
+    assert!(saved.contains(r#""replayed":{"0":[[0,3]]}"#), "every chunk of e9, duplicate included: {saved}");
+
+    let (code, out) = dlq(&broker, &dlq_topic, "replay", &["--to-topic", &dest, "--state-dir", sd]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(summary(&out).starts_with("replayed 0, skipped 0 (no destination), already done 1,"), "{out}");
+    assert_eq!(read_topic(&broker, &dest).len(), 1);
+}
+
+/// Creates `topic` through `bootstrap` (for a broker behind a proxy, which `Broker` is not).
+fn create_topic_at(bootstrap: &str, topic: &str, partitions: i32) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> =
+        secure_kafka::client_config(bootstrap, &[]).create().expect("admin client");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let res = rt.block_on(admin.create_topics(
+        [&NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(20))),
+    ));
+    for r in res.expect("create topics") {
+        r.expect("create topic");
+    }
+}
+
+#[test]
+fn list_waits_out_a_broker_hiccup_and_fails_clearly_on_a_dead_one() {
+    use common::netfault::{Dir, FreezeProxy};
+    let proxy = FreezeProxy::start(1);
+    let work = tempfile::tempdir().unwrap();
+    let _tansu = secure_kafka::Tansu::start(work.path(), Some(proxy.port), false);
+    proxy.set_target(_tansu.port);
+    let bootstrap = format!("127.0.0.1:{}", proxy.port);
+    let topic = unique_name("outboxd.dlq");
+    create_topic_at(&bootstrap, &topic, 1);
+    let n = 60;
+    let records: Vec<Fake> = (0..n)
+        .map(|i| Fake {
+            partition: 0,
+            key: "k",
+            payload: Some(format!("{i:04}{}", "x".repeat(4000))),
+            timestamp_ms: 1_700_000_000_000 + i,
+            headers: dlq_headers(&format!("e{i}"), &[], "rejected", Some("t"), &[]),
+        })
+        .collect();
+    produce_with(secure_kafka::client_config(&bootstrap, &[]), &topic, &records);
+    // Small fetches, so reading takes many round trips and the hiccup lands in the middle.
+    let list = |extra: &[&str]| {
+        let mut a = vec!["dlq", "list", "--json", "--kafka-brokers", &bootstrap, "--dlq-topic", &topic];
+        for p in ["message.max.bytes=8000", "fetch.max.bytes=8000", "max.partition.fetch.bytes=8000"] {
+            a.extend(["--kafka-property", p]);
+        }
+        a.extend_from_slice(extra);
+        run_to_exit(&args(&a), RUN_TIMEOUT)
+    };
+
+    // The broker goes silent for 7 s once ~40 KB (about a sixth of the DLQ) reached the tool:
+    // longer than both the old 1.5 s quiet spell and its 5 s wait for a first record.
+    proxy.hold_after(Dir::Down, 40_000);
+    let ((code, out), held) = std::thread::scope(|s| {
+        let hiccup = s.spawn(|| {
+            let held = wait_until(RUN_TIMEOUT, || proxy.held(Dir::Down));
+            std::thread::sleep(Duration::from_secs(7));
+            proxy.release(Dir::Down);
+            held
+        });
+        (list(&[]), hiccup.join().unwrap())
+    });
+    assert!(held, "the hiccup never happened: {out}");
+    assert_eq!(code, Some(0), "{out}");
+    let j = json_line(&out);
+    assert_eq!(j["total"], n, "records lost to the hiccup: {j}");
+
+    // A broker that stays silent: a clear failure after --read-timeout, not a short list.
+    proxy.hold_after(Dir::Down, 40_000);
+    let started = std::time::Instant::now();
+    let (code, out) = list(&["--read-timeout", "4s"]);
+    assert!(proxy.held(Dir::Down), "{out}");
+    proxy.release(Dir::Down);
+    assert_eq!(code, Some(1), "{out}");
+    let err = out.lines().find(|l| l.starts_with("outboxd: error:")).unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        err.contains("stalled") && err.contains("--read-timeout") && err.contains("partition 0 at offset"),
+        "{err}"
+    );
+    assert!(!out.lines().any(|l| l.starts_with('{')), "no partial listing: {out}");
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
 }

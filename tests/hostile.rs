@@ -310,9 +310,9 @@ fn four_mib_payload_arrives_whole_and_later_events_follow() {
 }
 
 /// The same 4 MiB payload without raising librdkafka's 1 MB `message.max.bytes`: the daemon must
-/// neither crash nor stall. Under the default `--on-bad-event dlq` the event becomes a payload-less
-/// dead-letter record naming its size, and the events after it, in the same transaction and later
-/// ones, arrive as usual.
+/// neither crash nor stall. Under the default `--on-bad-event dlq` the event becomes dead-letter
+/// chunk records under the limit that join back into the row's payload, and the events after it,
+/// in the same transaction and later ones, arrive as usual.
 #[test]
 fn oversized_payload_is_dead_lettered_and_later_events_follow() {
     const SIZE: usize = 4 * 1024 * 1024;
@@ -328,19 +328,23 @@ fn oversized_payload_is_dead_lettered_and_later_events_follow() {
     }
     let mut rows = outbox_rows(&db, "outbox");
     assert_eq!(rows.len(), 8);
-    rows.remove(&big_id);
+    let big_row = rows.remove(&big_id).expect("big row");
     check_delivered(&broker, TOPIC, &rows, Times::Once, Duration::from_secs(60), &d, false);
 
-    let dead = broker.consume_all(DLQ, 1, 1, Duration::from_secs(30));
-    assert_eq!(dead.len(), 1, "one dead letter expected:\n{}", tail(&d.log(), 40));
-    let dead = &dead[0];
-    assert_eq!(dead.header_str("id").as_deref(), Some(big_id.as_str()));
-    assert_eq!(dead.header_str("outboxd.error").as_deref(), Some("too_large"));
-    assert_eq!(dead.header_str("outboxd.original.topic").as_deref(), Some(TOPIC));
-    assert_eq!(dead.header_str("outboxd.payload.size"), Some(SIZE.to_string()));
-    assert_eq!(dead.header_str("h").as_deref(), Some("v"));
-    assert_eq!(dead.key.as_deref(), Some(&b"big"[..]));
-    assert_eq!(dead.payload, None, "the copy cannot carry the payload either");
+    let dead = broker.consume_all(DLQ, 1, 5, Duration::from_secs(30));
+    assert_eq!(dead.len(), 5, "4 MiB in chunks under 1 MB:\n{}", tail(&d.log(), 40));
+    for (i, c) in dead.iter().enumerate() {
+        assert_eq!(c.header_str("id").as_deref(), Some(big_id.as_str()));
+        assert_eq!(c.header_str("outboxd.error").as_deref(), Some("too_large"));
+        assert_eq!(c.header_str("outboxd.original.topic").as_deref(), Some(TOPIC));
+        assert_eq!(c.header_str("outboxd.chunk.index"), Some(i.to_string()));
+        assert_eq!(c.header_str("outboxd.chunk.size"), Some(SIZE.to_string()));
+        assert_eq!(c.header_str("h").as_deref(), Some("v"));
+        assert_eq!(c.key.as_deref(), Some(&b"big"[..]));
+        assert!(c.payload.as_ref().is_some_and(|p| p.len() < 1_000_000), "chunk {i}");
+    }
+    let joined: Vec<u8> = dead.iter().flat_map(|c| c.payload.clone().unwrap_or_default()).collect();
+    assert!(joined == big_row.payload.as_bytes(), "the chunks do not join into the row's payload");
     assert_running(&mut d);
 }
 

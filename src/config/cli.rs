@@ -79,6 +79,10 @@ pub struct DlqCommonArgs {
     /// The dead-letter topic.
     #[arg(long, default_value = "outboxd.dlq")]
     pub dlq_topic: String,
+    /// Fail when reading the DLQ gets nothing for this long before reaching the end the topic had
+    /// when reading began (a broker that stopped answering); a shorter silence only waits.
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    pub read_timeout: String,
 }
 
 #[derive(Debug, Clone, clap::Args)]

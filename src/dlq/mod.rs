@@ -1,20 +1,28 @@
-//! The dead-letter queue: how a bad event becomes a record on `--dlq-topic`, and the
+//! The dead-letter queue: how a bad event becomes records on `--dlq-topic`, and the
 //! `outboxd dlq` tools ([`tool`]).
 //!
 //! A dead-letter record keeps the event's original key, payload and headers and adds:
 //! `outboxd.error` (reason code), `outboxd.error.message`, `outboxd.original.topic` (when known),
-//! `outboxd.source.lsn` and `outboxd.source.table`. When the event is too large to send at all, the
-//! copy carries no payload and an `outboxd.payload.size` header instead; the row itself stays in
-//! the outbox table. The copy's broker ack stands in for the event's ack.
+//! `outboxd.source.lsn` and `outboxd.source.table`. A copy larger than the sink's limit is split
+//! into several records under it ([`chunk`]), so the payload is always kept: the event counts as
+//! delivered only when every chunk is acked, and `outboxd dlq replay` joins them again.
+//! (Copies written by older versions may carry no payload and an `outboxd.payload.size` header
+//! instead; the tools report those as not replayable.)
 
+pub mod chunk;
+mod entry;
+mod read;
+mod state;
 pub mod tool;
 
 use bytes::Bytes;
 
+use self::chunk::ChunkInfo;
 use crate::ack::Source;
 use crate::router::Record;
 
-/// Header names of dead-letter records. Replay strips every header with the `outboxd.` prefix.
+/// Header names of dead-letter records (and [`chunk`]'s). Replay strips every header with the
+/// `outboxd.` prefix. `H_SIZE` only appears on copies written before chunking existed.
 pub const H_ERROR: &str = "outboxd.error";
 pub const H_MESSAGE: &str = "outboxd.error.message";
 pub const H_TOPIC: &str = "outboxd.original.topic";
@@ -59,9 +67,10 @@ impl DeadLetter {
         }
     }
 
-    /// The record to send to `dlq_topic`. The payload is dropped (and its size recorded) when the
-    /// copy would not fit in `max_bytes`.
-    pub fn into_record(self, dlq_topic: &str, max_bytes: usize) -> Record {
+    /// The records to send to `dlq_topic`: one, or when the copy would not fit in `max_bytes`,
+    /// chunks of the payload under it (see [`chunk`]). Keyless chunks all go to partition 0, since
+    /// the partitioner would scatter them.
+    pub fn into_records(self, dlq_topic: &str, max_bytes: usize) -> Vec<Record> {
         let mut headers = self.headers;
         if headers.iter().all(|(k, _)| k != "id") {
             if let Some(id) = &self.event_id {
@@ -84,21 +93,43 @@ impl DeadLetter {
         }
         headers.push((H_LSN.into(), Bytes::from(self.source.lsn.to_string())));
         headers.push((H_TABLE.into(), Bytes::copy_from_slice(self.source.table.as_bytes())));
-        let mut payload = self.payload;
-        if record_size(self.key.as_ref(), payload.as_ref(), &headers) > max_bytes {
-            if let Some(p) = payload.take() {
-                headers.push((H_SIZE.into(), Bytes::from(p.len().to_string())));
-            }
-        }
-        Record {
+        let event_id = self.event_id.unwrap_or_else(|| "(unknown)".into());
+        let record = |payload: Option<Bytes>, headers: Vec<(String, Bytes)>, partition: Option<i32>| Record {
             topic: dlq_topic.to_owned(),
-            key: self.key,
+            key: self.key.clone(),
             payload,
             headers,
-            partition: None,
+            partition,
             timestamp_ms: None,
-            event_id: self.event_id.unwrap_or_else(|| "(unknown)".into()),
-        }
+            event_id: event_id.clone(),
+        };
+        let payload = match self.payload {
+            Some(p) if !p.is_empty() && record_size(self.key.as_ref(), Some(&p), &headers) > max_bytes => p,
+            payload => return vec![record(payload, headers, None)],
+        };
+        let room = max_bytes.saturating_sub(record_size(self.key.as_ref(), None, &headers) + chunk::HEADER_ALLOWANCE);
+        let len = room.max(chunk::MIN_LEN);
+        let sha256 = chunk::digest_hex(&payload);
+        let id = chunk::chunk_id(&self.source.table, self.source.lsn, &event_id, len, &sha256);
+        let slices = chunk::split(&payload, len);
+        let count = slices.len() as u32;
+        let partition = if self.key.is_none() { Some(0) } else { None };
+        slices
+            .into_iter()
+            .enumerate()
+            .map(|(i, slice)| {
+                let info = ChunkInfo {
+                    id: id.clone(),
+                    index: i as u32,
+                    count,
+                    size: payload.len() as u64,
+                    sha256: sha256.clone(),
+                };
+                let mut h = headers.clone();
+                h.extend(info.headers());
+                record(Some(slice), h, partition)
+            })
+            .collect()
     }
 }
 
@@ -128,7 +159,9 @@ mod tests {
 
     #[test]
     fn copy_keeps_the_event_and_explains_the_failure() {
-        let r = dl(b"{}").into_record("outboxd.dlq", 1_000_000);
+        let mut rs = dl(b"{}").into_records("outboxd.dlq", 1_000_000);
+        assert_eq!(rs.len(), 1);
+        let r = rs.remove(0);
         assert_eq!(r.topic, "outboxd.dlq");
         assert_eq!(r.key.as_deref(), Some(&b"k"[..]));
         assert_eq!(r.payload.as_deref(), Some(&b"{}"[..]));
@@ -139,14 +172,42 @@ mod tests {
         assert_eq!(header(&r, H_TABLE), Some(&b"public.outbox"[..]));
         assert_eq!(header(&r, H_TOPIC), None);
         assert_eq!(header(&r, H_SIZE), None);
+        assert_eq!(header(&r, chunk::H_ID), None, "a copy that fits is not chunked");
+        assert_eq!(r.partition, None);
     }
 
     #[test]
-    fn oversize_copy_drops_the_payload_and_records_its_size() {
-        let big = vec![b'x'; 5000];
-        let r = dl(&big).into_record("outboxd.dlq", 1000);
-        assert_eq!(r.payload, None);
-        assert_eq!(header(&r, H_SIZE), Some(&b"5000"[..]));
-        assert_eq!(r.key.as_deref(), Some(&b"k"[..]));
+    fn oversize_copy_is_chunked_under_the_limit_and_keeps_every_byte() {
+        let big: Vec<u8> = (0..50_000u32).map(|i| (i % 253) as u8).collect();
+        let max = 4000;
+        let rs = dl(&big).into_records("outboxd.dlq", max);
+        assert!(rs.len() > 10, "{} chunks", rs.len());
+        let info = |r: &Record| {
+            ChunkInfo::parse(|k| header(r, k).map(|v| String::from_utf8_lossy(v).into_owned())).unwrap().unwrap()
+        };
+        let first = info(&rs[0]);
+        for (i, r) in rs.iter().enumerate() {
+            assert!(record_size(r.key.as_ref(), r.payload.as_ref(), &r.headers) <= max, "chunk {i} too large");
+            assert_eq!(r.key.as_deref(), Some(&b"k"[..]), "same key: same partition");
+            assert_eq!(header(r, H_ERROR), Some(&b"null_route"[..]));
+            assert_eq!(header(r, "trace"), Some(&b"t-1"[..]));
+            assert_eq!(header(r, H_SIZE), None);
+            let c = info(r);
+            assert_eq!((c.index, c.count, c.size), (i as u32, rs.len() as u32, big.len() as u64));
+            assert_eq!((&c.id, &c.sha256), (&first.id, &first.sha256));
+        }
+        let joined = chunk::join(&first, rs.iter().map(|r| r.payload.as_deref().unwrap())).unwrap();
+        assert_eq!(joined, big);
+        // The same event chunked again (a retry after a crash) gets the same id.
+        assert_eq!(info(&dl(&big).into_records("outboxd.dlq", max)[0]).id, first.id);
+    }
+
+    #[test]
+    fn keyless_chunks_share_partition_zero() {
+        let mut d = dl(&[b'x'; 10_000]);
+        d.key = None;
+        let rs = d.into_records("outboxd.dlq", 3000);
+        assert!(rs.len() > 1);
+        assert!(rs.iter().all(|r| r.partition == Some(0) && r.key.is_none()));
     }
 }

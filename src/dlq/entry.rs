@@ -1,0 +1,135 @@
+//! From DLQ records to dead-lettered events: a record is an event, except chunk records
+//! ([`super::chunk`]), which become one event once every chunk of their set has been read.
+//!
+//! [`Collector`] is what `list` and `replay` feed every record to. It says nothing about a chunk
+//! set until the set is complete; a set whose chunks do not join into the payload their headers
+//! describe (length, digest) is unreadable, and a set still missing chunks at the end comes back
+//! from [`Collector::finish`]. Neither is ever replayed in part.
+
+use std::collections::HashSet;
+
+use super::chunk::{self, Assembled, Assembler, ChunkInfo};
+use super::read::DlqRecord;
+
+/// One dead-lettered event.
+pub struct Entry {
+    /// The record whose key, headers and timestamp the event keeps (chunk 0 of a chunked copy).
+    /// For a chunked copy, its payload is the whole joined payload, or `None` when not kept.
+    pub head: DlqRecord,
+    /// Length of the whole payload.
+    pub payload_len: Option<usize>,
+    /// Records the event was read from: 1, or the chunk count.
+    pub chunks: u32,
+    /// Every DLQ record it came from, duplicates included (all are marked replayed together).
+    pub positions: Vec<(i32, i64)>,
+}
+
+impl Entry {
+    fn single(r: DlqRecord) -> Entry {
+        Entry { payload_len: r.payload_len, chunks: 1, positions: vec![(r.partition, r.offset)], head: r }
+    }
+
+    /// Joins a complete set, checking length and digest.
+    fn joined(set: Assembled<DlqRecord>) -> Fed {
+        let Assembled { info, parts, extra } = set;
+        let positions: Vec<(i32, i64)> = parts.iter().chain(&extra).map(|r| (r.partition, r.offset)).collect();
+        let payload = match chunk::join(&info, parts.iter().map(|r| r.payload.as_deref().unwrap_or_default())) {
+            Ok(p) => p,
+            Err(why) => return Fed::Unreadable(first(parts), format!("chunk set does not join: {why}")),
+        };
+        let mut head = first(parts);
+        head.payload = Some(payload);
+        Fed::Entry(Entry { payload_len: Some(info.size as usize), chunks: info.count, positions, head })
+    }
+}
+
+fn first(parts: Vec<DlqRecord>) -> DlqRecord {
+    // A complete set has chunk 0.
+    parts.into_iter().next().expect("a complete chunk set has chunk 0")
+}
+
+/// What one record added up to.
+pub enum Fed {
+    /// A whole event.
+    Entry(Entry),
+    /// A chunk of a set not complete yet.
+    Pending,
+    /// A record or set that cannot be an event: the record (chunk 0 for a set) and why.
+    Unreadable(DlqRecord, String),
+}
+
+/// A chunk set still incomplete at the end.
+pub struct Leftover {
+    /// Its first chunk read.
+    pub head: DlqRecord,
+    pub chunk_id: String,
+    /// `have 0,1 of 4 chunks (missing 2,3)`.
+    pub state: String,
+    /// A complete copy with the same chunk id was read, or replayed before: this one is a
+    /// partial duplicate from a retried write.
+    pub duplicate: bool,
+}
+
+/// Turns records into events; see the module doc.
+#[derive(Default)]
+pub struct Collector {
+    asm: Assembler<DlqRecord>,
+    /// Chunk ids of sets completed (or, via [`Collector::seen_done`], replayed before).
+    complete: HashSet<String>,
+}
+
+impl Collector {
+    pub fn feed(&mut self, r: DlqRecord) -> Fed {
+        let info = match ChunkInfo::parse(|k| r.header(k)) {
+            Ok(None) => return Fed::Entry(Entry::single(r)),
+            Ok(Some(info)) => info,
+            Err(why) => return Fed::Unreadable(r, format!("chunk headers unusable: {why}")),
+        };
+        let Some(set) = self.asm.add(info, r) else { return Fed::Pending };
+        self.complete.insert(set.info.id.clone());
+        Entry::joined(set)
+    }
+
+    /// A chunk record skipped because an earlier replay republished it: returns whether its
+    /// set is new to this run.
+    pub fn seen_done(&mut self, r: &DlqRecord) -> bool {
+        match r.header(chunk::H_ID) {
+            Some(id) => self.complete.insert(id),
+            None => true,
+        }
+    }
+
+    /// Payload bytes held in incomplete sets.
+    pub fn held_bytes(&self) -> usize {
+        self.asm.held_bytes()
+    }
+
+    pub fn finish(self) -> Vec<Leftover> {
+        let complete = self.complete;
+        self.asm
+            .finish()
+            .into_iter()
+            .map(|set| {
+                let state = set.describe();
+                let duplicate = complete.contains(&set.info.id);
+                let mut all: Vec<DlqRecord> = set.parts.into_iter().chain(set.extra).collect();
+                all.sort_by_key(|r| (r.partition, r.offset));
+                Leftover { head: all.remove(0), chunk_id: set.info.id, state, duplicate }
+            })
+            .collect()
+    }
+}
+
+impl Leftover {
+    pub fn line(&self) -> String {
+        format!(
+            "{} id={} reason={} chunk set {}: {}{}",
+            self.head.position(),
+            self.head.id_shown(),
+            self.head.reason(),
+            self.chunk_id,
+            self.state,
+            if self.duplicate { " (a partial duplicate: a complete copy exists)" } else { "" }
+        )
+    }
+}
