@@ -443,7 +443,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                     original_topic: bad.topic,
                     key: bad.key,
                     payload: bad.payload,
-                    headers: Vec::new(),
+                    headers: bad.headers,
                     source,
                 };
                 self.dead_letter(txn, dl).await

@@ -110,6 +110,7 @@ impl Config {
                 tombstone_on_empty_payload: a.route_tombstone_on_empty_payload,
                 expand_json_payload: a.table_expand_json_payload,
                 headers_field,
+                contracts: None,
             },
             op_invalid: a.table_op_invalid_behavior,
             sink: a.sink,

@@ -15,9 +15,13 @@
 //! * headers: `id`, then the expanded top-level keys of the headers column, then header placements;
 //! * partition: a `col:partition` placement; timestamp: the timestamp column, else the commit time.
 //!
+//! With `--schema-dir`, a routed record whose payload breaks its event type's contract
+//! ([`contract`]) is refused too; without it, that step is one `Option` test per row.
+//!
 //! A row that cannot become a record is a [`BadEvent`] carrying what could be salvaged (key,
-//! payload, intended topic) so the caller can stop, dead-letter or skip it.
+//! payload, intended topic, headers) so the caller can stop, dead-letter or skip it.
 
+pub mod contract;
 pub mod render;
 mod timestamp;
 pub mod topic;
@@ -28,6 +32,7 @@ use bytes::Bytes;
 
 use crate::error::Definite;
 use crate::pg::pgoutput::{Relation, TupleData, TupleValue};
+use contract::{Contracts, Verdict};
 use render::{as_bytes, as_json, as_string, is_json, is_text};
 pub use topic::TopicRule;
 
@@ -57,12 +62,16 @@ pub struct OutboxRow<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BadEvent {
     pub event_id: Option<String>,
-    /// Stable reason code (`null_id`, `null_route`, `invalid_topic`, `invalid_json`, `bad_value`).
+    /// Stable reason code (`null_id`, `null_route`, `invalid_topic`, `invalid_json`, `bad_value`,
+    /// `schema`).
     pub code: &'static str,
     pub message: String,
     pub topic: Option<String>,
     pub key: Option<Bytes>,
     pub payload: Option<Bytes>,
+    /// Headers for the dead-letter copy: the record's own when it was routed (a contract
+    /// violation), plus any that explain the failure (`outboxd.schema.errors`).
+    pub headers: Vec<(String, Bytes)>,
 }
 
 impl BadEvent {
@@ -153,6 +162,8 @@ pub struct RouteConfig {
     pub tombstone_on_empty_payload: bool,
     pub expand_json_payload: bool,
     pub headers_field: HeadersField,
+    /// `--schema-dir`: payload contracts per event type (read from `type_field`).
+    pub contracts: Option<Contracts>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -178,6 +189,8 @@ pub struct Route {
     /// An envelope placement is configured, whether or not its column exists: the value is
     /// always an envelope then (Debezium decides this from the configuration, not the row).
     envelope: bool,
+    /// The event type column and the contracts its values select, with `--schema-dir`.
+    contract: Option<(Col, Contracts)>,
 }
 
 impl Route {
@@ -212,7 +225,20 @@ impl Route {
             HeadersField::Required(c) => Some(need(c, "--table-field-event-headers")?),
             HeadersField::Disabled => None,
         };
+        let contract = match &cfg.contracts {
+            Some(c) => {
+                let col = find(&cfg.type_field).ok_or_else(|| {
+                    Definite::Setup(format!(
+                        "table {table} has no column {:?} (the event type, set by --table-field-event-type) that --schema-dir needs to pick a schema; add the column or point the flag at it",
+                        cfg.type_field
+                    ))
+                })?;
+                Some((col, c.clone()))
+            }
+            None => None,
+        };
         Ok(Route {
+            contract,
             id: need(&cfg.id_field, "--table-field-event-id")?,
             key: need(&cfg.key_field, "--table-field-event-key")?,
             route_by: need(&cfg.route_by_field, "--route-by-field")?,
@@ -236,10 +262,20 @@ impl Route {
         &self.table
     }
 
-    /// Turn one inserted row into a record.
+    /// Turn one inserted row into a record that keeps its contract.
     // Bad events are rare; carrying their salvage inline beats a box on every good row.
     #[allow(clippy::result_large_err)]
     pub fn route(&self, row: OutboxRow<'_>) -> Result<Record, BadEvent> {
+        let record = self.build(row)?;
+        match &self.contract {
+            None => Ok(record),
+            Some((type_col, contracts)) => enforce(row, *type_col, self.payload, contracts, record),
+        }
+    }
+
+    /// Turn one inserted row into a record, contracts aside.
+    #[allow(clippy::result_large_err)]
+    fn build(&self, row: OutboxRow<'_>) -> Result<Record, BadEvent> {
         let cols = &row.tuple.0;
         let value = |c: Col| -> Result<Option<&Bytes>, String> {
             match cols.get(c.idx) {
@@ -269,6 +305,7 @@ impl Route {
             topic,
             key: salvage(key_raw, self.key.type_oid),
             payload: salvage(payload_raw, self.payload.type_oid),
+            headers: Vec::new(),
         };
         let id = match value(self.id) {
             Ok(Some(_)) => event_id.clone().unwrap_or_default(),
@@ -377,6 +414,44 @@ impl Route {
         }
         Ok(Record { topic, key, payload, headers, partition, timestamp_ms, event_id: id })
     }
+}
+
+/// Check a routed record's payload column (as the producer wrote it, before any envelope) against
+/// the contract of its event type. A violation keeps the whole record for the dead-letter copy.
+#[allow(clippy::result_large_err)]
+fn enforce(
+    row: OutboxRow<'_>,
+    type_col: Col,
+    payload_col: Col,
+    contracts: &Contracts,
+    record: Record,
+) -> Result<Record, BadEvent> {
+    let text = |c: Col| match row.tuple.0.get(c.idx) {
+        Some(TupleValue::Text(b)) => Some(b),
+        _ => None,
+    };
+    let event_type = text(type_col).and_then(|b| as_string(type_col.type_oid, b).ok());
+    // A tombstone (no value) has nothing to check; otherwise the column converted when the record
+    // was built, so it converts again.
+    let payload = match record.payload {
+        None => None,
+        Some(_) => text(payload_col).and_then(|b| as_bytes(payload_col.type_oid, b).ok()),
+    };
+    let violation = match contracts.check(event_type.as_deref(), payload.as_deref()) {
+        Verdict::Valid | Verdict::Unchecked => return Ok(record),
+        Verdict::Violation(v) => v,
+    };
+    let mut headers = record.headers;
+    headers.extend(violation.header());
+    Err(BadEvent {
+        event_id: Some(record.event_id),
+        code: contract::CODE,
+        message: violation.message,
+        topic: Some(record.topic),
+        key: record.key,
+        payload: record.payload,
+        headers,
+    })
 }
 
 /// Each top-level key of a JSON object becomes a header: strings as their text, others as JSON.

@@ -21,6 +21,7 @@ fn cfg() -> RouteConfig {
         tombstone_on_empty_payload: false,
         expand_json_payload: false,
         headers_field: HeadersField::IfPresent("headers".into()),
+        contracts: None,
     }
 }
 
@@ -525,4 +526,70 @@ fn missing_envelope_column_still_yields_an_envelope() {
     c.placements = Placement::parse_list("nope:envelope").unwrap();
     let rec = route_with(&c, &[("payload", None)]).unwrap();
     assert_eq!(rec.payload.as_deref(), Some(&br#"{"payload":null}"#[..]));
+}
+
+/// `cfg()` with `--schema-dir` holding `files`, under `missing`.
+fn with_contracts(files: &[(&str, &str)], missing: contract::SchemaMissing) -> (tempfile::TempDir, RouteConfig) {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let mut c = cfg();
+    c.contracts = Some(Contracts::load(dir.path(), missing).unwrap());
+    (dir, c)
+}
+
+#[test]
+fn a_payload_that_keeps_its_contract_routes_unchanged() {
+    use contract::SchemaMissing::Reject;
+    let schema = r#"{"type": "object", "required": ["total"], "properties": {"total": {"type": "number"}}}"#;
+    let (_d, mut c) = with_contracts(&[("order.paid.v1.json", schema)], Reject);
+    assert_eq!(route_with(&c, &[]).unwrap(), route_with(&cfg(), &[]).unwrap());
+    // The schema applies to the payload column as written, not to the envelope around it.
+    c.placements = Placement::parse_list("aggregate_type:envelope:type").unwrap();
+    let rec = route_with(&c, &[]).unwrap();
+    let value = String::from_utf8_lossy(rec.payload.as_deref().unwrap()).into_owned();
+    assert_eq!(value, r#"{"payload":{"total":10.5,"x":"é"},"type":"order"}"#);
+}
+
+#[test]
+fn a_payload_that_breaks_its_contract_is_a_bad_event_with_the_whole_record() {
+    use contract::SchemaMissing::Allow;
+    let schema = r#"{"type": "object", "required": ["currency"], "properties": {"total": {"type": "string"}}}"#;
+    let (_d, c) = with_contracts(&[("order.paid.v1.json", schema)], Allow);
+    let e = route_with(&c, &[]).unwrap_err();
+    let good = route_with(&cfg(), &[]).unwrap();
+    assert_eq!(e.code, "schema");
+    assert!(e.message.contains("at /: \"currency\" is a required property (and 1 more error)"), "{}", e.message);
+    assert_eq!((e.event_id.as_deref(), e.topic.as_deref()), (Some(ID), Some("order.paid.v1.events")));
+    assert_eq!((&e.key, &e.payload), (&good.key, &good.payload));
+    let names: Vec<&str> = e.headers.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names, ["id", "attempt", "nested", "traceId", contract::H_ERRORS]);
+    let errors: serde_json::Value = serde_json::from_slice(&e.headers[4].1).unwrap();
+    assert_eq!(errors[1]["path"], "/total");
+    // Another event type has no schema: allowed.
+    assert!(route_with(&c, &[("event_type", Some("order.created.v1"))]).is_ok());
+}
+
+#[test]
+fn contracts_need_json_payloads_and_an_event_type_column() {
+    use contract::SchemaMissing::{Allow, Reject};
+    let (_d, mut c) = with_contracts(&[("order.paid.v1.json", "{}")], Allow);
+    c.payload_field = "blob".into();
+    let e = route_with(&c, &[]).unwrap_err();
+    assert_eq!(e.code, "schema");
+    assert!(e.message.starts_with("the payload is not JSON"), "{}", e.message);
+    assert!(route_with(&c, &[("blob", Some(r#"\x7b7d"#))]).is_ok(), "bytea holding {{}} is JSON");
+    // Tombstones carry no payload to check.
+    c.tombstone_on_empty_payload = true;
+    assert_eq!(route_with(&c, &[("blob", None)]).unwrap().payload, None);
+    let (_d, c) = with_contracts(&[], Reject);
+    assert_eq!(route_with(&c, &[]).unwrap_err().code, "schema");
+    let e = route_with(&c, &[("event_type", None)]).unwrap_err();
+    assert_eq!(e.code, "null_route", "the route-by column is the type column here");
+    let without: Vec<(&str, u32)> = COLS.iter().copied().filter(|(n, _)| *n != "event_type").collect();
+    let mut c = c;
+    c.route_by_field = "aggregate_type".into();
+    let e = Route::compile(&c, &relation(&without)).unwrap_err().to_string();
+    assert!(e.contains("\"event_type\"") && e.contains("--schema-dir"), "{e}");
 }
