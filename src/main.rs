@@ -1,6 +1,6 @@
 //! The `outboxd` binary: parse flags, set up logging and signals, pick the sink, run, and turn the
 //! outcome into an exit code (0 clean shutdown, 1 runtime failure, 2 bad configuration, 130/143 a
-//! second SIGINT/SIGTERM that cut the shutdown drain short).
+//! second SIGINT/SIGTERM that cut the shutdown drain short). SIGHUP reloads `--schema-dir`.
 
 use std::process::ExitCode;
 
@@ -12,6 +12,7 @@ use outboxd::config::{Cli, Command, Config, LogFormat, RunArgs, SinkKind};
 use outboxd::error::{Definite, Error};
 use outboxd::health::Health;
 use outboxd::metrics::Metrics;
+use outboxd::router::contract::Contracts;
 use outboxd::sink::{KafkaSink, NullSink, StdoutSink};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
@@ -56,6 +57,9 @@ fn main() -> ExitCode {
 }
 
 fn log_notes(cfg: &Config) {
+    if let Some(c) = &cfg.route.contracts {
+        tracing::info!(schemas = c.len(), dir = %c.dir().display(), missing = ?c.missing(), "event contracts loaded (--schema-dir; SIGHUP reloads)");
+    }
     for (warning, note) in &cfg.notes {
         if *warning {
             tracing::warn!("--debezium-config: {note}");
@@ -127,6 +131,7 @@ fn run(cfg: Config) -> anyhow::Result<()> {
         let metrics = Metrics::new();
         let shutdown = CancellationToken::new();
         spawn_signal_handler(shutdown.clone())?;
+        spawn_reload_handler(cfg.route.contracts.clone())?;
         let handles = Handles { health: health.clone(), metrics: metrics.clone(), shutdown };
         match cfg.sink {
             SinkKind::Kafka => {
@@ -167,6 +172,31 @@ fn spawn_signal_handler(shutdown: CancellationToken) -> anyhow::Result<()> {
             "second signal during shutdown: exiting now without draining; unacked events will be sent again on restart"
         );
         std::process::exit(code);
+    });
+    Ok(())
+}
+
+/// SIGHUP reloads the `--schema-dir` contracts: the new set applies to the next event routed; one
+/// that fails to compile leaves the set in force and logs why. Without `--schema-dir` it is
+/// ignored, never fatal (the default action would end the process without a drain).
+fn spawn_reload_handler(contracts: Option<Contracts>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            let Some(c) = contracts.clone() else {
+                tracing::info!("SIGHUP received; nothing to reload (no --schema-dir)");
+                continue;
+            };
+            // Reading and compiling files blocks; the replication loop shares this thread.
+            match tokio::task::spawn_blocking(move || c.reload().map(|n| (n, c))).await {
+                Ok(Ok((n, c))) => {
+                    tracing::info!(schemas = n, dir = %c.dir().display(), "SIGHUP: event contracts reloaded")
+                }
+                Ok(Err(e)) => tracing::error!("SIGHUP: event contracts not reloaded: {e}"),
+                Err(e) => tracing::error!("SIGHUP: event contracts not reloaded: the reload task failed: {e}"),
+            }
+        }
     });
     Ok(())
 }

@@ -141,6 +141,7 @@ pub const REASONS: &[&str] = &[
     "invalid_timestamp",
     "topic_authorization_failed",
     "delivery",
+    "schema",
 ];
 
 impl Metrics {

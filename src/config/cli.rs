@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::router::contract::SchemaMissing;
 use crate::router::MissingPolicy;
 
 #[derive(Debug, Parser)]
@@ -254,6 +255,13 @@ pub struct RunArgs {
     /// Serve /metrics, /healthz and /readyz on this address; `off` disables.
     #[arg(long, env = "OUTBOXD_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     pub metrics_addr: String,
+    /// Directory of JSON Schemas (draft 2020-12), one per event type: `DIR/<event_type>.json` must
+    /// accept the payload of that type, or the event is bad (reason `schema`). Reloaded on SIGHUP.
+    #[arg(long, env = "OUTBOXD_SCHEMA_DIR", value_name = "DIR")]
+    pub schema_dir: Option<PathBuf>,
+    /// With --schema-dir, what an event type without a schema file does: pass unchecked, or be a bad event.
+    #[arg(long, env = "OUTBOXD_SCHEMA_MISSING", value_enum, default_value_t = SchemaMissing::Allow)]
+    pub schema_missing: SchemaMissing,
     /// What to do with an event that cannot be delivered as routed: stop, dead-letter it, or skip it.
     #[arg(long, env = "OUTBOXD_ON_BAD_EVENT", value_enum, default_value_t = BadEventPolicy::Dlq)]
     pub on_bad_event: BadEventPolicy,

@@ -10,6 +10,7 @@
 use clap::ValueEnum;
 
 use super::{postgres, Config};
+use crate::router::contract::SchemaMissing;
 use crate::router::{HeadersField, PlacementTarget};
 
 impl Config {
@@ -87,6 +88,10 @@ impl Config {
         push("wal-receiver-timeout", millis(self.wal_receiver_timeout));
         push("log-format", value_name(self.log_format));
         push("metrics-addr", self.metrics_addr.map_or("off".to_owned(), |a| a.to_string()));
+        if let Some(c) = &r.contracts {
+            push("schema-dir", c.dir().display().to_string());
+        }
+        push("schema-missing", value_name(r.contracts.as_ref().map_or(SchemaMissing::Allow, |c| c.missing())));
         push("on-bad-event", value_name(self.on_bad_event));
         push("dlq-topic", self.dlq_topic.clone());
         push("heartbeat-interval", millis(self.heartbeat_interval));

@@ -217,7 +217,8 @@ mod gen {
     }
 
     /// `(flag, values)`: each present flag with the value(s) to pass.
-    pub fn run_flags(property_file: String) -> impl Strategy<Value = Vec<String>> {
+    /// `property_file` and `schema_dir` exist: flags naming them must validate.
+    pub fn run_flags(property_file: String, schema_dir: String) -> impl Strategy<Value = Vec<String>> {
         let topic_rules = select(vec![
             ("(?<routedByValue>.*)", "${routedByValue}.events"),
             ("(?<routedByValue>.*)", "outbox.event.${routedByValue}"),
@@ -274,6 +275,7 @@ mod gen {
             proptest::option::of(select(vec!["fail", "dlq", "skip"])),
             proptest::option::of("[a-zA-Z0-9._-]{1,40}"),
             proptest::option::of(text(60)),
+            proptest::option::of(select(vec!["allow", "reject"])),
         );
         (group_a, group_b, group_c).prop_map(move |(a, b, c)| {
             let mut v: Vec<String> = Vec::new();
@@ -321,7 +323,7 @@ mod gen {
             put("table-op-invalid-behavior", invalid.map(String::from));
             put("table-expand-json-payload", expand.map(|x| x.to_string()));
             put("table-field-event-headers", headers);
-            let (in_flight, durations, log, metrics, bad, dlq, query) = c;
+            let (in_flight, durations, log, metrics, bad, dlq, query, schema_missing) = c;
             put("max-in-flight", in_flight.map(|x| x.to_string()));
             for (k, d) in durations {
                 put(k, Some(d));
@@ -331,6 +333,10 @@ mod gen {
             put("on-bad-event", bad.map(String::from));
             put("dlq-topic", dlq);
             put("heartbeat-action-query", query);
+            if let Some(m) = schema_missing {
+                put("schema-dir", Some(schema_dir.clone()));
+                put("schema-missing", Some(m.into()));
+            }
             v
         })
     }
@@ -344,10 +350,13 @@ fn outboxd_config_round_trips_for_any_valid_flags() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("kafka.properties");
     std::fs::write(&file, "linger.ms = 7\nclient.id: from-file\nacks=all\n").unwrap();
+    let schemas = dir.path().join("schemas");
+    std::fs::create_dir(&schemas).unwrap();
+    std::fs::write(schemas.join("order.paid.v1.json"), r#"{"type": "object"}"#).unwrap();
     let mut runner = TestRunner::new(PtConfig { cases: 400, failure_persistence: None, ..PtConfig::default() });
     let (valid, invalid) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
     runner
-        .run(&gen::run_flags(file.display().to_string()), |argv| {
+        .run(&gen::run_flags(file.display().to_string(), schemas.display().to_string()), |argv| {
             // Status intervals of 0, an unreadable combination: the generator aims at valid flag
             // sets, and the few it misses say nothing about the round trip.
             let c = match config_of(&argv) {
@@ -490,6 +499,7 @@ fn outboxd_config_prints_every_run_flag() {
         "table-fields-additional-placement",
         "table-field-event-headers",
         "heartbeat-action-query",
+        "schema-dir",
     ];
     let cli = Cli::command();
     let run = cli.find_subcommand("run").expect("run subcommand");
@@ -531,4 +541,34 @@ fn health_stall_timeout_must_outlast_the_status_timer() {
     assert!(parse(&["--health-stall-timeout", "3s", "--status-interval", "1s"]).is_ok());
     let e = parse(&["--health-stall-timeout", "15s"]).unwrap_err().to_string();
     assert!(e.contains("--health-stall-timeout") && e.contains("--status-interval"), "{e}");
+}
+
+/// `--schema-dir` is compiled while validating: an unreadable directory or a broken schema stops
+/// `run` and `outboxd config` with one line naming it; a good one round-trips.
+#[test]
+fn schema_dir_is_validated_and_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let argv = |extra: &[&str]| {
+        let mut v = vec!["--postgres-url".to_owned(), "postgres://u@127.0.0.1/db".to_owned()];
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let path = dir.path().display().to_string();
+    std::fs::write(dir.path().join("order.paid.v1.json"), r#"{"required": ["id"]}"#).unwrap();
+    let c = config_of(&argv(&["--schema-dir", &path, "--schema-missing", "reject"])).unwrap();
+    let contracts = c.route.contracts.as_ref().unwrap();
+    assert_eq!((contracts.len(), contracts.missing()), (1, crate::router::contract::SchemaMissing::Reject));
+    assert_round_trip(&c).unwrap();
+    let printed = c.to_flags().join(" ");
+    assert!(printed.contains(&format!("--schema-dir {path}")) && printed.contains("--schema-missing reject"));
+    // Without the flag: nothing compiled, and `allow` printed.
+    let c = config_of(&argv(&[])).unwrap();
+    assert!(c.route.contracts.is_none() && c.to_flags().join(" ").contains("--schema-missing allow"));
+    let e = config_of(&argv(&["--schema-missing", "reject"])).unwrap_err();
+    assert!(e.contains("--schema-missing reject needs --schema-dir"), "{e}");
+    let e = config_of(&argv(&["--schema-dir", "/nonexistent/schemas"])).unwrap_err();
+    assert!(e.starts_with("--schema-dir /nonexistent/schemas: cannot read it"), "{e}");
+    std::fs::write(dir.path().join("order.created.v1.json"), r#"{"type": "objekt"}"#).unwrap();
+    let e = config_of(&argv(&["--schema-dir", &path])).unwrap_err();
+    assert!(e.contains("order.created.v1.json: not a valid draft 2020-12 schema at /type"), "{e}");
 }

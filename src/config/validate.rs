@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::{debezium, postgres, Config, KafkaConfig, PgTarget, RunArgs, SinkKind, TableName};
 use crate::error::Definite;
+use crate::router::contract::{Contracts, SchemaMissing};
 use crate::router::{HeadersField, Placement, RouteConfig, TopicRule};
 
 impl Config {
@@ -87,6 +88,14 @@ impl Config {
             Some("") => HeadersField::Disabled,
             Some(c) => HeadersField::Required(c.into()),
         };
+        // Compiled here, once: `run` uses this set, and `outboxd config` proves every file compiles.
+        let contracts = match &a.schema_dir {
+            Some(dir) => Some(Contracts::load(dir, a.schema_missing).map_err(bad)?),
+            None if a.schema_missing == SchemaMissing::Reject => {
+                return Err(bad("--schema-missing reject needs --schema-dir DIR (the schemas to require)".into()))
+            }
+            None => None,
+        };
         let status_interval = parse_duration("--status-interval", &a.status_interval)?;
         if status_interval.is_zero() {
             return Err(bad("--status-interval must be greater than 0".into()));
@@ -110,7 +119,7 @@ impl Config {
                 tombstone_on_empty_payload: a.route_tombstone_on_empty_payload,
                 expand_json_payload: a.table_expand_json_payload,
                 headers_field,
-                contracts: None,
+                contracts,
             },
             op_invalid: a.table_op_invalid_behavior,
             sink: a.sink,

@@ -36,7 +36,7 @@ pub const PREFIX: &str = "outboxd.";
 pub struct DeadLetter {
     pub event_id: Option<String>,
     /// Stable reason code: `null_id`, `null_route`, `invalid_topic`, `invalid_json`, `bad_value`,
-    /// `too_large`, `rejected`, `policy_violation`.
+    /// `schema`, `too_large`, `rejected`, `policy_violation`.
     pub code: &'static str,
     pub message: String,
     pub original_topic: Option<String>,

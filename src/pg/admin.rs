@@ -260,6 +260,7 @@ async fn check_table(client: &Client, cfg: &Config, table: &TableName) -> Result
     if let HeadersField::Required(h) = &r.headers_field {
         need.push((h, "--table-field-event-headers"));
     }
+
     if r.additional_missing == MissingPolicy::Error {
         for p in &r.placements {
             need.push((&p.column, "--table-fields-additional-placement"));
@@ -272,6 +273,13 @@ async fn check_table(client: &Client, cfg: &Config, table: &TableName) -> Result
             ))
             .into());
         }
+    }
+    if r.contracts.is_some() && !have.iter().any(|h| *h == r.type_field) {
+        return Err(Definite::Setup(format!(
+            "table {table} has no column {:?} (the event type, set by --table-field-event-type) that --schema-dir needs to pick a schema; add the column or point the flag at it",
+            r.type_field
+        ))
+        .into());
     }
     Ok(())
 }
