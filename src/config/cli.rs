@@ -35,6 +35,51 @@ pub enum Command {
     /// Inspect and replay the dead-letter topic.
     #[command(subcommand)]
     Dlq(DlqCommand),
+    /// Check payloads against `--schema-dir` contracts, e.g. in a producer's CI.
+    #[command(subcommand)]
+    Schema(SchemaCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SchemaCommand {
+    /// Validate sample payloads (--sample) or the rows still in the outbox table (--from-table)
+    /// against DIR/<event_type>.json; print each violation. Exit 0 when all pass, 1 otherwise.
+    Check(SchemaCheckArgs),
+}
+
+/// Flags of `outboxd schema check`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SchemaCheckArgs {
+    /// The schema directory, as for `run --schema-dir`.
+    pub dir: PathBuf,
+    /// JSON lines file, one event a line: {"event_type": "order.paid.v1", "payload": {...}} (an
+    /// optional "id" names it in the output).
+    #[arg(long, value_name = "FILE", conflicts_with = "from_table", required_unless_present = "from_table")]
+    pub sample: Option<PathBuf>,
+    /// Read the rows still in the outbox table(s) instead (--postgres-url, --table, --table-field-*).
+    #[arg(long)]
+    pub from_table: bool,
+    /// What an event type without a schema file does, as for `run`.
+    #[arg(long, value_enum, default_value_t = SchemaMissing::Allow)]
+    pub schema_missing: SchemaMissing,
+    /// PostgreSQL URL, as for `run` (with --from-table).
+    #[arg(long, env = "OUTBOXD_POSTGRES_URL", hide_env_values = true, default_value = "")]
+    pub postgres_url: String,
+    /// File holding the PostgreSQL password, as for `run`.
+    #[arg(long, env = "OUTBOXD_POSTGRES_PASSWORD_FILE")]
+    pub postgres_password_file: Option<PathBuf>,
+    /// An outbox table, as SCHEMA.TABLE; repeatable.
+    #[arg(long = "table", default_value = "public.outbox")]
+    pub tables: Vec<String>,
+    /// Column with the event id, shown with each violation.
+    #[arg(long, default_value = "event_id")]
+    pub table_field_event_id: String,
+    /// Column with the event type that picks the schema.
+    #[arg(long, default_value = "event_type")]
+    pub table_field_event_type: String,
+    /// Column with the payload.
+    #[arg(long, default_value = "payload")]
+    pub table_field_event_payload: String,
 }
 
 /// Flags of `outboxd status`.

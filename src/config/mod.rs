@@ -27,11 +27,11 @@ mod validate;
 
 pub use cli::{
     BadEventPolicy, Cli, Command, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs, InvalidOp, LogFormat,
-    PublicationAutocreate, RunArgs, SinkKind, StatusArgs,
+    PublicationAutocreate, RunArgs, SchemaCheckArgs, SchemaCommand, SinkKind, StatusArgs,
 };
 pub use kafka::{KafkaConfig, LoadedProperties, PropertyFile};
 pub use postgres::{PgHost, PgTarget, SslMode};
-pub use validate::{parse_duration, parse_size};
+pub use validate::{parse_duration, parse_size, parse_table};
 
 use crate::router::RouteConfig;
 

@@ -196,7 +196,7 @@ pub(super) fn check_identifier(flag: &str, v: &str, slot: bool) -> Result<(), De
     }
 }
 
-pub(super) fn parse_table(s: &str) -> Result<TableName, Definite> {
+pub fn parse_table(s: &str) -> Result<TableName, Definite> {
     match s.split_once('.') {
         Some((schema, name)) if !schema.is_empty() && !name.is_empty() && !name.contains('.') => {
             Ok(TableName { schema: schema.to_owned(), name: name.to_owned() })

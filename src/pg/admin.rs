@@ -303,11 +303,11 @@ pub async fn check_empty(client: &Client, cfg: &Config) -> Result<(), Error> {
     Ok(())
 }
 
-fn quote_ident(s: &str) -> String {
+pub(crate) fn quote_ident(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))
 }
 
-fn quote_table(t: &TableName) -> String {
+pub(crate) fn quote_table(t: &TableName) -> String {
     format!("{}.{}", quote_ident(&t.schema), quote_ident(&t.name))
 }
 
