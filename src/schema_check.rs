@@ -133,7 +133,13 @@ async fn check_tables<W: Write>(a: &SchemaCheckArgs, report: &mut Report<'_, W>)
     let tables = a.tables.iter().map(|t| crate::config::parse_table(t)).collect::<Result<Vec<_>, _>>()?;
     let client = crate::pg::admin::connect_target(&target).await?;
     let target = &target;
-    let q = |what: String| move |e: tokio_postgres::Error| Definite::Setup(format!("{what} at {target}: {e}"));
+    // The server's own message ("column \"kind\" does not exist"), not the driver's "db error".
+    let q = |what: String| {
+        move |e: tokio_postgres::Error| {
+            let msg = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned());
+            Definite::Setup(format!("{what} at {target}: {msg}"))
+        }
+    };
     client
         .batch_execute(&format!("SET statement_timeout = {TABLE_TIMEOUT_MS}"))
         .await
