@@ -274,7 +274,7 @@ async fn check_table(client: &Client, cfg: &Config, table: &TableName) -> Result
             .into());
         }
     }
-    if r.contracts.is_some() && !have.iter().any(|h| *h == r.type_field) {
+    if r.contracts.is_some() && !have.contains(&r.type_field) {
         return Err(Definite::Setup(format!(
             "table {table} has no column {:?} (the event type, set by --table-field-event-type) that --schema-dir needs to pick a schema; add the column or point the flag at it",
             r.type_field

@@ -189,8 +189,9 @@ pub struct Route {
     /// An envelope placement is configured, whether or not its column exists: the value is
     /// always an envelope then (Debezium decides this from the configuration, not the row).
     envelope: bool,
-    /// The event type column and the contracts its values select, with `--schema-dir`.
-    contract: Option<(Col, Contracts)>,
+    /// The event type column and the contracts its values select, with `--schema-dir` (boxed:
+    /// routes are kept per relation, and most run without contracts).
+    contract: Option<Box<(Col, Contracts)>>,
 }
 
 impl Route {
@@ -233,7 +234,7 @@ impl Route {
                         cfg.type_field
                     ))
                 })?;
-                Some((col, c.clone()))
+                Some(Box::new((col, c.clone())))
             }
             None => None,
         };
@@ -269,7 +270,7 @@ impl Route {
         let record = self.build(row)?;
         match &self.contract {
             None => Ok(record),
-            Some((type_col, contracts)) => enforce(row, *type_col, self.payload, contracts, record),
+            Some(c) => enforce(row, c.0, self.payload, &c.1, record),
         }
     }
 
