@@ -60,6 +60,9 @@ fn main() -> ExitCode {
 fn log_notes(cfg: &Config) {
     if let Some(c) = &cfg.route.contracts {
         tracing::info!(schemas = c.len(), dir = %c.dir().display(), missing = ?c.missing(), "event contracts loaded (--schema-dir; SIGHUP reloads)");
+        if c.is_empty() {
+            tracing::warn!(dir = %c.dir().display(), "--schema-dir has no <event_type>.json schema: no payload is checked{}", if c.missing() == outboxd::router::contract::SchemaMissing::Reject { ", and --schema-missing reject makes every event bad" } else { "" });
+        }
     }
     for (warning, note) in &cfg.notes {
         if *warning {
