@@ -276,7 +276,7 @@ impl KafkaSink {
         let (admin, props) = (self.admin.clone(), self.properties.clone());
         let (name, partitions, replication) = (topic.to_owned(), self.partitions, self.replication);
         let task = tokio::spawn(async move {
-            kafka_client::ensure_topic_classified(&admin, &name, partitions, replication, Retry::Forever, &props).await
+            kafka_client::ensure_topic(&admin, &name, partitions, replication, Retry::Forever, &props).await
         });
         self.creating = Some(Creating { topic: topic.to_owned(), task });
     }
