@@ -532,3 +532,12 @@ fn health_stall_timeout_must_outlast_the_status_timer() {
     let e = parse(&["--health-stall-timeout", "15s"]).unwrap_err().to_string();
     assert!(e.contains("--health-stall-timeout") && e.contains("--status-interval"), "{e}");
 }
+
+#[test]
+fn durations_past_a_year_are_refused_not_overflowed() {
+    assert!(parse_duration("--x", "8784h").is_ok());
+    for s in ["8785h", "99999999999999h", "18446744073709551615s", "18446744073709551615ms"] {
+        let e = parse_duration("--shutdown-timeout", s).unwrap_err().to_string();
+        assert!(e.contains("--shutdown-timeout"), "{s}: {e}");
+    }
+}

@@ -220,7 +220,10 @@ fn number_and_unit(s: &str) -> (&str, &str) {
     (num, unit.trim())
 }
 
-/// `500ms`, `10s`, `2m`, `1h`; a bare number is seconds.
+/// The longest duration any flag takes (a year): beyond it clocks overflow, and no setting needs it.
+const MAX_DURATION_SECS: u64 = 366 * 24 * 3600;
+
+/// `500ms`, `10s`, `2m`, `1h`; a bare number is seconds; at most a year.
 pub fn parse_duration(flag: &str, s: &str) -> Result<Duration, Definite> {
     let bad = || Definite::Config(format!("{flag} {s:?}: expected a duration like 500ms, 10s or 2m"));
     let (num, unit) = number_and_unit(s);
@@ -232,5 +235,8 @@ pub fn parse_duration(flag: &str, s: &str) -> Result<Duration, Definite> {
         "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(bad)?),
         _ => return Err(bad()),
     };
+    if d > Duration::from_secs(MAX_DURATION_SECS) {
+        return Err(Definite::Config(format!("{flag} {s:?}: at most a year (8784h)")));
+    }
     Ok(d)
 }

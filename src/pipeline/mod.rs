@@ -111,6 +111,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         self.health.set_streaming(true);
         self.metrics.pg_connected.set(1.0);
         let result = self.run_inner(shutdown).await;
+        self.sink.discard_held();
         self.health.set_streaming(false);
         self.metrics.pg_connected.set(0.0);
         // Acks that arrived after the loop ended still count.
