@@ -136,8 +136,6 @@ struct Waiting {
     timestamp_ms: Option<i64>,
     payload: Payload,
     in_window: bool,
-    /// Order of arrival, for a stable report.
-    seq: u64,
 }
 
 /// The pairing state; see the module doc.
@@ -148,7 +146,6 @@ pub struct Pairer {
     pending: [HashMap<String, Waiting>; 2],
     /// Hash of each paired id, with the pair's newest timestamp (for [`Pairer::forget_paired_before`]).
     paired: HashMap<u64, i64>,
-    seq: u64,
     pub tally: Tally,
 }
 
@@ -167,7 +164,6 @@ impl Pairer {
             max_pending,
             pending: [HashMap::new(), HashMap::new()],
             paired: HashMap::new(),
-            seq: 0,
             tally: Tally::default(),
         }
     }
@@ -193,9 +189,7 @@ impl Pairer {
             if ev.in_window {
                 self.tally.records[s] += 1;
             }
-            self.seq += 1;
-            let w =
-                Waiting { timestamp_ms: ev.timestamp_ms, payload: ev.payload, in_window: ev.in_window, seq: self.seq };
+            let w = Waiting { timestamp_ms: ev.timestamp_ms, payload: ev.payload, in_window: ev.in_window };
             self.pending[s].insert(ev.id, w);
             return Ok(Fed::Pending);
         };
@@ -263,7 +257,8 @@ impl Pairer {
 
     fn report_unpaired(&mut self, side: Side, mut gone: Vec<(String, Waiting)>) {
         gone.retain(|(_, w)| w.in_window);
-        gone.sort_by_key(|(_, w)| w.seq);
+        // By id: arrival order across partitions is not stable from run to run.
+        gone.sort_by(|a, b| a.0.cmp(&b.0));
         let s = side as usize;
         self.tally.only_count[s] += gone.len() as u64;
         let room = self.limit.saturating_sub(self.tally.only[s].len());
@@ -295,15 +290,15 @@ mod tests {
         assert_eq!(p.feed(Side::Shadow, ev("b", 1000, r#"{"x":1}"#)), Ok(Fed::Pending));
         assert_eq!(p.feed(Side::Shadow, ev("a", 1250, r#"{"x":1.0,"sentAt":2}"#)), Ok(Fed::Matched));
         assert_eq!(p.feed(Side::Legacy, ev("b", 1100, r#"{"x":2}"#)), Ok(Fed::Different(vec!["/x".into()])));
-        assert_eq!(p.feed(Side::Legacy, ev("c", 1200, "{}")), Ok(Fed::Pending));
+        assert_eq!(p.feed(Side::Legacy, ev("e", 1200, "{}")), Ok(Fed::Pending));
         assert_eq!(p.feed(Side::Shadow, ev("d", 1300, "{}")), Ok(Fed::Pending));
-        assert_eq!(p.feed(Side::Legacy, ev("e", 1400, "{}")), Ok(Fed::Pending));
+        assert_eq!(p.feed(Side::Legacy, ev("c", 1400, "{}")), Ok(Fed::Pending));
         p.finish();
         let t = &p.tally;
         assert_eq!(t.records, [4, 3]);
         assert_eq!(t.matched, 1);
         assert_eq!(t.different, vec![("b".to_string(), vec!["/x".to_string()])]);
-        assert_eq!(t.only, [vec!["c".to_string(), "e".into()], vec!["d".to_string()]], "in arrival order");
+        assert_eq!(t.only, [vec!["c".to_string(), "e".into()], vec!["d".to_string()]], "sorted by id");
         assert_eq!(t.only_count, [2, 1]);
         assert_eq!((t.lags.count, t.lags.p50(), t.lags.min, t.lags.max), (2, Some(-100), Some(-100), Some(250)));
         assert!(!t.ok());

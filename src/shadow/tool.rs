@@ -244,7 +244,7 @@ fn print_report(s: &Settings, p: &Pairer) {
 
 fn report_json(s: &Settings, t: &Tally, pending: [usize; 2]) -> serde_json::Value {
     let different: Vec<serde_json::Value> =
-        t.different.iter().map(|(id, paths)| json!({"id": id, "paths": paths})).collect();
+        sorted(&t.different).iter().map(|(id, paths)| json!({"id": id, "paths": paths})).collect();
     let pair = |v: [u64; 2]| json!({"legacy": v[0], "shadow": v[1]});
     json!({
         "ok": t.ok(),
@@ -307,10 +307,17 @@ fn report_text(s: &Settings, t: &Tally, pending: [usize; 2]) -> String {
     };
     list(&mut o, "only in legacy", t.only_count[0], t.only[0].clone());
     list(&mut o, "only in shadow", t.only_count[1], t.only[1].clone());
-    let diffs = t.different.iter().map(|(id, paths)| format!("{id}: {}", shown_paths(paths))).collect();
+    let diffs = sorted(&t.different).iter().map(|(id, paths)| format!("{id}: {}", shown_paths(paths))).collect();
     list(&mut o, "different", t.different_count, diffs);
     let _ = writeln!(o, "{}", if t.ok() { "OK: every event paired and matched" } else { "MISMATCH" });
     o
+}
+
+/// By id: the order pairs complete in is not stable across partitions.
+fn sorted(different: &[(String, Vec<String>)]) -> Vec<&(String, Vec<String>)> {
+    let mut v: Vec<_> = different.iter().collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
 }
 
 /// `""` is the whole payload; say so rather than print nothing.
