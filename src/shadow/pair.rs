@@ -209,7 +209,7 @@ impl Pairer {
             Side::Shadow => ((&other.payload, other.timestamp_ms), (&ev.payload, ev.timestamp_ms)),
         };
         if let (Some(l), Some(sh)) = (legacy.1, shadow.1) {
-            self.tally.lags.add(sh - l);
+            self.tally.lags.add(sh.saturating_sub(l));
         }
         let paths = diff(legacy.0, shadow.0, &self.ignore);
         if paths.is_empty() {
@@ -366,5 +366,10 @@ mod tests {
             l.add(ms);
         }
         assert_eq!(l.p50(), Some(20));
+        // Timestamps come from the network: extreme ones saturate, never overflow.
+        let mut p = pairer();
+        p.feed(Side::Legacy, ev("x", i64::MAX, "{}")).unwrap();
+        p.feed(Side::Shadow, ev("x", i64::MIN, "{}")).unwrap();
+        assert_eq!(p.tally.lags.min, Some(i64::MIN));
     }
 }

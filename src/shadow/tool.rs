@@ -154,7 +154,12 @@ impl Settings {
 }
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, ms)
+}
+
+/// A flag's duration in ms; absurd values (`--max-lag 99999999999h`) saturate instead of wrapping.
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Where `--since` cuts: events from `from` on are read, those from `start` on are in the window.
@@ -205,8 +210,8 @@ fn match_by_text(m: &MatchBy) -> String {
 async fn compare(a: &ShadowCompareArgs) -> Result<u8, Error> {
     let s = Settings::from_args(a)?;
     let w = s.since.map(|d| {
-        let start = now_ms().saturating_sub(d.as_millis() as i64);
-        Window { start, from: start.saturating_sub(s.max_lag.as_millis() as i64) }
+        let start = now_ms().saturating_sub(ms(d));
+        Window { start, from: start.saturating_sub(ms(s.max_lag)) }
     });
     let from = w.map(|w| w.from);
     let mut legacy = s.reader(Side::Legacy, from)?;
@@ -397,7 +402,7 @@ async fn follow(
     let mut last_record = [Instant::now(); 2];
     let mut newest = [None::<i64>; 2];
     let mut ticks = 0u64;
-    let max_lag = s.max_lag.as_millis() as i64;
+    let max_lag = ms(s.max_lag);
     gauges.set(&p);
     print_report(s, &p);
     loop {
@@ -417,7 +422,7 @@ async fn follow(
                     }
                 }
                 if ticks % 60 == 0 {
-                    p.forget_paired_before(now - REMEMBER_PAIRED.as_millis() as i64 - max_lag);
+                    p.forget_paired_before(now.saturating_sub(ms(REMEMBER_PAIRED)).saturating_sub(max_lag));
                 }
                 gauges.set(&p);
                 continue;
