@@ -269,6 +269,7 @@ fn follow_exports_the_counts_and_pairs_new_events_as_they_come() {
         ("outboxd_shadow_lag_max_seconds", 0.1),
     ];
     assert!(gauges(&settled), "gauges never showed {settled:?}:\n{}", d.log());
+    assert_eq!(http_get(port, "/readyz").map(|(code, _)| code), Some(200), "caught up: ready");
 
     // A new pair while it runs, and a new legacy event whose copy never comes.
     let now = now_ms();

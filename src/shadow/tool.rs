@@ -214,6 +214,17 @@ async fn compare(a: &ShadowCompareArgs) -> Result<u8, Error> {
         Window { start, from: start.saturating_sub(ms(s.max_lag)) }
     });
     let from = w.map(|w| w.from);
+    // With --follow the endpoint is up while the history is read; /readyz answers 200 once it is.
+    let mut exported = None;
+    if let Some(f) = &s.follow {
+        let health = crate::health::Health::new(Duration::ZERO);
+        if let Some(addr) = f.metrics_addr {
+            let bound = crate::health::serve(addr, health.clone()).await?;
+            tracing::info!(%bound, "serving /metrics and /readyz");
+        }
+        // After the recorder is installed: handles made before it would record nowhere.
+        exported = Some((health, Gauges::new()));
+    }
     let mut legacy = s.reader(Side::Legacy, from)?;
     let mut shadow = s.reader(Side::Shadow, from)?;
     let mut p = Pairer::new(s.ignore.clone(), s.limit, s.max_pending);
@@ -229,8 +240,9 @@ async fn compare(a: &ShadowCompareArgs) -> Result<u8, Error> {
             None => done[side as usize] = true,
         }
     }
-    if let Some(f) = &s.follow {
-        return follow(&s, f, [legacy, shadow], p, w).await;
+    if let (Some(f), Some((health, gauges))) = (&s.follow, exported) {
+        health.set_streaming(true);
+        return follow(&s, f, [legacy, shadow], p, w, gauges).await;
     }
     p.finish();
     print_report(&s, &p);
@@ -382,17 +394,10 @@ async fn follow(
     readers: [DlqReader; 2],
     mut p: Pairer,
     w: Option<Window>,
+    gauges: Gauges,
 ) -> Result<u8, Error> {
     use tokio::signal::unix::{signal, SignalKind};
     let [mut legacy, mut shadow] = readers;
-    if let Some(addr) = f.metrics_addr {
-        let health = crate::health::Health::new(Duration::ZERO);
-        health.set_streaming(true);
-        let bound = crate::health::serve(addr, health).await?;
-        tracing::info!(%bound, "serving /metrics");
-    }
-    // After the recorder is installed: handles made before it would record nowhere.
-    let gauges = Gauges::new();
     let setup = |e: std::io::Error| Definite::Setup(format!("installing a signal handler: {e}"));
     let mut term = signal(SignalKind::terminate()).map_err(setup)?;
     let mut int = signal(SignalKind::interrupt()).map_err(setup)?;
