@@ -1,5 +1,7 @@
 //! Reading the whole DLQ topic for `outboxd dlq list` and `replay`: every partition from the
 //! beginning with `assign()` (no group, no commits), up to the end it had when reading began.
+//! `outboxd shadow compare` reads its two topics with the same reader, from a time
+//! ([`DlqReader::open_from`]) and, with `--follow`, past the end ([`DlqReader::next_live`]).
 //!
 //! That end is each partition's high watermark, asked for before the first read. Reading never
 //! stops before every partition has reached it (a record at or past it was read, or librdkafka

@@ -12,7 +12,7 @@
 //!
 //! `--follow` reads on past the end: once a second, an event whose pair has not come within
 //! `--max-lag` of the other topic's progress (its newest record timestamp, or the clock when it
-//! has been quiet for [`IDLE`]) counts as unpaired; the counts go to gauges on `--metrics-addr`
+//! has been quiet for `IDLE`) counts as unpaired; the counts go to gauges on `--metrics-addr`
 //! and a report is printed every `--report-interval` and at SIGINT/SIGTERM, after which the exit
 //! code is as for one-shot, over what was decided by then.
 
