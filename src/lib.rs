@@ -17,5 +17,6 @@ pub mod metrics;
 pub mod pg;
 pub mod pipeline;
 pub mod router;
+pub mod shadow;
 pub mod sink;
 pub mod status;
