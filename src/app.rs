@@ -24,7 +24,7 @@ use crate::health::Health;
 use crate::lsn::Lsn;
 use crate::metrics::Metrics;
 use crate::pg::admin;
-use crate::pg::replication::ReplicationConn;
+use crate::pg::replication::{ReplicationConn, WalHistory};
 use crate::pipeline::{backoff, Context, Session, HEARTBEAT_PREFIX};
 use crate::sink::Sink;
 
@@ -118,8 +118,9 @@ struct SessionState {
     /// The walsender PID of our last replication connection: if a dead link left it holding the
     /// slot, it is ours to end.
     own_walsender: Option<i32>,
-    /// The frontier reached by this process: every record before it was acked by the sink.
-    confirmed: Option<Lsn>,
+    /// The frontier reached by this process (every record before it was acked by the sink), and
+    /// the WAL history it belongs to: it is only a position on that server's timeline.
+    confirmed: Option<(Lsn, WalHistory)>,
 }
 
 /// One session: re-check the publication and slot, connect, stream.
@@ -147,17 +148,15 @@ async fn session<S: Sink>(
         Err(_) => return Err(stalled("the slot and publication checks")),
     };
     ctx.health.loop_tick();
-    let conn = ReplicationConn::connect(&cfg.postgres).await?;
+    let mut conn = ReplicationConn::connect(&cfg.postgres).await?;
     ctx.health.loop_tick();
     state.own_walsender = conn.backend_pid();
-    let heartbeats = !cfg.heartbeat_interval.is_zero();
-    let from = match state.confirmed {
-        Some(ours) if ours > slot.confirmed_flush => {
-            tracing::info!(slot_lsn = %slot.confirmed_flush, ours = %ours, "the slot is behind what this process confirmed (not yet persisted by the server); resuming from ours");
-            ours
-        }
-        _ => slot.confirmed_flush,
+    let history = match tokio::time::timeout(admin::ADMIN_TIMEOUT, conn.identify_system()).await {
+        Ok(r) => r?,
+        Err(_) => return Err(stalled("IDENTIFY_SYSTEM")),
     };
+    let heartbeats = !cfg.heartbeat_interval.is_zero();
+    let from = resume_point(&slot, state.confirmed.as_ref(), &history);
     let start = conn.start_replication(&cfg.slot, from, &cfg.publication, heartbeats, cfg.wal_receiver_timeout);
     let stream = match tokio::time::timeout(admin::ADMIN_TIMEOUT, start).await {
         Ok(r) => r?,
@@ -169,8 +168,27 @@ async fn session<S: Sink>(
     tracing::info!(slot = %cfg.slot, publication = %cfg.publication, start = %from, target = %cfg.postgres, "streaming");
     let mut reached = from;
     let result = Session::new(ctx, sink, stream, from).run(shutdown, &mut reached).await;
-    state.confirmed = Some(reached);
+    state.confirmed = Some((reached, history));
     result
+}
+
+/// Where a session starts: the slot's position, or the later frontier this process reached if
+/// the server has not persisted it yet. Ours counts only on the same WAL history (system
+/// identifier and timeline) and for a slot that existed before: after a failover, a promoted
+/// standby's slot or a recreated one, our LSN names another history's position, and skipping to
+/// it could skip events.
+fn resume_point(slot: &admin::SlotState, ours: Option<&(Lsn, WalHistory)>, now: &WalHistory) -> Lsn {
+    match ours {
+        Some((lsn, seen)) if *lsn > slot.confirmed_flush && !slot.created && seen == now => {
+            tracing::info!(slot_lsn = %slot.confirmed_flush, ours = %lsn, "the slot is behind what this process confirmed (not yet persisted by the server); resuming from ours");
+            *lsn
+        }
+        Some((lsn, seen)) if *lsn > slot.confirmed_flush => {
+            tracing::warn!(slot_lsn = %slot.confirmed_flush, ours = %lsn, before = ?seen, now = ?now, created = slot.created, "the server's WAL history or the slot changed since this process confirmed; resuming from the slot (events after it are sent again)");
+            slot.confirmed_flush
+        }
+        _ => slot.confirmed_flush,
+    }
 }
 
 fn stalled(what: &str) -> Error {
@@ -269,5 +287,30 @@ async fn monitor(cfg: Config, handles: Handles) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn history(system_id: &str, timeline: u32) -> WalHistory {
+        WalHistory { system_id: system_id.into(), timeline }
+    }
+
+    #[test]
+    fn our_frontier_counts_only_on_the_same_history_and_slot() {
+        let slot = |lsn, created| admin::SlotState { confirmed_flush: Lsn(lsn), created };
+        let ours = (Lsn(500), history("7300", 1));
+        // Same server, slot behind (not persisted yet): ours.
+        assert_eq!(resume_point(&slot(100, false), Some(&ours), &history("7300", 1)), Lsn(500));
+        // Slot ahead of ours: the slot.
+        assert_eq!(resume_point(&slot(900, false), Some(&ours), &history("7300", 1)), Lsn(900));
+        // A promoted standby (new timeline), another cluster, a recreated slot: the slot.
+        assert_eq!(resume_point(&slot(100, false), Some(&ours), &history("7300", 2)), Lsn(100));
+        assert_eq!(resume_point(&slot(100, false), Some(&ours), &history("9999", 1)), Lsn(100));
+        assert_eq!(resume_point(&slot(100, true), Some(&ours), &history("7300", 1)), Lsn(100));
+        // First session: the slot.
+        assert_eq!(resume_point(&slot(100, false), None, &history("7300", 1)), Lsn(100));
     }
 }

@@ -18,5 +18,6 @@ pub mod pg;
 pub mod pipeline;
 pub mod router;
 pub mod schema_check;
+pub mod shadow;
 pub mod sink;
 pub mod status;

@@ -36,6 +36,7 @@ fn main() -> ExitCode {
         Command::Status(args) => return exit_with(block_on(outboxd::status::run(&args))),
         Command::Dlq(cmd) => return exit_with(block_on(outboxd::dlq::tool::run(cmd))),
         Command::Schema(cmd) => return exit_with(block_on(outboxd::schema_check::run(cmd))),
+        Command::Shadow(cmd) => return exit_with(block_on(outboxd::shadow::tool::run(cmd))),
     };
     let cfg = match Config::from_args_with_file(&args, &explicit) {
         Ok(c) => c,

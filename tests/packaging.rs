@@ -212,7 +212,8 @@ fn help_envs(help: &str) -> BTreeSet<String> {
 
 /// Every OUTBOXD_* variable any subcommand reads.
 fn all_envs() -> BTreeSet<String> {
-    let subs: &[&[&str]] = &[&["run"], &["config"], &["status"], &["dlq", "list"], &["dlq", "replay"]];
+    let subs: &[&[&str]] =
+        &[&["run"], &["config"], &["status"], &["dlq", "list"], &["dlq", "replay"], &["shadow", "compare"]];
     subs.iter().flat_map(|s| help_envs(&help(s))).collect()
 }
 

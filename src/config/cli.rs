@@ -38,6 +38,9 @@ pub enum Command {
     /// Check payloads against `--schema-dir` contracts, e.g. in a producer's CI.
     #[command(subcommand)]
     Schema(SchemaCommand),
+    /// Validate a migration to the outbox: compare the legacy topic with the shadow topic.
+    #[command(subcommand)]
+    Shadow(ShadowCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -110,9 +113,9 @@ pub enum DlqCommand {
     Replay(DlqReplayArgs),
 }
 
-/// Flags shared by the `dlq` subcommands.
+/// How the tools (`dlq`, `shadow`) reach Kafka: the same flags, meaning what they mean for `run`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct DlqCommonArgs {
+pub struct KafkaClientArgs {
     /// Kafka bootstrap servers.
     #[arg(long, env = "OUTBOXD_KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
     pub kafka_brokers: String,
@@ -122,6 +125,13 @@ pub struct DlqCommonArgs {
     /// Java .properties file of librdkafka properties (key=value lines), e.g. credentials.
     #[arg(long, env = "OUTBOXD_KAFKA_PROPERTY_FILE", value_name = "FILE")]
     pub kafka_property_file: Option<PathBuf>,
+}
+
+/// Flags shared by the `dlq` subcommands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DlqCommonArgs {
+    #[command(flatten)]
+    pub kafka: KafkaClientArgs,
     /// The dead-letter topic.
     #[arg(long, default_value = "outboxd.dlq")]
     pub dlq_topic: String,
@@ -162,6 +172,64 @@ pub struct DlqReplayArgs {
     /// Show what would be replayed; publish nothing, record nothing.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ShadowCommand {
+    /// Pair the events of --legacy-topic and --shadow-topic and report what differs; exit 0 when
+    /// every event has its pair and they match, 1 otherwise.
+    Compare(ShadowCompareArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ShadowCompareArgs {
+    #[command(flatten)]
+    pub kafka: KafkaClientArgs,
+    /// The topic the old publishing path writes.
+    #[arg(long)]
+    pub legacy_topic: String,
+    /// The topic the outbox writes the `.shadow` copies to (e.g. order.paid.v1.shadow.events).
+    #[arg(long)]
+    pub shadow_topic: String,
+    /// What makes two records the same event: header:NAME (outboxd sends the event id as header
+    /// `id`), key, or field:/json/pointer into the payload.
+    #[arg(long, value_name = "header:NAME|key|field:/POINTER")]
+    pub match_by: String,
+    /// JSON Pointer whose differences do not count (and those below it); `*` matches any one key
+    /// or array element, e.g. /items/*/sentAt; repeatable.
+    #[arg(long, value_name = "POINTER")]
+    pub ignore: Vec<String>,
+    /// Only events with a record timestamp newer than this long ago (e.g. 30m, 24h); default:
+    /// the whole of both topics.
+    #[arg(long, value_name = "DURATION")]
+    pub since: Option<String>,
+    /// How far apart the two copies of an event may be in time: --since also reads this much
+    /// before its start to find pairs, and --follow gives up on an event's pair after it.
+    #[arg(long, default_value = "1m", value_name = "DURATION")]
+    pub max_lag: String,
+    /// Keep reading and export the counts on --metrics-addr, printing a report every
+    /// --report-interval, until SIGINT/SIGTERM.
+    #[arg(long)]
+    pub follow: bool,
+    /// With --follow: serve /metrics here; `off` disables.
+    #[arg(long, default_value = "127.0.0.1:9465")]
+    pub metrics_addr: String,
+    /// With --follow: how often to print the report.
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    pub report_interval: String,
+    /// Machine-readable output: one JSON object per report.
+    #[arg(long)]
+    pub json: bool,
+    /// Ids listed per kind of problem (the counts are always complete).
+    #[arg(long, default_value_t = 1000)]
+    pub limit: usize,
+    /// Fail when more events than this wait for their pair (each holds its payload in memory).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub max_pending: usize,
+    /// Fail when reading gets nothing for this long before reaching the end the topics had when
+    /// reading began.
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    pub read_timeout: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

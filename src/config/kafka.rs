@@ -48,6 +48,23 @@ impl std::fmt::Debug for KafkaConfig {
 pub type LoadedProperties = (Vec<(String, String)>, Option<PropertyFile>);
 
 impl KafkaConfig {
+    /// The config of a tool (`dlq`, `shadow`): its Kafka flags, no Debezium file; the topics a
+    /// tool creates take the broker's defaults.
+    pub fn for_tool(a: &super::KafkaClientArgs) -> Result<KafkaConfig, Definite> {
+        if a.kafka_brokers.trim().is_empty() {
+            return Err(Definite::Config("--kafka-brokers is empty; give host:port[,host:port]".into()));
+        }
+        let (properties, property_file) =
+            KafkaConfig::load_properties(&[], a.kafka_property_file.as_deref(), &a.kafka_properties)?;
+        Ok(KafkaConfig {
+            brokers: a.kafka_brokers.clone(),
+            properties,
+            property_file,
+            topic_partitions: -1,
+            topic_replication_factor: -1,
+        })
+    }
+
     /// Properties from Debezium, the file, then the flags, each checked.
     pub fn load_properties(
         debezium: &[String],

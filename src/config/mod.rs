@@ -26,8 +26,9 @@ mod show;
 mod validate;
 
 pub use cli::{
-    BadEventPolicy, Cli, Command, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs, InvalidOp, LogFormat,
-    PublicationAutocreate, RunArgs, SchemaCheckArgs, SchemaCommand, SinkKind, StatusArgs,
+    BadEventPolicy, Cli, Command, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs, InvalidOp, KafkaClientArgs,
+    LogFormat, PublicationAutocreate, RunArgs, SchemaCheckArgs, SchemaCommand, ShadowCommand, ShadowCompareArgs,
+    SinkKind, StatusArgs,
 };
 pub use kafka::{KafkaConfig, LoadedProperties, PropertyFile};
 pub use postgres::{PgHost, PgTarget, SslMode};

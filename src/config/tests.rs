@@ -572,3 +572,12 @@ fn schema_dir_is_validated_and_round_trips() {
     let e = config_of(&argv(&["--schema-dir", &path])).unwrap_err();
     assert!(e.contains("order.created.v1.json: not a valid draft 2020-12 schema at /type"), "{e}");
 }
+
+#[test]
+fn durations_past_a_year_are_refused_not_overflowed() {
+    assert!(parse_duration("--x", "8784h").is_ok());
+    for s in ["8785h", "99999999999999h", "18446744073709551615s", "18446744073709551615ms"] {
+        let e = parse_duration("--shutdown-timeout", s).unwrap_err().to_string();
+        assert!(e.contains("--shutdown-timeout"), "{s}: {e}");
+    }
+}

@@ -228,7 +228,9 @@ impl<T: Piece> Assembler<T> {
 
 /// The whole payload from a complete set's slices, checked against its length and digest.
 pub fn join<'a>(info: &ChunkInfo, slices: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<u8>, String> {
-    let mut out = Vec::with_capacity(usize::try_from(info.size).unwrap_or(0).min(1 << 30));
+    // Sized by what is really there, never by the header alone (a corrupt one could ask for GiBs).
+    let slices: Vec<&[u8]> = slices.into_iter().collect();
+    let mut out = Vec::with_capacity(slices.iter().map(|s| s.len()).sum());
     for s in slices {
         out.extend_from_slice(s);
     }

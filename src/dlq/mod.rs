@@ -11,7 +11,7 @@
 
 pub mod chunk;
 mod entry;
-mod read;
+pub(crate) mod read;
 mod state;
 pub mod tool;
 

@@ -1,5 +1,7 @@
 //! Reading the whole DLQ topic for `outboxd dlq list` and `replay`: every partition from the
 //! beginning with `assign()` (no group, no commits), up to the end it had when reading began.
+//! `outboxd shadow compare` reads its two topics with the same reader, from a time
+//! ([`DlqReader::open_from`]) and, with `--follow`, past the end ([`DlqReader::next_live`]).
 //!
 //! That end is each partition's high watermark, asked for before the first read. Reading never
 //! stops before every partition has reached it (a record at or past it was read, or librdkafka
@@ -44,6 +46,8 @@ pub struct DlqRecord {
     pub headers: Vec<(String, Option<Vec<u8>>)>,
     /// The record's CreateTime, kept on replay.
     pub timestamp_ms: Option<i64>,
+    /// CreateTime or LogAppendTime, whichever the topic keeps (`shadow compare`).
+    pub time_ms: Option<i64>,
 }
 
 impl DlqRecord {
@@ -56,6 +60,7 @@ impl DlqRecord {
             Timestamp::CreateTime(t) => Some(t),
             _ => None,
         };
+        let time_ms = m.timestamp().to_millis();
         DlqRecord {
             partition: m.partition(),
             offset: m.offset(),
@@ -64,6 +69,7 @@ impl DlqRecord {
             payload_len: m.payload().map(<[u8]>::len),
             headers,
             timestamp_ms,
+            time_ms,
         }
     }
 
@@ -147,6 +153,20 @@ impl DlqReader {
         brokers: &str,
         timeout: Duration,
     ) -> Result<Option<DlqReader>, Definite> {
+        DlqReader::open_from(consumer, topic, brokers, timeout, None)
+    }
+
+    /// [`DlqReader::open`], starting each partition at its first record with a timestamp at or
+    /// after `from_ms` (the broker's answer to `offsets_for_times`) when given. Brokers answer by
+    /// their time index, which may start a little early (tansu answers with the time a batch was
+    /// stored, or offset 0); callers that need an exact cut filter by timestamp as well.
+    pub fn open_from(
+        consumer: StreamConsumer,
+        topic: &str,
+        brokers: &str,
+        timeout: Duration,
+        from_ms: Option<i64>,
+    ) -> Result<Option<DlqReader>, Definite> {
         let Some(partitions) = partition_count(&consumer, topic, brokers)? else {
             return Ok(None);
         };
@@ -169,9 +189,28 @@ impl DlqReader {
                 }
             }
         }
+        if let Some(ts) = from_ms {
+            let mut ask = TopicPartitionList::new();
+            for p in 0..partitions {
+                ask.add_partition_offset(topic, p, Offset::Offset(ts))
+                    .map_err(|e| Definite::Bug(format!("looking up {topic}/{p}: {e}")))?;
+            }
+            let found = consumer
+                .offsets_for_times(ask, timeout)
+                .map_err(|e| Definite::Setup(format!("cannot look up offsets by time in {topic} on {brokers}: {e}")))?;
+            for (p, (low, high)) in ends.iter_mut().enumerate() {
+                // The watch starts where reading starts. Offset::End: no record that new.
+                match found.find_partition(topic, p as i32).map(|e| e.offset()) {
+                    Some(Offset::Offset(o)) => *low = o.clamp(*low, *high),
+                    Some(Offset::End) => *low = *high,
+                    _ => {}
+                }
+            }
+        }
         let mut tpl = TopicPartitionList::new();
-        for p in 0..partitions {
-            tpl.add_partition_offset(topic, p, Offset::Beginning)
+        for (p, (low, _)) in ends.iter().enumerate() {
+            let start = if from_ms.is_some() { Offset::Offset(*low) } else { Offset::Beginning };
+            tpl.add_partition_offset(topic, p as i32, start)
                 .map_err(|e| Definite::Bug(format!("assigning {topic}/{p}: {e}")))?;
         }
         consumer.assign(&tpl).map_err(|e| Definite::Setup(format!("cannot assign {topic} partitions: {e}")))?;
@@ -183,6 +222,25 @@ impl DlqReader {
             watch: EndWatch::new(&ends, Instant::now()),
             read: 0,
         }))
+    }
+
+    /// The next record, waiting as long as it takes: reading past the end for `--follow`.
+    /// Cancel-safe (the consumer's `recv` is), so it can be one arm of a `select!`.
+    pub async fn next_live(&mut self) -> DlqRecord {
+        loop {
+            match self.consumer.recv().await {
+                Ok(m) => {
+                    self.read += 1;
+                    return DlqRecord::from_message(&m);
+                }
+                Err(KafkaError::PartitionEOF(_)) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading {}", self.topic);
+                    // Errors can repeat at once (a broker down); do not spin on them.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
     }
 
     pub fn partitions(&self) -> i32 {

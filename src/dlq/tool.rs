@@ -61,9 +61,7 @@ struct Common {
 
 impl Common {
     fn from_args(a: &DlqCommonArgs) -> Result<Common, Definite> {
-        if a.kafka_brokers.trim().is_empty() {
-            return Err(Definite::Config("--kafka-brokers is empty; give host:port[,host:port]".into()));
-        }
+        let kafka = KafkaConfig::for_tool(&a.kafka)?;
         if a.dlq_topic.is_empty() {
             return Err(Definite::Config("--dlq-topic must not be empty (default outboxd.dlq)".into()));
         }
@@ -71,20 +69,7 @@ impl Common {
         if read_timeout.is_zero() {
             return Err(Definite::Config("--read-timeout must be more than 0, e.g. 60s".into()));
         }
-        let (properties, property_file) =
-            KafkaConfig::load_properties(&[], a.kafka_property_file.as_deref(), &a.kafka_properties)?;
-        Ok(Common {
-            kafka: KafkaConfig {
-                brokers: a.kafka_brokers.clone(),
-                properties,
-                property_file,
-                // Topics replay creates take the broker's defaults.
-                topic_partitions: -1,
-                topic_replication_factor: -1,
-            },
-            topic: a.dlq_topic.clone(),
-            read_timeout,
-        })
+        Ok(Common { kafka, topic: a.dlq_topic.clone(), read_timeout })
     }
 
     fn consumer(&self) -> Result<StreamConsumer, Definite> {

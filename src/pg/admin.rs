@@ -373,6 +373,8 @@ pub async fn ensure_publication(client: &Client, cfg: &Config) -> Result<(), Err
 #[derive(Debug, Clone, Copy)]
 pub struct SlotState {
     pub confirmed_flush: Lsn,
+    /// This call created the slot: nothing remembered from before can apply to it.
+    pub created: bool,
 }
 
 /// Find or create the pgoutput slot. Busy → [`Transient::SlotBusy`]; lost or foreign → definite.
@@ -380,9 +382,11 @@ pub async fn ensure_slot(client: &Client, cfg: &Config) -> Result<SlotState, Err
     let q = "SELECT plugin::text, slot_type, database::text, active_pid, wal_status, confirmed_flush_lsn::text \
              FROM pg_replication_slots WHERE slot_name = $1";
     let mut row = client.query_opt(q, &[&cfg.slot]).await.map_err(|e| db("reading pg_replication_slots", e))?;
+    let mut created = false;
     if row.is_none() {
         match client.execute("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", &[&cfg.slot]).await {
             Ok(_) => {
+                created = true;
                 tracing::info!(slot = %cfg.slot, "created logical replication slot (pgoutput)")
             }
             Err(e) if e.code() == Some(&SqlState::DUPLICATE_OBJECT) => {}
@@ -432,7 +436,7 @@ pub async fn ensure_slot(client: &Client, cfg: &Config) -> Result<SlotState, Err
         Some(s) => s.parse().map_err(|e| Definite::Setup(format!("slot {:?}: {e}", cfg.slot)))?,
         None => Lsn::ZERO,
     };
-    Ok(SlotState { confirmed_flush })
+    Ok(SlotState { confirmed_flush, created })
 }
 
 /// Whether the publication exists.

@@ -57,6 +57,13 @@ pub struct ReplicationConn {
     last_rx: Instant,
 }
 
+/// Which WAL history an LSN belongs to: the server's system identifier and timeline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalHistory {
+    pub system_id: String,
+    pub timeline: u32,
+}
+
 /// One message of the replication stream.
 #[derive(Debug)]
 pub enum WalMessage {
@@ -281,6 +288,42 @@ impl ReplicationConn {
                     .into())
                 }
                 _ => return Err(self.protocol("unexpected message during startup").into()),
+            }
+        }
+    }
+
+    /// `IDENTIFY_SYSTEM`: the server's system identifier and current timeline, which together
+    /// name the WAL history an LSN belongs to (a promoted standby has a new timeline; a different
+    /// cluster behind the same address has another system identifier).
+    pub async fn identify_system(&mut self) -> Result<WalHistory, Error> {
+        frontend::query("IDENTIFY_SYSTEM", &mut self.wbuf).map_err(|e| self.io(e))?;
+        self.flush().await?;
+        let mut found = None;
+        loop {
+            match self.read_message().await? {
+                backend::Message::DataRow(row) => {
+                    let buf = row.buffer();
+                    let mut fields = Vec::new();
+                    let mut ranges = row.ranges();
+                    while let Some(r) = ranges.next().map_err(|e| self.io(e))? {
+                        let text = r
+                            .and_then(|r| buf.get(r))
+                            .map(|b| String::from_utf8_lossy(b).into_owned())
+                            .unwrap_or_default();
+                        fields.push(text);
+                    }
+                    let system_id = fields.first().cloned().unwrap_or_default();
+                    let timeline = fields.get(1).and_then(|t| t.parse::<u32>().ok());
+                    match timeline {
+                        Some(timeline) if !system_id.is_empty() => found = Some(WalHistory { system_id, timeline }),
+                        _ => return Err(self.protocol("unreadable IDENTIFY_SYSTEM row").into()),
+                    }
+                }
+                backend::Message::ErrorResponse(body) => return Err(stream_error(server_error(&body))),
+                backend::Message::ReadyForQuery(_) => {
+                    return found.ok_or_else(|| self.protocol("IDENTIFY_SYSTEM returned no row").into())
+                }
+                _ => {}
             }
         }
     }

@@ -150,6 +150,9 @@ impl ProducerContext for DeliveryContext {
 struct Held {
     record: Record,
     delivery: Delivery,
+    /// The topic's metadata was refreshed for this record once already (an unknown partition
+    /// may only be librdkafka's stale view after partitions were added).
+    refreshed: bool,
 }
 
 /// A topic's CreateTopics, running as its own task so the loop never waits on it.
@@ -170,6 +173,9 @@ pub struct KafkaSink {
     /// Records waiting for their topic or for queue space, in send order.
     held: VecDeque<Held>,
     creating: Option<Creating>,
+    /// When a full queue may be tried again; kept here, not in `unblock`'s future, so the loop's
+    /// other arms (acks arrive often) cannot keep restarting the wait.
+    retry_at: Option<tokio::time::Instant>,
 }
 
 /// Least-recently-used set of topic names known to exist.
@@ -268,6 +274,7 @@ impl KafkaSink {
             stop_checks,
             held: VecDeque::new(),
             creating: None,
+            retry_at: None,
         })
     }
 
@@ -276,20 +283,42 @@ impl KafkaSink {
         let (admin, props) = (self.admin.clone(), self.properties.clone());
         let (name, partitions, replication) = (topic.to_owned(), self.partitions, self.replication);
         let task = tokio::spawn(async move {
-            kafka_client::ensure_topic_classified(&admin, &name, partitions, replication, Retry::Forever, &props).await
+            let r = kafka_client::ensure_topic(&admin, &name, partitions, replication, Retry::Forever, &props).await;
+            match r {
+                // Kafka checks the CREATE permission before existence, so a producer allowed to
+                // write only to pre-created topics is refused here: ask the topic's metadata.
+                Err(TopicError { refused: Some(_), .. }) if topic_exists(admin, name).await => Ok(false),
+                other => other,
+            }
+        });
+        self.creating = Some(Creating { topic: topic.to_owned(), task });
+    }
+
+    /// Refresh librdkafka's view of `topic` in the background (the same slot as topic creation).
+    fn start_refreshing(&mut self, topic: &str) {
+        let (producer, name) = (self.producer.clone(), topic.to_owned());
+        let task = tokio::spawn(async move {
+            // The producer's own metadata: that is the view the partition check uses.
+            let _ = tokio::task::spawn_blocking(move || {
+                producer.client().fetch_metadata(Some(&name), Duration::from_secs(10)).is_ok()
+            })
+            .await;
+            Ok(false)
         });
         self.creating = Some(Creating { topic: topic.to_owned(), task });
     }
 
     /// Hand `held` to librdkafka now if its topic is known and the queue has room; otherwise give
     /// it back. A refusal of the record comes back as [`SinkError::Rejected`].
+    // A rejection hands the whole record back for the bad-event policy; it is the rare path.
+    #[allow(clippy::result_large_err)]
     fn try_produce(&mut self, held: Held) -> Result<Option<Held>, SinkError> {
-        let Held { record, delivery } = held;
+        let Held { record, delivery, refreshed } = held;
         if !self.known_topics.touch(&record.topic) {
             if self.creating.is_none() {
                 self.start_creating(&record.topic);
             }
-            return Ok(Some(Held { record, delivery }));
+            return Ok(Some(Held { record, delivery, refreshed }));
         }
         let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
         for (k, v) in &record.headers {
@@ -313,7 +342,15 @@ impl KafkaSink {
             Ok(()) => Ok(None),
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                 let delivery = *back.delivery_opaque;
-                Ok(Some(Held { record, delivery }))
+                self.retry_at.get_or_insert_with(|| tokio::time::Instant::now() + QUEUE_FULL_WAIT);
+                Ok(Some(Held { record, delivery, refreshed }))
+            }
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::UnknownPartition), back))
+                if !refreshed && self.creating.is_none() =>
+            {
+                let delivery = *back.delivery_opaque;
+                self.start_refreshing(&record.topic);
+                Ok(Some(Held { record, delivery, refreshed: true }))
             }
             Err((e, back)) => {
                 let delivery = *back.delivery_opaque;
@@ -334,6 +371,7 @@ impl KafkaSink {
     }
 
     /// Hand over held records in order until one has to wait again.
+    #[allow(clippy::result_large_err)]
     fn flush_held(&mut self) -> Result<(), SinkError> {
         while let Some(h) = self.held.pop_front() {
             if let Some(h) = self.try_produce(h)? {
@@ -343,6 +381,20 @@ impl KafkaSink {
         }
         Ok(())
     }
+}
+
+/// Whether the cluster knows `topic` with at least one partition. A blocking client call, so off
+/// the runtime's thread.
+async fn topic_exists(admin: Arc<AdminClient<DefaultClientContext>>, topic: String) -> bool {
+    tokio::task::spawn_blocking(move || {
+        admin
+            .inner()
+            .fetch_metadata(Some(&topic), Duration::from_secs(10))
+            .map(|m| m.topics().iter().any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
+            .unwrap_or(false)
+    })
+    .await
+    .unwrap_or(false)
 }
 
 /// Ask the cluster for metadata every few seconds; the answer (or its absence) is broker health.
@@ -370,7 +422,7 @@ impl Drop for KafkaSink {
 
 impl Sink for KafkaSink {
     async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
-        let held = Held { record, delivery };
+        let held = Held { record, delivery, refreshed: false };
         // Behind held records: keep send order.
         if !self.held.is_empty() {
             self.held.push_back(held);
@@ -398,7 +450,7 @@ impl Sink for KafkaSink {
                     // Every held record bound for this topic is refused with it; the first one
                     // goes back now, the rest meet the same answer on their own attempt.
                     if let Some(pos) = self.held.iter().position(|h| h.record.topic == topic) {
-                        if let Some(Held { record, delivery }) = self.held.remove(pos) {
+                        if let Some(Held { record, delivery, .. }) = self.held.remove(pos) {
                             let reason = error.to_string();
                             return Err(SinkError::Rejected { code, reason, record: Box::new(record), delivery });
                         }
@@ -408,9 +460,17 @@ impl Sink for KafkaSink {
                 Err(e) => return Err(SinkError::Fatal(Definite::Sink(format!("topic creation task ended: {e}")))),
             }
         } else {
-            tokio::time::sleep(QUEUE_FULL_WAIT).await;
+            let at = *self.retry_at.get_or_insert_with(|| tokio::time::Instant::now() + QUEUE_FULL_WAIT);
+            tokio::time::sleep_until(at).await;
+            self.retry_at = None;
         }
         self.flush_held()
+    }
+
+    fn discard_held(&mut self) {
+        // Handles fail on drop into the ended session's channel; the topic task may finish.
+        self.held.clear();
+        self.retry_at = None;
     }
 
     fn max_message_bytes(&self) -> Option<usize> {

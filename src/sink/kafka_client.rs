@@ -234,21 +234,6 @@ pub enum Retry {
     For(Duration),
 }
 
-/// Create `topic` with `partitions` and `replication` (`-1` each: the broker's defaults, falling
-/// back to 1 and 1 when the broker does not take defaults). An existing topic is success. Errors
-/// that retrying cannot cure (invalid name or sizes, authorization) fail at once; others are
-/// retried per `retry`. Returns whether this call created the topic.
-pub async fn ensure_topic<C: ClientContext + 'static>(
-    admin: &AdminClient<C>,
-    topic: &str,
-    partitions: i32,
-    replication: i32,
-    retry: Retry,
-    props: &[(String, String)],
-) -> Result<bool, Definite> {
-    ensure_topic_classified(admin, topic, partitions, replication, retry, props).await.map_err(|e| e.error)
-}
-
 /// Why a topic could not be made ready.
 #[derive(Debug)]
 pub struct TopicError {
@@ -259,8 +244,17 @@ pub struct TopicError {
     pub error: Definite,
 }
 
-/// [`ensure_topic`], telling a refusal of this one topic apart from other failures.
-pub async fn ensure_topic_classified<C: ClientContext + 'static>(
+impl std::fmt::Display for TopicError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+/// Create `topic` with `partitions` and `replication` (`-1` each: the broker's defaults, falling
+/// back to 1 and 1 when the broker does not take defaults). An existing topic is success. Errors
+/// that retrying cannot cure (invalid name or sizes, authorization) fail at once; others are
+/// retried per `retry`. Returns whether this call created the topic.
+pub async fn ensure_topic<C: ClientContext + 'static>(
     admin: &AdminClient<C>,
     topic: &str,
     partitions: i32,

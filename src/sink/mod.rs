@@ -48,6 +48,10 @@ pub trait Sink {
         std::future::pending().await
     }
 
+    /// The session ended: drop the records still held (their handles fail on drop). The next
+    /// session reads them from WAL again, under its own transaction ids.
+    fn discard_held(&mut self) {}
+
     /// The largest record the destination takes, if it has a limit.
     fn max_message_bytes(&self) -> Option<usize> {
         None

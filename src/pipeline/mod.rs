@@ -26,6 +26,8 @@
 //! stands in for the event's, `skip` counts and logs it. Retriable delivery trouble is never a bad
 //! event: librdkafka retries it forever and the frontier waits.
 
+mod bad_event;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -109,6 +111,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         self.health.set_streaming(true);
         self.metrics.pg_connected.set(1.0);
         let result = self.run_inner(shutdown).await;
+        self.sink.discard_held();
         self.health.set_streaming(false);
         self.metrics.pg_connected.set(0.0);
         // Acks that arrived after the loop ended still count.
@@ -403,117 +406,6 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         Delivery::new(txn, record.event_id.clone(), record.topic.clone(), source, self.acks_tx.clone())
             .with_bytes(bytes)
     }
-
-    /// What `send` or `unblock` said: a refusal of one record goes to the bad-event policy.
-    async fn on_sink_result(&mut self, r: Result<(), SinkError>) -> Result<(), Error> {
-        match r {
-            Ok(()) => Ok(()),
-            Err(SinkError::Fatal(d)) => Err(d.into()),
-            Err(SinkError::Rejected { code, reason, record, delivery }) => {
-                if delivery.is_dead_letter() {
-                    return Err(dead_letter_refused(*record, delivery, reason));
-                }
-                let txn = delivery.txn();
-                let source = delivery.source().clone();
-                self.in_flight_bytes = self.in_flight_bytes.saturating_sub(delivery.bytes());
-                let dl = DeadLetter::from_record(*record, code, reason, source);
-                // The policy resolves the original in the tracker itself.
-                delivery.disarm();
-                self.on_bad_pending(txn, dl).await
-            }
-        }
-    }
-
-    /// A row the router refused: nothing is counted for it yet.
-    async fn on_bad_row(&mut self, bad: BadEvent, source: Source) -> Result<(), Error> {
-        self.metrics.failed(bad.code);
-        match self.cfg.on_bad_event {
-            BadEventPolicy::Fail => Err(bad.into_definite().into()),
-            BadEventPolicy::Skip => {
-                tracing::error!(event_id = ?bad.event_id, reason = bad.code, message = %bad.message, lsn = %source.lsn, "skipping bad event (--on-bad-event skip)");
-                Ok(())
-            }
-            BadEventPolicy::Dlq => {
-                let txn = self.tracker.record().map_err(|e| Definite::Bug(e.to_string()))?;
-                // `into_records` adds the `id` header from the event id.
-                let dl = DeadLetter {
-                    event_id: bad.event_id,
-                    code: bad.code,
-                    message: bad.message,
-                    original_topic: bad.topic,
-                    key: bad.key,
-                    payload: bad.payload,
-                    headers: bad.headers,
-                    source,
-                };
-                self.dead_letter(txn, dl).await
-            }
-        }
-    }
-
-    /// A bad event whose record is already counted in `txn` and not yet resolved.
-    async fn on_bad_pending(&mut self, txn: TxnId, dl: DeadLetter) -> Result<(), Error> {
-        self.metrics.failed(dl.code);
-        match self.cfg.on_bad_event {
-            BadEventPolicy::Fail => Err(Definite::Delivery {
-                event_id: dl.event_id.unwrap_or_default(),
-                topic: dl.original_topic.unwrap_or_default(),
-                reason: format!("{} ({})", dl.message, dl.code),
-            }
-            .into()),
-            BadEventPolicy::Skip => {
-                tracing::error!(event_id = ?dl.event_id, reason = dl.code, message = %dl.message, lsn = %dl.source.lsn, "skipping bad event (--on-bad-event skip)");
-                self.tracker.ack(txn).map_err(|e| Definite::Bug(e.to_string()))?;
-                Ok(())
-            }
-            BadEventPolicy::Dlq => {
-                // Count the copy before resolving the original, so the transaction stays open.
-                self.tracker.record_for(txn).map_err(|e| Definite::Bug(e.to_string()))?;
-                self.tracker.ack(txn).map_err(|e| Definite::Bug(e.to_string()))?;
-                self.dead_letter(txn, dl).await
-            }
-        }
-    }
-
-    /// Send the dead-letter copy for a record already counted in `txn`. A copy over the sink's
-    /// limit goes as several chunk records: each is counted in the tracker before any is sent, so
-    /// the transaction cannot complete until every chunk is acked.
-    async fn dead_letter(&mut self, txn: TxnId, dl: DeadLetter) -> Result<(), Error> {
-        tracing::warn!(event_id = ?dl.event_id, reason = dl.code, message = %dl.message, lsn = %dl.source.lsn, dlq = %self.cfg.dlq_topic, "sending bad event to the dead-letter topic");
-        self.metrics.dead_lettered(dl.code);
-        let max = self.sink.max_message_bytes().unwrap_or(usize::MAX);
-        let source = dl.source.clone();
-        let records = dl.into_records(&self.cfg.dlq_topic, max);
-        // `txn` already counts one record for the copy; add the other chunks before any is sent,
-        // so the transaction cannot complete on a partial set.
-        for _ in 1..records.len() {
-            self.tracker.record_for(txn).map_err(|e| Definite::Bug(e.to_string()))?;
-        }
-        for record in records {
-            let delivery = self.delivery(txn, &record, source.clone()).for_dead_letter();
-            // Not through `on_sink_result`: a dead-letter copy never goes back to the policy.
-            // Chunks not sent stay counted, so a refusal never lets the transaction complete.
-            match self.sink.send(record, delivery).await {
-                Ok(()) => {}
-                Err(SinkError::Fatal(d)) => return Err(d.into()),
-                Err(SinkError::Rejected { reason, record, delivery, .. }) => {
-                    return Err(dead_letter_refused(*record, delivery, reason))
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A dead-letter copy is never dead-lettered again: its refusal stops the pipeline.
-fn dead_letter_refused(record: Record, delivery: Delivery, reason: String) -> Error {
-    delivery.fail(reason.clone());
-    Definite::Delivery {
-        event_id: record.event_id,
-        topic: record.topic,
-        reason: format!("the dead-letter copy was refused: {reason}"),
-    }
-    .into()
 }
 
 /// Exponential backoff with jitter for reconnect attempt `attempt` (0-based), capped at `max`.
@@ -526,5 +418,4 @@ pub fn backoff(attempt: u32, max: Duration) -> Duration {
 }
 
 #[cfg(test)]
-#[path = "pipeline_tests.rs"]
 mod tests;
