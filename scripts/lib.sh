@@ -108,6 +108,40 @@ ensure_tools() {
   fi
 }
 
+# For benchmarks over TLS: stunnel (tansu serves plaintext only, so a TLS-terminating proxy goes in
+# front of it) and socat (a plain TCP hop, to tell the proxy's cost from TLS's).
+ensure_tls_tools() {
+  local need=()
+  command -v stunnel4 >/dev/null 2>&1 || command -v stunnel >/dev/null 2>&1 || need+=(stunnel4)
+  command -v socat >/dev/null 2>&1 || need+=(socat)
+  if [ ${#need[@]} -gt 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  fi
+}
+
+# make_certs DIR: a throwaway CA (DIR/ca.pem) and a server certificate it signed for localhost and
+# 127.0.0.1 (DIR/server.pem, DIR/server.key), valid for two days.
+make_certs() {
+  local d=$1
+  mkdir -p "$d"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=outboxd throwaway CA" \
+    -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout "$d/server.key" -out "$d/server.csr" 2>/dev/null
+  printf '%s\n' 'subjectAltName=DNS:localhost,IP:127.0.0.1' 'basicConstraints=CA:FALSE' \
+    'keyUsage=digitalSignature,keyEncipherment' 'extendedKeyUsage=serverAuth' >"$d/server.ext"
+  openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -days 2 \
+    -extfile "$d/server.ext" -out "$d/server.pem" 2>/dev/null
+}
+
+# pg_enable_ssl DIR CERTDIR: the cluster in DIR serves TLS with CERTDIR's server certificate from
+# its next (re)start.
+pg_enable_ssl() {
+  local data=$1/data
+  cp "$2/server.pem" "$data/server.crt"; cp "$2/server.key" "$data/server.key"
+  chown postgres "$data/server.crt" "$data/server.key"; chmod 600 "$data/server.key"
+  echo "ssl = on" >>"$data/postgresql.conf"
+}
+
 # pg_start DIR PORT: initdb as postgres, wal_level=logical, database app.
 pg_start() {
   local dir=$1 port=$2 bin
@@ -131,12 +165,14 @@ CONF
 
 pg_psql() { psql -X -v ON_ERROR_STOP=1 -h "$PG_SOCKET" -p "$PG_PORT" -U postgres -d app "$@"; }
 
-# broker_start DIR PORT: tansu with in-memory storage.
+# broker_start DIR PORT [ADVERTISED_PORT]: tansu with in-memory storage, listening on PORT and
+# telling clients to come back on ADVERTISED_PORT (default PORT; another one when a proxy sits in
+# front of it).
 broker_start() {
-  local dir=$1 port=$2
+  local dir=$1 port=$2 adv=${3:-$2}
   mkdir -p "$dir"
   (cd "$dir" && exec tansu broker --listener-url "tcp://127.0.0.1:$port" \
-      --advertised-listener-url "tcp://127.0.0.1:$port" --storage-engine memory://tansu/ >"$dir/log" 2>&1) &
+      --advertised-listener-url "tcp://127.0.0.1:$adv" --storage-engine memory://tansu/ >"$dir/log" 2>&1) &
   PIDS_TO_KILL+=($!)
   for _ in $(seq 1 100); do
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
