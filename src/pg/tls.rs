@@ -26,7 +26,7 @@ use openssl::pkey::PKey;
 use openssl::ssl::{SslConnector, SslMethod, SslRef, SslVerifyMode, SslVersion};
 use openssl::x509::store::X509Lookup;
 use openssl::x509::verify::X509VerifyFlags;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio_openssl::SslStream;
 
@@ -106,7 +106,11 @@ pub fn make_tls(tls: &TlsSettings) -> Result<postgres_openssl::MakeTlsConnector,
 
 /// Outcome of asking a server for TLS on a fresh TCP socket.
 pub enum Negotiated {
-    Tls(Box<SslStream<TcpStream>>),
+    /// TLS over a read-buffered socket: the walsender sends each message as its own small TLS
+    /// record, and OpenSSL reads a record in two calls (header, body); the buffer turns those
+    /// into one `recv` per many records. Only after the SSLRequest answer, which is read
+    /// unbuffered (CVE-2021-23222: nothing sent before the handshake may be taken as TLS data).
+    Tls(Box<SslStream<BufReader<TcpStream>>>),
     /// The server said no and the mode allows plaintext.
     Plain(TcpStream),
 }
@@ -143,7 +147,7 @@ pub async fn negotiate(mut tcp: TcpStream, host: &str, port: u16, tls: &TlsSetti
     let mut conf = connector(tls)?.configure().map_err(cfg_err)?;
     conf.set_verify_hostname(verify_hostname(tls));
     let ssl = conf.into_ssl(host).map_err(cfg_err)?;
-    let mut stream = SslStream::new(ssl, tcp).map_err(cfg_err)?;
+    let mut stream = SslStream::new(ssl, BufReader::with_capacity(64 * 1024, tcp)).map_err(cfg_err)?;
     if let Err(e) = Pin::new(&mut stream).connect().await {
         let verify = stream.ssl().verify_result();
         let reason = if verify != openssl::x509::X509VerifyResult::OK {
