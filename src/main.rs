@@ -34,6 +34,7 @@ fn main() -> ExitCode {
         Command::Config(args) => return print_config(&args, &explicit),
         Command::Status(args) => return exit_with(block_on(outboxd::status::run(&args))),
         Command::Dlq(cmd) => return exit_with(block_on(outboxd::dlq::tool::run(cmd))),
+        Command::Decrypt(args) => return exit_with(outboxd::router::mask::decrypt::run(&args)),
     };
     let cfg = match Config::from_args_with_file(&args, &explicit) {
         Ok(c) => c,

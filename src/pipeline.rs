@@ -37,8 +37,10 @@ use tokio::time::{interval, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::ack::{Ack, AckTracker, Delivery, Outcome, Source, TxnId};
+use bytes::Bytes;
+
 use crate::config::{BadEventPolicy, Config, InvalidOp};
-use crate::dlq::{record_size, DeadLetter};
+use crate::dlq::{record_size, DeadLetter, H_PAYLOAD_DROPPED};
 use crate::error::{Definite, Error};
 use crate::health::Health;
 use crate::lsn::Lsn;
@@ -291,6 +293,14 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             LogicalMessage::Relation(rel) => {
                 let entry = if self.cfg.tables.iter().any(|t| t.schema == rel.namespace && t.name == rel.name) {
                     let route = Route::compile(&self.cfg.route, &rel)?;
+                    if self.cfg.mask.needs_event_type() && !route.has_event_type() {
+                        return Err(Definite::Setup(format!(
+                            "table {} has no column {:?} (set by --table-field-event-type), which --mask-event-type reads; add the column or point the flag at the event type column",
+                            route.table(),
+                            self.cfg.route.type_field
+                        ))
+                        .into());
+                    }
                     let table: Arc<str> = Arc::from(route.table());
                     RelationEntry::Outbox(route, table)
                 } else {
@@ -314,7 +324,15 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                     .tracker
                     .open_commit_time()
                     .ok_or_else(|| Definite::Protocol { lsn: at, detail: "INSERT outside a transaction".into() })?;
-                let routed = route.route(OutboxRow { tuple: &ins.tuple, commit_time_us });
+                let row = OutboxRow { tuple: &ins.tuple, commit_time_us };
+                let mask = &self.cfg.mask;
+                let event_type = if mask.needs_event_type() { route.event_type(row) } else { None };
+                let event_type = event_type.as_deref();
+                // Masked before anything can see it: the sink, a log line, a dead-letter copy.
+                let routed = match route.route(row) {
+                    Ok(record) => mask.apply(record, event_type),
+                    Err(bad) => Err(mask.scrub(bad, event_type)),
+                };
                 let source = Source { lsn: at, table };
                 match routed {
                     Ok(record) => self.deliver(record, source).await?,
@@ -436,6 +454,10 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             BadEventPolicy::Dlq => {
                 let txn = self.tracker.record().map_err(|e| Definite::Bug(e.to_string()))?;
                 // `into_records` adds the `id` header from the event id.
+                let headers = match bad.payload_dropped {
+                    Some(why) => vec![(H_PAYLOAD_DROPPED.to_owned(), Bytes::from(why))],
+                    None => Vec::new(),
+                };
                 let dl = DeadLetter {
                     event_id: bad.event_id,
                     code: bad.code,
@@ -443,7 +465,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                     original_topic: bad.topic,
                     key: bad.key,
                     payload: bad.payload,
-                    headers: Vec::new(),
+                    headers,
                     source,
                 };
                 self.dead_letter(txn, dl).await

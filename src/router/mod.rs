@@ -18,6 +18,7 @@
 //! A row that cannot become a record is a [`BadEvent`] carrying what could be salvaged (key,
 //! payload, intended topic) so the caller can stop, dead-letter or skip it.
 
+pub mod mask;
 pub mod render;
 mod timestamp;
 pub mod topic;
@@ -63,6 +64,9 @@ pub struct BadEvent {
     pub topic: Option<String>,
     pub key: Option<Bytes>,
     pub payload: Option<Bytes>,
+    /// Why `payload` was left out of the dead-letter copy: the masking rules could not be
+    /// applied to it ([`mask::Masking::scrub`]).
+    pub payload_dropped: Option<String>,
 }
 
 impl BadEvent {
@@ -171,6 +175,8 @@ pub struct Route {
     payload: Col,
     timestamp: Option<Col>,
     headers: Option<Col>,
+    /// The event type column, when the table has it (only `--mask-event-type` reads it).
+    event_type: Option<Col>,
     placements: Vec<(Col, PlacementTarget)>,
     topic: Arc<TopicRule>,
     tombstone: bool,
@@ -222,6 +228,7 @@ impl Route {
                 None => None,
             },
             headers,
+            event_type: find(&cfg.type_field),
             placements,
             topic: cfg.topic.clone(),
             tombstone: cfg.tombstone_on_empty_payload,
@@ -234,6 +241,20 @@ impl Route {
     /// `schema.table` of the relation this route was compiled for.
     pub fn table(&self) -> &str {
         &self.table
+    }
+
+    /// Whether the table has the `--table-field-event-type` column.
+    pub fn has_event_type(&self) -> bool {
+        self.event_type.is_some()
+    }
+
+    /// The row's event type as text; `None` when NULL, absent or unreadable.
+    pub fn event_type(&self, row: OutboxRow<'_>) -> Option<String> {
+        let c = self.event_type?;
+        match row.tuple.0.get(c.idx) {
+            Some(TupleValue::Text(b)) => as_string(c.type_oid, b).ok(),
+            _ => None,
+        }
     }
 
     /// Turn one inserted row into a record.
@@ -269,6 +290,7 @@ impl Route {
             topic,
             key: salvage(key_raw, self.key.type_oid),
             payload: salvage(payload_raw, self.payload.type_oid),
+            payload_dropped: None,
         };
         let id = match value(self.id) {
             Ok(Some(_)) => event_id.clone().unwrap_or_default(),
