@@ -6,6 +6,7 @@
 //! Values are addressed through borrowed [`RawValue`]s, so the text of a value is a slice of the
 //! document; a container is parsed only when a rule descends into it.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -13,9 +14,9 @@ use serde_json::value::RawValue;
 
 use super::rules::{Action, Node};
 
-/// The top level of one JSON value.
+/// The top level of one JSON value. Keys borrow from the text unless they hold escapes.
 pub enum Shape<'a> {
-    Object(Vec<(String, &'a RawValue)>),
+    Object(Vec<(Cow<'a, str>, &'a RawValue)>),
     Array(Vec<&'a RawValue>),
     Scalar,
 }
@@ -29,8 +30,8 @@ impl<'de> Visitor<'de> for ShapeVisitor {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Shape<'de>, A::Error> {
         let mut members = Vec::new();
-        while let Some(entry) = m.next_entry::<String, &'de RawValue>()? {
-            members.push(entry);
+        while let Some(Key(k)) = m.next_key::<Key<'de>>()? {
+            members.push((k, m.next_value::<&'de RawValue>()?));
         }
         Ok(Shape::Object(members))
     }
@@ -58,6 +59,31 @@ impl<'de> Visitor<'de> for ShapeVisitor {
     }
     fn visit_unit<E: de::Error>(self) -> Result<Shape<'de>, E> {
         Ok(Shape::Scalar)
+    }
+}
+
+/// An object key, borrowed when the text allows.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(s.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(s)))
+            }
+        }
+        d.deserialize_str(V)
     }
 }
 
@@ -106,7 +132,7 @@ pub fn edit_children(text: &str, node: &Node, act: &ActFn) -> Result<Option<Stri
     match shape {
         Shape::Object(members) => {
             let mut changed = false;
-            let mut kept: Vec<(String, Option<String>, &RawValue)> = Vec::with_capacity(members.len());
+            let mut kept: Vec<(Cow<str>, Option<String>, &RawValue)> = Vec::with_capacity(members.len());
             'member: for (k, v) in members {
                 let mut val: Option<String> = None;
                 for (tok, child) in &node.children {
