@@ -96,8 +96,7 @@ fn main() {
             }
             per_event.push(t0.elapsed().as_nanos() as f64 / n as f64);
         }
-        let (min, max) =
-            per_event.iter().fold((f64::MAX, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        let (min, max) = per_event.iter().fold((f64::MAX, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
         let med = median(&mut per_event);
         let base = *baseline.get_or_insert(med);
         println!(

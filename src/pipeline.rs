@@ -55,7 +55,8 @@ pub const HEARTBEAT_PREFIX: &str = "outboxd.heartbeat";
 
 /// What we know about a relation id.
 enum RelationEntry {
-    Outbox(Route, Arc<str>),
+    // Boxed: a Route is large and most relations of a publication are not outboxes.
+    Outbox(Box<Route>, Arc<str>),
     Other,
 }
 
@@ -302,7 +303,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                         .into());
                     }
                     let table: Arc<str> = Arc::from(route.table());
-                    RelationEntry::Outbox(route, table)
+                    RelationEntry::Outbox(Box::new(route), table)
                 } else {
                     RelationEntry::Other
                 };

@@ -106,7 +106,13 @@ fn masks_encrypts_and_keeps_dead_letter_copies_clean() {
     let mut d = Outboxd::spawn_streaming(&flags(&ring1));
     insert(&pg, "1", "order.paid.v1", &payload, headers);
     // Not an order event: the rules are not for it.
-    insert(&pg, "2", "user.created.v1", &format!(r#"{{"card": {{"number": "{CARD}"}}}}"#), r#"{"email": "bob@example.com"}"#);
+    insert(
+        &pg,
+        "2",
+        "user.created.v1",
+        &format!(r#"{{"card": {{"number": "{CARD}"}}}}"#),
+        r#"{"email": "bob@example.com"}"#,
+    );
     // An order event whose topic is illegal: its dead-letter copy must be masked like the stream.
     insert(&pg, "3", "order.bad v1", &payload, "{}");
     // An order event whose payload has no fields to mask: unmaskable, its copy has no payload.

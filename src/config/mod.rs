@@ -26,8 +26,8 @@ mod show;
 mod validate;
 
 pub use cli::{
-    BadEventPolicy, Cli, Command, DecryptArgs, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs, InvalidOp, LogFormat,
-    PublicationAutocreate, RunArgs, SinkKind, StatusArgs,
+    BadEventPolicy, Cli, Command, DecryptArgs, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs, InvalidOp,
+    LogFormat, PublicationAutocreate, RunArgs, SinkKind, StatusArgs,
 };
 pub use kafka::{KafkaConfig, LoadedProperties, PropertyFile};
 pub use postgres::{PgHost, PgTarget, SslMode};

@@ -43,8 +43,9 @@ impl HashKey {
     /// Read `--mask-key-file`: raw bytes, one trailing newline (`\n` or `\r\n`) dropped.
     pub fn load(path: &Path) -> Result<HashKey, String> {
         let shown = path.display();
-        let mut bytes = std::fs::read(path)
-            .map_err(|e| format!("--mask-key-file {shown}: cannot read it ({e}); give a readable file of random bytes"))?;
+        let mut bytes = std::fs::read(path).map_err(|e| {
+            format!("--mask-key-file {shown}: cannot read it ({e}); give a readable file of random bytes")
+        })?;
         if bytes.last() == Some(&b'\n') {
             bytes.pop();
             if bytes.last() == Some(&b'\r') {
@@ -61,7 +62,8 @@ impl HashKey {
                 key.len()
             ));
         }
-        let mac = <Hmac<Sha256> as hmac::KeyInit>::new_from_slice(key).map_err(|e| format!("unusable HMAC key: {e}"))?;
+        let mac =
+            <Hmac<Sha256> as hmac::KeyInit>::new_from_slice(key).map_err(|e| format!("unusable HMAC key: {e}"))?;
         Ok(HashKey { mac })
     }
 
@@ -138,7 +140,8 @@ impl Keyring {
             if bytes.len() != 32 {
                 return Err(format!("key {:?} is {} bytes, not 32; {hint}", k.kid, bytes.len()));
             }
-            let cipher = XChaCha20Poly1305::new_from_slice(&bytes).map_err(|_| format!("key {:?} is unusable", k.kid))?;
+            let cipher =
+                XChaCha20Poly1305::new_from_slice(&bytes).map_err(|_| format!("key {:?} is unusable", k.kid))?;
             keys.push((k.kid.clone(), cipher));
         }
         Ok(Keyring { keys })
@@ -169,7 +172,10 @@ impl Keyring {
     /// The plaintext of a sealed value, with the key its `kid` names.
     pub fn open(&self, s: &Sealed) -> Result<Vec<u8>, String> {
         if s.outboxd_enc != VERSION || s.alg != ALG {
-            return Err(format!("sealed with format {} {:?}; this outboxd reads {VERSION} {ALG:?}", s.outboxd_enc, s.alg));
+            return Err(format!(
+                "sealed with format {} {:?}; this outboxd reads {VERSION} {ALG:?}",
+                s.outboxd_enc, s.alg
+            ));
         }
         let Some((_, cipher)) = self.keys.iter().find(|(kid, _)| *kid == s.kid) else {
             return Err(format!("key id {:?} is not in the keyring; add that key to the keyring file", s.kid));

@@ -19,9 +19,10 @@ pub fn run(a: &DecryptArgs) -> Result<u8, Error> {
     let input: Box<dyn BufRead> = match a.input.as_deref() {
         None => Box::new(std::io::stdin().lock()),
         Some(p) if p.as_os_str() == "-" => Box::new(std::io::stdin().lock()),
-        Some(p) => Box::new(std::io::BufReader::new(std::fs::File::open(p).map_err(|e| {
-            Definite::Config(format!("outboxd decrypt: cannot open {}: {e}", p.display()))
-        })?)),
+        Some(p) => Box::new(std::io::BufReader::new(
+            std::fs::File::open(p)
+                .map_err(|e| Definite::Config(format!("outboxd decrypt: cannot open {}: {e}", p.display())))?,
+        )),
     };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for (n, line) in input.lines().enumerate() {

@@ -96,9 +96,8 @@ impl Masking {
             let Some((pointer, action)) = text.rsplit_once('=') else {
                 return Err(format!("--mask {text:?}: expected POINTER=ACTION, e.g. /card/number=last4"));
             };
-            let action = Action::parse(action).ok_or_else(|| {
-                format!("--mask {text:?}: ACTION {action:?} is not one of drop, redact, last4, hash")
-            })?;
+            let action = Action::parse(action)
+                .ok_or_else(|| format!("--mask {text:?}: ACTION {action:?} is not one of drop, redact, last4, hash"))?;
             add("--mask", text, pointer, action)?;
         }
         for text in &spec.encrypt {
@@ -106,9 +105,10 @@ impl Masking {
         }
         let uses = |a| m.payload.uses(a) || m.headers.uses(a);
         if uses(Action::Hash) {
-            let path = spec.mask_key_file.as_deref().ok_or(
-                "--mask ...=hash needs --mask-key-file FILE (the HMAC key, e.g. from `openssl rand -hex 32`)",
-            )?;
+            let path = spec
+                .mask_key_file
+                .as_deref()
+                .ok_or("--mask ...=hash needs --mask-key-file FILE (the HMAC key, e.g. from `openssl rand -hex 32`)")?;
             m.hash_key = Some(Arc::new(HashKey::load(path)?));
         }
         if uses(Action::Encrypt) {
@@ -119,11 +119,12 @@ impl Masking {
         }
         if let Some(re) = &spec.event_type {
             if m.payload.is_empty() && m.headers.is_empty() {
-                return Err(format!("--mask-event-type {re:?} scopes no rules; add --mask or --encrypt, or leave it out"));
+                return Err(format!(
+                    "--mask-event-type {re:?} scopes no rules; add --mask or --encrypt, or leave it out"
+                ));
             }
             let anchored = format!("^(?:{re})$");
-            m.event_type =
-                Some(Regex::new(&anchored).map_err(|e| {
+            m.event_type = Some(Regex::new(&anchored).map_err(|e| {
                 // regex's message spans lines (a caret under the spot); its last line says what is wrong.
                 let e = e.to_string();
                 let why = e.lines().last().unwrap_or_default().trim_start_matches("error: ").to_owned();
@@ -244,8 +245,8 @@ impl Masking {
                 let mut text = cur.take().unwrap_or_else(|| String::from_utf8_lossy(value).into_owned());
                 if !node.children.is_empty() {
                     check_container(&text).map_err(|e| not_maskable(&what, &e))?;
-                    if let Some(t) = edit::edit_children(&text, node, &|a, v| self.act(a, v))
-                        .map_err(|e| not_maskable(&what, &e))?
+                    if let Some(t) =
+                        edit::edit_children(&text, node, &|a, v| self.act(a, v)).map_err(|e| not_maskable(&what, &e))?
                     {
                         text = t;
                     }

@@ -85,7 +85,11 @@ fn payload_rules() {
         (&["/items/1=drop"], r#"{"items":[1,2,3]}"#, Some(r#"{"items":[1,3]}"#)),
         (&["/items/01=drop"], r#"{"items":[1,2,3]}"#, Some(r#"{"items":[1,2,3]}"#)),
         // `*` over object members too.
-        (&["/cards/*/cvv=drop"], r#"{"cards":{"a":{"cvv":1,"n":2},"b":{"cvv":3}}}"#, Some(r#"{"cards":{"a":{"n":2},"b":{}}}"#)),
+        (
+            &["/cards/*/cvv=drop"],
+            r#"{"cards":{"a":{"cvv":1,"n":2},"b":{"cvv":3}}}"#,
+            Some(r#"{"cards":{"a":{"n":2},"b":{}}}"#),
+        ),
         // Missing fields, and paths through scalars, change nothing.
         (&["/customer/email=redact"], r#"{"total": 1}"#, Some(r#"{"total": 1}"#)),
         (&["/total/x=redact"], r#"{"total": 1}"#, Some(r#"{"total": 1}"#)),
@@ -189,11 +193,16 @@ fn header_rules() {
     .unwrap();
     let r = record(
         r#"{"a":1}"#,
-        &[("id", "e-1"), ("email", "a@b.c"), ("user", r#"{"email":"a@b.c","id":7}"#), ("name", "Hi There"), ("card", "4111111111111111")],
+        &[
+            ("id", "e-1"),
+            ("email", "a@b.c"),
+            ("user", r#"{"email":"a@b.c","id":7}"#),
+            ("name", "Hi There"),
+            ("card", "4111111111111111"),
+        ],
     );
     let out = m.apply(r, None).unwrap();
-    let h: Vec<(&str, &str)> =
-        out.headers.iter().map(|(k, v)| (k.as_str(), std::str::from_utf8(v).unwrap())).collect();
+    let h: Vec<(&str, &str)> = out.headers.iter().map(|(k, v)| (k.as_str(), std::str::from_utf8(v).unwrap())).collect();
     assert_eq!(
         h,
         [
