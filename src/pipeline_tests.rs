@@ -611,3 +611,21 @@ async fn dead_letter_copies_are_masked() {
         assert!(!r.payload.as_deref().unwrap_or_default().windows(card.len()).any(|w| w == card.as_bytes()), "{r:?}");
     }
 }
+
+/// `--mask-event-type` on a table without the event type column stops at the Relation message,
+/// naming both flags, instead of masking by a type it cannot read.
+#[tokio::test(start_paused = true)]
+async fn mask_event_type_needs_the_type_column() {
+    let cfg =
+        test_config(&["--mask", "/card=redact", "--mask-event-type", "order.*", "--table-field-event-type", "kind"]);
+    let data = |at: u64, b: Bytes| (Lsn(at), WalMessage::Data { wal_start: Lsn(at), wal_end: Lsn(at), data: b });
+    let msgs = VecDeque::from([data(1000, begin(Lsn(1100))), data(1016, relation(OUTBOX, "outbox", NARROW))]);
+    let stream = Scripted { msgs, fail_after: None, truth: Arc::default(), last: Lsn(0) };
+    let mut sink = CaptureSink { max: 1 << 20, got: Vec::new() };
+    let ctx = Context { cfg: &cfg, metrics: Metrics::new(), health: Health::new(Duration::ZERO) };
+    let mut confirmed = Lsn(0);
+    let e =
+        Session::new(ctx, &mut sink, stream, Lsn(0)).run(CancellationToken::new(), &mut confirmed).await.unwrap_err();
+    let e = e.to_string();
+    assert!(e.contains("\"kind\"") && e.contains("--mask-event-type") && e.contains("--table-field-event-type"), "{e}");
+}

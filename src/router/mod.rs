@@ -17,6 +17,9 @@
 //!
 //! A row that cannot become a record is a [`BadEvent`] carrying what could be salvaged (key,
 //! payload, intended topic) so the caller can stop, dead-letter or skip it.
+//!
+//! [`mask`] is the step after routing: `--mask`/`--encrypt` rewrite the record (and scrub a bad
+//! event's salvage) before anything else sees it.
 
 pub mod mask;
 pub mod render;
