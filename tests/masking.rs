@@ -1,7 +1,8 @@
 //! Personal data end to end: real PostgreSQL, the real binary with `--sink stdout` (dead-letter
 //! copies go to the same sink, on `outboxd.dlq`). Masked payload fields and headers, a field
 //! sealed with one keyring and opened by `outboxd decrypt` after a key rotation, event types the
-//! rules are not for passing byte for byte, and dead-letter copies that carry nothing unmasked.
+//! rules are not for passing byte for byte, and dead-letter copies that carry nothing unmasked;
+//! then the same through a real tansu broker, oversize copies (chunks) included.
 
 mod common;
 
@@ -188,4 +189,48 @@ fn masks_encrypts_and_keeps_dead_letter_copies_clean() {
     let (code, _, err) = decrypt(&ring1, &input);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("line 2") && err.contains("\"k2\"") && err.lines().count() == 1, "{err}");
+}
+
+/// Through a real tansu broker: the event on its topic is masked, and so are the dead-letter
+/// copies of a row the router refuses (NULL route) and of a record over `message.max.bytes`
+/// (sent as chunks): no record on any topic carries the card number.
+#[test]
+fn kafka_topic_and_dead_letter_copies_are_masked() {
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    pg.psql("ALTER TABLE outbox ALTER COLUMN event_type DROP NOT NULL");
+    let broker = Broker::start();
+    let mut d = Outboxd::spawn_streaming(&daemon_args(
+        &pg,
+        &broker,
+        &["--status-interval", "200ms", "--mask", "/card=last4", "--kafka-property", "message.max.bytes=10000"],
+    ));
+    let row = |agg: &str, ty: &str, payload: &str| {
+        pg.psql(&format!(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('t', '{agg}', {ty}, '{payload}')"
+        ));
+    };
+    row("good", "'ok.v1'", &format!(r#"{{"card": "{CARD}"}}"#));
+    row("null-route", "NULL", &format!(r#"{{"card": "{CARD}", "n": 2}}"#));
+    row("big", "'ok.v1'", &format!(r#"{{"card": "{CARD}", "blob": "{}"}}"#, "x".repeat(25_000)));
+    let ok = broker.consume_all("ok.v1.events", 1, 1, Duration::from_secs(30));
+    assert_eq!(ok.len(), 1, "{}", d.log());
+    assert_eq!(ok[0].payload_json()["card"], "************1111");
+    let dlq = broker.consume_all("outboxd.dlq", 1, 3, Duration::from_secs(30));
+    let reason = |key: &str| {
+        dlq.iter()
+            .filter(|r| r.key_str().as_deref() == Some(key))
+            .map(|r| r.header_str("outboxd.error"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(reason("null-route"), [Some("null_route".to_owned())], "{}", d.log());
+    let null_route = dlq.iter().find(|r| r.key_str().as_deref() == Some("null-route")).unwrap();
+    assert_eq!(null_route.payload_json(), json!({"card": "************1111", "n": 2}));
+    let big = reason("big");
+    assert!(big.len() > 1 && big.iter().all(|r| r.as_deref() == Some("too_large")), "{big:?}\n{}", d.log());
+    for r in ok.iter().chain(&dlq) {
+        let p = r.payload.as_deref().unwrap_or_default();
+        assert!(!p.windows(CARD.len()).any(|w| w == CARD.as_bytes()), "{} carries the card number", r.topic);
+    }
+    d.stop_cleanly();
 }
