@@ -1,7 +1,7 @@
 //! outboxd: relay rows inserted into a PostgreSQL outbox table to Kafka, at-least-once, through a
 //! dedicated pgoutput logical replication slot.
 //!
-//! Data path: [`pg::replication`] (WAL in) → [`pg::pgoutput`] (decode) → [`router`] (row → record)
+//! Data path: [`pg::replication`] (WAL in) → [`pg::pgoutput`] (decode) → [`router`] (row → record, then [`router::mask`])
 //! → [`sink`] (Kafka, stdout, null) → [`ack`] (acked records → confirmed LSN) → back to
 //! [`pg::replication`] as a standby status update. [`pipeline`] wires one session together;
 //! [`app`] runs sessions and reconnects; [`config`] validates flags.

@@ -37,6 +37,7 @@ fn main() -> ExitCode {
         Command::Dlq(cmd) => return exit_with(block_on(outboxd::dlq::tool::run(cmd))),
         Command::Schema(cmd) => return exit_with(block_on(outboxd::schema_check::run(cmd))),
         Command::Shadow(cmd) => return exit_with(block_on(outboxd::shadow::tool::run(cmd))),
+        Command::Decrypt(args) => return exit_with(outboxd::router::mask::decrypt::run(&args)),
     };
     let cfg = match Config::from_args_with_file(&args, &explicit) {
         Ok(c) => c,

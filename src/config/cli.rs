@@ -41,6 +41,8 @@ pub enum Command {
     /// Validate a migration to the outbox: compare the legacy topic with the shadow topic.
     #[command(subcommand)]
     Shadow(ShadowCommand),
+    /// Restore the --encrypt'ed fields of records (JSON lines, e.g. --sink stdout output) with the keyring.
+    Decrypt(DecryptArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -83,6 +85,16 @@ pub struct SchemaCheckArgs {
     /// Column with the payload.
     #[arg(long, default_value = "payload")]
     pub table_field_event_payload: String,
+}
+
+/// Flags of `outboxd decrypt`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DecryptArgs {
+    /// The keyring JSON file the fields were sealed with (older keys included).
+    #[arg(long, env = "OUTBOXD_ENCRYPT_KEY_FILE", value_name = "FILE")]
+    pub encrypt_key_file: PathBuf,
+    /// JSON lines to decrypt; stdin when left out or `-`.
+    pub input: Option<PathBuf>,
 }
 
 /// Flags of `outboxd status`.
@@ -393,6 +405,23 @@ pub struct RunArgs {
     /// Longest wait between reconnect attempts (exponential backoff with jitter).
     #[arg(long, env = "OUTBOXD_RECONNECT_MAX_BACKOFF", default_value = "30s")]
     pub reconnect_max_backoff: String,
+    /// Mask a field before any sink sees it; repeatable. POINTER: a JSON Pointer into the payload
+    /// (`/card/number`, `*` for every element: `/items/*/card`) or `headers/NAME[/...]`; ACTION:
+    /// drop, redact (`"***"`), last4, or hash (HMAC-SHA256 hex, with --mask-key-file).
+    #[arg(long = "mask", value_name = "POINTER=ACTION")]
+    pub masks: Vec<String>,
+    /// HMAC key for `hash` (raw bytes, one trailing newline ignored; at least 16 bytes).
+    #[arg(long, env = "OUTBOXD_MASK_KEY_FILE", value_name = "FILE")]
+    pub mask_key_file: Option<PathBuf>,
+    /// Seal a field (XChaCha20-Poly1305, newest key of --encrypt-key-file); repeatable; POINTER as for --mask.
+    #[arg(long = "encrypt", value_name = "POINTER")]
+    pub encrypt: Vec<String>,
+    /// Keyring JSON for --encrypt: {"keys": [{"kid": "...", "key": "<base64 of 32 bytes>"}, ...]}, newest last.
+    #[arg(long, env = "OUTBOXD_ENCRYPT_KEY_FILE", value_name = "FILE")]
+    pub encrypt_key_file: Option<PathBuf>,
+    /// Apply --mask and --encrypt only to events whose type (--table-field-event-type) matches this regex whole.
+    #[arg(long, value_name = "REGEX")]
+    pub mask_event_type: Option<String>,
 }
 
 /// What an UPDATE of an outbox row does (Debezium's `table.op.invalid.behavior`).

@@ -26,14 +26,15 @@ mod show;
 mod validate;
 
 pub use cli::{
-    BadEventPolicy, Cli, Command, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs, InvalidOp, KafkaClientArgs,
-    LogFormat, PublicationAutocreate, RunArgs, SchemaCheckArgs, SchemaCommand, ShadowCommand, ShadowCompareArgs,
-    SinkKind, StatusArgs,
+    BadEventPolicy, Cli, Command, DecryptArgs, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs, InvalidOp,
+    KafkaClientArgs, LogFormat, PublicationAutocreate, RunArgs, SchemaCheckArgs, SchemaCommand, ShadowCommand,
+    ShadowCompareArgs, SinkKind, StatusArgs,
 };
 pub use kafka::{KafkaConfig, LoadedProperties, PropertyFile};
 pub use postgres::{PgHost, PgTarget, SslMode};
 pub use validate::{parse_duration, parse_size, parse_table};
 
+use crate::router::mask::Masking;
 use crate::router::RouteConfig;
 
 /// `SCHEMA.TABLE`, unquoted as PostgreSQL stores it in the catalogs.
@@ -78,6 +79,8 @@ pub struct Config {
     pub heartbeat_action_query: Option<String>,
     pub lag_poll_interval: Duration,
     pub reconnect_max_backoff: Duration,
+    /// `--mask`, `--encrypt` and their keys, compiled.
+    pub mask: Masking,
     /// The outbox tables must be empty at start (a Debezium file asked for an initial snapshot).
     pub require_empty_tables: bool,
     /// Messages from loading the configuration, for the log once it is up: (is_warning, text).

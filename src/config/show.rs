@@ -100,6 +100,23 @@ impl Config {
         }
         push("lag-poll-interval", millis(self.lag_poll_interval));
         push("reconnect-max-backoff", millis(self.reconnect_max_backoff));
+        // Key files by path: key bytes never print.
+        let m = self.mask.spec();
+        for r in &m.masks {
+            push("mask", r.clone());
+        }
+        if let Some(p) = &m.mask_key_file {
+            push("mask-key-file", p.display().to_string());
+        }
+        for r in &m.encrypt {
+            push("encrypt", r.clone());
+        }
+        if let Some(p) = &m.encrypt_key_file {
+            push("encrypt-key-file", p.display().to_string());
+        }
+        if let Some(re) = &m.event_type {
+            push("mask-event-type", re.clone());
+        }
         f
     }
 

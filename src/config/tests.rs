@@ -276,6 +276,14 @@ mod gen {
             proptest::option::of("[a-zA-Z0-9._-]{1,40}"),
             proptest::option::of(text(60)),
             proptest::option::of(select(vec!["allow", "reject"])),
+            proptest::collection::vec(
+                (
+                    select(vec!["/card/number", "/items/*/card", "headers/email", "/a~1b", "/-x"]),
+                    select(vec!["drop", "redact", "last4"]),
+                ),
+                0..3,
+            ),
+            proptest::option::of(select(vec![r"order\..*", "x|y"])),
         );
         (group_a, group_b, group_c).prop_map(move |(a, b, c)| {
             let mut v: Vec<String> = Vec::new();
@@ -323,7 +331,13 @@ mod gen {
             put("table-op-invalid-behavior", invalid.map(String::from));
             put("table-expand-json-payload", expand.map(|x| x.to_string()));
             put("table-field-event-headers", headers);
-            let (in_flight, durations, log, metrics, bad, dlq, query, schema_missing) = c;
+            let (in_flight, durations, log, metrics, bad, dlq, query, schema_missing, masks, mask_type) = c;
+            if !masks.is_empty() {
+                put("mask-event-type", mask_type.map(String::from));
+            }
+            for (p, a) in masks {
+                put("mask", Some(format!("{p}={a}")));
+            }
             put("max-in-flight", in_flight.map(|x| x.to_string()));
             for (k, d) in durations {
                 put(k, Some(d));
@@ -500,6 +514,11 @@ fn outboxd_config_prints_every_run_flag() {
         "table-field-event-headers",
         "heartbeat-action-query",
         "schema-dir",
+        "mask",
+        "mask-key-file",
+        "encrypt",
+        "encrypt-key-file",
+        "mask-event-type",
     ];
     let cli = Cli::command();
     let run = cli.find_subcommand("run").expect("run subcommand");
@@ -513,6 +532,49 @@ fn outboxd_config_prints_every_run_flag() {
         }
         assert!(printed.contains(&long), "--{long} is missing from Config::to_args (config/show.rs)");
     }
+}
+
+/// Mask and encrypt flags round-trip; key files print as paths, never as their bytes.
+#[test]
+fn mask_flags_round_trip_and_print_key_files_by_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let hash = dir.path().join("hash.key");
+    std::fs::write(&hash, "hmac-key-material-0123456789\n").unwrap();
+    let ring = dir.path().join("ring.json");
+    std::fs::write(&ring, r#"{"keys":[{"kid":"k1","key":"c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0MTI="}]}"#).unwrap();
+    let a: Vec<String> = [
+        "--postgres-url",
+        "postgres://u@127.0.0.1/db",
+        "--mask",
+        "/card/number=last4",
+        "--mask",
+        "headers/email=hash",
+        "--mask-key-file",
+        hash.to_str().unwrap(),
+        "--encrypt",
+        "/customer/*/ssn",
+        "--encrypt-key-file",
+        ring.to_str().unwrap(),
+        "--mask-event-type",
+        r"order\..*",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let c = config_of(&a).unwrap();
+    assert_round_trip(&c).unwrap();
+    let printed = c.to_flags().join("\n");
+    for part in ["--mask /card/number=last4", "--mask headers/email=hash", "--encrypt '/customer/*/ssn'"] {
+        assert!(printed.contains(part), "{part} missing from:\n{printed}");
+    }
+    assert!(printed.contains(hash.to_str().unwrap()) && printed.contains(ring.to_str().unwrap()), "{printed}");
+    assert!(!printed.contains("hmac-key") && !printed.contains("c2VjcmV0"), "{printed}");
+    assert!(!format!("{c:?}").contains("c2VjcmV0"), "Debug shows no key");
+    // A bad rule is a one-line config error naming the flag.
+    let mut bad = a[..2].to_vec();
+    bad.extend(["--mask".to_owned(), "/x=hash".to_owned()]);
+    let e = config_of(&bad).unwrap_err();
+    assert!(e.contains("--mask-key-file") && !e.contains('\n'), "{e}");
 }
 
 #[test]

@@ -7,7 +7,8 @@ use std::time::Duration;
 use super::{debezium, postgres, Config, KafkaConfig, PgTarget, RunArgs, SinkKind, TableName};
 use crate::error::Definite;
 use crate::router::contract::{Contracts, SchemaMissing};
-use crate::router::{HeadersField, Placement, RouteConfig, TopicRule};
+use crate::router::mask::{MaskSpec, Masking};
+use crate::router::{HeadersField, Placement, PlacementTarget, RouteConfig, TopicRule};
 
 impl Config {
     /// Like [`Config::from_args`], first merging `--debezium-config` under the flags for which
@@ -96,6 +97,17 @@ impl Config {
             }
             None => None,
         };
+        let mask = Masking::compile(
+            MaskSpec {
+                masks: a.masks.clone(),
+                encrypt: a.encrypt.clone(),
+                mask_key_file: a.mask_key_file.clone(),
+                encrypt_key_file: a.encrypt_key_file.clone(),
+                event_type: a.mask_event_type.clone(),
+            },
+            placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_))),
+        )
+        .map_err(bad)?;
         let status_interval = parse_duration("--status-interval", &a.status_interval)?;
         if status_interval.is_zero() {
             return Err(bad("--status-interval must be greater than 0".into()));
@@ -171,6 +183,7 @@ impl Config {
                 }
                 d
             },
+            mask,
             require_empty_tables: false,
             notes: Vec::new(),
             reconnect_max_backoff: parse_duration("--reconnect-max-backoff", &a.reconnect_max_backoff)?

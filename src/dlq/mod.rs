@@ -29,6 +29,9 @@ pub const H_TOPIC: &str = "outboxd.original.topic";
 pub const H_LSN: &str = "outboxd.source.lsn";
 pub const H_TABLE: &str = "outboxd.source.table";
 pub const H_SIZE: &str = "outboxd.payload.size";
+/// On a copy whose payload was left out because the `--mask`/`--encrypt` rules could not be
+/// applied to it (it would have leaked unmasked): why. Such a copy is not replayable.
+pub const H_PAYLOAD_DROPPED: &str = "outboxd.payload.dropped";
 pub const PREFIX: &str = "outboxd.";
 
 /// A bad event, with everything known about it.

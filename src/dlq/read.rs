@@ -25,7 +25,7 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, Timestamp, TopicPartitionList};
 
 use super::chunk::Piece;
-use super::{H_ERROR, H_SIZE, H_TOPIC};
+use super::{H_ERROR, H_PAYLOAD_DROPPED, H_SIZE, H_TOPIC};
 use crate::error::{Definite, Error};
 
 /// After the watermarks: stop when this passes without a record.
@@ -92,9 +92,10 @@ impl DlqRecord {
         self.header(H_TOPIC).filter(|t| !t.is_empty())
     }
 
-    /// A copy from before chunking existed, which dropped a payload too large to keep.
+    /// A copy without its payload: from before chunking existed (too large to keep), or one
+    /// whose payload could not be masked.
     pub fn payload_not_kept(&self) -> bool {
-        self.payload.is_none() && self.header(H_SIZE).is_some()
+        self.payload.is_none() && (self.header(H_SIZE).is_some() || self.header(H_PAYLOAD_DROPPED).is_some())
     }
 
     pub fn position(&self) -> String {

@@ -32,7 +32,7 @@ use super::chunk;
 use super::entry::{Collector, Entry, Fed};
 use super::read::{partition_count, DlqReader, DlqRecord};
 use super::state::State;
-use super::{H_LSN, H_MESSAGE, H_SIZE, H_TABLE, PREFIX};
+use super::{H_LSN, H_MESSAGE, H_PAYLOAD_DROPPED, H_SIZE, H_TABLE, PREFIX};
 use crate::config::{parse_duration, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs, KafkaConfig};
 use crate::error::{Definite, Error};
 use crate::sink::kafka_client::{self, Retry};
@@ -380,8 +380,11 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
         if e.head.payload_not_kept() {
             let r = &e.head;
             out.no_payload.push(|| {
-                let size = r.header(H_SIZE).unwrap_or_default();
-                format!("{} id={} reason={} size={size}", r.position(), r.id_shown(), r.reason())
+                let why = match r.header(H_PAYLOAD_DROPPED) {
+                    Some(d) => format!("payload dropped: {d}"),
+                    None => format!("size={}", r.header(H_SIZE).unwrap_or_default()),
+                };
+                format!("{} id={} reason={} {why}", r.position(), r.id_shown(), r.reason())
             });
             continue;
         }

@@ -11,7 +11,10 @@
 //! (and the frontier never pass it) on a partial copy. A dead-letter copy is never dead-lettered
 //! again: its refusal stops the pipeline.
 
+use bytes::Bytes;
+
 use super::*;
+use crate::dlq::H_PAYLOAD_DROPPED;
 
 impl<S: Sink, W: WalSource> Session<'_, S, W> {
     /// What `send` or `unblock` said: a refusal of one record goes to the bad-event policy.
@@ -46,6 +49,10 @@ impl<S: Sink, W: WalSource> Session<'_, S, W> {
             BadEventPolicy::Dlq => {
                 let txn = self.tracker.record().map_err(|e| Definite::Bug(e.to_string()))?;
                 // `into_records` adds the `id` header from the event id.
+                let mut headers = bad.headers;
+                if let Some(why) = bad.payload_dropped {
+                    headers.push((H_PAYLOAD_DROPPED.to_owned(), Bytes::from(why)));
+                }
                 let dl = DeadLetter {
                     event_id: bad.event_id,
                     code: bad.code,
@@ -53,7 +60,7 @@ impl<S: Sink, W: WalSource> Session<'_, S, W> {
                     original_topic: bad.topic,
                     key: bad.key,
                     payload: bad.payload,
-                    headers: bad.headers,
+                    headers,
                     source,
                 };
                 self.dead_letter(txn, dl).await

@@ -55,7 +55,8 @@ pub const HEARTBEAT_PREFIX: &str = "outboxd.heartbeat";
 
 /// What we know about a relation id.
 enum RelationEntry {
-    Outbox(Route, Arc<str>),
+    // Boxed: a Route is large and most relations of a publication are not outboxes.
+    Outbox(Box<Route>, Arc<str>),
     Other,
 }
 
@@ -295,7 +296,15 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                 let entry = if self.cfg.tables.iter().any(|t| t.schema == rel.namespace && t.name == rel.name) {
                     let route = Route::compile(&self.cfg.route, &rel)?;
                     let table: Arc<str> = Arc::from(route.table());
-                    RelationEntry::Outbox(route, table)
+                    if self.cfg.mask.needs_event_type() && !route.has_event_type() {
+                        return Err(Definite::Setup(format!(
+                            "table {} has no column {:?} (set by --table-field-event-type), which --mask-event-type reads; add the column or point the flag at the event type column",
+                            route.table(),
+                            self.cfg.route.type_field
+                        ))
+                        .into());
+                    }
+                    RelationEntry::Outbox(Box::new(route), table)
                 } else {
                     RelationEntry::Other
                 };
@@ -317,7 +326,15 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                     .tracker
                     .open_commit_time()
                     .ok_or_else(|| Definite::Protocol { lsn: at, detail: "INSERT outside a transaction".into() })?;
-                let routed = route.route(OutboxRow { tuple: &ins.tuple, commit_time_us });
+                let row = OutboxRow { tuple: &ins.tuple, commit_time_us };
+                let mask = &self.cfg.mask;
+                let event_type = if mask.needs_event_type() { route.event_type(row) } else { None };
+                let event_type = event_type.as_deref();
+                // Masked before anything can see it: the sink, a log line, a dead-letter copy.
+                let routed = match route.route(row) {
+                    Ok(record) => mask.apply(record, event_type),
+                    Err(bad) => Err(mask.scrub(bad, event_type)),
+                };
                 let source = Source { lsn: at, table };
                 match routed {
                     Ok(record) => self.deliver(record, source).await?,

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::config::{Cli, Command};
+use crate::dlq::H_PAYLOAD_DROPPED;
 use crate::error::Transient;
 
 const OUTBOX: u32 = 1;
@@ -529,4 +530,103 @@ async fn drain_timeout_confirms_nothing_unacked() {
     assert_eq!(confirmed, txns[0].end, "the first transaction is confirmed, the second is not");
     assert_eq!(*t.statuses.last().unwrap(), txns[0].end);
     drop(held);
+}
+
+/// Takes every record and acks it at once; reports a `message.max.bytes`.
+struct CaptureSink {
+    max: usize,
+    got: Vec<Record>,
+}
+
+impl Sink for CaptureSink {
+    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
+        self.got.push(record);
+        delivery.ack();
+        Ok(())
+    }
+    fn blocked(&self) -> bool {
+        false
+    }
+    async fn unblock(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+    fn max_message_bytes(&self) -> Option<usize> {
+        Some(self.max)
+    }
+}
+
+/// Dead-letter copies carry nothing the stream may not: a record over the sink's limit is
+/// dead-lettered (as chunks) as it was masked, a row the router refuses is dead-lettered with
+/// its payload masked, and one whose payload cannot be masked without it.
+#[tokio::test(start_paused = true)]
+async fn dead_letter_copies_are_masked() {
+    let cfg = test_config(&["--mask", "/card=redact", "--on-bad-event", "dlq"]);
+    let card = "4111111111111111";
+    let big = format!(r#"{{"card": "{card}", "note": "{}"}}"#, "x".repeat(600));
+    let small = format!(r#"{{"card": "{card}", "note": "n"}}"#);
+    let rows: [(&str, &str, &str); 3] = [
+        ("e-big", "order.v1", &big),
+        ("e-bad", "bad topic!", &small),
+        ("e-text", "bad topic!", r#""card 4111111111111111""#),
+    ];
+    let mut msgs = VecDeque::new();
+    let data = |at: u64, b: Bytes| (Lsn(at), WalMessage::Data { wal_start: Lsn(at), wal_end: Lsn(at), data: b });
+    msgs.push_back(data(1000, begin(Lsn(1200))));
+    msgs.push_back(data(1016, relation(OUTBOX, "outbox", NARROW)));
+    for (i, (id, ty, payload)) in rows.iter().enumerate() {
+        msgs.push_back(data(1032 + 16 * i as u64, insert(OUTBOX, &[id, "agg", ty, payload, "2026-12-02 10:49:10+00"])));
+    }
+    msgs.push_back(data(1200, commit(Lsn(1200), Lsn(1216))));
+    let truth = Arc::new(Mutex::new(Truth::default()));
+    let stream = Scripted { msgs, fail_after: None, truth, last: Lsn(0) };
+    let mut sink = CaptureSink { max: 400, got: Vec::new() };
+    let shutdown = CancellationToken::new();
+    let sd = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        sd.cancel();
+    });
+    let ctx = Context { cfg: &cfg, metrics: Metrics::new(), health: Health::new(Duration::ZERO) };
+    let mut confirmed = Lsn(0);
+    Session::new(ctx, &mut sink, stream, Lsn(0)).run(shutdown, &mut confirmed).await.unwrap();
+    assert_eq!(confirmed, Lsn(1216), "every copy acked");
+    let of = |id: &str| -> Vec<&Record> { sink.got.iter().filter(|r| r.event_id == id).collect() };
+    let header = |r: &Record, k: &str| r.headers.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    // Too large even masked: chunks of the masked payload.
+    let chunks = of("e-big");
+    assert!(!chunks.is_empty() && chunks.iter().all(|r| r.topic == "outboxd.dlq"), "{chunks:?}");
+    assert_eq!(header(chunks[0], crate::dlq::H_ERROR).as_deref(), Some(&b"too_large"[..]));
+    let joined: Vec<u8> = chunks.iter().flat_map(|r| r.payload.as_deref().unwrap().to_vec()).collect();
+    assert_eq!(std::str::from_utf8(&joined).unwrap(), format!(r#"{{"card":"***","note":"{}"}}"#, "x".repeat(600)));
+    // Refused by the router: masked as the stream would have been.
+    let bad = of("e-bad");
+    assert_eq!(bad.len(), 1);
+    assert_eq!(header(bad[0], crate::dlq::H_ERROR).as_deref(), Some(&b"invalid_topic"[..]));
+    assert_eq!(bad[0].payload.as_deref(), Some(&br#"{"card":"***","note":"n"}"#[..]));
+    // Not maskable: no payload, and why.
+    let text = of("e-text");
+    assert_eq!(text.len(), 1);
+    assert_eq!(text[0].payload, None);
+    assert!(header(text[0], H_PAYLOAD_DROPPED).is_some(), "{:?}", text[0].headers);
+    for r in &sink.got {
+        assert!(!r.payload.as_deref().unwrap_or_default().windows(card.len()).any(|w| w == card.as_bytes()), "{r:?}");
+    }
+}
+
+/// `--mask-event-type` on a table without the event type column stops at the Relation message,
+/// naming both flags, instead of masking by a type it cannot read.
+#[tokio::test(start_paused = true)]
+async fn mask_event_type_needs_the_type_column() {
+    let cfg =
+        test_config(&["--mask", "/card=redact", "--mask-event-type", "order.*", "--table-field-event-type", "kind"]);
+    let data = |at: u64, b: Bytes| (Lsn(at), WalMessage::Data { wal_start: Lsn(at), wal_end: Lsn(at), data: b });
+    let msgs = VecDeque::from([data(1000, begin(Lsn(1100))), data(1016, relation(OUTBOX, "outbox", NARROW))]);
+    let stream = Scripted { msgs, fail_after: None, truth: Arc::default(), last: Lsn(0) };
+    let mut sink = CaptureSink { max: 1 << 20, got: Vec::new() };
+    let ctx = Context { cfg: &cfg, metrics: Metrics::new(), health: Health::new(Duration::ZERO) };
+    let mut confirmed = Lsn(0);
+    let e =
+        Session::new(ctx, &mut sink, stream, Lsn(0)).run(CancellationToken::new(), &mut confirmed).await.unwrap_err();
+    let e = e.to_string();
+    assert!(e.contains("\"kind\"") && e.contains("--mask-event-type") && e.contains("--table-field-event-type"), "{e}");
 }

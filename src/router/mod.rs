@@ -20,8 +20,12 @@
 //!
 //! A row that cannot become a record is a [`BadEvent`] carrying what could be salvaged (key,
 //! payload, intended topic, headers) so the caller can stop, dead-letter or skip it.
+//!
+//! [`mask`] is the step after routing: `--mask`/`--encrypt` rewrite the record (and scrub a bad
+//! event's salvage) before anything else sees it.
 
 pub mod contract;
+pub mod mask;
 pub mod render;
 mod timestamp;
 pub mod topic;
@@ -72,6 +76,9 @@ pub struct BadEvent {
     /// Headers for the dead-letter copy: the record's own when it was routed (a contract
     /// violation), plus any that explain the failure (`outboxd.schema.errors`).
     pub headers: Vec<(String, Bytes)>,
+    /// Why `payload` was left out of the dead-letter copy: the masking rules could not be
+    /// applied to it ([`mask::Masking::scrub`]).
+    pub payload_dropped: Option<String>,
 }
 
 impl BadEvent {
@@ -182,6 +189,8 @@ pub struct Route {
     payload: Col,
     timestamp: Option<Col>,
     headers: Option<Col>,
+    /// The event type column, when the table has it (only `--mask-event-type` reads it).
+    event_type: Option<Col>,
     placements: Vec<(Col, PlacementTarget)>,
     topic: Arc<TopicRule>,
     tombstone: bool,
@@ -249,6 +258,7 @@ impl Route {
                 None => None,
             },
             headers,
+            event_type: find(&cfg.type_field),
             placements,
             topic: cfg.topic.clone(),
             tombstone: cfg.tombstone_on_empty_payload,
@@ -261,6 +271,20 @@ impl Route {
     /// `schema.table` of the relation this route was compiled for.
     pub fn table(&self) -> &str {
         &self.table
+    }
+
+    /// Whether the table has the `--table-field-event-type` column.
+    pub fn has_event_type(&self) -> bool {
+        self.event_type.is_some()
+    }
+
+    /// The row's event type as text; `None` when NULL, absent or unreadable.
+    pub fn event_type(&self, row: OutboxRow<'_>) -> Option<String> {
+        let c = self.event_type?;
+        match row.tuple.0.get(c.idx) {
+            Some(TupleValue::Text(b)) => as_string(c.type_oid, b).ok(),
+            _ => None,
+        }
     }
 
     /// Turn one inserted row into a record that keeps its contract.
@@ -307,6 +331,7 @@ impl Route {
             key: salvage(key_raw, self.key.type_oid),
             payload: salvage(payload_raw, self.payload.type_oid),
             headers: Vec::new(),
+            payload_dropped: None,
         };
         let id = match value(self.id) {
             Ok(Some(_)) => event_id.clone().unwrap_or_default(),
@@ -452,6 +477,7 @@ fn enforce(
         key: record.key,
         payload: record.payload,
         headers,
+        payload_dropped: None,
     })
 }
 

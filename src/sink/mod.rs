@@ -15,7 +15,7 @@ pub mod kafka_client;
 mod simple;
 
 pub use kafka::KafkaSink;
-pub use simple::{NullSink, StdoutSink};
+pub use simple::{record_json, NullSink, StdoutSink};
 
 use crate::ack::Delivery;
 use crate::error::Definite;
