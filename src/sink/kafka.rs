@@ -345,12 +345,14 @@ impl KafkaSink {
                 self.retry_at.get_or_insert_with(|| tokio::time::Instant::now() + QUEUE_FULL_WAIT);
                 Ok(Some(Held { record, delivery, refreshed }))
             }
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::UnknownPartition), back))
-                if !refreshed && self.creating.is_none() =>
-            {
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::UnknownPartition), back)) if !refreshed => {
                 let delivery = *back.delivery_opaque;
-                self.start_refreshing(&record.topic);
-                Ok(Some(Held { record, delivery, refreshed: true }))
+                // One background task at a time: behind another topic's, this record waits its turn.
+                let refreshed = self.creating.is_none();
+                if refreshed {
+                    self.start_refreshing(&record.topic);
+                }
+                Ok(Some(Held { record, delivery, refreshed }))
             }
             Err((e, back)) => {
                 let delivery = *back.delivery_opaque;
