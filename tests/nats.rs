@@ -215,3 +215,63 @@ async fn stall_confirms_nothing_then_everything_arrives_once() {
     d.stop_cleanly();
     s.delete().await;
 }
+
+/// `--nats-create-stream` creates the stream (file storage) at start, and events land in it; a
+/// payload over the server's max_payload goes to the dead-letter subject as too_large.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_stream_at_start_and_oversize_payload_is_dead_lettered() {
+    let client = async_nats::connect(format!("127.0.0.1:{NATS_PORT}")).await.expect("NATS on 127.0.0.1:4222");
+    let max_payload = client.server_info().max_payload;
+    let js = jetstream::new(client);
+    let name = unique_name("obxc").replace('-', "_");
+    let prefix = name.replace('_', "-");
+    let s = TestStream { js, name: name.clone(), prefix: prefix.clone() };
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let url = format!("nats://127.0.0.1:{NATS_PORT}");
+    let spec = format!("{name}:{prefix}.>");
+    let mut d = Outboxd::spawn_streaming(&nats_args(&pg, &url, &prefix, &["--nats-create-stream", &spec]));
+    let info = s.stream().await.info().await.expect("stream created").config.clone();
+    assert_eq!(info.storage, jetstream::stream::StorageType::File);
+    assert_eq!(info.subjects, [format!("{prefix}.>")]);
+
+    let small = insert(&pg, "a", "fits", "{\"n\": 1}", "{}");
+    let big = pg.psql(&format!(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('t', 'b', 'huge', jsonb_build_object('blob', repeat('x', {}))) RETURNING event_id",
+        max_payload + 1000
+    ));
+    let big = big.lines().next().unwrap().to_owned();
+    let end = pg.psql("SELECT pg_current_wal_insert_lsn()");
+    assert!(slot_reaches(&pg, &end).await, "{}", d.log());
+    let msgs = s.messages().await;
+    assert!(msgs.iter().any(|m| m.headers["id"] == small && m.subject == format!("{prefix}.fits")));
+    assert!(!msgs.iter().any(|m| m.subject == format!("{prefix}.huge")), "an oversize message was stored");
+    let dlq: Vec<&Msg> = msgs.iter().filter(|m| m.subject == format!("{prefix}.dlq")).collect();
+    assert!(!dlq.is_empty(), "no dead-letter copy\n{}", d.log());
+    assert!(dlq.iter().all(|m| m.headers["id"] == big && m.headers["outboxd.error"] == "too_large"));
+    assert!(dlq.iter().all(|m| m.payload.len() <= max_payload));
+    d.stop_cleanly();
+    s.delete().await;
+}
+
+/// `outboxd config` shows the NATS URL with its password masked.
+#[test]
+fn config_masks_the_nats_password() {
+    let a = args(&[
+        "config",
+        "--postgres-url",
+        "postgres://u@127.0.0.1/db",
+        "--sink",
+        "nats",
+        "--nats-url",
+        "nats://app:hunter2@127.0.0.1:4222",
+        "--nats-create-stream",
+        "OUTBOX:outbox.>",
+    ]);
+    let (code, out) = run_to_exit(&a, Duration::from_secs(20));
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("--nats-url 'nats://app:****@127.0.0.1:4222'"), "{out}");
+    assert!(out.contains("--nats-create-stream 'OUTBOX:outbox.>'"), "{out}");
+    assert!(!out.contains("hunter2"), "{out}");
+}
