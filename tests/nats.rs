@@ -163,8 +163,11 @@ async fn subject_without_stream_goes_to_the_dead_letter_subject() {
     let end = pg.psql("SELECT pg_current_wal_insert_lsn()");
     assert!(s.wait_count(3, Duration::from_secs(30)).await, "{} of 3 stored\n{}", s.count().await, d.log());
     let msgs = s.messages().await;
-    let ok: Vec<&str> =
-        msgs.iter().filter(|m| m.subject.starts_with(&format!("{}.ok.", s.prefix))).map(|m| &*m.headers["id"]).collect();
+    let ok: Vec<&str> = msgs
+        .iter()
+        .filter(|m| m.subject.starts_with(&format!("{}.ok.", s.prefix)))
+        .map(|m| &*m.headers["id"])
+        .collect();
     assert_eq!(ok, [good1.as_str(), good2.as_str()]);
     let dlq: Vec<&Msg> = msgs.iter().filter(|m| m.subject == format!("{}.dlq", s.prefix)).collect();
     assert_eq!(dlq.len(), 1, "{}", d.log());

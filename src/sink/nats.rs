@@ -226,7 +226,9 @@ fn job(record: Record, delivery: Delivery, max_payload: usize) -> Result<Job, Bo
 /// wildcards (a wildcard is not a destination).
 fn valid_subject(s: &str) -> bool {
     !s.is_empty()
-        && s.split('.').all(|t| !t.is_empty() && t != "*" && t != ">" && !t.contains(|c: char| c.is_whitespace() || c.is_control()))
+        && s.split('.').all(|t| {
+            !t.is_empty() && t != "*" && t != ">" && !t.contains(|c: char| c.is_whitespace() || c.is_control())
+        })
 }
 
 /// Why JetStream refused one message for good, if it did.
