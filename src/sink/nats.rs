@@ -50,6 +50,7 @@ const WINDOW: usize = 4096;
 /// Room left under `max_payload` for the header block when the pipeline sizes dead-letter chunks.
 const HEADER_SLACK: usize = 4096;
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+const PING_INTERVAL: Duration = Duration::from_secs(5);
 
 /// One record on its way to JetStream.
 struct Job {
@@ -83,7 +84,10 @@ impl NatsSink {
     /// Connect, create `--nats-create-stream` if missing, and start the publisher task.
     pub async fn connect(cfg: &NatsConfig, health: Arc<Health>) -> Result<NatsSink, Definite> {
         let url = cfg.url_masked();
-        let mut opts = async_nats::ConnectOptions::new().name("outboxd").retry_on_initial_connect();
+        // Pings every few seconds (the default is a minute) so a silent, half-open link is noticed,
+        // reconnected and shown on /readyz about as fast as the Kafka sink's metadata check does.
+        let mut opts =
+            async_nats::ConnectOptions::new().name("outboxd").retry_on_initial_connect().ping_interval(PING_INTERVAL);
         if let Some(creds) = &cfg.creds {
             opts = opts.credentials_file(creds).await.map_err(|e| {
                 Definite::Config(format!("--nats-creds {}: {e}; give a NATS .creds file", creds.display()))
