@@ -313,17 +313,20 @@ async fn publish_loop(js: jetstream::Context, mut rx: mpsc::Receiver<Job>) {
 async fn watch_connection(client: async_nats::Client, health: Arc<Health>) {
     let gauge = metrics::gauge!("outboxd_connected", "component" => "nats");
     let reconnects = metrics::counter!("outboxd_reconnects_total", "component" => "nats");
-    let mut was_up = true;
+    // None until the first look: the start-up connect is no loss and no reconnect.
+    let mut was_up: Option<bool> = None;
     loop {
         let up = client.connection_state() == State::Connected;
-        if up != was_up {
+        if was_up.is_some_and(|w| w != up) {
             if up {
                 reconnects.increment(1);
                 tracing::info!("NATS is reachable again");
             } else {
                 tracing::warn!("NATS connection lost; holding events and retrying");
             }
-            was_up = up;
+        }
+        if up || was_up.is_some() {
+            was_up = Some(up);
         }
         // The sink's flag in Health (named for Kafka, the first sink) drives /readyz.
         health.set_kafka(up);
