@@ -257,6 +257,8 @@ pub enum SinkKind {
     Kafka,
     Stdout,
     Null,
+    /// NATS JetStream (--nats-url).
+    Nats,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -305,6 +307,15 @@ pub struct RunArgs {
     /// librdkafka properties from --debezium-config, applied before the file and the flags.
     #[arg(skip)]
     pub debezium_kafka_properties: Vec<String>,
+    /// NATS server URL(s) for --sink nats: nats://[user:pass@]host:4222 (tls:// for TLS), comma-separated.
+    #[arg(long, env = "OUTBOXD_NATS_URL", hide_env_values = true, default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
+    /// NATS credentials file (JWT and NKey seed) for --sink nats.
+    #[arg(long, env = "OUTBOXD_NATS_CREDS", value_name = "FILE")]
+    pub nats_creds: Option<PathBuf>,
+    /// Create this JetStream stream (file storage) at start if it is missing: NAME:SUBJECT[,SUBJECT...].
+    #[arg(long, value_name = "NAME:SUBJECTS")]
+    pub nats_create_stream: Option<String>,
     /// Partitions for topics outboxd creates.
     #[arg(long, default_value_t = 1)]
     pub topic_partitions: i32,

@@ -20,6 +20,7 @@ use std::time::Duration;
 mod cli;
 pub mod debezium;
 mod kafka;
+mod nats;
 pub mod postgres;
 pub mod properties;
 mod show;
@@ -31,6 +32,7 @@ pub use cli::{
     ShadowCompareArgs, SinkKind, StatusArgs,
 };
 pub use kafka::{KafkaConfig, LoadedProperties, PropertyFile};
+pub use nats::{NatsConfig, StreamSpec};
 pub use postgres::{PgHost, PgTarget, SslMode};
 pub use validate::{parse_duration, parse_size, parse_table};
 
@@ -62,6 +64,7 @@ pub struct Config {
     pub op_invalid: InvalidOp,
     pub sink: SinkKind,
     pub kafka: KafkaConfig,
+    pub nats: NatsConfig,
     pub max_in_flight: usize,
     pub max_in_flight_bytes: usize,
     /// Zero: /healthz never reports a stall.

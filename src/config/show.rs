@@ -47,6 +47,13 @@ impl Config {
             }
             push("kafka-property", format!("{k}={}", crate::sink::kafka_client::shown(k, v)));
         }
+        push("nats-url", self.nats.url_masked());
+        if let Some(c) = &self.nats.creds {
+            push("nats-creds", c.display().to_string());
+        }
+        if let Some(s) = &self.nats.create_stream {
+            push("nats-create-stream", s.to_string());
+        }
         push("topic-partitions", self.kafka.topic_partitions.to_string());
         push("topic-replication-factor", self.kafka.topic_replication_factor.to_string());
         let r = &self.route;

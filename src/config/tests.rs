@@ -519,6 +519,8 @@ fn outboxd_config_prints_every_run_flag() {
         "encrypt",
         "encrypt-key-file",
         "mask-event-type",
+        "nats-creds",
+        "nats-create-stream",
     ];
     let cli = Cli::command();
     let run = cli.find_subcommand("run").expect("run subcommand");

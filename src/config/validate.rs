@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{debezium, postgres, Config, KafkaConfig, PgTarget, RunArgs, SinkKind, TableName};
+use super::{debezium, postgres, Config, KafkaConfig, NatsConfig, PgTarget, RunArgs, SinkKind, TableName};
 use crate::error::Definite;
 use crate::router::contract::{Contracts, SchemaMissing};
 use crate::router::mask::{MaskSpec, Masking};
@@ -142,6 +142,7 @@ impl Config {
                 topic_partitions: a.topic_partitions,
                 topic_replication_factor: a.topic_replication_factor,
             },
+            nats: NatsConfig::new(&a.nats_url, a.nats_creds.clone(), a.nats_create_stream.as_deref())?,
             max_in_flight: a.max_in_flight,
             max_in_flight_bytes,
             health_stall_timeout: {

@@ -1,0 +1,351 @@
+//! The NATS JetStream sink (`--sink nats`): one connection, async publishes, acks in send order.
+//!
+//! `send` checks what NATS can never take (an invalid subject, a header that cannot be a NATS
+//! header, a message over the server's `max_payload`) and rejects it for the bad-event policy;
+//! everything else goes as a [`Job`] through a bounded channel to the publisher task. A full
+//! channel holds the record here, in order, and reports [`Sink::blocked`]; [`Sink::unblock`] waits
+//! with `Sender::reserve` (cancel-safe) and moves one held record per call.
+//!
+//! The publisher task publishes each job on the one connection (so the server sees send order)
+//! and keeps up to [`WINDOW`] publish acks outstanding, resolving them front to back:
+//! * a PublishAck → `ack()`: the stream stored the message under its own storage and replication
+//!   settings;
+//! * a definite refusal of this one message → `reject()`: no stream binds the subject (the
+//!   server's "no responders" answer, confirmed by asking JetStream which stream holds the
+//!   subject) or JetStream error 10054 (message over the stream's `max_msg_size`);
+//! * anything else (timeouts, disconnects, a stream without a leader, storage full) → back off and
+//!   publish the whole window again, in order, from the failed message on. `Nats-Msg-Id` (the
+//!   event id) makes the server's duplicate window drop the copies it already stored, so a retry
+//!   neither duplicates nor, since one connection delivers in order, reorders a key's events.
+//!   Nothing is acked on a retry path, so the slot stays where it was.
+//!
+//! Health: `/readyz` and `outboxd_connected{component="nats"}` follow the client's connection
+//! state, checked every second.
+
+use std::collections::VecDeque;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::header::HeaderName;
+use async_nats::jetstream::context::{Publish, PublishError, PublishErrorKind};
+use async_nats::jetstream::publish::PublishAck;
+use async_nats::jetstream::{self, ErrorCode};
+use async_nats::{connection::State, HeaderMap};
+use bytes::Bytes;
+use sha2::Digest;
+use tokio::sync::mpsc;
+
+use super::{Sink, SinkError};
+use crate::ack::Delivery;
+use crate::config::NatsConfig;
+use crate::error::Definite;
+use crate::health::Health;
+use crate::router::Record;
+
+/// Publish acks outstanding at once, and the channel's capacity.
+const WINDOW: usize = 4096;
+/// Room left under `max_payload` for the header block when the pipeline sizes dead-letter chunks.
+const HEADER_SLACK: usize = 4096;
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+const PING_INTERVAL: Duration = Duration::from_secs(5);
+
+/// One record on its way to JetStream.
+struct Job {
+    subject: String,
+    headers: HeaderMap,
+    payload: Bytes,
+    /// The record's parts, for a rejection.
+    key: Option<Bytes>,
+    record_headers: Vec<(String, Bytes)>,
+    delivery: Delivery,
+}
+
+type AckFuture = Pin<Box<dyn Future<Output = Result<PublishAck, PublishError>> + Send>>;
+
+pub struct NatsSink {
+    tx: mpsc::Sender<Job>,
+    held: VecDeque<Job>,
+    max_payload: usize,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for NatsSink {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl NatsSink {
+    /// Connect, create `--nats-create-stream` if missing, and start the publisher task.
+    pub async fn connect(cfg: &NatsConfig, health: Arc<Health>) -> Result<NatsSink, Definite> {
+        let url = cfg.url_masked();
+        // Pings every few seconds (the default is a minute) so a silent, half-open link is noticed,
+        // reconnected and shown on /readyz about as fast as the Kafka sink's metadata check does.
+        let mut opts =
+            async_nats::ConnectOptions::new().name("outboxd").retry_on_initial_connect().ping_interval(PING_INTERVAL);
+        if let Some(creds) = &cfg.creds {
+            opts = opts.credentials_file(creds).await.map_err(|e| {
+                Definite::Config(format!("--nats-creds {}: {e}; give a NATS .creds file", creds.display()))
+            })?;
+        }
+        // retry_on_initial_connect: a server down at start is waited for (in the background), like
+        // a broker outage later; the first publish waits for the connection.
+        let client = opts
+            .connect(cfg.url.as_str())
+            .await
+            .map_err(|e| Definite::Config(format!("--nats-url {url}: {e}; check the URL")))?;
+        let js = jetstream::new(client.clone());
+        if let Some(spec) = &cfg.create_stream {
+            let config = jetstream::stream::Config {
+                name: spec.name.clone(),
+                subjects: spec.subjects.clone(),
+                storage: jetstream::stream::StorageType::File,
+                ..Default::default()
+            };
+            js.get_or_create_stream(config).await.map_err(|e| {
+                Definite::Setup(format!(
+                    "--nats-create-stream {spec}: {e}; check the name, that JetStream is enabled at {url}, and that no other stream claims these subjects"
+                ))
+            })?;
+            tracing::info!(stream = %spec.name, "JetStream stream ready");
+        }
+        let max_payload = match client.server_info().max_payload {
+            0 => 1024 * 1024,
+            n => n,
+        };
+        let (tx, rx) = mpsc::channel(WINDOW);
+        let publisher = tokio::spawn(publish_loop(js, rx));
+        let watcher = tokio::spawn(watch_connection(client, health));
+        Ok(NatsSink { tx, held: VecDeque::new(), max_payload, tasks: vec![publisher, watcher] })
+    }
+
+    fn closed() -> SinkError {
+        SinkError::Fatal(Definite::Sink("the NATS publisher task ended".into()))
+    }
+}
+
+impl Sink for NatsSink {
+    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
+        let job = match job(record, delivery, self.max_payload) {
+            Ok(j) => j,
+            Err(e) => return Err(*e),
+        };
+        if !self.held.is_empty() {
+            self.held.push_back(job);
+            return Ok(());
+        }
+        match self.tx.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(job)) => {
+                self.held.push_back(job);
+                Ok(())
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(Self::closed()),
+        }
+    }
+
+    fn blocked(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    async fn unblock(&mut self) -> Result<(), SinkError> {
+        if self.held.is_empty() {
+            return std::future::pending().await;
+        }
+        // `reserve` is cancel-safe, and the record leaves `held` only once the slot is ours.
+        let permit = self.tx.reserve().await.map_err(|_| Self::closed())?;
+        if let Some(job) = self.held.pop_front() {
+            permit.send(job);
+        }
+        Ok(())
+    }
+
+    fn discard_held(&mut self) {
+        self.held.clear();
+    }
+
+    fn max_message_bytes(&self) -> Option<usize> {
+        Some(self.max_payload.saturating_sub(HEADER_SLACK).max(1))
+    }
+}
+
+/// Build the NATS message for `record`, or the rejection that it can never be one.
+fn job(record: Record, delivery: Delivery, max_payload: usize) -> Result<Job, Box<SinkError>> {
+    let reject = |code: &'static str, reason: String, record: Record, delivery: Delivery| {
+        Box::new(SinkError::Rejected { code, reason, record: Box::new(record), delivery })
+    };
+    if !valid_subject(&record.topic) {
+        let reason = format!(
+            "topic {:?} is not a valid NATS subject (non-empty dot-separated tokens, no whitespace, no '*' or '>')",
+            record.topic
+        );
+        return Err(reject("invalid_subject", reason, record, delivery));
+    }
+    let mut headers = HeaderMap::new();
+    let mut header_bytes = "NATS/1.0\r\n\r\n".len();
+    let mut add = |name: &str, value: &[u8]| -> Result<(), String> {
+        let parsed =
+            HeaderName::from_str(name).map_err(|_| format!("header name {name:?} is not a valid NATS header name"))?;
+        let value = std::str::from_utf8(value)
+            .ok()
+            .filter(|v| !v.contains(['\r', '\n']))
+            .ok_or_else(|| format!("header {name} is not UTF-8 without CR/LF, which NATS headers need"))?;
+        header_bytes += name.len() + value.len() + 4;
+        headers.append(parsed, value);
+        Ok(())
+    };
+    let mut added = record.headers.iter().try_for_each(|(k, v)| add(k, v));
+    if let (Ok(()), Some(key)) = (&added, &record.key) {
+        added = add("key", key);
+    }
+    let msg_id = if delivery.is_dead_letter() {
+        // Dead-letter chunks share the event id; each chunk is deduplicated on its own bytes.
+        let digest = sha2::Sha256::digest(record.payload.as_deref().unwrap_or_default());
+        let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        format!("{}/dlq/{hex}", record.event_id)
+    } else {
+        record.event_id.clone()
+    };
+    if added.is_ok() {
+        added = add("Nats-Msg-Id", msg_id.as_bytes());
+    }
+    if let Err(reason) = added {
+        return Err(reject("invalid_header", reason, record, delivery));
+    }
+    let payload = record.payload.clone().unwrap_or_default();
+    let size = header_bytes + payload.len() + record.topic.len();
+    if size > max_payload {
+        let reason = format!("message of {size} bytes exceeds the NATS server's max_payload {max_payload}");
+        return Err(reject("too_large", reason, record, delivery));
+    }
+    Ok(Job { subject: record.topic, headers, payload, key: record.key, record_headers: record.headers, delivery })
+}
+
+/// A subject we may publish to: tokens non-empty, printable ASCII or UTF-8 without whitespace, no
+/// wildcards (a wildcard is not a destination).
+fn valid_subject(s: &str) -> bool {
+    !s.is_empty()
+        && s.split('.').all(|t| {
+            !t.is_empty() && t != "*" && t != ">" && !t.contains(|c: char| c.is_whitespace() || c.is_control())
+        })
+}
+
+/// Why JetStream refused one message for good, if it did.
+async fn rejection(js: &jetstream::Context, subject: &str, e: &PublishError) -> Option<&'static str> {
+    match e.kind() {
+        PublishErrorKind::StreamNotFound => {
+            // "No responders" also happens while a stream has no leader; only JetStream saying no
+            // stream holds the subject makes it this message's fault.
+            use async_nats::jetstream::context::GetStreamByNameErrorKind as K;
+            match js.stream_by_subject(subject).await {
+                Err(e) if e.kind() == K::NotFound => Some("no_stream"),
+                _ => None,
+            }
+        }
+        PublishErrorKind::Other => {
+            let code = std::error::Error::source(e)?.downcast_ref::<jetstream::Error>()?.error_code();
+            (code == ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM).then_some("too_large")
+        }
+        _ => None,
+    }
+}
+
+async fn publish(js: &jetstream::Context, job: &Job) -> AckFuture {
+    let msg = Publish::build().payload(job.payload.clone()).headers(job.headers.clone());
+    match js.send_publish(job.subject.clone(), msg).await {
+        Ok(ack) => Box::pin(ack.into_future()),
+        Err(e) => Box::pin(std::future::ready(Err(e))),
+    }
+}
+
+/// Publish jobs in order and resolve their deliveries in order (see the module doc).
+async fn publish_loop(js: jetstream::Context, mut rx: mpsc::Receiver<Job>) {
+    let mut window: VecDeque<(Job, AckFuture)> = VecDeque::new();
+    let mut attempt: u32 = 0;
+    let mut open = true;
+    loop {
+        if !open && window.is_empty() {
+            return;
+        }
+        tokio::select! {
+            biased;
+            res = async { (&mut window.front_mut().expect("guarded").1).await }, if !window.is_empty() => {
+                let (job, _) = window.pop_front().expect("guarded");
+                match res {
+                    Ok(_) => {
+                        attempt = 0;
+                        job.delivery.ack();
+                    }
+                    Err(e) => match rejection(&js, &job.subject, &e).await {
+                        Some(code) => {
+                            let Job { key, payload, record_headers, delivery, subject, .. } = job;
+                            delivery.reject(code, format!("JetStream refused subject {subject}: {e}"), key, Some(payload), record_headers);
+                        }
+                        None => {
+                            tracing::warn!(subject = %job.subject, error = %e, pending = window.len() + 1, "JetStream publish not acknowledged; publishing again from this event on");
+                            tokio::time::sleep(crate::pipeline::backoff(attempt, MAX_BACKOFF)).await;
+                            attempt = attempt.saturating_add(1);
+                            window.push_front((job, Box::pin(std::future::pending())));
+                            for entry in window.iter_mut() {
+                                entry.1 = publish(&js, &entry.0).await;
+                            }
+                        }
+                    },
+                }
+            }
+            job = rx.recv(), if open && window.len() < WINDOW => match job {
+                Some(job) => {
+                    let fut = publish(&js, &job).await;
+                    window.push_back((job, fut));
+                }
+                None => open = false,
+            },
+        }
+    }
+}
+
+/// Mirror the client's connection state into `/readyz` and `outboxd_connected{component="nats"}`.
+async fn watch_connection(client: async_nats::Client, health: Arc<Health>) {
+    let gauge = metrics::gauge!("outboxd_connected", "component" => "nats");
+    let reconnects = metrics::counter!("outboxd_reconnects_total", "component" => "nats");
+    // None until the first look: the start-up connect is no loss and no reconnect.
+    let mut was_up: Option<bool> = None;
+    loop {
+        let up = client.connection_state() == State::Connected;
+        if was_up.is_some_and(|w| w != up) {
+            if up {
+                reconnects.increment(1);
+                tracing::info!("NATS is reachable again");
+            } else {
+                tracing::warn!("NATS connection lost; holding events and retrying");
+            }
+        }
+        if up || was_up.is_some() {
+            was_up = Some(up);
+        }
+        // The sink's flag in Health (named for Kafka, the first sink) drives /readyz.
+        health.set_kafka(up);
+        gauge.set(if up { 1.0 } else { 0.0 });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valid_subject;
+
+    #[test]
+    fn subjects() {
+        for ok in ["orders", "outbox.order.created", "a-b_c.1"] {
+            assert!(valid_subject(ok), "{ok}");
+        }
+        for bad in ["", ".a", "a.", "a..b", "a b", "a.*", "a.>", "a\tb"] {
+            assert!(!valid_subject(bad), "{bad:?}");
+        }
+    }
+}
