@@ -13,7 +13,7 @@ use outboxd::error::{Definite, Error};
 use outboxd::health::Health;
 use outboxd::metrics::Metrics;
 use outboxd::router::contract::Contracts;
-use outboxd::sink::{KafkaSink, NullSink, StdoutSink};
+use outboxd::sink::{KafkaSink, NullSink, RedisSink, StdoutSink};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -152,6 +152,10 @@ fn run(cfg: Config) -> anyhow::Result<()> {
             }
             SinkKind::Stdout => outboxd::app::run(&cfg, &mut StdoutSink::default(), handles).await?,
             SinkKind::Null => outboxd::app::run(&cfg, &mut NullSink, handles).await?,
+            SinkKind::Redis => {
+                let mut sink = RedisSink::new(&cfg.redis, health.clone())?;
+                outboxd::app::run(&cfg, &mut sink, handles).await?
+            }
         }
         Ok(())
     })

@@ -10,6 +10,7 @@
 //! * `validate.rs`: `RunArgs` to `Config`;
 //! * `show.rs`: `Config` back to flags;
 //! * `kafka.rs`: brokers and merged librdkafka properties;
+//! * `redis.rs`: the Redis Streams sink's URL (password masked when shown) and trimming;
 //! * `postgres.rs`: the conninfo, parsed into a [`PgTarget`] whose `Display` never shows the
 //!   password, so it can be logged and put into errors safely;
 //! * `debezium.rs`: `--debezium-config`, translated into flag values and merged under the flags.
@@ -22,6 +23,7 @@ pub mod debezium;
 mod kafka;
 pub mod postgres;
 pub mod properties;
+pub mod redis;
 mod show;
 mod validate;
 
@@ -62,6 +64,8 @@ pub struct Config {
     pub op_invalid: InvalidOp,
     pub sink: SinkKind,
     pub kafka: KafkaConfig,
+    /// `--redis-url`, `--redis-maxlen` (used by `--sink redis`).
+    pub redis: redis::RedisConfig,
     pub max_in_flight: usize,
     pub max_in_flight_bytes: usize,
     /// Zero: /healthz never reports a stall.

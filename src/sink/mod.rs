@@ -12,9 +12,11 @@
 
 mod kafka;
 pub mod kafka_client;
+mod redis;
 mod simple;
 
 pub use kafka::KafkaSink;
+pub use redis::RedisSink;
 pub use simple::{record_json, NullSink, StdoutSink};
 
 use crate::ack::Delivery;
