@@ -13,7 +13,7 @@ use outboxd::error::{Definite, Error};
 use outboxd::health::Health;
 use outboxd::metrics::Metrics;
 use outboxd::router::contract::Contracts;
-use outboxd::sink::{KafkaSink, NatsSink, NullSink, StdoutSink};
+use outboxd::sink::{KafkaSink, NatsSink, NullSink, RedisSink, StdoutSink};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -154,6 +154,10 @@ fn run(cfg: Config) -> anyhow::Result<()> {
             SinkKind::Null => outboxd::app::run(&cfg, &mut NullSink, handles).await?,
             SinkKind::Nats => {
                 let mut sink = NatsSink::connect(&cfg.nats, health.clone()).await?;
+                outboxd::app::run(&cfg, &mut sink, handles).await?
+            }
+            SinkKind::Redis => {
+                let mut sink = RedisSink::new(&cfg.redis, health.clone())?;
                 outboxd::app::run(&cfg, &mut sink, handles).await?
             }
         }

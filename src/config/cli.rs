@@ -259,6 +259,8 @@ pub enum SinkKind {
     Null,
     /// NATS JetStream (--nats-url).
     Nats,
+    /// Redis Streams: XADD to the stream named by the topic.
+    Redis,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -368,6 +370,12 @@ pub struct RunArgs {
     /// Where events go.
     #[arg(long, value_enum, default_value_t = SinkKind::Kafka)]
     pub sink: SinkKind,
+    /// Redis for --sink redis: redis://[user:password@]host:6379/0, rediss:// for TLS.
+    #[arg(long, env = "OUTBOXD_REDIS_URL", default_value = crate::config::redis::DEFAULT_URL)]
+    pub redis_url: String,
+    /// Trim each stream to about this many entries (XADD MAXLEN ~ N); unset keeps every entry.
+    #[arg(long, value_name = "N")]
+    pub redis_maxlen: Option<u64>,
     /// Stop reading WAL while this many events wait for acks.
     #[arg(long, default_value_t = 10_000)]
     pub max_in_flight: usize,

@@ -10,6 +10,7 @@
 //! * `validate.rs`: `RunArgs` to `Config`;
 //! * `show.rs`: `Config` back to flags;
 //! * `kafka.rs`: brokers and merged librdkafka properties;
+//! * `redis.rs`: the Redis Streams sink's URL (password masked when shown) and trimming;
 //! * `postgres.rs`: the conninfo, parsed into a [`PgTarget`] whose `Display` never shows the
 //!   password, so it can be logged and put into errors safely;
 //! * `debezium.rs`: `--debezium-config`, translated into flag values and merged under the flags.
@@ -23,6 +24,7 @@ mod kafka;
 mod nats;
 pub mod postgres;
 pub mod properties;
+pub mod redis;
 mod show;
 mod validate;
 
@@ -65,6 +67,8 @@ pub struct Config {
     pub sink: SinkKind,
     pub kafka: KafkaConfig,
     pub nats: NatsConfig,
+    /// `--redis-url`, `--redis-maxlen` (used by `--sink redis`).
+    pub redis: redis::RedisConfig,
     pub max_in_flight: usize,
     pub max_in_flight_bytes: usize,
     /// Zero: /healthz never reports a stall.

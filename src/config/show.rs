@@ -56,6 +56,10 @@ impl Config {
         }
         push("topic-partitions", self.kafka.topic_partitions.to_string());
         push("topic-replication-factor", self.kafka.topic_replication_factor.to_string());
+        push("redis-url", self.redis.url_masked());
+        if let Some(n) = self.redis.maxlen {
+            push("redis-maxlen", n.to_string());
+        }
         let r = &self.route;
         push("route-by-field", r.route_by_field.clone());
         push("route-topic-regex", r.topic.regex_text().to_owned());

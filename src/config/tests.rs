@@ -466,6 +466,33 @@ fn secrets_are_masked_and_the_rest_round_trips() {
     assert_eq!(again, c);
 }
 
+/// The Redis password is masked in `outboxd config`; the rest of the Redis flags round-trip.
+#[test]
+fn redis_password_is_masked_and_maxlen_round_trips() {
+    let a: Vec<String> = [
+        "--postgres-url",
+        "postgres://u@127.0.0.1/db",
+        "--sink",
+        "redis",
+        "--redis-url",
+        "rediss://app:r3dis-pw@cache:6380/2",
+        "--redis-maxlen",
+        "5000",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let c = config_of(&a).unwrap();
+    let printed = c.to_flags().join("\n");
+    assert!(!printed.contains("r3dis-pw"), "{printed}");
+    assert!(printed.contains("rediss://app:****@cache:6380/2") && printed.contains("5000"), "{printed}");
+    let mut again = config_of(&c.to_argv()).unwrap();
+    again.redis.url = c.redis.url.clone();
+    assert_eq!(again, c);
+    let zero = config_of(&[&a[..7], &["0".to_string()][..]].concat()).unwrap_err().to_string();
+    assert!(zero.contains("--redis-maxlen 0 would trim"), "{zero}");
+}
+
 /// Properties from a Debezium file apply before `--kafka-property-file`, but printed flags apply
 /// after it; `outboxd config` must not let a Debezium value it printed override the file.
 #[test]
@@ -521,6 +548,7 @@ fn outboxd_config_prints_every_run_flag() {
         "mask-event-type",
         "nats-creds",
         "nats-create-stream",
+        "redis-maxlen",
     ];
     let cli = Cli::command();
     let run = cli.find_subcommand("run").expect("run subcommand");

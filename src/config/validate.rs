@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::redis::RedisConfig;
 use super::{debezium, postgres, Config, KafkaConfig, NatsConfig, PgTarget, RunArgs, SinkKind, TableName};
 use crate::error::Definite;
 use crate::router::contract::{Contracts, SchemaMissing};
@@ -55,6 +56,15 @@ impl Config {
         )?;
         if a.sink == SinkKind::Kafka && a.kafka_brokers.trim().is_empty() {
             return Err(bad("--kafka-brokers is empty; give host:port[,host:port]".into()));
+        }
+        let redis = RedisConfig { url: a.redis_url.clone(), maxlen: a.redis_maxlen };
+        if a.sink == SinkKind::Redis {
+            redis.check()?;
+            if redis.maxlen == Some(0) {
+                return Err(bad(
+                    "--redis-maxlen 0 would trim every event away; give at least 1, or leave it unset".into()
+                ));
+            }
         }
         if a.topic_partitions < 1 {
             return Err(bad(format!("--topic-partitions {} must be at least 1", a.topic_partitions)));
@@ -143,6 +153,7 @@ impl Config {
                 topic_replication_factor: a.topic_replication_factor,
             },
             nats: NatsConfig::new(&a.nats_url, a.nats_creds.clone(), a.nats_create_stream.as_deref())?,
+            redis,
             max_in_flight: a.max_in_flight,
             max_in_flight_bytes,
             health_stall_timeout: {

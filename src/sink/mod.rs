@@ -13,10 +13,12 @@
 mod kafka;
 pub mod kafka_client;
 mod nats;
+mod redis;
 mod simple;
 
 pub use kafka::KafkaSink;
 pub use nats::NatsSink;
+pub use redis::RedisSink;
 pub use simple::{record_json, NullSink, StdoutSink};
 
 use crate::ack::Delivery;
