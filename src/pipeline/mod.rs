@@ -147,7 +147,6 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         liveness.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut phase = Phase::Streaming;
         loop {
-            self.health.loop_tick();
             match phase {
                 Phase::Streaming => {
                     let can_read = self.can_read();
@@ -196,6 +195,10 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
     }
 
     async fn send_status(&mut self) -> Result<(), Error> {
+        // Liveness for /healthz: the status timer outranks new WAL in the select!, so a turning
+        // loop gets here at least every --status-interval; ticking here, not per message, keeps
+        // the clock read off the per-event path.
+        self.health.loop_tick();
         let confirmed = self.tracker.confirmed();
         self.stream.send_status(confirmed).await?;
         self.publish_progress();
