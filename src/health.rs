@@ -1,7 +1,7 @@
 //! Process health and the HTTP endpoint: `/metrics` (Prometheus text), `/healthz`, `/readyz`.
 //!
 //! [`Health`] is a few atomics written where the facts change (session start/end, Kafka delivery
-//! results and metadata checks, every turn of the replication loop) and read by the HTTP handler.
+//! results and metadata checks, each status update of the replication loop) and read by the HTTP handler.
 //!
 //! - Live (`/healthz`) means the replication loop (or the supervisor between sessions) turned
 //!   within `--health-stall-timeout`. The session loop turns at least once per
