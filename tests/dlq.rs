@@ -14,22 +14,11 @@ fn lax_outbox(pg: &PgCluster) {
 }
 
 fn insert(pg: &PgCluster, agg: &str, event_type: Option<&str>, payload: &str) -> String {
-    let ty = event_type.map_or("NULL".to_owned(), |t| format!("'{t}'"));
-    pg.psql(&format!(
-        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('t', '{agg}', {ty}, '{payload}') RETURNING event_id"
-    ))
-    .lines()
-    .next()
-    .unwrap()
-    .to_owned()
+    pg.insert_event("t", agg, event_type, payload, None)
 }
 
 fn slot_reaches_wal_end(pg: &PgCluster) -> bool {
-    let end = pg.psql("SELECT pg_current_wal_insert_lsn()");
-    wait_until(Duration::from_secs(20), || {
-        pg.psql(&format!("SELECT confirmed_flush_lsn >= '{end}' FROM pg_replication_slots WHERE slot_name = 'outboxd'"))
-            == "t"
-    })
+    pg.wait_slot_reaches_wal_end(Duration::from_secs(20))
 }
 
 #[test]

@@ -27,13 +27,11 @@ fn insert(pg: &PgCluster, event_type: &str, from: usize, to: usize) {
 }
 
 fn confirmed_at_least(pg: &PgCluster, lsn: &str) -> bool {
-    pg.psql(&format!(
-        "SELECT coalesce((confirmed_flush_lsn >= '{lsn}'::pg_lsn)::text, 'false') FROM pg_replication_slots WHERE slot_name = 'outboxd'"
-    )) == "true"
+    pg.slot_confirmed_at_least(lsn)
 }
 
 fn current_lsn(pg: &PgCluster) -> String {
-    pg.psql("SELECT pg_current_wal_insert_lsn()::text")
+    pg.current_lsn()
 }
 
 /// outboxd has received WAL up to `lsn` (the write position of its status updates).

@@ -82,19 +82,11 @@ fn nats_args(pg: &PgCluster, url: &str, prefix: &str, extra: &[&str]) -> Vec<Str
 }
 
 fn insert(pg: &PgCluster, agg: &str, ty: &str, payload: &str, headers: &str) -> String {
-    pg.psql(&format!(
-        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) \
-         VALUES ('t', '{agg}', '{ty}', '{payload}', '{headers}') RETURNING event_id"
-    ))
-    .lines()
-    .next()
-    .unwrap()
-    .to_owned()
+    pg.insert_event("t", agg, Some(ty), payload, Some(headers))
 }
 
 fn slot_past(pg: &PgCluster, lsn: &str) -> bool {
-    pg.psql(&format!("SELECT confirmed_flush_lsn >= '{lsn}' FROM pg_replication_slots WHERE slot_name = 'outboxd'"))
-        == "t"
+    pg.slot_confirmed_at_least(lsn)
 }
 
 async fn slot_reaches(pg: &PgCluster, lsn: &str) -> bool {

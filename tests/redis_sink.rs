@@ -57,26 +57,15 @@ impl Drop for Cleanup {
 }
 
 fn insert(pg: &PgCluster, agg_type: &str, agg: &str, payload: &str, headers: &str) -> String {
-    pg.psql(&format!(
-        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) \
-         VALUES ('{agg_type}', '{agg}', 'e.v1', '{payload}', '{headers}') RETURNING event_id"
-    ))
-    .lines()
-    .next()
-    .unwrap()
-    .to_owned()
+    pg.insert_event(agg_type, agg, Some("e.v1"), payload, Some(headers))
 }
 
 fn slot_reaches_wal_end(pg: &PgCluster) -> bool {
-    let end = pg.psql("SELECT pg_current_wal_insert_lsn()");
-    wait_until(Duration::from_secs(30), || {
-        pg.psql(&format!("SELECT confirmed_flush_lsn >= '{end}' FROM pg_replication_slots WHERE slot_name = 'outboxd'"))
-            == "t"
-    })
+    pg.wait_slot_reaches_wal_end(Duration::from_secs(30))
 }
 
 fn confirmed(pg: &PgCluster) -> String {
-    pg.psql("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'outboxd'")
+    pg.confirmed_lsn()
 }
 
 /// Streams named `<prefix>.<aggregate_type>`, DLQ `<prefix>.dlq`.

@@ -545,6 +545,58 @@ impl PgCluster {
         self.run_psql(cmd, &path.display().to_string())
     }
 
+    /// Inserts one outbox row (`None` event type is SQL NULL; `None` headers keep the default) and returns its
+    /// `event_id`. Values go in as SQL literals: the tests pass plain ASCII without quotes.
+    pub fn insert_event(
+        &self,
+        agg_type: &str,
+        agg: &str,
+        event_type: Option<&str>,
+        payload: &str,
+        headers: Option<&str>,
+    ) -> String {
+        let ty = event_type.map_or("NULL".to_owned(), |t| format!("'{t}'"));
+        // Without headers the column keeps its default.
+        let (hcol, hval) = headers.map_or((String::new(), String::new()), |h| (", headers".into(), format!(", '{h}'")));
+        self.psql(&format!(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload{hcol}) \
+             VALUES ('{agg_type}', '{agg}', {ty}, '{payload}'{hval}) RETURNING event_id"
+        ))
+        .lines()
+        .next()
+        .expect("INSERT ... RETURNING gave a row")
+        .to_owned()
+    }
+
+    /// The server's current WAL insert position.
+    pub fn current_lsn(&self) -> String {
+        self.psql("SELECT pg_current_wal_insert_lsn()::text")
+    }
+
+    /// The `outboxd` slot's confirmed_flush_lsn (empty when the slot is missing).
+    pub fn confirmed_lsn(&self) -> String {
+        self.psql("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'outboxd'")
+    }
+
+    /// The `outboxd` slot has confirmed at least `lsn` (false when the slot is missing).
+    pub fn slot_confirmed_at_least(&self, lsn: &str) -> bool {
+        self.psql(&format!(
+            "SELECT coalesce(bool_or(confirmed_flush_lsn >= '{lsn}'::pg_lsn), false)::text \
+             FROM pg_replication_slots WHERE slot_name = 'outboxd'"
+        )) == "true"
+    }
+
+    /// Waits up to `timeout` for the `outboxd` slot to confirm `lsn`.
+    pub fn wait_slot_confirms(&self, lsn: &str, timeout: Duration) -> bool {
+        wait_until(timeout, || self.slot_confirmed_at_least(lsn))
+    }
+
+    /// Waits up to `timeout` for the `outboxd` slot to confirm everything written so far.
+    pub fn wait_slot_reaches_wal_end(&self, timeout: Duration) -> bool {
+        let end = self.current_lsn();
+        self.wait_slot_confirms(&end, timeout)
+    }
+
     /// Applies every `sql/*.sql` file of the repository in name order.
     pub fn apply_all_sql(&self) {
         for f in sql_files() {
