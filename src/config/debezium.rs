@@ -221,6 +221,9 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
         o.values.push(("postgres_url", url));
     }
     o.values.push(("slot", get("slot.name").unwrap_or_else(|| "debezium".into())));
+    if let Some(f) = get("slot.failover") {
+        o.values.push(("slot_failover", f));
+    }
     o.values.push(("publication", get("publication.name").unwrap_or_else(|| "dbz_publication".into())));
     match get("publication.autocreate.mode").as_deref() {
         // Debezium's default is all_tables; a publication of the outbox tables routes the same rows.
