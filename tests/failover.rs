@@ -115,15 +115,23 @@ fn failover_to_a_promoted_standby_loses_nothing() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let writer = spawn_writer(&primary, stop.clone());
-    // The synchronized copy appears once the standby's slot sync worker has seen the slot move.
-    let synced = wait_until(Duration::from_secs(90), || {
-        standby.psql("SELECT coalesce(bool_and(synced), false) FROM pg_replication_slots WHERE slot_name = 'outboxd'")
-            == "t"
+    // The sync worker's copy stays temporary (and is dropped at promotion) until the primary's
+    // slot has moved past what the standby reserved for it; only a persistent copy survives.
+    let synced = wait_until(Duration::from_secs(120), || {
+        standby.psql(
+            "SELECT coalesce(bool_and(synced AND NOT temporary AND NOT conflicting), false) \
+             FROM pg_replication_slots WHERE slot_name = 'outboxd'",
+        ) == "t"
     });
     assert!(synced, "the standby never synchronized the slot:\n{}", standby.server_log());
     std::thread::sleep(Duration::from_secs(3));
     assert!(!writer.is_finished(), "the writer stopped before the failover");
 
+    eprintln!(
+        "before the kill: primary slot {}, standby copy {}",
+        primary.psql("SELECT confirmed_flush_lsn, restart_lsn, failover FROM pg_replication_slots WHERE slot_name = 'outboxd'"),
+        standby.psql("SELECT confirmed_flush_lsn, restart_lsn, synced, temporary FROM pg_replication_slots WHERE slot_name = 'outboxd'")
+    );
     primary.kill9();
     let written_before = writer.join().expect("writer");
     stop.store(true, Ordering::Relaxed);

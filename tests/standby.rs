@@ -140,7 +140,8 @@ fn alert_rules_spare_a_standby() {
     // this test is about which alerts fire, not their wording.
     let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/prometheus-alerts.yml");
     let mut doc: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(&shipped).expect("read alert rules")).expect("alert rules are YAML");
+        serde_yaml::from_str(&std::fs::read_to_string(&shipped).expect("read alert rules"))
+            .expect("alert rules are YAML");
     for group in doc["groups"].as_sequence_mut().expect("groups") {
         for rule in group["rules"].as_sequence_mut().expect("rules") {
             rule.as_mapping_mut().expect("rule").remove("annotations");

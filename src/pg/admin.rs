@@ -446,7 +446,7 @@ pub async fn check_failover(client: &Client, cfg: &Config) -> Result<(), Error> 
     }
     let v = server_version_num(client).await?;
     if v < 170000 {
-        return Err(Definite::Config(format!(
+        return Err(Definite::Setup(format!(
             "--slot-failover needs PostgreSQL 17 or later (failover slots), but {} runs {}.{}: remove --slot-failover \
              (slot.failover in --debezium-config) or upgrade the server",
             cfg.postgres,
