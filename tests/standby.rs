@@ -40,14 +40,6 @@ fn insert_batch(pg_sock: &std::path::Path, port: u16, first: usize, n: usize) ->
         .unwrap_or(false)
 }
 
-/// The log line's time, as seconds of the day (text format starts with an RFC 3339 UTC stamp).
-fn seconds_of_day(line: &str) -> Option<f64> {
-    let ts = line.split_whitespace().next()?.strip_suffix('Z')?;
-    let (_, time) = ts.split_once('T')?;
-    let t: Vec<f64> = time.split(':').map(|x| x.parse().ok()).collect::<Option<_>>()?;
-    Some(t[0] * 3600.0 + t[1] * 60.0 + t[2])
-}
-
 #[test]
 fn standby_takes_over_after_kill9_under_load_and_loses_nothing() {
     let pg = PgCluster::start();
@@ -118,14 +110,11 @@ fn standby_takes_over_after_kill9_under_load_and_loses_nothing() {
     assert_eq!(ids.len(), written);
     let lost: Vec<&String> = ids.iter().filter(|id| !count.contains_key(*id)).collect();
     let duplicates: usize = count.values().map(|c| c - 1).sum();
-    // How long the slot sat free: from the active instance's last log line to the standby's stream.
-    let stream_line = standby.log().lines().find(|l| streaming_started(l)).map(str::to_owned).unwrap_or_default();
     eprintln!(
         "standby figures: events {written}, lost {}, duplicates {duplicates}, records read {}, \
-         kill-to-streaming {takeover:.2}s (--standby-retry-interval 5s default), standby streaming at {:?}",
+         kill-to-streaming {takeover:.2}s (--standby-retry-interval 5s, the default)",
         lost.len(),
-        got.len(),
-        seconds_of_day(&stream_line)
+        got.len()
     );
     assert!(lost.is_empty(), "{} events lost, e.g. {:?}\n{}", lost.len(), &lost[..lost.len().min(5)], standby.log());
     standby.stop_cleanly();
