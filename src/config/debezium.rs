@@ -444,6 +444,14 @@ mod tests {
     }
 
     #[test]
+    fn slot_failover_is_mapped_and_known() {
+        let o = translate(&map(&[("slot.failover", "true")])).unwrap();
+        assert_eq!(value(&o, "slot_failover"), Some("true"));
+        assert!(!o.notes.iter().any(|(w, n)| *w && n.contains("slot.failover")), "{:?}", o.notes);
+        assert_eq!(value(&translate(&map(&[])).unwrap(), "slot_failover"), None);
+    }
+
+    #[test]
     fn left_out_router_options_take_debeziums_defaults() {
         let o = translate(&map(&[("transforms", "outbox"), ("transforms.outbox.type", EVENT_ROUTER)])).unwrap();
         assert_eq!(value(&o, "table_field_event_id"), Some("id"));

@@ -681,3 +681,28 @@ fn durations_past_a_year_are_refused_not_overflowed() {
         assert!(e.contains("--shutdown-timeout"), "{s}: {e}");
     }
 }
+
+/// Debezium's `slot.failover` turns on `--slot-failover`; the flag, given explicitly, wins.
+#[test]
+fn debezium_slot_failover_sets_the_flag_unless_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let dbz = dir.path().join("connector.json");
+    std::fs::write(
+        &dbz,
+        r#"{"database.hostname": "127.0.0.1", "database.user": "u", "database.dbname": "d",
+            "plugin.name": "pgoutput", "slot.failover": "true"}"#,
+    )
+    .unwrap();
+    let parse = |extra: &[&str]| {
+        let mut argv: Vec<String> =
+            ["outboxd", "run", "--debezium-config", dbz.to_str().unwrap()].iter().map(|s| s.to_string()).collect();
+        argv.extend(extra.iter().map(|s| s.to_string()));
+        let Command::Run(a) = Cli::try_parse_from(&argv).unwrap().command else { unreachable!() };
+        let explicit = !extra.is_empty();
+        Config::from_args_with_file(&a, &|id| explicit && id == "slot_failover").unwrap()
+    };
+    assert!(parse(&[]).slot_failover);
+    assert!(!parse(&["--slot-failover=false"]).slot_failover);
+    let c = parse(&[]);
+    assert!(config_of(&c.to_argv()).unwrap().slot_failover, "{:?}", c.to_flags());
+}
