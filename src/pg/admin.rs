@@ -46,8 +46,8 @@ pub fn in_recovery(target: &PgTarget) -> Error {
     Transient::PgServer {
         code: "25006".into(),
         message: format!(
-            "no server of {target} is a primary: the one reached is in recovery (a standby). outboxd keeps trying; \
-             list every host of the cluster in --postgres-url so it finds the primary after a failover"
+            "no server of {target} is a primary: the one reached is in recovery (a standby); list every host of \
+             the cluster in --postgres-url so outboxd finds the primary, also after a failover"
         ),
     }
     .into()
