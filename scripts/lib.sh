@@ -102,6 +102,9 @@ ensure_tools() {
   # tests/*_on_postgres_14 run against this build; they fail (not skip) without it.
   ensure_pg_version 14 >/dev/null \
     || echo "note: PostgreSQL 14 not installed; the *_on_postgres_14 tests will fail" >&2
+  # tests/failover.rs runs a PostgreSQL 17 primary and standby (failover slots).
+  ensure_pg_version 17 >/dev/null \
+    || echo "note: PostgreSQL 17 not installed; tests/failover.rs will fail" >&2
   if ! command -v tansu >/dev/null 2>&1; then
     echo "installing tansu 0.6.0 (about 13 minutes on 2 cores)..."
     cargo install tansu --version 0.6.0 --locked --features dynostore,libsql

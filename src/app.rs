@@ -10,7 +10,10 @@
 //! so after a server restart the slot can be far behind what we confirmed; starting at our own
 //! frontier makes the server skip transactions that committed before it, and only records that
 //! were in flight are sent again, which is the at-least-once window. A slot held by another
-//! process is waited for, never taken over, and never dropped or recreated.
+//! process is waited for (this process is then a standby: `outboxd_role{role="standby"}`, /readyz
+//! says so) every `--standby-retry-interval` plus jitter, never taken over, and never dropped.
+//! Once this process has streamed, a missing slot is a definite error (lost in a failover), not
+//! something to recreate, unless `--slot-recreate-after-loss` says so.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +31,6 @@ use crate::pg::replication::{ReplicationConn, WalHistory};
 use crate::pipeline::{backoff, Context, Session, HEARTBEAT_PREFIX};
 use crate::sink::Sink;
 
-const SLOT_BUSY_RETRY: Duration = Duration::from_secs(3);
 /// How often the monitor wakes; finer than any sensible lag-poll or heartbeat interval.
 const MONITOR_TICK: Duration = Duration::from_millis(250);
 
@@ -72,20 +74,26 @@ async fn supervise<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Res
         if reached_stream {
             attempt = 0;
         }
+        let busy = match &result {
+            Err(Error::Transient(Transient::SlotBusy { pid, .. })) => Some(format!("PID {pid}")),
+            // START_REPLICATION lost the race to another instance: object_in_use.
+            Err(Error::Transient(Transient::PgServer { code, message })) if code == "55006" => Some(message.clone()),
+            _ => None,
+        };
+        health.set_standby(busy.is_some());
+        metrics.role(false, busy.is_some());
         match result {
             Ok(()) => return Ok(()),
-            Err(Error::Transient(Transient::SlotBusy { slot, pid })) => {
+            Err(_) if busy.is_some() => {
+                let delay = standby_delay(cfg.standby_retry_interval);
                 tracing::warn!(
-                    slot,
-                    pid,
-                    "replication slot is held by another process; waiting for it to be released (standby)"
+                    slot = %cfg.slot,
+                    holder = busy.as_deref().unwrap_or_default(),
+                    ?delay,
+                    "replication slot is held by another process; standing by to take it over when it is released"
                 );
                 attempt = 0;
-                wait(&health, &shutdown, SLOT_BUSY_RETRY).await;
-            }
-            Err(Error::Transient(Transient::PgServer { code, message })) if code == "55006" => {
-                tracing::warn!(slot = %cfg.slot, %message, "replication slot is held by another process; waiting for it to be released (standby)");
-                wait(&health, &shutdown, SLOT_BUSY_RETRY).await;
+                wait(&health, &shutdown, delay).await;
             }
             Err(e) if e.is_transient() => {
                 let delay = backoff(attempt, cfg.reconnect_max_backoff);
@@ -97,6 +105,14 @@ async fn supervise<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Res
             Err(e) => return Err(e),
         }
     }
+}
+
+/// `--standby-retry-interval` plus up to a fifth of it, from the clock's low bits, so two standbys
+/// do not knock on the slot in step.
+fn standby_delay(interval: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    let spread = interval.as_millis() as u64 / 5;
+    interval + Duration::from_millis(if spread == 0 { 0 } else { nanos as u64 % spread })
 }
 
 /// Sleep `d` or until shutdown, ticking liveness each second: backing off is progress.
@@ -141,7 +157,14 @@ async fn session<S: Sink>(
             ))
             .into());
         }
-        take_slot(&client, cfg, state.own_walsender).await
+        admin::check_failover(&client, cfg).await?;
+        // Once this process has streamed, a missing slot was lost (a failover), not never made.
+        let missing = if state.streamed_once && !cfg.slot_recreate_after_loss {
+            admin::MissingSlot::Lost
+        } else {
+            admin::MissingSlot::Create
+        };
+        take_slot(&client, cfg, state.own_walsender, missing).await
     };
     let slot = match tokio::time::timeout(admin::ADMIN_TIMEOUT * 2, checks).await {
         Ok(r) => r?,
@@ -155,6 +178,13 @@ async fn session<S: Sink>(
         Ok(r) => r?,
         Err(_) => return Err(stalled("IDENTIFY_SYSTEM")),
     };
+    if slot.enable_failover {
+        match tokio::time::timeout(admin::ADMIN_TIMEOUT, conn.enable_failover(&cfg.slot)).await {
+            Ok(r) => r?,
+            Err(_) => return Err(stalled("ALTER_REPLICATION_SLOT")),
+        }
+        tracing::info!(slot = %cfg.slot, "turned FAILOVER on for the existing slot (--slot-failover)");
+    }
     let heartbeats = !cfg.heartbeat_interval.is_zero();
     let from = resume_point(&slot, state.confirmed.as_ref(), &history);
     let start = conn.start_replication(&cfg.slot, from, &cfg.publication, heartbeats, cfg.wal_receiver_timeout);
@@ -163,6 +193,8 @@ async fn session<S: Sink>(
         Err(_) => return Err(stalled("START_REPLICATION")),
     };
     state.streamed_once = true;
+    ctx.health.set_standby(false);
+    ctx.metrics.role(true, false);
     // Reaching the stream again resets the backoff: the next outage starts from a short delay.
     *reset_backoff = true;
     tracing::info!(slot = %cfg.slot, publication = %cfg.publication, start = %from, target = %cfg.postgres, "streaming");
@@ -198,11 +230,16 @@ fn stalled(what: &str) -> Error {
 /// [`admin::ensure_slot`], except that a slot still held by our own previous walsender (a dead
 /// link that PostgreSQL has not noticed yet, until its `wal_sender_timeout`) is taken back at once
 /// by ending that walsender. A slot held by any other PID is left alone: a standby waits.
-async fn take_slot(client: &Client, cfg: &Config, own: Option<i32>) -> Result<admin::SlotState, Error> {
+async fn take_slot(
+    client: &Client,
+    cfg: &Config,
+    own: Option<i32>,
+    missing: admin::MissingSlot,
+) -> Result<admin::SlotState, Error> {
     let mut ended = false;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        match admin::ensure_slot(client, cfg).await {
+        match admin::ensure_slot(client, cfg, missing).await {
             Err(Error::Transient(Transient::SlotBusy { pid, .. })) if Some(pid) == own => {
                 if !ended {
                     ended = admin::terminate_own_walsender(client, &cfg.slot, pid).await?;
@@ -300,7 +337,7 @@ mod tests {
 
     #[test]
     fn our_frontier_counts_only_on_the_same_history_and_slot() {
-        let slot = |lsn, created| admin::SlotState { confirmed_flush: Lsn(lsn), created };
+        let slot = |lsn, created| admin::SlotState { confirmed_flush: Lsn(lsn), created, enable_failover: false };
         let ours = (Lsn(500), history("7300", 1));
         // Same server, slot behind (not persisted yet): ours.
         assert_eq!(resume_point(&slot(100, false), Some(&ours), &history("7300", 1)), Lsn(500));

@@ -10,7 +10,8 @@
 //!   goes quiet. That is the one failure a restart fixes, so it is the only one `/healthz` reports:
 //!   a broker outage or a reconnecting PostgreSQL link is readiness, not liveness.
 //! - Ready (`/readyz`) means streaming (so PostgreSQL is connected) and the last Kafka delivery
-//!   or metadata check succeeded.
+//!   or metadata check succeeded. A standby instance (another process holds the slot) is not
+//!   ready, and its 503 body says "standby" so a probe or a person can tell it from a failure.
 //!
 //! The server is hand-written on purpose: one request per connection, GET only, no keep-alive. It
 //! serves probes and scrapes, not users. hyper would parse HTTP better, but the robustness this
@@ -44,6 +45,8 @@ const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub struct Health {
     streaming: AtomicBool,
+    /// Another process holds the slot; this one waits to take it over.
+    standby: AtomicBool,
     kafka: AtomicBool,
     /// Outbox events and heartbeats seen in the stream: a counter, so the per-event path pays one
     /// relaxed add and no clock read; the monitor turns changes into idle time.
@@ -61,6 +64,7 @@ impl Health {
     pub fn new(stall_timeout: Duration) -> Arc<Health> {
         Arc::new(Health {
             streaming: AtomicBool::new(false),
+            standby: AtomicBool::new(false),
             kafka: AtomicBool::new(true),
             activity: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -97,6 +101,14 @@ impl Health {
 
     pub fn set_streaming(&self, v: bool) {
         self.streaming.store(v, Ordering::Relaxed);
+    }
+
+    pub fn set_standby(&self, v: bool) {
+        self.standby.store(v, Ordering::Relaxed);
+    }
+
+    pub fn standby(&self) -> bool {
+        self.standby.load(Ordering::Relaxed)
     }
 
     pub fn set_kafka(&self, ok: bool) {
@@ -195,6 +207,11 @@ async fn answer(mut sock: TcpStream, handle: &PrometheusHandle, health: &Health)
             ),
         },
         "/readyz" if health.ready() => ("200 OK", "ready\n".to_owned(), "text/plain"),
+        "/readyz" if health.standby() => (
+            "503 Service Unavailable",
+            "standby: another process holds the replication slot; this one takes over when it is released\n".to_owned(),
+            "text/plain",
+        ),
         "/readyz" => ("503 Service Unavailable", "not ready\n".to_owned(), "text/plain"),
         _ => ("404 Not Found", "not found\n".to_owned(), "text/plain"),
     };

@@ -5,7 +5,9 @@
 //! `outboxd_dlq_events_total{reason}`, `outboxd_events_in_flight`, `outboxd_transactions_total`,
 //! `outboxd_received_lsn`, `outboxd_confirmed_flush_lsn`, `outboxd_replication_lag_bytes`,
 //! `outboxd_lag_seconds`, `outboxd_commit_to_ack_seconds`, `outboxd_connected{component}`,
-//! `outboxd_slot_safe_wal_size_bytes`, `outboxd_reconnects_total{component}`.
+//! `outboxd_slot_safe_wal_size_bytes`, `outboxd_reconnects_total{component}`, `outboxd_role{role}`
+//! (`active` = 1 while this process streams the slot, `standby` = 1 while another holds it; both 0
+//! while connecting or reconnecting).
 //! LSNs are exported as plain numbers (bytes of WAL).
 //!
 //! Memory stays bounded with nobody scraping: the exporter keeps raw histogram samples until they
@@ -71,6 +73,8 @@ pub struct Metrics {
     pub pg_connected: Gauge,
     pub kafka_connected: Gauge,
     pub pg_reconnects: Counter,
+    pub role_active: Gauge,
+    pub role_standby: Gauge,
     pub kafka_reconnects: Counter,
     /// Shared by every clone, so the cap holds for the process, not per session.
     topics: Arc<TopicSeries>,
@@ -124,6 +128,7 @@ pub const NAMES: &[&str] = &[
     "outboxd_slot_safe_wal_size_bytes",
     "outboxd_reconnects_total",
     "outboxd_dlq_events_total",
+    "outboxd_role",
 ];
 
 /// Every reason code a failed or dead-lettered event can carry; registered at zero so dashboards and
@@ -165,6 +170,8 @@ impl Metrics {
             pg_connected: gauge!("outboxd_connected", "component" => "postgres"),
             kafka_connected: gauge!("outboxd_connected", "component" => "kafka"),
             pg_reconnects: counter!("outboxd_reconnects_total", "component" => "postgres"),
+            role_active: gauge!("outboxd_role", "role" => "active"),
+            role_standby: gauge!("outboxd_role", "role" => "standby"),
             kafka_reconnects: counter!("outboxd_reconnects_total", "component" => "kafka"),
             topics: Arc::new(TopicSeries {
                 cap,
@@ -196,6 +203,13 @@ impl Metrics {
         if let Some(b) = bytes {
             gauge!("outboxd_slot_safe_wal_size_bytes").set(b as f64);
         }
+    }
+
+    /// Which role this process has: streaming the slot (active), waiting for another process to
+    /// release it (standby), or neither (starting, reconnecting).
+    pub fn role(&self, active: bool, standby: bool) {
+        self.role_active.set(if active { 1.0 } else { 0.0 });
+        self.role_standby.set(if standby { 1.0 } else { 0.0 });
     }
 
     pub fn progress(&self, received: Lsn, confirmed: Lsn, in_flight: usize) {

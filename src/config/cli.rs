@@ -424,6 +424,20 @@ pub struct RunArgs {
     /// Longest wait between reconnect attempts (exponential backoff with jitter).
     #[arg(long, env = "OUTBOXD_RECONNECT_MAX_BACKOFF", default_value = "30s")]
     pub reconnect_max_backoff: String,
+    /// While another process holds the slot, wait this long (plus up to 20% jitter) between
+    /// attempts to take it over (a standby instance).
+    #[arg(long, env = "OUTBOXD_STANDBY_RETRY_INTERVAL", default_value = "5s")]
+    pub standby_retry_interval: String,
+    /// Make the slot a failover slot (PostgreSQL 17+; Debezium `slot.failover`): create it with
+    /// FAILOVER, or turn FAILOVER on for an existing one, so a physical standby with
+    /// sync_replication_slots=on keeps a copy.
+    #[arg(long, env = "OUTBOXD_SLOT_FAILOVER", num_args = 0..=1, default_value = "false", default_missing_value = "true", value_name = "BOOL")]
+    pub slot_failover: bool,
+    /// After this process has streamed, a missing slot (lost in a failover) is an error; with this
+    /// flag, create a new one instead and accept that events committed since the old slot's
+    /// position are not sent (republish them with `outboxd backfill`).
+    #[arg(long, env = "OUTBOXD_SLOT_RECREATE_AFTER_LOSS", num_args = 0..=1, default_value = "false", default_missing_value = "true", value_name = "BOOL")]
+    pub slot_recreate_after_loss: bool,
     /// Mask a field before any sink sees it; repeatable. POINTER: a JSON Pointer into the payload
     /// (`/card/number`, `*` for every element: `/items/*/card`) or `headers/NAME[/...]`; ACTION:
     /// drop, redact (`"***"`), last4, or hash (HMAC-SHA256 hex, with --mask-key-file).

@@ -221,6 +221,9 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
         o.values.push(("postgres_url", url));
     }
     o.values.push(("slot", get("slot.name").unwrap_or_else(|| "debezium".into())));
+    if let Some(f) = get("slot.failover") {
+        o.values.push(("slot_failover", f));
+    }
     o.values.push(("publication", get("publication.name").unwrap_or_else(|| "dbz_publication".into())));
     match get("publication.autocreate.mode").as_deref() {
         // Debezium's default is all_tables; a publication of the outbox tables routes the same rows.
@@ -438,6 +441,14 @@ mod tests {
         let warn: Vec<&String> = o.notes.iter().filter(|(w, _)| *w).map(|(_, n)| n).collect();
         assert_eq!(warn.len(), 1, "{warn:?}");
         assert!(warn[0].contains("mystery.key") && !warn[0].contains("p@ss"), "{warn:?}");
+    }
+
+    #[test]
+    fn slot_failover_is_mapped_and_known() {
+        let o = translate(&map(&[("slot.failover", "true")])).unwrap();
+        assert_eq!(value(&o, "slot_failover"), Some("true"));
+        assert!(!o.notes.iter().any(|(w, n)| *w && n.contains("slot.failover")), "{:?}", o.notes);
+        assert_eq!(value(&translate(&map(&[])).unwrap(), "slot_failover"), None);
     }
 
     #[test]

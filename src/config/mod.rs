@@ -86,6 +86,12 @@ pub struct Config {
     pub heartbeat_action_query: Option<String>,
     pub lag_poll_interval: Duration,
     pub reconnect_max_backoff: Duration,
+    /// Pause between attempts to take over a slot held by another process (before jitter).
+    pub standby_retry_interval: Duration,
+    /// Create the slot with FAILOVER (or turn it on); PostgreSQL 17+.
+    pub slot_failover: bool,
+    /// A slot missing after this process streamed is re-created instead of being an error.
+    pub slot_recreate_after_loss: bool,
     /// `--mask`, `--encrypt` and their keys, compiled.
     pub mask: Masking,
     /// The outbox tables must be empty at start (a Debezium file asked for an initial snapshot).

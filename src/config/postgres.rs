@@ -106,6 +106,26 @@ impl Default for Keepalives {
     }
 }
 
+/// libpq's `target_session_attrs`, the kinds outboxd can use. Whatever it says, outboxd never
+/// uses a server in recovery for the slot (`pg_is_in_recovery()`), so `any` and `primary` behave
+/// alike; `read-write` also skips a primary whose `transaction_read_only` is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionAttrs {
+    Any,
+    Primary,
+    ReadWrite,
+}
+
+impl SessionAttrs {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionAttrs::Any => "any",
+            SessionAttrs::Primary => "primary",
+            SessionAttrs::ReadWrite => "read-write",
+        }
+    }
+}
+
 /// One host to try.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PgHost {
@@ -139,6 +159,8 @@ pub struct PgTarget {
     pub keepalives: Keepalives,
     pub tls: TlsSettings,
     pub channel_binding: ChannelBindingMode,
+    /// Which server of `hosts` to settle on; see [`SessionAttrs`].
+    pub session_attrs: SessionAttrs,
 }
 
 /// What must be percent-encoded inside a conninfo URL's parts (dots, dashes and slashes stay readable).
@@ -181,6 +203,7 @@ const OURS: &[&str] = &[
     "keepalives_interval",
     "keepalives_count",
     "keepalives_retries",
+    "target_session_attrs",
 ];
 
 /// Where a value not in the conninfo comes from.
@@ -317,7 +340,18 @@ impl PgTarget {
                 .filter(|s| *s > 0)
                 .map_or(d.count, |c| c.min(u32::MAX as u64) as u32),
         };
+        let session_attrs = match get("target_session_attrs").or_else(|| env("PGTARGETSESSIONATTRS")).as_deref() {
+            None | Some("any") => SessionAttrs::Any,
+            Some("primary") => SessionAttrs::Primary,
+            Some("read-write") => SessionAttrs::ReadWrite,
+            Some(other) => {
+                return Err(bad(format!(
+                    "target_session_attrs={other:?}: outboxd needs the primary (the slot lives there); use any, primary or read-write"
+                )))
+            }
+        };
         Ok(PgTarget {
+            session_attrs,
             hosts,
             user,
             password,
@@ -385,6 +419,9 @@ impl PgTarget {
             .into(),
         ));
         q.push(("application_name".into(), self.application_name.clone()));
+        if self.session_attrs != SessionAttrs::Any {
+            q.push(("target_session_attrs".into(), self.session_attrs.as_str().into()));
+        }
         q.push(("connect_timeout".into(), self.connect_timeout.as_secs().to_string()));
         if let Some(o) = &self.options {
             q.push(("options".into(), o.clone()));
@@ -690,6 +727,30 @@ mod tests {
         let map: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let lookup = move |k: &str| map.get(k).cloned();
         PgTarget::parse_with(s, &Fallbacks { env: &lookup, password_file: None })
+    }
+
+    #[test]
+    fn multi_host_and_target_session_attrs_in_both_forms() {
+        let url = parse_env("postgres://u@a:5432,b:5433/db?target_session_attrs=read-write", &[]).unwrap();
+        let kv = parse_env("host=a,b port=5432,5433 user=u dbname=db target_session_attrs=read-write", &[]).unwrap();
+        let want = vec![(PgHost::Tcp("a".into()), 5432), (PgHost::Tcp("b".into()), 5433)];
+        assert_eq!(url.hosts, want);
+        assert_eq!(kv.hosts, want);
+        assert_eq!(url.session_attrs, SessionAttrs::ReadWrite);
+        assert_eq!(kv.session_attrs, SessionAttrs::ReadWrite);
+        let p = parse_env("host=a,b dbname=db target_session_attrs=primary", &[]).unwrap();
+        assert_eq!(p.session_attrs, SessionAttrs::Primary);
+        assert_eq!(parse_env("host=a dbname=db", &[]).unwrap().session_attrs, SessionAttrs::Any);
+        let env = parse_env("host=a dbname=db", &[("PGTARGETSESSIONATTRS", "primary")]).unwrap();
+        assert_eq!(env.session_attrs, SessionAttrs::Primary);
+        // The masked URL keeps it, so `outboxd config` output reconnects the same way.
+        let again = parse_env(&url.to_url_masked(), &[]).unwrap();
+        assert_eq!(again.session_attrs, SessionAttrs::ReadWrite);
+        assert_eq!(again.hosts, want);
+        for bad in ["standby", "read-only", "prefer-standby", "nonsense"] {
+            let e = parse_env(&format!("host=a,b target_session_attrs={bad}"), &[]).unwrap_err().to_string();
+            assert!(e.contains("target_session_attrs") && e.contains("primary"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -111,6 +111,9 @@ impl Config {
         }
         push("lag-poll-interval", millis(self.lag_poll_interval));
         push("reconnect-max-backoff", millis(self.reconnect_max_backoff));
+        push("standby-retry-interval", millis(self.standby_retry_interval));
+        push("slot-failover", self.slot_failover.to_string());
+        push("slot-recreate-after-loss", self.slot_recreate_after_loss.to_string());
         // Key files by path: key bytes never print.
         let m = self.mask.spec();
         for r in &m.masks {

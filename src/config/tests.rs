@@ -182,9 +182,13 @@ mod gen {
             proptest::option::of("-c [a-z_]{1,10}=[0-9]{1,3}"),
             proptest::option::of((0u8..2, 1u64..100, 1u64..100, 1u64..10)),
             any::<bool>(),
+            select(vec![None, Some("any"), Some("primary"), Some("read-write")]),
         )
-            .prop_map(move |(user, host, port, db, app, timeout, ssl, options, keep, unix)| {
+            .prop_map(move |(user, host, port, db, app, timeout, ssl, options, keep, unix, attrs)| {
                 let mut q = Vec::new();
+                if let Some(a) = attrs {
+                    q.push(format!("target_session_attrs={a}"));
+                }
                 let authority = if unix {
                     q.push(format!("host={}", enc("/run/pg sock")));
                     String::new()
@@ -266,6 +270,7 @@ mod gen {
                     "heartbeat-interval",
                     "lag-poll-interval",
                     "reconnect-max-backoff",
+                    "standby-retry-interval",
                 ]),
                 duration(),
                 0..4,
@@ -284,6 +289,7 @@ mod gen {
                 0..3,
             ),
             proptest::option::of(select(vec![r"order\..*", "x|y"])),
+            (proptest::option::of(any::<bool>()), proptest::option::of(any::<bool>())),
         );
         (group_a, group_b, group_c).prop_map(move |(a, b, c)| {
             let mut v: Vec<String> = Vec::new();
@@ -331,7 +337,9 @@ mod gen {
             put("table-op-invalid-behavior", invalid.map(String::from));
             put("table-expand-json-payload", expand.map(|x| x.to_string()));
             put("table-field-event-headers", headers);
-            let (in_flight, durations, log, metrics, bad, dlq, query, schema_missing, masks, mask_type) = c;
+            let (in_flight, durations, log, metrics, bad, dlq, query, schema_missing, masks, mask_type, ha) = c;
+            put("slot-failover", ha.0.map(|x| x.to_string()));
+            put("slot-recreate-after-loss", ha.1.map(|x| x.to_string()));
             if !masks.is_empty() {
                 put("mask-event-type", mask_type.map(String::from));
             }
@@ -672,4 +680,29 @@ fn durations_past_a_year_are_refused_not_overflowed() {
         let e = parse_duration("--shutdown-timeout", s).unwrap_err().to_string();
         assert!(e.contains("--shutdown-timeout"), "{s}: {e}");
     }
+}
+
+/// Debezium's `slot.failover` turns on `--slot-failover`; the flag, given explicitly, wins.
+#[test]
+fn debezium_slot_failover_sets_the_flag_unless_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let dbz = dir.path().join("connector.json");
+    std::fs::write(
+        &dbz,
+        r#"{"database.hostname": "127.0.0.1", "database.user": "u", "database.dbname": "d",
+            "plugin.name": "pgoutput", "slot.failover": "true"}"#,
+    )
+    .unwrap();
+    let parse = |extra: &[&str]| {
+        let mut argv: Vec<String> =
+            ["outboxd", "run", "--debezium-config", dbz.to_str().unwrap()].iter().map(|s| s.to_string()).collect();
+        argv.extend(extra.iter().map(|s| s.to_string()));
+        let Command::Run(a) = Cli::try_parse_from(&argv).unwrap().command else { unreachable!() };
+        let explicit = !extra.is_empty();
+        Config::from_args_with_file(&a, &|id| explicit && id == "slot_failover").unwrap()
+    };
+    assert!(parse(&[]).slot_failover);
+    assert!(!parse(&["--slot-failover=false"]).slot_failover);
+    let c = parse(&[]);
+    assert!(config_of(&c.to_argv()).unwrap().slot_failover, "{:?}", c.to_flags());
 }

@@ -200,6 +200,15 @@ impl Config {
             notes: Vec::new(),
             reconnect_max_backoff: parse_duration("--reconnect-max-backoff", &a.reconnect_max_backoff)?
                 .max(Duration::from_millis(100)),
+            standby_retry_interval: {
+                let d = parse_duration("--standby-retry-interval", &a.standby_retry_interval)?;
+                if d.is_zero() {
+                    return Err(bad("--standby-retry-interval must be greater than 0".into()));
+                }
+                d
+            },
+            slot_failover: a.slot_failover,
+            slot_recreate_after_loss: a.slot_recreate_after_loss,
         })
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
+use crate::config::postgres::SessionAttrs;
 use crate::config::{Config, PgTarget, PublicationAutocreate, SslMode, TableName};
 use crate::error::{Definite, Error, Transient};
 use crate::lsn::Lsn;
@@ -21,15 +22,45 @@ use crate::router::{HeadersField, MissingPolicy};
 /// must become a transient error, never a hang. The server-side `statement_timeout` is shorter.
 pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Open an ordinary connection to `cfg.postgres`; the connection task runs in the background.
+/// Open an ordinary connection to the primary among `cfg.postgres`'s hosts (see
+/// [`connect_primary`]); the connection task runs in the background.
 pub async fn connect(cfg: &Config) -> Result<Client, Error> {
-    connect_target(&cfg.postgres).await
+    connect_primary(&cfg.postgres).await
+}
+
+/// Like [`connect_target`], but only to a server that is not in recovery: hosts are tried in
+/// order (skipping read-only ones, as libpq's `target_session_attrs=read-write` does) and the
+/// server reached is asked `pg_is_in_recovery()`. The slot lives on the primary, so a standby is
+/// never used for it; a server still in recovery is a transient error (a promotion may be under way).
+pub async fn connect_primary(target: &PgTarget) -> Result<Client, Error> {
+    let client = connect_with(target, true).await?;
+    let row = timed("asking pg_is_in_recovery()", client.query_one("SELECT pg_is_in_recovery()", &[])).await?;
+    if row.get::<_, bool>(0) {
+        return Err(in_recovery(target));
+    }
+    Ok(client)
+}
+
+/// No host of `target` is a primary right now.
+pub fn in_recovery(target: &PgTarget) -> Error {
+    Transient::PgServer {
+        code: "25006".into(),
+        message: format!(
+            "no server of {target} is a primary: the one reached is in recovery (a standby); list every host of \
+             the cluster in --postgres-url so outboxd finds the primary, also after a failover"
+        ),
+    }
+    .into()
 }
 
 /// Open an ordinary connection, over TLS as `sslmode` says, with a `statement_timeout`.
 pub async fn connect_target(target: &PgTarget) -> Result<Client, Error> {
-    let limit = target.connect_timeout + Duration::from_secs(5);
-    let client = match tokio::time::timeout(limit, connect_inner(target)).await {
+    connect_with(target, false).await
+}
+
+async fn connect_with(target: &PgTarget, primary: bool) -> Result<Client, Error> {
+    let limit = target.connect_timeout * target.hosts.len().max(1) as u32 + Duration::from_secs(5);
+    let client = match tokio::time::timeout(limit, connect_inner(target, primary)).await {
         Ok(r) => r?,
         Err(_) => {
             return Err(Transient::PgServer {
@@ -44,9 +75,14 @@ pub async fn connect_target(target: &PgTarget) -> Result<Client, Error> {
     Ok(client)
 }
 
-async fn connect_inner(target: &PgTarget) -> Result<Client, Error> {
+async fn connect_inner(target: &PgTarget, primary: bool) -> Result<Client, Error> {
     let tls = tls::make_tls(&target.tls)?;
     let mut pg = target.to_tokio_postgres();
+    // tokio-postgres's read-write check (`SHOW transaction_read_only`) also skips a standby, whose
+    // transactions are all read-only; it is the nearest it has to libpq's `primary`.
+    if (primary && target.hosts.len() > 1) || target.session_attrs != SessionAttrs::Any {
+        pg.target_session_attrs(tokio_postgres::config::TargetSessionAttrs::ReadWrite);
+    }
     let first = pg.connect(tls.clone()).await;
     let result = match first {
         // libpq's allow: plaintext first, TLS when the server refuses that login.
@@ -111,6 +147,9 @@ fn connect_error(target: &PgTarget, e: tokio_postgres::Error) -> Error {
         };
     }
     let lower = text.to_ascii_lowercase();
+    if lower.contains("does not allow writes") {
+        return in_recovery(target);
+    }
     if lower.contains("password missing") {
         return Definite::Setup(format!(
             "PostgreSQL at {target} asks for a password, but none was given: put it in --postgres-url, \
@@ -375,19 +414,93 @@ pub struct SlotState {
     pub confirmed_flush: Lsn,
     /// This call created the slot: nothing remembered from before can apply to it.
     pub created: bool,
+    /// `--slot-failover` is set but the existing slot is not a failover slot yet: the caller turns
+    /// it on over the replication connection (`ALTER_REPLICATION_SLOT`).
+    pub enable_failover: bool,
+}
+
+/// May [`ensure_slot`] create a missing slot?
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissingSlot {
+    /// First start (nothing was streamed from it yet), or `--slot-recreate-after-loss`.
+    Create,
+    /// This process streamed from the slot before: it was lost (a failover to a server that did
+    /// not have it), and a new one would silently skip events. A definite error.
+    Lost,
+}
+
+/// `server_version_num`, e.g. 170004.
+pub async fn server_version_num(client: &Client) -> Result<i32, Error> {
+    let row = timed("reading server_version_num", client.query_one("SHOW server_version_num", &[])).await?;
+    let v: String = row.get(0);
+    v.trim().parse().map_err(|_| Definite::Setup(format!("server_version_num {v:?} is not a number")).into())
+}
+
+/// `--slot-failover` checks, at start-up and on every reconnect: PostgreSQL 17+ (a definite error
+/// before), and a warning when the primary's `synchronized_standby_slots` is empty: then a
+/// synchronized copy of the slot may lag what we confirmed, and a standby promoted at that moment
+/// has a slot behind our position (events sent again: duplicates), or not yet the slot at all.
+pub async fn check_failover(client: &Client, cfg: &Config) -> Result<(), Error> {
+    if !cfg.slot_failover {
+        return Ok(());
+    }
+    let v = server_version_num(client).await?;
+    if v < 170000 {
+        return Err(Definite::Setup(format!(
+            "--slot-failover needs PostgreSQL 17 or later (failover slots), but {} runs {}.{}: remove --slot-failover \
+             (slot.failover in --debezium-config) or upgrade the server",
+            cfg.postgres,
+            v / 10000,
+            v % 10000
+        ))
+        .into());
+    }
+    let row = timed(
+        "reading synchronized_standby_slots",
+        client.query_one("SELECT coalesce(current_setting('synchronized_standby_slots', true), '')", &[]),
+    )
+    .await?;
+    let slots: String = row.get(0);
+    if slots.trim().is_empty() {
+        tracing::warn!(
+            slot = %cfg.slot,
+            "--slot-failover: the primary's synchronized_standby_slots is empty, so the walsender may send us \
+             changes before a standby's synchronized copy of the slot may move past them; after a failover \
+             the promoted standby's slot can be behind what outboxd confirmed (events are sent again) or missing. \
+             Set synchronized_standby_slots to the standbys' physical slot names (see README, HA and failover)"
+        );
+    }
+    Ok(())
 }
 
 /// Find or create the pgoutput slot. Busy → [`Transient::SlotBusy`]; lost or foreign → definite.
-pub async fn ensure_slot(client: &Client, cfg: &Config) -> Result<SlotState, Error> {
+pub async fn ensure_slot(client: &Client, cfg: &Config, missing: MissingSlot) -> Result<SlotState, Error> {
     let q = "SELECT plugin::text, slot_type, database::text, active_pid, wal_status, confirmed_flush_lsn::text \
              FROM pg_replication_slots WHERE slot_name = $1";
     let mut row = client.query_opt(q, &[&cfg.slot]).await.map_err(|e| db("reading pg_replication_slots", e))?;
     let mut created = false;
+    if row.is_none() && missing == MissingSlot::Lost {
+        return Err(Definite::Setup(format!(
+            "replication slot {:?} is gone from {}, though this process streamed from it: it was lost, most likely in a \
+             failover to a standby that did not have it synchronized yet. Events committed after the last confirmed \
+             position may never have been sent, so outboxd stops instead of creating a new slot. Recover: republish \
+             the outbox rows since the last event your consumers saw with `outboxd backfill`, then start outboxd with \
+             --slot-recreate-after-loss (or create the slot yourself). To keep the slot across failovers use \
+             --slot-failover on PostgreSQL 17+ (README, HA and failover)",
+            cfg.slot, cfg.postgres
+        ))
+        .into());
+    }
     if row.is_none() {
-        match client.execute("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", &[&cfg.slot]).await {
+        let create = if cfg.slot_failover {
+            "SELECT pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)"
+        } else {
+            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')"
+        };
+        match client.execute(create, &[&cfg.slot]).await {
             Ok(_) => {
                 created = true;
-                tracing::info!(slot = %cfg.slot, "created logical replication slot (pgoutput)")
+                tracing::info!(slot = %cfg.slot, failover = cfg.slot_failover, "created logical replication slot (pgoutput)")
             }
             Err(e) if e.code() == Some(&SqlState::DUPLICATE_OBJECT) => {}
             Err(e) => {
@@ -436,7 +549,15 @@ pub async fn ensure_slot(client: &Client, cfg: &Config) -> Result<SlotState, Err
         Some(s) => s.parse().map_err(|e| Definite::Setup(format!("slot {:?}: {e}", cfg.slot)))?,
         None => Lsn::ZERO,
     };
-    Ok(SlotState { confirmed_flush, created })
+    let enable_failover = cfg.slot_failover && !created && {
+        let row = timed(
+            "reading the slot's failover flag",
+            client.query_opt("SELECT failover FROM pg_replication_slots WHERE slot_name = $1", &[&cfg.slot]),
+        )
+        .await?;
+        !row.is_some_and(|r| r.get::<_, bool>(0))
+    };
+    Ok(SlotState { confirmed_flush, created, enable_failover })
 }
 
 /// Whether the publication exists.

@@ -28,7 +28,7 @@ use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM
 use postgres_protocol::message::{backend, frontend};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::config::postgres::ChannelBindingMode;
+use crate::config::postgres::{ChannelBindingMode, SessionAttrs};
 use crate::config::{PgHost, PgTarget, SslMode};
 use crate::error::{Definite, Error, Transient};
 use crate::lsn::Lsn;
@@ -102,10 +102,17 @@ impl ReplicationConn {
         self.backend_pid
     }
 
+    /// Hosts in order, as libpq tries them; the first that logs us in and is a primary wins. A
+    /// server in recovery (or, with `target_session_attrs=read-write`, one whose transactions are
+    /// read-only) is skipped: the slot is only ever used on the primary.
     async fn connect_any(t: &PgTarget) -> Result<ReplicationConn, Error> {
         let mut last = None;
         for (i, (host, port)) in t.hosts.iter().enumerate() {
-            match Self::connect_one(t, host, *port).await {
+            let conn = match Self::connect_one(t, host, *port).await {
+                Ok(mut c) => c.require_primary(t).await.map(|()| c),
+                Err(e) => Err(e),
+            };
+            match conn {
                 Ok(c) => return Ok(c),
                 Err(e) if e.is_transient() && i + 1 < t.hosts.len() => {
                     tracing::warn!(error = %e, "trying the next host");
@@ -296,9 +303,70 @@ impl ReplicationConn {
     /// name the WAL history an LSN belongs to (a promoted standby has a new timeline; a different
     /// cluster behind the same address has another system identifier).
     pub async fn identify_system(&mut self) -> Result<WalHistory, Error> {
-        frontend::query("IDENTIFY_SYSTEM", &mut self.wbuf).map_err(|e| self.io(e))?;
+        let rows = self.simple_query("IDENTIFY_SYSTEM", stream_error).await?;
+        let fields = rows.first().ok_or_else(|| self.protocol("IDENTIFY_SYSTEM returned no row"))?;
+        let system_id = fields.first().cloned().flatten().unwrap_or_default();
+        let timeline = fields.get(1).cloned().flatten().and_then(|t| t.parse::<u32>().ok());
+        match timeline {
+            Some(timeline) if !system_id.is_empty() => Ok(WalHistory { system_id, timeline }),
+            _ => Err(self.protocol("unreadable IDENTIFY_SYSTEM row").into()),
+        }
+    }
+
+    /// Fail with a transient error unless this server is a primary (and, for
+    /// `target_session_attrs=read-write`, accepts writes). A walsender of `replication=database`
+    /// runs plain SQL too.
+    async fn require_primary(&mut self, t: &PgTarget) -> Result<(), Error> {
+        let rows = self
+            .simple_query("SELECT pg_is_in_recovery()::text, current_setting('transaction_read_only')", |e| {
+                Transient::PgServer { code: e.code, message: e.message }.into()
+            })
+            .await?;
+        let field = |i: usize| rows.first().and_then(|r| r.get(i)).cloned().flatten();
+        let in_recovery = field(0).as_deref() == Some("true");
+        let read_only = field(1).as_deref() == Some("on");
+        if in_recovery || (read_only && t.session_attrs == SessionAttrs::ReadWrite) {
+            return Err(Transient::PgServer {
+                code: "25006".into(),
+                message: format!(
+                    "{} is {}; the slot is used only on the primary",
+                    self.target,
+                    if in_recovery { "in recovery (a standby)" } else { "read-only (target_session_attrs=read-write)" }
+                ),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// `ALTER_REPLICATION_SLOT "slot" (FAILOVER true)` (PostgreSQL 17+): a replication command
+    /// with no SQL function equivalent.
+    pub async fn enable_failover(&mut self, slot: &str) -> Result<(), Error> {
+        let sql = format!("ALTER_REPLICATION_SLOT \"{}\" (FAILOVER true)", slot.replace('"', "\"\""));
+        let failed = |e: ServerError| -> Error {
+            if crate::error::sqlstate_is_transient(&e.code) {
+                return Transient::PgServer { code: e.code, message: e.message }.into();
+            }
+            Definite::Setup(format!(
+                "--slot-failover: turning FAILOVER on for slot {slot:?} failed: {} ({}); the role needs REPLICATION \
+                 and the server PostgreSQL 17+",
+                e.message, e.code
+            ))
+            .into()
+        };
+        self.simple_query(&sql, failed).await.map(|_| ())
+    }
+
+    /// One simple-protocol command; its rows as text fields (NULL as `None`).
+    async fn simple_query(
+        &mut self,
+        sql: &str,
+        on_error: impl FnOnce(ServerError) -> Error,
+    ) -> Result<Vec<Vec<Option<String>>>, Error> {
+        frontend::query(sql, &mut self.wbuf).map_err(|e| self.io(e))?;
         self.flush().await?;
-        let mut found = None;
+        let mut rows = Vec::new();
+        let mut failed = None;
         loop {
             match self.read_message().await? {
                 backend::Message::DataRow(row) => {
@@ -306,22 +374,17 @@ impl ReplicationConn {
                     let mut fields = Vec::new();
                     let mut ranges = row.ranges();
                     while let Some(r) = ranges.next().map_err(|e| self.io(e))? {
-                        let text = r
-                            .and_then(|r| buf.get(r))
-                            .map(|b| String::from_utf8_lossy(b).into_owned())
-                            .unwrap_or_default();
-                        fields.push(text);
+                        fields.push(r.and_then(|r| buf.get(r)).map(|b| String::from_utf8_lossy(b).into_owned()));
                     }
-                    let system_id = fields.first().cloned().unwrap_or_default();
-                    let timeline = fields.get(1).and_then(|t| t.parse::<u32>().ok());
-                    match timeline {
-                        Some(timeline) if !system_id.is_empty() => found = Some(WalHistory { system_id, timeline }),
-                        _ => return Err(self.protocol("unreadable IDENTIFY_SYSTEM row").into()),
-                    }
+                    rows.push(fields);
                 }
-                backend::Message::ErrorResponse(body) => return Err(stream_error(server_error(&body))),
+                // Read on to ReadyForQuery so the connection stays usable after an error.
+                backend::Message::ErrorResponse(body) => failed = Some(server_error(&body)),
                 backend::Message::ReadyForQuery(_) => {
-                    return found.ok_or_else(|| self.protocol("IDENTIFY_SYSTEM returned no row").into())
+                    return match failed {
+                        Some(e) => Err(on_error(e)),
+                        None => Ok(rows),
+                    }
                 }
                 _ => {}
             }

@@ -668,6 +668,119 @@ impl PgCluster {
     }
 }
 
+// ---------------------------------------------------------------------------
+// PostgreSQL: a streaming physical standby, for failover tests
+// ---------------------------------------------------------------------------
+
+/// How [`PgCluster::start_standby_of`] sets the standby up.
+pub struct StandbyOptions<'a> {
+    /// The physical slot the standby streams through (`primary_slot_name`), created on the primary.
+    pub physical_slot: &'a str,
+    /// `sync_replication_slots = on` (PostgreSQL 17+): keep copies of failover logical slots.
+    pub sync_slots: bool,
+    /// Name the physical slot in the primary's `synchronized_standby_slots` (PostgreSQL 17+).
+    pub synchronized_standby_slots: bool,
+}
+
+impl PgCluster {
+    /// A streaming physical standby of `primary`, made from a copy of its data directory taken
+    /// while it is stopped (fast stop, copy, start again: no pg_basebackup needed), with
+    /// `standby.signal`, `primary_conninfo` naming the `app` database (slot sync needs one),
+    /// `primary_slot_name` and `hot_standby_feedback = on`. Returns once the standby streams.
+    pub fn start_standby_of(primary: &mut PgCluster, o: &StandbyOptions<'_>) -> PgCluster {
+        let slot = o.physical_slot;
+        primary.psql(&format!("SELECT pg_create_physical_replication_slot('{slot}', true)"));
+        let dir = make_tempdir("outboxd-pg-standby-");
+        let root = dir.path().to_path_buf();
+        let data_dir = root.join("data");
+        primary.stop("fast");
+        let st = Command::new("cp").arg("-a").arg(&primary.data_dir).arg(&data_dir).status().expect("run cp");
+        assert!(st.success(), "copying {} failed", primary.data_dir.display());
+        primary.start_again();
+        // Slots and the pid file are the primary's own; a base backup leaves them out too.
+        for gone in ["postmaster.pid", "postmaster.opts"] {
+            let _ = fs::remove_file(data_dir.join(gone));
+        }
+        if let Ok(entries) = fs::read_dir(data_dir.join("pg_replslot")) {
+            for e in entries.flatten() {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
+        fs::write(data_dir.join("standby.signal"), "").expect("write standby.signal");
+        let mut conf = format!(
+            "\n# --- standby of port {port} ---\n\
+             unix_socket_directories = '{root}'\n\
+             primary_conninfo = 'host=127.0.0.1 port={port} user={USER} password={PASSWORD} dbname={DB} application_name={slot}'\n\
+             primary_slot_name = '{slot}'\n\
+             hot_standby = on\n\
+             hot_standby_feedback = on\n",
+            port = primary.port,
+            root = root.display(),
+        );
+        if o.sync_slots {
+            conf.push_str("sync_replication_slots = on\n");
+        }
+        append(&data_dir.join("postgresql.conf"), &conf);
+        if is_root() {
+            let st = Command::new("chown").args(["-R", "postgres:postgres"]).arg(&root).status().expect("run chown");
+            assert!(st.success(), "chown of {} failed", root.display());
+        }
+        let mut standby =
+            PgCluster { dir: Some(dir), bindir: primary.bindir.clone(), data_dir, port: 0, running: false };
+        let mut last_err = String::new();
+        for _attempt in 0..8 {
+            standby.port = free_port();
+            fs::write(standby.data_dir.join("harness_port.conf"), format!("port = {}\n", standby.port))
+                .expect("write harness_port.conf");
+            match standby.pg_ctl_start() {
+                Ok(()) => {
+                    standby.running = true;
+                    break;
+                }
+                Err(e) => last_err = e,
+            }
+        }
+        assert!(standby.running, "the standby did not start:\n{last_err}");
+        assert_eq!(standby.psql("SELECT pg_is_in_recovery()"), "t", "the copy is not in recovery");
+        let streaming = wait_until(Duration::from_secs(60), || {
+            primary.psql(&format!("SELECT count(*) FROM pg_stat_replication WHERE application_name = '{slot}'")) == "1"
+        });
+        assert!(streaming, "the standby does not stream from the primary:\n{}", standby.server_log());
+        if o.synchronized_standby_slots {
+            primary.psql(&format!("ALTER SYSTEM SET synchronized_standby_slots = '{slot}'"));
+            primary.psql("SELECT pg_reload_conf()");
+        }
+        standby
+    }
+
+    /// `pg_ctl promote`: the standby becomes a primary (on a new timeline). Waits until it is.
+    pub fn promote(&self) {
+        let out = pg_server_cmd(&self.bindir, "pg_ctl")
+            .arg("-D")
+            .arg(&self.data_dir)
+            .args(["-w", "-t", "60", "promote"])
+            .current_dir(self.root())
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn pg_ctl promote");
+        assert!(out.status.success(), "pg_ctl promote failed\n{}\n{}", describe(&out), self.server_log());
+        let ok = wait_until(Duration::from_secs(30), || self.psql("SELECT pg_is_in_recovery()") == "f");
+        assert!(ok, "the standby is still in recovery after promote:\n{}", self.server_log());
+    }
+
+    /// SIGKILL the postmaster (a crash of the server machine, as far as clients can tell); its
+    /// backends notice and exit. The harness then treats the cluster as stopped.
+    pub fn kill9(&mut self) {
+        let pidfile = read_lossy(&self.data_dir.join("postmaster.pid"));
+        let pid: u32 = pidfile.lines().next().and_then(|l| l.trim().parse().ok()).expect("postmaster.pid names a PID");
+        assert!(send_signal(pid, "KILL"), "kill -9 {pid} failed");
+        self.running = false;
+        // The backends go when they notice; the port must stop answering.
+        let gone = wait_until(Duration::from_secs(30), || !port_open(self.port));
+        assert!(gone, "port {} still answers after kill -9 of the postmaster", self.port);
+    }
+}
+
 impl Drop for PgCluster {
     fn drop(&mut self) {
         if self.running {

@@ -63,6 +63,7 @@ pub fn apply(a: &mut RunArgs, o: &Overlay, explicit: &dyn Fn(&str) -> bool) -> R
             }
             "table_expand_json_payload" => a.table_expand_json_payload = boolean(id, &v)?,
             "table_field_event_headers" => a.table_field_event_headers = Some(v),
+            "slot_failover" => a.slot_failover = boolean(id, &v)?,
             other => return Err(Definite::Bug(format!("debezium overlay names unknown flag {other}"))),
         }
     }
