@@ -12,7 +12,12 @@ use serde_json::Value;
 
 /// Run `outboxd check ARGS --json`; returns the exit code and the parsed report.
 fn check_json(args: &[String]) -> (i32, Value) {
-    let out = Command::new(outboxd_bin()).args(args).arg("--json").env("RUST_LOG", "warn").output().expect("run outboxd check");
+    let out = Command::new(outboxd_bin())
+        .args(args)
+        .arg("--json")
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run outboxd check");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
         panic!("--json output does not parse ({e}):\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr))
@@ -78,11 +83,14 @@ fn healthy_setup_passes_and_each_broken_piece_fails_with_its_fix() {
     assert_eq!(report["ok"], true);
     assert_eq!(report["failures"], 0);
     let ok: Vec<String> = with_status(&report, "ok").into_iter().map(|c| c.0).collect();
-    for name in ["server version", "wal_level", "max_replication_slots", "max_wal_senders", "role REPLICATION", "kafka"] {
+    for name in ["server version", "wal_level", "max_replication_slots", "max_wal_senders", "role REPLICATION", "kafka"]
+    {
         assert!(ok.iter().any(|n| n == name), "{name} not ok: {report:#}");
     }
     // The routed topic of the row in the outbox does not exist yet; the broker would create it.
     assert!(ok.iter().any(|n| n == "topic order.paid.v1.events"), "{report:#}");
+    // (Asked with validate_only; tansu 0.6 ignores that flag and creates the topic, Kafka does not.)
+    eprintln!("{text}");
     let warns = with_status(&report, "warn");
     assert!(warns.iter().any(|w| w.1.contains("unlimited") && w.2.contains("max_slot_wal_keep_size")), "{warns:#?}");
 
@@ -91,12 +99,18 @@ fn healthy_setup_passes_and_each_broken_piece_fails_with_its_fix() {
     assert_only_failure(code, &report, "role REPLICATION", "ALTER ROLE \"plain\" REPLICATION");
 
     // A table without the key and payload columns (its publication is fine).
-    let (code, report) = check_json(&check_args(&url, &bootstrap, &["--table", "public.thin", "--publication", "other_pub"]));
+    let (code, report) =
+        check_json(&check_args(&url, &bootstrap, &["--table", "public.thin", "--publication", "other_pub"]));
     assert_only_failure(code, &report, "table public.thin columns", "no column \"payload\"");
 
     // A publication that does not publish --table.
     let (code, report) = check_json(&check_args(&url, &bootstrap, &["--publication", "other_pub"]));
-    assert_only_failure(code, &report, "publication other_pub", "ALTER PUBLICATION \"other_pub\" ADD TABLE \"public\".\"outbox\"");
+    assert_only_failure(
+        code,
+        &report,
+        "publication other_pub",
+        "ALTER PUBLICATION \"other_pub\" ADD TABLE \"public\".\"outbox\"",
+    );
 
     // Nothing listens on the broker port.
     let nowhere = format!("127.0.0.1:{}", free_port());

@@ -1,7 +1,7 @@
 //! `outboxd check`: a preflight of everything `run` depends on, with the same flags as `run`.
 //!
-//! Read-only: it creates nothing (no slot, no publication, no topic; a topic's creation is only
-//! validated by the broker). Each check ends as ok, info, warn or fail; every fail carries the fix.
+//! Read-only: it creates no slot and no publication; a missing topic's creation is only validated
+//! (CreateTopics with `validate_only`). Each check ends as ok, info, warn or fail; every fail carries the fix.
 //! The exit code is 0 when nothing failed (warnings are printed but keep 0) and 1 otherwise, so it
 //! can gate a deploy. The PostgreSQL checks live in [`pg`], the broker checks in [`sink`].
 

@@ -22,14 +22,22 @@ pub(super) async fn check(cfg: &Config, out: &mut Checks) -> Vec<String> {
             c
         }
         Err(e) => {
-            out.fail("connection", e.to_string(), "fix the connection flags (--postgres-url) or the server; the other PostgreSQL checks were skipped");
+            out.fail(
+                "connection",
+                e.to_string(),
+                "fix the connection flags (--postgres-url) or the server; the other PostgreSQL checks were skipped",
+            );
             return Vec::new();
         }
     };
     match checks(cfg, &client, out).await {
         Ok(topics) => topics,
         Err(e) => {
-            out.fail("catalog query", e.to_string(), "the role must be able to read pg_catalog; the remaining checks were skipped");
+            out.fail(
+                "catalog query",
+                e.to_string(),
+                "the role must be able to read pg_catalog; the remaining checks were skipped",
+            );
             Vec::new()
         }
     }
@@ -38,7 +46,11 @@ pub(super) async fn check(cfg: &Config, out: &mut Checks) -> Vec<String> {
 async fn checks(cfg: &Config, c: &Client, out: &mut Checks) -> Result<Vec<String>, Error> {
     let version = admin::server_version(c).await?;
     if let Err(e) = version.check_supported() {
-        out.fail("server version", e.to_string(), "upgrade PostgreSQL to 13 or newer; the other PostgreSQL checks were skipped");
+        out.fail(
+            "server version",
+            e.to_string(),
+            "upgrade PostgreSQL to 13 or newer; the other PostgreSQL checks were skipped",
+        );
         return Ok(Vec::new());
     }
     out.ok("server version", format!("PostgreSQL {}", version.text));
@@ -49,7 +61,7 @@ async fn checks(cfg: &Config, c: &Client, out: &mut Checks) -> Result<Vec<String
         );
     }
     settings(c, cfg, out).await?;
-    role(c, cfg, out).await?;
+    role(c, out).await?;
     let mut topics = Vec::new();
     for t in &cfg.tables {
         table(c, cfg, t, out, &mut topics).await?;
@@ -80,12 +92,28 @@ async fn settings(c: &Client, cfg: &Config, out: &mut Checks) -> Result<(), Erro
             "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL",
         );
     }
-    let has_slot = count(c, "reading pg_replication_slots", "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", &cfg.slot).await? > 0;
+    let has_slot = count(
+        c,
+        "reading pg_replication_slots",
+        "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
+        &cfg.slot,
+    )
+    .await?
+        > 0;
     let max_slots: i64 = setting(c, "max_replication_slots").await?.parse().unwrap_or(0);
-    let used = count(c, "reading pg_replication_slots", "SELECT count(*) FROM pg_replication_slots WHERE slot_name <> $1", &cfg.slot).await?;
+    let used = count(
+        c,
+        "reading pg_replication_slots",
+        "SELECT count(*) FROM pg_replication_slots WHERE slot_name <> $1",
+        &cfg.slot,
+    )
+    .await?;
     let free = max_slots - used;
     if has_slot || free > 0 {
-        out.ok("max_replication_slots", format!("{max_slots}, {used} used by other slots{}", if has_slot { ", ours exists" } else { "" }));
+        out.ok(
+            "max_replication_slots",
+            format!("{max_slots}, {used} used by other slots{}", if has_slot { ", ours exists" } else { "" }),
+        );
     } else {
         out.fail(
             "max_replication_slots",
@@ -94,20 +122,30 @@ async fn settings(c: &Client, cfg: &Config, out: &mut Checks) -> Result<(), Erro
         );
     }
     let max_senders: i64 = setting(c, "max_wal_senders").await?.parse().unwrap_or(0);
-    let senders: i64 = admin::timed("reading pg_stat_replication", c.query_one("SELECT count(*) FROM pg_stat_replication", &[])).await?.get(0);
+    let senders: i64 =
+        admin::timed("reading pg_stat_replication", c.query_one("SELECT count(*) FROM pg_stat_replication", &[]))
+            .await?
+            .get(0);
     if senders < max_senders {
         out.ok("max_wal_senders", format!("{max_senders}, {senders} in use"));
     } else {
-        out.fail("max_wal_senders", format!("{max_senders}, all {senders} in use"), "raise max_wal_senders (restart needed)");
+        out.fail(
+            "max_wal_senders",
+            format!("{max_senders}, all {senders} in use"),
+            "raise max_wal_senders (restart needed)",
+        );
     }
     Ok(())
 }
 
-/// REPLICATION (or superuser), and CREATE on the database when the publication must be made.
-async fn role(c: &Client, cfg: &Config, out: &mut Checks) -> Result<(), Error> {
+/// REPLICATION (or superuser): needed to create and stream the slot.
+async fn role(c: &Client, out: &mut Checks) -> Result<(), Error> {
     let row = admin::timed(
         "reading the role",
-        c.query_one("SELECT current_user::text, rolreplication, rolsuper FROM pg_roles WHERE rolname = current_user", &[]),
+        c.query_one(
+            "SELECT current_user::text, rolreplication, rolsuper FROM pg_roles WHERE rolname = current_user",
+            &[],
+        ),
     )
     .await?;
     let (user, replication, superuser): (String, bool, bool) = (row.get(0), row.get(1), row.get(2));
@@ -125,7 +163,13 @@ async fn role(c: &Client, cfg: &Config, out: &mut Checks) -> Result<(), Error> {
 
 /// The table exists, the role may read it, it has every column `run` needs with a type the
 /// router can use; collects the topics its rows route to now.
-async fn table(c: &Client, cfg: &Config, t: &TableName, out: &mut Checks, topics: &mut Vec<String>) -> Result<(), Error> {
+async fn table(
+    c: &Client,
+    cfg: &Config,
+    t: &TableName,
+    out: &mut Checks,
+    topics: &mut Vec<String>,
+) -> Result<(), Error> {
     let name = format!("table {t}");
     let row = admin::timed(
         "reading the table",
@@ -137,18 +181,22 @@ async fn table(c: &Client, cfg: &Config, t: &TableName, out: &mut Checks, topics
     )
     .await?;
     let Some(row) = row else {
-        out.fail(&name, "does not exist", format!("create it (see sql/01_outbox.sql) or point --table at the outbox table"));
+        out.fail(&name, "does not exist", "create it (see sql/01_outbox.sql) or point --table at the outbox table");
         return Ok(());
     };
     let (oid, select, owner): (i64, bool, bool) = (row.get(0), row.get(1), row.get(2));
-    let user = setting(c, "is_superuser").await? == "on";
+    let superuser = setting(c, "is_superuser").await? == "on";
     if select {
         out.ok(format!("{name} SELECT"), "the role may read it");
     } else {
-        out.fail(format!("{name} SELECT"), "the role may not read it", format!("GRANT SELECT ON {} TO <outboxd role>", quote_table(t)));
+        out.fail(
+            format!("{name} SELECT"),
+            "the role may not read it",
+            format!("GRANT SELECT ON {} TO <outboxd role>", quote_table(t)),
+        );
     }
     let publication_missing = !admin::publication_exists(c, &cfg.publication).await?;
-    if publication_missing && cfg.publication_autocreate != PublicationAutocreate::Disabled && !owner && !user {
+    if publication_missing && cfg.publication_autocreate != PublicationAutocreate::Disabled && !owner && !superuser {
         out.fail(
             format!("{name} owner"),
             format!("publication {:?} is missing and must be created, but only the table's owner can add it", cfg.publication),
@@ -181,16 +229,24 @@ async fn table(c: &Client, cfg: &Config, t: &TableName, out: &mut Checks, topics
             fixes.push(format!("use a scalar type for {col:?} (text, uuid, jsonb, bytea)"));
         } else if flag == "--route-by-field" && !matches!(cat.as_str(), "S" | "E") {
             notes.push(format!("topic names come from a {ty} column {col:?}"));
-        } else if flag == "--table-field-event-payload" && !matches!(ty.as_str(), "jsonb" | "json" | "text" | "bytea") && cat != "S" {
+        } else if flag == "--table-field-event-payload"
+            && !matches!(ty.as_str(), "jsonb" | "json" | "text" | "bytea")
+            && cat != "S"
+        {
             notes.push(format!("the payload column {col:?} is {ty}: sent as its text form"));
         }
     }
     if problems.is_empty() {
-        let detail = if notes.is_empty() { "routed, key, id and payload columns present".to_owned() } else { notes.join("; ") };
+        let detail =
+            if notes.is_empty() { "routed, key, id and payload columns present".to_owned() } else { notes.join("; ") };
         if notes.is_empty() {
             out.ok(format!("{name} columns"), detail);
         } else {
-            out.warn(format!("{name} columns"), detail, "prefer text for the routed column and jsonb, text or bytea for the payload");
+            out.warn(
+                format!("{name} columns"),
+                detail,
+                "prefer text for the routed column and jsonb, text or bytea for the payload",
+            );
         }
     } else {
         out.fail(format!("{name} columns"), problems.join("; "), fixes.join("; "));
@@ -200,7 +256,13 @@ async fn table(c: &Client, cfg: &Config, t: &TableName, out: &mut Checks, topics
         let route = quote_ident(&cfg.route.route_by_field);
         let rows = admin::timed(
             "reading the routed values",
-            c.query(&format!("SELECT DISTINCT {route}::text FROM {} WHERE {route} IS NOT NULL LIMIT {ROUTED_SAMPLE}", quote_table(t)), &[]),
+            c.query(
+                &format!(
+                    "SELECT DISTINCT {route}::text FROM {} WHERE {route} IS NOT NULL LIMIT {ROUTED_SAMPLE}",
+                    quote_table(t)
+                ),
+                &[],
+            ),
         )
         .await?;
         for r in rows {
@@ -222,7 +284,11 @@ async fn publication(c: &Client, cfg: &Config, out: &mut Checks) -> Result<(), E
     )
     .await?;
     let want: Vec<String> = cfg.tables.iter().map(|t| t.to_string()).collect();
-    let create = format!("CREATE PUBLICATION {} FOR TABLE {}", quote_ident(&cfg.publication), cfg.tables.iter().map(quote_table).collect::<Vec<_>>().join(", "));
+    let create = format!(
+        "CREATE PUBLICATION {} FOR TABLE {}",
+        quote_ident(&cfg.publication),
+        cfg.tables.iter().map(quote_table).collect::<Vec<_>>().join(", ")
+    );
     let Some(row) = row else {
         if cfg.publication_autocreate == PublicationAutocreate::Disabled {
             out.fail(&name, "does not exist and --publication-autocreate is disabled", create);
@@ -233,7 +299,11 @@ async fn publication(c: &Client, cfg: &Config, out: &mut Checks) -> Result<(), E
     };
     let (pubinsert, all): (bool, bool) = (row.get(0), row.get(1));
     if !pubinsert {
-        out.fail(&name, "does not publish inserts", format!("ALTER PUBLICATION {} SET (publish = 'insert')", quote_ident(&cfg.publication)));
+        out.fail(
+            &name,
+            "does not publish inserts",
+            format!("ALTER PUBLICATION {} SET (publish = 'insert')", quote_ident(&cfg.publication)),
+        );
         return Ok(());
     }
     let rows = admin::timed(
@@ -245,14 +315,19 @@ async fn publication(c: &Client, cfg: &Config, out: &mut Checks) -> Result<(), E
     let missing: Vec<&String> = want.iter().filter(|t| !have.contains(t)).collect();
     let extra: Vec<&String> = have.iter().filter(|t| !want.contains(t)).collect();
     if !missing.is_empty() {
-        let add: Vec<String> = cfg.tables.iter().filter(|t| missing.contains(&&t.to_string())).map(quote_table).collect();
+        let add: Vec<String> =
+            cfg.tables.iter().filter(|t| missing.contains(&&t.to_string())).map(quote_table).collect();
         out.fail(
             &name,
             format!("does not publish {} (--table)", missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")),
             format!("ALTER PUBLICATION {} ADD TABLE {}", quote_ident(&cfg.publication), add.join(", ")),
         );
     } else if all || !extra.is_empty() {
-        let what = if all { "FOR ALL TABLES".to_owned() } else { extra.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ") };
+        let what = if all {
+            "FOR ALL TABLES".to_owned()
+        } else {
+            extra.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        };
         out.warn(
             &name,
             format!("also publishes {what}: outboxd ignores those changes but the server still decodes and sends them"),
@@ -294,10 +369,17 @@ async fn slot(c: &Client, cfg: &Config, version: &ServerVersion, out: &mut Check
     let safe: Option<i64> = row.get(4);
     let pid: Option<i32> = row.get(5);
     let slot_failover: Option<bool> = row.get(6);
-    if slot_type != "logical" || plugin.as_deref() != Some("pgoutput") || database.as_deref() != Some(cfg.postgres.dbname.as_str()) {
+    if slot_type != "logical"
+        || plugin.as_deref() != Some("pgoutput")
+        || database.as_deref() != Some(cfg.postgres.dbname.as_str())
+    {
         out.fail(
             &name,
-            format!("is {slot_type} with plugin {} in database {}", plugin.as_deref().unwrap_or("none"), database.as_deref().unwrap_or("none")),
+            format!(
+                "is {slot_type} with plugin {} in database {}",
+                plugin.as_deref().unwrap_or("none"),
+                database.as_deref().unwrap_or("none")
+            ),
             format!("outboxd needs a logical pgoutput slot in {:?}: pick another --slot", cfg.postgres.dbname),
         );
         return Ok(());
@@ -322,7 +404,10 @@ async fn slot(c: &Client, cfg: &Config, version: &ServerVersion, out: &mut Check
         Some(pid) => {
             let holder = admin::timed(
                 "reading pg_stat_replication",
-                c.query_opt("SELECT application_name, host(client_addr) FROM pg_stat_replication WHERE pid = $1", &[&pid]),
+                c.query_opt(
+                    "SELECT application_name, host(client_addr) FROM pg_stat_replication WHERE pid = $1",
+                    &[&pid],
+                ),
             )
             .await?;
             let who = match holder {
@@ -359,9 +444,17 @@ fn retention(out: &mut Checks, name: &str, unlimited: bool, keep: &str, safe: Op
 
 /// On 17+, the facts that decide whether a promoted physical standby has this slot. Reported as
 /// info: outboxd does not ask for a failover slot.
-async fn failover_facts(c: &Client, version: &ServerVersion, slot_failover: Option<bool>, out: &mut Checks) -> Result<(), Error> {
+async fn failover_facts(
+    c: &Client,
+    version: &ServerVersion,
+    slot_failover: Option<bool>,
+    out: &mut Checks,
+) -> Result<(), Error> {
     if version.major() < 17 {
-        out.info("failover slots", format!("need PostgreSQL 17 (this is {}): the slot stays on this server", version.text));
+        out.info(
+            "failover slots",
+            format!("need PostgreSQL 17 (this is {}): the slot stays on this server", version.text),
+        );
         return Ok(());
     }
     let standby_slots = setting(c, "synchronized_standby_slots").await?;

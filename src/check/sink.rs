@@ -1,6 +1,7 @@
 //! The broker half of `outboxd check`. Kafka: the cluster answers a metadata request, and every
 //! topic the outbox rows now route to (and the dead-letter topic with `--on-bad-event dlq`)
-//! exists or would be accepted by CreateTopics (asked with `validate_only`, so nothing is made).
+//! exists or would be accepted by CreateTopics (asked with `validate_only`, so Kafka makes nothing;
+//! a broker that ignores the flag, such as tansu 0.6, creates it as `run` would have).
 //! NATS and Redis: the server accepts a TCP connection (the login is not tried).
 
 use std::time::Duration;
@@ -25,14 +26,18 @@ pub(super) async fn check(cfg: &Config, routed: &[String], out: &mut Checks) {
 
 async fn kafka(cfg: &Config, routed: &[String], out: &mut Checks) {
     let k = &cfg.kafka;
-    let admin: AdminClient<DefaultClientContext> =
-        match kafka_client::create(&kafka_client::admin_config(k, "outboxd-check"), DefaultClientContext, "admin client", k) {
-            Ok(a) => a,
-            Err(e) => {
-                out.fail("kafka", e.to_string(), "fix --kafka-property / --kafka-property-file");
-                return;
-            }
-        };
+    let admin: AdminClient<DefaultClientContext> = match kafka_client::create(
+        &kafka_client::admin_config(k, "outboxd-check"),
+        DefaultClientContext,
+        "admin client",
+        k,
+    ) {
+        Ok(a) => a,
+        Err(e) => {
+            out.fail("kafka", e.to_string(), "fix --kafka-property / --kafka-property-file");
+            return;
+        }
+    };
     let admin = std::sync::Arc::new(admin);
     let meta = {
         let admin = admin.clone();
@@ -71,7 +76,10 @@ async fn kafka(cfg: &Config, routed: &[String], out: &mut Checks) {
         topics.push(cfg.dlq_topic.clone());
     }
     if topics.is_empty() {
-        out.info("kafka topics", "the outbox is empty, so no topic name is known yet; run creates topics as events route to them");
+        out.info(
+            "kafka topics",
+            "the outbox is empty, so no topic name is known yet; run creates topics as events route to them",
+        );
         return;
     }
     let opts = AdminOptions::new().validate_only(true).request_timeout(Some(TIMEOUT)).operation_timeout(Some(TIMEOUT));
@@ -121,8 +129,16 @@ fn first_host_port(url: &str, default_port: u16) -> String {
 async fn tcp(out: &mut Checks, name: &str, shown: &str, addr: String) {
     match tokio::time::timeout(TIMEOUT, tokio::net::TcpStream::connect(&addr)).await {
         Ok(Ok(_)) => out.ok(name, format!("{shown} accepts connections (login not tried)")),
-        Ok(Err(e)) => out.fail(name, format!("cannot connect to {addr}: {e}"), format!("check the {name} URL and that the server runs")),
-        Err(_) => out.fail(name, format!("no answer from {addr} within {}s", TIMEOUT.as_secs()), format!("check the {name} URL and the network")),
+        Ok(Err(e)) => out.fail(
+            name,
+            format!("cannot connect to {addr}: {e}"),
+            format!("check the {name} URL and that the server runs"),
+        ),
+        Err(_) => out.fail(
+            name,
+            format!("no answer from {addr} within {}s", TIMEOUT.as_secs()),
+            format!("check the {name} URL and the network"),
+        ),
     }
 }
 
