@@ -133,3 +133,28 @@ fn postgres_12_is_an_unsupported_version() {
     let (code, report) = check_json(&check_args(&pg.url(), "127.0.0.1:9", &["--sink", "null"]));
     assert_only_failure(code, &report, "server version", "unsupported version");
 }
+
+#[test]
+fn on_postgres_17_a_held_slot_names_its_holder_and_failover_facts_are_reported() {
+    let pg = PgCluster::start_version(17);
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    let mut d = Outboxd::spawn_streaming(&daemon_args_pg_only(&pg, &["--sink", "null"]));
+    let pid = pg.psql("SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'outboxd'");
+    let app = pg.psql(&format!("SELECT application_name FROM pg_stat_replication WHERE pid = {pid}"));
+    let (code, report) = check_json(&check_args(&pg.url(), "127.0.0.1:9", &["--sink", "null"]));
+    // A held slot is a warning: run would wait as a standby.
+    assert_eq!(code, 0, "{report:#}");
+    let warns = with_status(&report, "warn");
+    let held = warns.iter().find(|w| w.0 == "slot outboxd active").unwrap_or_else(|| panic!("{report:#}"));
+    assert!(
+        held.1.contains(&format!("pid {pid}")) && held.1.contains(&format!("application_name {app:?}")),
+        "{held:?}"
+    );
+    let infos = with_status(&report, "info");
+    let failover = infos.iter().find(|i| i.0 == "failover slots").unwrap_or_else(|| panic!("{report:#}"));
+    assert!(
+        failover.1.contains("failover = false") && failover.1.contains("synchronized_standby_slots is empty"),
+        "{failover:?}"
+    );
+    d.stop_cleanly();
+}
