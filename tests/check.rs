@@ -1,7 +1,8 @@
 //! `outboxd check` against real servers: a healthy setup passes (exit 0, `--json` parses), and
 //! each failure class we can provoke cheaply fails (exit 1) with exactly that check failed and
-//! its fix named: wal_level=replica, a role without REPLICATION, a missing column, a publication
-//! that does not publish --table, an unreachable broker, a PostgreSQL 12 server.
+//! its fix named: wal_level=replica, a role without REPLICATION, a role that must create the
+//! publication but does not own the table, a missing column, a publication that does not publish
+//! --table, an unreachable broker, a PostgreSQL 12 server. On 17, a held slot names its holder.
 
 mod common;
 
@@ -66,7 +67,9 @@ fn healthy_setup_passes_and_each_broken_piece_fails_with_its_fix() {
          CREATE PUBLICATION other_pub FOR TABLE public.thin;\n\
          CREATE PUBLICATION outboxd FOR TABLE public.outbox;\n\
          CREATE ROLE plain LOGIN PASSWORD 'plain-pw';\n\
-         GRANT SELECT ON public.outbox TO plain;",
+         GRANT SELECT ON public.outbox TO plain;\n\
+         CREATE ROLE relay LOGIN REPLICATION PASSWORD 'relay-pw';\n\
+         GRANT SELECT ON public.outbox TO relay;",
     );
     let broker = Broker::start();
     let url = pg.url();
@@ -97,6 +100,11 @@ fn healthy_setup_passes_and_each_broken_piece_fails_with_its_fix() {
     // A role without REPLICATION.
     let (code, report) = check_json(&check_args(&pg.url_for("plain", "plain-pw"), &bootstrap, &[]));
     assert_only_failure(code, &report, "role REPLICATION", "ALTER ROLE \"plain\" REPLICATION");
+
+    // A publication that run must create, and a role that does not own the table.
+    let (code, report) =
+        check_json(&check_args(&pg.url_for("relay", "relay-pw"), &bootstrap, &["--publication", "not_yet"]));
+    assert_only_failure(code, &report, "table public.outbox owner", "CREATE PUBLICATION \"not_yet\" FOR TABLE");
 
     // A table without the key and payload columns (its publication is fine).
     let (code, report) =
