@@ -99,12 +99,13 @@ ensure_tools() {
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
       || echo "note: promtool not installable; the alert rules are still checked by parsing"
   fi
-  # tests/*_on_postgres_14 run against this build; they fail (not skip) without it.
-  ensure_pg_version 14 >/dev/null \
-    || echo "note: PostgreSQL 14 not installed; the *_on_postgres_14 tests will fail" >&2
-  # tests/failover.rs runs a PostgreSQL 17 primary and standby (failover slots).
-  ensure_pg_version 17 >/dev/null \
-    || echo "note: PostgreSQL 17 not installed; tests/failover.rs will fail" >&2
+  # tests/compat.rs (13, 14, 16, 17, 18, and 12 for the refusal), tests/check.rs (12) and
+  # tests/*_on_postgres_14 run against these builds; they fail (not skip) without them.
+  local major
+  for major in 12 13 14 16 17 18; do
+    ensure_pg_version "$major" >/dev/null \
+      || echo "note: PostgreSQL $major not installed; the tests that start it will fail" >&2
+  done
   if ! command -v tansu >/dev/null 2>&1; then
     echo "installing tansu 0.6.0 (about 13 minutes on 2 cores)..."
     cargo install tansu --version 0.6.0 --locked --features dynostore,libsql

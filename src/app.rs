@@ -46,6 +46,16 @@ pub struct Handles {
 pub async fn run<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Result<(), Error> {
     {
         let client = admin::connect(cfg).await?;
+        let version = admin::server_version(&client).await?;
+        version.check_supported()?;
+        if !version.decodes_messages() && !cfg.heartbeat_interval.is_zero() {
+            tracing::warn!(
+                server = %version.text,
+                "PostgreSQL 13's pgoutput cannot pass logical messages (the messages option is 14+): heartbeats are \
+                 written to WAL and still move an idle slot, but are not decoded, so they do not prove the stream alive; \
+                 --heartbeat-action-query works as usual"
+            );
+        }
         admin::check_wal_level(&client).await?;
         admin::check_tables(&client, cfg).await?;
         if cfg.require_empty_tables {
@@ -157,16 +167,19 @@ async fn session<S: Sink>(
             ))
             .into());
         }
-        admin::check_failover(&client, cfg).await?;
+        // Per session: after a failover the server (and its version) may be another one.
+        let version = admin::server_version(&client).await?;
+        version.check_supported()?;
+        admin::check_failover(&client, cfg, &version).await?;
         // Once this process has streamed, a missing slot was lost (a failover), not never made.
         let missing = if state.streamed_once && !cfg.slot_recreate_after_loss {
             admin::MissingSlot::Lost
         } else {
             admin::MissingSlot::Create
         };
-        take_slot(&client, cfg, state.own_walsender, missing).await
+        Ok::<_, Error>((take_slot(&client, cfg, state.own_walsender, missing).await?, version))
     };
-    let slot = match tokio::time::timeout(admin::ADMIN_TIMEOUT * 2, checks).await {
+    let (slot, version) = match tokio::time::timeout(admin::ADMIN_TIMEOUT * 2, checks).await {
         Ok(r) => r?,
         Err(_) => return Err(stalled("the slot and publication checks")),
     };
@@ -185,7 +198,8 @@ async fn session<S: Sink>(
         }
         tracing::info!(slot = %cfg.slot, "turned FAILOVER on for the existing slot (--slot-failover)");
     }
-    let heartbeats = !cfg.heartbeat_interval.is_zero();
+    // pgoutput before 14 rejects the `messages` option; heartbeats then move the slot by keepalives.
+    let heartbeats = !cfg.heartbeat_interval.is_zero() && version.decodes_messages();
     let from = resume_point(&slot, state.confirmed.as_ref(), &history);
     let start = conn.start_replication(&cfg.slot, from, &cfg.publication, heartbeats, cfg.wal_receiver_timeout);
     let stream = match tokio::time::timeout(admin::ADMIN_TIMEOUT, start).await {

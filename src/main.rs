@@ -34,6 +34,7 @@ fn main() -> ExitCode {
         Command::Run(args) => args,
         Command::Config(args) => return print_config(&args, &explicit),
         Command::Status(args) => return exit_with(block_on(outboxd::status::run(&args))),
+        Command::Check(args) => return check(&args, &explicit),
         Command::Dlq(cmd) => return exit_with(block_on(outboxd::dlq::tool::run(cmd))),
         Command::Schema(cmd) => return exit_with(block_on(outboxd::schema_check::run(cmd))),
         Command::Shadow(cmd) => return exit_with(block_on(outboxd::shadow::tool::run(cmd))),
@@ -87,6 +88,17 @@ fn print_config(args: &RunArgs, explicit: &dyn Fn(&str) -> bool) -> ExitCode {
             println!("{}", cfg.to_flags().join(" \\\n  "));
             ExitCode::SUCCESS
         }
+        Err(e) => {
+            eprintln!("outboxd: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `outboxd check`: a flag error exits 2 as for `run`; otherwise the report's verdict (0 or 1).
+fn check(args: &outboxd::config::CheckArgs, explicit: &dyn Fn(&str) -> bool) -> ExitCode {
+    match Config::from_args_with_file(&args.run, explicit) {
+        Ok(cfg) => exit_with(block_on(outboxd::check::run(&cfg, args.json))),
         Err(e) => {
             eprintln!("outboxd: error: {e}");
             ExitCode::from(2)

@@ -213,7 +213,7 @@ fn help_envs(help: &str) -> BTreeSet<String> {
 /// Every OUTBOXD_* variable any subcommand reads.
 fn all_envs() -> BTreeSet<String> {
     let subs: &[&[&str]] =
-        &[&["run"], &["config"], &["status"], &["dlq", "list"], &["dlq", "replay"], &["shadow", "compare"]];
+        &[&["run"], &["config"], &["check"], &["status"], &["dlq", "list"], &["dlq", "replay"], &["shadow", "compare"]];
     subs.iter().flat_map(|s| help_envs(&help(s))).collect()
 }
 

@@ -32,6 +32,9 @@ pub enum Command {
     Config(Box<RunArgs>),
     /// Show the slot, the publication and the server settings outboxd depends on.
     Status(StatusArgs),
+    /// Preflight with the flags of `run`: print a table of checks, each failure with its fix.
+    /// Exit 0 when nothing fails (warnings keep 0), 1 otherwise.
+    Check(Box<CheckArgs>),
     /// Inspect and replay the dead-letter topic.
     #[command(subcommand)]
     Dlq(DlqCommand),
@@ -95,6 +98,17 @@ pub struct DecryptArgs {
     pub encrypt_key_file: PathBuf,
     /// JSON lines to decrypt; stdin when left out or `-`.
     pub input: Option<PathBuf>,
+}
+
+/// Flags of `outboxd check`: every flag of `run` (only the connection, slot, publication, table,
+/// column, routing and sink ones are used), plus `--json`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Machine-readable output: {"ok", "failures", "warnings", "checks": [{name, status, detail, fix}]}.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Flags of `outboxd status`.

@@ -248,6 +248,60 @@ fn db(what: &str, e: tokio_postgres::Error) -> Error {
     }
 }
 
+/// The oldest PostgreSQL major version outboxd runs on.
+pub const MIN_SERVER_MAJOR: u32 = 13;
+/// The first major version whose pgoutput takes the `messages` option, so heartbeats
+/// (`pg_logical_emit_message`) reach us decoded. On 13 they are written to WAL but never sent.
+pub const MESSAGES_SINCE_MAJOR: u32 = 14;
+
+/// The server's version: `server_version_num` (e.g. 170004) and the human text (e.g. "17.4").
+#[derive(Debug, Clone)]
+pub struct ServerVersion {
+    pub num: u32,
+    pub text: String,
+}
+
+impl ServerVersion {
+    pub fn major(&self) -> u32 {
+        self.num / 10000
+    }
+
+    /// Whether pgoutput can pass our heartbeat messages through (`messages` option).
+    pub fn decodes_messages(&self) -> bool {
+        self.major() >= MESSAGES_SINCE_MAJOR
+    }
+
+    /// `Err` with a one-line reason for a server older than [`MIN_SERVER_MAJOR`].
+    pub fn check_supported(&self) -> Result<(), Definite> {
+        if self.major() < MIN_SERVER_MAJOR {
+            return Err(Definite::Setup(format!(
+                "unsupported version: PostgreSQL {} is too old; outboxd needs PostgreSQL {MIN_SERVER_MAJOR} or newer \
+                 (13 to 18 are tested): upgrade the server",
+                self.text
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Read the server's version.
+pub async fn server_version(client: &Client) -> Result<ServerVersion, Error> {
+    let row = timed(
+        "reading the server version",
+        client.query_one("SELECT current_setting('server_version_num'), current_setting('server_version')", &[]),
+    )
+    .await?;
+    let num: String = row.get(0);
+    let text: String = row.get(1);
+    let num = num
+        .trim()
+        .parse()
+        .map_err(|_| Definite::Setup(format!("the server reported server_version_num {num:?}, not a number")))?;
+    // "16.4 (Debian 16.4-1.pgdg120+1)": the first word is enough.
+    let text = text.split_whitespace().next().unwrap_or_default().to_owned();
+    Ok(ServerVersion { num, text })
+}
+
 /// `wal_level` must be `logical`.
 pub async fn check_wal_level(client: &Client) -> Result<(), Error> {
     let row = client.query_one("SHOW wal_level", &[]).await.map_err(|e| db("reading wal_level", e))?;
@@ -286,6 +340,28 @@ async fn check_table(client: &Client, cfg: &Config, table: &TableName) -> Result
         .into());
     }
     let have: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    for (col, flag) in needed_columns(cfg) {
+        if !have.iter().any(|h| h == col) {
+            return Err(Definite::Setup(format!(
+                "table {table} has no column {col:?} (needed by {flag}); add the column or change {flag}"
+            ))
+            .into());
+        }
+    }
+    let r = &cfg.route;
+    if r.contracts.is_some() && !have.contains(&r.type_field) {
+        return Err(Definite::Setup(format!(
+            "table {table} has no column {:?} (the event type, set by --table-field-event-type) that --schema-dir needs to pick a schema; add the column or point the flag at it",
+            r.type_field
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// The columns every outbox table must have, each with the flag that names it: routed (topic),
+/// key, id and payload first, then the optional ones this configuration uses.
+pub fn needed_columns(cfg: &Config) -> Vec<(&str, &'static str)> {
     let r = &cfg.route;
     let mut need = vec![
         (r.route_by_field.as_str(), "--route-by-field"),
@@ -305,22 +381,7 @@ async fn check_table(client: &Client, cfg: &Config, table: &TableName) -> Result
             need.push((&p.column, "--table-fields-additional-placement"));
         }
     }
-    for (col, flag) in need {
-        if !have.iter().any(|h| h == col) {
-            return Err(Definite::Setup(format!(
-                "table {table} has no column {col:?} (needed by {flag}); add the column or change {flag}"
-            ))
-            .into());
-        }
-    }
-    if r.contracts.is_some() && !have.contains(&r.type_field) {
-        return Err(Definite::Setup(format!(
-            "table {table} has no column {:?} (the event type, set by --table-field-event-type) that --schema-dir needs to pick a schema; add the column or point the flag at it",
-            r.type_field
-        ))
-        .into());
-    }
-    Ok(())
+    need
 }
 
 /// `snapshot.mode=initial` in a Debezium file: outboxd takes no snapshots, so existing rows would
@@ -429,29 +490,19 @@ pub enum MissingSlot {
     Lost,
 }
 
-/// `server_version_num`, e.g. 170004.
-pub async fn server_version_num(client: &Client) -> Result<i32, Error> {
-    let row = timed("reading server_version_num", client.query_one("SHOW server_version_num", &[])).await?;
-    let v: String = row.get(0);
-    v.trim().parse().map_err(|_| Definite::Setup(format!("server_version_num {v:?} is not a number")).into())
-}
-
 /// `--slot-failover` checks, at start-up and on every reconnect: PostgreSQL 17+ (a definite error
 /// before), and a warning when the primary's `synchronized_standby_slots` is empty: then a
 /// synchronized copy of the slot may lag what we confirmed, and a standby promoted at that moment
 /// has a slot behind our position (events sent again: duplicates), or not yet the slot at all.
-pub async fn check_failover(client: &Client, cfg: &Config) -> Result<(), Error> {
+pub async fn check_failover(client: &Client, cfg: &Config, version: &ServerVersion) -> Result<(), Error> {
     if !cfg.slot_failover {
         return Ok(());
     }
-    let v = server_version_num(client).await?;
-    if v < 170000 {
+    if version.major() < 17 {
         return Err(Definite::Setup(format!(
-            "--slot-failover needs PostgreSQL 17 or later (failover slots), but {} runs {}.{}: remove --slot-failover \
+            "--slot-failover needs PostgreSQL 17 or later (failover slots), but {} runs {}: remove --slot-failover \
              (slot.failover in --debezium-config) or upgrade the server",
-            cfg.postgres,
-            v / 10000,
-            v % 10000
+            cfg.postgres, version.text
         ))
         .into());
     }
@@ -588,4 +639,23 @@ pub async fn slot_lag(client: &Client, slot: &str) -> Result<Option<SlotLag>, Er
         .await
         .map_err(|e| db("reading the slot's lag", e))?;
     Ok(row.map(|r| SlotLag { lag_bytes: r.get::<_, Option<i64>>(0).unwrap_or(0), safe_wal_size: r.get(1) }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_before_13_are_refused_and_messages_start_at_14() {
+        let v = |num, text: &str| ServerVersion { num, text: text.into() };
+        let old = v(120022, "12.22").check_supported().unwrap_err().to_string();
+        assert!(old.contains("unsupported version") && old.contains("12.22") && old.contains("13 or newer"), "{old}");
+        assert!(v(90624, "9.6.24").check_supported().is_err());
+        for (num, text) in [(130023, "13.23"), (140023, "14.23"), (150018, "15.18"), (180004, "18.4")] {
+            assert!(v(num, text).check_supported().is_ok(), "{text}");
+        }
+        assert!(!v(130023, "13.23").decodes_messages());
+        assert!(v(140000, "14.0").decodes_messages());
+        assert_eq!(v(170010, "17.10").major(), 17);
+    }
 }

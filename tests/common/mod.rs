@@ -353,6 +353,8 @@ impl PgCluster {
             "log_connections = on",
             "log_replication_commands = on",
             "log_line_prefix = '%m [%p] %q%u@%d '",
+            // The default before 14 is md5, and pg_hba.conf asks for SCRAM.
+            "password_encryption = 'scram-sha-256'",
         ] {
             conf.push_str(line);
             conf.push('\n');

@@ -1,0 +1,156 @@
+//! The broker half of `outboxd check`. Kafka: the cluster answers a metadata request, and every
+//! topic the outbox rows now route to (and the dead-letter topic with `--on-bad-event dlq`)
+//! exists or would be accepted by CreateTopics (asked with `validate_only`, so Kafka makes nothing;
+//! a broker that ignores the flag, such as tansu 0.6, creates it as `run` would have).
+//! NATS and Redis: the server accepts a TCP connection (the login is not tried).
+
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+
+use super::Checks;
+use crate::config::{BadEventPolicy, Config, SinkKind};
+use crate::sink::kafka_client;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(super) async fn check(cfg: &Config, routed: &[String], out: &mut Checks) {
+    match cfg.sink {
+        SinkKind::Kafka => kafka(cfg, routed, out).await,
+        SinkKind::Nats => tcp(out, "nats", &cfg.nats.url_masked(), first_host_port(&cfg.nats.url, 4222)).await,
+        SinkKind::Redis => tcp(out, "redis", &cfg.redis.url_masked(), first_host_port(&cfg.redis.url, 6379)).await,
+        SinkKind::Stdout | SinkKind::Null => out.info("sink", "no broker to check (--sink stdout or null)"),
+    }
+}
+
+async fn kafka(cfg: &Config, routed: &[String], out: &mut Checks) {
+    let k = &cfg.kafka;
+    let admin: AdminClient<DefaultClientContext> = match kafka_client::create(
+        &kafka_client::admin_config(k, "outboxd-check"),
+        DefaultClientContext,
+        "admin client",
+        k,
+    ) {
+        Ok(a) => a,
+        Err(e) => {
+            out.fail("kafka", e.to_string(), "fix --kafka-property / --kafka-property-file");
+            return;
+        }
+    };
+    let admin = std::sync::Arc::new(admin);
+    let meta = {
+        let admin = admin.clone();
+        tokio::task::spawn_blocking(move || {
+            admin.inner().fetch_metadata(None, TIMEOUT).map(|m| {
+                let topics: Vec<String> = m
+                    .topics()
+                    .iter()
+                    .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+                    .map(|t| t.name().to_owned())
+                    .collect();
+                (m.brokers().len(), topics)
+            })
+        })
+        .await
+    };
+    let (brokers, existing) = match meta {
+        Ok(Ok(m)) => m,
+        Ok(Err(e)) => {
+            let e = kafka_client::scrub(&e.to_string(), &k.properties);
+            out.fail(
+                "kafka",
+                format!("no answer from {} within {}s: {e}", k.brokers, TIMEOUT.as_secs()),
+                "check --kafka-brokers, that the broker runs and is reachable from here, and the security properties",
+            );
+            return;
+        }
+        Err(e) => {
+            out.fail("kafka", format!("the metadata request failed: {e}"), "retry; check --kafka-brokers");
+            return;
+        }
+    };
+    out.ok("kafka", format!("{} answered ({brokers} brokers)", k.brokers));
+    let mut topics: Vec<String> = routed.to_vec();
+    if cfg.on_bad_event == BadEventPolicy::Dlq && !topics.contains(&cfg.dlq_topic) {
+        topics.push(cfg.dlq_topic.clone());
+    }
+    if topics.is_empty() {
+        out.info(
+            "kafka topics",
+            "the outbox is empty, so no topic name is known yet; run creates topics as events route to them",
+        );
+        return;
+    }
+    let opts = AdminOptions::new().validate_only(true).request_timeout(Some(TIMEOUT)).operation_timeout(Some(TIMEOUT));
+    for topic in topics {
+        let name = format!("topic {topic}");
+        if existing.contains(&topic) {
+            out.ok(name, "exists");
+            continue;
+        }
+        let partitions = if k.topic_partitions > 0 { k.topic_partitions } else { 1 };
+        let replication = if k.topic_replication_factor > 0 { k.topic_replication_factor } else { 1 };
+        let new = NewTopic::new(&topic, partitions, TopicReplication::Fixed(replication));
+        match admin.create_topics([&new], &opts).await {
+            Ok(r) => match r.into_iter().next() {
+                Some(Ok(_)) | Some(Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists))) => {
+                    out.ok(name, "missing; the broker accepts its creation")
+                }
+                Some(Err((_, code))) => out.fail(
+                    name,
+                    format!("missing, and the broker refuses to create it: {code}"),
+                    "create the topic yourself, or grant the CREATE ACL / fix --topic-partitions and --topic-replication-factor",
+                ),
+                None => out.fail(name, "missing; the broker gave no answer about creating it", "create the topic yourself"),
+            },
+            Err(e) => out.fail(
+                name,
+                format!("missing; asking to create it failed: {}", kafka_client::scrub(&e.to_string(), &k.properties)),
+                "create the topic yourself or check the broker",
+            ),
+        }
+    }
+}
+
+/// `host:port` of the first server in a `scheme://[user[:pass]@]host[:port][,...]` URL.
+fn first_host_port(url: &str, default_port: u16) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.split([',', '/', '?']).next().unwrap_or_default();
+    let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let has_port = host.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) && !host.ends_with(']');
+    if has_port {
+        host.to_owned()
+    } else {
+        format!("{host}:{default_port}")
+    }
+}
+
+async fn tcp(out: &mut Checks, name: &str, shown: &str, addr: String) {
+    match tokio::time::timeout(TIMEOUT, tokio::net::TcpStream::connect(&addr)).await {
+        Ok(Ok(_)) => out.ok(name, format!("{shown} accepts connections (login not tried)")),
+        Ok(Err(e)) => out.fail(
+            name,
+            format!("cannot connect to {addr}: {e}"),
+            format!("check the {name} URL and that the server runs"),
+        ),
+        Err(_) => out.fail(
+            name,
+            format!("no answer from {addr} within {}s", TIMEOUT.as_secs()),
+            format!("check the {name} URL and the network"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_host_port;
+
+    #[test]
+    fn first_server_of_a_url() {
+        assert_eq!(first_host_port("nats://127.0.0.1:4222", 4222), "127.0.0.1:4222");
+        assert_eq!(first_host_port("nats://u:p@a:1,nats://b:2", 4222), "a:1");
+        assert_eq!(first_host_port("redis://:secret@cache/0", 6379), "cache:6379");
+        assert_eq!(first_host_port("rediss://h:6380?x=1", 6379), "h:6380");
+    }
+}
