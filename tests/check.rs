@@ -164,5 +164,19 @@ fn on_postgres_17_a_held_slot_names_its_holder_and_failover_facts_are_reported()
         failover.1.contains("failover = false") && failover.1.contains("synchronized_standby_slots is empty"),
         "{failover:?}"
     );
+    // Asking for a failover slot makes the empty synchronized_standby_slots a warning with its fix.
+    let (code, report) = check_json(&check_args(&pg.url(), "127.0.0.1:9", &["--sink", "null", "--slot-failover"]));
+    assert_eq!(code, 0, "{report:#}");
+    let warns = with_status(&report, "warn");
+    let w = warns.iter().find(|w| w.0 == "failover slots").unwrap_or_else(|| panic!("{report:#}"));
+    assert!(w.2.contains("synchronized_standby_slots"), "{w:?}");
     d.stop_cleanly();
+}
+
+#[test]
+fn slot_failover_before_postgres_17_fails_with_the_fix() {
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    let (code, report) = check_json(&check_args(&pg.url(), "127.0.0.1:9", &["--sink", "null", "--slot-failover"]));
+    assert_only_failure(code, &report, "failover slots", "remove --slot-failover");
 }
