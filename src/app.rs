@@ -45,6 +45,9 @@ pub async fn run<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Resul
     {
         let client = admin::connect(cfg).await?;
         admin::check_wal_level(&client).await?;
+        if !cfg.messages_prefixes.is_empty() {
+            admin::check_messages_supported(&client).await?;
+        }
         admin::check_tables(&client, cfg).await?;
         if cfg.require_empty_tables {
             admin::check_empty(&client, cfg).await?;
@@ -155,9 +158,10 @@ async fn session<S: Sink>(
         Ok(r) => r?,
         Err(_) => return Err(stalled("IDENTIFY_SYSTEM")),
     };
-    let heartbeats = !cfg.heartbeat_interval.is_zero();
+    // pgoutput's `messages` option carries our heartbeats and the --messages-prefix events.
+    let messages = !cfg.heartbeat_interval.is_zero() || !cfg.messages_prefixes.is_empty();
     let from = resume_point(&slot, state.confirmed.as_ref(), &history);
-    let start = conn.start_replication(&cfg.slot, from, &cfg.publication, heartbeats, cfg.wal_receiver_timeout);
+    let start = conn.start_replication(&cfg.slot, from, &cfg.publication, messages, cfg.wal_receiver_timeout);
     let stream = match tokio::time::timeout(admin::ADMIN_TIMEOUT, start).await {
         Ok(r) => r?,
         Err(_) => return Err(stalled("START_REPLICATION")),

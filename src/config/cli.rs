@@ -291,9 +291,15 @@ pub struct RunArgs {
     /// Publication the slot streams (see --publication-autocreate).
     #[arg(long, default_value = "outboxd")]
     pub publication: String,
-    /// An outbox table, as SCHEMA.TABLE; repeatable (the same options apply to each).
+    /// An outbox table, as SCHEMA.TABLE; repeatable (the same options apply to each). An empty
+    /// value (`--table ''`) means no table: events come only from --messages-prefix.
     #[arg(long = "table", default_value = "public.outbox")]
     pub tables: Vec<String>,
+    /// Transactional logical messages, `pg_logical_emit_message(true, PREFIX, <JSON object>)`, whose
+    /// prefix equals PREFIX are events too; repeatable (comma-separated in the environment).
+    /// Needs PostgreSQL 14 or later.
+    #[arg(long = "messages-prefix", env = "OUTBOXD_MESSAGES_PREFIX", value_name = "PREFIX", value_delimiter = ',')]
+    pub messages_prefixes: Vec<String>,
     /// What to do when the publication is missing.
     #[arg(long, value_enum, default_value_t = PublicationAutocreate::Filtered)]
     pub publication_autocreate: PublicationAutocreate,
