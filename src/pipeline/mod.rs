@@ -349,7 +349,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                     }
                 }
             }
-            LogicalMessage::Message(m) if self.cfg.messages_prefixes.iter().any(|p| *p == m.prefix) => {
+            LogicalMessage::Message(m) if self.cfg.messages_prefixes.contains(&m.prefix) => {
                 self.on_event_message(at, m).await?;
             }
             LogicalMessage::Message(m) => {

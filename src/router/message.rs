@@ -86,7 +86,12 @@ impl MessageRoute {
             replica_identity: b'n',
             columns,
         };
-        Ok(MessageRoute { route: Route::compile(cfg, &rel)?, fields, key_field: cfg.key_field.clone(), id_field: cfg.id_field.clone() })
+        Ok(MessageRoute {
+            route: Route::compile(cfg, &rel)?,
+            fields,
+            key_field: cfg.key_field.clone(),
+            id_field: cfg.id_field.clone(),
+        })
     }
 
     /// The compiled route the tuples of [`MessageRoute::tuple`] go through.
@@ -114,7 +119,10 @@ impl MessageRoute {
         if !object.contains_key(&self.key_field) {
             let mut b = bad(
                 MISSING_KEY,
-                format!("the logical message has no {:?} field (the key, set by --table-field-event-key)", self.key_field),
+                format!(
+                    "the logical message has no {:?} field (the key, set by --table-field-event-key)",
+                    self.key_field
+                ),
             );
             b.event_id = object.get(&self.id_field).filter(|v| v.get() != "null").and_then(|v| text(v));
             return Err(b);
@@ -173,6 +181,7 @@ mod tests {
         crate::router::tests::default_route_config()
     }
 
+    #[allow(clippy::result_large_err)]
     fn routed(content: &str) -> Result<crate::router::Record, BadEvent> {
         let m = MessageRoute::compile(&cfg()).unwrap();
         let tuple = m.tuple(&Bytes::from(content.to_owned()))?;
@@ -194,14 +203,14 @@ mod tests {
         let h: Vec<(&str, &[u8])> = r.headers.iter().map(|(k, v)| (k.as_str(), &v[..])).collect();
         // Expanded as a row's headers column is: keys in serde_json's (sorted) order.
         assert_eq!(h, vec![("id", &b"e-1"[..]), ("n", b"3"), ("traceparent", b"00-x")]);
-        assert_eq!(r.timestamp_ms, Some(1_764_583_200_500));
+        assert_eq!(r.timestamp_ms, Some(1_796_119_200_500));
     }
 
     #[test]
     fn created_at_as_epoch_ms_or_absent() {
         let base = r#""event_id":"e","aggregate_id":"k","event_type":"t","payload":1"#;
-        let r = routed(&format!("{{{base},\"created_at\":1764583200500}}")).unwrap();
-        assert_eq!(r.timestamp_ms, Some(1_764_583_200_500));
+        let r = routed(&format!("{{{base},\"created_at\":1796119200500}}")).unwrap();
+        assert_eq!(r.timestamp_ms, Some(1_796_119_200_500));
         // Absent: the commit time (0 µs after 2000-01-01 here).
         let r = routed(&format!("{{{base}}}")).unwrap();
         assert_eq!(r.timestamp_ms, Some(946_684_800_000));
