@@ -29,9 +29,9 @@ mod show;
 mod validate;
 
 pub use cli::{
-    BadEventPolicy, Cli, Command, DecryptArgs, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs, InvalidOp,
-    KafkaClientArgs, LogFormat, PublicationAutocreate, RunArgs, SchemaCheckArgs, SchemaCommand, ShadowCommand,
-    ShadowCompareArgs, SinkKind, StatusArgs,
+    BackfillArgs, BadEventPolicy, Cli, Command, DecryptArgs, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs,
+    InvalidOp, KafkaClientArgs, LogFormat, PublicationAutocreate, RunArgs, SchemaCheckArgs, SchemaCommand,
+    ShadowCommand, ShadowCompareArgs, SinkKind, StatusArgs,
 };
 pub use kafka::{KafkaConfig, LoadedProperties, PropertyFile};
 pub use nats::{NatsConfig, StreamSpec};

@@ -435,7 +435,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
 /// Route one row (of a table, or of a logical message's synthetic relation) and mask it, before
 /// anything can see it: the sink, a log line, a dead-letter copy.
 #[allow(clippy::result_large_err)]
-fn route_masked(cfg: &Config, route: &Route, row: OutboxRow<'_>) -> Result<Record, BadEvent> {
+pub(crate) fn route_masked(cfg: &Config, route: &Route, row: OutboxRow<'_>) -> Result<Record, BadEvent> {
     let mask = &cfg.mask;
     let event_type = if mask.needs_event_type() { route.event_type(row) } else { None };
     let event_type = event_type.as_deref();
