@@ -237,7 +237,7 @@ fn rows_and_messages_share_a_slot_and_the_ack_rule() {
     assert!(pg.wait_slot_reaches_wal_end(T), "{}", d.log());
 }
 
-/// Messages only: no outbox table at all (`--table ''`).
+/// Messages only: no outbox table at all (`--table ''`), emitted by an ordinary role.
 #[test]
 fn messages_without_any_table() {
     let pg = PgCluster::start();
@@ -249,7 +249,12 @@ fn messages_without_any_table() {
         &["--table", "", "--messages-prefix", "outbox", "--publication", "msgs_only"],
     ));
     pg.psql("SELECT outbox_emit('a', 'k', 'tableless.v1', '{}')");
-    assert_eq!(broker.consume_all("tableless.v1.events", 1, 1, T).len(), 1);
+    // An ordinary application role (no superuser, no REPLICATION) may emit.
+    pg.psql("CREATE ROLE app_writer NOLOGIN");
+    pg.psql("SET ROLE app_writer; SELECT outbox_emit('a', 'k', 'tableless.v1', '{\"by\": \"app_writer\"}')");
+    let got = broker.consume_all("tableless.v1.events", 1, 2, T);
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[1].payload_json()["by"], "app_writer");
     assert_eq!(pg.psql("SELECT count(*) FROM pg_publication_tables WHERE pubname = 'msgs_only'"), "0");
 }
 

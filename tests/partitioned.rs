@@ -1,6 +1,7 @@
 //! The daily-partitioned outbox of `sql/07_partitioned.sql`: inserts into any partition stream
 //! under the table's own name (publish_via_partition_root), a publication that would name the
-//! partitions is refused with the fix, and the retention function drops only old days.
+//! partitions is refused with the fix, and the retention function drops only old days. Without
+//! partitions, inserting and deleting a row in one transaction still relays it.
 
 mod common;
 
@@ -105,5 +106,28 @@ fn retention_drops_old_days_only() {
     // The relay goes on across the drops.
     insert_at(&pg, "now()", 3);
     assert_eq!(broker.consume_all("part.v1.events", 1, 23, T).len(), 23, "{}", d.log());
+    assert!(pg.wait_slot_reaches_wal_end(T), "{}", d.log());
+}
+
+/// The cleanup that needs no partitions: insert and delete in one transaction. The insert is in
+/// WAL and is relayed; the table stays empty.
+#[test]
+fn insert_then_delete_in_one_transaction_is_relayed() {
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let broker = Broker::start();
+    let d = Outboxd::spawn_streaming(&daemon_args(&pg, &broker, &["--status-interval", "500ms"]));
+    for i in 0..5 {
+        pg.psql(&format!(
+            "BEGIN; INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, event_id) \
+             VALUES ('d', 'k', 'gone.v1', '{{\"i\": {}}}', '00000000-0000-4000-8000-00000000000{i}'); \
+             DELETE FROM outbox WHERE event_id = '00000000-0000-4000-8000-00000000000{i}'; COMMIT;",
+            i + 100
+        ));
+    }
+    assert_eq!(pg.psql("SELECT count(*) FROM outbox"), "0");
+    let got = broker.consume_all("gone.v1.events", 1, 5, T);
+    let is: Vec<i64> = got.iter().map(|c| c.payload_json()["i"].as_i64().unwrap_or(-1)).collect();
+    assert_eq!(is, vec![100, 101, 102, 103, 104], "{}", d.log());
     assert!(pg.wait_slot_reaches_wal_end(T), "{}", d.log());
 }
