@@ -189,8 +189,8 @@ fn a_non_transactional_message_stops_the_relay_with_on_bad_event_fail() {
     assert!(!pg.slot_confirmed_at_least(&after), "the slot was confirmed past the refused message");
 }
 
-/// One slot, one transaction carrying a row and a message: both are delivered, and while the
-/// broker is frozen the slot is never confirmed past that transaction.
+/// One slot, one transaction carrying a row and a message: both are delivered. While the broker
+/// is frozen, the slot is never confirmed past a transaction whose only record is a message.
 #[test]
 fn rows_and_messages_share_a_slot_and_the_ack_rule() {
     let pg = PgCluster::start();
@@ -209,14 +209,17 @@ fn rows_and_messages_share_a_slot_and_the_ack_rule() {
     assert!(pg.wait_slot_reaches_wal_end(T));
 
     broker.pause();
-    // Message first, then the row, in one transaction; `before_commit` is the WAL position after
-    // both and before the commit record.
-    let before_commit = pg.psql(
+    // A transaction whose only record is a message, then one with a message and a row.
+    // `before_commit` is the WAL position after the message and before its commit record.
+    let lsn_of = |out: String| out.lines().rev().find(|l| l.contains('/')).expect("lsn").trim().to_owned();
+    let before_commit = lsn_of(pg.psql(
         "BEGIN; SELECT outbox_emit('m', 'k', 'mix.v1', '{\"from\": \"message-1\"}'); \
-         INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('m', 'k', 'mix.v1', '{\"from\": \"row-1\"}'); \
          SELECT pg_current_wal_insert_lsn(); COMMIT;",
+    ));
+    pg.psql(
+        "BEGIN; SELECT outbox_emit('m', 'k', 'mix.v1', '{\"from\": \"message-2\"}'); \
+         INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('m', 'k', 'mix.v1', '{\"from\": \"row-2\"}'); COMMIT;",
     );
-    let before_commit = before_commit.lines().rev().find(|l| l.contains('/')).expect("lsn").trim().to_owned();
     pg.psql("CREATE TABLE noise (x int); INSERT INTO noise SELECT generate_series(1, 5000)");
     let end = pg.current_lsn();
     let sent_all = format!(
@@ -230,10 +233,10 @@ fn rows_and_messages_share_a_slot_and_the_ack_rule() {
         std::thread::sleep(Duration::from_millis(200));
     }
     broker.resume();
-    let got = broker.consume_all("mix.v1.events", 1, 4, T);
+    let got = broker.consume_all("mix.v1.events", 1, 5, T);
     let from: Vec<String> =
         got.iter().map(|c| c.payload_json()["from"].as_str().unwrap_or_default().to_owned()).collect();
-    assert_eq!(from, vec!["row-0", "message-0", "message-1", "row-1"], "{}", d.log());
+    assert_eq!(from, vec!["row-0", "message-0", "message-1", "message-2", "row-2"], "{}", d.log());
     assert!(pg.wait_slot_reaches_wal_end(T), "{}", d.log());
 }
 
