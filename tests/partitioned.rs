@@ -107,6 +107,14 @@ fn retention_drops_old_days_only() {
     insert_at(&pg, "now()", 3);
     assert_eq!(broker.consume_all("part.v1.events", 1, 23, T).len(), 23, "{}", d.log());
     assert!(pg.wait_slot_reaches_wal_end(T), "{}", d.log());
+
+    // What is left (today's 3 rows) can still be backfilled, across partitions.
+    let left = pg.psql("SELECT count(*) FROM outbox");
+    let mut a = args(&["backfill", "--postgres-url", &pg.url(), "--since", "30d", "--sink", "null"]);
+    a.extend(args(&["--batch-size", "2"]));
+    let (code, log) = run_to_exit(&a, T);
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains(&format!("{left} rows read, {left} delivered")), "{left}: {log}");
 }
 
 /// The cleanup that needs no partitions: insert and delete in one transaction. The insert is in

@@ -1,10 +1,13 @@
 //! Reading an outbox table in pages for `outboxd backfill`.
 //!
-//! Keyset pagination: each page is one short `SELECT ... WHERE <range> AND (key) > (last key)
-//! ORDER BY key LIMIT n`, so memory holds one page, no transaction or snapshot stays open between
+//! Keyset pagination: each page is one short statement that picks `WHERE <range> AND (key) > (last
+//! key) ORDER BY key LIMIT n` on the key columns and then reads those rows by tuple id, so memory
+//! holds one page, no transaction or snapshot stays open between
 //! pages (no xmin pinned, no bloat), and rows inserted meanwhile do not shift the pages. The key is
 //! `(created_at, event_id)` for a time range, `event_id` otherwise; the last key goes back to the
-//! server as its own text, cast to the column's type, so the comparison is the server's.
+//! server as its own text, cast to the column's type, so the comparison is the server's. An index
+//! on the key columns (`(created_at, event_id)`) turns each page's choice into an index range
+//! scan; without one, each page sorts the range's keys (not its payloads).
 //!
 //! Every column is read as text, as pgoutput sends it (the session is pinned to the walsender's
 //! `DateStyle=ISO, TimeZone=UTC`), and described by the same [`Relation`] shape, so the rows go
@@ -150,14 +153,19 @@ impl Pages {
         let query = |extra: Option<String>| {
             let mut all = conds.clone();
             all.extend(extra);
+            let from = format!("{}.{}", quote_ident(&table.schema), quote_ident(&table.name));
+            let order = key_cols.join(", ");
+            // The page is chosen on the key columns alone, then its rows are fetched by tuple id:
+            // sorting rows with every column cast to text would read (and detoast) the whole
+            // range for every page.
             format!(
-                "SELECT {} FROM {}.{} WHERE {} ORDER BY {} LIMIT {}",
-                select.join(", "),
-                quote_ident(&table.schema),
-                quote_ident(&table.name),
+                "WITH page AS MATERIALIZED (SELECT tableoid AS outboxd_rel, ctid AS outboxd_row FROM {from} \
+                 WHERE {} ORDER BY {order} LIMIT {}) \
+                 SELECT {} FROM {from} WHERE ctid = ANY (ARRAY(SELECT outboxd_row FROM page)) \
+                 AND (tableoid, ctid) IN (SELECT outboxd_rel, outboxd_row FROM page) ORDER BY {order}",
                 all.join(" AND "),
-                key_cols.join(", "),
                 range.batch_size,
+                select.join(", "),
             )
         };
         let first_sql = query(None);
