@@ -21,6 +21,9 @@
 //! in-flight acks up to `--shutdown-timeout`, then sends a final status update. Every LSN that
 //! leaves this module comes from the [`AckTracker`]; see `pg::replication` for the contract.
 //!
+//! Transactional logical messages with a `--messages-prefix` prefix are events of their
+//! transaction, routed and acked exactly as rows ([`message`]).
+//!
 //! Bad events (a row the router refuses, a record the broker rejects for good) follow
 //! `--on-bad-event`: `fail` stops here, `dlq` sends a copy to the dead-letter topic whose ack
 //! stands in for the event's, `skip` counts and logs it. Retriable delivery trouble is never a bad
