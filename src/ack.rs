@@ -160,10 +160,23 @@ impl AckTracker {
 
     /// COMMIT of the open transaction. Returns the frontier after it.
     pub fn commit(&mut self, end_lsn: Lsn) -> Result<Lsn, AckError> {
-        let id = self.open.take().ok_or(AckError::NoOpenTxn("COMMIT"))?;
-        if end_lsn <= self.last_commit {
+        if self.open.is_some() && end_lsn <= self.last_commit {
             return Err(AckError::Backwards { end: end_lsn, prev: self.last_commit });
         }
+        self.close_open(end_lsn)
+    }
+
+    /// COMMIT of a transaction the caller opened for a record decoded outside any transaction (a
+    /// non-transactional logical message at `lsn`, sent to the dead-letter topic). Such a record
+    /// may start exactly where the previous commit ended, so its end is `lsn` or that commit's
+    /// end, whichever is later: confirming it never skips the record itself on a restart, since
+    /// the server resends messages that start at or after the confirmed LSN.
+    pub fn commit_standalone(&mut self, lsn: Lsn) -> Result<Lsn, AckError> {
+        self.close_open(lsn.max(self.last_commit))
+    }
+
+    fn close_open(&mut self, end_lsn: Lsn) -> Result<Lsn, AckError> {
+        let id = self.open.take().ok_or(AckError::NoOpenTxn("COMMIT"))?;
         self.last_commit = end_lsn;
         let txn = self.queue.back_mut().filter(|t| t.id == id).ok_or(AckError::UnknownTxn(id))?;
         txn.end_lsn = Some(end_lsn);
@@ -223,7 +236,8 @@ impl AckTracker {
         while let Some(t) = self.queue.front() {
             match t.end_lsn {
                 Some(end) if t.pending == 0 => {
-                    // end > confirmed holds: commit() checked end > last_commit >= confirmed.
+                    // end >= confirmed holds: commit() checked end > last_commit >= confirmed, and
+                    // commit_standalone() takes end >= last_commit.
                     self.confirmed = end;
                     self.queue.pop_front();
                 }
@@ -389,6 +403,31 @@ mod tests {
         assert_eq!(t.in_flight(), 1);
         assert_eq!(t.ack(a).unwrap(), lsn(200));
         assert!(!t.busy());
+    }
+
+    #[test]
+    fn a_standalone_record_waits_for_its_ack_and_never_goes_backwards() {
+        let mut t = AckTracker::new(lsn(100));
+        let a = t.begin(0).unwrap();
+        t.record().unwrap();
+        t.commit(lsn(200)).unwrap();
+        // A non-transactional message starting right where that commit ended.
+        let b = t.begin(0).unwrap();
+        t.record().unwrap();
+        assert_eq!(t.commit_standalone(lsn(200)).unwrap(), lsn(100));
+        assert_eq!(t.ack(b).unwrap(), lsn(100), "the earlier transaction is not acked yet");
+        assert_eq!(t.ack(a).unwrap(), lsn(200));
+        // One at a later LSN moves the frontier to it once acked; an earlier LSN is clamped up.
+        let c = t.begin(0).unwrap();
+        t.record().unwrap();
+        t.commit_standalone(lsn(260)).unwrap();
+        assert_eq!(t.confirmed(), lsn(200));
+        assert_eq!(t.ack(c).unwrap(), lsn(260));
+        t.begin(0).unwrap();
+        assert_eq!(t.commit_standalone(lsn(10)).unwrap(), lsn(260));
+        // A real commit must still be strictly later.
+        t.begin(0).unwrap();
+        assert!(t.commit(lsn(260)).is_err());
     }
 
     #[test]

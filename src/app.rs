@@ -57,6 +57,9 @@ pub async fn run<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Resul
             );
         }
         admin::check_wal_level(&client).await?;
+        if !cfg.messages_prefixes.is_empty() {
+            admin::check_messages_supported(&version)?;
+        }
         admin::check_tables(&client, cfg).await?;
         if cfg.require_empty_tables {
             admin::check_empty(&client, cfg).await?;
@@ -198,10 +201,12 @@ async fn session<S: Sink>(
         }
         tracing::info!(slot = %cfg.slot, "turned FAILOVER on for the existing slot (--slot-failover)");
     }
-    // pgoutput before 14 rejects the `messages` option; heartbeats then move the slot by keepalives.
-    let heartbeats = !cfg.heartbeat_interval.is_zero() && version.decodes_messages();
+    // pgoutput's `messages` option carries our heartbeats and the --messages-prefix events; pgoutput
+    // before 14 rejects it (heartbeats then move the slot by keepalives; prefixes are refused there).
+    let messages =
+        (!cfg.heartbeat_interval.is_zero() && version.decodes_messages()) || !cfg.messages_prefixes.is_empty();
     let from = resume_point(&slot, state.confirmed.as_ref(), &history);
-    let start = conn.start_replication(&cfg.slot, from, &cfg.publication, heartbeats, cfg.wal_receiver_timeout);
+    let start = conn.start_replication(&cfg.slot, from, &cfg.publication, messages, cfg.wal_receiver_timeout);
     let stream = match tokio::time::timeout(admin::ADMIN_TIMEOUT, start).await {
         Ok(r) => r?,
         Err(_) => return Err(stalled("START_REPLICATION")),

@@ -8,6 +8,7 @@
 
 pub mod ack;
 pub mod app;
+pub mod backfill;
 pub mod check;
 pub mod config;
 pub mod dlq;

@@ -39,6 +39,7 @@ fn main() -> ExitCode {
         Command::Schema(cmd) => return exit_with(block_on(outboxd::schema_check::run(cmd))),
         Command::Shadow(cmd) => return exit_with(block_on(outboxd::shadow::tool::run(cmd))),
         Command::Decrypt(args) => return exit_with(outboxd::router::mask::decrypt::run(&args)),
+        Command::Backfill(args) => return backfill(&args, &explicit),
     };
     let cfg = match Config::from_args_with_file(&args, &explicit) {
         Ok(c) => c,
@@ -99,6 +100,20 @@ fn print_config(args: &RunArgs, explicit: &dyn Fn(&str) -> bool) -> ExitCode {
 fn check(args: &outboxd::config::CheckArgs, explicit: &dyn Fn(&str) -> bool) -> ExitCode {
     match Config::from_args_with_file(&args.run, explicit) {
         Ok(cfg) => exit_with(block_on(outboxd::check::run(&cfg, args.json))),
+        Err(e) => {
+            eprintln!("outboxd: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `outboxd backfill`: the range and `run`'s flags validated first (exit 2), then the run.
+fn backfill(args: &outboxd::config::BackfillArgs, explicit: &dyn Fn(&str) -> bool) -> ExitCode {
+    let now = jiff::Timestamp::now();
+    let checked = Config::from_args_with_file(&args.run, explicit)
+        .and_then(|cfg| outboxd::backfill::Range::from_args(args, now).map(|r| (cfg, r)));
+    match checked {
+        Ok((cfg, range)) => exit_with(block_on(outboxd::backfill::run(cfg, range))),
         Err(e) => {
             eprintln!("outboxd: error: {e}");
             ExitCode::from(2)

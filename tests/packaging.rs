@@ -212,8 +212,16 @@ fn help_envs(help: &str) -> BTreeSet<String> {
 
 /// Every OUTBOXD_* variable any subcommand reads.
 fn all_envs() -> BTreeSet<String> {
-    let subs: &[&[&str]] =
-        &[&["run"], &["config"], &["check"], &["status"], &["dlq", "list"], &["dlq", "replay"], &["shadow", "compare"]];
+    let subs: &[&[&str]] = &[
+        &["run"],
+        &["config"],
+        &["check"],
+        &["status"],
+        &["dlq", "list"],
+        &["dlq", "replay"],
+        &["shadow", "compare"],
+        &["backfill"],
+    ];
     subs.iter().flat_map(|s| help_envs(&help(s))).collect()
 }
 

@@ -44,6 +44,9 @@ pub enum Command {
     /// Validate a migration to the outbox: compare the legacy topic with the shadow topic.
     #[command(subcommand)]
     Shadow(ShadowCommand),
+    /// Re-publish rows still in the outbox table(s), by created_at or event_id range, through the
+    /// router and sink of `run` (header outboxd.backfill=true). Exit 0 when every row was delivered.
+    Backfill(Box<BackfillArgs>),
     /// Restore the --encrypt'ed fields of records (JSON lines, e.g. --sink stdout output) with the keyring.
     Decrypt(DecryptArgs),
 }
@@ -88,6 +91,29 @@ pub struct SchemaCheckArgs {
     /// Column with the payload.
     #[arg(long, default_value = "payload")]
     pub table_field_event_payload: String,
+}
+
+/// Flags of `outboxd backfill`: a range, and every flag of `run` (connection, tables, routing, sink).
+#[derive(Debug, Clone, clap::Args)]
+pub struct BackfillArgs {
+    /// Rows with created_at (--table-field-event-timestamp) at or after this: RFC 3339
+    /// (2026-12-01T00:00:00Z) or a duration back from now (90m, 36h, 7d).
+    #[arg(long, env = "OUTBOXD_BACKFILL_SINCE", value_name = "TIME")]
+    pub since: Option<String>,
+    /// Rows with created_at before this (same forms as --since).
+    #[arg(long, env = "OUTBOXD_BACKFILL_UNTIL", value_name = "TIME")]
+    pub until: Option<String>,
+    /// Rows with event_id (--table-field-event-id) at or above this, in the column's own order.
+    #[arg(long, env = "OUTBOXD_BACKFILL_FROM_EVENT_ID", value_name = "ID")]
+    pub from_event_id: Option<String>,
+    /// Rows with event_id at or below this.
+    #[arg(long, env = "OUTBOXD_BACKFILL_TO_EVENT_ID", value_name = "ID")]
+    pub to_event_id: Option<String>,
+    /// Rows read per query (keyset pagination: each page is one short query, no long snapshot).
+    #[arg(long, env = "OUTBOXD_BACKFILL_BATCH_SIZE", default_value_t = 1000)]
+    pub batch_size: usize,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 /// Flags of `outboxd decrypt`.
@@ -305,9 +331,15 @@ pub struct RunArgs {
     /// Publication the slot streams (see --publication-autocreate).
     #[arg(long, default_value = "outboxd")]
     pub publication: String,
-    /// An outbox table, as SCHEMA.TABLE; repeatable (the same options apply to each).
+    /// An outbox table, as SCHEMA.TABLE; repeatable (the same options apply to each). An empty
+    /// value (`--table ''`) means no table: events come only from --messages-prefix.
     #[arg(long = "table", default_value = "public.outbox")]
     pub tables: Vec<String>,
+    /// Transactional logical messages, `pg_logical_emit_message(true, PREFIX, <JSON object>)`, whose
+    /// prefix equals PREFIX are events too; repeatable (comma-separated in the environment).
+    /// Needs PostgreSQL 14 or later.
+    #[arg(long = "messages-prefix", env = "OUTBOXD_MESSAGES_PREFIX", value_name = "PREFIX", value_delimiter = ',')]
+    pub messages_prefixes: Vec<String>,
     /// What to do when the publication is missing.
     #[arg(long, value_enum, default_value_t = PublicationAutocreate::Filtered)]
     pub publication_autocreate: PublicationAutocreate,

@@ -29,9 +29,9 @@ mod show;
 mod validate;
 
 pub use cli::{
-    BadEventPolicy, CheckArgs, Cli, Command, DecryptArgs, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs,
-    InvalidOp, KafkaClientArgs, LogFormat, PublicationAutocreate, RunArgs, SchemaCheckArgs, SchemaCommand,
-    ShadowCommand, ShadowCompareArgs, SinkKind, StatusArgs,
+    BackfillArgs, BadEventPolicy, CheckArgs, Cli, Command, DecryptArgs, DlqCommand, DlqCommonArgs, DlqListArgs,
+    DlqReplayArgs, InvalidOp, KafkaClientArgs, LogFormat, PublicationAutocreate, RunArgs, SchemaCheckArgs,
+    SchemaCommand, ShadowCommand, ShadowCompareArgs, SinkKind, StatusArgs,
 };
 pub use kafka::{KafkaConfig, LoadedProperties, PropertyFile};
 pub use nats::{NatsConfig, StreamSpec};
@@ -60,7 +60,10 @@ pub struct Config {
     pub postgres: PgTarget,
     pub slot: String,
     pub publication: String,
+    /// May be empty when `messages_prefixes` is not.
     pub tables: Vec<TableName>,
+    /// `--messages-prefix`: prefixes of transactional logical messages that are events (exact match).
+    pub messages_prefixes: Vec<String>,
     pub publication_autocreate: PublicationAutocreate,
     pub route: RouteConfig,
     pub op_invalid: InvalidOp,

@@ -27,6 +27,12 @@ impl Config {
         for t in &self.tables {
             push("table", t.to_string());
         }
+        if self.tables.is_empty() {
+            push("table", String::new());
+        }
+        for p in &self.messages_prefixes {
+            push("messages-prefix", p.clone());
+        }
         push("publication-autocreate", value_name(self.publication_autocreate));
         push("sink", value_name(self.sink));
         push("kafka-brokers", self.kafka.brokers.clone());

@@ -259,6 +259,7 @@ mod gen {
             proptest::option::of(select(vec!["warn", "error", "fatal"])),
             proptest::option::of(any::<bool>()),
             proptest::option::of(prop_oneof![Just(String::new()), ident()]),
+            (any::<bool>(), proptest::collection::vec("[a-z][a-z0-9._-]{0,12}", 0..3)),
         );
         let group_c = (
             proptest::option::of(1usize..1_000_000),
@@ -318,7 +319,14 @@ mod gen {
                 put("topic-partitions", Some(p.to_string()));
                 put("topic-replication-factor", Some(r.to_string()));
             }
-            let (rule, tomb, fields, ts, placements, missing, invalid, expand, headers) = b;
+            let (rule, tomb, fields, ts, placements, missing, invalid, expand, headers, (no_table, prefixes)) = b;
+            // `--table ''` (messages only) needs a prefix; with one, it is a valid set.
+            if no_table && !prefixes.is_empty() {
+                put("table", Some(String::new()));
+            }
+            for p in prefixes {
+                put("messages-prefix", Some(p));
+            }
             if let Some((re, rep)) = rule {
                 put("route-topic-regex", Some(re.into()));
                 put("route-topic-replacement", Some(rep.into()));
@@ -557,6 +565,7 @@ fn outboxd_config_prints_every_run_flag() {
         "nats-creds",
         "nats-create-stream",
         "redis-maxlen",
+        "messages-prefix",
     ];
     let cli = Cli::command();
     let run = cli.find_subcommand("run").expect("run subcommand");

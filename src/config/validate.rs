@@ -43,11 +43,18 @@ impl Config {
         check_identifier("--slot", &a.slot, true)?;
         check_identifier("--publication", &a.publication, false)?;
         let mut tables = Vec::new();
-        for t in &a.tables {
+        // `--table ''` names no table: a relay of logical messages only.
+        for t in a.tables.iter().filter(|t| !t.is_empty()) {
             let t = parse_table(t)?;
             if !tables.contains(&t) {
                 tables.push(t);
             }
+        }
+        let messages_prefixes = check_prefixes(&a.messages_prefixes)?;
+        if tables.is_empty() && messages_prefixes.is_empty() {
+            return Err(bad(
+                "--table is empty and no --messages-prefix is given: name an outbox table (SCHEMA.TABLE) or a message prefix".into(),
+            ));
         }
         let (properties, property_file) = KafkaConfig::load_properties(
             &a.debezium_kafka_properties,
@@ -127,6 +134,7 @@ impl Config {
             slot: a.slot.clone(),
             publication: a.publication.clone(),
             tables,
+            messages_prefixes,
             publication_autocreate: a.publication_autocreate,
             route: RouteConfig {
                 id_field: a.table_field_event_id.clone(),
@@ -228,6 +236,27 @@ pub(super) fn check_identifier(flag: &str, v: &str, slot: bool) -> Result<(), De
     } else {
         Err(Definite::Config(format!("{flag} {v:?}: must be 1-63 characters")))
     }
+}
+
+/// `--messages-prefix` values: non-empty, without duplicates, never our own heartbeat prefix.
+fn check_prefixes(raw: &[String]) -> Result<Vec<String>, Definite> {
+    let mut out: Vec<String> = Vec::new();
+    for p in raw {
+        if p.is_empty() || p.contains('\0') {
+            return Err(Definite::Config(format!(
+                "--messages-prefix {p:?}: give the exact prefix the producer passes to pg_logical_emit_message, e.g. outbox"
+            )));
+        }
+        if p == crate::pipeline::HEARTBEAT_PREFIX {
+            return Err(Definite::Config(format!(
+                "--messages-prefix {p:?} is outboxd's own heartbeat prefix; pick another, e.g. outbox"
+            )));
+        }
+        if !out.contains(p) {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
 }
 
 pub fn parse_table(s: &str) -> Result<TableName, Definite> {

@@ -428,7 +428,12 @@ pub async fn ensure_publication(client: &Client, cfg: &Config) -> Result<(), Err
             ))
             .into());
         }
-        let sql = format!("CREATE PUBLICATION {} FOR TABLE {all}", quote_ident(&cfg.publication));
+        // No table (logical messages only): a publication of nothing still names the stream.
+        let what = if all.is_empty() { String::new() } else { format!(" FOR TABLE {all}") };
+        // A partitioned outbox publishes its inserts under its own name, not each partition's,
+        // so the router recognises it whatever partition a row lands in.
+        let with = if any_partitioned(client, cfg).await? { " WITH (publish_via_partition_root = true)" } else { "" };
+        let sql = format!("CREATE PUBLICATION {}{what}{with}", quote_ident(&cfg.publication));
         match client.batch_execute(&sql).await {
             Ok(()) => tracing::info!(publication = %cfg.publication, tables = %all, "created publication"),
             // Another instance won the race; fall through to the membership check.
@@ -440,6 +445,20 @@ pub async fn ensure_publication(client: &Client, cfg: &Config) -> Result<(), Err
         return Ok(());
     };
     let pubinsert: bool = row.get(0);
+    if any_partitioned(client, cfg).await? {
+        let via_root = client
+            .query_one("SELECT pubviaroot FROM pg_publication WHERE pubname = $1", &[&cfg.publication])
+            .await
+            .map_err(|e| db("reading pg_publication.pubviaroot", e))?;
+        if !via_root.get::<_, bool>(0) {
+            return Err(Definite::Setup(format!(
+                "publication {:?} publishes a partitioned outbox table under its partitions' names, which outboxd would ignore: ALTER PUBLICATION {} SET (publish_via_partition_root = true)",
+                cfg.publication,
+                quote_ident(&cfg.publication)
+            ))
+            .into());
+        }
+    }
     if !pubinsert {
         return Err(Definite::Setup(format!(
             "publication {:?} does not publish inserts: ALTER PUBLICATION {} SET (publish = 'insert')",
@@ -465,6 +484,35 @@ pub async fn ensure_publication(client: &Client, cfg: &Config) -> Result<(), Err
             ))
             .into());
         }
+    }
+    Ok(())
+}
+
+/// Whether any outbox table is partitioned (`PARTITION BY`, e.g. `sql/07_partitioned.sql`).
+async fn any_partitioned(client: &Client, cfg: &Config) -> Result<bool, Error> {
+    for t in &cfg.tables {
+        let row = client
+            .query_opt(
+                "SELECT c.relkind = 'p' FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relname = $2",
+                &[&t.schema, &t.name],
+            )
+            .await
+            .map_err(|e| db("reading pg_class", e))?;
+        if row.is_some_and(|r| r.get::<_, bool>(0)) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// `--messages-prefix` needs pgoutput's `messages` option, which PostgreSQL 14 added.
+pub fn check_messages_supported(version: &ServerVersion) -> Result<(), Definite> {
+    if !version.decodes_messages() {
+        return Err(Definite::Setup(format!(
+            "--messages-prefix needs PostgreSQL {MESSAGES_SINCE_MAJOR} or later (pgoutput sends logical messages only from {MESSAGES_SINCE_MAJOR} on), but the server is {}: upgrade it, or write events to an outbox table instead",
+            version.text
+        )));
     }
     Ok(())
 }

@@ -21,12 +21,16 @@
 //! in-flight acks up to `--shutdown-timeout`, then sends a final status update. Every LSN that
 //! leaves this module comes from the [`AckTracker`]; see `pg::replication` for the contract.
 //!
+//! Transactional logical messages with a `--messages-prefix` prefix are events of their
+//! transaction, routed and acked exactly as rows ([`message`]).
+//!
 //! Bad events (a row the router refuses, a record the broker rejects for good) follow
 //! `--on-bad-event`: `fail` stops here, `dlq` sends a copy to the dead-letter topic whose ack
 //! stands in for the event's, `skip` counts and logs it. Retriable delivery trouble is never a bad
 //! event: librdkafka retries it forever and the frontier waits.
 
 mod bad_event;
+mod message;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -85,6 +89,8 @@ pub struct Session<'a, S: Sink, W: WalSource> {
     acks_rx: UnboundedReceiver<Ack>,
     /// Bytes of records handed to the sink and not yet resolved (`--max-in-flight-bytes`).
     in_flight_bytes: usize,
+    /// `--messages-prefix`: the route of logical-message events, compiled at the first one.
+    messages: Option<message::Messages>,
 }
 
 impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
@@ -102,6 +108,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             acks_tx,
             acks_rx,
             in_flight_bytes: 0,
+            messages: None,
         }
     }
 
@@ -329,20 +336,8 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                     .tracker
                     .open_commit_time()
                     .ok_or_else(|| Definite::Protocol { lsn: at, detail: "INSERT outside a transaction".into() })?;
-                let row = OutboxRow { tuple: &ins.tuple, commit_time_us };
-                let mask = &self.cfg.mask;
-                let event_type = if mask.needs_event_type() { route.event_type(row) } else { None };
-                let event_type = event_type.as_deref();
-                // Masked before anything can see it: the sink, a log line, a dead-letter copy.
-                let routed = match route.route(row) {
-                    Ok(record) => mask.apply(record, event_type),
-                    Err(bad) => Err(mask.scrub(bad, event_type)),
-                };
-                let source = Source { lsn: at, table };
-                match routed {
-                    Ok(record) => self.deliver(record, source).await?,
-                    Err(bad) => self.on_bad_row(bad, source).await?,
-                }
+                let routed = route_masked(self.cfg, route, OutboxRow { tuple: &ins.tuple, commit_time_us });
+                self.emit(routed, Source { lsn: at, table }).await?;
             }
             LogicalMessage::Update(u) => self.on_update(u.relation_id, at)?,
             LogicalMessage::Delete(d) => {
@@ -356,6 +351,9 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                         tracing::info!(%at, %table, "TRUNCATE on the outbox produces no event");
                     }
                 }
+            }
+            LogicalMessage::Message(m) if self.cfg.messages_prefixes.contains(&m.prefix) => {
+                self.on_event_message(at, m).await?;
             }
             LogicalMessage::Message(m) => {
                 // Non-transactional heartbeats carry no events: like a keepalive, they may move an
@@ -383,6 +381,15 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             }
         }
         Ok(())
+    }
+
+    /// A routed (and masked) event goes to the sink; a refused one to the bad-event policy.
+    #[allow(clippy::result_large_err)]
+    async fn emit(&mut self, routed: Result<Record, BadEvent>, source: Source) -> Result<(), Error> {
+        match routed {
+            Ok(record) => self.deliver(record, source).await,
+            Err(bad) => self.on_bad_row(bad, source).await,
+        }
     }
 
     /// Debezium's `table.op.invalid.behavior` for UPDATEs of outbox rows.
@@ -425,6 +432,19 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         self.in_flight_bytes += bytes;
         Delivery::new(txn, record.event_id.clone(), record.topic.clone(), source, self.acks_tx.clone())
             .with_bytes(bytes)
+    }
+}
+
+/// Route one row (of a table, or of a logical message's synthetic relation) and mask it, before
+/// anything can see it: the sink, a log line, a dead-letter copy.
+#[allow(clippy::result_large_err)]
+pub(crate) fn route_masked(cfg: &Config, route: &Route, row: OutboxRow<'_>) -> Result<Record, BadEvent> {
+    let mask = &cfg.mask;
+    let event_type = if mask.needs_event_type() { route.event_type(row) } else { None };
+    let event_type = event_type.as_deref();
+    match route.route(row) {
+        Ok(record) => mask.apply(record, event_type),
+        Err(bad) => Err(mask.scrub(bad, event_type)),
     }
 }
 

@@ -32,12 +32,29 @@ struct Txn {
     rows: Vec<bool>,
     other_rows: usize,
     message: bool,
+    /// A transactional `--messages-prefix` message (an event) after the rows.
+    event_message: bool,
+    /// A non-transactional message with the event prefix after the commit (a bad event, sent to
+    /// the dead-letter topic in a transaction of its own).
+    stray: bool,
     /// A keepalive arrives between two rows (inside the open transaction).
     keepalive_inside: bool,
     begin: Lsn,
     end: Lsn,
     /// LSN of each outbox row, for the ground truth.
     row_lsns: Vec<Lsn>,
+}
+
+impl Txn {
+    /// LSN of the event message, after the rows, other rows and the app message.
+    fn event_lsn(&self) -> Lsn {
+        Lsn(self.row_lsns.last().copied().unwrap_or(self.begin).0 + self.other_rows as u64 + 2)
+    }
+
+    /// LSN of the stray message: after the commit and its heartbeat, before the next BEGIN.
+    fn stray_lsn(&self) -> Lsn {
+        Lsn(self.end.0 + 4)
+    }
 }
 
 /// What happened to each outbox row, by its LSN, shared by the sink, the acker and the checks.
@@ -169,14 +186,22 @@ fn commit(commit_lsn: Lsn, end: Lsn) -> Bytes {
 }
 
 fn message(transactional: bool, lsn: Lsn, prefix: &str) -> Bytes {
+    message_with(transactional, lsn, prefix, "hi")
+}
+
+fn message_with(transactional: bool, lsn: Lsn, prefix: &str, content: &str) -> Bytes {
     let mut b = BytesMut::new();
     b.put_u8(b'M');
     b.put_u8(u8::from(transactional));
     b.put_u64(lsn.0);
     cstr(&mut b, prefix);
-    b.put_u32(2);
-    b.put_slice(b"hi");
+    b.put_u32(content.len() as u32);
+    b.put_slice(content.as_bytes());
     b.freeze()
+}
+
+fn event_content(at: Lsn) -> String {
+    format!(r#"{{"event_id": "m-{}", "aggregate_id": "agg", "event_type": "order", "payload": {{"n": 1}}}}"#, at.0)
 }
 
 const NARROW: &[(&str, u32)] =
@@ -195,7 +220,12 @@ fn layout(txns: &mut [Txn]) {
     let mut pos = 1000u64;
     for t in txns.iter_mut() {
         t.begin = Lsn(pos);
-        let n = 4 + t.rows.len() * 2 + t.other_rows + usize::from(t.message) + usize::from(t.keepalive_inside);
+        let n = 4
+            + t.rows.len() * 2
+            + t.other_rows
+            + usize::from(t.message)
+            + usize::from(t.event_message)
+            + usize::from(t.keepalive_inside);
         t.row_lsns.clear();
         let mut p = pos + 16;
         for _ in &t.rows {
@@ -213,7 +243,16 @@ fn layout(txns: &mut [Txn]) {
 fn session_messages(txns: &[Txn], start: Lsn, keepalive_reply: bool) -> VecDeque<(Lsn, WalMessage)> {
     let mut out = VecDeque::new();
     let data = |at: Lsn, b: Bytes| (at, WalMessage::Data { wal_start: at, wal_end: at, data: b });
-    for t in txns.iter().filter(|t| t.end > start) {
+    for t in txns {
+        // A restart resends the transactions that end after `start`, and the non-transactional
+        // messages that start at or after it.
+        if t.end <= start {
+            if t.stray && t.stray_lsn() >= start {
+                let at = t.stray_lsn();
+                out.push_back(data(at, message_with(false, at, "outbox", &event_content(at))));
+            }
+            continue;
+        }
         out.push_back(data(t.begin, begin(t.end)));
         for (i, wide) in t.rows.iter().enumerate() {
             let at = t.row_lsns[i];
@@ -240,12 +279,20 @@ fn session_messages(txns: &[Txn], start: Lsn, keepalive_reply: bool) -> VecDeque
             p = Lsn(p.0 + 1);
             out.push_back(data(p, message(true, p, "app.note")));
         }
+        if t.event_message {
+            let at = t.event_lsn();
+            out.push_back(data(at, message_with(true, at, "outbox", &event_content(at))));
+        }
         // The commit's XLogData reaches up to the transaction's end.
         let at = Lsn(t.end.0 - 8);
         out.push_back((t.end, WalMessage::Data { wal_start: at, wal_end: t.end, data: commit(at, t.end) }));
         out.push_back((t.end, WalMessage::Keepalive { wal_end: t.end, reply_requested: keepalive_reply }));
         // An idle heartbeat after the commit, as outboxd's own monitor emits.
         out.push_back(data(t.end, message(false, t.end, HEARTBEAT_PREFIX)));
+        if t.stray {
+            let at = t.stray_lsn();
+            out.push_back(data(at, message_with(false, at, "outbox", &event_content(at))));
+        }
     }
     out
 }
@@ -315,11 +362,28 @@ async fn run_plan(mut plan: Plan) -> Truth {
             for l in &txn.row_lsns {
                 t.rows.insert(*l, (txn.end, false));
             }
+            if txn.event_message {
+                t.rows.insert(txn.event_lsn(), (txn.end, false));
+            }
+            // Confirming the stray's own LSN is allowed (the server resends a message that starts
+            // at the confirmed position); passing it is not, until its dead-letter copy is acked.
+            if txn.stray {
+                t.rows.insert(txn.stray_lsn(), (Lsn(txn.stray_lsn().0 + 1), false));
+            }
         }
     }
     let last_end = plan.txns.last().map_or(Lsn(0), |t| t.end);
     let max = plan.max_in_flight.to_string();
-    let cfg = test_config(&["--max-in-flight", &max, "--on-bad-event", "dlq", "--shutdown-timeout", "5s"]);
+    let cfg = test_config(&[
+        "--max-in-flight",
+        &max,
+        "--on-bad-event",
+        "dlq",
+        "--shutdown-timeout",
+        "5s",
+        "--messages-prefix",
+        "outbox",
+    ]);
     let held: Arc<Mutex<Vec<Delivery>>> = Arc::default();
     let mut sink = MemSink { held: held.clone(), waiting: VecDeque::new(), block_every: plan.block_every, sent: 0 };
     let shutdown = CancellationToken::new();
@@ -407,17 +471,25 @@ async fn run_plan(mut plan: Plan) -> Truth {
 }
 
 fn txn_strategy() -> impl Strategy<Value = Txn> {
-    (prop::collection::vec(any::<bool>(), 0..4), 0usize..3, any::<bool>(), any::<bool>()).prop_map(
-        |(rows, other_rows, message, keepalive_inside)| Txn {
+    (
+        prop::collection::vec(any::<bool>(), 0..4),
+        0usize..3,
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(|(rows, other_rows, message, keepalive_inside, event_message, stray)| Txn {
             keepalive_inside: keepalive_inside && !rows.is_empty(),
             rows,
             other_rows,
             message,
+            event_message,
+            stray,
             begin: Lsn(0),
             end: Lsn(0),
             row_lsns: Vec::new(),
-        },
-    )
+        })
 }
 
 proptest! {
@@ -446,7 +518,17 @@ proptest! {
 }
 
 fn txn(rows: Vec<bool>, keepalive_inside: bool) -> Txn {
-    Txn { rows, other_rows: 0, message: false, keepalive_inside, begin: Lsn(0), end: Lsn(0), row_lsns: Vec::new() }
+    Txn {
+        rows,
+        other_rows: 0,
+        message: false,
+        event_message: false,
+        stray: false,
+        keepalive_inside,
+        begin: Lsn(0),
+        end: Lsn(0),
+        row_lsns: Vec::new(),
+    }
 }
 
 /// A keepalive inside an open transaction whose row is acked must not move the frontier past the

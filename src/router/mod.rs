@@ -26,6 +26,7 @@
 
 pub mod contract;
 pub mod mask;
+pub mod message;
 pub mod render;
 mod timestamp;
 pub mod topic;

@@ -7,6 +7,11 @@ use crate::pg::pgoutput::Column;
 const UUID: u32 = 2950;
 const ID: &str = "0b6b3c1e-0000-4000-8000-000000000001";
 
+/// Our defaults, as `outboxd run` without routing flags has them (shared with `message`'s tests).
+pub(super) fn default_route_config() -> RouteConfig {
+    cfg()
+}
+
 fn cfg() -> RouteConfig {
     RouteConfig {
         id_field: "event_id".into(),

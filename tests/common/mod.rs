@@ -438,7 +438,9 @@ impl PgCluster {
     fn bootstrap(&self) {
         self.psql_db("postgres", &format!("CREATE DATABASE {DB}"));
         self.psql(&format!(
-            "CREATE ROLE {USER} LOGIN REPLICATION SUPERUSER PASSWORD '{PASSWORD}';\n\
+            // SCRAM explicitly: PostgreSQL 12 and 13 default to md5, which pg_hba refuses for USER.
+            "SET password_encryption = 'scram-sha-256';\n\
+             CREATE ROLE {USER} LOGIN REPLICATION SUPERUSER PASSWORD '{PASSWORD}';\n\
              SET password_encryption = 'md5';\n\
              CREATE ROLE {MD5_USER} LOGIN REPLICATION SUPERUSER PASSWORD '{MD5_PASSWORD}';\n\
              RESET password_encryption;"

@@ -1,0 +1,240 @@
+//! `outboxd backfill`: re-publish rows still in the outbox table(s), for a lost slot, a new
+//! consumer, or a fixed dead-letter cause.
+//!
+//! ```text
+//!  outbox table ──page (keyset, range.rs/pages.rs)──▶ Route + masking (as `run`) ──▶ Sink ──▶ acks
+//! ```
+//!
+//! The rows go through the router and sink of `run`, built from the same flags, and every record
+//! carries the header `outboxd.backfill=true`. Nothing is confirmed anywhere: a backfill has no
+//! slot and changes no row. Its only duty is to report the truth: each record counts as delivered
+//! only when its [`Delivery`] handle is acked; a refused, failed or dropped handle counts as
+//! undelivered, a row the router refuses counts as bad, and either makes the exit code 1.
+//!
+//! Memory is bounded by one page (`--batch-size` rows) plus the records awaiting acks, which stop
+//! the reading at `--max-in-flight`. A progress line goes to stderr every second, and a summary at
+//! the end. A broker outage stalls the run (the sink retries), it does not fail rows.
+
+mod pages;
+pub mod range;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+use crate::ack::{Ack, AckTracker, Delivery, Outcome, Source, TxnId};
+use crate::config::{Config, SinkKind};
+use crate::error::{Definite, Error};
+use crate::health::Health;
+use crate::lsn::Lsn;
+use crate::metrics::Metrics;
+use crate::pipeline::route_masked;
+use crate::router::{OutboxRow, Route};
+use crate::sink::{KafkaSink, NatsSink, NullSink, RedisSink, Sink, SinkError, StdoutSink};
+pub use range::Range;
+
+/// The header every re-published record carries.
+pub const HEADER: &str = "outboxd.backfill";
+
+/// Counts for the progress line and the summary.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub read: u64,
+    pub delivered: u64,
+    /// Rows the router refused (they would be bad events in `run`).
+    pub bad: u64,
+    /// Records the sink refused or could not deliver.
+    pub undelivered: u64,
+}
+
+impl Summary {
+    /// 0 when every row read was delivered.
+    pub fn exit_code(&self) -> u8 {
+        u8::from(self.bad > 0 || self.undelivered > 0)
+    }
+}
+
+/// Build the sink `cfg` names and run the backfill; the exit code.
+pub async fn run(cfg: Config, range: Range) -> Result<u8, Error> {
+    let health = Health::new(Duration::ZERO);
+    let summary = match cfg.sink {
+        SinkKind::Kafka => {
+            let mut sink =
+                KafkaSink::new(&cfg.kafka, cfg.max_in_flight, cfg.max_in_flight_bytes, health, Metrics::new())?;
+            backfill(&cfg, &range, &mut sink).await?
+        }
+        SinkKind::Stdout => backfill(&cfg, &range, &mut StdoutSink::default()).await?,
+        SinkKind::Null => backfill(&cfg, &range, &mut NullSink).await?,
+        SinkKind::Nats => backfill(&cfg, &range, &mut NatsSink::connect(&cfg.nats, health).await?).await?,
+        SinkKind::Redis => backfill(&cfg, &range, &mut RedisSink::new(&cfg.redis, health)?).await?,
+    };
+    Ok(summary.exit_code())
+}
+
+/// Re-publish every row of every `--table` in `range` through `sink`.
+pub async fn backfill<S: Sink>(cfg: &Config, range: &Range, sink: &mut S) -> Result<Summary, Error> {
+    if cfg.tables.is_empty() {
+        return Err(Definite::Config(
+            "backfill reads outbox tables, and --table names none (logical messages leave nothing to re-publish)"
+                .into(),
+        )
+        .into());
+    }
+    let client = crate::pg::admin::connect(cfg).await?;
+    pages::prepare_session(&client).await?;
+    let mut run = Backfill::new(sink)?;
+    for table in &cfg.tables {
+        let mut pages = pages::Pages::describe(&client, cfg, table, range).await?;
+        let route = Route::compile(&cfg.route, &pages.relation)?;
+        let source = Source { lsn: Lsn(0), table: Arc::from(route.table()) };
+        loop {
+            // Room for a whole page before reading it: memory stays at one page plus the window.
+            run.wait_until_at_most(cfg.max_in_flight.saturating_sub(range.batch_size)).await?;
+            let page = pages.next(&client).await?;
+            if page.is_empty() {
+                break;
+            }
+            for tuple in &page {
+                run.summary.read += 1;
+                let row = OutboxRow { tuple, commit_time_us: crate::pg::replication::pg_now_us() };
+                match route_masked(cfg, &route, row) {
+                    Ok(mut record) => {
+                        record.headers.push((HEADER.to_owned(), Bytes::from_static(b"true")));
+                        run.send(record, source.clone()).await?;
+                    }
+                    Err(bad) => {
+                        tracing::error!(table = %route.table(), event_id = ?bad.event_id, reason = bad.code, message = %bad.message, "row not re-published: the router refuses it");
+                        run.summary.bad += 1;
+                    }
+                }
+                run.progress(false);
+            }
+        }
+    }
+    run.wait_until_at_most(0).await?;
+    run.progress(true);
+    let s = run.summary.clone();
+    eprintln!(
+        "outboxd backfill: done in {:.1}s: {} rows read, {} delivered, {} bad (refused by the router), {} undelivered",
+        run.started.elapsed().as_secs_f64(),
+        s.read,
+        s.delivered,
+        s.bad,
+        s.undelivered
+    );
+    Ok(s)
+}
+
+/// Records in flight and what became of them.
+struct Backfill<'a, S: Sink> {
+    sink: &'a mut S,
+    /// Only issues the transaction id [`Delivery`] handles carry; no LSN is involved here.
+    tracker: AckTracker,
+    txn: TxnId,
+    acks_tx: UnboundedSender<Ack>,
+    acks_rx: UnboundedReceiver<Ack>,
+    pending: usize,
+    summary: Summary,
+    started: Instant,
+    last_progress: Instant,
+}
+
+impl<'a, S: Sink> Backfill<'a, S> {
+    fn new(sink: &'a mut S) -> Result<Self, Error> {
+        let (acks_tx, acks_rx) = unbounded_channel();
+        let mut tracker = AckTracker::new(Lsn(0));
+        // One open "transaction" for the whole run.
+        let txn = tracker.begin(0).map_err(|e| Definite::Bug(e.to_string()))?;
+        let now = Instant::now();
+        Ok(Backfill {
+            sink,
+            tracker,
+            txn,
+            acks_tx,
+            acks_rx,
+            pending: 0,
+            summary: Summary::default(),
+            started: now,
+            last_progress: now,
+        })
+    }
+
+    async fn send(&mut self, record: crate::router::Record, source: Source) -> Result<(), Error> {
+        let txn = self.tracker.record().map_err(|e| Definite::Bug(e.to_string()))?;
+        debug_assert_eq!(txn, self.txn);
+        let delivery = Delivery::new(txn, record.event_id.clone(), record.topic.clone(), source, self.acks_tx.clone());
+        self.pending += 1;
+        let r = self.sink.send(record, delivery).await;
+        self.on_sink_result(r)?;
+        while self.sink.blocked() {
+            tokio::select! {
+                biased;
+                Some(ack) = self.acks_rx.recv() => self.on_ack(ack),
+                r = self.sink.unblock() => self.on_sink_result(r)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn on_sink_result(&mut self, r: Result<(), SinkError>) -> Result<(), Error> {
+        match r {
+            Ok(()) => Ok(()),
+            Err(SinkError::Fatal(d)) => Err(d.into()),
+            Err(SinkError::Rejected { code, reason, record, delivery }) => {
+                delivery.disarm();
+                self.pending -= 1;
+                self.undelivered(&record.event_id, &record.topic, code, &reason);
+                Ok(())
+            }
+        }
+    }
+
+    fn on_ack(&mut self, ack: Ack) {
+        self.pending = self.pending.saturating_sub(1);
+        match ack.outcome {
+            Outcome::Acked => self.summary.delivered += 1,
+            Outcome::Failed { reason } => self.undelivered(&ack.event_id, &ack.topic, "delivery", &reason),
+            Outcome::Rejected { code, reason, .. } => self.undelivered(&ack.event_id, &ack.topic, code, &reason),
+        }
+    }
+
+    fn undelivered(&mut self, event_id: &str, topic: &str, code: &str, reason: &str) {
+        tracing::error!(event_id, topic, reason = code, message = reason, "record not delivered");
+        self.summary.undelivered += 1;
+    }
+
+    /// Wait for acks until at most `limit` records are in flight, printing progress meanwhile.
+    async fn wait_until_at_most(&mut self, limit: usize) -> Result<(), Error> {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        while self.pending > limit {
+            let blocked = self.sink.blocked();
+            tokio::select! {
+                biased;
+                Some(ack) = self.acks_rx.recv() => self.on_ack(ack),
+                r = self.sink.unblock(), if blocked => self.on_sink_result(r)?,
+                _ = tick.tick() => self.progress(false),
+            }
+        }
+        Ok(())
+    }
+
+    /// One line on stderr at most every second (and always when `force`).
+    fn progress(&mut self, force: bool) {
+        if !force && self.last_progress.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.last_progress = Instant::now();
+        let s = &self.summary;
+        eprintln!(
+            "outboxd backfill: {} read, {} delivered, {} in flight, {} bad, {} undelivered ({:.0}s)",
+            s.read,
+            s.delivered,
+            self.pending,
+            s.bad,
+            s.undelivered,
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+}

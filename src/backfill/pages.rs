@@ -1,0 +1,232 @@
+//! Reading an outbox table in pages for `outboxd backfill`.
+//!
+//! Keyset pagination: each page is one short statement that picks `WHERE <range> AND (key) > (last
+//! key) ORDER BY key LIMIT n` on the key columns and then reads those rows by tuple id, so memory
+//! holds one page, no transaction or snapshot stays open between
+//! pages (no xmin pinned, no bloat), and rows inserted meanwhile do not shift the pages. The key is
+//! `(created_at, event_id)` for a time range, `event_id` otherwise; the last key goes back to the
+//! server as its own text, cast to the column's type, so the comparison is the server's. An index
+//! on the key columns (`(created_at, event_id)`) turns each page's choice into an index range
+//! scan; without one, each page sorts the range's keys (not its payloads).
+//!
+//! Every column is read as text, as pgoutput sends it (the session is pinned to the walsender's
+//! `DateStyle=ISO, TimeZone=UTC`), and described by the same [`Relation`] shape, so the rows go
+//! through the router exactly as streamed rows do.
+
+use bytes::Bytes;
+use tokio_postgres::Client;
+
+use super::range::Range;
+use crate::config::{Config, TableName};
+use crate::error::{Definite, Error, Transient};
+use crate::pg::pgoutput::{Column, Relation, TupleData, TupleValue};
+use crate::router::render::{INT4, INT8, TIMESTAMP, TIMESTAMPTZ};
+
+/// One outbox table, described once, with its page query.
+pub struct Pages {
+    pub relation: Relation,
+    /// The first page's query, and the next pages' (after the last key read).
+    first_sql: String,
+    next_sql: String,
+    page_size: usize,
+    /// Positions of the key columns in the relation: `(created_at, event_id)` or `(event_id)`.
+    keys: Vec<usize>,
+    /// Values of the fixed range parameters ($1..), as text.
+    params: Vec<String>,
+    /// The last key read, as text; `None` before the first page.
+    last: Option<Vec<String>>,
+    done: bool,
+}
+
+fn db(what: &str, e: tokio_postgres::Error) -> Error {
+    let msg = e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_else(|| e.to_string());
+    match e.code() {
+        Some(c) if !crate::error::sqlstate_is_transient(c.code()) => Definite::Setup(format!("{what}: {msg}")).into(),
+        c => {
+            Transient::PgServer { code: c.map_or("08006", |c| c.code()).to_owned(), message: format!("{what}: {msg}") }
+                .into()
+        }
+    }
+}
+
+fn quote_ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// Pin the session to the text forms pgoutput uses.
+pub async fn prepare_session(client: &Client) -> Result<(), Error> {
+    client
+        .batch_execute(
+            "SET DateStyle = ISO; SET TimeZone = 'UTC'; SET IntervalStyle = postgres; SET bytea_output = hex",
+        )
+        .await
+        .map_err(|e| db("setting the session's DateStyle and TimeZone", e))
+}
+
+impl Pages {
+    pub async fn describe(client: &Client, cfg: &Config, table: &TableName, range: &Range) -> Result<Pages, Error> {
+        let rows = client
+            .query(
+                "SELECT a.attname::text, a.atttypid::oid::int8, a.atttypmod, format_type(a.atttypid, NULL) \
+                 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+                &[&table.schema, &table.name],
+            )
+            .await
+            .map_err(|e| db(&format!("reading the columns of {table}"), e))?;
+        if rows.is_empty() {
+            return Err(
+                Definite::Setup(format!("table {table} does not exist (or has no columns): check --table")).into()
+            );
+        }
+        let mut columns = Vec::with_capacity(rows.len());
+        let mut type_names = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let oid: i64 = r.get(1);
+            columns.push(Column {
+                flags: 0,
+                name: r.get(0),
+                type_oid: u32::try_from(oid).unwrap_or(0),
+                type_modifier: r.get(2),
+            });
+            type_names.push(r.get::<_, String>(3));
+        }
+        let find = |col: &str, flag: &str| {
+            columns.iter().position(|c| c.name == col).ok_or_else(|| {
+                Error::from(Definite::Setup(format!("table {table} has no column {col:?} (set by {flag})")))
+            })
+        };
+        let id = find(&cfg.route.id_field, "--table-field-event-id")?;
+        let ts = match (&cfg.route.timestamp_field, range.by_time()) {
+            (Some(c), true) => Some(find(c, "--table-field-event-timestamp")?),
+            (None, true) => {
+                return Err(Definite::Config(
+                    "--since/--until read the created_at column, but --table-field-event-timestamp is empty; name the column or use --from-event-id/--to-event-id".into(),
+                )
+                .into())
+            }
+            (_, false) => None,
+        };
+        let col = |i: usize| quote_ident(&columns[i].name);
+        let cast = |i: usize, n: usize| format!("${n}::text::{}", type_names[i]);
+        let mut conds: Vec<String> = Vec::new();
+        let mut params: Vec<String> = Vec::new();
+        if let Some(t) = ts {
+            let ty = columns[t].type_oid;
+            // The bound as the column's type: an instant for timestamptz, UTC wall time for
+            // timestamp, epoch milliseconds for an integer column.
+            let bound = |v: jiff::Timestamp| {
+                match ty {
+                INT8 | INT4 => Ok(v.as_millisecond().to_string()),
+                TIMESTAMPTZ => Ok(v.to_string()),
+                TIMESTAMP => Ok(jiff::tz::Offset::UTC.to_datetime(v).to_string()),
+                _ => Err(Definite::Config(format!(
+                    "--since/--until: column {:?} of {table} is {}, not a timestamp or epoch milliseconds; use --from-event-id/--to-event-id",
+                    columns[t].name, type_names[t]
+                ))),
+            }
+            };
+            if let Some(s) = range.since {
+                params.push(bound(s)?);
+                conds.push(format!("{} >= {}", col(t), cast(t, params.len())));
+            }
+            if let Some(u) = range.until {
+                params.push(bound(u)?);
+                conds.push(format!("{} < {}", col(t), cast(t, params.len())));
+            }
+        }
+        if let Some(f) = &range.from_id {
+            params.push(f.clone());
+            conds.push(format!("{} >= {}", col(id), cast(id, params.len())));
+        }
+        if let Some(t) = &range.to_id {
+            params.push(t.clone());
+            conds.push(format!("{} <= {}", col(id), cast(id, params.len())));
+        }
+        let keys: Vec<usize> = ts.into_iter().chain([id]).collect();
+        // A row without a key cannot be paged past (and a NULL id is a bad event anyway).
+        conds.extend(keys.iter().map(|&k| format!("{} IS NOT NULL", col(k))));
+        let select: Vec<String> = (0..columns.len()).map(|i| format!("{}::text", col(i))).collect();
+        let key_cols: Vec<String> = keys.iter().map(|&k| col(k)).collect();
+        let n = params.len();
+        let key_params: Vec<String> = keys.iter().enumerate().map(|(j, &k)| cast(k, n + 1 + j)).collect();
+        let query = |extra: Option<String>| {
+            let mut all = conds.clone();
+            all.extend(extra);
+            let from = format!("{}.{}", quote_ident(&table.schema), quote_ident(&table.name));
+            let order = key_cols.join(", ");
+            // The page is chosen on the key columns alone, then its rows are fetched by tuple id:
+            // sorting rows with every column cast to text would read (and detoast) the whole
+            // range for every page.
+            format!(
+                "WITH page AS MATERIALIZED (SELECT tableoid AS outboxd_rel, ctid AS outboxd_row FROM {from} \
+                 WHERE {} ORDER BY {order} LIMIT {}) \
+                 SELECT {} FROM {from} WHERE ctid = ANY (ARRAY(SELECT outboxd_row FROM page)) \
+                 AND (tableoid, ctid) IN (SELECT outboxd_rel, outboxd_row FROM page) ORDER BY {order}",
+                all.join(" AND "),
+                range.batch_size,
+                select.join(", "),
+            )
+        };
+        let first_sql = query(None);
+        let next_sql = query(Some(format!("({}) > ({})", key_cols.join(", "), key_params.join(", "))));
+        let relation = Relation {
+            xid: None,
+            id: 0,
+            namespace: table.schema.clone(),
+            name: table.name.clone(),
+            replica_identity: b'd',
+            columns,
+        };
+        Ok(Pages { relation, first_sql, next_sql, keys, params, last: None, done: false, page_size: range.batch_size })
+    }
+
+    /// The next page of rows (empty when the range is exhausted).
+    pub async fn next(&mut self, client: &Client) -> Result<Vec<TupleData>, Error> {
+        if self.done {
+            return Ok(Vec::new());
+        }
+        let mut values: Vec<&str> = self.params.iter().map(String::as_str).collect();
+        let sql = match &self.last {
+            Some(last) => {
+                values.extend(last.iter().map(String::as_str));
+                &self.next_sql
+            }
+            None => &self.first_sql,
+        };
+        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            values.iter().map(|v| v as &(dyn tokio_postgres::types::ToSql + Sync)).collect();
+        let rows = client.query(sql, &refs).await.map_err(|e| db("reading a page of the outbox", e))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let tuple: Vec<TupleValue> = (0..r.len())
+                .map(|i| match r.get::<_, Option<&str>>(i) {
+                    Some(s) => TupleValue::Text(Bytes::copy_from_slice(s.as_bytes())),
+                    None => TupleValue::Null,
+                })
+                .collect();
+            out.push(TupleData(tuple));
+        }
+        match out.last() {
+            Some(last) => {
+                let key = self
+                    .keys
+                    .iter()
+                    .map(|&k| match last.0.get(k) {
+                        Some(TupleValue::Text(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
+                        _ => Err(Definite::Setup(format!(
+                            "a row of {}.{} has a NULL key column {:?}; backfill pages by it",
+                            self.relation.namespace, self.relation.name, self.relation.columns[k].name
+                        ))),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                self.last = Some(key);
+            }
+            None => self.done = true,
+        }
+        if out.len() < self.page_size {
+            self.done = true;
+        }
+        Ok(out)
+    }
+}
