@@ -1,0 +1,356 @@
+//! The RabbitMQ sink's publisher task: one connection, one channel in confirm mode, and every
+//! unconfirmed message in a window kept in send order.
+//!
+//! Jobs are published in the order they arrive on the one channel, `mandatory` set, with up to
+//! [`WINDOW`] publisher confirms outstanding (RabbitMQ may confirm many at once with `multiple`;
+//! lapin resolves each publish's own confirm). They are resolved front to back:
+//! * `basic.ack` with no `basic.return` before it → `ack()`: the broker routed the message to
+//!   every bound queue and, the message being persistent, wrote it to disk in the durable ones;
+//! * `basic.ack` after a `basic.return` → `reject()` as `unroutable`: no queue is bound for this
+//!   routing key at this exchange, so the broker dropped the message. That is a fact about this
+//!   one event's topic, like NATS's "no stream binds the subject": `--on-bad-event` decides (the
+//!   dead-letter copy goes to `--dlq-topic`, which needs a queue of its own);
+//! * a body over the broker's `max_message_size` → `reject()` as `too_large`. RabbitMQ does not
+//!   announce the limit; it closes the channel with 406 "message size N is larger than
+//!   configured max size M". The publisher takes M from that text, reconnects, and rejects every
+//!   unconfirmed message over M instead of publishing it again. Until it learns otherwise the
+//!   limit is [`MAX_MESSAGE_SIZE`], RabbitMQ's default since 3.8;
+//! * anything else (a `basic.nack`, a channel or connection error, no confirm within
+//!   [`CONFIRM_TIMEOUT`], a missing exchange) → back off, reconnect, and publish the whole window
+//!   again in order on a fresh channel. Nothing is acked on this path, so the slot stays put.
+//!
+//! At-least-once window: a message the broker stored whose confirm was lost with the connection
+//! is published again, so a queue can hold it twice; the copies keep each key's order, since the
+//! retry resends the whole unconfirmed suffix in order. A `basic.nack` of one message while later
+//! ones were acked also resends those later ones after it: the first copies then arrive ahead of
+//! the nacked event (consumers that dedupe by `message_id` keep the first copy).
+//!
+//! Health: `/readyz` and `outboxd_connected{component="rabbitmq"}` follow the link: up once a
+//! channel is open in confirm mode, down from the first failure until a reconnect succeeds, and
+//! checked every second, so a connection lost while idle (lapin's heartbeat, [`HEARTBEAT`] s
+//! unless the URL sets `heartbeat`) shows too.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
+use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
+use lapin::types::FieldTable;
+use lapin::uri::AMQPUri;
+use lapin::{Channel, Connection, ConnectionProperties, ErrorKind, ExchangeKind};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::rabbitmq::Job;
+use crate::config::rabbitmq::RabbitConfig;
+use crate::error::Definite;
+use crate::health::Health;
+
+/// Publishes awaiting their confirm at once, and the job channel's capacity.
+pub const WINDOW: usize = 4096;
+/// RabbitMQ's default `max_message_size` (128 MiB), the limit until the broker says otherwise.
+pub const MAX_MESSAGE_SIZE: usize = 128 * 1024 * 1024;
+/// A publish with no confirm this long counts as a lost connection.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);
+/// Writing one publish to the socket (it waits when the socket buffer is full).
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Heartbeat seconds asked for when the URL sets none (RabbitMQ's default is 60).
+const HEARTBEAT: u16 = 10;
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// AMQP reply codes that mean the settings are wrong, not that the broker is away.
+const ACCESS_REFUSED: u16 = 403;
+const NOT_FOUND: u16 = 404;
+const PRECONDITION_FAILED: u16 = 406;
+const NOT_ALLOWED: u16 = 530;
+
+/// An open connection and its confirm-mode channel. Dropping it closes both.
+struct Link {
+    conn: Connection,
+    chan: Channel,
+}
+
+/// A published job and its confirm (`None` until published on the current link).
+struct Entry {
+    job: Job,
+    confirm: Option<PublisherConfirm>,
+    since: Instant,
+}
+
+/// What the front of the window came to.
+enum Front {
+    Confirmed(lapin::Result<Confirmation>),
+    TimedOut,
+    Unpublished,
+}
+
+pub(super) struct Publisher {
+    uri: AMQPUri,
+    url: String,
+    exchange: String,
+    link: Option<Link>,
+    /// The body size limit, lowered when the broker names a smaller one; shared with the sink.
+    limit: Arc<AtomicUsize>,
+    health: Arc<Health>,
+    connected: metrics::Gauge,
+    reconnects: metrics::Counter,
+    /// `None` before the first connection attempt has an outcome.
+    up: Option<bool>,
+}
+
+impl Publisher {
+    /// Connect once: a refused login, an unknown virtual host or a missing exchange ends start-up
+    /// with a set-up error; an unreachable broker is waited for by [`Publisher::run`].
+    pub async fn start(cfg: &RabbitConfig, health: Arc<Health>, limit: Arc<AtomicUsize>) -> Result<Self, Definite> {
+        let mut uri = cfg.uri()?;
+        if uri.query.heartbeat.is_none() {
+            uri.query.heartbeat = Some(HEARTBEAT);
+        }
+        let mut p = Publisher {
+            uri,
+            url: cfg.url_masked(),
+            exchange: cfg.exchange.clone(),
+            link: None,
+            limit,
+            health,
+            connected: metrics::gauge!("outboxd_connected", "component" => "rabbitmq"),
+            reconnects: metrics::counter!("outboxd_reconnects_total", "component" => "rabbitmq"),
+            up: None,
+        };
+        match p.open().await {
+            Ok(link) => {
+                p.link = Some(link);
+                p.set_up(true, "");
+            }
+            Err(e) if matches!(reply_code(&e), Some(ACCESS_REFUSED | NOT_FOUND | NOT_ALLOWED)) => {
+                return Err(Definite::Setup(format!(
+                    "--rabbitmq-url {} --rabbitmq-exchange {:?}: {e}; check the user, password, virtual host and that the exchange exists",
+                    p.url, p.exchange
+                )));
+            }
+            Err(e) => p.set_up(false, &describe(&e)),
+        }
+        Ok(p)
+    }
+
+    async fn open(&self) -> lapin::Result<Link> {
+        let props = ConnectionProperties::default().with_connection_name("outboxd".into());
+        let open = async {
+            let conn = Connection::connect_uri(self.uri.clone(), props).await?;
+            let chan = conn.create_channel().await?;
+            if !self.exchange.is_empty() {
+                let passive = ExchangeDeclareOptions { passive: true, ..Default::default() };
+                chan.exchange_declare(&self.exchange, ExchangeKind::Direct, passive, FieldTable::default()).await?;
+            }
+            chan.confirm_select(ConfirmSelectOptions::default()).await?;
+            Ok(Link { conn, chan })
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT, open).await {
+            Ok(r) => r,
+            Err(_) => Err(ErrorKind::IOError(Arc::new(std::io::ErrorKind::TimedOut.into())).into()),
+        }
+    }
+
+    /// Publish jobs in order and resolve them front to back (see the module doc).
+    pub async fn run(mut self, mut rx: mpsc::Receiver<Job>) {
+        let mut window: VecDeque<Entry> = VecDeque::new();
+        let mut failures: u32 = 0;
+        let mut open = true;
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            if !open && window.is_empty() {
+                return;
+            }
+            let step = if self.link.is_none() {
+                self.reconnect(&mut window).await
+            } else {
+                tokio::select! {
+                    biased;
+                    front = front(window.front_mut()), if !window.is_empty() => self.settle(&mut window, front),
+                    job = rx.recv(), if open && window.len() < WINDOW => match job {
+                        Some(job) => self.publish_new(job, &mut window).await,
+                        None => {
+                            open = false;
+                            Ok(false)
+                        }
+                    },
+                    _ = tick.tick() => self.check_link(),
+                }
+            };
+            match step {
+                Ok(true) => failures = 0,
+                Ok(false) => {}
+                Err(reason) => {
+                    if self.link.take().is_some() || self.up != Some(false) {
+                        tracing::warn!(url = %self.url, reason, unconfirmed = window.len(),
+                            "RabbitMQ did not confirm; reconnecting to publish the unconfirmed events again in order");
+                    }
+                    self.set_up(false, &reason);
+                    tokio::time::sleep(crate::pipeline::backoff(failures, MAX_BACKOFF)).await;
+                    failures = failures.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    /// Open a new link and publish the whole window on it again, in order.
+    async fn reconnect(&mut self, window: &mut VecDeque<Entry>) -> Result<bool, String> {
+        let link = self.open().await.map_err(|e| format!("connecting: {}", describe(&e)))?;
+        let limit = self.limit.load(Ordering::Relaxed);
+        for e in std::mem::take(window) {
+            if e.job.body().len() > limit {
+                let reason =
+                    format!("message body of {} bytes exceeds RabbitMQ's max_message_size {limit}", e.job.body().len());
+                e.job.reject("too_large", reason);
+            } else {
+                window.push_back(Entry { confirm: None, ..e });
+            }
+        }
+        for e in window.iter_mut() {
+            e.since = Instant::now();
+            e.confirm = Some(publish(&link.chan, &self.exchange, &e.job).await?);
+        }
+        self.link = Some(link);
+        self.set_up(true, "");
+        Ok(false)
+    }
+
+    async fn publish_new(&mut self, job: Job, window: &mut VecDeque<Entry>) -> Result<bool, String> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        if job.body().len() > limit {
+            let reason =
+                format!("message body of {} bytes exceeds RabbitMQ's max_message_size {limit}", job.body().len());
+            job.reject("too_large", reason);
+            return Ok(true);
+        }
+        let Some(link) = &self.link else { return Err("no connection".into()) };
+        window.push_back(Entry { job, confirm: None, since: Instant::now() });
+        let Some(e) = window.back_mut() else { return Ok(false) };
+        e.confirm = Some(publish(&link.chan, &self.exchange, &e.job).await?);
+        Ok(false)
+    }
+
+    /// Resolve the front entry; an error leaves it in the window for the retry.
+    fn settle(&mut self, window: &mut VecDeque<Entry>, front: Front) -> Result<bool, String> {
+        let confirmed = match front {
+            Front::Confirmed(Ok(c)) => c,
+            Front::Confirmed(Err(e)) => {
+                if let Some(max) = size_limit(&e) {
+                    self.limit.store(max, Ordering::Relaxed);
+                }
+                return Err(describe(&e));
+            }
+            Front::TimedOut => return Err(format!("no confirm within {CONFIRM_TIMEOUT:?}")),
+            Front::Unpublished => return Err("an event was not published".into()),
+        };
+        let Some(Entry { job, .. }) = window.pop_front() else { return Ok(false) };
+        match confirmed {
+            Confirmation::Ack(None) => job.delivery.ack(),
+            Confirmation::Ack(Some(returned)) => {
+                let reason = format!(
+                    "RabbitMQ returned the message ({} {}): nothing is bound to routing key {:?} at exchange {:?}",
+                    returned.reply_code, returned.reply_text, job.routing_key, self.exchange
+                );
+                job.reject("unroutable", reason);
+            }
+            Confirmation::Nack(_) => {
+                let reason = format!("RabbitMQ nacked routing key {:?} (a queue refused it)", job.routing_key);
+                window.push_front(Entry { job, confirm: None, since: Instant::now() });
+                return Err(reason);
+            }
+            Confirmation::NotRequested => {
+                window.push_front(Entry { job, confirm: None, since: Instant::now() });
+                return Err("the channel is not in confirm mode".into());
+            }
+        }
+        Ok(true)
+    }
+
+    fn check_link(&mut self) -> Result<bool, String> {
+        match &self.link {
+            Some(l) if l.conn.status().connected() && l.chan.status().connected() => {
+                self.set_up(true, "");
+                Ok(false)
+            }
+            Some(l) => Err(format!("connection {:?}, channel {:?}", l.conn.status().state(), l.chan.status().state())),
+            None => Ok(false),
+        }
+    }
+
+    fn set_up(&mut self, up: bool, reason: &str) {
+        match (self.up, up) {
+            (Some(false), true) => {
+                self.reconnects.increment(1);
+                tracing::info!(url = %self.url, "RabbitMQ is reachable again");
+            }
+            (None, false) => {
+                tracing::warn!(url = %self.url, reason, "RabbitMQ is unreachable; holding events and retrying")
+            }
+            _ => {}
+        }
+        self.up = Some(up);
+        // The sink's flag in Health (named for Kafka, the first sink) drives /readyz.
+        self.health.set_kafka(up);
+        self.connected.set(if up { 1.0 } else { 0.0 });
+    }
+}
+
+/// The front entry's confirm, or why it has none; pending for an empty window.
+async fn front(e: Option<&mut Entry>) -> Front {
+    let Some(e) = e else { return std::future::pending().await };
+    let deadline = e.since + CONFIRM_TIMEOUT;
+    match e.confirm.as_mut() {
+        Some(c) => tokio::time::timeout_at(deadline, c).await.map_or(Front::TimedOut, Front::Confirmed),
+        None => Front::Unpublished,
+    }
+}
+
+async fn publish(chan: &Channel, exchange: &str, job: &Job) -> Result<PublisherConfirm, String> {
+    let opts = BasicPublishOptions { mandatory: true, immediate: false };
+    let publish = chan.basic_publish(exchange, &job.routing_key, opts, job.body(), job.properties.clone());
+    match tokio::time::timeout(PUBLISH_TIMEOUT, publish).await {
+        Ok(Ok(confirm)) => Ok(confirm),
+        Ok(Err(e)) => Err(format!("publishing: {}", describe(&e))),
+        Err(_) => Err(format!("publishing: not written within {PUBLISH_TIMEOUT:?}")),
+    }
+}
+
+fn reply_code(e: &lapin::Error) -> Option<u16> {
+    match e.kind() {
+        ErrorKind::ProtocolError(a) => Some(a.get_id()),
+        _ => None,
+    }
+}
+
+/// The error's text: lapin's errors carry no URL, so no password.
+fn describe(e: &lapin::Error) -> String {
+    e.to_string()
+}
+
+/// The limit in RabbitMQ's refusal of an oversize message, if `e` is one.
+fn size_limit(e: &lapin::Error) -> Option<usize> {
+    let ErrorKind::ProtocolError(a) = e.kind() else { return None };
+    (a.get_id() == PRECONDITION_FAILED).then_some(())?;
+    parse_size_limit(a.get_message().as_str())
+}
+
+/// `"... message size 200 is larger than configured max size 100"` → 100.
+fn parse_size_limit(text: &str) -> Option<usize> {
+    let rest = &text[text.find("larger than configured max size")? + "larger than configured max size".len()..];
+    rest.split(|c: char| !c.is_ascii_digit()).find(|s| !s.is_empty())?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size_limit;
+
+    #[test]
+    fn the_brokers_size_limit_is_read_from_its_refusal() {
+        let text = "PRECONDITION_FAILED - message size 2097152 is larger than configured max size 1048576";
+        assert_eq!(parse_size_limit(text), Some(1_048_576));
+        assert_eq!(parse_size_limit("PRECONDITION_FAILED - inequivalent arg 'durable'"), None);
+        assert_eq!(parse_size_limit("larger than configured max size"), None);
+    }
+}
