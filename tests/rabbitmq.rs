@@ -380,3 +380,68 @@ async fn kill9_under_load_then_restart_loses_nothing() {
     eprintln!("killed with {at_kill} of {} queued; {duplicates} duplicates after the restart", TXNS * ROWS);
     r.delete().await;
 }
+
+/// Sets the broker's `max_message_size` for the life of the guard (channels opened meanwhile take
+/// it), through `rabbitmqctl`, and puts the previous value back on drop. Other tests here publish
+/// far smaller messages, so the lowered limit does not touch them.
+struct MaxMessageSize(u64);
+
+impl MaxMessageSize {
+    fn set(bytes: u64) -> MaxMessageSize {
+        let get = rabbitmqctl("application:get_env(rabbit, max_message_size).");
+        let old = get.trim().trim_start_matches("{ok,").trim_end_matches('}').parse().unwrap_or(134_217_728);
+        rabbitmqctl(&format!("application:set_env(rabbit, max_message_size, {bytes})."));
+        MaxMessageSize(old)
+    }
+}
+
+impl Drop for MaxMessageSize {
+    fn drop(&mut self) {
+        rabbitmqctl(&format!("application:set_env(rabbit, max_message_size, {}).", self.0));
+    }
+}
+
+fn rabbitmqctl(expr: &str) -> String {
+    let out = std::process::Command::new("rabbitmqctl")
+        .args(["eval", expr])
+        .output()
+        .expect("rabbitmqctl (the RabbitMQ service's CLI) must be runnable by the test user");
+    assert!(out.status.success(), "rabbitmqctl eval {expr}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A message over the broker's max_message_size (lowered to 1 MiB here): RabbitMQ closes the
+/// channel with 406; outboxd learns the limit from the refusal, dead-letters that event as
+/// too_large in chunks that fit, publishes the others again, and the slot moves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversize_message_is_dead_lettered_as_too_large_and_later_events_flow() {
+    const LIMIT: u64 = 1024 * 1024;
+    let _limit = MaxMessageSize::set(LIMIT);
+    let mut r = Rabbit::connect().await;
+    let ok = r.queue("ok", None).await;
+    let dlq = r.queue("dlq", None).await;
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let mut d = Outboxd::spawn_streaming(&rabbit_args(&pg, &local_url(RABBIT_PORT), &r, &["--on-bad-event", "dlq"]));
+    let good1 = pg.insert_event("t", "a", Some("ok"), "{\"n\": 1}", None);
+    let big = pg.psql(&format!(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('t', 'b', 'ok', jsonb_build_object('blob', repeat('x', {}))) RETURNING event_id",
+        2 * LIMIT
+    ));
+    let big = big.lines().next().unwrap().to_owned();
+    let good2 = pg.insert_event("t", "c", Some("ok"), "{\"n\": 3}", None);
+    let end = pg.current_lsn();
+    assert!(slot_reaches(&pg, &end).await, "{}", d.log());
+    let oks = r.drain(&ok).await;
+    let mut seen = std::collections::HashSet::new();
+    let firsts: Vec<String> = oks.iter().map(|m| m.header("id")).filter(|id| seen.insert(id.clone())).collect();
+    assert_eq!(firsts, [good1, good2], "{}", d.log());
+    let dead = r.drain(&dlq).await;
+    assert!(!dead.is_empty(), "no dead-letter copy\n{}", d.log());
+    assert!(dead.iter().all(|m| m.header("id") == big && m.header("outboxd.error") == "too_large"), "{dead:?}");
+    assert!(dead.iter().all(|m| m.payload.len() as u64 <= LIMIT));
+    assert!(d.log().contains("larger than configured max size"), "{}", d.log());
+    d.stop_cleanly();
+    r.delete().await;
+}

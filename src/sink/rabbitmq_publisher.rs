@@ -125,10 +125,15 @@ impl Publisher {
                 p.set_up(true, "");
             }
             Err(e) if matches!(reply_code(&e), Some(ACCESS_REFUSED | NOT_FOUND | NOT_ALLOWED)) => {
-                return Err(Definite::Setup(format!(
-                    "--rabbitmq-url {} --rabbitmq-exchange {:?}: {e}; check the user, password, virtual host and that the exchange exists",
-                    p.url, p.exchange
-                )));
+                let fix = match reply_code(&e) {
+                    Some(NOT_FOUND) => format!(
+                        "declare exchange {:?} (durable) or give an existing one with --rabbitmq-exchange",
+                        p.exchange
+                    ),
+                    Some(NOT_ALLOWED) => "check the virtual host in --rabbitmq-url (%2f is \"/\")".into(),
+                    _ => "check the user and password in --rabbitmq-url (or OUTBOXD_RABBITMQ_URL)".into(),
+                };
+                return Err(Definite::Setup(format!("RabbitMQ at {} refused outboxd: {e}; {fix}", p.url)));
             }
             Err(e) => p.set_up(false, &describe(&e)),
         }
