@@ -222,6 +222,40 @@ async fn unroutable_event_goes_to_the_dead_letter_queue_and_later_events_flow() 
     r.delete().await;
 }
 
+/// Unroutable events mixed with routable ones at full speed, so the broker confirms many publishes
+/// with one `multiple` ack: exactly the unroutable ones are dead-lettered and every routable one
+/// reaches its queue (a returned message is matched to its own event, not to whichever confirm
+/// lapin delivered it with).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interleaved_unroutable_events_are_told_apart_under_batched_confirms() {
+    let mut r = Rabbit::connect().await;
+    let ok = r.queue("ok", None).await;
+    let dlq = r.queue("dlq", None).await;
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let mut d = Outboxd::spawn_streaming(&rabbit_args(&pg, &local_url(RABBIT_PORT), &r, &["--on-bad-event", "dlq"]));
+    pg.psql(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         SELECT 't', 'k' || (g % 7), CASE WHEN g % 3 = 0 THEN 'stray' ELSE 'ok' END, jsonb_build_object('n', g) \
+         FROM generate_series(1, 3000) g",
+    );
+    let end = pg.current_lsn();
+    assert!(slot_reaches(&pg, &end).await, "{}", d.log());
+    let n_of = |m: &Msg| serde_json::from_slice::<serde_json::Value>(&m.payload).unwrap()["n"].as_u64().unwrap();
+    let oks: Vec<u64> = r.drain(&ok).await.iter().map(n_of).collect();
+    let dead = r.drain(&dlq).await;
+    assert!(dead.iter().all(|m| m.header("outboxd.error") == "unroutable"), "{}", d.log());
+    let mut dead: Vec<u64> = dead.iter().map(n_of).collect();
+    dead.sort_unstable();
+    let want_dead: Vec<u64> = (1..=3000).filter(|g| g % 3 == 0).collect();
+    assert_eq!(dead, want_dead, "dead-lettered events are not exactly the unroutable ones");
+    let mut seen = std::collections::HashSet::new();
+    let firsts: Vec<u64> = oks.iter().copied().filter(|n| seen.insert(*n)).collect();
+    assert_eq!(firsts, (1..=3000).filter(|g| g % 3 != 0).collect::<Vec<_>>(), "routable events lost or reordered");
+    d.stop_cleanly();
+    r.delete().await;
+}
+
 /// Two outages through a TCP proxy. A held link (bytes wait, nothing is lost): nothing is
 /// confirmed during it, everything arrives in order after it. A frozen, half-open link: the
 /// heartbeat notices, /readyz and the gauge go down, nothing is confirmed; after the thaw

@@ -3,7 +3,9 @@
 //!
 //! Jobs are published in the order they arrive on the one channel, `mandatory` set, with up to
 //! [`WINDOW`] publisher confirms outstanding (RabbitMQ may confirm many at once with `multiple`;
-//! lapin resolves each publish's own confirm). They are resolved front to back:
+//! lapin resolves each publish's own confirm). Every confirm is collected as soon as it resolves
+//! (see [`Window`] for why a returned message is matched by its content, not by the confirm it
+//! came with), and jobs are resolved front to back:
 //! * `basic.ack` with no `basic.return` before it → `ack()`: the broker routed the message to
 //!   every bound queue and, the message being persistent, wrote it to disk in the durable ones;
 //! * `basic.ack` after a `basic.return` → `reject()` as `unroutable`: no queue is bound for this
@@ -31,10 +33,14 @@
 //! unless the URL sets `heartbeat`) shows too.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
 use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
 use lapin::types::FieldTable;
@@ -72,18 +78,121 @@ struct Link {
     chan: Channel,
 }
 
-/// A published job and its confirm (`None` until published on the current link).
+/// A published job: `seq` names its latest publish, `outcome` is its confirm once harvested.
 struct Entry {
+    seq: u64,
     job: Job,
-    confirm: Option<PublisherConfirm>,
     since: Instant,
+    outcome: Option<Outcome>,
+}
+
+/// A confirm with any returned message taken out (those go to [`Window::returned`]).
+enum Outcome {
+    Ack,
+    Nack,
+    Failed(lapin::Error),
+}
+
+type ConfirmFuture = Pin<Box<dyn Future<Output = (u64, lapin::Result<Confirmation>)> + Send>>;
+
+/// What a returned message is matched on: its message id, routing key and body.
+type Returned = (String, String, Vec<u8>);
+
+/// The unconfirmed jobs in send order and their confirms.
+///
+/// lapin hands a `basic.return` to whichever publish's confirm it completes next, which under
+/// a `multiple` ack can be another message's. So every confirm is harvested as soon as it
+/// resolves, returned messages go to `returned`, and a job counts as returned only if one of
+/// them is its own. That is complete when the front job is decided: RabbitMQ sends returns in
+/// publish order, each before the ack covering its message, and lapin takes them first in
+/// first out, so once every publish up to a job has its confirm, that job's return (if any)
+/// rode on one of the confirms harvested so far.
+#[derive(Default)]
+struct Window {
+    entries: VecDeque<Entry>,
+    confirms: FuturesUnordered<ConfirmFuture>,
+    returned: Vec<Returned>,
+    next_seq: u64,
+}
+
+impl Window {
+    /// Publish `job` at the back.
+    async fn publish(&mut self, link: &Link, exchange: &str, job: Job) -> Result<(), String> {
+        self.entries.push_back(Entry { seq: 0, job, since: Instant::now(), outcome: None });
+        let Some(e) = self.entries.back_mut() else { return Ok(()) };
+        self.next_seq += 1;
+        e.seq = self.next_seq;
+        let confirm = publish(&link.chan, exchange, &e.job).await?;
+        let seq = e.seq;
+        self.confirms.push(Box::pin(async move { (seq, confirm.await) }));
+        Ok(())
+    }
+
+    /// Forget the old link's confirms and publish every job again, in order.
+    async fn republish(&mut self, link: &Link, exchange: &str) -> Result<(), String> {
+        self.confirms = FuturesUnordered::new();
+        self.returned.clear();
+        for e in self.entries.iter_mut() {
+            e.outcome = None;
+            e.seq = 0;
+        }
+        for e in self.entries.iter_mut() {
+            self.next_seq += 1;
+            e.seq = self.next_seq;
+            e.since = Instant::now();
+            let confirm = publish(&link.chan, exchange, &e.job).await?;
+            let seq = e.seq;
+            self.confirms.push(Box::pin(async move { (seq, confirm.await) }));
+        }
+        Ok(())
+    }
+
+    /// Store one confirm on its entry, and every other one that is ready too.
+    fn harvest(&mut self, first: (u64, lapin::Result<Confirmation>)) {
+        self.record(first);
+        while let Some(Some(next)) = self.confirms.next().now_or_never() {
+            self.record(next);
+        }
+    }
+
+    fn record(&mut self, (seq, result): (u64, lapin::Result<Confirmation>)) {
+        let outcome = match result {
+            Ok(Confirmation::Ack(ret)) => {
+                self.keep_returned(ret);
+                Outcome::Ack
+            }
+            Ok(Confirmation::Nack(ret)) => {
+                self.keep_returned(ret);
+                Outcome::Nack
+            }
+            Ok(Confirmation::NotRequested) => Outcome::Nack,
+            Err(e) => Outcome::Failed(e),
+        };
+        if let Ok(i) = self.entries.binary_search_by_key(&seq, |e| e.seq) {
+            self.entries[i].outcome = Some(outcome);
+        }
+    }
+
+    fn keep_returned(&mut self, ret: Option<Box<lapin::message::BasicReturnMessage>>) {
+        if let Some(r) = ret {
+            let d = r.delivery;
+            let id = d.properties.message_id().as_ref().map(|s| s.to_string()).unwrap_or_default();
+            self.returned.push((id, d.routing_key.to_string(), d.data));
+        }
+    }
+
+    /// Whether `job` came back as unroutable (and forget that return).
+    fn take_returned(&mut self, job: &Job) -> bool {
+        let id = job.properties.message_id().as_ref().map(|s| s.as_str()).unwrap_or_default();
+        let pos = self.returned.iter().position(|(i, k, b)| i == id && *k == job.routing_key && b == job.body());
+        pos.map(|p| self.returned.swap_remove(p)).is_some()
+    }
 }
 
 /// What the front of the window came to.
 enum Front {
-    Confirmed(lapin::Result<Confirmation>),
+    Confirmed((u64, lapin::Result<Confirmation>)),
     TimedOut,
-    Unpublished,
 }
 
 pub(super) struct Publisher {
@@ -160,21 +269,29 @@ impl Publisher {
 
     /// Publish jobs in order and resolve them front to back (see the module doc).
     pub async fn run(mut self, mut rx: mpsc::Receiver<Job>) {
-        let mut window: VecDeque<Entry> = VecDeque::new();
+        let mut window = Window::default();
         let mut failures: u32 = 0;
         let mut open = true;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
-            if !open && window.is_empty() {
+            if !open && window.entries.is_empty() {
                 return;
             }
             let step = if self.link.is_none() {
                 self.reconnect(&mut window).await
             } else {
+                // The oldest unconfirmed publish bounds the wait for confirms.
+                let deadline = window.entries.iter().find(|e| e.outcome.is_none()).map(|e| e.since + CONFIRM_TIMEOUT);
                 tokio::select! {
                     biased;
-                    front = front(window.front_mut()), if !window.is_empty() => self.settle(&mut window, front),
-                    job = rx.recv(), if open && window.len() < WINDOW => match job {
+                    front = next_confirm(&mut window.confirms, deadline), if deadline.is_some() => match front {
+                        Front::Confirmed(c) => {
+                            window.harvest(c);
+                            self.settle(&mut window)
+                        }
+                        Front::TimedOut => Err(format!("no confirm within {CONFIRM_TIMEOUT:?}")),
+                    },
+                    job = rx.recv(), if open && window.entries.len() < WINDOW => match job {
                         Some(job) => self.publish_new(job, &mut window).await,
                         None => {
                             open = false;
@@ -189,7 +306,7 @@ impl Publisher {
                 Ok(false) => {}
                 Err(reason) => {
                     if self.link.take().is_some() || self.up != Some(false) {
-                        tracing::warn!(url = %self.url, reason, unconfirmed = window.len(),
+                        tracing::warn!(url = %self.url, reason, unconfirmed = window.entries.len(),
                             "RabbitMQ did not confirm; reconnecting to publish the unconfirmed events again in order");
                     }
                     self.set_up(false, &reason);
@@ -200,77 +317,67 @@ impl Publisher {
         }
     }
 
-    /// Open a new link and publish the whole window on it again, in order.
-    async fn reconnect(&mut self, window: &mut VecDeque<Entry>) -> Result<bool, String> {
+    /// Open a new link and publish the whole window on it again, in order; events over a
+    /// size limit the broker named meanwhile are rejected instead.
+    async fn reconnect(&mut self, window: &mut Window) -> Result<bool, String> {
         let link = self.open().await.map_err(|e| format!("connecting: {}", describe(&e)))?;
         let limit = self.limit.load(Ordering::Relaxed);
-        for e in std::mem::take(window) {
-            if e.job.body().len() > limit {
-                let reason =
-                    format!("message body of {} bytes exceeds RabbitMQ's max_message_size {limit}", e.job.body().len());
-                e.job.reject("too_large", reason);
+        for e in std::mem::take(&mut window.entries) {
+            let size = e.job.body().len();
+            if size > limit {
+                e.job.reject("too_large", too_large(size, limit));
             } else {
-                window.push_back(Entry { confirm: None, ..e });
+                window.entries.push_back(e);
             }
         }
-        for e in window.iter_mut() {
-            e.since = Instant::now();
-            e.confirm = Some(publish(&link.chan, &self.exchange, &e.job).await?);
-        }
+        window.republish(&link, &self.exchange).await?;
         self.link = Some(link);
         self.set_up(true, "");
         Ok(false)
     }
 
-    async fn publish_new(&mut self, job: Job, window: &mut VecDeque<Entry>) -> Result<bool, String> {
+    async fn publish_new(&mut self, job: Job, window: &mut Window) -> Result<bool, String> {
         let limit = self.limit.load(Ordering::Relaxed);
-        if job.body().len() > limit {
-            let reason =
-                format!("message body of {} bytes exceeds RabbitMQ's max_message_size {limit}", job.body().len());
-            job.reject("too_large", reason);
+        let size = job.body().len();
+        if size > limit {
+            job.reject("too_large", too_large(size, limit));
             return Ok(true);
         }
         let Some(link) = &self.link else { return Err("no connection".into()) };
-        window.push_back(Entry { job, confirm: None, since: Instant::now() });
-        let Some(e) = window.back_mut() else { return Ok(false) };
-        e.confirm = Some(publish(&link.chan, &self.exchange, &e.job).await?);
+        window.publish(link, &self.exchange, job).await?;
         Ok(false)
     }
 
-    /// Resolve the front entry; an error leaves it in the window for the retry.
-    fn settle(&mut self, window: &mut VecDeque<Entry>, front: Front) -> Result<bool, String> {
-        let confirmed = match front {
-            Front::Confirmed(Ok(c)) => c,
-            Front::Confirmed(Err(e)) => {
-                if let Some(max) = size_limit(&e) {
-                    self.limit.store(max, Ordering::Relaxed);
+    /// Resolve the decided jobs at the front; a failure leaves them for the retry.
+    fn settle(&mut self, window: &mut Window) -> Result<bool, String> {
+        let mut progress = false;
+        while let Some(outcome) = window.entries.front_mut().and_then(|e| e.outcome.take()) {
+            match outcome {
+                Outcome::Ack => {}
+                Outcome::Nack => {
+                    let key = window.entries.front().map(|e| e.job.routing_key.clone()).unwrap_or_default();
+                    return Err(format!("RabbitMQ nacked a publish to routing key {key:?} (a queue refused it)"));
                 }
-                return Err(describe(&e));
+                Outcome::Failed(e) => {
+                    if let Some(max) = size_limit(&e) {
+                        self.limit.store(max, Ordering::Relaxed);
+                    }
+                    return Err(describe(&e));
+                }
             }
-            Front::TimedOut => return Err(format!("no confirm within {CONFIRM_TIMEOUT:?}")),
-            Front::Unpublished => return Err("an event was not published".into()),
-        };
-        let Some(Entry { job, .. }) = window.pop_front() else { return Ok(false) };
-        match confirmed {
-            Confirmation::Ack(None) => job.delivery.ack(),
-            Confirmation::Ack(Some(returned)) => {
+            let Some(Entry { job, .. }) = window.entries.pop_front() else { break };
+            if window.take_returned(&job) {
                 let reason = format!(
-                    "RabbitMQ returned the message ({} {}): nothing is bound to routing key {:?} at exchange {:?}",
-                    returned.reply_code, returned.reply_text, job.routing_key, self.exchange
+                    "RabbitMQ returned the message as unroutable: nothing is bound to routing key {:?} at exchange {:?}",
+                    job.routing_key, self.exchange
                 );
                 job.reject("unroutable", reason);
+            } else {
+                job.delivery.ack();
             }
-            Confirmation::Nack(_) => {
-                let reason = format!("RabbitMQ nacked routing key {:?} (a queue refused it)", job.routing_key);
-                window.push_front(Entry { job, confirm: None, since: Instant::now() });
-                return Err(reason);
-            }
-            Confirmation::NotRequested => {
-                window.push_front(Entry { job, confirm: None, since: Instant::now() });
-                return Err("the channel is not in confirm mode".into());
-            }
+            progress = true;
         }
-        Ok(true)
+        Ok(progress)
     }
 
     fn check_link(&mut self) -> Result<bool, String> {
@@ -302,14 +409,18 @@ impl Publisher {
     }
 }
 
-/// The front entry's confirm, or why it has none; pending for an empty window.
-async fn front(e: Option<&mut Entry>) -> Front {
-    let Some(e) = e else { return std::future::pending().await };
-    let deadline = e.since + CONFIRM_TIMEOUT;
-    match e.confirm.as_mut() {
-        Some(c) => tokio::time::timeout_at(deadline, c).await.map_or(Front::TimedOut, Front::Confirmed),
-        None => Front::Unpublished,
+/// The next confirm to resolve, or a timeout at `deadline`.
+async fn next_confirm(confirms: &mut FuturesUnordered<ConfirmFuture>, deadline: Option<Instant>) -> Front {
+    let Some(deadline) = deadline else { return std::future::pending().await };
+    match tokio::time::timeout_at(deadline, confirms.next()).await {
+        Ok(Some(c)) => Front::Confirmed(c),
+        // No confirm future for an unconfirmed entry: the publish never happened; treat as lost.
+        Ok(None) | Err(_) => Front::TimedOut,
     }
+}
+
+fn too_large(size: usize, limit: usize) -> String {
+    format!("message body of {size} bytes exceeds RabbitMQ's max_message_size {limit}")
 }
 
 async fn publish(chan: &Channel, exchange: &str, job: &Job) -> Result<PublisherConfirm, String> {
