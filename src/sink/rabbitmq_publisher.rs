@@ -42,7 +42,7 @@ use std::time::Duration;
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
-use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
+use lapin::publisher_confirm::Confirmation;
 use lapin::types::FieldTable;
 use lapin::uri::AMQPUri;
 use lapin::{Channel, Connection, ConnectionProperties, ErrorKind, ExchangeKind};
@@ -60,8 +60,6 @@ pub const WINDOW: usize = 4096;
 pub const MAX_MESSAGE_SIZE: usize = 128 * 1024 * 1024;
 /// A publish with no confirm this long counts as a lost connection.
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);
-/// Writing one publish to the socket (it waits when the socket buffer is full).
-const PUBLISH_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Heartbeat seconds asked for when the URL sets none (RabbitMQ's default is 60).
 const HEARTBEAT: u16 = 10;
@@ -117,34 +115,24 @@ struct Window {
 
 impl Window {
     /// Publish `job` at the back.
-    async fn publish(&mut self, link: &Link, exchange: &str, job: Job) -> Result<(), String> {
-        self.entries.push_back(Entry { seq: 0, job, since: Instant::now(), outcome: None });
-        let Some(e) = self.entries.back_mut() else { return Ok(()) };
+    fn publish(&mut self, link: &Link, exchange: &str, job: Job) {
         self.next_seq += 1;
-        e.seq = self.next_seq;
-        let confirm = publish(&link.chan, exchange, &e.job).await?;
-        let seq = e.seq;
-        self.confirms.push(Box::pin(async move { (seq, confirm.await) }));
-        Ok(())
+        let seq = self.next_seq;
+        self.confirms.push(publish(&link.chan, exchange, &job, seq));
+        self.entries.push_back(Entry { seq, job, since: Instant::now(), outcome: None });
     }
 
     /// Forget the old link's confirms and publish every job again, in order.
-    async fn republish(&mut self, link: &Link, exchange: &str) -> Result<(), String> {
+    fn republish(&mut self, link: &Link, exchange: &str) {
         self.confirms = FuturesUnordered::new();
         self.returned.clear();
-        for e in self.entries.iter_mut() {
-            e.outcome = None;
-            e.seq = 0;
-        }
         for e in self.entries.iter_mut() {
             self.next_seq += 1;
             e.seq = self.next_seq;
             e.since = Instant::now();
-            let confirm = publish(&link.chan, exchange, &e.job).await?;
-            let seq = e.seq;
-            self.confirms.push(Box::pin(async move { (seq, confirm.await) }));
+            e.outcome = None;
+            self.confirms.push(publish(&link.chan, exchange, &e.job, e.seq));
         }
-        Ok(())
     }
 
     /// Store one confirm on its entry, and every other one that is ready too.
@@ -330,7 +318,7 @@ impl Publisher {
                 window.entries.push_back(e);
             }
         }
-        window.republish(&link, &self.exchange).await?;
+        window.republish(&link, &self.exchange);
         self.link = Some(link);
         self.set_up(true, "");
         Ok(false)
@@ -344,7 +332,7 @@ impl Publisher {
             return Ok(true);
         }
         let Some(link) = &self.link else { return Err("no connection".into()) };
-        window.publish(link, &self.exchange, job).await?;
+        window.publish(link, &self.exchange, job);
         Ok(false)
     }
 
@@ -423,14 +411,28 @@ fn too_large(size: usize, limit: usize) -> String {
     format!("message body of {size} bytes exceeds RabbitMQ's max_message_size {limit}")
 }
 
-async fn publish(chan: &Channel, exchange: &str, job: &Job) -> Result<PublisherConfirm, String> {
+/// Start publishing `job`; the future ends with its confirm.
+///
+/// The first poll, made here, hands the frames to lapin's writer and takes the publish's
+/// delivery tag, so calls in send order put messages on the wire in send order without waiting
+/// for each write: the rest of the future is the write completing and then the confirm. A write
+/// that never completes is caught by the confirm deadline.
+fn publish(chan: &Channel, exchange: &str, job: &Job, seq: u64) -> ConfirmFuture {
     let opts = BasicPublishOptions { mandatory: true, immediate: false };
-    let publish = chan.basic_publish(exchange, &job.routing_key, opts, job.body(), job.properties.clone());
-    match tokio::time::timeout(PUBLISH_TIMEOUT, publish).await {
-        Ok(Ok(confirm)) => Ok(confirm),
-        Ok(Err(e)) => Err(format!("publishing: {}", describe(&e))),
-        Err(_) => Err(format!("publishing: not written within {PUBLISH_TIMEOUT:?}")),
-    }
+    let (chan, exchange, key) = (chan.clone(), exchange.to_owned(), job.routing_key.clone());
+    let (body, properties) = (job.payload.clone().unwrap_or_default(), job.properties.clone());
+    let mut write = Box::pin(async move { chan.basic_publish(&exchange, &key, opts, &body, properties).await });
+    let written = (&mut write).now_or_never();
+    Box::pin(async move {
+        let confirm = match written {
+            Some(w) => w,
+            None => write.await,
+        };
+        match confirm {
+            Ok(c) => (seq, c.await),
+            Err(e) => (seq, Err(e)),
+        }
+    })
 }
 
 fn reply_code(e: &lapin::Error) -> Option<u16> {
