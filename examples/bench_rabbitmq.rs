@@ -5,9 +5,11 @@
 //!   so every routed topic lands in the queue (durable queue + persistent messages: the confirms
 //!   outboxd waits for include the disk write, as in production);
 //! * `purge NAME`: empty the queue and print how many messages it held;
-//! * `teardown NAME`: delete both.
+//! * `teardown NAME`: delete both;
+//! * `flood NAME N`: the broker's own ceiling: publish N persistent ~300 B messages to exchange
+//!   NAME with confirms (up to 4096 outstanding, as outboxd), print `seconds messages/s`.
 //!
-//! Usage: `bench_rabbitmq [--url URL] setup|purge|teardown NAME`
+//! Usage: `bench_rabbitmq [--url URL] setup|purge|teardown|flood NAME [N]`
 
 use lapin::options::{
     ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
@@ -28,13 +30,14 @@ fn main() {
         std::process::exit(2);
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    if let Err(e) = rt.block_on(run(&url, &cmd, &name)) {
+    let n: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
+    if let Err(e) = rt.block_on(run(&url, &cmd, &name, n)) {
         eprintln!("bench_rabbitmq {cmd} {name}: {e}");
         std::process::exit(1);
     }
 }
 
-async fn run(url: &str, cmd: &str, name: &str) -> Result<(), Box<dyn std::error::Error>> {
+async fn run(url: &str, cmd: &str, name: &str, n: usize) -> Result<(), Box<dyn std::error::Error>> {
     let conn = Connection::connect(url, ConnectionProperties::default()).await?;
     let chan = conn.create_channel().await?;
     match cmd {
@@ -49,6 +52,29 @@ async fn run(url: &str, cmd: &str, name: &str) -> Result<(), Box<dyn std::error:
         "teardown" => {
             chan.queue_delete(name, QueueDeleteOptions::default()).await?;
             chan.exchange_delete(name, ExchangeDeleteOptions::default()).await?;
+        }
+        "flood" => {
+            use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+            chan.confirm_select(ConfirmSelectOptions::default()).await?;
+            let body = vec![b'x'; 300];
+            let props = lapin::BasicProperties::default().with_delivery_mode(2);
+            let t0 = std::time::Instant::now();
+            let mut pending = std::collections::VecDeque::new();
+            for i in 0..n {
+                let key = format!("order.{}", i % 5);
+                let c = chan.basic_publish(name, &key, BasicPublishOptions::default(), &body, props.clone()).await?;
+                pending.push_back(c);
+                if pending.len() >= 4096 {
+                    if let Some(c) = pending.pop_front() {
+                        c.await?;
+                    }
+                }
+            }
+            for c in pending {
+                c.await?;
+            }
+            let secs = t0.elapsed().as_secs_f64();
+            println!("{secs:.2} {:.0}", n as f64 / secs);
         }
         other => return Err(format!("unknown command {other:?}").into()),
     }
