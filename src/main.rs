@@ -13,7 +13,7 @@ use outboxd::error::{Definite, Error};
 use outboxd::health::Health;
 use outboxd::metrics::Metrics;
 use outboxd::router::contract::Contracts;
-use outboxd::sink::{KafkaSink, NatsSink, NullSink, RedisSink, StdoutSink};
+use outboxd::sink::{KafkaSink, NatsSink, NullSink, RabbitSink, RedisSink, StdoutSink};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -142,7 +142,12 @@ fn exit_with(r: Result<u8, Error>) -> ExitCode {
 }
 
 fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // lapin logs a returned (unroutable) message whole, payload and headers included; outboxd
+    // reports it as a bad event without the payload instead.
+    if let Ok(quiet) = "lapin::returned_messages=error".parse() {
+        filter = filter.add_directive(quiet);
+    }
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
@@ -185,6 +190,10 @@ fn run(cfg: Config) -> anyhow::Result<()> {
             }
             SinkKind::Redis => {
                 let mut sink = RedisSink::new(&cfg.redis, health.clone())?;
+                outboxd::app::run(&cfg, &mut sink, handles).await?
+            }
+            SinkKind::Rabbitmq => {
+                let mut sink = RabbitSink::connect(&cfg.rabbitmq, health.clone()).await?;
                 outboxd::app::run(&cfg, &mut sink, handles).await?
             }
         }

@@ -301,6 +301,8 @@ pub enum SinkKind {
     Nats,
     /// Redis Streams: XADD to the stream named by the topic.
     Redis,
+    /// RabbitMQ: persistent messages with publisher confirms (--rabbitmq-url).
+    Rabbitmq,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -422,6 +424,13 @@ pub struct RunArgs {
     /// Trim each stream to about this many entries (XADD MAXLEN ~ N); unset keeps every entry.
     #[arg(long, value_name = "N")]
     pub redis_maxlen: Option<u64>,
+    /// RabbitMQ for --sink rabbitmq: amqp://[user:password@]host:5672/%2f, amqps:// for TLS.
+    #[arg(long, env = "OUTBOXD_RABBITMQ_URL", hide_env_values = true, default_value = crate::config::rabbitmq::DEFAULT_URL)]
+    pub rabbitmq_url: String,
+    /// Exchange to publish to, with the topic as routing key; empty: the default exchange (the
+    /// routing key names the queue).
+    #[arg(long, env = "OUTBOXD_RABBITMQ_EXCHANGE", default_value = "")]
+    pub rabbitmq_exchange: String,
     /// Stop reading WAL while this many events wait for acks.
     #[arg(long, default_value_t = 10_000)]
     pub max_in_flight: usize,

@@ -11,6 +11,7 @@
 //! * `show.rs`: `Config` back to flags;
 //! * `kafka.rs`: brokers and merged librdkafka properties;
 //! * `redis.rs`: the Redis Streams sink's URL (password masked when shown) and trimming;
+//! * `rabbitmq.rs`: the RabbitMQ sink's URL (password masked when shown) and exchange;
 //! * `postgres.rs`: the conninfo, parsed into a [`PgTarget`] whose `Display` never shows the
 //!   password, so it can be logged and put into errors safely;
 //! * `debezium.rs`: `--debezium-config`, translated into flag values and merged under the flags.
@@ -24,6 +25,7 @@ mod kafka;
 mod nats;
 pub mod postgres;
 pub mod properties;
+pub mod rabbitmq;
 pub mod redis;
 mod show;
 mod validate;
@@ -72,6 +74,8 @@ pub struct Config {
     pub nats: NatsConfig,
     /// `--redis-url`, `--redis-maxlen` (used by `--sink redis`).
     pub redis: redis::RedisConfig,
+    /// `--rabbitmq-url`, `--rabbitmq-exchange` (used by `--sink rabbitmq`).
+    pub rabbitmq: rabbitmq::RabbitConfig,
     pub max_in_flight: usize,
     pub max_in_flight_bytes: usize,
     /// Zero: /healthz never reports a stall.

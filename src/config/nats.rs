@@ -57,7 +57,7 @@ impl NatsConfig {
     }
 }
 
-fn mask_one(url: &str) -> String {
+pub(crate) fn mask_one(url: &str) -> String {
     let rest_at = url.find("://").map_or(0, |i| i + 3);
     let (scheme, rest) = url.split_at(rest_at);
     let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());

@@ -66,6 +66,8 @@ impl Config {
         if let Some(n) = self.redis.maxlen {
             push("redis-maxlen", n.to_string());
         }
+        push("rabbitmq-url", self.rabbitmq.url_masked());
+        push("rabbitmq-exchange", self.rabbitmq.exchange.clone());
         let r = &self.route;
         push("route-by-field", r.route_by_field.clone());
         push("route-topic-regex", r.topic.regex_text().to_owned());

@@ -243,7 +243,7 @@ mod gen {
             proptest::option::of(text(40).prop_filter("publication: 1-63 bytes", |p| p.len() <= 63)),
             proptest::collection::vec(("[a-z_]{1,8}", "[a-zA-Z_ ]{1,8}"), 0..3),
             proptest::option::of(select(vec!["filtered", "disabled"])),
-            proptest::option::of(select(vec!["kafka", "stdout", "null"])),
+            proptest::option::of(select(vec!["kafka", "stdout", "null", "rabbitmq"])),
             proptest::option::of("[a-z0-9.:,]{1,30}"),
             proptest::collection::vec(property, 0..4),
             any::<bool>(),
@@ -292,7 +292,19 @@ mod gen {
             proptest::option::of(select(vec![r"order\..*", "x|y"])),
             (proptest::option::of(any::<bool>()), proptest::option::of(any::<bool>())),
         );
-        (group_a, group_b, group_c).prop_map(move |(a, b, c)| {
+        let group_d = (
+            proptest::option::of(select(vec![
+                "amqp://127.0.0.1:5672/%2f",
+                "amqps://app@mq.example:5671/prod?heartbeat=5",
+                "amqp://[::1]/vh%2Fx",
+            ])),
+            proptest::option::of(prop_oneof![
+                Just(String::new()),
+                "[a-zA-Z0-9._:-]{1,40}",
+                text(20).prop_filter("exchange: no control characters", |e| !e.contains(char::is_control)),
+            ]),
+        );
+        (group_a, group_b, group_c, group_d).prop_map(move |(a, b, c, d)| {
             let mut v: Vec<String> = Vec::new();
             let mut put = |k: &str, val: Option<String>| {
                 if let Some(val) = val {
@@ -367,6 +379,9 @@ mod gen {
                 put("schema-dir", Some(schema_dir.clone()));
                 put("schema-missing", Some(m.into()));
             }
+            let (rabbitmq_url, rabbitmq_exchange) = d;
+            put("rabbitmq-url", rabbitmq_url.map(String::from));
+            put("rabbitmq-exchange", rabbitmq_exchange);
             v
         })
     }
@@ -507,6 +522,34 @@ fn redis_password_is_masked_and_maxlen_round_trips() {
     assert_eq!(again, c);
     let zero = config_of(&[&a[..7], &["0".to_string()][..]].concat()).unwrap_err().to_string();
     assert!(zero.contains("--redis-maxlen 0 would trim"), "{zero}");
+}
+
+/// The RabbitMQ password is masked in `outboxd config`; the exchange round-trips; bad values are
+/// one-line errors naming the flag.
+#[test]
+fn rabbitmq_password_is_masked_and_exchange_round_trips() {
+    let a: Vec<String> = [
+        "--postgres-url",
+        "postgres://u@127.0.0.1/db",
+        "--sink",
+        "rabbitmq",
+        "--rabbitmq-url",
+        "amqps://app:r4bbit-pw@mq:5671/prod",
+        "--rabbitmq-exchange",
+        "outbox.events",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let c = config_of(&a).unwrap();
+    let printed = c.to_flags().join("\n");
+    assert!(!printed.contains("r4bbit-pw") && !format!("{c:?}").contains("r4bbit-pw"), "{printed}");
+    assert!(printed.contains("amqps://app:****@mq:5671/prod") && printed.contains("outbox.events"), "{printed}");
+    let mut again = config_of(&c.to_argv()).unwrap();
+    again.rabbitmq.url = c.rabbitmq.url.clone();
+    assert_eq!(again, c);
+    let bad_url = config_of(&[&a[..5], &["redis://u:r4bbit-pw@h".to_string()][..]].concat()).unwrap_err().to_string();
+    assert!(bad_url.contains("--rabbitmq-url") && !bad_url.contains("r4bbit-pw"), "{bad_url}");
 }
 
 /// Properties from a Debezium file apply before `--kafka-property-file`, but printed flags apply

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::rabbitmq::RabbitConfig;
 use super::redis::RedisConfig;
 use super::{debezium, postgres, Config, KafkaConfig, NatsConfig, PgTarget, RunArgs, SinkKind, TableName};
 use crate::error::Definite;
@@ -72,6 +73,10 @@ impl Config {
                     "--redis-maxlen 0 would trim every event away; give at least 1, or leave it unset".into()
                 ));
             }
+        }
+        let rabbitmq = RabbitConfig { url: a.rabbitmq_url.clone(), exchange: a.rabbitmq_exchange.clone() };
+        if a.sink == SinkKind::Rabbitmq {
+            rabbitmq.check()?;
         }
         if a.topic_partitions < 1 {
             return Err(bad(format!("--topic-partitions {} must be at least 1", a.topic_partitions)));
@@ -162,6 +167,7 @@ impl Config {
             },
             nats: NatsConfig::new(&a.nats_url, a.nats_creds.clone(), a.nats_create_stream.as_deref())?,
             redis,
+            rabbitmq,
             max_in_flight: a.max_in_flight,
             max_in_flight_bytes,
             health_stall_timeout: {

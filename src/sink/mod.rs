@@ -13,11 +13,14 @@
 mod kafka;
 pub mod kafka_client;
 mod nats;
+mod rabbitmq;
+mod rabbitmq_publisher;
 mod redis;
 mod simple;
 
 pub use kafka::KafkaSink;
 pub use nats::NatsSink;
+pub use rabbitmq::RabbitSink;
 pub use redis::RedisSink;
 pub use simple::{record_json, NullSink, StdoutSink};
 

@@ -1,0 +1,129 @@
+//! `--rabbitmq-url` and `--rabbitmq-exchange`: where the RabbitMQ sink publishes.
+//!
+//! The URL is kept as given and parsed once here ([`RabbitConfig::check`]) so a typo is a set-up
+//! error naming the flag, not a reconnect loop. Its password never leaves this module unmasked:
+//! [`RabbitConfig::url_masked`] is the form for logs, errors and `outboxd config`, and `Debug`
+//! uses it too.
+
+use std::str::FromStr;
+
+use lapin::uri::{AMQPScheme, AMQPUri};
+
+use crate::error::Definite;
+
+/// Default when `--sink rabbitmq` is given without `--rabbitmq-url`: the local broker's default
+/// virtual host, as guest (lapin's default user when the URL names none).
+pub const DEFAULT_URL: &str = "amqp://127.0.0.1:5672/%2f";
+/// AMQP 0-9-1 `shortstr`: exchange names, routing keys, message ids and header names.
+pub const SHORTSTR_MAX: usize = 255;
+
+#[derive(Clone, PartialEq, Eq)]
+pub struct RabbitConfig {
+    /// `amqp://[user:password@]host[:port][/vhost][?heartbeat=N]`, `amqps://` for TLS.
+    pub url: String,
+    /// The exchange every event is published to; empty is the default exchange, where the
+    /// routing key (the topic) names the queue.
+    pub exchange: String,
+}
+
+impl Default for RabbitConfig {
+    fn default() -> Self {
+        RabbitConfig { url: DEFAULT_URL.into(), exchange: String::new() }
+    }
+}
+
+impl std::fmt::Debug for RabbitConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RabbitConfig").field("url", &self.url_masked()).field("exchange", &self.exchange).finish()
+    }
+}
+
+impl RabbitConfig {
+    /// The parsed URL, or a one-line error naming the flag (the password masked).
+    pub fn uri(&self) -> Result<AMQPUri, Definite> {
+        let bad = |why: &str| {
+            Definite::Config(format!(
+                "--rabbitmq-url {:?} {why}; use amqp://[user:password@]host:5672/%2f, or amqps:// for TLS",
+                self.url_masked()
+            ))
+        };
+        let scheme = self.url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+        if !matches!(scheme.as_deref(), Some("amqp" | "amqps")) {
+            return Err(bad("is not an amqp:// or amqps:// URL"));
+        }
+        // The parser's own message may quote the URL, password included: not passed on.
+        let mut uri = AMQPUri::from_str(&self.url).map_err(|_| bad("cannot be parsed"))?;
+        debug_assert!(matches!(uri.scheme, AMQPScheme::AMQP | AMQPScheme::AMQPS));
+        // The parser takes the host from the URL's domain name only, so an IP address would
+        // silently become its default host ("localhost"); put it back.
+        if let Some(ip) = ip_host(&self.url) {
+            uri.authority.host = ip;
+        }
+        Ok(uri)
+    }
+
+    /// Parse the URL and check the exchange name, so bad values fail at start.
+    pub fn check(&self) -> Result<(), Definite> {
+        self.uri()?;
+        if self.exchange.len() > SHORTSTR_MAX || self.exchange.contains(|c: char| c.is_control()) {
+            return Err(Definite::Config(format!(
+                "--rabbitmq-exchange {:?} must be at most {SHORTSTR_MAX} bytes without control characters",
+                self.exchange
+            )));
+        }
+        Ok(())
+    }
+
+    /// The URL with any password replaced by `****`.
+    pub fn url_masked(&self) -> String {
+        super::nats::mask_one(&self.url)
+    }
+}
+
+/// The host of `url` if it is an IP address (IPv6 without its brackets).
+fn ip_host(url: &str) -> Option<String> {
+    let rest = &url[url.find("://")? + 3..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let host_port = &authority[authority.rfind('@').map_or(0, |i| i + 1)..];
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => &v6[..v6.find(']')?],
+        None => host_port.rsplit_once(':').map_or(host_port, |(h, _)| h),
+    };
+    host.parse::<std::net::IpAddr>().ok().map(|ip| ip.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(url: &str, exchange: &str) -> RabbitConfig {
+        RabbitConfig { url: url.into(), exchange: exchange.into() }
+    }
+
+    #[test]
+    fn password_is_masked_everywhere() {
+        let c = cfg("amqps://app:s3cr%40t@mq.example:5671/prod", "events");
+        assert_eq!(c.url_masked(), "amqps://app:****@mq.example:5671/prod");
+        assert!(!format!("{c:?}").contains("s3cr"));
+        assert_eq!(cfg("amqp://guest@h/%2f", "").url_masked(), "amqp://guest@h/%2f");
+        let e = cfg("http://u:hunter2@h", "").check().unwrap_err().to_string();
+        assert!(e.contains("--rabbitmq-url") && !e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn urls_and_exchanges_are_checked() {
+        for ok in [DEFAULT_URL, "amqp://u:p@h", "amqps://h:5671/vh?heartbeat=5", "AMQP://h"] {
+            assert!(cfg(ok, "").check().is_ok(), "{ok}");
+        }
+        for bad in ["", "127.0.0.1:5672", "nats://h", "amqp://h:notaport"] {
+            assert!(cfg(bad, "").check().is_err(), "{bad}");
+        }
+        assert!(cfg(DEFAULT_URL, "amq.topic").check().is_ok());
+        let host = |u: &str| cfg(u, "").uri().unwrap().authority.host;
+        assert_eq!(host("amqp://u:p@10.1.2.3:5672/%2f"), "10.1.2.3");
+        assert_eq!(host("amqp://[::1]:5672"), "::1");
+        assert_eq!(host("amqps://mq.example/vh"), "mq.example");
+        assert!(cfg(DEFAULT_URL, &"x".repeat(256)).check().is_err());
+        assert!(cfg(DEFAULT_URL, "a\nb").check().is_err());
+    }
+}

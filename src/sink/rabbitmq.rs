@@ -1,0 +1,246 @@
+//! The RabbitMQ sink (`--sink rabbitmq`): persistent messages with publisher confirms, published
+//! in send order on one channel.
+//!
+//! Each record becomes one `basic.publish` to `--rabbitmq-exchange` (default: the default
+//! exchange `""`) with the routed topic as routing key, `mandatory` set, and properties:
+//! `delivery_mode` 2 (persistent), `message_id` = the event id, `timestamp` = the record's
+//! timestamp in seconds, and the AMQP headers `key` (the record key, absent for a null key), `id`
+//! (the event id) and one per record header, values as byte-exact long strings. No content type:
+//! the record does not say whether its payload column held JSON, text or bytes.
+//!
+//! `send` refuses what AMQP can never carry (a routing key, event id or header name over 255
+//! bytes, a body over the server's message size limit) as a bad event; everything else goes as a
+//! [`Job`] through a bounded channel to the publisher task ([`super::rabbitmq_publisher`]). A full
+//! channel holds the record here, in order, and reports [`Sink::blocked`]; [`Sink::unblock`] waits
+//! with `Sender::reserve` (cancel-safe) and moves held records on once there is room.
+//!
+//! The publisher owns the connection and every unconfirmed message; its module doc says what an
+//! ack, a rejection and a retry are.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::BasicProperties;
+use tokio::sync::mpsc;
+
+use super::rabbitmq_publisher::{self, MAX_MESSAGE_SIZE, WINDOW};
+use super::{Sink, SinkError};
+use crate::ack::Delivery;
+use crate::config::rabbitmq::{RabbitConfig, SHORTSTR_MAX};
+use crate::error::Definite;
+use crate::health::Health;
+use crate::router::Record;
+
+/// AMQP's persistent delivery mode: the broker writes the message to disk in a durable queue.
+const PERSISTENT: u8 = 2;
+/// Room left under the message size limit when the pipeline sizes dead-letter chunks: the
+/// limit counts the body only, but a dead-letter copy also gains headers.
+const HEADER_SLACK: usize = 4096;
+
+/// One record on its way to RabbitMQ: the message, and the record's parts for a rejection.
+pub(super) struct Job {
+    pub routing_key: String,
+    pub properties: BasicProperties,
+    pub key: Option<Bytes>,
+    pub payload: Option<Bytes>,
+    pub headers: Vec<(String, Bytes)>,
+    pub delivery: Delivery,
+}
+
+impl Job {
+    pub fn body(&self) -> &[u8] {
+        self.payload.as_deref().unwrap_or_default()
+    }
+
+    /// Resolve as a bad event.
+    pub fn reject(self, code: &'static str, reason: String) {
+        self.delivery.reject(code, reason, self.key, self.payload, self.headers);
+    }
+}
+
+pub struct RabbitSink {
+    tx: mpsc::Sender<Job>,
+    held: VecDeque<Job>,
+    /// The broker's message size limit as the publisher knows it.
+    limit: Arc<AtomicUsize>,
+    publisher: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for RabbitSink {
+    fn drop(&mut self) {
+        // Unconfirmed handles fail on drop; the slot keeps their events for the next start.
+        self.publisher.abort();
+    }
+}
+
+impl RabbitSink {
+    /// Check the settings, make the first connection (a broker down at start is waited for in
+    /// the background; a refused login or a missing exchange is a set-up error) and start the
+    /// publisher task.
+    pub async fn connect(cfg: &RabbitConfig, health: Arc<Health>) -> Result<RabbitSink, Definite> {
+        cfg.check()?;
+        let limit = Arc::new(AtomicUsize::new(MAX_MESSAGE_SIZE));
+        let publisher = rabbitmq_publisher::Publisher::start(cfg, health, limit.clone()).await?;
+        let (tx, rx) = mpsc::channel(WINDOW);
+        let publisher = tokio::spawn(publisher.run(rx));
+        Ok(RabbitSink { tx, held: VecDeque::new(), limit, publisher })
+    }
+
+    fn closed() -> SinkError {
+        SinkError::Fatal(Definite::Sink("the RabbitMQ publisher task ended".into()))
+    }
+}
+
+impl Sink for RabbitSink {
+    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
+        let job = job(record, delivery).map_err(|e| *e)?;
+        if !self.held.is_empty() {
+            self.held.push_back(job);
+            return Ok(());
+        }
+        match self.tx.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(job)) => {
+                self.held.push_back(job);
+                Ok(())
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(Self::closed()),
+        }
+    }
+
+    fn blocked(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    async fn unblock(&mut self) -> Result<(), SinkError> {
+        if self.held.is_empty() {
+            return std::future::pending().await;
+        }
+        // A clone so the wait borrows nothing of `self`; `reserve` is cancel-safe, and a record
+        // leaves `held` only once its slot is ours.
+        let tx = self.tx.clone();
+        let permit = tx.reserve().await.map_err(|_| Self::closed())?;
+        if let Some(job) = self.held.pop_front() {
+            permit.send(job);
+        }
+        while let Some(job) = self.held.pop_front() {
+            match self.tx.try_send(job) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(job)) => {
+                    self.held.push_front(job);
+                    break;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => return Err(Self::closed()),
+            }
+        }
+        Ok(())
+    }
+
+    fn discard_held(&mut self) {
+        self.held.clear();
+    }
+
+    fn max_message_bytes(&self) -> Option<usize> {
+        Some(self.limit.load(Ordering::Relaxed).saturating_sub(HEADER_SLACK).max(1))
+    }
+}
+
+/// Build the AMQP message for `record`, or the rejection that it can never be one.
+fn job(record: Record, delivery: Delivery) -> Result<Job, Box<SinkError>> {
+    let refuse = |code: &'static str, reason: String, record: Record, delivery: Delivery| {
+        Box::new(SinkError::Rejected { code, reason, record: Box::new(record), delivery })
+    };
+    if record.topic.len() > SHORTSTR_MAX {
+        let reason = format!(
+            "topic {:?} is {} bytes; an AMQP routing key is at most {SHORTSTR_MAX}",
+            record.topic,
+            record.topic.len()
+        );
+        return Err(refuse("invalid_routing_key", reason, record, delivery));
+    }
+    if record.event_id.len() > SHORTSTR_MAX {
+        let reason =
+            format!("event id is {} bytes; an AMQP message-id is at most {SHORTSTR_MAX}", record.event_id.len());
+        return Err(refuse("invalid_id", reason, record, delivery));
+    }
+    if let Some((name, _)) = record.headers.iter().find(|(k, _)| k.len() > SHORTSTR_MAX) {
+        let reason = format!("header name {name:?} is over {SHORTSTR_MAX} bytes, the AMQP limit");
+        return Err(refuse("invalid_header", reason, record, delivery));
+    }
+    let size = record.payload.as_ref().map_or(0, Bytes::len);
+    if size > MAX_MESSAGE_SIZE {
+        let reason = format!("message body of {size} bytes exceeds RabbitMQ's max_message_size {MAX_MESSAGE_SIZE}");
+        return Err(refuse("too_large", reason, record, delivery));
+    }
+    let properties = properties(&record);
+    let Record { topic, key, payload, headers, .. } = record;
+    Ok(Job { routing_key: topic, properties, key, payload, headers, delivery })
+}
+
+/// Persistent delivery, the event id as message id, the timestamp, and the headers.
+fn properties(r: &Record) -> BasicProperties {
+    let long = |b: &[u8]| AMQPValue::LongString(LongString::from(b.to_vec()));
+    let mut table = FieldTable::default();
+    // Record headers first, then `key` and `id`: a headers-column entry of the same name is
+    // overridden (the router's own `id` header has the same value anyway).
+    for (name, value) in &r.headers {
+        table.insert(ShortString::from(name.as_str()), long(value));
+    }
+    if let Some(k) = &r.key {
+        table.insert("key".into(), long(k));
+    }
+    table.insert("id".into(), long(r.event_id.as_bytes()));
+    let mut p = BasicProperties::default()
+        .with_delivery_mode(PERSISTENT)
+        .with_message_id(ShortString::from(r.event_id.as_str()))
+        .with_headers(table);
+    if let Some(ms) = r.timestamp_ms.and_then(|ms| u64::try_from(ms).ok()) {
+        p = p.with_timestamp(ms / 1000);
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(key: Option<&'static [u8]>, headers: Vec<(&str, &'static [u8])>) -> Record {
+        Record {
+            topic: "outbox.event.order".into(),
+            key: key.map(Bytes::from_static),
+            payload: Some(Bytes::from_static(b"{\"a\":1}")),
+            headers: headers.into_iter().map(|(k, v)| (k.to_owned(), Bytes::from_static(v))).collect(),
+            partition: None,
+            timestamp_ms: Some(1_700_000_000_123),
+            event_id: "e-1".into(),
+        }
+    }
+
+    fn header<'a>(p: &'a BasicProperties, name: &str) -> Option<&'a [u8]> {
+        match p.headers().as_ref()?.inner().get(name)? {
+            AMQPValue::LongString(s) => Some(s.as_bytes()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn properties_follow_the_record() {
+        let p = properties(&record(Some(b"42"), vec![("id", b"e-1"), ("trace", b"\x00\xff")]));
+        assert_eq!(*p.delivery_mode(), Some(2));
+        assert_eq!(p.message_id().as_ref().map(ShortString::as_str), Some("e-1"));
+        assert_eq!(*p.timestamp(), Some(1_700_000_000));
+        assert_eq!(header(&p, "key"), Some(&b"42"[..]));
+        assert_eq!(header(&p, "id"), Some(&b"e-1"[..]));
+        assert_eq!(header(&p, "trace"), Some(&b"\x00\xff"[..]));
+        assert_eq!(p.headers().as_ref().map(|h| h.inner().len()), Some(3));
+        // The record key wins over a headers-column entry named `key`; with a null key that
+        // entry is all there is.
+        let p = properties(&record(None, vec![("key", b"col")]));
+        assert_eq!(header(&p, "key"), Some(&b"col"[..]));
+        let p = properties(&record(Some(b"real"), vec![("key", b"col")]));
+        assert_eq!(header(&p, "key"), Some(&b"real"[..]));
+    }
+}
