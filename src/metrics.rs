@@ -5,7 +5,10 @@
 //! `outboxd_dlq_events_total{reason}`, `outboxd_events_in_flight`, `outboxd_transactions_total`,
 //! `outboxd_received_lsn`, `outboxd_confirmed_flush_lsn`, `outboxd_replication_lag_bytes`,
 //! `outboxd_lag_seconds`, `outboxd_commit_to_ack_seconds`, `outboxd_connected{component}`,
-//! `outboxd_slot_safe_wal_size_bytes`, `outboxd_reconnects_total{component}`.
+//! `outboxd_slot_safe_wal_size_bytes`, `outboxd_reconnects_total{component}`; `outboxd poll`
+//! adds `outboxd_poll_unpublished_rows`, `outboxd_poll_oldest_unpublished_age_seconds`,
+//! `outboxd_poll_publish_tries_total` and `outboxd_poll_publish_errors_total` (their ratio is
+//! the publish error ratio).
 //! LSNs are exported as plain numbers (bytes of WAL).
 //!
 //! Memory stays bounded with nobody scraping: the exporter keeps raw histogram samples until they
@@ -72,6 +75,14 @@ pub struct Metrics {
     pub kafka_connected: Gauge,
     pub pg_reconnects: Counter,
     pub kafka_reconnects: Counter,
+    /// `outboxd poll`: records handed to the sink for an outbox row (one per try).
+    pub poll_tries: Counter,
+    /// `outboxd poll`: tries the sink refused for good.
+    pub poll_errors: Counter,
+    /// `outboxd poll`: rows not yet published, as of the last backlog query.
+    pub poll_unpublished: Gauge,
+    /// `outboxd poll`: age of the oldest unpublished row (the outbox lag).
+    pub poll_oldest_age: Gauge,
     /// Shared by every clone, so the cap holds for the process, not per session.
     topics: Arc<TopicSeries>,
 }
@@ -124,6 +135,10 @@ pub const NAMES: &[&str] = &[
     "outboxd_slot_safe_wal_size_bytes",
     "outboxd_reconnects_total",
     "outboxd_dlq_events_total",
+    "outboxd_poll_unpublished_rows",
+    "outboxd_poll_oldest_unpublished_age_seconds",
+    "outboxd_poll_publish_tries_total",
+    "outboxd_poll_publish_errors_total",
 ];
 
 /// Every reason code a failed or dead-lettered event can carry; registered at zero so dashboards and
@@ -166,6 +181,10 @@ impl Metrics {
             kafka_connected: gauge!("outboxd_connected", "component" => "kafka"),
             pg_reconnects: counter!("outboxd_reconnects_total", "component" => "postgres"),
             kafka_reconnects: counter!("outboxd_reconnects_total", "component" => "kafka"),
+            poll_tries: counter!("outboxd_poll_publish_tries_total"),
+            poll_errors: counter!("outboxd_poll_publish_errors_total"),
+            poll_unpublished: gauge!("outboxd_poll_unpublished_rows"),
+            poll_oldest_age: gauge!("outboxd_poll_oldest_unpublished_age_seconds"),
             topics: Arc::new(TopicSeries {
                 cap,
                 by_topic: Mutex::new(HashMap::new()),

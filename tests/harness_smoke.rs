@@ -17,7 +17,7 @@ async fn sql_files_apply_and_paid_order_emits_outbox_event() {
     let pg = PgCluster::start();
     let files = common::sql_files();
     let names: Vec<String> = files.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
-    assert_eq!(names, ["01_outbox.sql", "02_orders_example.sql", "03_role.sql", "04_publication.sql"]);
+    assert_eq!(names, ["01_outbox.sql", "02_orders_example.sql", "03_role.sql", "04_publication.sql", "05_poll.sql"]);
     // Round 1 without the optional psql variable, round 2 with it.
     for f in &files {
         pg.apply_sql_file(f);

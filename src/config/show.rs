@@ -111,6 +111,19 @@ impl Config {
         }
         push("lag-poll-interval", millis(self.lag_poll_interval));
         push("reconnect-max-backoff", millis(self.reconnect_max_backoff));
+        let p = &self.poll;
+        push("poll-batch", p.batch.to_string());
+        push("poll-interval", millis(p.interval));
+        push("poll-max-attempts", p.max_attempts.to_string());
+        push("poll-retry-backoff", millis(p.retry_backoff));
+        push("poll-delete", p.delete.to_string());
+        push("poll-channel", p.channel.clone());
+        push("retention", millis(p.retention.unwrap_or_default()));
+        push("poll-field-seq", p.columns.seq.clone());
+        push("poll-field-published-at", p.columns.published_at.clone());
+        push("poll-field-attempts", p.columns.attempts.clone());
+        push("poll-field-error", p.columns.error.clone());
+        push("poll-field-next-attempt-at", p.columns.next_attempt_at.clone());
         // Key files by path: key bytes never print.
         let m = self.mask.spec();
         for r in &m.masks {

@@ -285,7 +285,17 @@ mod gen {
             ),
             proptest::option::of(select(vec![r"order\..*", "x|y"])),
         );
-        (group_a, group_b, group_c).prop_map(move |(a, b, c)| {
+        let group_d = (
+            proptest::option::of(1usize..100_000),
+            proptest::option::of((10u64..5000).prop_map(|n| format!("{n}ms"))),
+            proptest::option::of(1u32..100),
+            proptest::option::of(select(vec!["1ms", "250ms", "3s", "10m"])),
+            proptest::option::of(any::<bool>()),
+            proptest::option::of(prop_oneof![Just(String::new()), ident()]),
+            proptest::option::of(prop_oneof![Just("0".to_owned()), duration()]),
+            proptest::option::of((ident(), ident(), ident(), ident(), text(20))),
+        );
+        (group_a, group_b, group_c, group_d).prop_map(move |(a, b, c, d)| {
             let mut v: Vec<String> = Vec::new();
             let mut put = |k: &str, val: Option<String>| {
                 if let Some(val) = val {
@@ -350,6 +360,21 @@ mod gen {
             if let Some(m) = schema_missing {
                 put("schema-dir", Some(schema_dir.clone()));
                 put("schema-missing", Some(m.into()));
+            }
+            let (batch, interval, attempts, backoff, delete, channel, retention, columns) = d;
+            put("poll-batch", batch.map(|x| x.to_string()));
+            put("poll-interval", interval);
+            put("poll-max-attempts", attempts.map(|x| x.to_string()));
+            put("poll-retry-backoff", backoff.map(String::from));
+            put("poll-delete", delete.map(|x| x.to_string()));
+            put("poll-channel", channel);
+            put("retention", retention);
+            if let Some((seq, published, tries, error, next)) = columns {
+                put("poll-field-seq", Some(seq));
+                put("poll-field-published-at", Some(published));
+                put("poll-field-attempts", Some(tries));
+                put("poll-field-error", Some(error));
+                put("poll-field-next-attempt-at", Some(next));
             }
             v
         })

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use tokio::sync::mpsc::UnboundedSender;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
@@ -28,8 +29,23 @@ pub async fn connect(cfg: &Config) -> Result<Client, Error> {
 
 /// Open an ordinary connection, over TLS as `sslmode` says, with a `statement_timeout`.
 pub async fn connect_target(target: &PgTarget) -> Result<Client, Error> {
+    connect_with(target, None).await
+}
+
+/// [`connect_target`], forwarding the server's NOTIFY messages (after a `LISTEN`) to `notify`.
+pub async fn connect_listening(
+    target: &PgTarget,
+    notify: UnboundedSender<tokio_postgres::Notification>,
+) -> Result<Client, Error> {
+    connect_with(target, Some(notify)).await
+}
+
+async fn connect_with(
+    target: &PgTarget,
+    notify: Option<UnboundedSender<tokio_postgres::Notification>>,
+) -> Result<Client, Error> {
     let limit = target.connect_timeout + Duration::from_secs(5);
-    let client = match tokio::time::timeout(limit, connect_inner(target)).await {
+    let client = match tokio::time::timeout(limit, connect_inner(target, notify)).await {
         Ok(r) => r?,
         Err(_) => {
             return Err(Transient::PgServer {
@@ -44,7 +60,10 @@ pub async fn connect_target(target: &PgTarget) -> Result<Client, Error> {
     Ok(client)
 }
 
-async fn connect_inner(target: &PgTarget) -> Result<Client, Error> {
+async fn connect_inner(
+    target: &PgTarget,
+    notify: Option<UnboundedSender<tokio_postgres::Notification>>,
+) -> Result<Client, Error> {
     let tls = tls::make_tls(&target.tls)?;
     let mut pg = target.to_tokio_postgres();
     let first = pg.connect(tls.clone()).await;
@@ -60,10 +79,25 @@ async fn connect_inner(target: &PgTarget) -> Result<Client, Error> {
         other => other,
     };
     match result {
-        Ok((client, conn)) => {
+        Ok((client, mut conn)) => {
             tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    tracing::debug!(error = %e, "admin connection closed");
+                let Some(notify) = notify else {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(error = %e, "admin connection closed");
+                    }
+                    return;
+                };
+                // Driving the connection by hand is what surfaces its asynchronous messages.
+                let mut messages = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+                while let Some(m) = futures_util::StreamExt::next(&mut messages).await {
+                    match m {
+                        Ok(tokio_postgres::AsyncMessage::Notification(n)) => drop(notify.send(n)),
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::debug!(error = %e, "listening connection closed");
+                            break;
+                        }
+                    }
                 }
             });
             Ok(client)
@@ -198,7 +232,7 @@ pub async fn terminate_own_walsender(client: &Client, slot: &str, pid: i32) -> R
 }
 
 /// A failed query: transient or definite by SQLSTATE class ([`crate::error::sqlstate_is_transient`]).
-fn db(what: &str, e: tokio_postgres::Error) -> Error {
+pub(crate) fn db(what: &str, e: tokio_postgres::Error) -> Error {
     let msg = e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_else(|| e.to_string());
     match e.code() {
         None => Transient::PgServer { code: "08006".into(), message: format!("{what}: {msg}") }.into(),
