@@ -98,7 +98,9 @@ fn poll_relays_backlog_and_new_rows_in_order_and_wakes_on_notify() {
     std::thread::sleep(Duration::from_millis(500));
     let started = Instant::now();
     let id = pg.insert_event("t", "late", Some("p1"), "{\"agg\": \"late\", \"n\": 0}", None);
-    let woke = wait_until(Duration::from_secs(20), || count(&pg, &format!("event_id = '{id}' AND published_at IS NOT NULL")) == 1);
+    let woke = wait_until(Duration::from_secs(20), || {
+        count(&pg, &format!("event_id = '{id}' AND published_at IS NOT NULL")) == 1
+    });
     assert!(woke && started.elapsed() < Duration::from_secs(20), "the NOTIFY did not wake the poller\n{}", d.log());
     let got = broker.consume_all("p1.events", 1, 501, Duration::from_secs(30));
     assert!(got.iter().any(|r| r.header_str("id").as_deref() == Some(id.as_str())), "{}", d.log());
@@ -204,7 +206,8 @@ fn refused_record_backs_off_then_dead_letters_while_its_aggregate_waits() {
     let mut d = spawn_polling(&args);
     // y flows; x's head fails and holds x1 back.
     assert!(
-        wait_until(Duration::from_secs(30), || count(&pg, &format!("event_id = '{y0}' AND published_at IS NOT NULL")) == 1),
+        wait_until(Duration::from_secs(30), || count(&pg, &format!("event_id = '{y0}' AND published_at IS NOT NULL"))
+            == 1),
         "{}",
         d.log()
     );
@@ -216,7 +219,10 @@ fn refused_record_backs_off_then_dead_letters_while_its_aggregate_waits() {
     assert_eq!(count(&pg, &format!("event_id = '{x1}' AND published_at IS NULL")), 1, "x1 must wait for x's head");
     // Three tries with 1 s and 2 s between them, then the dead-letter copy.
     assert!(
-        wait_until(Duration::from_secs(40), || count(&pg, &format!("event_id = '{head}' AND published_at IS NOT NULL")) == 1),
+        wait_until(Duration::from_secs(40), || count(
+            &pg,
+            &format!("event_id = '{head}' AND published_at IS NOT NULL")
+        ) == 1),
         "{}",
         d.log()
     );
@@ -226,7 +232,10 @@ fn refused_record_backs_off_then_dead_letters_while_its_aggregate_waits() {
     assert!(!dlq.is_empty() && dlq.iter().all(|r| r.header_str("id").as_deref() == Some(head.as_str())), "{dlq:?}");
     assert_eq!(dlq[0].header_str("outboxd.error").as_deref(), Some("too_large"));
     // Only then x1, which was published on its first try.
-    assert!(wait_until(Duration::from_secs(30), || count(&pg, &format!("event_id = '{x1}' AND published_at IS NOT NULL AND attempts = 0")) == 1));
+    assert!(wait_until(Duration::from_secs(30), || count(
+        &pg,
+        &format!("event_id = '{x1}' AND published_at IS NOT NULL AND attempts = 0")
+    ) == 1));
     let got = broker.consume_all("pd.events", 1, 2, Duration::from_secs(30));
     let ids: Vec<String> = got.iter().filter_map(|r| r.header_str("id")).collect();
     assert_eq!(ids.len(), 2, "{ids:?}");

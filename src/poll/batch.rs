@@ -8,12 +8,16 @@
 //! * `Retry`: the sink refused it for good and tries remain → one failed try recorded, with the
 //!   error and the time of the next try;
 //! * `Finished`: dead-lettered (its copy acked) or skipped → marked with the reason;
-//! * `Open`: not resolved when the batch ended (shutdown timeout) → left as it is, claimed again.
+//! * `Open`: not resolved when the batch ended (shutdown timeout) → left as it is, claimed again;
+//! * `Held`: not sent, because an older row of its aggregate was refused earlier in this batch →
+//!   left as it is (it waits behind that row). Rows already in flight when a refusal arrives in a
+//!   delivery report cannot be recalled; a refusal found before sending (too large, a refusal
+//!   from `send`) holds every later row of the aggregate.
 //!
 //! Nothing here waits for a broker that is down: the records stay in flight (the sink retries
 //! them) and the batch waits, so an outage costs time, never a try.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -52,6 +56,8 @@ pub enum Fate {
         error: String,
         tries: i32,
     },
+    /// Not sent: an older row of its aggregate was refused in this batch. Left as it is.
+    Held,
 }
 
 /// One row in flight.
@@ -81,12 +87,14 @@ pub struct Batch<'a, S: Sink> {
     /// Dead-letter copies waiting to be sent, with their row: queued by the policy, sent by the
     /// loop (so resolving an ack never has to wait on the sink).
     copies: VecDeque<(usize, Record)>,
+    /// Keys of aggregates one of whose rows was refused in this batch: their later rows wait.
+    held: HashSet<Option<Bytes>>,
 }
 
 impl<'a, S: Sink> Batch<'a, S> {
     pub fn new(ctx: BatchCtx<'a>, sink: &'a mut S) -> Self {
         let (tx, rx) = unbounded_channel();
-        Batch { ctx, sink, slots: Vec::new(), tx, rx, copies: VecDeque::new() }
+        Batch { ctx, sink, slots: Vec::new(), tx, rx, copies: VecDeque::new(), held: HashSet::new() }
     }
 
     /// Route and send every row, then wait for every record to resolve (or for the shutdown
@@ -125,6 +133,10 @@ impl<'a, S: Sink> Batch<'a, S> {
             Ok(r) => r,
             Err(bad) => {
                 // Routing is a fact about the row: trying again cannot change it.
+                if self.hold(i, &bad.key) {
+                    return Ok(());
+                }
+                self.held.insert(bad.key.clone());
                 self.slots[i].event_id = bad.event_id.clone().unwrap_or_default();
                 self.ctx.metrics.failed(bad.code);
                 let mut headers = bad.headers;
@@ -144,6 +156,9 @@ impl<'a, S: Sink> Batch<'a, S> {
                 return self.give_up(i, dl, 0);
             }
         };
+        if self.hold(i, &record.key) {
+            return Ok(());
+        }
         self.slots[i].event_id = record.event_id.clone();
         self.ctx.metrics.poll_tries.increment(1);
         if let Some(max) = self.sink.max_message_bytes() {
@@ -159,6 +174,15 @@ impl<'a, S: Sink> Batch<'a, S> {
             Ok(()) => Ok(()),
             Err(e) => self.on_sink_error(e),
         }
+    }
+
+    /// Row `i` waits when an older row of its aggregate was refused in this batch (order).
+    fn hold(&mut self, i: usize, key: &Option<Bytes>) -> bool {
+        let held = self.held.contains(key);
+        if held {
+            self.slots[i].fate = Fate::Held;
+        }
+        held
     }
 
     fn delivery(&self, i: usize, record: &Record) -> Delivery {
@@ -191,6 +215,7 @@ impl<'a, S: Sink> Batch<'a, S> {
     /// bad-event policy.
     fn refused(&mut self, i: usize, dl: DeadLetter) -> Result<(), Error> {
         let m = self.ctx.metrics;
+        self.held.insert(dl.key.clone());
         m.poll_errors.increment(1);
         let tries = self.slots[i].attempts.saturating_add(1);
         if (tries as i64) < self.ctx.cfg.poll.max_attempts as i64 {

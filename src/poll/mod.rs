@@ -60,9 +60,10 @@
 //! `--on-bad-event`: `dlq` sends the copy to `--dlq-topic` and marks the row (published-at set,
 //! error saying where it went) once the copy is acked; `skip` marks it with the error; `fail`
 //! stops. A row the router cannot turn into a record takes the policy at once (routing it again
-//! cannot change the result). Records of the same aggregate already in flight in the same batch
-//! when the refusal arrives are not recalled: this is the one case where a later event of an
-//! aggregate can reach the topic while an older one is unpublished, and only within that batch.
+//! cannot change the result). Either way the aggregate's later rows in the same batch are not
+//! sent. The one gap: a refusal that arrives in a delivery report (the broker refused after
+//! taking the send) cannot recall the aggregate's later records already in flight in that batch,
+//! so those may reach the topic while the refused one waits; from the next batch on they wait.
 //! A broker outage is not a refusal: the sink retries, the batch waits, and no try is counted.
 
 mod batch;
@@ -257,7 +258,7 @@ async fn write_outcomes(client: &Client, q: &Queries, cfg: &Config, slots: &[bat
                 d_err.push(error.clone());
                 d_tries.push(*tries);
             }
-            Fate::Open { .. } => {}
+            Fate::Open { .. } | Fate::Held => {}
         }
     }
     if !acked.is_empty() {
