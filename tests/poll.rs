@@ -272,3 +272,29 @@ fn broker_outage_stalls_without_burning_attempts() {
     assert!(broker.consume_all("outboxd.dlq", 1, 0, Duration::from_secs(2)).is_empty());
     d.stop_cleanly();
 }
+
+/// --retention deletes published rows older than it and keeps younger and unpublished ones;
+/// --poll-delete deletes rows once acked instead of marking them.
+#[test]
+fn retention_and_poll_delete() {
+    let pg = PgCluster::start();
+    poll_outbox(&pg);
+    let broker = Broker::start();
+    insert_series(&pg, "pr", 3, 0, 10);
+    pg.psql("UPDATE outbox SET published_at = now() - interval '2 hours' WHERE payload->>'n' < '5'");
+    pg.psql("UPDATE outbox SET published_at = now() - interval '10 minutes' WHERE payload->>'n' = '5'");
+    let mut d = spawn_polling(&poll_args(&pg, &broker, &["--retention", "1h", "--poll-interval", "100ms"]));
+    let got = broker.consume_all("pr.events", 1, 12, Duration::from_secs(30));
+    assert_eq!(got.len(), 12, "only the 12 unpublished rows are sent\n{}", d.log());
+    assert!(wait_until(Duration::from_secs(20), || count(&pg, "true") == 15), "{}", d.log());
+    assert_eq!(count(&pg, "published_at < now() - interval '1 hour'"), 0);
+    assert_eq!(count(&pg, "published_at IS NULL"), 0);
+    d.stop_cleanly();
+    let mut d = spawn_polling(&poll_args(&pg, &broker, &["--poll-delete", "--poll-interval", "100ms"]));
+    insert_series(&pg, "pr", 3, 10, 5);
+    let got = broker.consume_all("pr.events", 1, 27, Duration::from_secs(30));
+    assert_eq!(got.len(), 27, "{}", d.log());
+    assert!(wait_until(Duration::from_secs(20), || count(&pg, "true") == 15), "acked rows are deleted\n{}", d.log());
+    assert_eq!(count(&pg, "published_at IS NULL"), 0);
+    d.stop_cleanly();
+}

@@ -88,6 +88,8 @@ use sql::{execute, quote_ident, Claimed, Queries, RETENTION_CHUNK};
 
 /// How often `--retention` runs (and the backlog metrics at the latest, besides --lag-poll-interval).
 const RETENTION_EVERY: Duration = Duration::from_secs(60);
+/// Statements of [`RETENTION_CHUNK`] rows per retention round.
+const RETENTION_CHUNKS: usize = 50;
 
 /// Poll until shutdown. Transient trouble (a dropped connection, a restarting server) reconnects
 /// after an exponential backoff; definite trouble ends the process.
@@ -283,11 +285,13 @@ async fn backlog(client: &Client, q: &Queries, h: &Handles) -> Result<(), Error>
     Ok(())
 }
 
-/// `--retention`: delete published rows older than `keep`, [`RETENTION_CHUNK`] per statement.
+/// `--retention`: delete published rows older than `keep`, [`RETENTION_CHUNK`] per statement
+/// and at most [`RETENTION_CHUNKS`] statements per round, so a large first clean-up never keeps
+/// the poller from publishing for long (the rest goes in the next rounds).
 async fn retention(client: &Client, q: &Queries, keep: Duration, shutdown: &CancellationToken) -> Result<(), Error> {
     let ms = keep.as_millis() as i64;
     let mut total = 0u64;
-    loop {
+    for _ in 0..RETENTION_CHUNKS {
         let n = execute(client, "deleting published rows past --retention", &q.retention, &[&ms]).await?;
         total += n;
         if (n as i64) < RETENTION_CHUNK || shutdown.is_cancelled() {
