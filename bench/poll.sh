@@ -9,14 +9,16 @@
 # Then the latency run: LAT_N rows inserted at LAT_RATE/s (each its own transaction) while one
 # poller with the NOTIFY wake-up relays them; p50/p99/max of published_at - created_at (insert to
 # marked published, which follows the ack).
-# Usage: bench/poll.sh   (env: N REPS SEED_N LAT_N LAT_RATE)
+# Usage: bench/poll.sh   (env: N REPS SEED_N LAT_N LAT_RATE PROFILE)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 N=${N:-200000}; REPS=${REPS:-5}; SEED_N=${SEED_N:-2000}; LAT_N=${LAT_N:-10000}; LAT_RATE=${LAT_RATE:-1000}
 ensure_tools
-cargo build --release --bin outboxd --example seed_worker >/dev/null 2>&1
-OUTBOXD=./target/release/outboxd; SEED=./target/release/examples/seed_worker
+# PROFILE=debug only to try the script out: figures come from release builds.
+PROFILE=${PROFILE:-release}
+cargo build --profile "${PROFILE/debug/dev}" --bin outboxd --example seed_worker >/dev/null 2>&1
+OUTBOXD=./target/$PROFILE/outboxd; SEED=./target/$PROFILE/examples/seed_worker
 
 work=$(mktemp -d /tmp/outboxd-pollbench.XXXXXX)
 trap 'stop_all; rm -rf "$work"' EXIT

@@ -55,7 +55,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             match producer.send(record, Duration::from_secs(30)).await {
                 Ok(_) => {
                     tx.execute(
-                        "UPDATE outbox SET published_at = now(), attempts = attempts + 1, error = NULL WHERE event_id = $1::uuid",
+                        "UPDATE outbox SET published_at = now(), attempts = attempts + 1, error = NULL WHERE event_id = ($1::text)::uuid",
                         &[&id],
                     )
                     .await?;
@@ -65,7 +65,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     let mut s = e.to_string();
                     s.truncate(500);
                     tx.execute(
-                        "UPDATE outbox SET attempts = attempts + 1, error = $2 WHERE event_id = $1::uuid",
+                        "UPDATE outbox SET attempts = attempts + 1, error = $2 WHERE event_id = ($1::text)::uuid",
                         &[&id, &s],
                     )
                     .await?;
