@@ -3,7 +3,7 @@
 # transactions of 100 rows) with, in the same run on the same cluster and broker:
 #   1. outboxd run --sink kafka (its slot created before the backlog): the replication path;
 #   2. outboxd poll, 1 poller;            3. outboxd poll, 4 pollers (same backlog, marks reset);
-#   4. the seed's own worker loop (bench/seed_worker.rs), 1 and 4 workers, on SEED_N rows (it is
+#   4. the seed's own worker loop (bench/seed_worker.rs; to the topic `run` created), 1 and 4 workers, on SEED_N rows (it is
 #      far too slow for N), and 1 worker without its 10 ms flush timer (linger 0).
 # REPS repetitions (default 5); prints each, then median [min..max] events/s per reader.
 # Then the latency run: LAT_N rows inserted at LAT_RATE/s (each its own transaction) while one
@@ -74,7 +74,7 @@ seed_drain() { # workers linger_ms -> seconds until no row is unpublished
   local t0 pids=() i
   t0=$(now)
   for i in $(seq 1 "$1"); do
-    $SEED "$URL" "127.0.0.1:$kport" seed.events --linger-ms "$2" >"$work/seed$i.log" 2>&1 &
+    $SEED "$URL" "127.0.0.1:$kport" order.paid.v1.events --linger-ms "$2" >"$work/seed$i.log" 2>&1 &
     pids+=($!)
   done
   until [ "$(unpublished)" = 0 ]; do sleep 0.05; kill -0 "${pids[0]}" || { cat "$work/seed1.log" >&2; exit 1; }; done
