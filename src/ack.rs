@@ -38,6 +38,18 @@ use crate::lsn::Lsn;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TxnId(u64);
 
+impl TxnId {
+    /// An id chosen by a caller that resolves deliveries itself, without a tracker: `outboxd
+    /// poll` numbers the rows of a batch.
+    pub fn from_index(n: u64) -> TxnId {
+        TxnId(n)
+    }
+
+    pub fn index(self) -> u64 {
+        self.0
+    }
+}
+
 #[derive(Debug)]
 struct Txn {
     id: TxnId,

@@ -18,6 +18,7 @@ pub mod lsn;
 pub mod metrics;
 pub mod pg;
 pub mod pipeline;
+pub mod poll;
 pub mod router;
 pub mod schema_check;
 pub mod shadow;

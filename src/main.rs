@@ -30,8 +30,9 @@ fn main() -> ExitCode {
             matches!(m.value_source(id), Some(ValueSource::CommandLine) | Some(ValueSource::EnvVariable))
         })
     };
-    let args = match cli.command {
-        Command::Run(args) => args,
+    let (args, mode) = match cli.command {
+        Command::Run(args) => (args, Mode::Run),
+        Command::Poll(args) => (args, Mode::Poll),
         Command::Config(args) => return print_config(&args, &explicit),
         Command::Status(args) => return exit_with(block_on(outboxd::status::run(&args))),
         Command::Check(args) => return check(&args, &explicit),
@@ -50,7 +51,7 @@ fn main() -> ExitCode {
     };
     init_logging(cfg.log_format);
     log_notes(&cfg);
-    match run(cfg) {
+    match run(cfg, mode) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -156,7 +157,21 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn run(cfg: Config) -> anyhow::Result<()> {
+/// Which loop drives the sink: the replication slot, or the polled table.
+#[derive(Clone, Copy)]
+enum Mode {
+    Run,
+    Poll,
+}
+
+async fn drive<S: outboxd::sink::Sink>(mode: Mode, cfg: &Config, sink: &mut S, handles: Handles) -> Result<(), Error> {
+    match mode {
+        Mode::Run => outboxd::app::run(cfg, sink, handles).await,
+        Mode::Poll => outboxd::poll::run(cfg, sink, handles).await,
+    }
+}
+
+fn run(cfg: Config, mode: Mode) -> anyhow::Result<()> {
     let rt =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
     rt.block_on(async move {
@@ -180,17 +195,17 @@ fn run(cfg: Config) -> anyhow::Result<()> {
                     health.clone(),
                     metrics.clone(),
                 )?;
-                outboxd::app::run(&cfg, &mut sink, handles).await?
+                drive(mode, &cfg, &mut sink, handles).await?
             }
-            SinkKind::Stdout => outboxd::app::run(&cfg, &mut StdoutSink::default(), handles).await?,
-            SinkKind::Null => outboxd::app::run(&cfg, &mut NullSink, handles).await?,
+            SinkKind::Stdout => drive(mode, &cfg, &mut StdoutSink::default(), handles).await?,
+            SinkKind::Null => drive(mode, &cfg, &mut NullSink, handles).await?,
             SinkKind::Nats => {
                 let mut sink = NatsSink::connect(&cfg.nats, health.clone()).await?;
-                outboxd::app::run(&cfg, &mut sink, handles).await?
+                drive(mode, &cfg, &mut sink, handles).await?
             }
             SinkKind::Redis => {
                 let mut sink = RedisSink::new(&cfg.redis, health.clone())?;
-                outboxd::app::run(&cfg, &mut sink, handles).await?
+                drive(mode, &cfg, &mut sink, handles).await?
             }
             SinkKind::Rabbitmq => {
                 let mut sink = RabbitSink::connect(&cfg.rabbitmq, health.clone()).await?;

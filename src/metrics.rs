@@ -7,7 +7,9 @@
 //! `outboxd_lag_seconds`, `outboxd_commit_to_ack_seconds`, `outboxd_connected{component}`,
 //! `outboxd_slot_safe_wal_size_bytes`, `outboxd_reconnects_total{component}`, `outboxd_role{role}`
 //! (`active` = 1 while this process streams the slot, `standby` = 1 while another holds it; both 0
-//! while connecting or reconnecting).
+//! while connecting or reconnecting); `outboxd poll` adds `outboxd_poll_unpublished_rows`, `outboxd_poll_oldest_unpublished_age_seconds`,
+//! `outboxd_poll_publish_tries_total` and `outboxd_poll_publish_errors_total` (their ratio is
+//! the publish error ratio).
 //! LSNs are exported as plain numbers (bytes of WAL).
 //!
 //! Memory stays bounded with nobody scraping: the exporter keeps raw histogram samples until they
@@ -76,6 +78,14 @@ pub struct Metrics {
     pub role_active: Gauge,
     pub role_standby: Gauge,
     pub kafka_reconnects: Counter,
+    /// `outboxd poll`: records handed to the sink for an outbox row (one per try).
+    pub poll_tries: Counter,
+    /// `outboxd poll`: tries the sink refused for good.
+    pub poll_errors: Counter,
+    /// `outboxd poll`: rows not yet published, as of the last backlog query.
+    pub poll_unpublished: Gauge,
+    /// `outboxd poll`: age of the oldest unpublished row (the outbox lag).
+    pub poll_oldest_age: Gauge,
     /// Shared by every clone, so the cap holds for the process, not per session.
     topics: Arc<TopicSeries>,
 }
@@ -129,6 +139,10 @@ pub const NAMES: &[&str] = &[
     "outboxd_reconnects_total",
     "outboxd_dlq_events_total",
     "outboxd_role",
+    "outboxd_poll_unpublished_rows",
+    "outboxd_poll_oldest_unpublished_age_seconds",
+    "outboxd_poll_publish_tries_total",
+    "outboxd_poll_publish_errors_total",
 ];
 
 /// Every reason code a failed or dead-lettered event can carry; registered at zero so dashboards and
@@ -173,6 +187,10 @@ impl Metrics {
             role_active: gauge!("outboxd_role", "role" => "active"),
             role_standby: gauge!("outboxd_role", "role" => "standby"),
             kafka_reconnects: counter!("outboxd_reconnects_total", "component" => "kafka"),
+            poll_tries: counter!("outboxd_poll_publish_tries_total"),
+            poll_errors: counter!("outboxd_poll_publish_errors_total"),
+            poll_unpublished: gauge!("outboxd_poll_unpublished_rows"),
+            poll_oldest_age: gauge!("outboxd_poll_oldest_unpublished_age_seconds"),
             topics: Arc::new(TopicSeries {
                 cap,
                 by_topic: Mutex::new(HashMap::new()),

@@ -24,6 +24,7 @@ async fn sql_files_apply_and_paid_order_emits_outbox_event() {
             "02_orders_example.sql",
             "03_role.sql",
             "04_publication.sql",
+            "05_poll.sql",
             "06_emit.sql",
             "07_partitioned.sql"
         ]

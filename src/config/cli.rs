@@ -28,6 +28,9 @@ pub struct Cli {
 pub enum Command {
     /// Stream outbox inserts to the sink until SIGINT/SIGTERM.
     Run(Box<RunArgs>),
+    /// Poll the outbox table instead of a replication slot (no REPLICATION, any wal_level): claim
+    /// batches in per-aggregate order, mark them published after their acks; the `--poll-*` flags.
+    Poll(Box<RunArgs>),
     /// Print the effective configuration of `run` with the same flags, as flags (password masked).
     Config(Box<RunArgs>),
     /// Show the slot, the publication and the server settings outboxd depends on.
@@ -510,6 +513,68 @@ pub struct RunArgs {
     /// Apply --mask and --encrypt only to events whose type (--table-field-event-type) matches this regex whole.
     #[arg(long, value_name = "REGEX")]
     pub mask_event_type: Option<String>,
+    /// `outboxd poll`: rows claimed per batch (one SELECT, one UPDATE after their acks).
+    #[arg(long, env = "OUTBOXD_POLL_BATCH", default_value_t = 1000, help_heading = "Poll mode (outboxd poll)")]
+    pub poll_batch: usize,
+    /// `outboxd poll`: look for rows this often when no NOTIFY arrives (the fallback wake-up).
+    #[arg(long, env = "OUTBOXD_POLL_INTERVAL", default_value = "1s", help_heading = "Poll mode (outboxd poll)")]
+    pub poll_interval: String,
+    /// `outboxd poll`: failed tries after which a refused row goes to --on-bad-event (dlq: the dead-letter topic).
+    #[arg(long, env = "OUTBOXD_POLL_MAX_ATTEMPTS", default_value_t = 10, help_heading = "Poll mode (outboxd poll)")]
+    pub poll_max_attempts: u32,
+    /// `outboxd poll`: wait after the first failed try; doubles with each further one (at most 10m).
+    #[arg(long, env = "OUTBOXD_POLL_RETRY_BACKOFF", default_value = "1s", help_heading = "Poll mode (outboxd poll)")]
+    pub poll_retry_backoff: String,
+    /// `outboxd poll`: DELETE acked rows instead of setting their published-at column (needs DELETE).
+    #[arg(long, env = "OUTBOXD_POLL_DELETE", num_args = 0..=1, default_value = "false", default_missing_value = "true", value_name = "BOOL", help_heading = "Poll mode (outboxd poll)")]
+    pub poll_delete: bool,
+    /// `outboxd poll`: LISTEN channel the outbox trigger NOTIFYs (sql/05_poll.sql); empty: poll only.
+    #[arg(
+        long,
+        env = "OUTBOXD_POLL_CHANNEL",
+        default_value = "outboxd_outbox",
+        help_heading = "Poll mode (outboxd poll)"
+    )]
+    pub poll_channel: String,
+    /// `outboxd poll`: delete published rows older than this, in small batches (e.g. 7d as 168h); 0: keep them.
+    #[arg(
+        long,
+        env = "OUTBOXD_RETENTION",
+        default_value = "0",
+        value_name = "DURATION",
+        help_heading = "Poll mode (outboxd poll)"
+    )]
+    pub retention: String,
+    /// `outboxd poll`: column giving insertion order (unique; sql/05_poll.sql adds it as an identity).
+    #[arg(long, env = "OUTBOXD_POLL_FIELD_SEQ", default_value = "seq", help_heading = "Poll mode (outboxd poll)")]
+    pub poll_field_seq: String,
+    /// `outboxd poll`: column set when a row was published (NULL: not yet).
+    #[arg(
+        long,
+        env = "OUTBOXD_POLL_FIELD_PUBLISHED_AT",
+        default_value = "published_at",
+        help_heading = "Poll mode (outboxd poll)"
+    )]
+    pub poll_field_published_at: String,
+    /// `outboxd poll`: column counting failed tries (a row published on its first try keeps 0).
+    #[arg(
+        long,
+        env = "OUTBOXD_POLL_FIELD_ATTEMPTS",
+        default_value = "attempts",
+        help_heading = "Poll mode (outboxd poll)"
+    )]
+    pub poll_field_attempts: String,
+    /// `outboxd poll`: column holding the last failure's text.
+    #[arg(long, env = "OUTBOXD_POLL_FIELD_ERROR", default_value = "error", help_heading = "Poll mode (outboxd poll)")]
+    pub poll_field_error: String,
+    /// `outboxd poll`: column holding when a failed row may be tried again.
+    #[arg(
+        long,
+        env = "OUTBOXD_POLL_FIELD_NEXT_ATTEMPT_AT",
+        default_value = "next_attempt_at",
+        help_heading = "Poll mode (outboxd poll)"
+    )]
+    pub poll_field_next_attempt_at: String,
 }
 
 /// What an UPDATE of an outbox row does (Debezium's `table.op.invalid.behavior`).

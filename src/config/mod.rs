@@ -10,6 +10,7 @@
 //! * `validate.rs`: `RunArgs` to `Config`;
 //! * `show.rs`: `Config` back to flags;
 //! * `kafka.rs`: brokers and merged librdkafka properties;
+//! * `poll.rs`: `outboxd poll`'s batch, wake-up, retry and column settings;
 //! * `redis.rs`: the Redis Streams sink's URL (password masked when shown) and trimming;
 //! * `rabbitmq.rs`: the RabbitMQ sink's URL (password masked when shown) and exchange;
 //! * `postgres.rs`: the conninfo, parsed into a [`PgTarget`] whose `Display` never shows the
@@ -23,6 +24,7 @@ mod cli;
 pub mod debezium;
 mod kafka;
 mod nats;
+mod poll;
 pub mod postgres;
 pub mod properties;
 pub mod rabbitmq;
@@ -37,6 +39,7 @@ pub use cli::{
 };
 pub use kafka::{KafkaConfig, LoadedProperties, PropertyFile};
 pub use nats::{NatsConfig, StreamSpec};
+pub use poll::{PollColumns, PollConfig, MAX_RETRY_BACKOFF};
 pub use postgres::{PgHost, PgTarget, SslMode};
 pub use validate::{parse_duration, parse_size, parse_table};
 
@@ -101,6 +104,8 @@ pub struct Config {
     pub slot_recreate_after_loss: bool,
     /// `--mask`, `--encrypt` and their keys, compiled.
     pub mask: Masking,
+    /// The `--poll-*` flags and `--retention`, for `outboxd poll`.
+    pub poll: PollConfig,
     /// The outbox tables must be empty at start (a Debezium file asked for an initial snapshot).
     pub require_empty_tables: bool,
     /// Messages from loading the configuration, for the log once it is up: (is_warning, text).

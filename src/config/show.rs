@@ -122,6 +122,19 @@ impl Config {
         push("standby-retry-interval", millis(self.standby_retry_interval));
         push("slot-failover", self.slot_failover.to_string());
         push("slot-recreate-after-loss", self.slot_recreate_after_loss.to_string());
+        let p = &self.poll;
+        push("poll-batch", p.batch.to_string());
+        push("poll-interval", millis(p.interval));
+        push("poll-max-attempts", p.max_attempts.to_string());
+        push("poll-retry-backoff", millis(p.retry_backoff));
+        push("poll-delete", p.delete.to_string());
+        push("poll-channel", p.channel.clone());
+        push("retention", millis(p.retention.unwrap_or_default()));
+        push("poll-field-seq", p.columns.seq.clone());
+        push("poll-field-published-at", p.columns.published_at.clone());
+        push("poll-field-attempts", p.columns.attempts.clone());
+        push("poll-field-error", p.columns.error.clone());
+        push("poll-field-next-attempt-at", p.columns.next_attempt_at.clone());
         // Key files by path: key bytes never print.
         let m = self.mask.spec();
         for r in &m.masks {

@@ -293,16 +293,28 @@ mod gen {
             (proptest::option::of(any::<bool>()), proptest::option::of(any::<bool>())),
         );
         let group_d = (
-            proptest::option::of(select(vec![
-                "amqp://127.0.0.1:5672/%2f",
-                "amqps://app@mq.example:5671/prod?heartbeat=5",
-                "amqp://[::1]/vh%2Fx",
-            ])),
-            proptest::option::of(prop_oneof![
-                Just(String::new()),
-                "[a-zA-Z0-9._:-]{1,40}",
-                text(20).prop_filter("exchange: no control characters", |e| !e.contains(char::is_control)),
-            ]),
+            (
+                proptest::option::of(select(vec![
+                    "amqp://127.0.0.1:5672/%2f",
+                    "amqps://app@mq.example:5671/prod?heartbeat=5",
+                    "amqp://[::1]/vh%2Fx",
+                ])),
+                proptest::option::of(prop_oneof![
+                    Just(String::new()),
+                    "[a-zA-Z0-9._:-]{1,40}",
+                    text(20).prop_filter("exchange: no control characters", |e| !e.contains(char::is_control)),
+                ]),
+            ),
+            (
+                proptest::option::of(1usize..100_000),
+                proptest::option::of((10u64..5000).prop_map(|n| format!("{n}ms"))),
+                proptest::option::of(1u32..100),
+                proptest::option::of(select(vec!["1ms", "250ms", "3s", "10m"])),
+                proptest::option::of(any::<bool>()),
+                proptest::option::of(prop_oneof![Just(String::new()), ident()]),
+                proptest::option::of(prop_oneof![Just("0".to_owned()), duration()]),
+                proptest::option::of((ident(), ident(), ident(), ident(), text(20))),
+            ),
         );
         (group_a, group_b, group_c, group_d).prop_map(move |(a, b, c, d)| {
             let mut v: Vec<String> = Vec::new();
@@ -379,9 +391,24 @@ mod gen {
                 put("schema-dir", Some(schema_dir.clone()));
                 put("schema-missing", Some(m.into()));
             }
-            let (rabbitmq_url, rabbitmq_exchange) = d;
+            let ((rabbitmq_url, rabbitmq_exchange), poll) = d;
             put("rabbitmq-url", rabbitmq_url.map(String::from));
             put("rabbitmq-exchange", rabbitmq_exchange);
+            let (batch, interval, attempts, backoff, delete, channel, retention, columns) = poll;
+            put("poll-batch", batch.map(|x| x.to_string()));
+            put("poll-interval", interval);
+            put("poll-max-attempts", attempts.map(|x| x.to_string()));
+            put("poll-retry-backoff", backoff.map(String::from));
+            put("poll-delete", delete.map(|x| x.to_string()));
+            put("poll-channel", channel);
+            put("retention", retention);
+            if let Some((seq, published, tries, error, next)) = columns {
+                put("poll-field-seq", Some(seq));
+                put("poll-field-published-at", Some(published));
+                put("poll-field-attempts", Some(tries));
+                put("poll-field-error", Some(error));
+                put("poll-field-next-attempt-at", Some(next));
+            }
             v
         })
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::rabbitmq::RabbitConfig;
 use super::redis::RedisConfig;
-use super::{debezium, postgres, Config, KafkaConfig, NatsConfig, PgTarget, RunArgs, SinkKind, TableName};
+use super::{debezium, postgres, Config, KafkaConfig, NatsConfig, PgTarget, PollConfig, RunArgs, SinkKind, TableName};
 use crate::error::Definite;
 use crate::router::contract::{Contracts, SchemaMissing};
 use crate::router::mask::{MaskSpec, Masking};
@@ -210,6 +210,7 @@ impl Config {
                 d
             },
             mask,
+            poll: PollConfig::from_args(a)?,
             require_empty_tables: false,
             notes: Vec::new(),
             reconnect_max_backoff: parse_duration("--reconnect-max-backoff", &a.reconnect_max_backoff)?

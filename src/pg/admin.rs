@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use tokio::sync::mpsc::UnboundedSender;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
@@ -33,7 +34,7 @@ pub async fn connect(cfg: &Config) -> Result<Client, Error> {
 /// server reached is asked `pg_is_in_recovery()`. The slot lives on the primary, so a standby is
 /// never used for it; a server still in recovery is a transient error (a promotion may be under way).
 pub async fn connect_primary(target: &PgTarget) -> Result<Client, Error> {
-    let client = connect_with(target, true).await?;
+    let client = connect_with(target, true, None).await?;
     let row = timed("asking pg_is_in_recovery()", client.query_one("SELECT pg_is_in_recovery()", &[])).await?;
     if row.get::<_, bool>(0) {
         return Err(in_recovery(target));
@@ -55,12 +56,30 @@ pub fn in_recovery(target: &PgTarget) -> Error {
 
 /// Open an ordinary connection, over TLS as `sslmode` says, with a `statement_timeout`.
 pub async fn connect_target(target: &PgTarget) -> Result<Client, Error> {
-    connect_with(target, false).await
+    connect_with(target, false, None).await
 }
 
-async fn connect_with(target: &PgTarget, primary: bool) -> Result<Client, Error> {
+/// An ordinary connection to the primary (as [`connect_primary`] picks it) that forwards the
+/// server's NOTIFY messages (after a `LISTEN`) to `notify`: `outboxd poll` updates rows there.
+pub async fn connect_listening(
+    target: &PgTarget,
+    notify: UnboundedSender<tokio_postgres::Notification>,
+) -> Result<Client, Error> {
+    let client = connect_with(target, true, Some(notify)).await?;
+    let row = timed("asking pg_is_in_recovery()", client.query_one("SELECT pg_is_in_recovery()", &[])).await?;
+    if row.get::<_, bool>(0) {
+        return Err(in_recovery(target));
+    }
+    Ok(client)
+}
+
+async fn connect_with(
+    target: &PgTarget,
+    primary: bool,
+    notify: Option<UnboundedSender<tokio_postgres::Notification>>,
+) -> Result<Client, Error> {
     let limit = target.connect_timeout * target.hosts.len().max(1) as u32 + Duration::from_secs(5);
-    let client = match tokio::time::timeout(limit, connect_inner(target, primary)).await {
+    let client = match tokio::time::timeout(limit, connect_inner(target, primary, notify)).await {
         Ok(r) => r?,
         Err(_) => {
             return Err(Transient::PgServer {
@@ -75,7 +94,11 @@ async fn connect_with(target: &PgTarget, primary: bool) -> Result<Client, Error>
     Ok(client)
 }
 
-async fn connect_inner(target: &PgTarget, primary: bool) -> Result<Client, Error> {
+async fn connect_inner(
+    target: &PgTarget,
+    primary: bool,
+    notify: Option<UnboundedSender<tokio_postgres::Notification>>,
+) -> Result<Client, Error> {
     let tls = tls::make_tls(&target.tls)?;
     let mut pg = target.to_tokio_postgres();
     // tokio-postgres's read-write check (`SHOW transaction_read_only`) also skips a standby, whose
@@ -96,10 +119,25 @@ async fn connect_inner(target: &PgTarget, primary: bool) -> Result<Client, Error
         other => other,
     };
     match result {
-        Ok((client, conn)) => {
+        Ok((client, mut conn)) => {
             tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    tracing::debug!(error = %e, "admin connection closed");
+                let Some(notify) = notify else {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(error = %e, "admin connection closed");
+                    }
+                    return;
+                };
+                // Driving the connection by hand is what surfaces its asynchronous messages.
+                let mut messages = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+                while let Some(m) = futures_util::StreamExt::next(&mut messages).await {
+                    match m {
+                        Ok(tokio_postgres::AsyncMessage::Notification(n)) => drop(notify.send(n)),
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::debug!(error = %e, "listening connection closed");
+                            break;
+                        }
+                    }
                 }
             });
             Ok(client)
@@ -237,7 +275,7 @@ pub async fn terminate_own_walsender(client: &Client, slot: &str, pid: i32) -> R
 }
 
 /// A failed query: transient or definite by SQLSTATE class ([`crate::error::sqlstate_is_transient`]).
-fn db(what: &str, e: tokio_postgres::Error) -> Error {
+pub(crate) fn db(what: &str, e: tokio_postgres::Error) -> Error {
     let msg = e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_else(|| e.to_string());
     match e.code() {
         None => Transient::PgServer { code: "08006".into(), message: format!("{what}: {msg}") }.into(),
