@@ -13,7 +13,7 @@ use outboxd::error::{Definite, Error};
 use outboxd::health::Health;
 use outboxd::metrics::Metrics;
 use outboxd::router::contract::Contracts;
-use outboxd::sink::{KafkaSink, NatsSink, NullSink, RedisSink, StdoutSink};
+use outboxd::sink::{HttpSink, KafkaSink, NatsSink, NullSink, RedisSink, StdoutSink};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -158,6 +158,10 @@ fn run(cfg: Config) -> anyhow::Result<()> {
             }
             SinkKind::Redis => {
                 let mut sink = RedisSink::new(&cfg.redis, health.clone())?;
+                outboxd::app::run(&cfg, &mut sink, handles).await?
+            }
+            SinkKind::Http => {
+                let mut sink = HttpSink::new(&cfg.http, health.clone())?;
                 outboxd::app::run(&cfg, &mut sink, handles).await?
             }
         }

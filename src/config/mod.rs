@@ -11,6 +11,8 @@
 //! * `show.rs`: `Config` back to flags;
 //! * `kafka.rs`: brokers and merged librdkafka properties;
 //! * `redis.rs`: the Redis Streams sink's URL (password masked when shown) and trimming;
+//! * `http.rs`: the webhook sink's URL template (credentials moved to basic auth, masked when
+//!   shown), signing secret, batching and lanes;
 //! * `postgres.rs`: the conninfo, parsed into a [`PgTarget`] whose `Display` never shows the
 //!   password, so it can be logged and put into errors safely;
 //! * `debezium.rs`: `--debezium-config`, translated into flag values and merged under the flags.
@@ -20,6 +22,7 @@ use std::time::Duration;
 
 mod cli;
 pub mod debezium;
+pub mod http;
 mod kafka;
 mod nats;
 pub mod postgres;
@@ -69,6 +72,8 @@ pub struct Config {
     pub nats: NatsConfig,
     /// `--redis-url`, `--redis-maxlen` (used by `--sink redis`).
     pub redis: redis::RedisConfig,
+    /// `--http-*` (used by `--sink http`).
+    pub http: http::HttpConfig,
     pub max_in_flight: usize,
     pub max_in_flight_bytes: usize,
     /// Zero: /healthz never reports a stall.
