@@ -2,7 +2,8 @@
 //! verifies every request's signature: events arrive byte-exact with their CloudEvents headers and
 //! in per-key order; kill -9 under load loses nothing; a 503 outage confirms nothing until the
 //! receiver answers 2xx again; a 400 sends one event to the dead-letter path (its own URL, through
-//! `${topic}`) while later events flow; batch mode delivers CloudEvents JSON batches.
+//! `${topic}`) while later events flow; batch mode delivers CloudEvents JSON batches; an
+//! unreachable receiver shows on `/readyz` and `outboxd_connected{component="http"}`.
 
 mod common;
 
@@ -320,6 +321,62 @@ fn batch_mode_posts_cloudevents_batches_and_splits_a_refused_one() {
     let dlq: Vec<Received> = hook.delivered().into_iter().filter(|r| r.path == "/in/hook.dlq").collect();
     assert_eq!(dlq.iter().flat_map(Received::event_ids).count(), 1, "only the refused event is dead-lettered");
     assert!(dlq[0].body.windows(8).any(|w| w == b"\"poison\""), "{}", String::from_utf8_lossy(&dlq[0].body));
+    assert_all_signed(&hook);
+    d.stop_cleanly();
+}
+
+/// A receiver that is not there: the requests fail to connect, `/readyz` and
+/// `outboxd_connected{component="http"}` say so, nothing is confirmed; once it listens, the
+/// event arrives and both recover.
+#[test]
+fn an_unreachable_receiver_shows_on_readyz_and_the_gauge() {
+    let secret = secret_file();
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let hook_port = free_port();
+    let metrics_port = free_port();
+    let url = format!("http://127.0.0.1:{hook_port}/in/${{topic}}");
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let secret_path = secret.path().display().to_string();
+    let a = daemon_args_pg_only(
+        &pg,
+        &[
+            "--sink",
+            "http",
+            "--http-url",
+            &url,
+            "--http-signing-secret-file",
+            &secret_path,
+            "--http-timeout",
+            "2s",
+            "--metrics-addr",
+            &metrics,
+            "--status-interval",
+            "200ms",
+        ],
+    );
+    let mut d = Outboxd::spawn_streaming(&a);
+    let before = pg.confirmed_lsn();
+    let id = pg.insert_event("order", "a", Some("e.v1"), "{\"n\": 1}", None);
+    let gauge =
+        || http_get(metrics_port, "/metrics").and_then(|(_, b)| metric(&b, "outboxd_connected{component=\"http\"}"));
+    assert!(
+        wait_until(Duration::from_secs(20), || gauge() == Some(0.0)),
+        "gauge never showed the failure\n{}",
+        d.log()
+    );
+    assert_eq!(
+        http_get(metrics_port, "/readyz").map(|r| r.0),
+        Some(503),
+        "not ready while the receiver is unreachable"
+    );
+    assert_eq!(pg.confirmed_lsn(), before, "nothing confirmed\n{}", d.log());
+    let hook = Webhook::start_on(hook_port, Some(SECRET));
+    assert!(hook.wait_delivered(1, Duration::from_secs(60)), "{}", d.log());
+    assert_eq!(hook.delivered_ids(), vec![id]);
+    assert!(slot_reaches_wal_end(&pg), "{}", d.log());
+    assert!(wait_until(Duration::from_secs(5), || gauge() == Some(1.0)), "gauge back to 1");
+    assert!(wait_until(Duration::from_secs(5), || http_get(metrics_port, "/readyz").map(|r| r.0) == Some(200)));
     assert_all_signed(&hook);
     d.stop_cleanly();
 }

@@ -73,12 +73,17 @@ pub struct Webhook {
 impl Webhook {
     /// Start answering 200 to everything. With `secret`, every request's signature is checked.
     pub fn start(secret: Option<&[u8]>) -> Webhook {
+        Webhook::start_on(0, secret)
+    }
+
+    /// [`Webhook::start`] on a given port (0: any free one), e.g. where a daemon already points.
+    pub fn start_on(port: u16, secret: Option<&[u8]>) -> Webhook {
         let shared = Arc::new(Shared {
             requests: Mutex::new(Vec::new()),
             responder: Mutex::new(Arc::new(|_: &Received| 200)),
             secret: secret.map(<[u8]>::to_vec),
         });
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the webhook receiver");
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind the webhook receiver");
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
