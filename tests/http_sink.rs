@@ -244,16 +244,23 @@ fn a_400_dead_letters_the_event_and_later_events_flow() {
     let mut d = Outboxd::spawn_streaming(&http_args(&pg, &hook, secret.path(), &["--on-bad-event", "dlq"]));
     let before = pg.insert_event("fine", "k", Some("e.v1"), "{\"n\": 1}", None);
     let bad = pg.insert_event("blocked", "k", Some("e.v1"), "{\"n\": 2}", None);
+    // A header HTTP cannot carry as it is: a bad event before any request, and its dead-letter
+    // copy carries it escaped.
+    let framing = pg.insert_event("fine", "k", Some("e.v1"), "{\"n\": 4}", Some("{\"Content-Length\": \"99\"}"));
     let after = pg.insert_event("fine", "k", Some("e.v1"), "{\"n\": 3}", None);
-    assert!(wait_until(Duration::from_secs(30), || hook.delivered().len() >= 3), "{}", d.log());
+    assert!(wait_until(Duration::from_secs(30), || hook.delivered().len() >= 4), "{}", d.log());
     assert!(slot_reaches_wal_end(&pg), "the DLQ copy's ack must let the slot move on\n{}", d.log());
     let fine: Vec<String> =
         hook.delivered().iter().filter(|r| r.path == "/in/hook.fine").map(|r| r.header_str("ce-id").unwrap()).collect();
     assert_eq!(fine, vec![before, after]);
     let dlq: Vec<Received> = hook.delivered().into_iter().filter(|r| r.path == "/in/hook.dlq").collect();
-    assert_eq!(dlq.len(), 1, "{}", d.log());
-    let r = &dlq[0];
-    assert_eq!(r.header_str("id").as_deref(), Some(bad.as_str()));
+    assert_eq!(dlq.len(), 2, "{}", d.log());
+    let by_id = |id: &str| dlq.iter().find(|r| r.header_str("id").as_deref() == Some(id)).expect("a dead-letter copy");
+    let r = by_id(&framing);
+    assert_eq!(r.header_str("outboxd.error").as_deref(), Some("invalid_header"));
+    assert_eq!(r.header_str("outboxd.escaped-header").as_deref(), Some("Content%2DLength=99"));
+    assert_eq!(r.header("content-length"), Some(&b"8"[..]), "the body's own length, not the row's header");
+    let r = by_id(&bad);
     assert_eq!(r.header_str("outboxd.error").as_deref(), Some("http_refused"));
     assert!(r.header_str("outboxd.error.message").unwrap().contains("HTTP 400"), "{:?}", r.headers);
     assert_eq!(r.body, b"{\"n\": 2}");

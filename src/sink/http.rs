@@ -155,6 +155,10 @@ impl Sink for HttpSink {
             }
         };
         let lane = lane_of(record.key.as_deref(), self.lanes.len());
+        let mut record = record;
+        if delivery.is_dead_letter() {
+            http_wire::escape_dead_letter(&mut record, self.cfg.batch > 1);
+        }
         if let Err(reason) = http_wire::check(&record, self.cfg.batch > 1) {
             return Err(SinkError::Rejected { code: "invalid_header", reason, record: Box::new(record), delivery });
         }

@@ -130,6 +130,43 @@ pub fn check(record: &Record, batch: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// Header name under which a dead-letter copy carries a header that could not travel as it was.
+pub const ESCAPED_HEADER: &str = "outboxd.escaped-header";
+
+/// Make a dead-letter copy sendable: it must never be refused (its refusal stops the pipeline),
+/// yet it may carry the very header that made its event bad. Each record header that [`check`]
+/// would refuse becomes `outboxd.escaped-header: <name>=<value>`, both percent-encoded (visible
+/// ASCII, so it travels in any mode and decodes to the exact bytes); a key or event type that
+/// cannot travel is percent-encoded in place.
+pub fn escape_dead_letter(record: &mut Record, batch: bool) {
+    let enc = |b: &[u8]| percent_encoding::percent_encode(b, percent_encoding::NON_ALPHANUMERIC).to_string();
+    for (name, value) in record.headers.iter_mut() {
+        let one = Record { headers: vec![(name.clone(), value.clone())], key: None, event_type: None, ..empty() };
+        if check(&one, batch).is_err() {
+            *value = Bytes::from(format!("{}={}", enc(name.as_bytes()), enc(value)));
+            *name = ESCAPED_HEADER.to_owned();
+        }
+    }
+    for v in [&mut record.key, &mut record.event_type].into_iter().flatten() {
+        if HeaderValue::from_bytes(v).is_err() || (batch && std::str::from_utf8(v).is_err()) {
+            *v = Bytes::from(enc(v));
+        }
+    }
+}
+
+fn empty() -> Record {
+    Record {
+        topic: String::new(),
+        key: None,
+        payload: None,
+        headers: Vec::new(),
+        partition: None,
+        timestamp_ms: None,
+        event_id: String::new(),
+        event_type: None,
+    }
+}
+
 /// RFC 3339 in UTC, e.g. `2026-12-03T12:58:42.123Z`.
 pub fn rfc3339(ms: i64) -> Option<String> {
     jiff::Timestamp::from_millisecond(ms).ok().map(|t| t.to_string())
@@ -319,6 +356,21 @@ mod tests {
         // echo -n '1700000000.{"a":1}' | openssl dgst -sha256 -hmac 0123456789abcdef
         let s = signature(b"0123456789abcdef", 1_700_000_000, br#"{"a":1}"#);
         assert_eq!(s, "t=1700000000,v1=9eb18f493f8ec135d9eb2dad817c369bb4e9cbfa818657897a7437c1cd8c3a23");
+    }
+
+    #[test]
+    fn dead_letter_copies_escape_what_cannot_travel() {
+        let mut r = record(Some(b"{}"), &[("id", b"e-1"), ("Content-Length", b"9"), ("x", b"a\r\nb")]);
+        r.key = Some(Bytes::from_static(b"k\n1"));
+        assert!(check(&r, true).is_err());
+        escape_dead_letter(&mut r, true);
+        check(&r, true).unwrap();
+        let got: Vec<(&str, &[u8])> = r.headers.iter().map(|(k, v)| (k.as_str(), &v[..])).collect();
+        assert_eq!(
+            got,
+            vec![("id", &b"e-1"[..]), (ESCAPED_HEADER, b"Content%2DLength=9"), (ESCAPED_HEADER, b"x=a%0D%0Ab")]
+        );
+        assert_eq!(r.key.as_deref(), Some(&b"k%0A1"[..]));
     }
 
     #[test]
