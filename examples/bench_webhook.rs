@@ -46,10 +46,6 @@ async fn main() -> std::io::Result<()> {
         }
     };
     axum::serve(listener, app).with_graceful_shutdown(stop).await?;
-    eprintln!(
-        "requests {} bytes {}",
-        counts.requests.load(Ordering::Relaxed),
-        counts.bytes.load(Ordering::Relaxed)
-    );
+    eprintln!("requests {} bytes {}", counts.requests.load(Ordering::Relaxed), counts.bytes.load(Ordering::Relaxed));
     Ok(())
 }
