@@ -96,6 +96,11 @@ impl HttpConfig {
         }
         let source = match a.source {
             Some("") => return Err(bad("--http-source is empty; give a URI-reference such as outboxd/orders".into())),
+            Some(s) if s.chars().any(char::is_control) => {
+                return Err(bad(format!(
+                    "--http-source {s:?} has control characters, which the ce-source header cannot carry"
+                )))
+            }
             Some(s) => s.to_owned(),
             None => format!("outboxd/{}", a.slot),
         };
@@ -275,5 +280,7 @@ mod tests {
         assert_eq!(c.signing_secret.as_ref().unwrap().key, b"0123456789abcdef-secret");
         assert!(!format!("{c:?}").contains("0123456789abcdef"));
         assert_eq!(c.source, "src");
+        let e = HttpConfig::new(HttpArgs { source: Some("a\nb"), ..args(1, 1, None) }).unwrap_err().to_string();
+        assert!(e.contains("--http-source"), "{e}");
     }
 }

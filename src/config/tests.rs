@@ -292,7 +292,9 @@ mod gen {
                 "http://[::1]:9/fixed",
             ])),
             any::<bool>(),
-            proptest::option::of(text(30)),
+            proptest::option::of(
+                text(30).prop_filter("ce-source: no control characters", |s| !s.chars().any(char::is_control)),
+            ),
             proptest::option::of(1usize..10_000),
             proptest::option::of(1usize..1024),
             proptest::option::of(duration()),
