@@ -13,7 +13,7 @@ use outboxd::error::{Definite, Error};
 use outboxd::health::Health;
 use outboxd::metrics::Metrics;
 use outboxd::router::contract::Contracts;
-use outboxd::sink::{KafkaSink, NatsSink, NullSink, RabbitSink, RedisSink, StdoutSink};
+use outboxd::sink::{HttpSink, KafkaSink, NatsSink, NullSink, RabbitSink, RedisSink, StdoutSink};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -209,6 +209,10 @@ fn run(cfg: Config, mode: Mode) -> anyhow::Result<()> {
             }
             SinkKind::Rabbitmq => {
                 let mut sink = RabbitSink::connect(&cfg.rabbitmq, health.clone()).await?;
+                outboxd::app::run(&cfg, &mut sink, handles).await?
+            }
+            SinkKind::Http => {
+                let mut sink = HttpSink::new(&cfg.http, health.clone())?;
                 outboxd::app::run(&cfg, &mut sink, handles).await?
             }
         }

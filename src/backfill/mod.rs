@@ -32,7 +32,7 @@ use crate::lsn::Lsn;
 use crate::metrics::Metrics;
 use crate::pipeline::route_masked;
 use crate::router::{OutboxRow, Route};
-use crate::sink::{KafkaSink, NatsSink, NullSink, RabbitSink, RedisSink, Sink, SinkError, StdoutSink};
+use crate::sink::{HttpSink, KafkaSink, NatsSink, NullSink, RabbitSink, RedisSink, Sink, SinkError, StdoutSink};
 pub use range::Range;
 
 /// The header every re-published record carries.
@@ -69,6 +69,7 @@ pub async fn run(cfg: Config, range: Range) -> Result<u8, Error> {
         SinkKind::Null => backfill(&cfg, &range, &mut NullSink).await?,
         SinkKind::Nats => backfill(&cfg, &range, &mut NatsSink::connect(&cfg.nats, health).await?).await?,
         SinkKind::Redis => backfill(&cfg, &range, &mut RedisSink::new(&cfg.redis, health)?).await?,
+        SinkKind::Http => backfill(&cfg, &range, &mut HttpSink::new(&cfg.http, health)?).await?,
         SinkKind::Rabbitmq => backfill(&cfg, &range, &mut RabbitSink::connect(&cfg.rabbitmq, health).await?).await?,
     };
     Ok(summary.exit_code())

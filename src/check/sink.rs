@@ -20,6 +20,10 @@ pub(super) async fn check(cfg: &Config, routed: &[String], out: &mut Checks) {
         SinkKind::Kafka => kafka(cfg, routed, out).await,
         SinkKind::Nats => tcp(out, "nats", &cfg.nats.url_masked(), first_host_port(&cfg.nats.url, 4222)).await,
         SinkKind::Redis => tcp(out, "redis", &cfg.redis.url_masked(), first_host_port(&cfg.redis.url, 6379)).await,
+        SinkKind::Http => {
+            let port = if cfg.http.url.starts_with("https://") { 443 } else { 80 };
+            tcp(out, "http", &cfg.http.url_masked(), first_host_port(&cfg.http.url, port)).await
+        }
         SinkKind::Rabbitmq => {
             let port = if cfg.rabbitmq.url.starts_with("amqps://") { 5671 } else { 5672 };
             tcp(out, "rabbitmq", &cfg.rabbitmq.url_masked(), first_host_port(&cfg.rabbitmq.url, port)).await

@@ -306,6 +306,8 @@ pub enum SinkKind {
     Redis,
     /// RabbitMQ: persistent messages with publisher confirms (--rabbitmq-url).
     Rabbitmq,
+    /// HTTP webhook: POST each event (or a batch) to --http-url; a 2xx response is the ack.
+    Http,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -434,6 +436,26 @@ pub struct RunArgs {
     /// routing key names the queue).
     #[arg(long, env = "OUTBOXD_RABBITMQ_EXCHANGE", default_value = "")]
     pub rabbitmq_exchange: String,
+    /// Webhook URL for --sink http; `${topic}` becomes the routed topic (one encoded path segment).
+    /// `user:password@` in it is sent as basic auth and masked everywhere.
+    #[arg(long, env = "OUTBOXD_HTTP_URL", hide_env_values = true, default_value = "", value_name = "URL")]
+    pub http_url: String,
+    /// CloudEvents `source` (header ce-source) of every event; default outboxd/<slot>.
+    #[arg(long, env = "OUTBOXD_HTTP_SOURCE", value_name = "URI-REFERENCE")]
+    pub http_source: Option<String>,
+    /// Sign each request body with this secret (HMAC-SHA256): header Outboxd-Signature: t=...,v1=...
+    #[arg(long, env = "OUTBOXD_HTTP_SIGNING_SECRET_FILE", value_name = "FILE")]
+    pub http_signing_secret_file: Option<PathBuf>,
+    /// Events per request: 1 posts each event alone (CloudEvents binary mode); more posts a JSON
+    /// array (application/cloudevents-batch+json) that one 2xx acks whole.
+    #[arg(long, env = "OUTBOXD_HTTP_BATCH", default_value_t = 1, value_name = "N")]
+    pub http_batch: usize,
+    /// Requests in flight at once; events of one key always share one lane, one request at a time.
+    #[arg(long, env = "OUTBOXD_HTTP_CONCURRENCY", default_value_t = 8, value_name = "N")]
+    pub http_concurrency: usize,
+    /// Deadline for one request, response included; past it the request is retried.
+    #[arg(long, env = "OUTBOXD_HTTP_TIMEOUT", default_value = "10s", value_name = "DURATION")]
+    pub http_timeout: String,
     /// Stop reading WAL while this many events wait for acks.
     #[arg(long, default_value_t = 10_000)]
     pub max_in_flight: usize,

@@ -13,6 +13,8 @@
 //! * `poll.rs`: `outboxd poll`'s batch, wake-up, retry and column settings;
 //! * `redis.rs`: the Redis Streams sink's URL (password masked when shown) and trimming;
 //! * `rabbitmq.rs`: the RabbitMQ sink's URL (password masked when shown) and exchange;
+//! * `http.rs`: the webhook sink's URL template (credentials moved to basic auth, masked when
+//!   shown), signing secret, batching and lanes;
 //! * `postgres.rs`: the conninfo, parsed into a [`PgTarget`] whose `Display` never shows the
 //!   password, so it can be logged and put into errors safely;
 //! * `debezium.rs`: `--debezium-config`, translated into flag values and merged under the flags.
@@ -22,6 +24,7 @@ use std::time::Duration;
 
 mod cli;
 pub mod debezium;
+pub mod http;
 mod kafka;
 mod nats;
 mod poll;
@@ -79,6 +82,8 @@ pub struct Config {
     pub redis: redis::RedisConfig,
     /// `--rabbitmq-url`, `--rabbitmq-exchange` (used by `--sink rabbitmq`).
     pub rabbitmq: rabbitmq::RabbitConfig,
+    /// `--http-*` (used by `--sink http`).
+    pub http: http::HttpConfig,
     pub max_in_flight: usize,
     pub max_in_flight_bytes: usize,
     /// Zero: /healthz never reports a stall.

@@ -68,6 +68,17 @@ impl Config {
         }
         push("rabbitmq-url", self.rabbitmq.url_masked());
         push("rabbitmq-exchange", self.rabbitmq.exchange.clone());
+        let h = &self.http;
+        if !h.url.is_empty() {
+            push("http-url", h.url_masked());
+        }
+        push("http-source", h.source.clone());
+        if let Some(s) = &h.signing_secret {
+            push("http-signing-secret-file", s.path.display().to_string());
+        }
+        push("http-batch", h.batch.to_string());
+        push("http-concurrency", h.concurrency.to_string());
+        push("http-timeout", millis(h.timeout));
         let r = &self.route;
         push("route-by-field", r.route_by_field.clone());
         push("route-topic-regex", r.topic.regex_text().to_owned());

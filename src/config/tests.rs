@@ -315,6 +315,20 @@ mod gen {
                 proptest::option::of(prop_oneof![Just("0".to_owned()), duration()]),
                 proptest::option::of((ident(), ident(), ident(), ident(), text(20))),
             ),
+            (
+                proptest::option::of(select(vec![
+                    "http://127.0.0.1:8080/in/${topic}",
+                    "https://hooks.example.com/outbox?t=${topic}&x=1",
+                    "http://[::1]:9/fixed",
+                ])),
+                any::<bool>(),
+                proptest::option::of(
+                    text(30).prop_filter("ce-source: no control characters", |s| !s.chars().any(char::is_control)),
+                ),
+                proptest::option::of(1usize..10_000),
+                proptest::option::of(1usize..1024),
+                proptest::option::of(duration()),
+            ),
         );
         (group_a, group_b, group_c, group_d).prop_map(move |(a, b, c, d)| {
             let mut v: Vec<String> = Vec::new();
@@ -324,6 +338,8 @@ mod gen {
                 }
             };
             let (url, slot, publication, tables, autocreate, sink, brokers, props, file, topics) = a;
+            let (rabbit, poll, (http_url, http_sink, source, http_batch, concurrency, timeout)) = d;
+            let sink = if http_sink && http_url.is_some() { Some("http") } else { sink };
             put("postgres-url", Some(url));
             put("slot", slot);
             put("publication", publication);
@@ -391,7 +407,7 @@ mod gen {
                 put("schema-dir", Some(schema_dir.clone()));
                 put("schema-missing", Some(m.into()));
             }
-            let ((rabbitmq_url, rabbitmq_exchange), poll) = d;
+            let (rabbitmq_url, rabbitmq_exchange) = rabbit;
             put("rabbitmq-url", rabbitmq_url.map(String::from));
             put("rabbitmq-exchange", rabbitmq_exchange);
             let (batch, interval, attempts, backoff, delete, channel, retention, columns) = poll;
@@ -409,6 +425,11 @@ mod gen {
                 put("poll-field-error", Some(error));
                 put("poll-field-next-attempt-at", Some(next));
             }
+            put("http-url", http_url.map(String::from));
+            put("http-source", source);
+            put("http-batch", http_batch.map(|x| x.to_string()));
+            put("http-concurrency", concurrency.map(|x| x.to_string()));
+            put("http-timeout", timeout);
             v
         })
     }
@@ -579,6 +600,48 @@ fn rabbitmq_password_is_masked_and_exchange_round_trips() {
     assert!(bad_url.contains("--rabbitmq-url") && !bad_url.contains("r4bbit-pw"), "{bad_url}");
 }
 
+/// The webhook's credentials (URL userinfo, signing secret) never show in `outboxd config`; the
+/// URL prints masked, the secret as its file's path, and the rest round-trips.
+#[test]
+fn http_credentials_are_masked_and_the_rest_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("hook.secret");
+    std::fs::write(&secret, "whsec-0123456789abcdef\n").unwrap();
+    let a: Vec<String> = [
+        "--postgres-url",
+        "postgres://u@127.0.0.1/db",
+        "--sink",
+        "http",
+        "--http-url",
+        "https://hook:h77p-pw@hooks.example.com/in/${topic}",
+        "--http-signing-secret-file",
+        secret.to_str().unwrap(),
+        "--http-batch",
+        "50",
+        "--slot",
+        "orders",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let c = config_of(&a).unwrap();
+    let printed = c.to_flags().join("\n");
+    assert!(!printed.contains("h77p-pw") && !printed.contains("whsec"), "{printed}");
+    assert!(printed.contains("https://hook:****@hooks.example.com/in/${topic}"), "{printed}");
+    assert!(
+        printed.contains(secret.to_str().unwrap()) && printed.contains("--http-source outboxd/orders"),
+        "{printed}"
+    );
+    assert!(!format!("{c:?}").contains("h77p-pw") && !format!("{c:?}").contains("whsec"));
+    let mut again = config_of(&c.to_argv()).unwrap();
+    assert_eq!(again.http.basic_auth, Some(("hook".into(), Some("****".into()))));
+    again.http.url = c.http.url.clone();
+    again.http.basic_auth = c.http.basic_auth.clone();
+    assert_eq!(again, c);
+    let e = config_of(&a[..4]).unwrap_err();
+    assert!(e.contains("--http-url is required with --sink http"), "{e}");
+}
+
 /// Properties from a Debezium file apply before `--kafka-property-file`, but printed flags apply
 /// after it; `outboxd config` must not let a Debezium value it printed override the file.
 #[test]
@@ -636,6 +699,8 @@ fn outboxd_config_prints_every_run_flag() {
         "nats-create-stream",
         "redis-maxlen",
         "messages-prefix",
+        "http-url",
+        "http-signing-secret-file",
     ];
     let cli = Cli::command();
     let run = cli.find_subcommand("run").expect("run subcommand");

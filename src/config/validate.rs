@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::http::{HttpArgs, HttpConfig};
 use super::rabbitmq::RabbitConfig;
 use super::redis::RedisConfig;
 use super::{debezium, postgres, Config, KafkaConfig, NatsConfig, PgTarget, PollConfig, RunArgs, SinkKind, TableName};
@@ -78,6 +79,16 @@ impl Config {
         if a.sink == SinkKind::Rabbitmq {
             rabbitmq.check()?;
         }
+        let http = HttpConfig::new(HttpArgs {
+            url: &a.http_url,
+            source: a.http_source.as_deref(),
+            slot: &a.slot,
+            signing_secret_file: a.http_signing_secret_file.as_deref(),
+            batch: a.http_batch,
+            concurrency: a.http_concurrency,
+            timeout: parse_duration("--http-timeout", &a.http_timeout)?,
+            required: a.sink == SinkKind::Http,
+        })?;
         if a.topic_partitions < 1 {
             return Err(bad(format!("--topic-partitions {} must be at least 1", a.topic_partitions)));
         }
@@ -168,6 +179,7 @@ impl Config {
             nats: NatsConfig::new(&a.nats_url, a.nats_creds.clone(), a.nats_create_stream.as_deref())?,
             redis,
             rabbitmq,
+            http,
             max_in_flight: a.max_in_flight,
             max_in_flight_bytes,
             health_stall_timeout: {

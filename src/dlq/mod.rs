@@ -105,6 +105,7 @@ impl DeadLetter {
             partition,
             timestamp_ms: None,
             event_id: event_id.clone(),
+            event_type: None,
         };
         let payload = match self.payload {
             Some(p) if !p.is_empty() && record_size(self.key.as_ref(), Some(&p), &headers) > max_bytes => p,

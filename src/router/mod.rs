@@ -53,6 +53,9 @@ pub struct Record {
     pub timestamp_ms: Option<i64>,
     /// For error messages and logs.
     pub event_id: String,
+    /// The `--table-field-event-type` column's text, when the table has it and it is not NULL
+    /// (sinks with a type attribute use it, e.g. the webhook's `ce-type`).
+    pub event_type: Option<Bytes>,
 }
 
 /// One inserted row of an outbox table with the context the router needs.
@@ -423,7 +426,16 @@ impl Route {
         if self.tombstone && empty {
             // Headers and partition stay: consumers of a compacted topic still see which event
             // deleted the key.
-            return Ok(Record { topic, key, payload: None, headers, partition, timestamp_ms, event_id: id });
+            return Ok(Record {
+                topic,
+                key,
+                payload: None,
+                headers,
+                partition,
+                timestamp_ms,
+                event_id: id,
+                event_type: self.raw_event_type(cols),
+            });
         }
         if let Some(mut env) = envelope.or_else(|| self.envelope.then(serde_json::Map::new)) {
             let p = match &payload {
@@ -439,7 +451,16 @@ impl Route {
             env.insert("payload".into(), p);
             payload = Some(Bytes::from(serde_json::Value::Object(env).to_string()));
         }
-        Ok(Record { topic, key, payload, headers, partition, timestamp_ms, event_id: id })
+        let event_type = self.raw_event_type(cols);
+        Ok(Record { topic, key, payload, headers, partition, timestamp_ms, event_id: id, event_type })
+    }
+
+    /// The event type column's text as sent (a cheap `Bytes` clone, no conversion).
+    fn raw_event_type(&self, cols: &[TupleValue]) -> Option<Bytes> {
+        match cols.get(self.event_type?.idx) {
+            Some(TupleValue::Text(b)) => Some(b.clone()),
+            _ => None,
+        }
     }
 }
 

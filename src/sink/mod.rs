@@ -10,6 +10,8 @@
 //! replication loop then reads no more WAL and polls [`Sink::unblock`] beside its acks, status timer
 //! and shutdown, so a slow destination never silences the loop.
 
+mod http;
+mod http_wire;
 mod kafka;
 pub mod kafka_client;
 mod nats;
@@ -18,6 +20,7 @@ mod rabbitmq_publisher;
 mod redis;
 mod simple;
 
+pub use http::HttpSink;
 pub use kafka::KafkaSink;
 pub use nats::NatsSink;
 pub use rabbitmq::RabbitSink;

@@ -216,6 +216,7 @@ mod tests {
             partition: None,
             timestamp_ms: Some(1_700_000_000_123),
             event_id: "e-1".into(),
+            event_type: None,
         }
     }
 

@@ -319,6 +319,7 @@ mod tests {
             partition: None,
             timestamp_ms: None,
             event_id: "e-1".into(),
+            event_type: None,
         }
     }
 

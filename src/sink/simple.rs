@@ -107,6 +107,7 @@ mod tests {
             partition: None,
             timestamp_ms: Some(7),
             event_id: "e-1".into(),
+            event_type: None,
         };
         let line = record_json(&r);
         assert!(line.contains(r#""payload":{"a": [1, 2]}"#), "payload must be verbatim: {line}");

@@ -34,6 +34,7 @@ pub mod certs;
 pub mod netfault;
 pub mod pg_tls;
 pub mod secure_kafka;
+pub mod webhook;
 
 use std::collections::HashSet;
 use std::fs::{self, File};

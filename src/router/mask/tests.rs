@@ -56,6 +56,7 @@ fn record(payload: &str, headers: &[(&str, &str)]) -> Record {
         partition: None,
         timestamp_ms: Some(1),
         event_id: "e-1".into(),
+        event_type: None,
     }
 }
 

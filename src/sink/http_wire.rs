@@ -1,0 +1,392 @@
+//! What the webhook sink puts on the wire, kept apart from I/O: one event as a CloudEvents
+//! binary-mode request (headers + payload body), a batch as a CloudEvents JSON batch, and the
+//! `Outboxd-Signature` header. Pure functions, unit-tested below.
+//!
+//! # Header mapping (binary mode, one event per request)
+//! * body: the payload bytes, unchanged; `Content-Type: application/json` when they are JSON,
+//!   `application/octet-stream` otherwise; a tombstone (null payload) has an empty body and no
+//!   `Content-Type`;
+//! * `ce-specversion: 1.0`, `ce-id` (event id), `ce-source` (`--http-source`), `ce-type` (the event
+//!   type column, when not NULL), `ce-time` (the record timestamp as RFC 3339), `ce-subject` (the
+//!   key, when not NULL);
+//! * `Idempotency-Key` (= `ce-id`), `key` (the key), and every record header under its own name:
+//!   the router's `id` first, then the expanded headers column and header placements. HTTP header
+//!   names are case-insensitive and travel lower-cased.
+//!
+//! A dead-letter copy's `ce-id` and `Idempotency-Key` are `<event id>/dlq/<16 hex of the chunk's
+//! SHA-256>`: dead-letter chunks share their event's id, and a receiver deduplicating by it would
+//! drop all but the first.
+//!
+//! A record header whose name is not an HTTP token, or one outboxd sets itself or that frames the
+//! request ([`RESERVED`]), or whose value holds control characters (CR, LF, NUL, ...), cannot be
+//! sent faithfully: the record is a bad event (`invalid_header`), never silently renamed.
+//!
+//! # Batch mode (`--http-batch N`, N > 1)
+//! The body is a JSON array, `Content-Type: application/cloudevents-batch+json`; each element holds
+//! `specversion`, `id`, `source`, `type`, `time`, `subject` and `partitionkey` (the key), then
+//! `datacontenttype: application/json` with the payload verbatim as `data`, or the payload as
+//! `data_base64` when it is not JSON, and no data at all for a tombstone. Record headers go in the
+//! extension attribute `outboxdheaders`, a string holding a JSON object of name → value (a
+//! CloudEvents attribute must be a string, so the object is serialized once more). Batch mode
+//! therefore needs UTF-8 keys and header values; others are bad events (`invalid_header`).
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use bytes::Bytes;
+use hmac::{Hmac, Mac};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
+use sha2::{Digest, Sha256};
+
+use crate::router::Record;
+
+pub const BATCH_CONTENT_TYPE: &str = "application/cloudevents-batch+json";
+pub const SIGNATURE_HEADER: &str = "outboxd-signature";
+
+/// Header names a record may not carry: outboxd's own, and those that frame or route the request.
+pub const RESERVED: &[&str] = &[
+    "key",
+    "idempotency-key",
+    SIGNATURE_HEADER,
+    "content-type",
+    "content-length",
+    "content-encoding",
+    "transfer-encoding",
+    "host",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+    "authorization",
+    "proxy-authorization",
+    "proxy-connection",
+];
+
+/// One event's parts, validated by [`check`] for the mode it will be sent in.
+#[derive(Debug)]
+pub struct Event {
+    pub key: Option<Bytes>,
+    pub payload: Option<Bytes>,
+    pub headers: Vec<(String, Bytes)>,
+    pub event_type: Option<Bytes>,
+    pub timestamp_ms: Option<i64>,
+    /// `ce-id` and `Idempotency-Key`.
+    pub ce_id: String,
+}
+
+impl Event {
+    pub fn from_record(record: Record, dead_letter: bool) -> Event {
+        let ce_id = if dead_letter {
+            let digest = Sha256::digest(record.payload.as_deref().unwrap_or_default());
+            format!("{}/dlq/{}", record.event_id, hex(&digest[..8]))
+        } else {
+            record.event_id
+        };
+        Event {
+            key: record.key,
+            payload: record.payload,
+            headers: record.headers,
+            event_type: record.event_type,
+            timestamp_ms: record.timestamp_ms,
+            ce_id,
+        }
+    }
+}
+
+/// Why `record` cannot be sent faithfully, if it cannot. `batch`: it goes in a JSON batch body,
+/// which also needs UTF-8 (it may be sent alone too, after a batch was refused).
+pub fn check(record: &Record, batch: bool) -> Result<(), String> {
+    for (name, value) in &record.headers {
+        let lower = name.to_ascii_lowercase();
+        if HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(format!(
+                "header name {name:?} is not a valid HTTP header name (letters, digits, !#$%&'*+-.^_`|~)"
+            ));
+        }
+        if RESERVED.contains(&lower.as_str()) || lower.starts_with("ce-") {
+            return Err(format!("header name {name:?} is one outboxd sets itself or that frames the HTTP request"));
+        }
+        if HeaderValue::from_bytes(value).is_err() {
+            return Err(format!("header {name}: the value holds control characters, which HTTP headers cannot carry"));
+        }
+        if batch && std::str::from_utf8(value).is_err() {
+            return Err(format!("header {name}: the value is not UTF-8, which a JSON batch needs"));
+        }
+    }
+    for (what, v) in [("key", &record.key), ("event type", &record.event_type)] {
+        let Some(v) = v else { continue };
+        if HeaderValue::from_bytes(v).is_err() {
+            return Err(format!("the {what} holds control characters, which HTTP headers cannot carry"));
+        }
+        if batch && std::str::from_utf8(v).is_err() {
+            return Err(format!("the {what} is not UTF-8, which a JSON batch needs"));
+        }
+    }
+    // The id goes into headers verbatim too.
+    if HeaderValue::from_str(&record.event_id).is_err() {
+        return Err("the event id holds control characters, which HTTP headers cannot carry".into());
+    }
+    Ok(())
+}
+
+/// Header name under which a dead-letter copy carries a header that could not travel as it was.
+pub const ESCAPED_HEADER: &str = "outboxd.escaped-header";
+
+/// Make a dead-letter copy sendable: it must never be refused (its refusal stops the pipeline),
+/// yet it may carry the very header that made its event bad. Each record header that [`check`]
+/// would refuse becomes `outboxd.escaped-header: <name>=<value>`, both percent-encoded (visible
+/// ASCII, so it travels in any mode and decodes to the exact bytes); a key or event type that
+/// cannot travel is percent-encoded in place.
+pub fn escape_dead_letter(record: &mut Record, batch: bool) {
+    let enc = |b: &[u8]| percent_encoding::percent_encode(b, percent_encoding::NON_ALPHANUMERIC).to_string();
+    for (name, value) in record.headers.iter_mut() {
+        let one = Record { headers: vec![(name.clone(), value.clone())], key: None, event_type: None, ..empty() };
+        if check(&one, batch).is_err() {
+            *value = Bytes::from(format!("{}={}", enc(name.as_bytes()), enc(value)));
+            *name = ESCAPED_HEADER.to_owned();
+        }
+    }
+    for v in [&mut record.key, &mut record.event_type].into_iter().flatten() {
+        if HeaderValue::from_bytes(v).is_err() || (batch && std::str::from_utf8(v).is_err()) {
+            *v = Bytes::from(enc(v));
+        }
+    }
+}
+
+fn empty() -> Record {
+    Record {
+        topic: String::new(),
+        key: None,
+        payload: None,
+        headers: Vec::new(),
+        partition: None,
+        timestamp_ms: None,
+        event_id: String::new(),
+        event_type: None,
+    }
+}
+
+/// RFC 3339 in UTC, e.g. `2026-12-03T12:58:42.123Z`.
+pub fn rfc3339(ms: i64) -> Option<String> {
+    jiff::Timestamp::from_millisecond(ms).ok().map(|t| t.to_string())
+}
+
+fn is_json(payload: &[u8]) -> bool {
+    serde_json::from_slice::<serde::de::IgnoredAny>(payload).is_ok()
+}
+
+/// Headers and body of `event` alone (binary mode). Errors only for an event [`check`] refused.
+pub fn single(event: &Event, source: &str) -> Result<(HeaderMap, Bytes), String> {
+    let mut h = HeaderMap::with_capacity(10 + event.headers.len());
+    let val = |v: &[u8]| HeaderValue::from_bytes(v).map_err(|_| "a header value holds control characters".to_owned());
+    h.insert("ce-specversion", HeaderValue::from_static("1.0"));
+    h.insert("ce-id", val(event.ce_id.as_bytes())?);
+    h.insert("idempotency-key", val(event.ce_id.as_bytes())?);
+    h.insert("ce-source", val(source.as_bytes())?);
+    if let Some(t) = &event.event_type {
+        h.insert("ce-type", val(t)?);
+    }
+    if let Some(t) = event.timestamp_ms.and_then(rfc3339) {
+        h.insert("ce-time", val(t.as_bytes())?);
+    }
+    if let Some(k) = &event.key {
+        h.insert("ce-subject", val(k)?);
+        h.insert("key", val(k)?);
+    }
+    for (name, value) in &event.headers {
+        let n = HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("header name {name:?} is not valid"))?;
+        h.append(n, val(value)?);
+    }
+    let body = event.payload.clone().unwrap_or_default();
+    if let Some(p) = &event.payload {
+        let ct = if is_json(p) { "application/json" } else { "application/octet-stream" };
+        h.insert(CONTENT_TYPE, HeaderValue::from_static(ct));
+    }
+    Ok((h, body))
+}
+
+/// Append `event` as one element of a JSON batch to `out` (no separator).
+pub fn batch_element(event: &Event, source: &str, out: &mut Vec<u8>) -> Result<(), String> {
+    let utf8 = |v: &Bytes| std::str::from_utf8(v).map(str::to_owned).map_err(|_| "not UTF-8".to_owned());
+    let mut m = serde_json::Map::new();
+    m.insert("specversion".into(), "1.0".into());
+    m.insert("id".into(), event.ce_id.clone().into());
+    m.insert("source".into(), source.into());
+    if let Some(t) = &event.event_type {
+        m.insert("type".into(), utf8(t)?.into());
+    }
+    if let Some(t) = event.timestamp_ms.and_then(rfc3339) {
+        m.insert("time".into(), t.into());
+    }
+    if let Some(k) = &event.key {
+        let k = utf8(k)?;
+        m.insert("subject".into(), k.clone().into());
+        m.insert("partitionkey".into(), k.into());
+    }
+    if !event.headers.is_empty() {
+        let mut hm = serde_json::Map::new();
+        for (name, value) in &event.headers {
+            hm.insert(name.clone(), utf8(value)?.into());
+        }
+        m.insert("outboxdheaders".into(), serde_json::Value::Object(hm).to_string().into());
+    }
+    // The element without its data, then the payload spliced in verbatim (a JSON payload keeps
+    // its exact bytes: no re-serialization).
+    let head = serde_json::Value::Object(m).to_string();
+    out.extend_from_slice(&head.as_bytes()[..head.len() - 1]);
+    match &event.payload {
+        None => {}
+        Some(p) if is_json(p) => {
+            out.extend_from_slice(br#","datacontenttype":"application/json","data":"#);
+            out.extend_from_slice(p);
+        }
+        Some(p) => {
+            out.extend_from_slice(br#","datacontenttype":"application/octet-stream","data_base64":""#);
+            out.extend_from_slice(B64.encode(p).as_bytes());
+            out.push(b'"');
+        }
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+/// `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
+pub fn signature(key: &[u8], unix_seconds: u64, body: &[u8]) -> String {
+    // HMAC takes keys of any length; the config requires at least 16 bytes.
+    let mut mac = <Hmac<Sha256> as hmac::KeyInit>::new_from_slice(key).unwrap_or_else(|_| unreachable!());
+    mac.update(unix_seconds.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    format!("t={unix_seconds},v1={}", hex(&mac.finalize().into_bytes()))
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(payload: Option<&'static [u8]>, headers: &[(&str, &'static [u8])]) -> Record {
+        Record {
+            topic: "t".into(),
+            key: Some(Bytes::from_static(b"agg-1")),
+            payload: payload.map(Bytes::from_static),
+            headers: headers.iter().map(|(k, v)| (k.to_string(), Bytes::copy_from_slice(v))).collect(),
+            partition: None,
+            timestamp_ms: Some(1_700_000_000_123),
+            event_id: "e-1".into(),
+            event_type: Some(Bytes::from_static(b"order.paid.v1")),
+        }
+    }
+
+    fn event(payload: Option<&'static [u8]>, headers: &[(&str, &'static [u8])]) -> Event {
+        Event::from_record(record(payload, headers), false)
+    }
+
+    #[test]
+    fn binary_mode_headers_and_body() {
+        check(&record(Some(br#"{"a": 1}"#), &[("id", b"e-1"), ("traceId", b"t 1")]), false).unwrap();
+        let e = event(Some(br#"{"a": 1}"#), &[("id", b"e-1"), ("traceId", b"t 1")]);
+        let (h, body) = single(&e, "outboxd/s").unwrap();
+        assert_eq!(&body[..], br#"{"a": 1}"#);
+        let get = |n: &str| h.get(n).map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(get("ce-specversion").as_deref(), Some("1.0"));
+        assert_eq!(get("ce-id").as_deref(), Some("e-1"));
+        assert_eq!(get("idempotency-key").as_deref(), Some("e-1"));
+        assert_eq!(get("ce-type").as_deref(), Some("order.paid.v1"));
+        assert_eq!(get("ce-time").as_deref(), Some("2023-11-14T22:13:20.123Z"));
+        assert_eq!(get("ce-subject").as_deref(), Some("agg-1"));
+        assert_eq!(get("key").as_deref(), Some("agg-1"));
+        assert_eq!(get("ce-source").as_deref(), Some("outboxd/s"));
+        assert_eq!(get("traceid").as_deref(), Some("t 1"));
+        assert_eq!(get("content-type").as_deref(), Some("application/json"));
+        let (h, body) = single(&event(None, &[]), "s").unwrap();
+        assert!(body.is_empty() && h.get("content-type").is_none(), "a tombstone has no body");
+        let (h, _) = single(&event(Some(b"not json"), &[]), "s").unwrap();
+        assert_eq!(h["content-type"], "application/octet-stream");
+    }
+
+    #[test]
+    fn headers_that_cannot_travel_are_refused() {
+        for (name, value) in [
+            ("bad name", &b"v"[..]),
+            ("", b"v"),
+            ("Content-Length", b"1"),
+            ("ce-id", b"x"),
+            ("Key", b"x"),
+            ("x", b"a\r\nb"),
+            ("x", b"a\0"),
+        ] {
+            let r = Record { headers: vec![(name.to_owned(), Bytes::copy_from_slice(value))], ..record(None, &[]) };
+            assert!(check(&r, false).is_err(), "{name:?}: {value:?}");
+        }
+        let latin1 = record(None, &[("x", b"\xe9")]);
+        assert!(check(&latin1, false).is_ok() && check(&latin1, true).is_err());
+    }
+
+    #[test]
+    fn batch_elements_are_cloudevents_json() {
+        let mut out = b"[".to_vec();
+        batch_element(&event(Some(br#"{"a":  [1]}"#), &[("id", b"e-1")]), "src", &mut out).unwrap();
+        out.push(b',');
+        batch_element(&event(Some(b"\x00raw"), &[]), "src", &mut out).unwrap();
+        out.push(b',');
+        batch_element(&event(None, &[]), "src", &mut out).unwrap();
+        out.push(b']');
+        let text = std::str::from_utf8(&out).unwrap();
+        assert!(text.contains(r#""data":{"a":  [1]}"#), "payload verbatim: {text}");
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v[0]["id"], "e-1");
+        assert_eq!(v[0]["type"], "order.paid.v1");
+        assert_eq!(v[0]["subject"], "agg-1");
+        assert_eq!(v[0]["partitionkey"], "agg-1");
+        assert_eq!(v[0]["time"], "2023-11-14T22:13:20.123Z");
+        assert_eq!(v[0]["datacontenttype"], "application/json");
+        let hs: serde_json::Value = serde_json::from_str(v[0]["outboxdheaders"].as_str().unwrap()).unwrap();
+        assert_eq!(hs["id"], "e-1");
+        assert_eq!(B64.decode(v[1]["data_base64"].as_str().unwrap()).unwrap(), b"\x00raw");
+        assert!(v[2].get("data").is_none() && v[2].get("data_base64").is_none());
+    }
+
+    #[test]
+    fn signature_is_hmac_of_timestamp_dot_body() {
+        // echo -n '1700000000.{"a":1}' | openssl dgst -sha256 -hmac 0123456789abcdef
+        let s = signature(b"0123456789abcdef", 1_700_000_000, br#"{"a":1}"#);
+        assert_eq!(s, "t=1700000000,v1=9eb18f493f8ec135d9eb2dad817c369bb4e9cbfa818657897a7437c1cd8c3a23");
+    }
+
+    #[test]
+    fn dead_letter_copies_escape_what_cannot_travel() {
+        let mut r = record(Some(b"{}"), &[("id", b"e-1"), ("Content-Length", b"9"), ("x", b"a\r\nb")]);
+        r.key = Some(Bytes::from_static(b"k\n1"));
+        assert!(check(&r, true).is_err());
+        escape_dead_letter(&mut r, true);
+        check(&r, true).unwrap();
+        let got: Vec<(&str, &[u8])> = r.headers.iter().map(|(k, v)| (k.as_str(), &v[..])).collect();
+        assert_eq!(
+            got,
+            vec![("id", &b"e-1"[..]), (ESCAPED_HEADER, b"Content%2DLength=9"), (ESCAPED_HEADER, b"x=a%0D%0Ab")]
+        );
+        assert_eq!(r.key.as_deref(), Some(&b"k%0A1"[..]));
+    }
+
+    #[test]
+    fn dead_letter_copies_get_their_own_id() {
+        let r = Record {
+            topic: "dlq".into(),
+            key: None,
+            payload: Some(Bytes::from_static(b"chunk")),
+            headers: vec![],
+            partition: None,
+            timestamp_ms: None,
+            event_id: "e-9".into(),
+            event_type: None,
+        };
+        let e = Event::from_record(r.clone(), true);
+        assert!(e.ce_id.starts_with("e-9/dlq/") && e.ce_id.len() == "e-9/dlq/".len() + 16, "{}", e.ce_id);
+        assert_eq!(Event::from_record(r, false).ce_id, "e-9");
+    }
+}
