@@ -55,11 +55,16 @@ pub fn install_recorder(upkeep: Duration) -> Result<PrometheusHandle, Definite> 
     Ok(handle)
 }
 
+/// Bucket bounds of `outboxd_commit_to_ack_seconds`: fine around the 20 ms latency target (so a
+/// p99 near it is read, not interpolated across a 20–50 ms bucket), coarse beyond.
+pub const COMMIT_TO_ACK_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.0175, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
 fn builder() -> Result<PrometheusBuilder, metrics_exporter_prometheus::BuildError> {
-    PrometheusBuilder::new().set_buckets_for_metric(
-        Matcher::Full("outboxd_commit_to_ack_seconds".into()),
-        &[0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0],
-    )
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full("outboxd_commit_to_ack_seconds".into()), COMMIT_TO_ACK_BUCKETS)
 }
 
 /// Handles for every metric outboxd exports. Cheap to clone.
@@ -202,7 +207,12 @@ impl Metrics {
 
     /// One event acked by the sink.
     pub fn acked(&self, topic: &str) {
-        self.topics.counter(topic).increment(1);
+        self.acked_n(topic, 1);
+    }
+
+    /// `n` events to `topic` acked by the sink (one series lookup for a run of acks).
+    pub fn acked_n(&self, topic: &str, n: u64) {
+        self.topics.counter(topic).increment(n);
     }
 
     /// One event that could not be delivered as routed.
@@ -295,5 +305,29 @@ mod tests {
         let body = handle.render();
         assert_eq!(series(&body).len(), 2, "{body}");
         assert!(!body.contains(OTHER_TOPIC), "{body}");
+    }
+    #[test]
+    fn commit_to_ack_buckets_are_fine_around_the_20_ms_target() {
+        let recorder = builder().unwrap().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            let m = Metrics::with_topic_cap(1);
+            for s in [0.011, 0.016, 0.019, 0.021, 0.042] {
+                m.commit_to_ack.record(s);
+            }
+        });
+        let body = handle.render();
+        let bucket = |le: &str| {
+            let line = format!("outboxd_commit_to_ack_seconds_bucket{{le=\"{le}\"}} ");
+            body.lines().find_map(|l| l.strip_prefix(line.as_str())).map(|v| v.trim().to_owned())
+        };
+        // Cumulative counts: 20 ms holds three of five, 12.5 / 17.5 / 25 / 50 split the rest.
+        assert_eq!(bucket("0.0125").as_deref(), Some("1"), "{body}");
+        assert_eq!(bucket("0.0175").as_deref(), Some("2"), "{body}");
+        assert_eq!(bucket("0.02").as_deref(), Some("3"), "{body}");
+        assert_eq!(bucket("0.025").as_deref(), Some("4"), "{body}");
+        assert_eq!(bucket("0.04").as_deref(), Some("4"), "{body}");
+        assert_eq!(bucket("0.05").as_deref(), Some("5"), "{body}");
+        assert!(COMMIT_TO_ACK_BUCKETS.windows(2).all(|w| w[0] < w[1]), "bounds ascend");
     }
 }

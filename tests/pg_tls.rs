@@ -76,6 +76,15 @@ fn every_sslmode_behaves_as_libpq_says() {
     streams(&pg, &kv("127.0.0.1", ""), &[("HOME", "/nonexistent")], "prefer.v1");
     // disable: pg_hba refuses the plaintext login, and the message says what to change.
     exits_2(&kv("127.0.0.1", "sslmode=disable"), &["only over TLS", "sslmode=require"]);
+    // sslrootcert=FILE trusts that file only, as libpq does: a CA the system store trusts (here
+    // through SSL_CERT_FILE, which OpenSSL's default paths read) does not vouch for the server.
+    let mut d = Outboxd::spawn_with_env(
+        &stdout_args(&kv("localhost", &format!("sslmode=verify-full sslrootcert={wrong}"))),
+        &[("SSL_CERT_FILE", ca.as_str())],
+    );
+    let code = d.wait_exit(Duration::from_secs(20)).and_then(|s| s.code());
+    assert_eq!(code, Some(2), "the system store's CA was trusted beside sslrootcert:\n{}", d.log());
+    assert!(d.log().contains("sslrootcert="), "{}", d.log());
 }
 
 #[test]

@@ -13,7 +13,11 @@
 //!
 //! The server's one-byte answer to SSLRequest is read straight from the socket, before any
 //! buffering, so bytes a man in the middle appends to it cannot be taken as TLS-protected
-//! (CVE-2021-23222). Failures that retrying cannot fix (a certificate that does not verify, a
+//! (CVE-2021-23222). Trust is exactly what `sslrootcert` names, as in libpq: a file means only the
+//! certificates in it, `system` the system store. OpenSSL's `SslConnector::builder` always loads
+//! the system store, so the connector starts from an empty store instead (which also spares the
+//! modes that verify nothing the cost of reading the whole CA bundle per connection).
+//! Failures that retrying cannot fix (a certificate that does not verify, a
 //! server without TLS under `require`) are [`Definite::Config`] errors whose one line names
 //! host:port, the sslmode, the reason and the fix.
 
@@ -24,7 +28,7 @@ use openssl::hash::MessageDigest;
 use openssl::nid::Nid;
 use openssl::pkey::PKey;
 use openssl::ssl::{SslConnector, SslMethod, SslRef, SslVerifyMode, SslVersion};
-use openssl::x509::store::X509Lookup;
+use openssl::x509::store::{X509Lookup, X509StoreBuilder};
 use openssl::x509::verify::X509VerifyFlags;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -40,6 +44,9 @@ pub fn connector(tls: &TlsSettings) -> Result<SslConnector, Definite> {
         Definite::Config(format!("--postgres-url: {what}: {e}; check the file is PEM and matches the others"))
     };
     let mut b = SslConnector::builder(SslMethod::tls_client()).map_err(|e| cfg_err("initialising OpenSSL", e))?;
+    // The builder trusts the system store; start from nothing and add what sslrootcert names.
+    let empty = X509StoreBuilder::new().map_err(|e| cfg_err("initialising OpenSSL", e))?.build();
+    b.set_cert_store(empty);
     b.set_min_proto_version(Some(SslVersion::TLS1_2)).map_err(|e| cfg_err("TLS version", e))?;
     if tls.mode.verifies() {
         b.set_verify(SslVerifyMode::PEER);
