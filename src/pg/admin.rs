@@ -12,6 +12,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
+use crate::config::postgres::PgHost;
 use crate::config::postgres::SessionAttrs;
 use crate::config::{Config, PgTarget, PublicationAutocreate, SslMode, TableName};
 use crate::error::{Definite, Error, Transient};
@@ -99,13 +100,26 @@ async fn connect_inner(
     primary: bool,
     notify: Option<UnboundedSender<tokio_postgres::Notification>>,
 ) -> Result<Client, Error> {
-    let tls = tls::make_tls(&target.tls)?;
     let mut pg = target.to_tokio_postgres();
     // tokio-postgres's read-write check (`SHOW transaction_read_only`) also skips a standby, whose
     // transactions are all read-only; it is the nearest it has to libpq's `primary`.
     if (primary && target.hosts.len() > 1) || target.session_attrs != SessionAttrs::Any {
         pg.target_session_attrs(tokio_postgres::config::TargetSessionAttrs::ReadWrite);
     }
+    // Over Unix sockets only, or with sslmode=disable, no connection can use TLS: skip building the
+    // OpenSSL context, which reads the system CA bundle (tens of milliseconds per connection).
+    let tls_possible =
+        target.tls.mode != SslMode::Disable && target.hosts.iter().any(|(h, _)| matches!(h, PgHost::Tcp(_)));
+    if !tls_possible {
+        return match pg.connect(tokio_postgres::NoTls).await {
+            Ok((client, conn)) => {
+                drive(conn, notify);
+                Ok(client)
+            }
+            Err(e) => Err(connect_error(target, e)),
+        };
+    }
+    let tls = tls::make_tls(&target.tls)?;
     let first = pg.connect(tls.clone()).await;
     let result = match first {
         // libpq's allow: plaintext first, TLS when the server refuses that login.
@@ -119,31 +133,42 @@ async fn connect_inner(
         other => other,
     };
     match result {
-        Ok((client, mut conn)) => {
-            tokio::spawn(async move {
-                let Some(notify) = notify else {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(error = %e, "admin connection closed");
-                    }
-                    return;
-                };
-                // Driving the connection by hand is what surfaces its asynchronous messages.
-                let mut messages = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
-                while let Some(m) = futures_util::StreamExt::next(&mut messages).await {
-                    match m {
-                        Ok(tokio_postgres::AsyncMessage::Notification(n)) => drop(notify.send(n)),
-                        Ok(_) => {}
-                        Err(e) => {
-                            tracing::debug!(error = %e, "listening connection closed");
-                            break;
-                        }
-                    }
-                }
-            });
+        Ok((client, conn)) => {
+            drive(conn, notify);
             Ok(client)
         }
         Err(e) => Err(connect_error(target, e)),
     }
+}
+
+/// Run an admin connection in the background; with `notify`, forward its notifications.
+fn drive<S, T>(
+    mut conn: tokio_postgres::Connection<S, T>,
+    notify: Option<UnboundedSender<tokio_postgres::Notification>>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let Some(notify) = notify else {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "admin connection closed");
+            }
+            return;
+        };
+        // Driving the connection by hand is what surfaces its asynchronous messages.
+        let mut messages = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(m) = futures_util::StreamExt::next(&mut messages).await {
+            match m {
+                Ok(tokio_postgres::AsyncMessage::Notification(n)) => drop(notify.send(n)),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "listening connection closed");
+                    break;
+                }
+            }
+        }
+    });
 }
 
 /// One line per way a login can fail; TLS and login problems are definite.

@@ -222,12 +222,21 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
     /// Apply one ack and any others already queued.
     async fn on_acks(&mut self, first: Ack) -> Result<(), Error> {
         let mut next = Some(first);
+        // Acks come in runs to one topic (a broker response covers one partition): one counter
+        // lookup per run, not per record.
+        let mut run: Option<(String, u64)> = None;
         while let Some(ack) = next {
             self.in_flight_bytes = self.in_flight_bytes.saturating_sub(ack.bytes);
+            if let Some((topic, n)) = run.take_if(|(t, _)| !matches!(ack.outcome, Outcome::Acked) || *t != ack.topic) {
+                self.metrics.acked_n(&topic, n);
+            }
             match ack.outcome {
                 Outcome::Acked => {
                     self.tracker.ack(ack.txn).map_err(|e| Definite::Bug(e.to_string()))?;
-                    self.metrics.acked(&ack.topic);
+                    match &mut run {
+                        Some((_, n)) => *n += 1,
+                        None => run = Some((ack.topic, 1)),
+                    }
                 }
                 Outcome::Failed { reason } => {
                     self.metrics.failed("delivery");
@@ -257,6 +266,9 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                 }
             }
             next = self.acks_rx.try_recv().ok();
+        }
+        if let Some((topic, n)) = run {
+            self.metrics.acked_n(&topic, n);
         }
         self.record_completed();
         self.publish_progress();

@@ -39,6 +39,7 @@ use crate::error::Definite;
 use crate::pg::pgoutput::{Relation, TupleData, TupleValue};
 use contract::{Contracts, Verdict};
 use render::{as_bytes, as_json, as_string, is_json, is_text};
+use topic::TopicMemo;
 pub use topic::TopicRule;
 
 /// One event, ready for a sink.
@@ -197,6 +198,8 @@ pub struct Route {
     event_type: Option<Col>,
     placements: Vec<(Col, PlacementTarget)>,
     topic: Arc<TopicRule>,
+    /// Topics already built from route-by values of this relation.
+    topics: TopicMemo,
     tombstone: bool,
     expand_json: bool,
     /// An envelope placement is configured, whether or not its column exists: the value is
@@ -265,6 +268,7 @@ impl Route {
             event_type: find(&cfg.type_field),
             placements,
             topic: cfg.topic.clone(),
+            topics: TopicMemo::default(),
             tombstone: cfg.tombstone_on_empty_payload,
             expand_json: cfg.expand_json_payload,
             envelope: cfg.placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_))),
@@ -317,8 +321,8 @@ impl Route {
                 None => Err(format!("row has {} columns, expected at least {}", cols.len(), c.idx + 1)),
             }
         };
-        // Salvage first, so every error can carry the event's key and payload.
-        let event_id = value(self.id).ok().flatten().map(|b| String::from_utf8_lossy(b).into_owned());
+        // Salvage first, so every error can carry the event's id, key and payload.
+        let event_id = || value(self.id).ok().flatten().map(|b| String::from_utf8_lossy(b).into_owned());
         let key_raw = value(self.key).ok().flatten();
         let payload_raw = value(self.payload).ok().flatten();
         let key = key_raw.map(|k| as_bytes(self.key.type_oid, k)).transpose();
@@ -328,7 +332,7 @@ impl Route {
         let salvage =
             |raw: Option<&Bytes>, type_oid: u32| raw.map(|v| as_bytes(type_oid, v).unwrap_or_else(|_| v.clone()));
         let bad = |code: &'static str, message: String, topic: Option<String>| BadEvent {
-            event_id: event_id.clone(),
+            event_id: event_id(),
             code,
             message,
             topic,
@@ -338,22 +342,27 @@ impl Route {
             payload_dropped: None,
         };
         let id = match value(self.id) {
-            Ok(Some(_)) => event_id.clone().unwrap_or_default(),
+            Ok(Some(_)) => event_id().unwrap_or_default(),
             Ok(None) => return Err(bad("null_id", "the event id column is NULL".into(), None)),
             Err(e) => return Err(bad("bad_value", e, None)),
         };
         let routed = match value(self.route_by) {
-            Ok(Some(v)) => match as_string(self.route_by.type_oid, v) {
-                Ok(s) => s,
-                Err(e) => return Err(bad("bad_value", e, None)),
-            },
+            Ok(Some(v)) => v,
             Ok(None) => return Err(bad("null_route", "the route-by column is NULL".into(), None)),
             Err(e) => return Err(bad("bad_value", e, None)),
         };
-        let topic = self.topic.topic(&routed);
-        if let Err(e) = check_topic(&topic) {
-            return Err(bad("invalid_topic", e, Some(topic)));
-        }
+        let topic = match self.topics.get(routed) {
+            Some(topic) => topic,
+            None => {
+                let value = as_string(self.route_by.type_oid, routed).map_err(|e| bad("bad_value", e, None))?;
+                let topic = self.topic.topic(&value);
+                if let Err(e) = check_topic(&topic) {
+                    return Err(bad("invalid_topic", e, Some(topic)));
+                }
+                self.topics.put(routed, &topic);
+                topic
+            }
+        };
         let fail = |code: &'static str, message: String| bad(code, message, Some(topic.clone()));
         let key = key.map_err(|e| fail("bad_value", e))?;
         let mut payload = payload.map_err(|e| fail("bad_value", e))?;

@@ -41,6 +41,9 @@ pub fn epoch_ms(type_oid: u32, text: &[u8]) -> Result<Option<i64>, String> {
         Timestamp::from_millisecond(ms).map_err(|e| out_of_range(text, e))?;
         return Ok(Some(ms));
     }
+    if let Some(ms) = walsender_epoch_ms(text, type_oid != TIMESTAMP) {
+        return Ok(Some(ms));
+    }
     let (at, offset) = match parse(text)? {
         Parsed::Infinite(_) => return Ok(None),
         Parsed::Finite { at, offset } => (at, offset),
@@ -57,6 +60,61 @@ pub fn epoch_ms(type_oid: u32, text: &[u8]) -> Result<Option<i64>, String> {
     };
     let ts = offset.to_timestamp(at).map_err(|e| out_of_range(text, e))?;
     Ok(Some(ts.as_millisecond()))
+}
+
+/// The walsender's own spelling, read without the general parser (a record's timestamp is on the
+/// hot path): `YYYY-MM-DD HH:MM:SS`, an optional `.` and 1–6 fraction digits, then `+00` when
+/// `utc_suffix` (timestamptz, or text that must carry an offset) or nothing (timestamp). Only
+/// years 1970..=9998, so the result is never negative and never near jiff's range limits. Anything
+/// else, valid or not, is `None` and goes to the general parser, which gives the same instant or
+/// the error.
+fn walsender_epoch_ms(text: &[u8], utc_suffix: bool) -> Option<i64> {
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let digits = text.get(r)?;
+        digits.iter().try_fold(0i64, |n, &b| b.is_ascii_digit().then(|| n * 10 + i64::from(b - b'0')))
+    };
+    let sep = |i: usize, c: u8| text.get(i) == Some(&c);
+    if !(sep(4, b'-') && sep(7, b'-') && sep(10, b' ') && sep(13, b':') && sep(16, b':')) {
+        return None;
+    }
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let mut i = 19;
+    let mut millis = 0;
+    if sep(i, b'.') {
+        let digits = text[i + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
+        if !(1..=6).contains(&digits) {
+            return None;
+        }
+        // Milliseconds truncate the fraction, as jiff's `as_millisecond` does for instants >= 1970.
+        let first3 = num(i + 1..i + 1 + digits.min(3))?;
+        millis = first3 * 10i64.pow(3 - digits.min(3) as u32);
+        i += 1 + digits;
+    }
+    let rest = &text[i..];
+    if rest != if utc_suffix { &b"+00"[..] } else { &b""[..] } {
+        return None;
+    }
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    let valid = (1970..=9998).contains(&year)
+        && (1..=12).contains(&month)
+        && day >= 1
+        && day <= month_days[(month - 1) as usize]
+        && hour < 24
+        && minute < 60
+        && second < 60;
+    if !valid {
+        return None;
+    }
+    // Days since 1970-01-01 of a proleptic Gregorian date (years counted from March, so the leap
+    // day ends the year).
+    let (y, m) = if month <= 2 { (year - 1, month + 9) } else { (year, month - 3) };
+    let era_days = y / 400 * 146_097;
+    let yoe = y % 400;
+    let doy = (153 * m + 2) / 5 + day - 1;
+    let days = era_days + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468;
+    Some(((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millis)
 }
 
 /// A `timestamptz` (`tz`) or `timestamp` value as ISO 8601: `2026-12-02T10:49:10.5Z`, other
@@ -192,6 +250,69 @@ mod tests {
         assert_eq!(epoch_ms(TIMESTAMPTZ, &[0xff, 0xfe]).unwrap_err(), "timestamp is not UTF-8");
         let long = "9".repeat(10_000);
         assert!(epoch_ms(TEXT, long.as_bytes()).unwrap_err().len() < 400, "a huge value is cut short");
+    }
+
+    /// The general parser alone, for comparison with the fast path.
+    fn jiff_epoch_ms(text: &str, tz: bool) -> Option<i64> {
+        let Parsed::Finite { at, offset } = parse(text.as_bytes()).ok()? else { return None };
+        let offset = if tz { offset? } else { Offset::UTC };
+        Some(offset.to_timestamp(at).ok()?.as_millisecond())
+    }
+
+    #[test]
+    fn fast_path_takes_only_the_walsender_spelling() {
+        for (text, utc) in [
+            ("2026-12-02 10:49:10.123456+00", true),
+            ("2026-12-02 10:49:10+00", true),
+            ("2024-02-29 23:59:59.9+00", true),
+            ("1970-01-01 00:00:00", false),
+            ("9998-12-31 23:59:59.999999", false),
+        ] {
+            assert_eq!(walsender_epoch_ms(text.as_bytes(), utc), jiff_epoch_ms(text, utc), "{text}");
+            assert!(walsender_epoch_ms(text.as_bytes(), utc).is_some(), "{text}");
+        }
+        for (text, utc) in [
+            ("2026-12-02 10:49:10+05:30", true),
+            ("2026-12-02 10:49:10", true),
+            ("2026-12-02 10:49:10+00", false),
+            ("1969-12-31 23:59:59.999+00", true),
+            ("9999-01-01 00:00:00+00", true),
+            ("2023-02-29 00:00:00+00", true),
+            ("2026-12-02 24:00:00+00", true),
+            ("2026-12-02 10:49:60+00", true),
+            ("2026-12-02 10:49:10.1234567+00", true),
+            ("2026-12-02 10:49:10.+00", true),
+            ("2026-12-02T10:49:10+00", true),
+            ("0044-03-15 12:00:00+00 BC", true),
+            ("2026-1a-02 10:49:10+00", true),
+            ("2026-12-02 10:49:1", true),
+            ("", true),
+        ] {
+            assert_eq!(walsender_epoch_ms(text.as_bytes(), utc), None, "{text}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn fast_path_agrees_with_jiff(
+            y in 1970i64..=9998, mo in 1i64..=12, d in 1i64..=31, h in 0i64..24, mi in 0i64..60,
+            s in 0i64..60, frac in proptest::option::of((0u32..1_000_000, 1usize..=6)), utc in proptest::bool::ANY,
+        ) {
+            let mut text = format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}");
+            if let Some((f, digits)) = frac {
+                let f = format!("{f:06}");
+                text.push('.');
+                text.push_str(&f[..digits]);
+            }
+            if utc {
+                text.push_str("+00");
+            }
+            let fast = walsender_epoch_ms(text.as_bytes(), utc);
+            let slow = jiff_epoch_ms(&text, utc);
+            // Day 31 of a short month: both refuse (jiff with an error, the fast path with None).
+            proptest::prop_assert_eq!(fast, slow, "{}", text);
+            proptest::prop_assert_eq!(epoch_ms(if utc { TIMESTAMPTZ } else { TIMESTAMP }, text.as_bytes()).ok().flatten(), slow);
+        }
     }
 
     #[test]

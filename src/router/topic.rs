@@ -5,7 +5,49 @@
 //! `\\` a backslash). A value the regex does not match becomes the topic as it is. Unlike Debezium,
 //! a group the regex does not define is refused when the rule is built, not on every record.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use bytes::Bytes;
 use regex::Regex;
+
+/// Distinct route-by values a [`TopicMemo`] keeps before it starts over.
+const MEMO_CAP: usize = 4096;
+
+/// Topics already built for route-by values (the column's raw text), so the usual handful of
+/// event types costs one lookup per record instead of a rule expansion and a name check. Only legal
+/// topics are kept; past [`MEMO_CAP`] distinct values the memo is emptied, so memory stays bounded
+/// whatever the values. A clone starts empty.
+#[derive(Debug, Default)]
+pub struct TopicMemo(Mutex<HashMap<Bytes, String>>);
+
+impl Clone for TopicMemo {
+    fn clone(&self) -> Self {
+        TopicMemo::default()
+    }
+}
+
+impl TopicMemo {
+    pub fn get(&self, raw: &[u8]) -> Option<String> {
+        self.0.lock().ok()?.get(raw).cloned()
+    }
+
+    pub fn put(&self, raw: &Bytes, topic: &str) {
+        if let Ok(mut m) = self.0.lock() {
+            if m.len() >= MEMO_CAP {
+                m.clear();
+            }
+            // A copy of the value, not a slice of the message it came in: the memo must not keep
+            // whole WAL messages alive.
+            m.insert(Bytes::copy_from_slice(raw), topic.to_owned());
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.lock().map(|m| m.len()).unwrap_or(0)
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Part {
@@ -194,6 +236,19 @@ mod tests {
         for (re, rep, value, want) in cases {
             let r = TopicRule::new(re, rep).unwrap();
             assert_eq!(r.topic(value), *want, "{re} / {rep} on {value}");
+        }
+    }
+
+    #[test]
+    fn topic_memo_is_bounded_and_clones_empty() {
+        let m = TopicMemo::default();
+        m.put(&Bytes::from_static(b"order"), "order.events");
+        assert_eq!(m.get(b"order").as_deref(), Some("order.events"));
+        assert_eq!(m.get(b"other"), None);
+        assert_eq!(m.clone().get(b"order"), None);
+        for i in 0..(MEMO_CAP * 2 + 7) {
+            m.put(&Bytes::from(format!("v{i}")), "t");
+            assert!(m.len() <= MEMO_CAP);
         }
     }
 

@@ -1,8 +1,8 @@
 //! The Kafka sink: librdkafka's idempotent producer, with delivery handles riding as opaques.
 //!
 //! Each record carries its [`Delivery`] into librdkafka as the per-message opaque; the delivery
-//! report callback (on the producer's polling thread) resolves it. So an ack means the broker
-//! accepted the record under our `acks` setting, and nothing else does.
+//! report callback resolves it, on the runtime's thread ([`super::kafka_events`]). So an ack means
+//! the broker accepted the record under our `acks` setting, and nothing else does.
 //!
 //! Defaults, each overridable with `--kafka-property`: `enable.idempotence=true` and `acks=all` so
 //! retries neither duplicate nor reorder within a partition; `message.timeout.ms=0` (retry forever)
@@ -34,7 +34,7 @@ use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::ClientContext;
 
 use super::kafka_client::{self, Retry, TopicError};
@@ -162,7 +162,9 @@ struct Creating {
 }
 
 pub struct KafkaSink {
-    producer: Arc<ThreadedProducer<DeliveryContext>>,
+    producer: Arc<BaseProducer<DeliveryContext>>,
+    /// Serves the delivery reports; aborted on drop.
+    reports: tokio::task::JoinHandle<()>,
     admin: Arc<AdminClient<DefaultClientContext>>,
     properties: Arc<Vec<(String, String)>>,
     known_topics: TopicCache,
@@ -253,7 +255,7 @@ impl KafkaSink {
             .unwrap_or(1_000_000);
         metrics.kafka_connected.set(1.0);
         let context = DeliveryContext { health, metrics, properties: cfg.properties.clone() };
-        let producer: ThreadedProducer<DeliveryContext> = kafka_client::create(&c, context, "producer", cfg)?;
+        let producer: BaseProducer<DeliveryContext> = kafka_client::create(&c, context, "producer", cfg)?;
         let admin = kafka_client::create(
             &kafka_client::admin_config(cfg, "outboxd-admin"),
             DefaultClientContext,
@@ -261,10 +263,13 @@ impl KafkaSink {
             cfg,
         )?;
         let producer = Arc::new(producer);
+        let reports = super::kafka_events::spawn(producer.clone())
+            .map_err(|e| Definite::Sink(format!("could not set up Kafka delivery reports: {e}")))?;
         let stop_checks = Arc::new(AtomicBool::new(false));
         spawn_metadata_checks(producer.clone(), stop_checks.clone());
         Ok(KafkaSink {
             producer,
+            reports,
             admin: Arc::new(admin),
             properties: Arc::new(cfg.properties.clone()),
             known_topics: TopicCache::new(TOPIC_CACHE),
@@ -400,7 +405,7 @@ async fn topic_exists(admin: Arc<AdminClient<DefaultClientContext>>, topic: Stri
 }
 
 /// Ask the cluster for metadata every few seconds; the answer (or its absence) is broker health.
-fn spawn_metadata_checks(producer: Arc<ThreadedProducer<DeliveryContext>>, stop: Arc<AtomicBool>) {
+fn spawn_metadata_checks(producer: Arc<BaseProducer<DeliveryContext>>, stop: Arc<AtomicBool>) {
     let spawned = std::thread::Builder::new().name("outboxd-kafka-health".into()).spawn(move || {
         while !stop.load(Ordering::Relaxed) {
             let ok = producer.client().fetch_metadata(None, Duration::from_secs(2)).is_ok();
@@ -416,6 +421,7 @@ fn spawn_metadata_checks(producer: Arc<ThreadedProducer<DeliveryContext>>, stop:
 impl Drop for KafkaSink {
     fn drop(&mut self) {
         self.stop_checks.store(true, Ordering::Relaxed);
+        self.reports.abort();
         if let Some(c) = &self.creating {
             c.task.abort();
         }

@@ -14,6 +14,7 @@ mod http;
 mod http_wire;
 mod kafka;
 pub mod kafka_client;
+mod kafka_events;
 mod nats;
 mod rabbitmq;
 mod rabbitmq_publisher;

@@ -1,0 +1,126 @@
+//! librdkafka's delivery reports, served on the runtime's own thread.
+//!
+//! librdkafka puts delivery reports (and client errors and log lines) on its main queue. rdkafka's
+//! `ThreadedProducer` serves that queue from a thread of its own, which costs a thread wake-up per
+//! batch of reports plus a cross-thread hand-off of every ack to the replication loop. Instead, the
+//! queue signals one end of a socket pair whenever it turns non-empty
+//! (`rd_kafka_queue_io_event_enable`), and a task on the runtime waits for the other end and serves
+//! the queue. Delivery callbacks so run on the thread that runs the replication loop, in batches of
+//! one broker response each.
+//!
+//! # Invariants
+//! * The socket is drained before the queue is served, and the queue is served until it is empty
+//!   before the next wait: a report enqueued after the last look leaves a byte behind, so no report
+//!   waits for a wake-up that already happened.
+//! * The queue is served once before the first wait (events queued while the client was being
+//!   built never signal).
+//! * librdkafka never writes to a closed descriptor: [`Pump`]'s drop turns the signal off before
+//!   the socket closes, and drops the queue handle it took.
+//! * At most [`SERVE_BATCH`] events are served before the task yields, so a flood of reports cannot
+//!   starve the replication loop's other work.
+
+use std::ffi::c_void;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream as StdStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::bindings as rd;
+use rdkafka::producer::{BaseProducer, Producer};
+use tokio::net::UnixStream;
+use tokio::task::JoinHandle;
+
+use super::kafka::DeliveryContext;
+
+/// Events served between two yields to the runtime.
+const SERVE_BATCH: usize = 64;
+
+/// The main queue's signal, and the handle kept on the queue while it is on.
+struct Pump {
+    queue: *mut rd::rd_kafka_queue_t,
+    /// librdkafka writes here; kept open for as long as the signal is on.
+    _writer: StdStream,
+    reader: UnixStream,
+    producer: Arc<BaseProducer<DeliveryContext>>,
+}
+
+// SAFETY: the queue handle is librdkafka's reference-counted, thread-safe queue object; the pump
+// only passes it to librdkafka calls, which may be made from any thread.
+unsafe impl Send for Pump {}
+
+impl Pump {
+    fn new(producer: Arc<BaseProducer<DeliveryContext>>) -> io::Result<Pump> {
+        let (reader, writer) = StdStream::pair()?;
+        reader.set_nonblocking(true)?;
+        writer.set_nonblocking(true)?;
+        let reader = UnixStream::from_std(reader)?;
+        // SAFETY: the client pointer is valid while `producer` lives, which the pump keeps; the
+        // returned queue reference is released in `drop`.
+        let queue = unsafe { rd::rd_kafka_queue_get_main(producer.client().native_ptr()) };
+        if queue.is_null() {
+            return Err(io::Error::other("librdkafka returned no main queue"));
+        }
+        const SIGNAL: &[u8] = b"!";
+        // SAFETY: `queue` is valid; librdkafka copies the payload; the descriptor stays open until
+        // `drop` has turned the signal off.
+        unsafe { rd::rd_kafka_queue_io_event_enable(queue, writer.as_raw_fd(), SIGNAL.as_ptr() as *const c_void, 1) };
+        Ok(Pump { queue, _writer: writer, reader, producer })
+    }
+
+    fn queued(&self) -> usize {
+        // SAFETY: `queue` is valid until `drop`.
+        unsafe { rd::rd_kafka_queue_length(self.queue) }
+    }
+
+    /// Read every pending signal byte. False once the socket is closed or broken.
+    fn drain_signal(&self) -> bool {
+        let mut buf = [0u8; 256];
+        loop {
+            match self.reader.try_read(&mut buf) {
+                Ok(0) => return false,
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    async fn run(self) {
+        loop {
+            let mut served = 0;
+            while self.queued() > 0 {
+                // One event per call (a zero timeout): a delivery-report event carries every
+                // message of one broker response.
+                self.producer.poll(Duration::ZERO);
+                served += 1;
+                if served % SERVE_BATCH == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            if self.reader.readable().await.is_err() || !self.drain_signal() {
+                tracing::error!("the Kafka delivery-report signal broke; deliveries are no longer resolved");
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        // SAFETY: `queue` is valid; -1 turns the signal off before `_writer` closes; the reference
+        // taken in `new` is released exactly once.
+        unsafe {
+            rd::rd_kafka_queue_io_event_enable(self.queue, -1, std::ptr::null(), 0);
+            rd::rd_kafka_queue_destroy(self.queue);
+        }
+    }
+}
+
+/// Serve `producer`'s delivery reports from a task on the current runtime until the task is
+/// aborted.
+pub fn spawn(producer: Arc<BaseProducer<DeliveryContext>>) -> io::Result<JoinHandle<()>> {
+    let pump = Pump::new(producer)?;
+    Ok(tokio::spawn(pump.run()))
+}
