@@ -87,7 +87,7 @@ fn print_config(args: &RunArgs, explicit: &dyn Fn(&str) -> bool) -> ExitCode {
             if cfg.require_empty_tables {
                 eprintln!("outboxd: note: the Debezium file's snapshot.mode also requires empty outbox tables at start; the flags below do not");
             }
-            println!("{}", cfg.to_flags().join(" \\\n  "));
+            println!("{}", cfg.to_text());
             ExitCode::SUCCESS
         }
         Err(e) => {
