@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-use crate::ack::{Ack, AckTracker, Delivery, Outcome, Source, TxnId};
+use crate::ack::{Ack, AckTracker, Delivery, Outcome, Position, Source, TxnId};
 use crate::config::Config;
 use crate::error::{Definite, Error};
 use crate::health::Health;
@@ -79,7 +79,7 @@ pub async fn backfill<S: Sink>(cfg: &Config, range: &Range, sink: &mut S) -> Res
     for table in &cfg.tables {
         let mut pages = pages::Pages::describe(&client, cfg, table, range).await?;
         let route = Route::compile(&cfg.route, &pages.relation)?;
-        let source = Source { lsn: Lsn(0), table: Arc::from(route.table()) };
+        let source = Source { position: Position::Unknown, table: Arc::from(route.table()) };
         loop {
             // Room for a whole page before reading it: memory stays at one page plus the window.
             run.wait_until_at_most(cfg.max_in_flight.saturating_sub(range.batch_size)).await?;
@@ -187,7 +187,7 @@ impl<'a, S: Sink> Backfill<'a, S> {
         match ack.outcome {
             Outcome::Acked => self.summary.delivered += 1,
             Outcome::Failed { reason } => self.undelivered(&ack.event_id, &ack.topic, "delivery", &reason),
-            Outcome::Rejected { code, reason, .. } => self.undelivered(&ack.event_id, &ack.topic, code, &reason),
+            Outcome::Rejected(r) => self.undelivered(&ack.event_id, &ack.topic, r.code, &r.reason),
         }
     }
 
