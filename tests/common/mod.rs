@@ -1441,26 +1441,22 @@ impl Numbered {
             "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES {}",
             rows.join(",")
         );
-        Command::new("psql")
-            .args([
-                "-X",
-                "-qAt",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-U",
-                "postgres",
-                "-d",
-                DB,
-                "-p",
-                &self.port.to_string(),
-                "-h",
-            ])
-            .arg(&self.sock)
-            .args(["-c", &sql])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false)
+        psql_socket(&self.sock, self.port, &[&sql]).is_ok_and(|o| o.status.success())
     }
+}
+
+/// `psql` as `postgres` on database `app` through the unix socket directory `sock`, one `-c`
+/// per statement, without a [`PgCluster`] borrow (for writer threads, and servers a test is
+/// about to kill). The caller judges the exit status.
+pub fn psql_socket(sock: &Path, port: u16, statements: &[&str]) -> std::io::Result<Output> {
+    let mut c = Command::new(psql_bin());
+    c.args(["-X", "-qAt", "-v", "ON_ERROR_STOP=1", "-U", "postgres", "-d", DB, "-p", &port.to_string(), "-h"])
+        .arg(sock)
+        .stdin(Stdio::null());
+    for sql in statements {
+        c.args(["-c", sql]);
+    }
+    c.output()
 }
 
 /// How many records carry each `id` header.
