@@ -269,20 +269,46 @@ pub enum Outcome {
     },
     /// The broker refused this record for good (too large, invalid topic, policy); the record's
     /// parts come back so the bad-event policy can dead-letter them.
-    Rejected {
-        code: &'static str,
-        reason: String,
-        key: Option<Bytes>,
-        payload: Option<Bytes>,
-        headers: Vec<(String, Bytes)>,
-    },
+    Rejected(Refusal),
+}
+
+/// A record the destination refused for good, as its delivery report gave it back.
+#[derive(Debug)]
+pub struct Refusal {
+    pub code: &'static str,
+    pub reason: String,
+    pub key: Option<Bytes>,
+    pub payload: Option<Bytes>,
+    pub headers: Vec<(String, Bytes)>,
 }
 
 /// Where a record came from, for dead-letter headers and error messages.
 #[derive(Clone, Debug)]
 pub struct Source {
-    pub lsn: Lsn,
+    pub position: Position,
     pub table: Arc<str>,
+}
+
+/// Where in its source a record was read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Position {
+    /// `run`: the WAL position of the row's change or of the logical message.
+    Lsn(Lsn),
+    /// `poll`, which reads no WAL: the row's `--poll-field-seq` value.
+    Seq(i64),
+    /// `backfill`: none is kept (it confirms nothing and dead-letters nothing).
+    Unknown,
+}
+
+/// `X/Y` for an LSN (as PostgreSQL prints `pg_lsn`), `seq N` for a polled row, `-` otherwise.
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Position::Lsn(lsn) => lsn.fmt(f),
+            Position::Seq(n) => write!(f, "seq {n}"),
+            Position::Unknown => f.write_str("-"),
+        }
+    }
 }
 
 /// A resolved delivery, sent back to the replication loop.
@@ -371,7 +397,7 @@ impl Delivery {
         payload: Option<Bytes>,
         headers: Vec<(String, Bytes)>,
     ) {
-        self.send(Outcome::Rejected { code, reason: reason.into(), key, payload, headers });
+        self.send(Outcome::Rejected(Refusal { code, reason: reason.into(), key, payload, headers }));
     }
 
     fn send(&mut self, outcome: Outcome) {
@@ -633,7 +659,7 @@ mod tests {
     #[test]
     fn dropped_delivery_reports_failure() {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let src = Source { lsn: Lsn(1), table: Arc::from("public.outbox") };
+        let src = Source { position: Position::Lsn(Lsn(1)), table: Arc::from("public.outbox") };
         let d = Delivery::new(TxnId(3), "e1".into(), "t".into(), src.clone(), tx.clone());
         drop(d);
         let ack = rx.try_recv().unwrap();

@@ -1,7 +1,7 @@
 //! Process health and the HTTP endpoint: `/metrics` (Prometheus text), `/healthz`, `/readyz`.
 //!
-//! [`Health`] is a few atomics written where the facts change (session start/end, Kafka delivery
-//! results and metadata checks, each status update of the replication loop) and read by the HTTP handler.
+//! [`Health`] is a few atomics written where the facts change (session start/end, the sink's
+//! connection state, each status update of the replication loop) and read by the HTTP handler.
 //!
 //! - Live (`/healthz`) means the replication loop (or the supervisor between sessions) turned
 //!   within `--health-stall-timeout`. The session loop turns at least once per
@@ -9,8 +9,9 @@
 //!   the supervisor ticks through every backoff, so only a loop blocked inside one step, a wedge,
 //!   goes quiet. That is the one failure a restart fixes, so it is the only one `/healthz` reports:
 //!   a broker outage or a reconnecting PostgreSQL link is readiness, not liveness.
-//! - Ready (`/readyz`) means streaming (so PostgreSQL is connected) and the last Kafka delivery
-//!   or metadata check succeeded. A standby instance (another process holds the slot) is not
+//! - Ready (`/readyz`) means streaming (so PostgreSQL is connected) and the sink reaches its
+//!   destination (Kafka: the last delivery or metadata check succeeded; the others: their
+//!   connection is up). A standby instance (another process holds the slot) is not
 //!   ready, and its 503 body says "standby" so a probe or a person can tell it from a failure.
 //!
 //! The server is hand-written on purpose: one request per connection, GET only, no keep-alive. It
@@ -47,7 +48,8 @@ pub struct Health {
     streaming: AtomicBool,
     /// Another process holds the slot; this one waits to take it over.
     standby: AtomicBool,
-    kafka: AtomicBool,
+    /// The sink reaches its destination (every sink reports it, whatever its kind).
+    sink_up: AtomicBool,
     /// Outbox events and heartbeats seen in the stream: a counter, so the per-event path pays one
     /// relaxed add and no clock read; the monitor turns changes into idle time.
     activity: AtomicU64,
@@ -65,7 +67,7 @@ impl Health {
         Arc::new(Health {
             streaming: AtomicBool::new(false),
             standby: AtomicBool::new(false),
-            kafka: AtomicBool::new(true),
+            sink_up: AtomicBool::new(true),
             activity: AtomicU64::new(0),
             epoch: Instant::now(),
             last_tick_ms: AtomicU64::new(0),
@@ -111,12 +113,12 @@ impl Health {
         self.standby.load(Ordering::Relaxed)
     }
 
-    pub fn set_kafka(&self, ok: bool) {
-        self.kafka.store(ok, Ordering::Relaxed);
+    pub fn set_sink_up(&self, up: bool) {
+        self.sink_up.store(up, Ordering::Relaxed);
     }
 
-    pub fn kafka_ok(&self) -> bool {
-        self.kafka.load(Ordering::Relaxed)
+    pub fn sink_up(&self) -> bool {
+        self.sink_up.load(Ordering::Relaxed)
     }
 
     /// An outbox event or a heartbeat just came through the stream.
@@ -134,7 +136,7 @@ impl Health {
     }
 
     pub fn ready(&self) -> bool {
-        self.streaming() && self.kafka_ok()
+        self.streaming() && self.sink_up()
     }
 }
 

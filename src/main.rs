@@ -8,12 +8,12 @@ use anyhow::Context;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
 use outboxd::app::Handles;
-use outboxd::config::{Cli, Command, Config, LogFormat, RunArgs, SinkKind};
+use outboxd::config::{Cli, Command, Config, LogFormat, RunArgs};
 use outboxd::error::{Definite, Error};
 use outboxd::health::Health;
 use outboxd::metrics::Metrics;
 use outboxd::router::contract::Contracts;
-use outboxd::sink::{HttpSink, KafkaSink, NatsSink, NullSink, RabbitSink, RedisSink, StdoutSink};
+use outboxd::sink::AnySink;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -87,7 +87,7 @@ fn print_config(args: &RunArgs, explicit: &dyn Fn(&str) -> bool) -> ExitCode {
             if cfg.require_empty_tables {
                 eprintln!("outboxd: note: the Debezium file's snapshot.mode also requires empty outbox tables at start; the flags below do not");
             }
-            println!("{}", cfg.to_flags().join(" \\\n  "));
+            println!("{}", cfg.to_text());
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -164,13 +164,6 @@ enum Mode {
     Poll,
 }
 
-async fn drive<S: outboxd::sink::Sink>(mode: Mode, cfg: &Config, sink: &mut S, handles: Handles) -> Result<(), Error> {
-    match mode {
-        Mode::Run => outboxd::app::run(cfg, sink, handles).await,
-        Mode::Poll => outboxd::poll::run(cfg, sink, handles).await,
-    }
-}
-
 fn run(cfg: Config, mode: Mode) -> anyhow::Result<()> {
     let rt =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
@@ -186,35 +179,10 @@ fn run(cfg: Config, mode: Mode) -> anyhow::Result<()> {
         spawn_signal_handler(shutdown.clone())?;
         spawn_reload_handler(cfg.route.contracts.clone())?;
         let handles = Handles { health: health.clone(), metrics: metrics.clone(), shutdown };
-        match cfg.sink {
-            SinkKind::Kafka => {
-                let mut sink = KafkaSink::new(
-                    &cfg.kafka,
-                    cfg.max_in_flight,
-                    cfg.max_in_flight_bytes,
-                    health.clone(),
-                    metrics.clone(),
-                )?;
-                drive(mode, &cfg, &mut sink, handles).await?
-            }
-            SinkKind::Stdout => drive(mode, &cfg, &mut StdoutSink::default(), handles).await?,
-            SinkKind::Null => drive(mode, &cfg, &mut NullSink, handles).await?,
-            SinkKind::Nats => {
-                let mut sink = NatsSink::connect(&cfg.nats, health.clone()).await?;
-                drive(mode, &cfg, &mut sink, handles).await?
-            }
-            SinkKind::Redis => {
-                let mut sink = RedisSink::new(&cfg.redis, health.clone())?;
-                drive(mode, &cfg, &mut sink, handles).await?
-            }
-            SinkKind::Rabbitmq => {
-                let mut sink = RabbitSink::connect(&cfg.rabbitmq, health.clone()).await?;
-                outboxd::app::run(&cfg, &mut sink, handles).await?
-            }
-            SinkKind::Http => {
-                let mut sink = HttpSink::new(&cfg.http, health.clone())?;
-                outboxd::app::run(&cfg, &mut sink, handles).await?
-            }
+        let mut sink = AnySink::build(&cfg, health, metrics.clone()).await?;
+        match mode {
+            Mode::Run => outboxd::app::run(&cfg, &mut sink, handles).await?,
+            Mode::Poll => outboxd::poll::run(&cfg, &mut sink, handles).await?,
         }
         Ok(())
     })

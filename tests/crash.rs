@@ -55,24 +55,7 @@ fn kill_9_mid_stream_loses_nothing() {
                      SELECT 'crash', 'agg-' || (g % 7), 'crash.v1', jsonb_build_object('t', {t}, 'g', g) \
                      FROM generate_series(1, {PER_TXN}) g"
                 );
-                let out = std::process::Command::new("psql")
-                    .args([
-                        "-X",
-                        "-qAt",
-                        "-v",
-                        "ON_ERROR_STOP=1",
-                        "-U",
-                        "postgres",
-                        "-d",
-                        "app",
-                        "-p",
-                        &port.to_string(),
-                        "-h",
-                    ])
-                    .arg(&sock)
-                    .args(["-c", &sql, "-c", "SELECT pg_current_wal_insert_lsn()"])
-                    .output()
-                    .expect("psql runs");
+                let out = psql_socket(&sock, port, &[&sql, "SELECT pg_current_wal_insert_lsn()"]).expect("psql runs");
                 assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
                 after.push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
                 std::thread::sleep(Duration::from_millis(10));

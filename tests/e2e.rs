@@ -40,14 +40,7 @@ fn outbox_rows(pg: &PgCluster) -> HashMap<String, Row> {
 
 #[test]
 fn events_reach_topics_with_key_id_payload_timestamp_and_order() {
-    let pg = PgCluster::start();
-    pg.apply_all_sql();
-    let broker = Broker::start();
-    let mut d = Outboxd::spawn_streaming(&daemon_args(
-        &pg,
-        &broker,
-        &["--topic-partitions", "3", "--status-interval", "500ms"],
-    ));
+    let (pg, broker, mut d) = relay(&["--topic-partitions", "3", "--status-interval", "500ms"]);
 
     // Single-row transactions of three types, with payloads whose text must survive byte for byte.
     for i in 0..30 {

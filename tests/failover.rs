@@ -13,7 +13,7 @@
 
 mod common;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,37 +47,19 @@ fn run_args(url: &str, broker: &Broker, extra: &[&str]) -> Vec<String> {
     a
 }
 
-/// Insert `n` events with ids `first..first+n` in one transaction; false when the server refused.
-fn insert_batch(sock: &std::path::Path, port: u16, first: usize, n: usize) -> bool {
-    let rows: Vec<String> = (first..first + n)
-        .map(|i| {
-            format!(
-                "('00000000-0000-4000-8000-{i:012x}', 'failover', 'agg-{}', 'failover.v1', '{{\"n\": {i}}}')",
-                i % 17
-            )
-        })
-        .collect();
-    let sql = format!(
-        "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES {}",
-        rows.join(",")
-    );
-    std::process::Command::new("psql")
-        .args(["-X", "-qAt", "-v", "ON_ERROR_STOP=1", "-U", "postgres", "-d", DB, "-p", &port.to_string(), "-h"])
-        .arg(sock)
-        .args(["-c", &sql])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+/// The numbered events of these tests, written to `pg`.
+fn events(pg: &PgCluster) -> Numbered {
+    Numbered::new(pg, "failover", 17)
 }
 
 /// A writer committing 5-event transactions to `pg` until told to stop or the server goes away;
 /// returns how many events it believes committed.
 fn spawn_writer(pg: &PgCluster, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
-    let (sock, port) = (pg.socket_dir(), pg.port());
+    let events = events(pg);
     std::thread::spawn(move || {
         let mut next = 0;
         while !stop.load(Ordering::Relaxed) {
-            if !insert_batch(&sock, port, next, 5) {
+            if !events.insert(next, 5) {
                 break;
             }
             next += 5;
@@ -140,7 +122,7 @@ fn failover_to_a_promoted_standby_loses_nothing() {
     standby.promote();
     // More events on the new primary.
     for k in 0..20 {
-        assert!(insert_batch(&standby.socket_dir(), standby.port(), 1_000_000 + k * 5, 5), "insert on the new primary");
+        assert!(events(&standby).insert(1_000_000 + k * 5, 5), "insert on the new primary");
     }
     let resumed = wait_until(Duration::from_secs(90), || streaming_lines(&d.log()) >= 2);
     let resume_secs = promote_started.elapsed().as_secs_f64();
@@ -149,10 +131,7 @@ fn failover_to_a_promoted_standby_loses_nothing() {
 
     let survived: HashSet<String> = standby.psql("SELECT event_id FROM outbox").lines().map(str::to_owned).collect();
     let got = broker.consume_all(TOPIC, 1, survived.len(), Duration::from_secs(120));
-    let mut count: HashMap<String, usize> = HashMap::new();
-    for r in &got {
-        *count.entry(r.header_str("id").expect("id header")).or_default() += 1;
-    }
+    let count = count_by_id(&got);
     let lost: Vec<&String> = survived.iter().filter(|id| !count.contains_key(*id)).collect();
     let phantom: Vec<&String> = count.keys().filter(|id| !survived.contains(*id)).collect();
     let duplicates: usize = count.values().map(|c| c - 1).sum();
@@ -191,7 +170,7 @@ fn a_slot_missing_after_failover_is_a_definite_error() {
     // --slot-failover without synchronized_standby_slots on the primary: a warning, not an error.
     let mut d = Outboxd::spawn_streaming(&run_args(&url, &broker, &["--slot-failover"]));
     assert!(d.log().contains("synchronized_standby_slots is empty"), "{}", d.log());
-    assert!(insert_batch(&primary.socket_dir(), primary.port(), 0, 5));
+    assert!(events(&primary).insert(0, 5));
     assert!(primary.wait_slot_reaches_wal_end(Duration::from_secs(30)), "{}", d.log());
 
     primary.kill9();

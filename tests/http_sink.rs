@@ -388,3 +388,31 @@ fn an_unreachable_receiver_shows_on_readyz_and_the_gauge() {
     assert_all_signed(&hook);
     d.stop_cleanly();
 }
+
+/// `outboxd poll --sink http` polls the table (main's sink `match` once ran the replication loop
+/// for `http` and `rabbitmq` whatever the command): the rows reach the receiver, are marked
+/// published, and no replication slot is made.
+#[test]
+fn poll_mode_relays_to_the_webhook() {
+    let hook = Webhook::start(Some(SECRET));
+    let secret = secret_file();
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    pg.apply_sql_file(sql_dir().join("05_poll.sql"));
+    let mut a = http_args(&pg, &hook, secret.path(), &["--poll-interval", "100ms"]);
+    assert_eq!(a[0], "run");
+    a[0] = "poll".into();
+    let d = Outboxd::spawn(&a);
+    assert!(d.wait_for_log("polling", Duration::from_secs(60)), "outboxd poll did not start:\n{}", d.log());
+    let mut ids: Vec<String> =
+        (0..3).map(|i| pg.insert_event("t", &format!("k{i}"), Some("polled"), "{}", None)).collect();
+    assert!(hook.wait_delivered(3, Duration::from_secs(30)), "{}", d.log());
+    let mut got = hook.delivered_ids();
+    got.sort();
+    got.dedup();
+    ids.sort();
+    assert_eq!(got, ids, "{}", d.log());
+    let published = || pg.psql("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL") == "3";
+    assert!(wait_until(Duration::from_secs(30), published), "{}", d.log());
+    assert_eq!(pg.psql("SELECT count(*) FROM pg_replication_slots"), "0", "poll mode made a slot");
+}

@@ -18,14 +18,7 @@ fn emit(pg: &PgCluster, transactional: bool, prefix: &str, content: &str) {
 
 #[test]
 fn transactional_messages_are_events_routed_like_rows() {
-    let pg = PgCluster::start();
-    pg.apply_all_sql();
-    let broker = Broker::start();
-    let _d = Outboxd::spawn_streaming(&daemon_args(
-        &pg,
-        &broker,
-        &["--messages-prefix", "outbox", "--status-interval", "500ms"],
-    ));
+    let (pg, broker, _d) = relay(&["--messages-prefix", "outbox", "--status-interval", "500ms"]);
 
     // Through sql/06_emit.sql, with headers; created_at is the transaction's start.
     let row = pg.psql(
@@ -92,14 +85,7 @@ fn transactional_messages_are_events_routed_like_rows() {
 
 #[test]
 fn an_aborted_transactions_message_never_appears() {
-    let pg = PgCluster::start();
-    pg.apply_all_sql();
-    let broker = Broker::start();
-    let d = Outboxd::spawn_streaming(&daemon_args(
-        &pg,
-        &broker,
-        &["--messages-prefix", "outbox", "--status-interval", "500ms"],
-    ));
+    let (pg, broker, d) = relay(&["--messages-prefix", "outbox", "--status-interval", "500ms"]);
     pg.psql("SELECT outbox_emit('a', 'k', 'abort.v1', '{\"n\": \"before\"}')");
     // Emitted, then rolled back: explicitly, by an error, and in a subtransaction rolled back to a
     // savepoint while the outer transaction commits something else.
@@ -124,14 +110,7 @@ fn an_aborted_transactions_message_never_appears() {
 
 #[test]
 fn non_transactional_and_malformed_messages_are_bad_events() {
-    let pg = PgCluster::start();
-    pg.apply_all_sql();
-    let broker = Broker::start();
-    let d = Outboxd::spawn_streaming(&daemon_args(
-        &pg,
-        &broker,
-        &["--messages-prefix", "outbox", "--status-interval", "500ms"],
-    ));
+    let (pg, broker, d) = relay(&["--messages-prefix", "outbox", "--status-interval", "500ms"]);
     emit(&pg, false, "outbox", r#"{"event_id": "e-nontx", "aggregate_id": "k", "event_type": "bad.v1", "payload": 1}"#);
     emit(&pg, true, "outbox", "not json at all");
     emit(&pg, true, "outbox", r#"{"event_id": "e-nokey", "event_type": "bad.v1", "payload": 1}"#);
@@ -172,14 +151,8 @@ fn non_transactional_and_malformed_messages_are_bad_events() {
 
 #[test]
 fn a_non_transactional_message_stops_the_relay_with_on_bad_event_fail() {
-    let pg = PgCluster::start();
-    pg.apply_all_sql();
-    let broker = Broker::start();
-    let mut d = Outboxd::spawn_streaming(&daemon_args(
-        &pg,
-        &broker,
-        &["--messages-prefix", "outbox", "--on-bad-event", "fail", "--status-interval", "500ms"],
-    ));
+    let (pg, _broker, mut d) =
+        relay(&["--messages-prefix", "outbox", "--on-bad-event", "fail", "--status-interval", "500ms"]);
     emit(&pg, false, "outbox", r#"{"event_id": "e-nontx", "aggregate_id": "k", "event_type": "bad.v1", "payload": 1}"#);
     let status = d.wait_exit(T);
     assert_eq!(status.and_then(|s| s.code()), Some(1), "{}", d.log());
@@ -193,14 +166,7 @@ fn a_non_transactional_message_stops_the_relay_with_on_bad_event_fail() {
 /// is frozen, the slot is never confirmed past a transaction whose only record is a message.
 #[test]
 fn rows_and_messages_share_a_slot_and_the_ack_rule() {
-    let pg = PgCluster::start();
-    pg.apply_all_sql();
-    let broker = Broker::start();
-    let d = Outboxd::spawn_streaming(&daemon_args(
-        &pg,
-        &broker,
-        &["--messages-prefix", "outbox", "--status-interval", "200ms"],
-    ));
+    let (pg, broker, d) = relay(&["--messages-prefix", "outbox", "--status-interval", "200ms"]);
     pg.psql(
         "BEGIN; INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('m', 'k', 'mix.v1', '{\"from\": \"row-0\"}'); \
          SELECT outbox_emit('m', 'k', 'mix.v1', '{\"from\": \"message-0\"}'); COMMIT;",

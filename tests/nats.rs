@@ -255,22 +255,18 @@ async fn create_stream_at_start_and_oversize_payload_is_dead_lettered() {
 /// `outboxd config` shows the NATS URL with its password masked.
 #[test]
 fn config_masks_the_nats_password() {
-    let a = args(&[
-        "config",
-        "--postgres-url",
-        "postgres://u@127.0.0.1/db",
-        "--sink",
-        "nats",
-        "--nats-url",
-        "nats://app:hunter2@127.0.0.1:4222",
-        "--nats-create-stream",
-        "OUTBOX:outbox.>",
-    ]);
-    let (code, out) = run_to_exit(&a, Duration::from_secs(20));
-    assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("--nats-url 'nats://app:****@127.0.0.1:4222'"), "{out}");
-    assert!(out.contains("--nats-create-stream 'OUTBOX:outbox.>'"), "{out}");
-    assert!(!out.contains("hunter2"), "{out}");
+    assert_config_masks(
+        &[
+            "--sink",
+            "nats",
+            "--nats-url",
+            "nats://app:hunter2@127.0.0.1:4222",
+            "--nats-create-stream",
+            "OUTBOX:outbox.>",
+        ],
+        &["--nats-url 'nats://app:****@127.0.0.1:4222'", "--nats-create-stream 'OUTBOX:outbox.>'"],
+        "hunter2",
+    );
 }
 
 /// kill -9 while events stream to JetStream, then restart: every event is in the stream exactly

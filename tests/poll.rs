@@ -231,6 +231,10 @@ fn refused_record_backs_off_then_dead_letters_while_its_aggregate_waits() {
     let dlq = broker.consume_all("outboxd.dlq", 1, 1, Duration::from_secs(30));
     assert!(!dlq.is_empty() && dlq.iter().all(|r| r.header_str("id").as_deref() == Some(head.as_str())), "{dlq:?}");
     assert_eq!(dlq[0].header_str("outboxd.error").as_deref(), Some("too_large"));
+    // Poll reads no WAL: the copy names the row by its seq, not by an LSN.
+    let seq = pg.psql(&format!("SELECT seq FROM outbox WHERE event_id = '{head}'"));
+    assert_eq!(dlq[0].header_str("outboxd.source.seq"), Some(seq), "{dlq:?}");
+    assert_eq!(dlq[0].header_str("outboxd.source.lsn"), None, "{dlq:?}");
     // Only then x1, which was published on its first try.
     assert!(wait_until(Duration::from_secs(30), || count(
         &pg,

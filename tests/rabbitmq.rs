@@ -139,6 +139,19 @@ fn local_url(port: u16) -> String {
     format!("amqp://guest:guest@127.0.0.1:{port}/%2f")
 }
 
+/// On the default exchange: queues `ok` and `dlq`, a cluster with the outbox, and outboxd
+/// streaming with `--on-bad-event dlq`. Returns (broker handle, ok queue, dlq queue, cluster,
+/// daemon); bind them in this order so the daemon is dropped first.
+async fn default_exchange_with_dlq() -> (Rabbit, String, String, PgCluster, Outboxd) {
+    let mut r = Rabbit::connect().await;
+    let ok = r.queue("ok", None).await;
+    let dlq = r.queue("dlq", None).await;
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let d = Outboxd::spawn_streaming(&rabbit_args(&pg, &local_url(RABBIT_PORT), &r, &["--on-bad-event", "dlq"]));
+    (r, ok, dlq, pg, d)
+}
+
 async fn slot_reaches(pg: &PgCluster, lsn: &str) -> bool {
     wait_until_async(Duration::from_secs(30), || async { pg.slot_confirmed_at_least(lsn) }).await
 }
@@ -198,12 +211,7 @@ async fn events_reach_rabbitmq_with_headers_in_order_and_slot_confirmed() {
 /// dead-letter queue, later events still flow, and the slot moves on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unroutable_event_goes_to_the_dead_letter_queue_and_later_events_flow() {
-    let mut r = Rabbit::connect().await;
-    let ok = r.queue("ok", None).await;
-    let dlq = r.queue("dlq", None).await;
-    let pg = PgCluster::start();
-    pg.apply_all_sql();
-    let mut d = Outboxd::spawn_streaming(&rabbit_args(&pg, &local_url(RABBIT_PORT), &r, &["--on-bad-event", "dlq"]));
+    let (r, ok, dlq, pg, mut d) = default_exchange_with_dlq().await;
     let good1 = pg.insert_event("t", "a", Some("ok"), "{\"n\": 1}", None);
     let bad = pg.insert_event("t", "b", Some("stray"), "{\"n\": 2}", None);
     let good2 = pg.insert_event("t", "c", Some("ok"), "{\"n\": 3}", None);
@@ -228,12 +236,7 @@ async fn unroutable_event_goes_to_the_dead_letter_queue_and_later_events_flow() 
 /// lapin delivered it with).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interleaved_unroutable_events_are_told_apart_under_batched_confirms() {
-    let mut r = Rabbit::connect().await;
-    let ok = r.queue("ok", None).await;
-    let dlq = r.queue("dlq", None).await;
-    let pg = PgCluster::start();
-    pg.apply_all_sql();
-    let mut d = Outboxd::spawn_streaming(&rabbit_args(&pg, &local_url(RABBIT_PORT), &r, &["--on-bad-event", "dlq"]));
+    let (r, ok, dlq, pg, mut d) = default_exchange_with_dlq().await;
     pg.psql(
         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
          SELECT 't', 'k' || (g % 7), CASE WHEN g % 3 = 0 THEN 'stray' ELSE 'ok' END, jsonb_build_object('n', g) \
@@ -327,22 +330,18 @@ async fn outages_confirm_nothing_then_everything_arrives_in_order() {
 /// `outboxd config` shows the RabbitMQ URL with its password masked.
 #[test]
 fn config_masks_the_rabbitmq_password() {
-    let a = args(&[
-        "config",
-        "--postgres-url",
-        "postgres://u@127.0.0.1/db",
-        "--sink",
-        "rabbitmq",
-        "--rabbitmq-url",
-        "amqps://app:hunter2@mq.example:5671/prod",
-        "--rabbitmq-exchange",
-        "outbox",
-    ]);
-    let (code, out) = run_to_exit(&a, Duration::from_secs(20));
-    assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("--rabbitmq-url 'amqps://app:****@mq.example:5671/prod'"), "{out}");
-    assert!(out.contains("--rabbitmq-exchange outbox"), "{out}");
-    assert!(!out.contains("hunter2"), "{out}");
+    assert_config_masks(
+        &[
+            "--sink",
+            "rabbitmq",
+            "--rabbitmq-url",
+            "amqps://app:hunter2@mq.example:5671/prod",
+            "--rabbitmq-exchange",
+            "outbox",
+        ],
+        &["--rabbitmq-url 'amqps://app:****@mq.example:5671/prod'", "--rabbitmq-exchange outbox"],
+        "hunter2",
+    );
 }
 
 /// A wrong password and a missing exchange end start-up with a one-line error naming the flags,
@@ -451,12 +450,7 @@ fn rabbitmqctl(expr: &str) -> String {
 async fn oversize_message_is_dead_lettered_as_too_large_and_later_events_flow() {
     const LIMIT: u64 = 1024 * 1024;
     let _limit = MaxMessageSize::set(LIMIT);
-    let mut r = Rabbit::connect().await;
-    let ok = r.queue("ok", None).await;
-    let dlq = r.queue("dlq", None).await;
-    let pg = PgCluster::start();
-    pg.apply_all_sql();
-    let mut d = Outboxd::spawn_streaming(&rabbit_args(&pg, &local_url(RABBIT_PORT), &r, &["--on-bad-event", "dlq"]));
+    let (r, ok, dlq, pg, mut d) = default_exchange_with_dlq().await;
     let good1 = pg.insert_event("t", "a", Some("ok"), "{\"n\": 1}", None);
     let big = pg.psql(&format!(
         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \

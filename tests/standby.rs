@@ -12,7 +12,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,25 +19,6 @@ use std::time::{Duration, Instant};
 use common::*;
 
 const TOPIC: &str = "standby.v1.events";
-
-fn insert_batch(pg_sock: &std::path::Path, port: u16, first: usize, n: usize) -> bool {
-    let rows: Vec<String> = (first..first + n)
-        .map(|i| {
-            format!("('00000000-0000-4000-8000-{i:012x}', 'standby', 'agg-{}', 'standby.v1', '{{\"n\": {i}}}')", i % 13)
-        })
-        .collect();
-    let sql = format!(
-        "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES {}",
-        rows.join(",")
-    );
-    std::process::Command::new("psql")
-        .args(["-X", "-qAt", "-v", "ON_ERROR_STOP=1", "-U", "postgres", "-d", DB, "-p", &port.to_string(), "-h"])
-        .arg(pg_sock)
-        .args(["-c", &sql])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
 
 #[test]
 fn standby_takes_over_after_kill9_under_load_and_loses_nothing() {
@@ -63,11 +43,11 @@ fn standby_takes_over_after_kill9_under_load_and_loses_nothing() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
-        let (sock, port, stop) = (pg.socket_dir(), pg.port(), stop.clone());
+        let (events, stop) = (Numbered::new(&pg, "standby", 13), stop.clone());
         std::thread::spawn(move || {
             let mut next = 0;
             while !stop.load(Ordering::Relaxed) {
-                assert!(insert_batch(&sock, port, next, 10), "insert failed");
+                assert!(events.insert(next, 10), "insert failed");
                 next += 10;
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -102,10 +82,7 @@ fn standby_takes_over_after_kill9_under_load_and_loses_nothing() {
     assert_eq!(http_get(port_b, "/readyz").map(|(c, _)| c), Some(200));
 
     let got = broker.consume_all(TOPIC, 1, written, Duration::from_secs(120));
-    let mut count: HashMap<String, usize> = HashMap::new();
-    for r in &got {
-        *count.entry(r.header_str("id").expect("id header")).or_default() += 1;
-    }
+    let count = count_by_id(&got);
     let ids: Vec<String> = pg.psql("SELECT event_id FROM outbox").lines().map(str::to_owned).collect();
     assert_eq!(ids.len(), written);
     let lost: Vec<&String> = ids.iter().filter(|id| !count.contains_key(*id)).collect();

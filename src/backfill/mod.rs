@@ -24,15 +24,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-use crate::ack::{Ack, AckTracker, Delivery, Outcome, Source, TxnId};
-use crate::config::{Config, SinkKind};
+use crate::ack::{Ack, AckTracker, Delivery, Outcome, Position, Source, TxnId};
+use crate::config::Config;
 use crate::error::{Definite, Error};
 use crate::health::Health;
 use crate::lsn::Lsn;
 use crate::metrics::Metrics;
 use crate::pipeline::route_masked;
 use crate::router::{OutboxRow, Route};
-use crate::sink::{HttpSink, KafkaSink, NatsSink, NullSink, RabbitSink, RedisSink, Sink, SinkError, StdoutSink};
+use crate::sink::{AnySink, Sink, SinkError};
 pub use range::Range;
 
 /// The header every re-published record carries.
@@ -59,19 +59,8 @@ impl Summary {
 /// Build the sink `cfg` names and run the backfill; the exit code.
 pub async fn run(cfg: Config, range: Range) -> Result<u8, Error> {
     let health = Health::new(Duration::ZERO);
-    let summary = match cfg.sink {
-        SinkKind::Kafka => {
-            let mut sink =
-                KafkaSink::new(&cfg.kafka, cfg.max_in_flight, cfg.max_in_flight_bytes, health, Metrics::new())?;
-            backfill(&cfg, &range, &mut sink).await?
-        }
-        SinkKind::Stdout => backfill(&cfg, &range, &mut StdoutSink::default()).await?,
-        SinkKind::Null => backfill(&cfg, &range, &mut NullSink).await?,
-        SinkKind::Nats => backfill(&cfg, &range, &mut NatsSink::connect(&cfg.nats, health).await?).await?,
-        SinkKind::Redis => backfill(&cfg, &range, &mut RedisSink::new(&cfg.redis, health)?).await?,
-        SinkKind::Http => backfill(&cfg, &range, &mut HttpSink::new(&cfg.http, health)?).await?,
-        SinkKind::Rabbitmq => backfill(&cfg, &range, &mut RabbitSink::connect(&cfg.rabbitmq, health).await?).await?,
-    };
+    let mut sink = AnySink::build(&cfg, health, Metrics::new()).await?;
+    let summary = backfill(&cfg, &range, &mut sink).await?;
     Ok(summary.exit_code())
 }
 
@@ -90,7 +79,7 @@ pub async fn backfill<S: Sink>(cfg: &Config, range: &Range, sink: &mut S) -> Res
     for table in &cfg.tables {
         let mut pages = pages::Pages::describe(&client, cfg, table, range).await?;
         let route = Route::compile(&cfg.route, &pages.relation)?;
-        let source = Source { lsn: Lsn(0), table: Arc::from(route.table()) };
+        let source = Source { position: Position::Unknown, table: Arc::from(route.table()) };
         loop {
             // Room for a whole page before reading it: memory stays at one page plus the window.
             run.wait_until_at_most(cfg.max_in_flight.saturating_sub(range.batch_size)).await?;
@@ -198,7 +187,7 @@ impl<'a, S: Sink> Backfill<'a, S> {
         match ack.outcome {
             Outcome::Acked => self.summary.delivered += 1,
             Outcome::Failed { reason } => self.undelivered(&ack.event_id, &ack.topic, "delivery", &reason),
-            Outcome::Rejected { code, reason, .. } => self.undelivered(&ack.event_id, &ack.topic, code, &reason),
+            Outcome::Rejected(r) => self.undelivered(&ack.event_id, &ack.topic, r.code, &r.reason),
         }
     }
 

@@ -168,16 +168,16 @@ pub enum DlqCommand {
     Replay(DlqReplayArgs),
 }
 
-/// How the tools (`dlq`, `shadow`) reach Kafka: the same flags, meaning what they mean for `run`.
+/// How `run` (and the commands sharing its flags) and the tools (`dlq`, `shadow`) reach Kafka.
 #[derive(Debug, Clone, clap::Args)]
 pub struct KafkaClientArgs {
-    /// Kafka bootstrap servers.
+    /// Kafka bootstrap servers, comma-separated.
     #[arg(long, env = "OUTBOXD_KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
     pub kafka_brokers: String,
-    /// Extra librdkafka property KEY=VALUE; repeatable; after --kafka-property-file.
+    /// Extra librdkafka property KEY=VALUE; repeatable; wins over --kafka-property-file.
     #[arg(long = "kafka-property", value_name = "KEY=VALUE")]
     pub kafka_properties: Vec<String>,
-    /// Java .properties file of librdkafka properties (key=value lines), e.g. credentials.
+    /// Java .properties file of librdkafka properties (key=value lines), e.g. SASL/TLS credentials.
     #[arg(long, env = "OUTBOXD_KAFKA_PROPERTY_FILE", value_name = "FILE")]
     pub kafka_property_file: Option<PathBuf>,
 }
@@ -350,15 +350,8 @@ pub struct RunArgs {
     /// What to do when the publication is missing.
     #[arg(long, value_enum, default_value_t = PublicationAutocreate::Filtered)]
     pub publication_autocreate: PublicationAutocreate,
-    /// Kafka bootstrap servers, comma-separated.
-    #[arg(long, env = "OUTBOXD_KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
-    pub kafka_brokers: String,
-    /// Extra librdkafka producer property KEY=VALUE; repeatable; wins over --kafka-property-file.
-    #[arg(long = "kafka-property", value_name = "KEY=VALUE")]
-    pub kafka_properties: Vec<String>,
-    /// Java .properties file of librdkafka properties (key=value lines), e.g. SASL/TLS credentials.
-    #[arg(long, env = "OUTBOXD_KAFKA_PROPERTY_FILE", value_name = "FILE")]
-    pub kafka_property_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub kafka: KafkaClientArgs,
     /// librdkafka properties from --debezium-config, applied before the file and the flags.
     #[arg(skip)]
     pub debezium_kafka_properties: Vec<String>,

@@ -1,5 +1,6 @@
 //! The inverse of parsing: a validated [`Config`] as the `outboxd run` flags that rebuild it, for
-//! `outboxd config`.
+//! `outboxd config`. The flags only `outboxd poll` reads (`--poll-*`, `--retention`) are printed
+//! under a heading of their own ([`Config::to_text`]); both commands accept every flag.
 //!
 //! Invariant, held by the round-trip property test in `config::tests`: parsing [`Config::to_argv`]
 //! again gives an equal `Config`. So every field a flag sets appears here, spelled so that clap
@@ -181,17 +182,31 @@ impl Config {
         argv
     }
 
-    /// `outboxd run` and then one shell-quoted flag per element, as `outboxd config` prints them.
-    pub fn to_flags(&self) -> Vec<String> {
-        let mut lines = vec!["outboxd run".to_owned()];
-        for (k, v) in self.to_args() {
-            if v.starts_with('-') {
-                lines.push(shell_quote(&format!("--{k}={v}")));
-            } else {
-                lines.push(format!("--{k} {}", shell_quote(&v)));
-            }
-        }
-        lines
+    /// What `outboxd config` prints: `outboxd run` with one shell-quoted flag a line, then, after
+    /// a blank line and a `# outboxd poll: …` heading, the flags only `outboxd poll` reads, in the
+    /// same form.
+    pub fn to_text(&self) -> String {
+        let (poll, run): (Vec<_>, Vec<_>) = self.to_args().into_iter().partition(|(k, _)| poll_only(k));
+        let run: Vec<String> = run.iter().map(|(k, v)| shell_flag(k, v)).collect();
+        let poll: Vec<String> = poll.iter().map(|(k, v)| format!("  {}", shell_flag(k, v))).collect();
+        format!("outboxd run \\\n  {}\n\n{POLL_HEADING}\n{}", run.join(" \\\n  "), poll.join(" \\\n"))
+    }
+}
+
+/// The line above the poll flags in [`Config::to_text`].
+pub const POLL_HEADING: &str = "# outboxd poll: the flags above, and these (outboxd run ignores them):";
+
+/// Flags that only `outboxd poll` reads.
+fn poll_only(flag: &str) -> bool {
+    flag.starts_with("poll-") || flag == "retention"
+}
+
+/// `--flag value`, quoted for a POSIX shell (`--flag=value` for a value starting with `-`).
+fn shell_flag(k: &str, v: &str) -> String {
+    if v.starts_with('-') {
+        shell_quote(&format!("--{k}={v}"))
+    } else {
+        format!("--{k} {}", shell_quote(v))
     }
 }
 

@@ -131,14 +131,22 @@ fn shell_words(text: &str) -> Vec<String> {
 
 /// Assert that `outboxd config`'s output, as argv and as printed text, parses back to `c`.
 fn assert_round_trip(c: &Config) -> Result<(), proptest::test_runner::TestCaseError> {
-    use proptest::prop_assert_eq;
+    use proptest::{prop_assert, prop_assert_eq};
     let again = config_of(&c.to_argv()).map_err(proptest::test_runner::TestCaseError::fail)?;
     // Flags first: their diff names the field; PgTarget's Debug hides most of itself.
     prop_assert_eq!(again.to_args(), c.to_args());
     prop_assert_eq!(&again, c);
-    let printed = c.to_flags().join(" \\\n  ");
-    let words = shell_words(&printed);
+    let printed = c.to_text();
+    // The run command, then the poll-only flags under their heading.
+    let (run, poll) = printed.split_once(&format!("\n\n{}\n", super::show::POLL_HEADING)).expect("poll heading");
+    let mut words = shell_words(run);
     prop_assert_eq!(&words[..2], &["outboxd".to_owned(), "run".to_owned()][..], "{}", printed);
+    let poll_words = shell_words(poll);
+    // Values never start with `-` (such a value is printed as `--flag=value`).
+    let poll_flag = |w: &String| w.starts_with("--poll-") || w.starts_with("--retention");
+    prop_assert!(poll_words.iter().filter(|w| w.starts_with('-')).all(poll_flag), "{}", printed);
+    prop_assert!(!words.iter().any(poll_flag), "{}", printed);
+    words.extend(poll_words);
     let from_text = config_of(&words[2..]).map_err(proptest::test_runner::TestCaseError::fail)?;
     prop_assert_eq!(&from_text, c, "{}", printed);
     Ok(())
@@ -513,7 +521,7 @@ fn round_trip_examples() {
     for a in cases {
         let c = config_of(&a).unwrap();
         assert_round_trip(&c).unwrap_or_else(|e| panic!("{a:?}: {e}"));
-        let printed = c.to_flags().join(" \\\n  ");
+        let printed = c.to_text();
         for part in ["application_name=relay", "connect_timeout=7", "--log-format json", "--metrics-addr off"] {
             assert!(a.len() == 2 || printed.contains(part), "{part} missing from:\n{printed}");
         }
@@ -535,7 +543,7 @@ fn secrets_are_masked_and_the_rest_round_trips() {
     .map(|s| s.to_string())
     .collect();
     let c = config_of(&a).unwrap();
-    let printed = c.to_flags().join("\n");
+    let printed = c.to_text();
     assert!(!printed.contains("s3cret-pw") && !printed.contains("k4fka-pw"), "{printed}");
     assert!(printed.contains("u:****@") && printed.contains("sasl.password=****"), "{printed}");
     let mut again = config_of(&c.to_argv()).unwrap();
@@ -562,7 +570,7 @@ fn redis_password_is_masked_and_maxlen_round_trips() {
     .map(|s| s.to_string())
     .collect();
     let c = config_of(&a).unwrap();
-    let printed = c.to_flags().join("\n");
+    let printed = c.to_text();
     assert!(!printed.contains("r3dis-pw"), "{printed}");
     assert!(printed.contains("rediss://app:****@cache:6380/2") && printed.contains("5000"), "{printed}");
     let mut again = config_of(&c.to_argv()).unwrap();
@@ -590,7 +598,7 @@ fn rabbitmq_password_is_masked_and_exchange_round_trips() {
     .map(|s| s.to_string())
     .collect();
     let c = config_of(&a).unwrap();
-    let printed = c.to_flags().join("\n");
+    let printed = c.to_text();
     assert!(!printed.contains("r4bbit-pw") && !format!("{c:?}").contains("r4bbit-pw"), "{printed}");
     assert!(printed.contains("amqps://app:****@mq:5671/prod") && printed.contains("outbox.events"), "{printed}");
     let mut again = config_of(&c.to_argv()).unwrap();
@@ -625,7 +633,7 @@ fn http_credentials_are_masked_and_the_rest_round_trips() {
     .map(|s| s.to_string())
     .collect();
     let c = config_of(&a).unwrap();
-    let printed = c.to_flags().join("\n");
+    let printed = c.to_text();
     assert!(!printed.contains("h77p-pw") && !printed.contains("whsec"), "{printed}");
     assert!(printed.contains("https://hook:****@hooks.example.com/in/${topic}"), "{printed}");
     assert!(
@@ -672,8 +680,8 @@ fn debezium_properties_overridden_by_the_property_file_stay_overridden() {
     };
     assert_eq!(effective(&c).get("client.id").map(String::as_str), Some("from-file"));
     let again = config_of(&c.to_argv()).unwrap();
-    assert_eq!(effective(&again), effective(&c), "{:?}", c.to_flags());
-    assert!(!c.to_flags().join(" ").contains("from-debezium"));
+    assert_eq!(effective(&again), effective(&c), "{:?}", c.to_text());
+    assert!(!c.to_text().contains("from-debezium"));
 }
 
 /// Every `run` flag is printed by `outboxd config` (those printed only when set are listed), so a
@@ -745,7 +753,7 @@ fn mask_flags_round_trip_and_print_key_files_by_path() {
     .collect();
     let c = config_of(&a).unwrap();
     assert_round_trip(&c).unwrap();
-    let printed = c.to_flags().join("\n");
+    let printed = c.to_text();
     for part in ["--mask /card/number=last4", "--mask headers/email=hash", "--encrypt '/customer/*/ssn'"] {
         assert!(printed.contains(part), "{part} missing from:\n{printed}");
     }
@@ -803,11 +811,11 @@ fn schema_dir_is_validated_and_round_trips() {
     let contracts = c.route.contracts.as_ref().unwrap();
     assert_eq!((contracts.len(), contracts.missing()), (1, crate::router::contract::SchemaMissing::Reject));
     assert_round_trip(&c).unwrap();
-    let printed = c.to_flags().join(" ");
+    let printed = c.to_text();
     assert!(printed.contains(&format!("--schema-dir {path}")) && printed.contains("--schema-missing reject"));
     // Without the flag: nothing compiled, and `allow` printed.
     let c = config_of(&argv(&[])).unwrap();
-    assert!(c.route.contracts.is_none() && c.to_flags().join(" ").contains("--schema-missing allow"));
+    assert!(c.route.contracts.is_none() && c.to_text().contains("--schema-missing allow"));
     let e = config_of(&argv(&["--schema-missing", "reject"])).unwrap_err();
     assert!(e.contains("--schema-missing reject needs --schema-dir"), "{e}");
     let e = config_of(&argv(&["--schema-dir", "/nonexistent/schemas"])).unwrap_err();
@@ -848,5 +856,5 @@ fn debezium_slot_failover_sets_the_flag_unless_given() {
     assert!(parse(&[]).slot_failover);
     assert!(!parse(&["--slot-failover=false"]).slot_failover);
     let c = parse(&[]);
-    assert!(config_of(&c.to_argv()).unwrap().slot_failover, "{:?}", c.to_flags());
+    assert!(config_of(&c.to_argv()).unwrap().slot_failover, "{:?}", c.to_text());
 }

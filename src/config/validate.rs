@@ -60,10 +60,10 @@ impl Config {
         }
         let (properties, property_file) = KafkaConfig::load_properties(
             &a.debezium_kafka_properties,
-            a.kafka_property_file.as_deref(),
-            &a.kafka_properties,
+            a.kafka.kafka_property_file.as_deref(),
+            &a.kafka.kafka_properties,
         )?;
-        if a.sink == SinkKind::Kafka && a.kafka_brokers.trim().is_empty() {
+        if a.sink == SinkKind::Kafka && a.kafka.kafka_brokers.trim().is_empty() {
             return Err(bad("--kafka-brokers is empty; give host:port[,host:port]".into()));
         }
         let redis = RedisConfig { url: a.redis_url.clone(), maxlen: a.redis_maxlen };
@@ -170,7 +170,7 @@ impl Config {
             op_invalid: a.table_op_invalid_behavior,
             sink: a.sink,
             kafka: KafkaConfig {
-                brokers: a.kafka_brokers.clone(),
+                brokers: a.kafka.kafka_brokers.clone(),
                 properties,
                 property_file,
                 topic_partitions: a.topic_partitions,

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::Bytes;
 use openssl::sha::Sha256;
 
-use crate::lsn::Lsn;
+use crate::ack::Position;
 
 pub const H_ID: &str = "outboxd.chunk.id";
 pub const H_INDEX: &str = "outboxd.chunk.index";
@@ -54,9 +54,10 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// The id shared by the chunks of one copy: the same event, chunked the same way, gets the same id.
-pub fn chunk_id(table: &str, lsn: Lsn, event_id: &str, chunk_len: usize, digest: &str) -> String {
+/// (An LSN position hashes as its `X/Y` text, as it did before poll positions existed.)
+pub fn chunk_id(table: &str, position: Position, event_id: &str, chunk_len: usize, digest: &str) -> String {
     let mut h = Sha256::new();
-    for part in [table, &lsn.to_string(), event_id, &chunk_len.to_string(), digest] {
+    for part in [table, &position.to_string(), event_id, &chunk_len.to_string(), digest] {
         h.update(part.as_bytes());
         h.update(&[0]);
     }
@@ -247,6 +248,7 @@ pub fn join<'a>(info: &ChunkInfo, slices: impl IntoIterator<Item = &'a [u8]>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lsn::Lsn;
 
     #[derive(Debug)]
     struct P {
@@ -266,7 +268,7 @@ mod tests {
     fn chunks(payload: &[u8], len: usize) -> Vec<(ChunkInfo, P)> {
         let whole = Bytes::copy_from_slice(payload);
         let digest = digest_hex(payload);
-        let id = chunk_id("public.outbox", Lsn(7), "e-1", len, &digest);
+        let id = chunk_id("public.outbox", Position::Lsn(Lsn(7)), "e-1", len, &digest);
         let slices = split(&whole, len);
         let count = slices.len() as u32;
         slices

@@ -3,7 +3,8 @@
 //!
 //! A dead-letter record keeps the event's original key, payload and headers and adds:
 //! `outboxd.error` (reason code), `outboxd.error.message`, `outboxd.original.topic` (when known),
-//! `outboxd.source.lsn` and `outboxd.source.table`. A copy larger than the sink's limit is split
+//! where it was read (`outboxd.source.lsn` in `run`, `outboxd.source.seq` in `poll`) and
+//! `outboxd.source.table`. A copy larger than the sink's limit is split
 //! into several records under it ([`chunk`]), so the payload is always kept: the event counts as
 //! delivered only when every chunk is acked, and `outboxd dlq replay` joins them again.
 //! (Copies written by older versions may carry no payload and an `outboxd.payload.size` header
@@ -18,8 +19,9 @@ pub mod tool;
 use bytes::Bytes;
 
 use self::chunk::ChunkInfo;
-use crate::ack::Source;
-use crate::router::Record;
+use crate::ack::{Position, Refusal, Source};
+use crate::error::Definite;
+use crate::router::{BadEvent, Record};
 
 /// Header names of dead-letter records (and [`chunk`]'s). Replay strips every header with the
 /// `outboxd.` prefix. `H_SIZE` only appears on copies written before chunking existed.
@@ -27,6 +29,8 @@ pub const H_ERROR: &str = "outboxd.error";
 pub const H_MESSAGE: &str = "outboxd.error.message";
 pub const H_TOPIC: &str = "outboxd.original.topic";
 pub const H_LSN: &str = "outboxd.source.lsn";
+/// In place of [`H_LSN`] on copies `outboxd poll` writes: the row's `--poll-field-seq` value.
+pub const H_SEQ: &str = "outboxd.source.seq";
 pub const H_TABLE: &str = "outboxd.source.table";
 pub const H_SIZE: &str = "outboxd.payload.size";
 /// On a copy whose payload was left out because the `--mask`/`--encrypt` rules could not be
@@ -70,6 +74,48 @@ impl DeadLetter {
         }
     }
 
+    /// A row the router refused. A payload the masking rules could not be applied to is left out,
+    /// and the copy says why ([`H_PAYLOAD_DROPPED`]). `into_records` adds the `id` header.
+    pub fn from_bad_event(bad: BadEvent, source: Source) -> DeadLetter {
+        let mut headers = bad.headers;
+        if let Some(why) = bad.payload_dropped {
+            headers.push((H_PAYLOAD_DROPPED.to_owned(), Bytes::from(why)));
+        }
+        DeadLetter {
+            event_id: bad.event_id,
+            code: bad.code,
+            message: bad.message,
+            original_topic: bad.topic,
+            key: bad.key,
+            payload: bad.payload,
+            headers,
+            source,
+        }
+    }
+
+    /// A record the destination refused in its delivery report (the sink's `reject()`).
+    pub fn from_refusal(event_id: String, topic: String, refusal: Refusal, source: Source) -> DeadLetter {
+        DeadLetter {
+            event_id: Some(event_id),
+            code: refusal.code,
+            message: refusal.reason,
+            original_topic: Some(topic),
+            key: refusal.key,
+            payload: refusal.payload,
+            headers: refusal.headers,
+            source,
+        }
+    }
+
+    /// The error that stops the relay under `--on-bad-event fail`; `reason` says what happened.
+    pub fn into_failure(self, reason: String) -> Definite {
+        Definite::Delivery {
+            event_id: self.event_id.unwrap_or_default(),
+            topic: self.original_topic.unwrap_or_default(),
+            reason,
+        }
+    }
+
     /// The records to send to `dlq_topic`: one, or when the copy would not fit in `max_bytes`,
     /// chunks of the payload under it (see [`chunk`]). Keyless chunks all go to partition 0, since
     /// the partitioner would scatter them.
@@ -94,7 +140,11 @@ impl DeadLetter {
         if let Some(t) = &self.original_topic {
             headers.push((H_TOPIC.into(), Bytes::copy_from_slice(t.as_bytes())));
         }
-        headers.push((H_LSN.into(), Bytes::from(self.source.lsn.to_string())));
+        match self.source.position {
+            Position::Lsn(lsn) => headers.push((H_LSN.into(), Bytes::from(lsn.to_string()))),
+            Position::Seq(n) => headers.push((H_SEQ.into(), Bytes::from(n.to_string()))),
+            Position::Unknown => {}
+        }
         headers.push((H_TABLE.into(), Bytes::copy_from_slice(self.source.table.as_bytes())));
         let event_id = self.event_id.unwrap_or_else(|| "(unknown)".into());
         let record = |payload: Option<Bytes>, headers: Vec<(String, Bytes)>, partition: Option<i32>| Record {
@@ -114,7 +164,7 @@ impl DeadLetter {
         let room = max_bytes.saturating_sub(record_size(self.key.as_ref(), None, &headers) + chunk::HEADER_ALLOWANCE);
         let len = room.max(chunk::MIN_LEN);
         let sha256 = chunk::digest_hex(&payload);
-        let id = chunk::chunk_id(&self.source.table, self.source.lsn, &event_id, len, &sha256);
+        let id = chunk::chunk_id(&self.source.table, self.source.position, &event_id, len, &sha256);
         let slices = chunk::split(&payload, len);
         let count = slices.len() as u32;
         let partition = if self.key.is_none() { Some(0) } else { None };
@@ -137,6 +187,11 @@ impl DeadLetter {
     }
 }
 
+/// A dead-letter copy is never dead-lettered again: its refusal stops the relay with this error.
+pub fn copy_refused(event_id: String, topic: String, reason: &str) -> Definite {
+    Definite::Delivery { event_id, topic, reason: format!("the dead-letter copy was refused: {reason}") }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -153,7 +208,7 @@ mod tests {
             key: Some(Bytes::from_static(b"k")),
             payload: Some(Bytes::copy_from_slice(payload)),
             headers: vec![("trace".into(), Bytes::from_static(b"t-1"))],
-            source: Source { lsn: Lsn(0x1_0000_00AB), table: Arc::from("public.outbox") },
+            source: Source { position: Position::Lsn(Lsn(0x1_0000_00AB)), table: Arc::from("public.outbox") },
         }
     }
 
@@ -173,6 +228,7 @@ mod tests {
         assert_eq!(header(&r, "trace"), Some(&b"t-1"[..]));
         assert_eq!(header(&r, H_ERROR), Some(&b"null_route"[..]));
         assert_eq!(header(&r, H_LSN), Some(&b"1/AB"[..]));
+        assert_eq!(header(&r, H_SEQ), None);
         assert_eq!(header(&r, H_TABLE), Some(&b"public.outbox"[..]));
         assert_eq!(header(&r, H_TOPIC), None);
         assert_eq!(header(&r, H_SIZE), None);
@@ -204,6 +260,16 @@ mod tests {
         assert_eq!(joined, big);
         // The same event chunked again (a retry after a crash) gets the same id.
         assert_eq!(info(&dl(&big).into_records("outboxd.dlq", max)[0]).id, first.id);
+    }
+
+    #[test]
+    fn a_polled_copy_says_its_seq_and_no_lsn() {
+        let mut d = dl(b"{}");
+        d.source.position = Position::Seq(42);
+        let r = d.into_records("outboxd.dlq", 1_000_000).remove(0);
+        assert_eq!(header(&r, H_SEQ), Some(&b"42"[..]));
+        assert_eq!(header(&r, H_LSN), None);
+        assert_eq!(header(&r, H_TABLE), Some(&b"public.outbox"[..]));
     }
 
     #[test]

@@ -32,7 +32,7 @@ use super::chunk;
 use super::entry::{Collector, Entry, Fed};
 use super::read::{partition_count, DlqReader, DlqRecord};
 use super::state::State;
-use super::{H_LSN, H_MESSAGE, H_PAYLOAD_DROPPED, H_SIZE, H_TABLE, PREFIX};
+use super::{H_LSN, H_MESSAGE, H_PAYLOAD_DROPPED, H_SEQ, H_SIZE, H_TABLE, PREFIX};
 use crate::config::{parse_duration, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs, KafkaConfig};
 use crate::error::{Definite, Error};
 use crate::sink::kafka_client::{self, Retry};
@@ -197,6 +197,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
                     "chunks": e.chunks,
                     "original_payload_size": r.header(H_SIZE).and_then(|s| s.parse::<u64>().ok()),
                     "source_lsn": r.header(H_LSN),
+                    "source_seq": r.header(H_SEQ).and_then(|s| s.parse::<i64>().ok()),
                     "source_table": r.header(H_TABLE),
                 })
             })

@@ -11,10 +11,7 @@
 //! (and the frontier never pass it) on a partial copy. A dead-letter copy is never dead-lettered
 //! again: its refusal stops the pipeline.
 
-use bytes::Bytes;
-
 use super::*;
-use crate::dlq::H_PAYLOAD_DROPPED;
 
 impl<S: Sink, W: WalSource> Session<'_, S, W> {
     /// What `send` or `unblock` said: a refusal of one record goes to the bad-event policy.
@@ -43,27 +40,12 @@ impl<S: Sink, W: WalSource> Session<'_, S, W> {
         match self.cfg.on_bad_event {
             BadEventPolicy::Fail => Err(bad.into_definite().into()),
             BadEventPolicy::Skip => {
-                tracing::error!(event_id = ?bad.event_id, reason = bad.code, message = %bad.message, lsn = %source.lsn, "skipping bad event (--on-bad-event skip)");
+                tracing::error!(event_id = ?bad.event_id, reason = bad.code, message = %bad.message, lsn = %source.position, "skipping bad event (--on-bad-event skip)");
                 Ok(())
             }
             BadEventPolicy::Dlq => {
                 let txn = self.tracker.record().map_err(|e| Definite::Bug(e.to_string()))?;
-                // `into_records` adds the `id` header from the event id.
-                let mut headers = bad.headers;
-                if let Some(why) = bad.payload_dropped {
-                    headers.push((H_PAYLOAD_DROPPED.to_owned(), Bytes::from(why)));
-                }
-                let dl = DeadLetter {
-                    event_id: bad.event_id,
-                    code: bad.code,
-                    message: bad.message,
-                    original_topic: bad.topic,
-                    key: bad.key,
-                    payload: bad.payload,
-                    headers,
-                    source,
-                };
-                self.dead_letter(txn, dl).await
+                self.dead_letter(txn, DeadLetter::from_bad_event(bad, source)).await
             }
         }
     }
@@ -72,14 +54,12 @@ impl<S: Sink, W: WalSource> Session<'_, S, W> {
     pub(super) async fn on_bad_pending(&mut self, txn: TxnId, dl: DeadLetter) -> Result<(), Error> {
         self.metrics.failed(dl.code);
         match self.cfg.on_bad_event {
-            BadEventPolicy::Fail => Err(Definite::Delivery {
-                event_id: dl.event_id.unwrap_or_default(),
-                topic: dl.original_topic.unwrap_or_default(),
-                reason: format!("{} ({})", dl.message, dl.code),
+            BadEventPolicy::Fail => {
+                let reason = format!("{} ({})", dl.message, dl.code);
+                Err(dl.into_failure(reason).into())
             }
-            .into()),
             BadEventPolicy::Skip => {
-                tracing::error!(event_id = ?dl.event_id, reason = dl.code, message = %dl.message, lsn = %dl.source.lsn, "skipping bad event (--on-bad-event skip)");
+                tracing::error!(event_id = ?dl.event_id, reason = dl.code, message = %dl.message, lsn = %dl.source.position, "skipping bad event (--on-bad-event skip)");
                 self.tracker.ack(txn).map_err(|e| Definite::Bug(e.to_string()))?;
                 Ok(())
             }
@@ -96,7 +76,7 @@ impl<S: Sink, W: WalSource> Session<'_, S, W> {
     /// limit goes as several chunk records: each is counted in the tracker before any is sent, so
     /// the transaction cannot complete until every chunk is acked.
     pub(super) async fn dead_letter(&mut self, txn: TxnId, dl: DeadLetter) -> Result<(), Error> {
-        tracing::warn!(event_id = ?dl.event_id, reason = dl.code, message = %dl.message, lsn = %dl.source.lsn, dlq = %self.cfg.dlq_topic, "sending bad event to the dead-letter topic");
+        tracing::warn!(event_id = ?dl.event_id, reason = dl.code, message = %dl.message, lsn = %dl.source.position, dlq = %self.cfg.dlq_topic, "sending bad event to the dead-letter topic");
         self.metrics.dead_lettered(dl.code);
         let max = self.sink.max_message_bytes().unwrap_or(usize::MAX);
         let source = dl.source.clone();
@@ -124,11 +104,7 @@ impl<S: Sink, W: WalSource> Session<'_, S, W> {
 
 /// A dead-letter copy is never dead-lettered again: its refusal stops the pipeline.
 fn dead_letter_refused(record: Record, delivery: Delivery, reason: String) -> Error {
-    delivery.fail(reason.clone());
-    Definite::Delivery {
-        event_id: record.event_id,
-        topic: record.topic,
-        reason: format!("the dead-letter copy was refused: {reason}"),
-    }
-    .into()
+    let e = copy_refused(record.event_id, record.topic, &reason);
+    delivery.fail(reason);
+    e.into()
 }

@@ -49,7 +49,7 @@ impl<S: Sink, W: WalSource> Session<'_, S, W> {
             self.messages = Some(Messages::compile(self.cfg)?);
         }
         let Some(messages) = self.messages.as_ref() else { return Ok(()) };
-        let source = Source { lsn: at, table: messages.source(&m.prefix) };
+        let source = Source { position: Position::Lsn(at), table: messages.source(&m.prefix) };
         if m.flags & 1 == 0 {
             let bad = BadEvent {
                 event_id: messages.route.event_id(&m.content),

@@ -42,9 +42,9 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::time::{interval, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::ack::{Ack, AckTracker, Delivery, Outcome, Source, TxnId};
+use crate::ack::{Ack, AckTracker, Delivery, Outcome, Position, Source, TxnId};
 use crate::config::{BadEventPolicy, Config, InvalidOp};
-use crate::dlq::{record_size, DeadLetter};
+use crate::dlq::{copy_refused, record_size, DeadLetter};
 use crate::error::{Definite, Error};
 use crate::health::Health;
 use crate::lsn::Lsn;
@@ -242,26 +242,12 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                     self.metrics.failed("delivery");
                     return Err(Definite::Delivery { event_id: ack.event_id, topic: ack.topic, reason }.into());
                 }
-                Outcome::Rejected { code, reason, key, payload, headers } => {
+                Outcome::Rejected(refusal) => {
                     if ack.dead_letter {
-                        self.metrics.failed(code);
-                        return Err(Definite::Delivery {
-                            event_id: ack.event_id,
-                            topic: ack.topic,
-                            reason: format!("the dead-letter copy was refused too: {reason}"),
-                        }
-                        .into());
+                        self.metrics.failed(refusal.code);
+                        return Err(copy_refused(ack.event_id, ack.topic, &refusal.reason).into());
                     }
-                    let dl = DeadLetter {
-                        event_id: Some(ack.event_id),
-                        code,
-                        message: reason,
-                        original_topic: Some(ack.topic),
-                        key,
-                        payload,
-                        headers,
-                        source: ack.source,
-                    };
+                    let dl = DeadLetter::from_refusal(ack.event_id, ack.topic, refusal, ack.source);
                     self.on_bad_pending(ack.txn, dl).await?;
                 }
             }
@@ -349,7 +335,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                     .open_commit_time()
                     .ok_or_else(|| Definite::Protocol { lsn: at, detail: "INSERT outside a transaction".into() })?;
                 let routed = route_masked(self.cfg, route, OutboxRow { tuple: &ins.tuple, commit_time_us });
-                self.emit(routed, Source { lsn: at, table }).await?;
+                self.emit(routed, Source { position: Position::Lsn(at), table }).await?;
             }
             LogicalMessage::Update(u) => self.on_update(u.relation_id, at)?,
             LogicalMessage::Delete(d) => {

@@ -406,7 +406,7 @@ async fn run_plan(mut plan: Plan) -> Truth {
                     let i = (xorshift(&mut rng) % h.len() as u64) as usize;
                     h.swap_remove(i)
                 };
-                let lsn = d.source().lsn;
+                let Position::Lsn(lsn) = d.source().position else { panic!("a run record has an LSN") };
                 if !d.is_dead_letter() && reject > 0 && xorshift(&mut rng) % reject == 0 {
                     d.reject("rejected", "scripted refusal", None, Some(Bytes::from_static(b"{}")), Vec::new());
                 } else {
@@ -590,11 +590,12 @@ async fn drain_timeout_confirms_nothing_unacked() {
             tokio::time::sleep(Duration::from_millis(1)).await;
             let first = {
                 let mut h = h.lock().unwrap();
-                let i = h.iter().position(|d| d.source().lsn == Lsn(1032));
+                let i = h.iter().position(|d| d.source().position == Position::Lsn(Lsn(1032)));
                 i.map(|i| h.swap_remove(i))
             };
             if let Some(d) = first {
-                tr.lock().unwrap().rows.get_mut(&d.source().lsn).unwrap().1 = true;
+                let Position::Lsn(lsn) = d.source().position else { panic!("a run record has an LSN") };
+                tr.lock().unwrap().rows.get_mut(&lsn).unwrap().1 = true;
                 d.ack();
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 sd.cancel();

@@ -25,14 +25,14 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::ack::{Ack, Delivery, Outcome, Source, TxnId};
+use crate::ack::{Ack, Delivery, Outcome, Position, Source, TxnId};
 use crate::config::{BadEventPolicy, Config};
-use crate::dlq::{record_size, DeadLetter, H_PAYLOAD_DROPPED};
+use crate::dlq::{copy_refused, record_size, DeadLetter};
 use crate::error::{Definite, Error};
 use crate::health::Health;
-use crate::lsn::Lsn;
 use crate::metrics::Metrics;
 use crate::pg::replication::pg_now_us;
+use crate::pipeline::route_masked;
 use crate::router::{OutboxRow, Record, Route};
 use crate::sink::{Sink, SinkError};
 
@@ -117,19 +117,14 @@ impl<'a, S: Sink> Batch<'a, S> {
         self.collect().await
     }
 
-    fn source(&self) -> Source {
-        Source { lsn: Lsn::ZERO, table: self.ctx.table.clone() }
+    /// Row `i`'s place: poll reads no WAL, so dead-letter copies carry the row's seq.
+    fn source(&self, i: usize) -> Source {
+        Source { position: Position::Seq(self.slots[i].seq), table: self.ctx.table.clone() }
     }
 
     async fn send_row(&mut self, i: usize, row: &Claimed, now_us: i64) -> Result<(), Error> {
         let out = OutboxRow { tuple: &row.tuple, commit_time_us: now_us };
-        let mask = &self.ctx.cfg.mask;
-        let event_type = if mask.needs_event_type() { self.ctx.route.event_type(out) } else { None };
-        let routed = match self.ctx.route.route(out) {
-            Ok(record) => mask.apply(record, event_type.as_deref()),
-            Err(bad) => Err(mask.scrub(bad, event_type.as_deref())),
-        };
-        let record = match routed {
+        let record = match route_masked(self.ctx.cfg, self.ctx.route, out) {
             Ok(r) => r,
             Err(bad) => {
                 // Routing is a fact about the row: trying again cannot change it.
@@ -139,20 +134,7 @@ impl<'a, S: Sink> Batch<'a, S> {
                 self.held.insert(bad.key.clone());
                 self.slots[i].event_id = bad.event_id.clone().unwrap_or_default();
                 self.ctx.metrics.failed(bad.code);
-                let mut headers = bad.headers;
-                if let Some(why) = bad.payload_dropped {
-                    headers.push((H_PAYLOAD_DROPPED.to_owned(), Bytes::from(why)));
-                }
-                let dl = DeadLetter {
-                    event_id: bad.event_id,
-                    code: bad.code,
-                    message: bad.message,
-                    original_topic: bad.topic,
-                    key: bad.key,
-                    payload: bad.payload,
-                    headers,
-                    source: self.source(),
-                };
+                let dl = DeadLetter::from_bad_event(bad, self.source(i));
                 return self.give_up(i, dl, 0);
             }
         };
@@ -165,7 +147,7 @@ impl<'a, S: Sink> Batch<'a, S> {
             let size = record_size(record.key.as_ref(), record.payload.as_ref(), &record.headers);
             if size > max {
                 let message = format!("record of {size} bytes exceeds message.max.bytes {max}");
-                let dl = DeadLetter::from_record(record, "too_large", message, self.source());
+                let dl = DeadLetter::from_record(record, "too_large", message, self.source(i));
                 return self.refused(i, dl);
             }
         }
@@ -190,7 +172,7 @@ impl<'a, S: Sink> Batch<'a, S> {
             TxnId::from_index(i as u64),
             record.event_id.clone(),
             record.topic.clone(),
-            self.source(),
+            self.source(i),
             self.tx.clone(),
         )
     }
@@ -203,9 +185,9 @@ impl<'a, S: Sink> Batch<'a, S> {
                 let dead_letter = delivery.is_dead_letter();
                 delivery.disarm();
                 if dead_letter {
-                    return Err(refused_copy(record.event_id, record.topic, reason));
+                    return Err(copy_refused(record.event_id, record.topic, &reason).into());
                 }
-                let dl = DeadLetter::from_record(*record, code, reason, self.source());
+                let dl = DeadLetter::from_record(*record, code, reason, self.source(i));
                 self.refused(i, dl)
             }
         }
@@ -233,12 +215,7 @@ impl<'a, S: Sink> Batch<'a, S> {
         let total = self.slots[i].attempts.saturating_add(tries);
         let error = format!("{} ({}) after {total} failed tries", dl.message, dl.code);
         match self.ctx.cfg.on_bad_event {
-            BadEventPolicy::Fail => Err(Definite::Delivery {
-                event_id: dl.event_id.unwrap_or_default(),
-                topic: dl.original_topic.unwrap_or_default(),
-                reason: error,
-            }
-            .into()),
+            BadEventPolicy::Fail => Err(dl.into_failure(error).into()),
             BadEventPolicy::Skip => {
                 tracing::error!(event_id = ?dl.event_id, seq = self.slots[i].seq, reason = dl.code, message = %dl.message, "skipping bad event (--on-bad-event skip)");
                 self.slots[i].fate = Fate::Finished { error: format!("skipped: {error}"), tries };
@@ -346,28 +323,14 @@ impl<'a, S: Sink> Batch<'a, S> {
                 self.ctx.metrics.failed("delivery");
                 Err(Definite::Delivery { event_id: ack.event_id, topic: ack.topic, reason }.into())
             }
-            Outcome::Rejected { code, reason, key, payload, headers } => {
+            Outcome::Rejected(refusal) => {
                 if ack.dead_letter {
-                    self.ctx.metrics.failed(code);
-                    return Err(refused_copy(ack.event_id, ack.topic, reason));
+                    self.ctx.metrics.failed(refusal.code);
+                    return Err(copy_refused(ack.event_id, ack.topic, &refusal.reason).into());
                 }
-                let dl = DeadLetter {
-                    event_id: Some(ack.event_id),
-                    code,
-                    message: reason,
-                    original_topic: Some(ack.topic),
-                    key,
-                    payload,
-                    headers,
-                    source: ack.source,
-                };
+                let dl = DeadLetter::from_refusal(ack.event_id, ack.topic, refusal, ack.source);
                 self.refused(i, dl)
             }
         }
     }
-}
-
-/// A dead-letter copy is never dead-lettered again: its refusal stops the poller.
-fn refused_copy(event_id: String, topic: String, reason: String) -> Error {
-    Definite::Delivery { event_id, topic, reason: format!("the dead-letter copy was refused: {reason}") }.into()
 }

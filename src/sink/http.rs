@@ -6,8 +6,7 @@
 //! `send` checks what HTTP can never carry (see `http_wire`) and rejects it for the bad-event
 //! policy; everything else goes to one of `--http-concurrency` lanes, chosen by a hash of the key
 //! (keyless events share lane 0). Each lane is a task with a bounded channel; a full channel holds
-//! the record here, in send order, and reports [`Sink::blocked`]; [`Sink::unblock`] waits with
-//! `Sender::reserve` (cancel-safe) and moves one held record per call.
+//! the record here, in send order, and reports [`Sink::blocked`] ([`Handoff`]).
 //!
 //! # Why per-key order holds
 //! A key always maps to the same lane, and a lane has exactly one request in flight: it sends the
@@ -46,8 +45,8 @@ use bytes::Bytes;
 use reqwest::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use reqwest::{Client, StatusCode, Url};
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
+use super::handoff::{held_in_handoff, Handoff};
 use super::http_wire::{self, Event};
 use super::{Sink, SinkError};
 use crate::ack::Delivery;
@@ -81,20 +80,10 @@ struct Shared {
 }
 
 pub struct HttpSink {
-    lanes: Vec<mpsc::Sender<Job>>,
-    /// Records a lane had no room for, in send order, with their lane.
-    held: VecDeque<(usize, Job)>,
+    /// One lane per `--http-concurrency`; owns the lane tasks.
+    handoff: Handoff<Job>,
     urls: HashMap<String, Url>,
     cfg: HttpConfig,
-    tasks: Vec<JoinHandle<()>>,
-}
-
-impl Drop for HttpSink {
-    fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
-    }
 }
 
 impl HttpSink {
@@ -118,7 +107,8 @@ impl HttpSink {
         }
         metrics::gauge!("outboxd_connected", "component" => "http").set(1.0);
         tracing::info!(url = %cfg.url_masked(), lanes = cfg.concurrency, batch = cfg.batch, "webhook sink ready");
-        Ok(HttpSink { lanes, held: VecDeque::new(), urls: HashMap::new(), cfg: cfg.clone(), tasks })
+        let handoff = Handoff::new(lanes, tasks, "an HTTP sink lane ended");
+        Ok(HttpSink { handoff, urls: HashMap::new(), cfg: cfg.clone() })
     }
 
     fn url(&mut self, topic: &str) -> Result<Url, String> {
@@ -131,10 +121,6 @@ impl HttpSink {
         }
         self.urls.insert(topic.to_owned(), u.clone());
         Ok(u)
-    }
-
-    fn closed() -> SinkError {
-        SinkError::Fatal(Definite::Sink("an HTTP sink lane ended".into()))
     }
 }
 
@@ -154,7 +140,7 @@ impl Sink for HttpSink {
                 return Err(SinkError::Rejected { code: "invalid_url", reason, record, delivery });
             }
         };
-        let lane = lane_of(record.key.as_deref(), self.lanes.len());
+        let lane = lane_of(record.key.as_deref(), self.handoff.lanes());
         let mut record = record;
         if delivery.is_dead_letter() {
             http_wire::escape_dead_letter(&mut record, self.cfg.batch > 1);
@@ -164,37 +150,10 @@ impl Sink for HttpSink {
         }
         let event = Event::from_record(record, delivery.is_dead_letter());
         let job = Job { url, event, delivery };
-        if !self.held.is_empty() {
-            self.held.push_back((lane, job));
-            return Ok(());
-        }
-        match self.lanes[lane].try_send(job) {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(job)) => {
-                self.held.push_back((lane, job));
-                Ok(())
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(Self::closed()),
-        }
+        self.handoff.push(lane, job)
     }
 
-    fn blocked(&self) -> bool {
-        !self.held.is_empty()
-    }
-
-    async fn unblock(&mut self) -> Result<(), SinkError> {
-        let Some(&(lane, _)) = self.held.front() else { return std::future::pending().await };
-        // `reserve` is cancel-safe, and the record leaves `held` only once the slot is ours.
-        let permit = self.lanes[lane].reserve().await.map_err(|_| Self::closed())?;
-        if let Some((_, job)) = self.held.pop_front() {
-            permit.send(job);
-        }
-        Ok(())
-    }
-
-    fn discard_held(&mut self) {
-        self.held.clear();
-    }
+    held_in_handoff!();
 }
 
 /// One lane: requests strictly one at a time, in arrival order (see the module doc).
@@ -346,12 +305,12 @@ async fn post(shared: &Shared, url: &Url, mut headers: reqwest::header::HeaderMa
         Err(e) => {
             let e = e.without_url();
             let what = if e.is_timeout() { "timed out" } else { "failed" };
-            shared.health.set_kafka(false);
+            shared.health.set_sink_up(false);
             set_connected(false);
             return Answer::Retry(format!("request {what}: {}", error_chain(&e)), None);
         }
     };
-    shared.health.set_kafka(true);
+    shared.health.set_sink_up(true);
     set_connected(true);
     answer
 }

@@ -80,13 +80,13 @@ pub struct DeliveryContext {
 
 impl DeliveryContext {
     fn kafka_up(&self, up: bool) {
-        if up && !self.health.kafka_ok() {
+        if up && !self.health.sink_up() {
             self.metrics.kafka_reconnects.increment(1);
             tracing::info!("Kafka is reachable again");
-        } else if !up && self.health.kafka_ok() {
+        } else if !up && self.health.sink_up() {
             tracing::warn!("Kafka is unreachable; holding events and retrying");
         }
-        self.health.set_kafka(up);
+        self.health.set_sink_up(up);
         self.metrics.kafka_connected.set(if up { 1.0 } else { 0.0 });
     }
 }
@@ -117,7 +117,7 @@ impl ProducerContext for DeliveryContext {
     fn delivery(&self, result: &DeliveryResult<'_>, delivery: Box<Delivery>) {
         match result {
             Ok(_) => {
-                if !self.health.kafka_ok() {
+                if !self.health.sink_up() {
                     self.kafka_up(true);
                 }
                 delivery.ack()

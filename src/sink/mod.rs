@@ -10,6 +10,8 @@
 //! replication loop then reads no more WAL and polls [`Sink::unblock`] beside its acks, status timer
 //! and shutdown, so a slow destination never silences the loop.
 
+mod any;
+mod handoff;
 mod http;
 mod http_wire;
 mod kafka;
@@ -21,6 +23,7 @@ mod rabbitmq_publisher;
 mod redis;
 mod simple;
 
+pub use any::AnySink;
 pub use http::HttpSink;
 pub use kafka::KafkaSink;
 pub use nats::NatsSink;

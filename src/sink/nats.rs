@@ -3,8 +3,7 @@
 //! `send` checks what NATS can never take (an invalid subject, a header that cannot be a NATS
 //! header, a message over the server's `max_payload`) and rejects it for the bad-event policy;
 //! everything else goes as a [`Job`] through a bounded channel to the publisher task. A full
-//! channel holds the record here, in order, and reports [`Sink::blocked`]; [`Sink::unblock`] waits
-//! with `Sender::reserve` (cancel-safe) and moves one held record per call.
+//! channel holds the record here, in order, and reports [`Sink::blocked`] ([`Handoff`]).
 //!
 //! The publisher task publishes each job on the one connection (so the server sees send order)
 //! and keeps up to [`WINDOW`] publish acks outstanding, resolving them front to back:
@@ -38,6 +37,7 @@ use bytes::Bytes;
 use sha2::Digest;
 use tokio::sync::mpsc;
 
+use super::handoff::{held_in_handoff, Handoff};
 use super::{Sink, SinkError};
 use crate::ack::Delivery;
 use crate::config::NatsConfig;
@@ -66,18 +66,9 @@ struct Job {
 type AckFuture = Pin<Box<dyn Future<Output = Result<PublishAck, PublishError>> + Send>>;
 
 pub struct NatsSink {
-    tx: mpsc::Sender<Job>,
-    held: VecDeque<Job>,
+    /// To the publisher task (one lane); owns the publisher and the connection watcher.
+    handoff: Handoff<Job>,
     max_payload: usize,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Drop for NatsSink {
-    fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
-    }
 }
 
 impl NatsSink {
@@ -121,11 +112,8 @@ impl NatsSink {
         let (tx, rx) = mpsc::channel(WINDOW);
         let publisher = tokio::spawn(publish_loop(js, rx));
         let watcher = tokio::spawn(watch_connection(client, health));
-        Ok(NatsSink { tx, held: VecDeque::new(), max_payload, tasks: vec![publisher, watcher] })
-    }
-
-    fn closed() -> SinkError {
-        SinkError::Fatal(Definite::Sink("the NATS publisher task ended".into()))
+        let handoff = Handoff::new(vec![tx], vec![publisher, watcher], "the NATS publisher task ended");
+        Ok(NatsSink { handoff, max_payload })
     }
 }
 
@@ -135,39 +123,10 @@ impl Sink for NatsSink {
             Ok(j) => j,
             Err(e) => return Err(*e),
         };
-        if !self.held.is_empty() {
-            self.held.push_back(job);
-            return Ok(());
-        }
-        match self.tx.try_send(job) {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(job)) => {
-                self.held.push_back(job);
-                Ok(())
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(Self::closed()),
-        }
+        self.handoff.push(0, job)
     }
 
-    fn blocked(&self) -> bool {
-        !self.held.is_empty()
-    }
-
-    async fn unblock(&mut self) -> Result<(), SinkError> {
-        if self.held.is_empty() {
-            return std::future::pending().await;
-        }
-        // `reserve` is cancel-safe, and the record leaves `held` only once the slot is ours.
-        let permit = self.tx.reserve().await.map_err(|_| Self::closed())?;
-        if let Some(job) = self.held.pop_front() {
-            permit.send(job);
-        }
-        Ok(())
-    }
-
-    fn discard_held(&mut self) {
-        self.held.clear();
-    }
+    held_in_handoff!();
 
     fn max_message_bytes(&self) -> Option<usize> {
         Some(self.max_payload.saturating_sub(HEADER_SLACK).max(1))
@@ -328,8 +287,8 @@ async fn watch_connection(client: async_nats::Client, health: Arc<Health>) {
         if up || was_up.is_some() {
             was_up = Some(up);
         }
-        // The sink's flag in Health (named for Kafka, the first sink) drives /readyz.
-        health.set_kafka(up);
+        // The sink's flag in Health drives /readyz.
+        health.set_sink_up(up);
         gauge.set(if up { 1.0 } else { 0.0 });
         tokio::time::sleep(Duration::from_secs(1)).await;
     }

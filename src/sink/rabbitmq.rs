@@ -11,13 +11,11 @@
 //! `send` refuses what AMQP can never carry (a routing key, event id or header name over 255
 //! bytes, a body over the server's message size limit) as a bad event; everything else goes as a
 //! [`Job`] through a bounded channel to the publisher task ([`super::rabbitmq_publisher`]). A full
-//! channel holds the record here, in order, and reports [`Sink::blocked`]; [`Sink::unblock`] waits
-//! with `Sender::reserve` (cancel-safe) and moves held records on once there is room.
+//! channel holds the record here, in order, and reports [`Sink::blocked`] ([`Handoff`]).
 //!
 //! The publisher owns the connection and every unconfirmed message; its module doc says what an
 //! ack, a rejection and a retry are.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -26,6 +24,7 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 use tokio::sync::mpsc;
 
+use super::handoff::{held_in_handoff, Handoff};
 use super::rabbitmq_publisher::{self, MAX_MESSAGE_SIZE, WINDOW};
 use super::{Sink, SinkError};
 use crate::ack::Delivery;
@@ -62,18 +61,11 @@ impl Job {
 }
 
 pub struct RabbitSink {
-    tx: mpsc::Sender<Job>,
-    held: VecDeque<Job>,
+    /// To the publisher task (one lane), which it aborts on drop: unconfirmed handles then fail,
+    /// and the slot keeps their events for the next start.
+    handoff: Handoff<Job>,
     /// The broker's message size limit as the publisher knows it.
     limit: Arc<AtomicUsize>,
-    publisher: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for RabbitSink {
-    fn drop(&mut self) {
-        // Unconfirmed handles fail on drop; the slot keeps their events for the next start.
-        self.publisher.abort();
-    }
 }
 
 impl RabbitSink {
@@ -86,62 +78,18 @@ impl RabbitSink {
         let publisher = rabbitmq_publisher::Publisher::start(cfg, health, limit.clone()).await?;
         let (tx, rx) = mpsc::channel(WINDOW);
         let publisher = tokio::spawn(publisher.run(rx));
-        Ok(RabbitSink { tx, held: VecDeque::new(), limit, publisher })
-    }
-
-    fn closed() -> SinkError {
-        SinkError::Fatal(Definite::Sink("the RabbitMQ publisher task ended".into()))
+        let handoff = Handoff::new(vec![tx], vec![publisher], "the RabbitMQ publisher task ended");
+        Ok(RabbitSink { handoff, limit })
     }
 }
 
 impl Sink for RabbitSink {
     async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
         let job = job(record, delivery).map_err(|e| *e)?;
-        if !self.held.is_empty() {
-            self.held.push_back(job);
-            return Ok(());
-        }
-        match self.tx.try_send(job) {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(job)) => {
-                self.held.push_back(job);
-                Ok(())
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(Self::closed()),
-        }
+        self.handoff.push(0, job)
     }
 
-    fn blocked(&self) -> bool {
-        !self.held.is_empty()
-    }
-
-    async fn unblock(&mut self) -> Result<(), SinkError> {
-        if self.held.is_empty() {
-            return std::future::pending().await;
-        }
-        // A clone so the wait borrows nothing of `self`; `reserve` is cancel-safe, and a record
-        // leaves `held` only once its slot is ours.
-        let tx = self.tx.clone();
-        let permit = tx.reserve().await.map_err(|_| Self::closed())?;
-        if let Some(job) = self.held.pop_front() {
-            permit.send(job);
-        }
-        while let Some(job) = self.held.pop_front() {
-            match self.tx.try_send(job) {
-                Ok(()) => {}
-                Err(mpsc::error::TrySendError::Full(job)) => {
-                    self.held.push_front(job);
-                    break;
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => return Err(Self::closed()),
-            }
-        }
-        Ok(())
-    }
-
-    fn discard_held(&mut self) {
-        self.held.clear();
-    }
+    held_in_handoff!();
 
     fn max_message_bytes(&self) -> Option<usize> {
         Some(self.limit.load(Ordering::Relaxed).saturating_sub(HEADER_SLACK).max(1))

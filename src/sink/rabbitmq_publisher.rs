@@ -391,8 +391,8 @@ impl Publisher {
             _ => {}
         }
         self.up = Some(up);
-        // The sink's flag in Health (named for Kafka, the first sink) drives /readyz.
-        self.health.set_kafka(up);
+        // The sink's flag in Health drives /readyz.
+        self.health.set_sink_up(up);
         self.connected.set(if up { 1.0 } else { 0.0 });
     }
 }

@@ -7,9 +7,8 @@
 //!
 //! # Flow and invariants
 //! `send` never waits: it `try_send`s the record into a bounded channel read by one background
-//! writer task. A full channel leaves the record in `held`, in order, and the sink reports
-//! [`Sink::blocked`]; [`Sink::unblock`] waits for room with `Sender::reserve` on a cloned sender
-//! (cancel-safe: a dropped wait reserves nothing and the record stays in `held`).
+//! writer task. A full channel holds the record, in order, and the sink reports [`Sink::blocked`]
+//! ([`Handoff`]: the wait for room is cancel-safe).
 //!
 //! The writer drains what is queued into one pipeline (at most [`BATCH`] XADDs, one pipeline in
 //! flight) and resolves each [`Delivery`] from its own reply: an entry id is an ack (the server
@@ -34,8 +33,8 @@ use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Value};
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
+use super::handoff::{held_in_handoff, Handoff};
 use super::{Sink, SinkError};
 use crate::ack::Delivery;
 use crate::config::redis::RedisConfig;
@@ -60,10 +59,9 @@ struct Item {
 }
 
 pub struct RedisSink {
-    tx: mpsc::Sender<Item>,
-    /// Records the channel had no room for, in send order.
-    held: VecDeque<Item>,
-    writer: JoinHandle<()>,
+    /// To the writer task (one lane), which it aborts on drop: unresolved handles then fail, and
+    /// the slot keeps their events for next time.
+    handoff: Handoff<Item>,
 }
 
 impl RedisSink {
@@ -82,65 +80,16 @@ impl RedisSink {
             connected: metrics::gauge!("outboxd_connected", "component" => "redis"),
         };
         let writer = tokio::spawn(writer.run(rx));
-        Ok(RedisSink { tx, held: VecDeque::new(), writer })
-    }
-
-    fn writer_gone(&self) -> SinkError {
-        SinkError::Fatal(Definite::Sink("the Redis writer task ended".into()))
-    }
-}
-
-impl Drop for RedisSink {
-    fn drop(&mut self) {
-        // Unresolved handles fail on drop with the task's state; the slot keeps them for next time.
-        self.writer.abort();
+        Ok(RedisSink { handoff: Handoff::new(vec![tx], vec![writer], "the Redis writer task ended") })
     }
 }
 
 impl Sink for RedisSink {
     async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
-        let item = Item { record, delivery };
-        if !self.held.is_empty() {
-            self.held.push_back(item);
-            return Ok(());
-        }
-        match self.tx.try_send(item) {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(item)) => {
-                self.held.push_back(item);
-                Ok(())
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(self.writer_gone()),
-        }
+        self.handoff.push(0, Item { record, delivery })
     }
 
-    fn blocked(&self) -> bool {
-        !self.held.is_empty()
-    }
-
-    async fn unblock(&mut self) -> Result<(), SinkError> {
-        // A clone, so the wait borrows nothing of `self`; `reserve` is cancel-safe.
-        let tx = self.tx.clone();
-        let Ok(permit) = tx.reserve().await else { return Err(self.writer_gone()) };
-        if let Some(item) = self.held.pop_front() {
-            permit.send(item);
-        }
-        while let Some(item) = self.held.pop_front() {
-            match self.tx.try_send(item) {
-                Ok(()) => {}
-                Err(mpsc::error::TrySendError::Full(item)) => {
-                    self.held.push_front(item);
-                    break;
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => return Err(self.writer_gone()),
-            }
-        }
-        Ok(())
-    }
-
-    fn discard_held(&mut self) {
-        self.held.clear();
-    }
+    held_in_handoff!();
 
     fn max_message_bytes(&self) -> Option<usize> {
         Some(MAX_BULK)
@@ -211,7 +160,7 @@ impl Writer {
     }
 
     fn set_up(&self, up: bool, reason: &str) {
-        if up != self.health.kafka_ok() {
+        if up != self.health.sink_up() {
             if up {
                 tracing::info!("Redis is reachable again");
             } else {
@@ -219,7 +168,7 @@ impl Writer {
             }
         }
         // The sink-health flag behind /readyz (named for the first sink).
-        self.health.set_kafka(up);
+        self.health.set_sink_up(up);
         self.connected.set(if up { 1.0 } else { 0.0 });
     }
 

@@ -1381,6 +1381,93 @@ pub fn daemon_args_pg_only(pg: &PgCluster, extra: &[&str]) -> Vec<String> {
     a
 }
 
+/// The usual scenario: a fresh cluster with every `sql/` file applied, a broker, and `outboxd run`
+/// streaming to it with `extra` flags. Bind in this order (`let (pg, broker, d) = …`) so the
+/// daemon is dropped first.
+pub fn relay(extra: &[&str]) -> (PgCluster, Broker, Outboxd) {
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let broker = Broker::start();
+    let d = Outboxd::spawn_streaming(&daemon_args(&pg, &broker, extra));
+    (pg, broker, d)
+}
+
+/// `outboxd config` with a minimal `--postgres-url` and `flags`: it exits 0, prints every text
+/// of `shown`, and never `secret`.
+pub fn assert_config_masks(flags: &[&str], shown: &[&str], secret: &str) {
+    let mut a = args(&["config", "--postgres-url", "postgres://u@127.0.0.1/db"]);
+    a.extend(args(flags));
+    let (code, out) = run_to_exit(&a, Duration::from_secs(20));
+    assert_eq!(code, Some(0), "{out}");
+    for s in shown {
+        assert!(out.contains(s), "{s} missing from:\n{out}");
+    }
+    assert!(!out.contains(secret), "{out}");
+}
+
+// ---------------------------------------------------------------------------
+// numbered load for kill/failover scenarios
+// ---------------------------------------------------------------------------
+
+/// Events numbered by the caller, inserted through a cluster's unix socket (a plain `psql` that
+/// needs no [`PgCluster`] borrow, so a writer thread can use it while the test kills servers).
+/// Event `i` has the id `00000000-0000-4000-8000-{i:012x}`, type `{kind}.v1` (topic
+/// `{kind}.v1.events`), aggregate `agg-{i % aggregates}` and payload `{"n": i}`.
+#[derive(Clone)]
+pub struct Numbered {
+    pub sock: PathBuf,
+    pub port: u16,
+    pub kind: &'static str,
+    pub aggregates: usize,
+}
+
+impl Numbered {
+    pub fn new(pg: &PgCluster, kind: &'static str, aggregates: usize) -> Numbered {
+        Numbered { sock: pg.socket_dir(), port: pg.port(), kind, aggregates }
+    }
+
+    /// Insert events `first..first + n` in one transaction; false when the server refused.
+    pub fn insert(&self, first: usize, n: usize) -> bool {
+        let rows: Vec<String> = (first..first + n)
+            .map(|i| {
+                format!(
+                    "('00000000-0000-4000-8000-{i:012x}', '{kind}', 'agg-{}', '{kind}.v1', '{{\"n\": {i}}}')",
+                    i % self.aggregates,
+                    kind = self.kind
+                )
+            })
+            .collect();
+        let sql = format!(
+            "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES {}",
+            rows.join(",")
+        );
+        psql_socket(&self.sock, self.port, &[&sql]).is_ok_and(|o| o.status.success())
+    }
+}
+
+/// `psql` as `postgres` on database `app` through the unix socket directory `sock`, one `-c`
+/// per statement, without a [`PgCluster`] borrow (for writer threads, and servers a test is
+/// about to kill). The caller judges the exit status.
+pub fn psql_socket(sock: &Path, port: u16, statements: &[&str]) -> std::io::Result<Output> {
+    let mut c = Command::new(psql_bin());
+    c.args(["-X", "-qAt", "-v", "ON_ERROR_STOP=1", "-U", "postgres", "-d", DB, "-p", &port.to_string(), "-h"])
+        .arg(sock)
+        .stdin(Stdio::null());
+    for sql in statements {
+        c.args(["-c", sql]);
+    }
+    c.output()
+}
+
+/// How many records carry each `id` header.
+pub fn count_by_id(records: &[Consumed]) -> std::collections::HashMap<String, usize> {
+    let mut count = std::collections::HashMap::new();
+    for r in records {
+        *count.entry(r.header_str("id").expect("id header")).or_default() += 1;
+    }
+    count
+}
+
 // ---------------------------------------------------------------------------
 // the daemon's HTTP endpoint
 // ---------------------------------------------------------------------------

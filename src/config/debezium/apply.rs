@@ -42,7 +42,7 @@ pub fn apply(a: &mut RunArgs, o: &Overlay, explicit: &dyn Fn(&str) -> bool) -> R
                 }
                 a.tables.push(v);
             }
-            "kafka_brokers" => a.kafka_brokers = v,
+            "kafka_brokers" => a.kafka.kafka_brokers = v,
             "heartbeat_interval" => a.heartbeat_interval = v,
             "heartbeat_action_query" => a.heartbeat_action_query = Some(v),
             "table_field_event_id" => a.table_field_event_id = v,
