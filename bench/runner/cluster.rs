@@ -138,7 +138,8 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        self.exec("TRUNCATE outbox; CHECKPOINT")
+        self.exec("TRUNCATE outbox")?;
+        self.exec("CHECKPOINT")
     }
 
     pub fn create_slots(&self, names: &[String]) -> Result<()> {
