@@ -28,6 +28,12 @@ impl Tools {
         let outboxd = examples.parent().context("examples dir has no parent")?.join("outboxd");
         Ok(Tools { outboxd, examples })
     }
+
+    /// The cargo profile they were built with: the name of `target/<profile>/`.
+    pub fn profile(&self) -> String {
+        let dir = self.outboxd.parent().and_then(|d| d.file_name());
+        dir.map_or_else(|| "?".to_owned(), |d| d.to_string_lossy().into_owned())
+    }
 }
 
 /// What the readers' records go to.

@@ -201,10 +201,10 @@ fn first_line(sql: &str) -> &str {
 
 fn connect(rt: &tokio::runtime::Runtime, conninfo: &str) -> Result<Client> {
     let (client, conn) = rt.block_on(tokio_postgres::connect(conninfo, NoTls)).context("connecting to PostgreSQL")?;
+    // The connection's own error (e.g. at the restart that replaces it) surfaces on the next
+    // statement through the client, with that statement's context.
     rt.spawn(async move {
-        if let Err(e) = conn.await {
-            eprintln!("bench/run: PostgreSQL connection: {e}");
-        }
+        let _ = conn.await;
     });
     if client.is_closed() {
         bail!("PostgreSQL connection closed at once");

@@ -80,6 +80,7 @@ fn run(args: &[String]) -> Result<()> {
         pg_version: b.pg.version.clone(),
         settings: b.knobs.settings_line(),
         total_secs: start.elapsed().as_secs_f64().round() as u64,
+        profile: b.tools.profile(),
     };
     let doc = report::document(&b.report, &info);
     println!("\n{doc}");

@@ -58,6 +58,8 @@ pub struct RunInfo {
     pub pg_version: String,
     pub settings: String,
     pub total_secs: u64,
+    /// The cargo profile of the binaries under test ("release" from bench/run).
+    pub profile: String,
 }
 
 const HOW_TO_READ: &str = "How to read the drain tables: pg_recvlogical (proto 1, same publication, to /dev/null, `--endpos`) is the ceiling: PostgreSQL's walsender decoding and sending the same WAL. outboxd runs until the slot's confirmed_flush_lsn reaches the backlog's end LSN (`--status-interval 100ms`, polled every 10 ms over one connection), so its time includes start-up, set-up checks and the final confirmation. CPU = the reader's own user+system time (outboxd: /proc/PID/stat just before SIGTERM, all threads; pg_recvlogical: /usr/bin/time). Peak RSS = VmHWM (outboxd) or /usr/bin/time's maximum RSS (pg_recvlogical). walsender CPU = the server process serving the slot; tansu CPU = the broker's CPU during the Kafka reader's run (all on the same 2 cores); on the `--sink http` row it is bench_webhook's CPU instead (an axum receiver answering 200 after reading each body; outboxd posts CloudEvents JSON batches of --http-batch events over --http-concurrency keep-alive lanes). The \"producer alone\" row is the broker's own ceiling on this box: bench_latency --produce pushes the same number of ~300 B records (5 topics, id header, outboxd's producer settings and its default 10,000 in flight) into the same tansu with no PostgreSQL involved; its time starts after producer start-up, and its ratio is still against pg_recvlogical.";
@@ -70,7 +72,7 @@ pub fn document(r: &Report, info: &RunInfo) -> String {
     let _ = writeln!(
         d,
         "Machine: {} CPUs ({}), {} GiB RAM, {}; PostgreSQL {} (fsync=off); tansu {} in-memory broker on the same host; \
-         outboxd {}{}, release build. The box is shared and noisy: read the ratios (each against pg_recvlogical in the \
+         outboxd {}{}, {} build. The box is shared and noisy: read the ratios (each against pg_recvlogical in the \
          same repetition), not the absolute rates.\n",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         cpu_model(),
@@ -84,6 +86,7 @@ pub fn document(r: &Report, info: &RunInfo) -> String {
         } else {
             " + uncommitted changes in src/"
         },
+        info.profile,
     );
     let _ = writeln!(
         d,
