@@ -83,7 +83,7 @@ fn run(args: &[String]) -> Result<()> {
         profile: b.tools.profile(),
     };
     let doc = report::document(&b.report, &info);
-    println!("\n{doc}");
+    print!("\n{doc}");
     if b.knobs.write_results {
         let path = "bench/RESULTS.md";
         let old = std::fs::read_to_string(path).unwrap_or_default();
