@@ -38,6 +38,12 @@ use crate::stats::human_secs;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // A bug in the driver must not leave a cluster or a broker running either.
+    let report_panic = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report_panic(info);
+        procs::cleanup();
+    }));
     let outcome = procs::cleanup_on_signal().and_then(|()| run(&args));
     procs::cleanup();
     if let Err(e) = outcome {

@@ -57,22 +57,21 @@ pub fn terminate(pid: u32) {
     let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).stderr(Stdio::null()).status();
 }
 
-/// Stops everything registered, once.
+/// Stops everything registered, once. A second caller (the main thread after a signal) waits
+/// until the first has finished, so the process never exits halfway through.
 pub fn cleanup() {
-    let (pids, clusters, teardown, work) = with(|r| {
-        if r.done {
-            return Default::default();
-        }
-        r.done = true;
-        (std::mem::take(&mut r.pids), std::mem::take(&mut r.clusters), std::mem::take(&mut r.teardown), r.work.take())
-    });
-    for pid in pids {
+    let mut r = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    if r.done {
+        return;
+    }
+    r.done = true;
+    for pid in std::mem::take(&mut r.pids) {
         terminate(pid);
     }
-    for cmd in teardown {
+    for cmd in std::mem::take(&mut r.teardown) {
         let _ = Command::new(&cmd[0]).args(&cmd[1..]).stdout(Stdio::null()).stderr(Stdio::null()).status();
     }
-    for (pg_ctl, data) in clusters {
+    for (pg_ctl, data) in std::mem::take(&mut r.clusters) {
         let _ = Command::new("runuser")
             .args(["-u", "postgres", "--"])
             .arg(pg_ctl)
@@ -83,7 +82,7 @@ pub fn cleanup() {
             .stderr(Stdio::null())
             .status();
     }
-    match work {
+    match r.work.take() {
         Some((dir, true)) => println!("work dir kept: {}", dir.display()),
         Some((dir, false)) => {
             let _ = std::fs::remove_dir_all(dir);
