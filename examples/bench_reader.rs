@@ -143,35 +143,49 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
 
-    let (secs, cpu, hwm) = loop {
-        if args.until_exit {
-            if let Some(status) = child.try_wait()? {
-                let secs = t0.elapsed().as_secs_f64();
-                if !status.success() {
-                    return Err(format!("reader exited with {status}").into());
+    // On any error the reader must not outlive this helper (e.g. outboxd retrying a cluster the
+    // driver has stopped).
+    let measured = async {
+        let v = loop {
+            if args.until_exit {
+                if let Some(status) = child.try_wait()? {
+                    let secs = t0.elapsed().as_secs_f64();
+                    if !status.success() {
+                        return Err(format!("reader exited with {status}").into());
+                    }
+                    break (secs, None, None);
                 }
-                break (secs, None, None);
+            } else if let Some(status) = child.try_wait()? {
+                return Err(format!("reader exited early with {status}").into());
             }
-        } else if let Some(status) = child.try_wait()? {
-            return Err(format!("reader exited early with {status}").into());
-        }
-        let row = client.query_opt(&poll_stmt, &[&args.end, &args.slot]).await?;
-        if let Some(row) = row {
-            let reached: bool = row.get(0);
-            let active: Option<i32> = row.get(1);
-            sample_walsender(active, &mut walsender);
-            if reached && !args.until_exit {
-                let secs = t0.elapsed().as_secs_f64();
-                let cpu = cpu_seconds(pid, tck);
-                let hwm = hwm_kib(pid);
-                break (secs, cpu, hwm);
+            let row = client.query_opt(&poll_stmt, &[&args.end, &args.slot]).await?;
+            if let Some(row) = row {
+                let reached: bool = row.get(0);
+                let active: Option<i32> = row.get(1);
+                sample_walsender(active, &mut walsender);
+                if reached && !args.until_exit {
+                    let secs = t0.elapsed().as_secs_f64();
+                    let cpu = cpu_seconds(pid, tck);
+                    let hwm = hwm_kib(pid);
+                    break (secs, cpu, hwm);
+                }
             }
-        }
-        if t0.elapsed() > args.timeout {
+            if t0.elapsed() > args.timeout {
+                let _ = child.kill();
+                return Err("timed out".into());
+            }
+            tokio::time::sleep(args.poll).await;
+        };
+        Ok::<_, Box<dyn std::error::Error>>(v)
+    }
+    .await;
+    let (secs, cpu, hwm) = match measured {
+        Ok(v) => v,
+        Err(e) => {
             let _ = child.kill();
-            return Err("timed out".into());
+            let _ = child.wait();
+            return Err(e);
         }
-        tokio::time::sleep(args.poll).await;
     };
 
     if !args.until_exit {

@@ -1,0 +1,216 @@
+//! Drain-like scenarios: one backlog, read by several readers, several times.
+//!
+//! The protocol of one backlog (`run_backlog`): if any Kafka reader takes part, a warm-up run
+//! creates the topic on every broker they use, before the backlog and outside every measured run;
+//! then every slot of every repetition is created, and only then the backlog is inserted, so all
+//! readers read the same WAL. Each repetition runs every reader once, in an order rotated by one
+//! per repetition so that no reader always goes first. The scenarios `drain`, `bigtx` and
+//! `backlog` are backlogs plus their tables and targets.
+
+use std::time::Instant;
+
+use anyhow::Result;
+
+use crate::bench::Bench;
+use crate::broker;
+use crate::measure;
+use crate::procs;
+use crate::readers::{self, local, Kind, Reader};
+use crate::report::{at_least, at_most, times_cell};
+use crate::tables::{self, RawRow, DRAIN_HEADER};
+
+/// One backlog and who reads it.
+pub struct Backlog<'a> {
+    pub key: &'a str,
+    pub rows: u64,
+    pub per_txn: u64,
+    pub reps: usize,
+    pub readers: &'a [Reader],
+}
+
+/// The readers' order in repetition `rep` (from 1): the list rotated left by `rep - 1`.
+pub fn rotated(readers: &[Reader], rep: usize) -> Vec<Reader> {
+    let n = readers.len();
+    (0..n).map(|i| readers[(i + rep - 1) % n]).collect()
+}
+
+/// The slot of one reader in one repetition.
+fn slot(key: &str, r: Reader, rep: usize) -> String {
+    format!("{key}_{}_{rep}", r.name())
+}
+
+/// Creates the Kafka readers' topics with a short outboxd run on 5 rows, once per broker.
+fn warm_kafka(b: &Bench, readers: &[Reader]) -> Result<()> {
+    b.pg.reset()?;
+    let mut warm: Vec<Reader> = Vec::new();
+    for &r in readers.iter().filter(|r| r.kind == Kind::Kafka) {
+        let flags = readers::kafka_flags(b, r.transport);
+        if !warm.iter().any(|w| readers::kafka_flags(b, w.transport) == flags) {
+            warm.push(r);
+        }
+    }
+    let slots: Vec<String> = warm.iter().map(|r| format!("warm_{}", r.name())).collect();
+    b.pg.create_slots(&slots)?;
+    b.pg.insert_rows(5, 1, "")?;
+    let end = b.pg.insert_lsn()?;
+    for (r, s) in warm.iter().zip(&slots) {
+        readers::run(b, *r, s, &end, 5)?;
+    }
+    Ok(())
+}
+
+/// Runs one backlog: warm-up, slots, insert, then `reps` rotated rounds; the runs go to `b.raw`.
+pub fn run_backlog(b: &mut Bench, bl: &Backlog) -> Result<()> {
+    if bl.readers.iter().any(|r| r.kind == Kind::Kafka) {
+        warm_kafka(b, bl.readers)?;
+    }
+    b.pg.reset()?;
+    let mut slots = Vec::new();
+    for rep in 1..=bl.reps {
+        slots.extend(bl.readers.iter().filter(|r| r.reads_slot()).map(|&r| slot(bl.key, r, rep)));
+    }
+    b.pg.create_slots(&slots)?;
+    println!("   inserting {} rows, {} per transaction...", bl.rows, bl.per_txn);
+    let t0 = Instant::now();
+    b.pg.insert_rows(bl.rows, bl.per_txn, "")?;
+    let end = b.pg.insert_lsn()?;
+    b.pg.exec("CHECKPOINT")?;
+    let payload = b.pg.payload_bytes()?;
+    println!("   inserted in {:.0} s; backlog ends at {end}; payload ~{payload} B", t0.elapsed().as_secs_f64());
+    b.report.payload_bytes = Some(payload);
+    for rep in 1..=bl.reps {
+        for r in rotated(bl.readers, rep) {
+            let far = readers::far_pids(b, r);
+            let before = measure::tree_cpu(&far);
+            let sample = readers::run(b, r, &slot(bl.key, r, rep), &end, bl.rows)?;
+            let far_cpu = measure::tree_cpu(&far) - before;
+            println!(
+                "   rep {rep} {:<40} {:6.2} s  cpu {:>5} s  rss {:>6} MiB  walsender cpu {} s  tansu cpu {far_cpu:.2} s",
+                r.label(b.http_batch()),
+                sample.secs,
+                sample.cpu.map_or("-".into(), |c| format!("{c:.2}")),
+                sample.hwm_kib.map_or("-".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
+                sample.walsender.map_or("-".into(), |c| format!("{c:.2}")),
+            );
+            b.raw.push(RawRow { key: bl.key.to_owned(), rep, reader: r, sample, far_cpu });
+        }
+    }
+    b.pg.reset()
+}
+
+pub fn drain(b: &mut Bench) -> Result<()> {
+    b.new_broker()?;
+    let k = b.knobs.clone();
+    let mut rds = vec![local(Kind::Recv), local(Kind::Null), local(Kind::Kafka)];
+    if k.drain_broker {
+        rds.push(local(Kind::Broker));
+    }
+    if k.drain_rabbitmq && procs::listening(5672) {
+        let name = format!("outboxd-bench-{}", std::process::id());
+        b.far.rabbit = Some(name.clone());
+        if readers::rabbit(b, "setup").is_ok() {
+            let ex = b.tools.examples.join("bench_rabbitmq").to_string_lossy().into_owned();
+            procs::on_cleanup(vec![ex, "--url".into(), k.rabbit_url.clone(), "teardown".into(), name]);
+            rds.push(local(Kind::Rabbitmq));
+        } else {
+            b.far.rabbit = None;
+        }
+    }
+    if k.http_drain {
+        b.far.webhook = Some(broker::webhook(&b.tools.examples, &b.work)?);
+        rds.push(local(Kind::Http));
+    }
+    run_backlog(b, &Backlog { key: "drain", rows: k.n, per_txn: 1, reps: k.reps, readers: &rds })?;
+    let (md, sums) = tables::drain_rows(&b.raw, "drain", k.n, &format!("{} × 1-row txns", k.n), &rds, k.http_batch);
+    b.report.section(&format!(
+        "### Drain: {} single-row transactions (median of {})\n\n{DRAIN_HEADER}\n{md}\n",
+        k.n, k.reps
+    ));
+    let get = |kind| tables::find(&sums, kind);
+    let (nr, kr) = (get(Kind::Null).and_then(|s| s.ratio), get(Kind::Kafka).and_then(|s| s.ratio));
+    let (ncr, kcr) = (get(Kind::Null).and_then(|s| s.cpu_ratio), get(Kind::Kafka).and_then(|s| s.cpu_ratio));
+    let t = &mut b.report;
+    t.target("null drain ≥ 0.90× pg_recvlogical", times_cell(nr), at_least(nr, 0.90));
+    t.target("Kafka drain ≥ 0.80× pg_recvlogical", times_cell(kr), at_least(kr, 0.80));
+    t.target("CPU/event ≤ 2× pg_recvlogical's (null sink)", times_cell(ncr), at_most(ncr, 2.0));
+    t.target(
+        "CPU/event ≤ 2× pg_recvlogical's (Kafka sink, incl. librdkafka threads)",
+        times_cell(kcr),
+        at_most(kcr, 2.0),
+    );
+    if b.far.rabbit.is_some() {
+        let rr = get(Kind::Rabbitmq).and_then(|s| s.ratio);
+        b.report.target("RabbitMQ drain ≥ 0.5× pg_recvlogical", times_cell(rr), at_least(rr, 0.5));
+    }
+    Ok(())
+}
+
+/// Peak-RSS targets: ≤ 64 MiB for the null and Kafka sinks.
+fn rss_targets(b: &mut Bench, sums: &[tables::Summary], what: &str) {
+    for (kind, sink) in [(Kind::Null, "null"), (Kind::Kafka, "kafka")] {
+        let h = tables::find(sums, kind).map(|s| s.peak_mib);
+        let measured = h.map_or_else(|| "n/a".to_owned(), |h| format!("{h:.1} MiB"));
+        b.report.target(format!("peak RSS ≤ 64 MiB, {what} (--sink {sink})"), measured, at_most(h, 64.0));
+    }
+}
+
+pub fn bigtx(b: &mut Bench) -> Result<()> {
+    let k = b.knobs.clone();
+    let rds = [local(Kind::Recv), local(Kind::Null), local(Kind::Kafka)];
+    b.new_broker()?;
+    run_backlog(b, &Backlog { key: "bigtx", rows: k.n_big, per_txn: k.big_txn_rows, reps: k.reps, readers: &rds })?;
+    b.new_broker()?;
+    run_backlog(b, &Backlog { key: "huge", rows: k.n_huge, per_txn: k.n_huge, reps: k.reps_huge, readers: &rds })?;
+    let title = format!("{} rows, {}-row txns", k.n_big, k.big_txn_rows);
+    let (big, _) = tables::drain_rows(&b.raw, "bigtx", k.n_big, &title, &rds, k.http_batch);
+    let title = format!("1 txn of {} rows", k.n_huge);
+    let (huge, sums) = tables::drain_rows(&b.raw, "huge", k.n_huge, &title, &rds, k.http_batch);
+    b.report.section(&format!(
+        "### Big transactions: {} rows in {}-row transactions (median of {}), and one {}-row transaction ({} run)\n\n\
+         {DRAIN_HEADER}\n{big}{huge}\n",
+        k.n_big, k.big_txn_rows, k.reps, k.n_huge, k.reps_huge
+    ));
+    rss_targets(b, &sums, &format!("one {}-row txn", k.n_huge));
+    Ok(())
+}
+
+pub fn backlog(b: &mut Bench) -> Result<()> {
+    let k = b.knobs.clone();
+    let rds = [local(Kind::Recv), local(Kind::Null), local(Kind::Kafka)];
+    b.new_broker()?;
+    run_backlog(
+        b,
+        &Backlog { key: "backlog", rows: k.n_backlog, per_txn: k.backlog_txn_rows, reps: 1, readers: &rds },
+    )?;
+    let title = format!("{} events, {}-row txns", k.n_backlog, k.backlog_txn_rows);
+    let (md, sums) = tables::drain_rows(&b.raw, "backlog", k.n_backlog, &title, &rds, k.http_batch);
+    b.report.section(&format!(
+        "### Backlog memory: {} events in {}-row transactions (1 run)\n\n{} rows per transaction only to make the \
+         insert faster; outboxd's memory depends on events in flight, not on the transaction size below \
+         --max-in-flight.\n\n{DRAIN_HEADER}\n{md}\n",
+        k.n_backlog, k.backlog_txn_rows, k.backlog_txn_rows
+    ));
+    rss_targets(b, &sums, &format!("{}-event backlog", k.n_backlog));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::readers::{over, Transport};
+
+    #[test]
+    fn every_reader_leads_once_in_as_many_repetitions() {
+        let rds = [local(Kind::Recv), local(Kind::Null), local(Kind::Kafka)];
+        assert_eq!(rotated(&rds, 1), rds.to_vec());
+        assert_eq!(rotated(&rds, 2), vec![rds[1], rds[2], rds[0]]);
+        assert_eq!(rotated(&rds, 3), vec![rds[2], rds[0], rds[1]]);
+        assert_eq!(rotated(&rds, 4), rds.to_vec());
+    }
+
+    #[test]
+    fn slots_name_backlog_reader_and_repetition() {
+        assert_eq!(slot("drain", local(Kind::Kafka), 3), "drain_kafka_3");
+        assert_eq!(slot("tls", over(Kind::Recv, Transport::Tls), 1), "tls_recv_tls_1");
+    }
+}

@@ -1,0 +1,213 @@
+//! The benchmark's settings: the environment knobs `bench/run` documents in its header, read once
+//! into one struct before anything runs, and the scenarios named on the command line.
+//!
+//! Defaults are the ones the shell suite had, so a run with no environment set measures what the
+//! history in `bench/RESULTS.md` measured. A knob that does not parse is an error, not a default.
+
+use anyhow::{bail, Context, Result};
+
+/// Every scenario, in the order `bench/run` with no arguments runs them.
+pub const ALL_SCENARIOS: [Scenario; 6] =
+    [Scenario::Drain, Scenario::Tls, Scenario::Bigtx, Scenario::Latency, Scenario::Backlog, Scenario::Profile];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    Drain,
+    Tls,
+    Bigtx,
+    Latency,
+    Backlog,
+    Profile,
+}
+
+impl Scenario {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Drain => "drain",
+            Scenario::Tls => "tls",
+            Scenario::Bigtx => "bigtx",
+            Scenario::Latency => "latency",
+            Scenario::Backlog => "backlog",
+            Scenario::Profile => "profile",
+        }
+    }
+}
+
+/// The scenarios named by the arguments (`all`, or none, for every one), in the given order.
+pub fn scenarios(args: &[String]) -> Result<Vec<Scenario>> {
+    if args.is_empty() {
+        return Ok(ALL_SCENARIOS.to_vec());
+    }
+    let mut out = Vec::new();
+    for a in args {
+        if a == "all" {
+            out.extend(ALL_SCENARIOS);
+            continue;
+        }
+        match ALL_SCENARIOS.iter().find(|s| s.name() == a) {
+            Some(s) => out.push(*s),
+            None => bail!("unknown scenario '{a}' (drain tls bigtx latency backlog profile all)"),
+        }
+    }
+    Ok(out)
+}
+
+/// The environment knobs (see the header of `bench/run`).
+#[derive(Clone, Debug)]
+pub struct Knobs {
+    /// Single-row transactions in the drain backlog.
+    pub n: u64,
+    /// Repetitions of every drain-like scenario.
+    pub reps: usize,
+    pub n_big: u64,
+    pub big_txn_rows: u64,
+    pub n_huge: u64,
+    pub reps_huge: usize,
+    /// Insert rates (events/s) of the latency scenario.
+    pub rates: Vec<u64>,
+    pub lat_secs: u64,
+    pub warm_secs: u64,
+    pub lat_null: bool,
+    pub cal_secs: u64,
+    pub fetch_wait_ms: u64,
+    pub n_backlog: u64,
+    pub backlog_txn_rows: u64,
+    pub n_profile: u64,
+    pub n_tls: u64,
+    pub tls_reps: usize,
+    pub tls_hop: bool,
+    pub tls_null: bool,
+    pub tls_split: bool,
+    pub profile_tls: bool,
+    pub profile_files: bool,
+    pub write_results: bool,
+    pub keep_work: bool,
+    pub drain_broker: bool,
+    pub drain_rabbitmq: bool,
+    pub rabbit_url: String,
+    pub http_drain: bool,
+    pub http_batch: u64,
+    pub http_concurrency: u64,
+    /// Extra outboxd flags for drain, bigtx and backlog, split on whitespace as the shell did.
+    pub outboxd_extra: String,
+}
+
+fn raw(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn num<T: std::str::FromStr>(name: &str, default: T) -> Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    match raw(name) {
+        None => Ok(default),
+        Some(v) => v.parse().map_err(|e| anyhow::anyhow!("{name}={v}: {e}")),
+    }
+}
+
+fn flag(name: &str, default: bool) -> Result<bool> {
+    match raw(name).as_deref() {
+        None => Ok(default),
+        Some("1") => Ok(true),
+        Some("0") => Ok(false),
+        Some(v) => bail!("{name}={v}: expected 0 or 1"),
+    }
+}
+
+impl Knobs {
+    pub fn from_env() -> Result<Self> {
+        let n = num("N", 200_000)?;
+        let write_results = flag("WRITE_RESULTS", true)?;
+        let rates = raw("RATES")
+            .unwrap_or_else(|| "1000 5000".into())
+            .split_whitespace()
+            .map(|r| r.parse().with_context(|| format!("RATES: {r}")))
+            .collect::<Result<Vec<u64>>>()?;
+        Ok(Knobs {
+            n,
+            reps: num("REPS", 5)?,
+            n_big: num("N_BIG", n)?,
+            big_txn_rows: num("BIG_TXN_ROWS", 1000)?,
+            n_huge: num("N_HUGE", 1_000_000)?,
+            reps_huge: num("REPS_HUGE", 1)?,
+            rates,
+            lat_secs: num("LAT_SECS", 30)?,
+            warm_secs: num("WARM_SECS", 3)?,
+            lat_null: flag("LAT_NULL", true)?,
+            cal_secs: num("CAL_SECS", 10)?,
+            fetch_wait_ms: num("FETCH_WAIT_MS", 10)?,
+            n_backlog: num("N_BACKLOG", 1_000_000)?,
+            backlog_txn_rows: num("BACKLOG_TXN_ROWS", 10)?,
+            n_profile: num("N_PROFILE", 200_000)?,
+            n_tls: num("N_TLS", n)?,
+            tls_reps: num("TLS_REPS", 5)?,
+            tls_hop: flag("TLS_HOP", true)?,
+            tls_null: flag("TLS_NULL", true)?,
+            tls_split: flag("TLS_SPLIT", true)?,
+            profile_tls: flag("PROFILE_TLS", true)?,
+            profile_files: flag("PROFILE_FILES", write_results)?,
+            write_results,
+            keep_work: flag("KEEP_WORK", false)?,
+            drain_broker: flag("DRAIN_BROKER", true)?,
+            drain_rabbitmq: flag("DRAIN_RABBITMQ", true)?,
+            rabbit_url: raw("RABBIT_URL").unwrap_or_else(|| "amqp://127.0.0.1:5672/%2f".into()),
+            http_drain: flag("HTTP_DRAIN", true)?,
+            http_batch: num("HTTP_BATCH", 100)?,
+            http_concurrency: num("HTTP_CONCURRENCY", 8)?,
+            outboxd_extra: raw("OUTBOXD_EXTRA").unwrap_or_default(),
+        })
+    }
+
+    pub fn outboxd_extra_args(&self) -> Vec<String> {
+        self.outboxd_extra.split_whitespace().map(str::to_owned).collect()
+    }
+
+    /// The settings line of the report, as the shell printed it.
+    pub fn settings_line(&self) -> String {
+        let b = |v: bool| u8::from(v);
+        let rates: Vec<String> = self.rates.iter().map(u64::to_string).collect();
+        let extra = if self.outboxd_extra.is_empty() {
+            String::new()
+        } else {
+            format!(" OUTBOXD_EXTRA=\"{}\"", self.outboxd_extra)
+        };
+        format!(
+            "Settings:{extra} N={} REPS={} N_BIG={} BIG_TXN_ROWS={} N_HUGE={} RATES=\"{}\" LAT_SECS={} N_BACKLOG={} \
+             BACKLOG_TXN_ROWS={} N_PROFILE={} N_TLS={} TLS_REPS={} TLS_HOP={} TLS_NULL={} TLS_SPLIT={}.",
+            self.n,
+            self.reps,
+            self.n_big,
+            self.big_txn_rows,
+            self.n_huge,
+            rates.join(" "),
+            self.lat_secs,
+            self.n_backlog,
+            self.backlog_txn_rows,
+            self.n_profile,
+            self.n_tls,
+            self.tls_reps,
+            b(self.tls_hop),
+            b(self.tls_null),
+            b(self.tls_split),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn scenarios_keep_the_given_order_and_all_expands() {
+        assert_eq!(scenarios(&args(&[])).unwrap(), ALL_SCENARIOS.to_vec());
+        assert_eq!(scenarios(&args(&["latency", "drain"])).unwrap(), vec![Scenario::Latency, Scenario::Drain]);
+        let all = scenarios(&args(&["all"])).unwrap();
+        assert_eq!(all.len(), 6);
+        assert!(scenarios(&args(&["drian"])).is_err());
+    }
+}
