@@ -28,20 +28,9 @@ pg_psql -q -f sql/04_publication.sql
 broker_start "$work/broker" "$KPORT"
 CONN="host=$PG_SOCKET port=$PORT user=postgres dbname=app"
 URL="postgres://postgres@/app?host=$PG_SOCKET&port=$PORT"
-rows() { # ROWS PER_TXN: the same ~300 B rows as bench/run
-  pg_psql -q -c "DO \$\$ DECLARE b bigint; BEGIN
-  FOR b IN 0..(($1 + $2 - 1) / $2 - 1) LOOP
-    INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-    SELECT 'order', (i % 1000)::text,
-      (ARRAY['order.created.v1','order.paid.v1','order.shipped.v1','order.delivered.v1','order.cancelled.v1'])[1 + i % 5],
-      jsonb_build_object('orderId', i, 'customerId', 'cust-' || lpad((i % 5000)::text, 5, '0'), 'status', 'PAID',
-        'currency', 'EUR', 'total', (10 + i % 490) + (i % 100) / 100.0,
-        'items', jsonb_build_array(jsonb_build_object('sku', 'SKU-' || lpad((i % 317)::text, 4, '0'), 'qty', 1 + i % 3, 'price', 12.5),
-                                   jsonb_build_object('sku', 'SKU-' || lpad((i % 211)::text, 4, '0'), 'qty', 1, 'price', 7.25)),
-        'shipTo', jsonb_build_object('street', (1 + i % 999) || ' Benchmark Street', 'city', 'Amsterdam', 'country', 'NL'))
-    FROM generate_series(b * $2 + 1, least((b + 1) * $2, $1)) AS i;
-    COMMIT;
-  END LOOP; END \$\$;"
+rows() { # ROWS PER_TXN: the same ~300 B rows as bench/run (bench/fill.sql)
+  pg_psql -q -f bench/fill.sql
+  pg_psql -q -c "CALL bench_fill($1, $2)"
 }
 slot() { pg_psql -qAt -c "SELECT pg_create_logical_replication_slot('$1', 'pgoutput')" >/dev/null; }
 outboxd() { # BIN SLOT END -> "seconds cpu hwm walsender_cpu"

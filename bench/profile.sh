@@ -62,28 +62,10 @@ broker_start "$work/broker" "$KPORT"
 # Generous connect timeout: under valgrind, start-up on a busy box takes seconds.
 URL="postgres://postgres@/app?host=$PG_SOCKET&port=$PORT&connect_timeout=120"
 
-# The same rows bench/run inserts: ~300 B of jsonb, 1,000 aggregates, 5 event types.
+# The same rows bench/run inserts (bench/fill.sql): ~300 B of jsonb, 1,000 aggregates, 5 event types.
 insert_rows() { # ROWS PER_TXN
-  local rows=$1 per=$2
-  pg_psql -q -c "DO \$\$
-DECLARE b bigint;
-BEGIN
-  FOR b IN 0..(($rows + $per - 1) / $per - 1) LOOP
-    INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-    SELECT 'order', (i % 1000)::text,
-           (ARRAY['order.created.v1','order.paid.v1','order.shipped.v1','order.delivered.v1','order.cancelled.v1'])[1 + i % 5],
-           jsonb_build_object(
-             'orderId', i, 'customerId', 'cust-' || lpad((i % 5000)::text, 5, '0'), 'status', 'PAID',
-             'currency', 'EUR', 'total', (10 + i % 490) + (i % 100) / 100.0,
-             'items', jsonb_build_array(
-               jsonb_build_object('sku', 'SKU-' || lpad((i % 317)::text, 4, '0'), 'qty', 1 + i % 3, 'price', 12.5),
-               jsonb_build_object('sku', 'SKU-' || lpad((i % 211)::text, 4, '0'), 'qty', 1, 'price', 7.25)),
-             'shipTo', jsonb_build_object('street', (1 + i % 999) || ' Benchmark Street', 'city', 'Amsterdam',
-                                          'country', 'NL'))
-    FROM generate_series(b * $per + 1, least((b + 1) * $per, $rows)) AS i;
-    COMMIT;
-  END LOOP;
-END \$\$;"
+  pg_psql -q -f bench/fill.sql
+  pg_psql -q -c "CALL bench_fill($1, $2)"
 }
 slot_ok() { [ "$(pg_psql -qAt -c "SELECT confirmed_flush_lsn >= '$2' FROM pg_replication_slots WHERE slot_name = '$1'")" = t ]; }
 new_slot() { pg_psql -qAt -c "SELECT pg_create_logical_replication_slot('$1', 'pgoutput')" >/dev/null; }

@@ -17,12 +17,6 @@ use outboxd::sink::AnySink;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
-/// mimalloc rather than glibc's malloc: per event the pipeline allocates and frees a handful of
-/// small buffers (the decoded row, the record's strings, the delivery handle), and glibc's
-/// malloc/free were the largest single cost on the Kafka path (bench/RESULTS.md, issue 14).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {

@@ -163,31 +163,11 @@ impl Cluster {
         self.value("SELECT round(avg(octet_length(payload::text))) FROM (SELECT payload FROM outbox LIMIT 1000) p")
     }
 
-    /// `rows` outbox rows, `per_txn` per transaction: ~300 B of jsonb, aggregate i % 1000, event
-    /// type i % 5 with `type_prefix` before it (the shape bench_insert writes too).
+    /// `rows` outbox rows, `per_txn` per transaction, event types prefixed with `type_prefix`:
+    /// bench/fill.sql's `bench_fill`, the backlog every benchmark script inserts.
     pub fn insert_rows(&self, rows: u64, per_txn: u64, type_prefix: &str) -> Result<()> {
-        let batches = rows.div_ceil(per_txn.max(1));
-        self.exec(&format!(
-            r#"DO $$
-DECLARE b bigint;
-BEGIN
-  FOR b IN 0..({batches} - 1) LOOP
-    INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-    SELECT 'order', (i % 1000)::text,
-           '{type_prefix}' || (ARRAY['order.created.v1','order.paid.v1','order.shipped.v1','order.delivered.v1','order.cancelled.v1'])[1 + i % 5],
-           jsonb_build_object(
-             'orderId', i, 'customerId', 'cust-' || lpad((i % 5000)::text, 5, '0'), 'status', 'PAID',
-             'currency', 'EUR', 'total', (10 + i % 490) + (i % 100) / 100.0,
-             'items', jsonb_build_array(
-               jsonb_build_object('sku', 'SKU-' || lpad((i % 317)::text, 4, '0'), 'qty', 1 + i % 3, 'price', 12.5),
-               jsonb_build_object('sku', 'SKU-' || lpad((i % 211)::text, 4, '0'), 'qty', 1, 'price', 7.25)),
-             'shipTo', jsonb_build_object('street', (1 + i % 999) || ' Benchmark Street', 'city', 'Amsterdam',
-                                          'country', 'NL'))
-    FROM generate_series(b * {per_txn} + 1, least((b + 1) * {per_txn}, {rows})) AS i;
-    COMMIT;
-  END LOOP;
-END $$"#
-        ))
+        self.exec(include_str!("../fill.sql"))?;
+        self.exec(&format!("CALL bench_fill({rows}, {}, '{type_prefix}')", per_txn.max(1)))
     }
 }
 

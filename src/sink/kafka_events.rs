@@ -89,13 +89,23 @@ impl Pump {
 
     async fn run(self) {
         loop {
-            let mut served = 0;
-            while self.queued() > 0 {
+            let (mut served, mut idle) = (0usize, 0usize);
+            loop {
+                let before = self.queued();
+                if before == 0 {
+                    break;
+                }
                 // One event per call (a zero timeout): a delivery-report event carries every
                 // message of one broker response.
                 self.producer.poll(Duration::ZERO);
                 served += 1;
-                if served % SERVE_BATCH == 0 {
+                // The length counts every op on the queue; should some op not come out of a
+                // poll, back off rather than spin.
+                idle = if self.queued() >= before { idle + 1 } else { 0 };
+                if idle >= SERVE_BATCH {
+                    idle = 0;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                } else if served % SERVE_BATCH == 0 {
                     tokio::task::yield_now().await;
                 }
             }
