@@ -17,15 +17,7 @@ EX=$PWD/target/release/examples
 ensure_tools
 work=$(mktemp -d /tmp/outboxd-ab.XXXXXX)
 trap 'stop_all; rm -rf "$work"' EXIT
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-free_port() { local p; for _ in $(seq 1 50); do p=$(($1 + RANDOM % $2)); port_free "$p" && { echo "$p"; return; }; done; return 1; }
-PORT=$(free_port 58600 800) KPORT=$(free_port 20000 800)
-pg_start "$work/pg" "$PORT"
-pg_psql -q -c "ALTER SYSTEM SET max_replication_slots = 40" -c "ALTER SYSTEM SET max_wal_senders = 40"
-runuser -u postgres -- "$(pg_bindir)/pg_ctl" -D "$work/pg/data" -l "$work/pg/log" -w restart >/dev/null
-pg_psql -q -f sql/01_outbox.sql
-pg_psql -q -f sql/04_publication.sql
-broker_start "$work/broker" "$KPORT"
+bench_cluster "$work" 40
 CONN="host=$PG_SOCKET port=$PORT user=postgres dbname=app"
 URL="postgres://postgres@/app?host=$PG_SOCKET&port=$PORT"
 rows() { # ROWS PER_TXN: the same ~300 B rows as bench/run (bench/fill.sql)

@@ -22,13 +22,9 @@ OUTBOXD=./target/$PROFILE/outboxd; SEED=./target/$PROFILE/examples/seed_worker
 
 work=$(mktemp -d /tmp/outboxd-pollbench.XXXXXX)
 trap 'stop_all; rm -rf "$work"' EXIT
-port=$((57000 + RANDOM % 1000)); kport=$((19900 + RANDOM % 80))
-pg_start "$work/pg" "$port"
-broker_start "$work/broker" "$kport"
-pg_psql -q -f sql/01_outbox.sql
-pg_psql -q -f sql/04_publication.sql
+bench_cluster "$work"
 pg_psql -q -f sql/05_poll.sql
-URL="postgres://postgres@/app?host=$PG_SOCKET&port=$port"
+URL="postgres://postgres@/app?host=$PG_SOCKET&port=$PORT"
 now() { date +%s.%N; }
 unpublished() { pg_psql -qAt -c "SELECT count(*) FROM outbox WHERE published_at IS NULL"; }
 
@@ -46,7 +42,7 @@ run_drain() { # -> seconds for `outboxd run` to confirm the slot past the backlo
   local t0 pid end
   end=$(pg_psql -qAt -c "SELECT pg_current_wal_insert_lsn()")
   t0=$(now)
-  $OUTBOXD run --postgres-url "$URL" --slot bench_run --kafka-brokers "127.0.0.1:$kport" --status-interval 100ms \
+  $OUTBOXD run --postgres-url "$URL" --slot bench_run --kafka-brokers "127.0.0.1:$KPORT" --status-interval 100ms \
     --metrics-addr off >"$work/run.log" 2>&1 &
   pid=$!
   until [ "$(pg_psql -qAt -c "SELECT confirmed_flush_lsn >= '$end' FROM pg_replication_slots WHERE slot_name = 'bench_run'")" = t ]; do
@@ -60,7 +56,7 @@ poll_drain() { # pollers -> seconds until no row is unpublished
   local t0 pids=() i
   t0=$(now)
   for i in $(seq 1 "$1"); do
-    $OUTBOXD poll --postgres-url "$URL" --kafka-brokers "127.0.0.1:$kport" --metrics-addr off >"$work/poll$i.log" 2>&1 &
+    $OUTBOXD poll --postgres-url "$URL" --kafka-brokers "127.0.0.1:$KPORT" --metrics-addr off >"$work/poll$i.log" 2>&1 &
     pids+=($!)
   done
   until [ "$(unpublished)" = 0 ]; do
@@ -74,7 +70,7 @@ seed_drain() { # workers linger_ms -> seconds until no row is unpublished
   local t0 pids=() i
   t0=$(now)
   for i in $(seq 1 "$1"); do
-    $SEED "$URL" "127.0.0.1:$kport" order.paid.v1.events --linger-ms "$2" >"$work/seed$i.log" 2>&1 &
+    $SEED "$URL" "127.0.0.1:$KPORT" order.paid.v1.events --linger-ms "$2" >"$work/seed$i.log" 2>&1 &
     pids+=($!)
   done
   until [ "$(unpublished)" = 0 ]; do sleep 0.05; kill -0 "${pids[0]}" || { cat "$work/seed1.log" >&2; exit 1; }; done
@@ -110,7 +106,7 @@ printf '%-34s %s\n' "seed loop, 1 worker, linger 0" "$(echo "${R[seed1_nolinger]
 
 # Latency: rows inserted at LAT_RATE/s, each its own transaction, one poller woken by NOTIFY.
 pg_psql -q -c "TRUNCATE outbox"
-$OUTBOXD poll --postgres-url "$URL" --kafka-brokers "127.0.0.1:$kport" --metrics-addr off >"$work/lat.log" 2>&1 &
+$OUTBOXD poll --postgres-url "$URL" --kafka-brokers "127.0.0.1:$KPORT" --metrics-addr off >"$work/lat.log" 2>&1 &
 lat_pid=$!
 wait_for_log "$work/lat.log" polling 30
 sleep 1

@@ -49,16 +49,7 @@ fi
 
 work=$(mktemp -d /tmp/outboxd-profile.XXXXXX)
 trap 'stop_all; rm -rf "$work"' EXIT
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-free_port() { local p; for _ in $(seq 1 50); do p=$(($1 + RANDOM % $2)); port_free "$p" && { echo "$p"; return; }; done; return 1; }
-PORT=$(free_port 58600 800)
-KPORT=$(free_port 20000 800)
-pg_start "$work/pg" "$PORT"
-pg_psql -q -c "ALTER SYSTEM SET max_replication_slots = 32" -c "ALTER SYSTEM SET max_wal_senders = 32"
-runuser -u postgres -- "$(pg_bindir)/pg_ctl" -D "$work/pg/data" -l "$work/pg/log" -w restart >/dev/null
-pg_psql -q -f sql/01_outbox.sql
-pg_psql -q -f sql/04_publication.sql
-broker_start "$work/broker" "$KPORT"
+bench_cluster "$work" 32
 # Generous connect timeout: under valgrind, start-up on a busy box takes seconds.
 URL="postgres://postgres@/app?host=$PG_SOCKET&port=$PORT&connect_timeout=120"
 

@@ -185,6 +185,32 @@ broker_start() {
   echo "tansu did not start; see $dir/log" >&2; return 1
 }
 
+# free_port BASE SPAN: a local TCP port in BASE..BASE+SPAN-1 that nothing listens on.
+free_port() {
+  local p
+  for _ in $(seq 1 50); do
+    p=$(($1 + RANDOM % $2))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
+  done
+  return 1
+}
+
+# bench_cluster DIR [MAX_SLOTS]: the benchmark scripts' set-up, on free ports (set in PORT and
+# KPORT): a throwaway PostgreSQL with the outbox table and the publication (replication slots and
+# walsenders raised to MAX_SLOTS when given) and an in-memory tansu.
+bench_cluster() {
+  local dir=$1 slots=${2:-}
+  PORT=$(free_port 58600 800); KPORT=$(free_port 20000 800)
+  pg_start "$dir/pg" "$PORT"
+  if [ -n "$slots" ]; then
+    pg_psql -q -c "ALTER SYSTEM SET max_replication_slots = $slots" -c "ALTER SYSTEM SET max_wal_senders = $slots"
+    runuser -u postgres -- "$(pg_bindir)/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/log" -w restart >/dev/null
+  fi
+  pg_psql -q -f sql/01_outbox.sql
+  pg_psql -q -f sql/04_publication.sql
+  broker_start "$dir/broker" "$KPORT"
+}
+
 wait_for_log() {
   local file=$1 needle=$2 secs=$3
   for _ in $(seq 1 $((secs * 10))); do

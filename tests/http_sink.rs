@@ -151,13 +151,7 @@ fn kill9_under_load_then_restart_loses_nothing() {
     let mut d = Outboxd::spawn_streaming(&a);
     const TXNS: u64 = 10;
     const ROWS: u64 = 300;
-    for t in 0..TXNS {
-        pg.psql(&format!(
-            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
-             SELECT 'load', 'k' || (g % 7), 'load', jsonb_build_object('n', {t} * {ROWS} + g) \
-             FROM generate_series(1, {ROWS}) g"
-        ));
-    }
+    pg.insert_load("load", 7, TXNS, ROWS);
     // Mid-way through the fourth transaction: the first transactions confirmed, the rest in flight or unread.
     assert!(hook.wait_delivered((3 * ROWS + ROWS / 2) as usize, Duration::from_secs(60)), "{}", d.log());
     d.kill9();

@@ -374,13 +374,7 @@ async fn kill9_under_load_then_restart_loses_nothing() {
     let mut d = Outboxd::spawn_streaming(&a);
     const TXNS: u64 = 10;
     const ROWS: u64 = 3000;
-    for t in 0..TXNS {
-        pg.psql(&format!(
-            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
-             SELECT 't', 'k' || (g % 5), 'load', jsonb_build_object('n', {t} * {ROWS} + g) \
-             FROM generate_series(1, {ROWS}) g"
-        ));
-    }
+    pg.insert_load("t", 5, TXNS, ROWS);
     assert!(r.wait_count(&q, ROWS as u32, Duration::from_secs(60)).await, "{}", d.log());
     d.kill9();
     let at_kill = r.count(&q).await;

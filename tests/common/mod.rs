@@ -573,6 +573,19 @@ impl PgCluster {
         .to_owned()
     }
 
+    /// `txns` transactions of `rows` outbox rows each: aggregate type `agg_type`, aggregate ids
+    /// `k0`..`k{keys - 1}` (row g of a transaction gets `k{g % keys}`), event type `load`, payload
+    /// `{"n": N}` with N numbering the rows 1.. across all transactions.
+    pub fn insert_load(&self, agg_type: &str, keys: u64, txns: u64, rows: u64) {
+        for t in 0..txns {
+            self.psql(&format!(
+                "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+                 SELECT '{agg_type}', 'k' || (g % {keys}), 'load', jsonb_build_object('n', {t} * {rows} + g) \
+                 FROM generate_series(1, {rows}) g"
+            ));
+        }
+    }
+
     /// The server's current WAL insert position.
     pub fn current_lsn(&self) -> String {
         self.psql("SELECT pg_current_wal_insert_lsn()::text")
