@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Backfill benchmark: N outbox rows (PAD bytes of padding each) re-published by `outboxd backfill`
 #   1. --sink null: reading pages and routing, no broker,
-#   2. --sink kafka into a local tansu broker,
+#   2. --sink kafka into a local Apache Kafka broker (scripts/kafka),
 # each timed with /usr/bin/time (wall seconds, rows/s, peak RSS). The point of the RSS column is
 # that it does not grow with N: pages are bounded by --batch-size and the in-flight window.
 # Usage: bench/backfill.sh [N] [PAD]   (defaults 100000 rows, 2048 bytes)
@@ -20,9 +20,9 @@ echo "binary: $OUTBOXD_BIN"
 
 work=$(mktemp -d /tmp/outboxd-bench-backfill.XXXXXX)
 trap 'stop_all; rm -rf "$work"' EXIT
-port=$((57000 + RANDOM % 1000)); kport=$((19900 + RANDOM % 80))
+port=$((57000 + RANDOM % 1000))
 pg_start "$work/pg" "$port"
-broker_start "$work/broker" "$kport"
+kafka_start "$work/kafka"; kport=$KPORT
 pg_psql -q -f sql/01_outbox.sql
 echo "inserting $N rows of ~$PAD B..."
 pg_psql -q -c "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at)

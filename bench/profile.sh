@@ -12,7 +12,7 @@
 #   single  N_SINGLE single-row transactions            (default 20000)
 #   big     N_BIG rows in BIG_TXN_ROWS-row transactions  (default 20000 in 1000-row txns)
 #   huge    one transaction of N_HUGE rows                (default 100000)
-# Sinks: null, kafka (a local in-memory tansu; the topic is created by a warm-up run before any
+# Sinks: null, kafka (a local Apache Kafka broker; the topic is created by a warm-up run before any
 # measured one, so topic creation stays out of the figures).
 # Tools: callgrind (Ir = instructions executed in user space, every thread of outboxd),
 #        perf (perf stat: context switches, sched_wakeup events raised by outboxd's threads,

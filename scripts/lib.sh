@@ -1,5 +1,6 @@
 # Shared shell helpers for scripts/demo, scripts/test and bench/: tool installs, a throwaway
-# PostgreSQL cluster, and a tansu broker. Source it; it defines functions only.
+# PostgreSQL cluster, an Apache Kafka cluster (through scripts/kafka), and the message servers.
+# Source it; it defines functions only.
 
 PG_BIN=""
 PIDS_TO_KILL=()
@@ -79,7 +80,8 @@ _pg_version_install() {
   rm -rf "$tmp"
 }
 
-# Install what a fresh machine of this kind lacks: PostgreSQL server binaries and tansu.
+# Install what a fresh machine of this kind lacks: PostgreSQL server binaries, Apache Kafka's jars,
+# Redis, RabbitMQ and NATS.
 ensure_tools() {
   export PATH="$HOME/.cargo/bin:$PATH"
   # C libraries rdkafka links: OpenSSL (TLS), Cyrus SASL (GSSAPI), curl (OAUTHBEARER OIDC), zlib.
@@ -106,10 +108,61 @@ ensure_tools() {
     ensure_pg_version "$major" >/dev/null \
       || echo "note: PostgreSQL $major not installed; the tests that start it will fail" >&2
   done
-  if ! command -v tansu >/dev/null 2>&1; then
-    echo "installing tansu 0.6.0 (about 13 minutes on 2 cores)..."
-    cargo install tansu --version 0.6.0 --locked --features dynostore,libsql
+  # Apache Kafka's jars (pinned by tools/kafka/pom.xml) for scripts/kafka.
+  bash scripts/kafka fetch >/dev/null
+  # The message servers the sink tests publish to (started by start_services).
+  need=()
+  command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+  command -v rabbitmq-server >/dev/null 2>&1 || need+=(rabbitmq-server)
+  command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
+  if [ ${#need[@]} -gt 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   fi
+}
+
+port_listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# start_services DIR: Redis (6379), RabbitMQ (5672, guest/guest) and NATS with JetStream (4222) on
+# their usual loopback ports, each unless something already listens there; state and logs in DIR.
+# The ones started here are stopped by stop_services.
+SERVICE_PIDS=()
+start_services() {
+  local dir=$1
+  mkdir -p "$dir"
+  if ! port_listening 6379; then
+    redis-server --port 6379 --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+      --logfile "$dir/redis.log" --daemonize yes --pidfile "$dir/redis.pid" >/dev/null
+    _wait_port 6379 30 redis "$dir/redis.log" || return 1
+    SERVICE_PIDS+=("$(cat "$dir/redis.pid")")
+  fi
+  if ! port_listening 4222; then
+    mkdir -p "$dir/nats"
+    nats-server -a 127.0.0.1 -p 4222 -js -sd "$dir/nats" -l "$dir/nats.log" &
+    SERVICE_PIDS+=($!)
+    _wait_port 4222 30 nats "$dir/nats.log" || return 1
+  fi
+  if ! port_listening 5672; then
+    # As the rabbitmq user with its own home (the Debian wrapper scripts expect that); rabbitmqctl
+    # run as root switches to that user too, so both share one Erlang cookie.
+    mkdir -p "$dir/rabbitmq"; chown rabbitmq "$dir/rabbitmq"; chmod 755 "$dir"
+    runuser -u rabbitmq -- env HOME=/var/lib/rabbitmq RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
+      RABBITMQ_LOG_BASE="$dir/rabbitmq" rabbitmq-server >"$dir/rabbitmq.out" 2>&1 &
+    _wait_port 5672 120 rabbitmq "$dir/rabbitmq.out" || return 1
+    rabbitmqctl await_startup >/dev/null 2>&1 || true
+    RABBIT_STARTED=1
+  fi
+}
+
+_wait_port() { # PORT SECONDS NAME LOG
+  local i
+  for i in $(seq 1 $(($2 * 10))); do port_listening "$1" && return 0; sleep 0.1; done
+  echo "$3 did not listen on 127.0.0.1:$1 within $2 s; see $4:" >&2; tail -20 "$4" >&2 2>/dev/null; return 1
+}
+
+stop_services() {
+  local p
+  for p in "${SERVICE_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  if [ "${RABBIT_STARTED:-0}" = 1 ]; then rabbitmqctl stop >/dev/null 2>&1 || true; fi
 }
 
 # For benchmarks over TLS: stunnel (tansu serves plaintext only, so a TLS-terminating proxy goes in
@@ -169,20 +222,15 @@ CONF
 
 pg_psql() { psql -X -v ON_ERROR_STOP=1 -h "$PG_SOCKET" -p "$PG_PORT" -U postgres -d app "$@"; }
 
-# broker_start DIR PORT [ADVERTISED_PORT]: tansu with in-memory storage, listening on PORT and
-# telling clients to come back on ADVERTISED_PORT (default PORT; another one when a proxy sits in
-# front of it).
-broker_start() {
-  local dir=$1 port=$2 adv=${3:-$2}
-  mkdir -p "$dir"
-  (cd "$dir" && exec tansu broker --listener-url "tcp://127.0.0.1:$port" \
-      --advertised-listener-url "tcp://127.0.0.1:$adv" --storage-engine memory://tansu/ >"$dir/log" 2>&1) &
-  PIDS_TO_KILL+=($!)
-  for _ in $(seq 1 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "tansu did not start; see $dir/log" >&2; return 1
+# kafka_start DIR [scripts/kafka start options]: a private Apache Kafka cluster in DIR (one
+# broker unless --brokers says more); sets KAFKA_BOOTSTRAP and KPORT (broker 1's client port).
+# stop_all stops it.
+KAFKA_DIRS=()
+kafka_start() {
+  local dir=$1; shift
+  KAFKA_BOOTSTRAP=$(bash scripts/kafka start "$dir" --parent $$ "$@") || return 1
+  KAFKA_DIRS+=("$dir")
+  KPORT=${KAFKA_BOOTSTRAP%%,*}; KPORT=${KPORT##*:}
 }
 
 # free_port BASE SPAN: a local TCP port in BASE..BASE+SPAN-1 that nothing listens on.
@@ -197,10 +245,10 @@ free_port() {
 
 # bench_cluster DIR [MAX_SLOTS]: the benchmark scripts' set-up, on free ports (set in PORT and
 # KPORT): a throwaway PostgreSQL with the outbox table and the publication (replication slots and
-# walsenders raised to MAX_SLOTS when given) and an in-memory tansu.
+# walsenders raised to MAX_SLOTS when given) and a one-broker Apache Kafka.
 bench_cluster() {
   local dir=$1 slots=${2:-}
-  PORT=$(free_port 58600 800); KPORT=$(free_port 20000 800)
+  PORT=$(free_port 58600 800)
   pg_start "$dir/pg" "$PORT"
   if [ -n "$slots" ]; then
     pg_psql -q -c "ALTER SYSTEM SET max_replication_slots = $slots" -c "ALTER SYSTEM SET max_wal_senders = $slots"
@@ -208,7 +256,7 @@ bench_cluster() {
   fi
   pg_psql -q -f sql/01_outbox.sql
   pg_psql -q -f sql/04_publication.sql
-  broker_start "$dir/broker" "$KPORT"
+  kafka_start "$dir/kafka"
 }
 
 wait_for_log() {
@@ -221,6 +269,7 @@ wait_for_log() {
 }
 
 stop_all() {
+  for d in "${KAFKA_DIRS[@]}"; do bash scripts/kafka stop "$d" --now >/dev/null 2>&1 || true; done
   for p in "${PIDS_TO_KILL[@]}"; do kill "$p" 2>/dev/null || true; done
   for d in "${PG_DATA_DIRS[@]}"; do runuser -u postgres -- "$(pg_bindir)/pg_ctl" -D "$d" -m immediate stop >/dev/null 2>&1 || true; done
 }

@@ -54,15 +54,17 @@ fn default_policy_dead_letters_and_keeps_going() {
 #[test]
 fn oversize_event_is_kept_in_chunks_confirmed_after_the_last_and_replayed_byte_exact() {
     use common::netfault::{Dir, FreezeProxy};
-    use common::secure_kafka::{client_config, consume_with, Tansu};
+    use common::secure_kafka::{client_config, consume_with};
     let pg = PgCluster::start();
     lax_outbox(&pg);
     // outboxd reaches the broker through a proxy that can hold its produce requests.
     let proxy = FreezeProxy::start(1);
-    let work = tempfile::tempdir().unwrap();
-    let tansu = Tansu::start(work.path(), Some(proxy.port), false);
-    proxy.set_target(tansu.port);
+    let broker = Broker::options().advertise(proxy.port).start();
+    proxy.set_target(broker.port());
     let bootstrap = format!("127.0.0.1:{}", proxy.port);
+    // The destination takes 5 MB records (a topic's default is 1 MB), so the replay below can put
+    // the 3 MiB event back whole; outboxd's own producer limit (1 MB) is what sends it to the DLQ.
+    broker.create_topic_with("size.v1.events", 1, &[("max.message.bytes", "5000000")], false);
     let metrics_port = free_port();
     let mut a = daemon_args_pg_only(
         &pg,

@@ -438,7 +438,7 @@ fn create_topic_at(bootstrap: &str, topic: &str, partitions: i32) {
         secure_kafka::client_config(bootstrap, &[]).create().expect("admin client");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let res = rt.block_on(admin.create_topics(
-        [&NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+        [&NewTopic::new(topic, partitions, TopicReplication::Fixed(-1))],
         &AdminOptions::new().operation_timeout(Some(Duration::from_secs(20))),
     ));
     for r in res.expect("create topics") {
@@ -450,9 +450,8 @@ fn create_topic_at(bootstrap: &str, topic: &str, partitions: i32) {
 fn list_waits_out_a_broker_hiccup_and_fails_clearly_on_a_dead_one() {
     use common::netfault::{Dir, FreezeProxy};
     let proxy = FreezeProxy::start(1);
-    let work = tempfile::tempdir().unwrap();
-    let _tansu = secure_kafka::Tansu::start(work.path(), Some(proxy.port), false);
-    proxy.set_target(_tansu.port);
+    let broker = Broker::options().advertise(proxy.port).start();
+    proxy.set_target(broker.port());
     let bootstrap = format!("127.0.0.1:{}", proxy.port);
     let topic = unique_name("outboxd.dlq");
     create_topic_at(&bootstrap, &topic, 1);

@@ -109,13 +109,12 @@ fn frozen_postgres_link_reconnects_within_the_receiver_timeout_and_loses_nothing
 /// passes them; after the thaw librdkafka reconnects and every event arrives.
 #[test]
 fn frozen_broker_link_confirms_nothing_unacked_and_delivers_after_the_thaw() {
-    use common::secure_kafka::{client_config, consume_with, Tansu};
+    use common::secure_kafka::{client_config, consume_with};
     let pg = PgCluster::start();
     pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
     let proxy = FreezeProxy::start(1);
-    let work = tempfile::tempdir().unwrap();
-    let tansu = Tansu::start(work.path(), Some(proxy.port), false);
-    proxy.set_target(tansu.port);
+    let broker = Broker::options().advertise(proxy.port).start();
+    proxy.set_target(broker.port());
     let bootstrap = format!("127.0.0.1:{}", proxy.port);
     let mut a = daemon_args_pg_only(&pg, &["--status-interval", "500ms", "--heartbeat-interval", "0"]);
     a.extend(args(&["--kafka-brokers", &bootstrap]));

@@ -97,9 +97,8 @@ async fn kafka(cfg: &Config, routed: &[String], out: &mut Checks) {
             out.ok(name, "exists");
             continue;
         }
-        let partitions = if k.topic_partitions > 0 { k.topic_partitions } else { 1 };
-        let replication = if k.topic_replication_factor > 0 { k.topic_replication_factor } else { 1 };
-        let new = NewTopic::new(&topic, partitions, TopicReplication::Fixed(replication));
+        // -1 asks for the broker's own defaults, as the relay does.
+        let new = NewTopic::new(&topic, k.topic_partitions, TopicReplication::Fixed(k.topic_replication_factor));
         match admin.create_topics([&new], &opts).await {
             Ok(r) => match r.into_iter().next() {
                 Some(Ok(_)) | Some(Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists))) => {

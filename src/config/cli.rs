@@ -364,11 +364,13 @@ pub struct RunArgs {
     /// Create this JetStream stream (file storage) at start if it is missing: NAME:SUBJECT[,SUBJECT...].
     #[arg(long, value_name = "NAME:SUBJECTS")]
     pub nats_create_stream: Option<String>,
-    /// Partitions for topics outboxd creates.
-    #[arg(long, default_value_t = 1)]
+    /// Partitions for topics outboxd creates; -1: the broker's num.partitions (Debezium
+    /// topic.creation.default.partitions).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
     pub topic_partitions: i32,
-    /// Replication factor for topics outboxd creates.
-    #[arg(long, default_value_t = 1)]
+    /// Replication factor for topics outboxd creates; -1: the broker's default.replication.factor,
+    /// so a topic is as durable as the cluster (Debezium topic.creation.default.replication.factor).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
     pub topic_replication_factor: i32,
     /// Column whose value picks the topic (Debezium `route.by.field`).
     #[arg(long, default_value = "event_type")]

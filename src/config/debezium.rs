@@ -350,6 +350,24 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
             }
         }
     }
+    // Debezium's topic auto-creation defaults size the topics outboxd creates (-1: the broker's).
+    for (key, id) in [
+        ("topic.creation.default.partitions", "topic_partitions"),
+        ("topic.creation.default.replication.factor", "topic_replication_factor"),
+    ] {
+        if let Some(v) = get(key) {
+            match v.trim().parse::<i32>() {
+                Ok(n) if n == -1 || n >= 1 => o.values.push((id, n.to_string())),
+                _ => return Err(format!("{key}={v} is not a number of at least 1 or -1 (the broker's default)")),
+            }
+        }
+    }
+    if let Some(g) = get("topic.creation.groups") {
+        o.notes.push((
+            true,
+            format!("topic.creation.groups={g}: outboxd sizes every topic it creates with topic.creation.default.*; create grouped topics yourself"),
+        ));
+    }
     let mapped = producer::map(&java)?;
     if let Some(b) = mapped.brokers {
         o.values.push(("kafka_brokers", b));
@@ -484,6 +502,26 @@ mod tests {
             assert_eq!(value(&o, "table_field_additional_missing"), Some(want), "{k}={v}");
             assert!(o.notes.iter().all(|(w, _)| !w), "{k} is known: {:?}", o.notes);
         }
+    }
+
+    #[test]
+    fn topic_creation_defaults_size_the_topics_outboxd_creates() {
+        let o = translate(&map(&[
+            ("topic.creation.default.partitions", "6"),
+            ("topic.creation.default.replication.factor", "-1"),
+        ]))
+        .unwrap();
+        assert_eq!(value(&o, "topic_partitions"), Some("6"));
+        assert_eq!(value(&o, "topic_replication_factor"), Some("-1"));
+        assert!(o.notes.iter().all(|(w, _)| !w), "both keys are known: {:?}", o.notes);
+        let o = translate(&map(&[])).unwrap();
+        assert_eq!(value(&o, "topic_replication_factor"), None, "the flag's default (-1) stays");
+        for bad in ["0", "-2", "three"] {
+            let e = translate(&map(&[("topic.creation.default.replication.factor", bad)])).unwrap_err();
+            assert!(e.contains("topic.creation.default.replication.factor") && e.contains(bad), "{e}");
+        }
+        let o = translate(&map(&[("topic.creation.groups", "compacted")])).unwrap();
+        assert!(o.notes.iter().any(|(w, n)| *w && n.contains("topic.creation.groups")), "{:?}", o.notes);
     }
 
     #[test]

@@ -89,11 +89,17 @@ impl Config {
             timeout: parse_duration("--http-timeout", &a.http_timeout)?,
             required: a.sink == SinkKind::Http,
         })?;
-        if a.topic_partitions < 1 {
-            return Err(bad(format!("--topic-partitions {} must be at least 1", a.topic_partitions)));
+        if a.topic_partitions < 1 && a.topic_partitions != -1 {
+            return Err(bad(format!(
+                "--topic-partitions {} must be at least 1, or -1 for the broker's num.partitions",
+                a.topic_partitions
+            )));
         }
-        if a.topic_replication_factor < 1 {
-            return Err(bad(format!("--topic-replication-factor {} must be at least 1", a.topic_replication_factor)));
+        if a.topic_replication_factor < 1 && a.topic_replication_factor != -1 {
+            return Err(bad(format!(
+                "--topic-replication-factor {} must be at least 1, or -1 for the broker's default.replication.factor",
+                a.topic_replication_factor
+            )));
         }
         if a.max_in_flight == 0 {
             return Err(bad("--max-in-flight must be at least 1".into()));

@@ -7,11 +7,8 @@
 //!   the tempdir), with database `app`, a SUPERUSER/REPLICATION role
 //!   `outboxd` (SCRAM password [`PASSWORD`]) and a role `md5user` whose
 //!   password is stored as MD5 (password [`MD5_PASSWORD`]).
-//! * [`Broker`] — a `tansu` Kafka-protocol broker on a free port.  tansu does
-//!   not auto-create topics (use [`Broker::create_topic`]), its consumer-group
-//!   join is slow and its high watermarks are unreliable, so
-//!   [`Broker::consume_all`] uses `assign()` from the beginning and counts
-//!   records by actually reading them.
+//! * [`Broker`] — a private Apache Kafka cluster (KRaft) from `scripts/kafka`, the launcher users
+//!   run too: one broker by default, more with [`Broker::options`]; see [`kafka`].
 //! * [`Outboxd`] — the daemon under test (`CARGO_BIN_EXE_outboxd`) with its
 //!   stdout+stderr captured in a log file; [`run_to_exit`] for one-shot runs.
 //!
@@ -26,15 +23,19 @@
 //! default installation's client (15), which talks to older servers.
 //!
 //! Environment overrides: `PG_BINDIR` (directory with `initdb`/`pg_ctl`),
-//! `TANSU_BIN` (path to the tansu binary), `OUTBOXD_TEST_KEEP=1` (keep
+//! `KAFKA_LIBS` (the Kafka jars' directory, see `scripts/kafka`), `OUTBOXD_TEST_KEEP=1` (keep
 //! tempdirs of dropped clusters/brokers/daemons for post-mortem inspection).
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod kafka;
 pub mod netfault;
 pub mod pg_tls;
 pub mod secure_kafka;
 pub mod webhook;
+
+#[allow(unused_imports)]
+pub use kafka::{Broker, BrokerOptions, Consumed};
 
 use std::collections::HashSet;
 use std::fs::{self, File};
@@ -46,12 +47,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::RDKafkaErrorCode;
-use rdkafka::{Offset, TopicPartitionList};
 use tempfile::TempDir;
 
 /// Password of the `outboxd` role (stored as SCRAM-SHA-256).
@@ -820,370 +815,6 @@ fn append(path: &Path, text: &str) {
     let mut f =
         fs::OpenOptions::new().append(true).open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     f.write_all(text.as_bytes()).expect("append");
-}
-
-// ---------------------------------------------------------------------------
-// Kafka (tansu)
-// ---------------------------------------------------------------------------
-
-/// Path of the tansu binary: `$TANSU_BIN`, `~/.cargo/bin/tansu`, or `tansu`.
-pub fn tansu_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("TANSU_BIN") {
-        return PathBuf::from(p);
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        let p = Path::new(&home).join(".cargo/bin/tansu");
-        if p.exists() {
-            return p;
-        }
-    }
-    PathBuf::from("tansu")
-}
-
-/// One record read back by [`Broker::consume_all`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Consumed {
-    pub topic: String,
-    pub partition: i32,
-    pub offset: i64,
-    pub key: Option<Vec<u8>>,
-    pub payload: Option<Vec<u8>>,
-    /// Header values; a null header value is returned as an empty vec.
-    pub headers: Vec<(String, Vec<u8>)>,
-    pub timestamp_ms: Option<i64>,
-}
-
-impl Consumed {
-    /// Copy what the tests look at out of a consumed message.
-    pub fn from_message(m: &rdkafka::message::BorrowedMessage<'_>) -> Consumed {
-        use rdkafka::message::{Headers as _, Message as _};
-        let headers = m
-            .headers()
-            .map(|hs| hs.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
-            .unwrap_or_default();
-        Consumed {
-            topic: m.topic().to_string(),
-            partition: m.partition(),
-            offset: m.offset(),
-            key: m.key().map(<[u8]>::to_vec),
-            payload: m.payload().map(<[u8]>::to_vec),
-            headers,
-            timestamp_ms: m.timestamp().to_millis(),
-        }
-    }
-
-    /// First header with this name.
-    pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_slice())
-    }
-
-    /// First header with this name as UTF-8 (lossy).
-    pub fn header_str(&self, name: &str) -> Option<String> {
-        self.header(name).map(|v| String::from_utf8_lossy(v).into_owned())
-    }
-
-    /// Key as UTF-8 (lossy).
-    pub fn key_str(&self) -> Option<String> {
-        self.key.as_deref().map(|v| String::from_utf8_lossy(v).into_owned())
-    }
-
-    /// Payload parsed as JSON (panics if absent or not JSON).
-    pub fn payload_json(&self) -> serde_json::Value {
-        let p = self.payload.as_deref().expect("record has no payload");
-        serde_json::from_slice(p)
-            .unwrap_or_else(|e| panic!("payload is not JSON ({e}): {}", String::from_utf8_lossy(p)))
-    }
-}
-
-/// A tansu broker process (killed on drop).
-pub struct Broker {
-    dir: Option<TempDir>,
-    /// Working directory of tansu (holds the sqlite file for persistent storage).
-    workdir: PathBuf,
-    storage: String,
-    port: u16,
-    child: Option<Child>,
-}
-
-impl Broker {
-    /// Starts a broker with in-memory storage on a free port.
-    pub fn start() -> Broker {
-        let dir = make_tempdir("outboxd-tansu-");
-        let workdir = dir.path().to_path_buf();
-        Self::launch(dir, workdir, "memory://tansu/".to_string())
-    }
-
-    /// Starts a broker whose data lives in `dir/tansu.db` (sqlite), so it
-    /// survives [`restart`](Self::restart) and even a new `Broker` on the same dir.
-    pub fn start_persistent(dir: impl AsRef<Path>) -> Broker {
-        let workdir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(&workdir).expect("create broker dir");
-        let logdir = make_tempdir("outboxd-tansu-");
-        Self::launch(logdir, workdir, "sqlite://tansu.db".to_string())
-    }
-
-    fn launch(dir: TempDir, workdir: PathBuf, storage: String) -> Broker {
-        let mut broker = Broker { dir: Some(dir), workdir, storage, port: 0, child: None };
-        let mut last_err = String::new();
-        for _attempt in 0..5 {
-            broker.port = free_port();
-            match broker.spawn_and_wait(Duration::from_secs(60)) {
-                Ok(()) => return broker,
-                Err(e) => {
-                    broker.kill();
-                    last_err = e;
-                }
-            }
-        }
-        panic!("tansu did not start:\n{last_err}");
-    }
-
-    fn spawn_and_wait(&mut self, timeout: Duration) -> Result<(), String> {
-        let log = fs::OpenOptions::new().create(true).append(true).open(self.log_path()).expect("open tansu log");
-        let log2 = log.try_clone().expect("clone log fd");
-        let url = format!("tcp://127.0.0.1:{}", self.port);
-        let child = Command::new(tansu_bin())
-            .arg("broker")
-            .args(["--listener-url", &url])
-            .args(["--advertised-listener-url", &url])
-            .args(["--storage-engine", &self.storage])
-            .current_dir(&self.workdir)
-            .env("RUST_LOG", std::env::var("TANSU_LOG").unwrap_or_else(|_| "warn".into()))
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .spawn()
-            .map_err(|e| format!("spawn {}: {e}", tansu_bin().display()))?;
-        self.child = Some(child);
-
-        let deadline = Instant::now() + timeout;
-        let mut ready = false;
-        while Instant::now() < deadline {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().ok().flatten() {
-                return Err(format!("tansu exited with {status}\nlog:\n{}", self.log()));
-            }
-            if port_open(self.port) && self.metadata_ok(Duration::from_secs(3)) {
-                ready = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        if ready {
-            Ok(())
-        } else {
-            Err(format!("tansu not ready after {timeout:?}\nlog:\n{}", self.log()))
-        }
-    }
-
-    fn metadata_ok(&self, timeout: Duration) -> bool {
-        let consumer: BaseConsumer = match self.client_config().set("group.id", "outboxd-harness-probe").create() {
-            Ok(c) => c,
-            Err(_) => return false,
-        };
-        consumer.fetch_metadata(None, timeout).map(|m| !m.brokers().is_empty()).unwrap_or(false)
-    }
-
-    /// `127.0.0.1:PORT`
-    pub fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Process id of the running broker, if any.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
-    }
-
-    pub fn log_path(&self) -> PathBuf {
-        self.dir.as_ref().expect("tempdir").path().join("tansu.log")
-    }
-
-    /// The broker's combined stdout/stderr so far.
-    pub fn log(&self) -> String {
-        read_lossy(&self.log_path())
-    }
-
-    /// A `ClientConfig` with `bootstrap.servers` set (and IPv4 forced).
-    pub fn client_config(&self) -> ClientConfig {
-        let mut cfg = ClientConfig::new();
-        cfg.set("bootstrap.servers", self.bootstrap()).set("broker.address.family", "v4").set("log_level", "3");
-        cfg
-    }
-
-    /// Creates `name` with `partitions` partitions (replication factor 1)
-    /// and waits until the metadata shows all partitions.  Panics if it
-    /// already exists (see [`ensure_topic`](Self::ensure_topic)).  Usable from
-    /// both sync and async tests (the admin future runs on a helper thread).
-    pub fn create_topic(&self, name: &str, partitions: i32) {
-        self.create_topic_inner(name, partitions, false)
-    }
-
-    /// Like [`create_topic`](Self::create_topic) but an existing topic is fine
-    /// (e.g. after [`restart`](Self::restart) of a persistent broker).
-    pub fn ensure_topic(&self, name: &str, partitions: i32) {
-        self.create_topic_inner(name, partitions, true)
-    }
-
-    fn create_topic_inner(&self, name: &str, partitions: i32, exists_ok: bool) {
-        let cfg = self.client_config();
-        let topic = name.to_string();
-        let result = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("build runtime");
-            rt.block_on(async move {
-                let admin: AdminClient<DefaultClientContext> = cfg.create().map_err(|e| e.to_string())?;
-                let new = NewTopic::new(&topic, partitions, TopicReplication::Fixed(1));
-                let opts = AdminOptions::new()
-                    .request_timeout(Some(Duration::from_secs(20)))
-                    .operation_timeout(Some(Duration::from_secs(20)));
-                let res = admin.create_topics([&new], &opts).await.map_err(|e| e.to_string())?;
-                for r in res {
-                    match r {
-                        Ok(_) => {}
-                        Err((_, RDKafkaErrorCode::TopicAlreadyExists)) if exists_ok => {}
-                        Err((t, code)) => return Err(format!("create topic {t}: {code:?} ({code})")),
-                    }
-                }
-                Ok::<(), String>(())
-            })
-        })
-        .join()
-        .expect("create_topic thread panicked");
-        if let Err(e) = result {
-            panic!("create_topic({name}, {partitions}) failed: {e}\nbroker log:\n{}", self.log());
-        }
-
-        let ok = wait_until(Duration::from_secs(20), || self.partition_count(name) == Some(partitions as usize));
-        assert!(ok, "topic {name} did not show {partitions} partitions in metadata");
-    }
-
-    /// Number of partitions of `topic` per the broker's metadata (None if unknown).
-    pub fn partition_count(&self, topic: &str) -> Option<usize> {
-        let consumer: BaseConsumer = self
-            .client_config()
-            .set("group.id", "outboxd-harness-probe")
-            .set("allow.auto.create.topics", "false")
-            .create()
-            .ok()?;
-        let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)).ok()?;
-        let t = md.topics().iter().find(|t| t.name() == topic)?;
-        if t.error().is_some() || t.partitions().is_empty() {
-            return None;
-        }
-        Some(t.partitions().len())
-    }
-
-    /// Names of all topics the broker knows (internal ones excluded).
-    pub fn topics(&self) -> Vec<String> {
-        let consumer: BaseConsumer = self.client_config().create().expect("create consumer");
-        let md = consumer.fetch_metadata(None, Duration::from_secs(5)).expect("metadata");
-        md.topics().iter().map(|t| t.name().to_owned()).filter(|n| !n.starts_with("__")).collect()
-    }
-
-    /// Reads `topic` partitions `0..partitions` from the beginning with
-    /// `assign()` (no group join, no commits) until at least `min_count`
-    /// records arrived and then ~1 s passed without new ones, or until
-    /// `timeout`.  Returns what it got, ordered by (partition, offset).
-    ///
-    /// Uses `isolation.level=read_uncommitted` because tansu's partition
-    /// watermarks (and so possibly its last-stable offset) are unreliable.
-    /// Blocking; in async tests consider `tokio::task::spawn_blocking` if
-    /// something on the same runtime must make progress meanwhile.
-    pub fn consume_all(&self, topic: &str, partitions: i32, min_count: usize, timeout: Duration) -> Vec<Consumed> {
-        const QUIET: Duration = Duration::from_secs(1);
-        let consumer: BaseConsumer = self
-            .client_config()
-            .set("group.id", unique_name("outboxd-harness"))
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("isolation.level", "read_uncommitted")
-            .set("fetch.wait.max.ms", "100")
-            .set("allow.auto.create.topics", "false")
-            .create()
-            .expect("create consumer");
-        let mut tpl = TopicPartitionList::new();
-        for p in 0..partitions {
-            tpl.add_partition_offset(topic, p, Offset::Beginning).expect("add partition");
-        }
-        consumer.assign(&tpl).expect("assign");
-
-        let start = Instant::now();
-        let deadline = start + timeout;
-        let mut last_new = start;
-        let mut out: Vec<Consumed> = Vec::new();
-        while Instant::now() < deadline {
-            if out.len() >= min_count && last_new.elapsed() >= QUIET {
-                break;
-            }
-            match consumer.poll(Duration::from_millis(100)) {
-                Some(Ok(m)) => {
-                    out.push(Consumed::from_message(&m));
-                    last_new = Instant::now();
-                }
-                Some(Err(e)) => eprintln!("[harness] consume {topic}: {e}"),
-                None => {}
-            }
-        }
-        out.sort_by_key(|c| (c.partition, c.offset));
-        out
-    }
-
-    /// SIGSTOP the broker (it keeps its sockets but stops answering).
-    pub fn pause(&self) {
-        if let Some(pid) = self.pid() {
-            assert!(send_signal(pid, "STOP"), "kill -STOP {pid} failed");
-        }
-    }
-
-    /// SIGCONT a paused broker.
-    pub fn resume(&self) {
-        if let Some(pid) = self.pid() {
-            assert!(send_signal(pid, "CONT"), "kill -CONT {pid} failed");
-        }
-    }
-
-    /// SIGKILL the broker and reap it.  In-memory data is lost.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = send_signal(child.id(), "CONT");
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Kills the broker and starts it again on the same port and storage
-    /// (only persistent storage keeps topics and records).
-    pub fn restart(&mut self) {
-        self.kill();
-        let mut last_err = String::new();
-        let ok = wait_until(Duration::from_secs(30), || match self.spawn_and_wait(Duration::from_secs(20)) {
-            Ok(()) => true,
-            Err(e) => {
-                self.kill();
-                last_err = e;
-                false
-            }
-        });
-        assert!(ok, "tansu did not restart on port {}:\n{last_err}", self.port);
-    }
-
-    /// Whether the broker process is alive.
-    pub fn is_running(&mut self) -> bool {
-        match self.child.as_mut() {
-            Some(c) => matches!(c.try_wait(), Ok(None)),
-            None => false,
-        }
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        self.kill();
-        dispose_tempdir(self.dir.take(), "tansu");
-    }
 }
 
 // ---------------------------------------------------------------------------
