@@ -1,4 +1,4 @@
-//! `outboxd backfill` against real PostgreSQL and tansu: exactly the rows of a created_at range or
+//! `outboxd backfill` against real PostgreSQL and Apache Kafka: exactly the rows of a created_at range or
 //! an event_id range are re-published through `run`'s router, with `outboxd.backfill=true`; a row
 //! the router refuses makes the exit code 1; no slot is touched; 100,000 rows stream in bounded
 //! memory (peak RSS measured and printed).

@@ -92,7 +92,12 @@ fn healthy_setup_passes_and_each_broken_piece_fails_with_its_fix() {
     }
     // The routed topic of the row in the outbox does not exist yet; the broker would create it.
     assert!(ok.iter().any(|n| n == "topic order.paid.v1.events"), "{report:#}");
-    // (Asked with validate_only; tansu 0.6 ignores that flag and creates the topic, Kafka does not.)
+    // Asked with validate_only: Apache Kafka answers without creating the topic.
+    assert!(
+        !broker.topics().iter().any(|t| t == "order.paid.v1.events"),
+        "check created a topic: {:?}",
+        broker.topics()
+    );
     eprintln!("{text}");
     let warns = with_status(&report, "warn");
     assert!(warns.iter().any(|w| w.1.contains("unlimited") && w.2.contains("max_slot_wal_keep_size")), "{warns:#?}");

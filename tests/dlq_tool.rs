@@ -1,4 +1,4 @@
-//! `outboxd dlq list` and `outboxd dlq replay` against a real tansu broker: counts by reason,
+//! `outboxd dlq list` and `outboxd dlq replay` against a real Apache Kafka broker: counts by reason,
 //! dry runs publish nothing, filtered replays republish exactly the matching records with their
 //! original key, payload, timestamp and headers (no `outboxd.*`), and the state file makes a second
 //! run republish nothing.

@@ -1,4 +1,4 @@
-//! End to end: real PostgreSQL, real tansu broker, the real binary. Events land on the right
+//! End to end: real PostgreSQL, real Apache Kafka broker, the real binary. Events land on the right
 //! topics with the right key, `id` header, payload bytes and timestamp; per-aggregate order is
 //! commit order; the slot's confirmed LSN follows.
 

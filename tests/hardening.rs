@@ -1,5 +1,5 @@
 //! Hardening against a stalled broker, a slow sink and a restarting server (issue "never wedge,
-//! never crash-loop, never grow without bound"), against a private PostgreSQL and a real tansu.
+//! never crash-loop, never grow without bound"), against a private PostgreSQL and a real Apache Kafka.
 //!
 //! * A record stalled at a SIGSTOPped broker while 200,000 other transactions stream past: memory
 //!   stays flat (the ack tracker folds empty transactions), the slot never passes the record, and

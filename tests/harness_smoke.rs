@@ -1,6 +1,6 @@
 //! Smoke tests for the integration-test harness (`tests/common`) and the
 //! repository's SQL (`sql/`): a private PostgreSQL cluster, the outbox schema
-//! and example trigger, and a tansu broker round trip via rdkafka.
+//! and example trigger, and an Apache Kafka round trip via rdkafka.
 
 mod common;
 
@@ -197,7 +197,7 @@ async fn broker_roundtrip_preserves_key_payload_and_headers() {
     assert!(rec.timestamp_ms.is_some_and(|t| t > 0));
 }
 
-/// tansu accepts an idempotent producer (`enable.idempotence=true`,
+/// Apache Kafka accepts an idempotent producer (`enable.idempotence=true`,
 /// `acks=all`), which is what outboxd uses for at-least-once delivery
 /// without broker-side duplicates on retries.
 #[tokio::test]

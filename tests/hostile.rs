@@ -1,4 +1,4 @@
-//! Hostile input, end to end: a real PostgreSQL cluster, a real tansu broker, the real binary.
+//! Hostile input, end to end: a real PostgreSQL cluster, a real Apache Kafka broker, the real binary.
 //!
 //! Rows with content that tends to break relays — a 4 MiB payload, characters from all 17 Unicode
 //! planes, JSON escapes, newlines and control characters in keys and header values, 10 kB keys, a

@@ -2,7 +2,7 @@
 //! copies go to the same sink, on `outboxd.dlq`). Masked payload fields and headers, a field
 //! sealed with one keyring and opened by `outboxd decrypt` after a key rotation, event types the
 //! rules are not for passing byte for byte, and dead-letter copies that carry nothing unmasked;
-//! then the same through a real tansu broker, oversize copies (chunks) included.
+//! then the same through a real Apache Kafka broker, oversize copies (chunks) included.
 
 mod common;
 
@@ -191,7 +191,7 @@ fn masks_encrypts_and_keeps_dead_letter_copies_clean() {
     assert!(err.contains("line 2") && err.contains("\"k2\"") && err.lines().count() == 1, "{err}");
 }
 
-/// Through a real tansu broker: the event on its topic is masked, and so are the dead-letter
+/// Through a real Apache Kafka broker: the event on its topic is masked, and so are the dead-letter
 /// copies of a row the router refuses (NULL route) and of a record over `message.max.bytes`
 /// (sent as chunks): no record on any topic carries the card number.
 #[test]

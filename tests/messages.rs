@@ -1,4 +1,4 @@
-//! Logical messages as the outbox (`--messages-prefix`): real PostgreSQL, real tansu, the real
+//! Logical messages as the outbox (`--messages-prefix`): real PostgreSQL, real Apache Kafka, the real
 //! binary. Transactional messages become records routed like rows (key, `id`, expanded headers,
 //! payload bytes, timestamp from `created_at` in both forms or the commit time); an aborted
 //! transaction's message never appears; non-transactional and malformed messages are bad events;

@@ -1,4 +1,4 @@
-//! `outboxd poll` against a real PostgreSQL and tansu: end to end with the NOTIFY wake-up,
+//! `outboxd poll` against a real PostgreSQL and Apache Kafka: end to end with the NOTIFY wake-up,
 //! per-aggregate order with three pollers killed -9 at random, attempts/backoff/dead-lettering of
 //! a refused record, and a broker outage that must cost no attempts.
 

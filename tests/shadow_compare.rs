@@ -1,4 +1,4 @@
-//! `outboxd shadow compare` against a real tansu broker: a legacy topic and a shadow topic with a
+//! `outboxd shadow compare` against a real Apache Kafka broker: a legacy topic and a shadow topic with a
 //! missing event, an extra event, a changed field, an ignored field, a number spelled differently,
 //! a repeated copy, a record without an id and an old event outside `--since`; the exact `--json`
 //! report and the exit codes (0 all matched, 1 mismatch, 2 bad flags); and `--follow`, whose
