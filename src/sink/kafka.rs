@@ -21,11 +21,15 @@
 //! cancel-safe: held records live in the sink, not in the future. The known-topic cache is an LRU
 //! of [`TOPIC_CACHE`] names; an evicted topic costs one more CreateTopics (answered "exists").
 //!
-//! Broker health: a delivery success marks Kafka up; a background metadata check every few seconds
-//! marks it up or down, so a stalled broker flips `/readyz` within seconds.
+//! Broker health: a delivery success marks Kafka up; a background check every few seconds marks it
+//! up or down, so a stalled broker flips `/readyz` within seconds. The check needs both a metadata
+//! answer and delivery progress: records outstanding with no ack for [`DELIVERY_STALL`] mean down,
+//! even while some broker answers metadata (a cluster below `min.insync.replicas` does exactly
+//! that: it answers, and refuses every write with NOT_ENOUGH_REPLICAS, which librdkafka retries).
+//! Once down with records outstanding, only an ack marks it up again, so `/readyz` does not flap.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,6 +51,8 @@ use crate::metrics::Metrics;
 use crate::router::Record;
 
 const METADATA_CHECK_EVERY: Duration = Duration::from_secs(3);
+/// Records outstanding this long without a single ack: Kafka counts as down.
+const DELIVERY_STALL: Duration = Duration::from_secs(10);
 /// Topics remembered as existing. Beyond it the least recently used is forgotten.
 pub const TOPIC_CACHE: usize = 10_000;
 /// How long a full producer queue is left to drain before the next try.
@@ -76,6 +82,9 @@ pub struct DeliveryContext {
     metrics: Metrics,
     /// The user's properties, to scrub secret values from librdkafka's error texts.
     properties: Vec<(String, String)>,
+    /// When the last delivery succeeded, in milliseconds since `epoch`.
+    last_ack_ms: AtomicU64,
+    epoch: std::time::Instant,
 }
 
 impl DeliveryContext {
@@ -117,6 +126,7 @@ impl ProducerContext for DeliveryContext {
     fn delivery(&self, result: &DeliveryResult<'_>, delivery: Box<Delivery>) {
         match result {
             Ok(_) => {
+                self.last_ack_ms.store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
                 if !self.health.sink_up() {
                     self.kafka_up(true);
                 }
@@ -254,7 +264,13 @@ impl KafkaSink {
             .map_err(|_| Definite::Config("--kafka-property message.max.bytes must be a number of bytes".into()))?
             .unwrap_or(1_000_000);
         metrics.kafka_connected.set(1.0);
-        let context = DeliveryContext { health, metrics, properties: cfg.properties.clone() };
+        let context = DeliveryContext {
+            health,
+            metrics,
+            properties: cfg.properties.clone(),
+            last_ack_ms: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
+        };
         let producer: BaseProducer<DeliveryContext> = kafka_client::create(&c, context, "producer", cfg)?;
         let admin = kafka_client::create(
             &kafka_client::admin_config(cfg, "outboxd-admin"),
@@ -404,12 +420,32 @@ async fn topic_exists(admin: Arc<AdminClient<DefaultClientContext>>, topic: Stri
     .unwrap_or(false)
 }
 
-/// Ask the cluster for metadata every few seconds; the answer (or its absence) is broker health.
+/// Ask the cluster for metadata every few seconds, and look at delivery progress: both make
+/// broker health (see the module doc).
 fn spawn_metadata_checks(producer: Arc<BaseProducer<DeliveryContext>>, stop: Arc<AtomicBool>) {
     let spawned = std::thread::Builder::new().name("outboxd-kafka-health".into()).spawn(move || {
+        // Since when records have been outstanding (None: nothing outstanding at the last look).
+        let mut pending_since: Option<Duration> = None;
+        let mut stalled_before = false;
         while !stop.load(Ordering::Relaxed) {
-            let ok = producer.client().fetch_metadata(None, Duration::from_secs(2)).is_ok();
-            producer.context().kafka_up(ok);
+            let ctx = producer.context();
+            let now = ctx.epoch.elapsed();
+            pending_since = if producer.in_flight_count() > 0 { Some(pending_since.unwrap_or(now)) } else { None };
+            let last_ack = Duration::from_millis(ctx.last_ack_ms.load(Ordering::Relaxed));
+            let stalled = pending_since.is_some_and(|since| now.saturating_sub(since.max(last_ack)) >= DELIVERY_STALL);
+            if stalled && !stalled_before {
+                tracing::warn!(
+                    secs = DELIVERY_STALL.as_secs(),
+                    "Kafka answers but acknowledges nothing (too few in-sync replicas, or a stalled leader?); not ready"
+                );
+            }
+            stalled_before = stalled;
+            // Down with records outstanding: only an ack (the delivery callback) brings it back;
+            // a metadata answer alone does not prove that writes go through.
+            let ok = !stalled
+                && (ctx.health.sink_up() || pending_since.is_none())
+                && producer.client().fetch_metadata(None, Duration::from_secs(2)).is_ok();
+            ctx.kafka_up(ok);
             std::thread::sleep(METADATA_CHECK_EVERY);
         }
     });

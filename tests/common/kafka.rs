@@ -31,6 +31,14 @@ pub fn kafka_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka")
 }
 
+/// `scripts/kafka` with the quick JVM settings (client compiler, serial GC): tests start many
+/// short-lived brokers on two cores, where start-up CPU matters more than peak throughput.
+fn script() -> Command {
+    let mut c = Command::new(kafka_script());
+    c.env("KAFKA_QUICK_JVM", "1");
+    c
+}
+
 /// One record read back by [`Broker::consume_all`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Consumed {
@@ -184,7 +192,7 @@ impl Broker {
                 (Some(t), p)
             }
         };
-        let mut cmd = Command::new(kafka_script());
+        let mut cmd = script();
         cmd.arg("start").arg(&root).args(["--brokers", &opts.brokers.to_string()]);
         for l in &opts.listeners {
             cmd.args(["--listener", l]);
@@ -450,29 +458,25 @@ impl Broker {
 
     /// Waits until every broker lists every broker.
     pub fn wait_ready(&self) {
-        let out = Command::new(kafka_script()).arg("wait").arg(&self.root).output().expect("scripts/kafka wait");
+        let out = script().arg("wait").arg(&self.root).output().expect("scripts/kafka wait");
         assert!(out.status.success(), "cluster not ready:\n{}\n{}", String::from_utf8_lossy(&out.stderr), self.log());
     }
 
     fn node_op(&self, id: u32, op: &str) {
-        let out = Command::new(kafka_script())
-            .args(["node"])
-            .arg(&self.root)
-            .args([&id.to_string(), op])
-            .output()
-            .expect("scripts/kafka node");
+        let out =
+            script().args(["node"]).arg(&self.root).args([&id.to_string(), op]).output().expect("scripts/kafka node");
         assert!(out.status.success(), "scripts/kafka node {id} {op}: {}", String::from_utf8_lossy(&out.stderr));
     }
 
     /// kill -9 of every node. Data stays on disk.
     pub fn kill(&mut self) {
-        let _ = Command::new(kafka_script()).arg("stop").arg(&self.root).arg("--kill").output();
+        let _ = script().arg("stop").arg(&self.root).arg("--kill").output();
     }
 
     /// Kills every node and starts them again on the same ports and data.
     pub fn restart(&mut self) {
         self.kill();
-        let out = Command::new(kafka_script()).arg("restart").arg(&self.root).output().expect("scripts/kafka restart");
+        let out = script().arg("restart").arg(&self.root).output().expect("scripts/kafka restart");
         assert!(out.status.success(), "restart failed: {}\n{}", String::from_utf8_lossy(&out.stderr), self.log());
     }
 
@@ -484,7 +488,7 @@ impl Broker {
     /// Runs a Kafka command-line tool class (e.g. `AclCommand`) against the internal listeners;
     /// returns (success, stdout+stderr).
     pub fn tool(&self, class: &str, args: &[&str]) -> (bool, String) {
-        let out = Command::new(kafka_script()).arg("tool").arg(class).args(args).output().expect("scripts/kafka tool");
+        let out = script().arg("tool").arg(class).args(args).output().expect("scripts/kafka tool");
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         (out.status.success(), text)
     }
@@ -492,7 +496,7 @@ impl Broker {
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        let _ = Command::new(kafka_script()).arg("stop").arg(&self.root).arg("--now").output();
+        let _ = script().arg("stop").arg(&self.root).arg("--now").output();
         dispose_tempdir(self.tmp.take(), "kafka");
     }
 }
