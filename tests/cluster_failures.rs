@@ -243,11 +243,11 @@ fn busiest_leader(broker: &Broker, topic: &str) -> (u32, Vec<i32>) {
 }
 
 /// Creates `topic` with 3 partitions, LogAppendTime, and replication factor 3 and
-/// `min.insync.replicas=2` stated explicitly. The cluster defaults cannot be relied on: with a
-/// dedicated controller, `Broker::create_topic`'s RF -1 is resolved by the controller's own
-/// `default.replication.factor`, which scripts/kafka does not set (RF 1), and with eligible leader
-/// replicas on (Kafka 4.x) the controller publishes its `min.insync.replicas` (unset: 1) as a
-/// cluster-wide dynamic config that overrides the brokers' static 2.
+/// `min.insync.replicas=2` stated explicitly, so these tests do not depend on the cluster's
+/// defaults (with a dedicated controller, CreateTopics' -1 is resolved by the controller's own
+/// `default.replication.factor`, and in Kafka 4.x the controller publishes its
+/// `min.insync.replicas` cluster-wide; scripts/kafka sets both on the controller, and
+/// `topics_outboxd_creates_are_as_durable_as_the_cluster` checks what it gets).
 fn create_rf3_topic(broker: &Broker, topic: &str) {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
@@ -810,4 +810,57 @@ fn reassignment_and_leader_election_while_streaming() {
         f.events, f.duplicates
     );
     d.stop_cleanly();
+}
+
+/// outboxd creates its topic itself, with its defaults (`--topic-replication-factor -1`: the
+/// cluster's `default.replication.factor`, 3 here): the topic gets three replicas and
+/// `min.insync.replicas=2`, and a kill -9 of its leader under the writer loses nothing.
+#[test]
+fn topics_outboxd_creates_are_as_durable_as_the_cluster() {
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    let broker = Broker::options().brokers(3).start();
+    let topic = "durable.v1.events".to_string();
+    let (mut d, _) = daemon(&pg, &broker, &[]);
+    let sampler = Sampler::start(&pg);
+    let w = Writer::start(&pg, "durable");
+    assert!(wait_until(Duration::from_secs(60), || broker.partition_count(&topic).is_some()), "{}", d.log());
+    wait_full_isr_any(&broker, &topic, Duration::from_secs(60));
+    let ps = broker.replicas(&topic);
+    assert!(ps.iter().all(|(_, _, r)| r.len() == 3), "outboxd created {topic} with fewer than 3 replicas: {ps:?}");
+    let (ok, desc) = broker
+        .tool("TopicCommand", &["--bootstrap-server", &broker.admin_bootstrap(), "--describe", "--topic", &topic]);
+    assert!(ok && desc.contains("ReplicationFactor: 3"), "{desc}");
+    std::thread::sleep(Duration::from_secs(3));
+
+    let (leader, _) = busiest_leader(&broker, &topic);
+    let c0 = confirmed(&pg);
+    let t0 = Instant::now();
+    broker.kill_node(leader);
+    let r = resumed_after(&pg, &w, t0, Duration::from_secs(120));
+    assert!(r.is_some(), "not resumed within 120 s of the leader's kill -9:\n{}", d.log());
+    let until = w.written();
+    std::thread::sleep(Duration::from_secs(3));
+    let batches = w.finish();
+    assert!(pg.wait_slot_reaches_wal_end(Duration::from_secs(60)), "slot stuck at {}\n{}", pg.confirmed_lsn(), d.log());
+    let samples = sampler.finish();
+    let f = verify(&pg, &broker, &topic, &batches, &samples, &[Window { label: "leader kill", from_lsn: c0, until }]);
+    eprintln!(
+        "outboxd-created topic ({} partition(s), replicas {ps:?}), leader kill -9: {} events, {} duplicates, resumed {:.1} s after",
+        ps.len(),
+        f.events,
+        f.duplicates,
+        r.unwrap().as_secs_f64()
+    );
+    d.stop_cleanly();
+}
+
+/// Waits until every partition of `topic` (however many) has a leader and 3 replicas in sync.
+fn wait_full_isr_any(broker: &Broker, topic: &str, timeout: Duration) {
+    let mut last = None;
+    let ok = wait_until(timeout, || {
+        last = partitions(broker, topic);
+        last.as_ref().is_some_and(|ps| !ps.is_empty() && ps.iter().all(|(_, l, _, isr)| *l > 0 && isr.len() == 3))
+    });
+    assert!(ok, "{topic} never got 3 in-sync replicas: {last:?}\n{}", broker.log());
 }
