@@ -217,7 +217,10 @@ fn start(extra: &[&str]) -> (PgCluster, Broker, Outboxd) {
 }
 
 fn start_daemon(pg: PgCluster, extra: &[&str]) -> (PgCluster, Broker, Outboxd) {
-    let broker = Broker::start();
+    start_daemon_on(pg, Broker::start(), extra)
+}
+
+fn start_daemon_on(pg: PgCluster, broker: Broker, extra: &[&str]) -> (PgCluster, Broker, Outboxd) {
     let mut flags = vec!["--status-interval", "200ms"];
     flags.extend_from_slice(extra);
     let d = Outboxd::spawn_streaming(&daemon_args(&pg, &broker, &flags));
@@ -286,7 +289,12 @@ fn four_mib_payload_arrives_whole_and_later_events_follow() {
     let size: usize =
         std::env::var("HOSTILE_BIG_PAYLOAD_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(4 * 1024 * 1024);
     let max_bytes = format!("message.max.bytes={}", (size + 1_000_000).max(10_000_000));
-    let (pg, broker, mut d) = start(&["--kafka-property", &max_bytes]);
+    // A broker whose topics take records that large (Apache Kafka's default is 1 MB): the
+    // producer's limit and the topic's must both be raised to carry such an event.
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    let broker = Broker::options().prop(&max_bytes).start();
+    let (pg, broker, mut d) = start_daemon_on(pg, broker, &["--kafka-property", &max_bytes]);
     let db = Db::connect(&pg);
     db.insert("outbox", "before", r#"{"n": 0}"#, "{}");
     db.batch("BEGIN");
