@@ -165,17 +165,6 @@ stop_services() {
   if [ "${RABBIT_STARTED:-0}" = 1 ]; then rabbitmqctl stop >/dev/null 2>&1 || true; fi
 }
 
-# For benchmarks over TLS: stunnel (tansu serves plaintext only, so a TLS-terminating proxy goes in
-# front of it) and socat (a plain TCP hop, to tell the proxy's cost from TLS's).
-ensure_tls_tools() {
-  local need=()
-  command -v stunnel4 >/dev/null 2>&1 || command -v stunnel >/dev/null 2>&1 || need+=(stunnel4)
-  command -v socat >/dev/null 2>&1 || need+=(socat)
-  if [ ${#need[@]} -gt 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  fi
-}
-
 # make_certs DIR: a throwaway CA (DIR/ca.pem) and a server certificate it signed for localhost and
 # 127.0.0.1 (DIR/server.pem, DIR/server.key), valid for two days.
 make_certs() {

@@ -2,13 +2,13 @@
 //! cluster, what currently stands on the far side of the readers, and what has been measured.
 //!
 //! Scenarios borrow it mutably one at a time. The far side is replaced, never reused across
-//! scenarios: `new_broker` stops the previous tansu before starting a fresh one.
+//! scenarios: `new_broker` stops the previous Apache Kafka broker before starting a fresh one.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use crate::broker::{self, Proxied, Service};
+use crate::broker::{Kafka, Listeners, Service};
 use crate::cluster::Cluster;
 use crate::knobs::Knobs;
 use crate::report::Report;
@@ -39,12 +39,8 @@ impl Tools {
 /// What the readers' records go to.
 #[derive(Default)]
 pub struct Far {
-    /// The scenario's tansu (Kafka readers over the socket or plain TCP).
-    pub tansu: Option<Service>,
-    /// stunnel in front of a second tansu (tls scenario).
-    pub tls: Option<Proxied>,
-    /// socat in front of a third tansu (tls scenario, TLS_HOP=1).
-    pub hop: Option<Proxied>,
+    /// The scenario's Apache Kafka broker (in the tls scenario with a TLS listener too).
+    pub kafka: Option<Kafka>,
     /// bench_webhook for the http drain row.
     pub webhook: Option<Service>,
     /// The exchange and queue name when RabbitMQ is set up for the drain.
@@ -57,24 +53,30 @@ pub struct Bench {
     pub work: PathBuf,
     pub pg: Cluster,
     pub far: Far,
+    /// Brokers started so far (names their directories).
+    pub brokers: usize,
     /// Every reader run of every drain-like scenario.
     pub raw: Vec<RawRow>,
     pub report: Report,
 }
 
 impl Bench {
-    /// A fresh in-memory tansu for the next scenario, the previous one stopped.
-    pub fn new_broker(&mut self) -> Result<()> {
-        if let Some(old) = self.far.tansu.take() {
+    /// A fresh one-broker Apache Kafka for the next scenario (in `work/kafka-N`), the previous
+    /// one stopped first.
+    pub fn new_broker(&mut self, listeners: Listeners) -> Result<()> {
+        if let Some(old) = self.far.kafka.take() {
             old.stop();
         }
-        let port = crate::procs::free_port()?;
-        self.far.tansu = Some(broker::tansu(&self.work.join(format!("broker-{port}")), port, None)?);
+        self.brokers += 1;
+        let dir = self.work.join(format!("kafka-{}", self.brokers));
+        println!("   starting Apache Kafka ({listeners:?} listeners) in {}", dir.display());
+        self.far.kafka = Some(Kafka::start(&dir, listeners)?);
         Ok(())
     }
 
+    /// The broker's plaintext port.
     pub fn kafka_port(&self) -> u16 {
-        self.far.tansu.as_ref().map_or(0, |t| t.port)
+        self.far.kafka.as_ref().map_or(0, |k| k.port)
     }
 
     pub fn http_batch(&self) -> u64 {

@@ -85,7 +85,7 @@ impl Cluster {
         let tcp = format!("host=127.0.0.1 port={} user=postgres dbname=app", self.port);
         match transport {
             Transport::Socket => self.socket_conninfo(),
-            Transport::Tcp | Transport::Hop | Transport::Ktls => format!("{tcp} sslmode=disable"),
+            Transport::Tcp | Transport::Ktls => format!("{tcp} sslmode=disable"),
             Transport::Tls => {
                 format!("{tcp} sslmode=verify-full sslrootcert={}", self.certs.join("ca.pem").display())
             }

@@ -1,18 +1,20 @@
 //! Drain-like scenarios: one backlog, read by several readers, several times.
 //!
 //! The protocol of one backlog (`run_backlog`): if any Kafka reader takes part, a warm-up run
-//! creates the topic on every broker they use, before the backlog and outside every measured run;
+//! creates the topics on every listener they use (and ProducerPerformance's topic, when it takes
+//! part), before the backlog and outside every measured run;
 //! then every slot of every repetition is created, and only then the backlog is inserted, so all
 //! readers read the same WAL. Each repetition runs every reader once, in an order rotated by one
 //! per repetition so that no reader always goes first. The scenarios `drain`, `bigtx` and
 //! `backlog` are backlogs plus their tables and targets.
 
+use std::process::Command;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 
 use crate::bench::Bench;
-use crate::broker;
+use crate::broker::{self, Listeners};
 use crate::measure;
 use crate::procs;
 use crate::readers::{self, local, Kind, Reader};
@@ -39,8 +41,18 @@ fn slot(key: &str, r: Reader, rep: usize) -> String {
     format!("{key}_{}_{rep}", r.name())
 }
 
-/// Creates the Kafka readers' topics with a short outboxd run on 5 rows, once per broker.
+/// Creates the Kafka readers' topics with a short outboxd run on 5 rows, once per listener, and
+/// ProducerPerformance's topic with a short run of its own.
 fn warm_kafka(b: &Bench, readers: &[Reader]) -> Result<()> {
+    if readers.iter().any(|r| r.kind == Kind::Perf) {
+        let argv = readers::producer_perf_cmd(b, readers::PERF_TOPIC, 1000, 300)?;
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
+        let out = procs::output(cmd.stderr(std::fs::File::create(b.work.join("warm_perf.log"))?))?;
+        if readers::parse_perf_summary(&out).map(|(sent, _)| sent) != Some(1000) {
+            bail!("ProducerPerformance warm-up: unexpected output '{}'", out.trim());
+        }
+    }
     b.pg.reset()?;
     let mut warm: Vec<Reader> = Vec::new();
     for &r in readers.iter().filter(|r| r.kind == Kind::Kafka) {
@@ -61,7 +73,7 @@ fn warm_kafka(b: &Bench, readers: &[Reader]) -> Result<()> {
 
 /// Runs one backlog: warm-up, slots, insert, then `reps` rotated rounds; the runs go to `b.raw`.
 pub fn run_backlog(b: &mut Bench, bl: &Backlog) -> Result<()> {
-    if bl.readers.iter().any(|r| r.kind == Kind::Kafka) {
+    if bl.readers.iter().any(|r| matches!(r.kind, Kind::Kafka | Kind::Perf)) {
         warm_kafka(b, bl.readers)?;
     }
     b.pg.reset()?;
@@ -85,7 +97,7 @@ pub fn run_backlog(b: &mut Bench, bl: &Backlog) -> Result<()> {
             let sample = readers::run(b, r, &slot(bl.key, r, rep), &end, bl.rows)?;
             let far_cpu = measure::tree_cpu(&far) - before;
             println!(
-                "   rep {rep} {:<40} {:6.2} s  cpu {:>5} s  rss {:>6} MiB  walsender cpu {} s  tansu cpu {far_cpu:.2} s",
+                "   rep {rep} {:<40} {:6.2} s  cpu {:>5} s  rss {:>6} MiB  walsender cpu {} s  far side cpu {far_cpu:.2} s",
                 r.label(b.http_batch()),
                 sample.secs,
                 sample.cpu.map_or("-".into(), |c| format!("{c:.2}")),
@@ -99,11 +111,11 @@ pub fn run_backlog(b: &mut Bench, bl: &Backlog) -> Result<()> {
 }
 
 pub fn drain(b: &mut Bench) -> Result<()> {
-    b.new_broker()?;
+    b.new_broker(Listeners::Plaintext)?;
     let k = b.knobs.clone();
     let mut rds = vec![local(Kind::Recv), local(Kind::Null), local(Kind::Kafka)];
     if k.drain_broker {
-        rds.push(local(Kind::Broker));
+        rds.extend([local(Kind::Broker), local(Kind::Perf)]);
     }
     if k.drain_rabbitmq && procs::listening(5672) {
         let name = format!("outboxd-bench-{}", std::process::id());
@@ -120,7 +132,11 @@ pub fn drain(b: &mut Bench) -> Result<()> {
         b.far.webhook = Some(broker::webhook(&b.tools.examples, &b.work)?);
         rds.push(local(Kind::Http));
     }
-    run_backlog(b, &Backlog { key: "drain", rows: k.n, per_txn: 1, reps: k.reps, readers: &rds })?;
+    let ran = run_backlog(b, &Backlog { key: "drain", rows: k.n, per_txn: 1, reps: k.reps, readers: &rds });
+    if let Some(w) = b.far.webhook.take() {
+        w.stop();
+    }
+    ran?;
     let (md, sums) = tables::drain_rows(&b.raw, "drain", k.n, &format!("{} × 1-row txns", k.n), &rds, k.http_batch);
     b.report.section(&format!(
         "### Drain: {} single-row transactions (median of {})\n\n{DRAIN_HEADER}\n{md}\n",
@@ -165,9 +181,9 @@ fn rss_targets(b: &mut Bench, sums: &[tables::Summary], what: &str) {
 pub fn bigtx(b: &mut Bench) -> Result<()> {
     let k = b.knobs.clone();
     let rds = [local(Kind::Recv), local(Kind::Null), local(Kind::Kafka)];
-    b.new_broker()?;
+    b.new_broker(Listeners::Plaintext)?;
     run_backlog(b, &Backlog { key: "bigtx", rows: k.n_big, per_txn: k.big_txn_rows, reps: k.reps, readers: &rds })?;
-    b.new_broker()?;
+    b.new_broker(Listeners::Plaintext)?;
     run_backlog(b, &Backlog { key: "huge", rows: k.n_huge, per_txn: k.n_huge, reps: k.reps_huge, readers: &rds })?;
     let title = format!("{} rows, {}-row txns", k.n_big, k.big_txn_rows);
     let (big, big_sums) = tables::drain_rows(&b.raw, "bigtx", k.n_big, &title, &rds, k.http_batch);
@@ -187,7 +203,7 @@ pub fn bigtx(b: &mut Bench) -> Result<()> {
 pub fn backlog(b: &mut Bench) -> Result<()> {
     let k = b.knobs.clone();
     let rds = [local(Kind::Recv), local(Kind::Null), local(Kind::Kafka)];
-    b.new_broker()?;
+    b.new_broker(Listeners::Plaintext)?;
     run_backlog(
         b,
         &Backlog { key: "backlog", rows: k.n_backlog, per_txn: k.backlog_txn_rows, reps: 1, readers: &rds },

@@ -75,7 +75,6 @@ pub struct Knobs {
     pub n_profile: u64,
     pub n_tls: u64,
     pub tls_reps: usize,
-    pub tls_hop: bool,
     pub tls_null: bool,
     pub tls_split: bool,
     pub profile_tls: bool,
@@ -142,7 +141,6 @@ impl Knobs {
             n_profile: num("N_PROFILE", 200_000)?,
             n_tls: num("N_TLS", n)?,
             tls_reps: num("TLS_REPS", 5)?,
-            tls_hop: flag("TLS_HOP", true)?,
             tls_null: flag("TLS_NULL", true)?,
             tls_split: flag("TLS_SPLIT", true)?,
             profile_tls: flag("PROFILE_TLS", true)?,
@@ -174,7 +172,7 @@ impl Knobs {
         };
         format!(
             "Settings:{extra} N={} REPS={} N_BIG={} BIG_TXN_ROWS={} N_HUGE={} RATES=\"{}\" LAT_SECS={} N_BACKLOG={} \
-             BACKLOG_TXN_ROWS={} N_PROFILE={} N_TLS={} TLS_REPS={} TLS_HOP={} TLS_NULL={} TLS_SPLIT={}.",
+             BACKLOG_TXN_ROWS={} N_PROFILE={} N_TLS={} TLS_REPS={} TLS_NULL={} TLS_SPLIT={}.",
             self.n,
             self.reps,
             self.n_big,
@@ -187,7 +185,6 @@ impl Knobs {
             self.n_profile,
             self.n_tls,
             self.tls_reps,
-            b(self.tls_hop),
             b(self.tls_null),
             b(self.tls_split),
         )

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::bench::Bench;
+use crate::broker::Listeners;
 use crate::measure::{self, kv, kv_cell};
 use crate::procs;
 use crate::prom;
@@ -22,9 +23,9 @@ use crate::report::at_most;
 const EVENT_TYPES: [&str; 5] =
     ["order.created.v1", "order.paid.v1", "order.shipped.v1", "order.delivered.v1", "order.cancelled.v1"];
 
-const INTRO: &str = "bench_insert inserts one row per transaction at the given rate while outboxd runs (default --status-interval). End-to-end = consumer's wall clock when it gets the record − record timestamp (the row's created_at, i.e. the inserting transaction's start; ms resolution): insert → commit → WAL → outboxd → tansu ack → consumer fetch; an upper bound on commit → ack. commit→ack = outboxd's own histogram `outboxd_commit_to_ack_seconds` (per transaction, PostgreSQL commit timestamp → last record acked), the delta between scrapes before and after the measured window; p50/p99 are interpolated inside its buckets (…, 5, 7.5, 10, 12.5, 15, 17.5, 20, 25, 30, 40, 50, 75, 100 ms; builds before issue 14 jump from 20 to 50 ms), \"≤ 20 ms\" is exact (a bucket bound). The --sink null rows measure commit → outboxd has decoded and routed the event (null acks at once): the WAL-delivery part of commit→ack, without Kafka. The warm-up (same rate, same topics, not measured) keeps producer start-up out of the numbers.";
+const INTRO: &str = "bench_insert inserts one row per transaction at the given rate while outboxd runs (default --status-interval). End-to-end = consumer's wall clock when it gets the record − record timestamp (the row's created_at, i.e. the inserting transaction's start; ms resolution): insert → commit → WAL → outboxd → Kafka broker ack → consumer fetch; an upper bound on commit → ack. commit→ack = outboxd's own histogram `outboxd_commit_to_ack_seconds` (per transaction, PostgreSQL commit timestamp → last record acked), the delta between scrapes before and after the measured window; p50/p99 are interpolated inside its buckets (…, 5, 7.5, 10, 12.5, 15, 17.5, 20, 25, 30, 40, 50, 75, 100 ms; builds before issue 14 jump from 20 to 50 ms), \"≤ 20 ms\" is exact (a bucket bound). The --sink null rows measure commit → outboxd has decoded and routed the event (null acks at once): the WAL-delivery part of commit→ack, without Kafka. The warm-up (same rate, same topics, not measured) keeps producer start-up out of the numbers.";
 
-const CALIBRATION: &str = "Broker alone (calibration, {CAL} s per rate, outboxd stopped): a librdkafka producer with outboxd's settings (idempotence, acks=all, linger.ms=5) sends ~300 B records round-robin over 5 topics (like the 5 event types) to the same tansu at the same rate while a consumer (same settings as above) reads them, and bench_insert puts the same insert load on PostgreSQL (no slot reads it). send→ack is what the broker alone adds to commit→ack; send→consumed is the floor under the end-to-end column.";
+const CALIBRATION: &str = "Broker alone (calibration, {CAL} s per rate, outboxd stopped): a librdkafka producer with outboxd's settings (idempotence, acks=all, linger.ms=5) sends ~300 B records round-robin over 5 topics (like the 5 event types) to the same Apache Kafka broker at the same rate while a consumer (same settings as above) reads them, and bench_insert puts the same insert load on PostgreSQL (no slot reads it). send→ack is what the broker alone adds to commit→ack; send→consumed is the floor under the end-to-end column.";
 
 /// A spawned helper with stdout to a file, registered for cleanup.
 /// stderr goes to `err`, or with stdout to `out` when `None`.
@@ -58,7 +59,7 @@ fn bench_insert(b: &Bench, rate: u64, secs: u64, prefix: &str) -> Command {
 }
 
 pub fn latency(b: &mut Bench) -> Result<()> {
-    b.new_broker()?;
+    b.new_broker(Listeners::Plaintext)?;
     b.pg.reset()?;
     let k = b.knobs.clone();
     let mut md = format!(

@@ -1,10 +1,10 @@
 //! bench_run: outboxd's benchmark driver, run by `bench/run` (which builds it, documents the
 //! scenarios and knobs in its header, and execs this with the scenario names).
 //!
-//! One throwaway PostgreSQL cluster per run, a fresh local tansu per scenario; every outboxd
-//! figure is compared with pg_recvlogical measured in the same repetition, on the same backlog,
-//! from its own slot created before that backlog. The report goes to stdout and, with
-//! WRITE_RESULTS=1, on top of `bench/RESULTS.md`.
+//! One throwaway PostgreSQL cluster per run, a fresh local Apache Kafka broker (`scripts/kafka`)
+//! per scenario; every outboxd figure is compared with pg_recvlogical measured in the same
+//! repetition, on the same backlog, from its own slot created before that backlog. The report
+//! goes to stdout and, with WRITE_RESULTS=1, on top of `bench/RESULTS.md`.
 //!
 //! This file is wiring only: settings, the cluster, the scenarios in order, the report, and
 //! turning errors into an exit code. Whatever the outcome, `procs::cleanup` stops what was started.
@@ -61,7 +61,8 @@ fn run(args: &[String]) -> Result<()> {
     std::fs::create_dir(&work).with_context(|| format!("creating {}", work.display()))?;
     procs::track_work(work.clone(), knobs.keep_work);
     let pg = Cluster::start(&work, &pg_bin)?;
-    let mut b = Bench { knobs, tools, work, pg, far: Far::default(), raw: Vec::new(), report: Report::default() };
+    let mut b =
+        Bench { knobs, tools, work, pg, far: Far::default(), brokers: 0, raw: Vec::new(), report: Report::default() };
 
     let start = Instant::now();
     for s in scenarios {

@@ -2,8 +2,9 @@
 //! `key=value` lines the bench examples print.
 //!
 //! CPU is utime + stime in clock ticks (all threads of a process); "tree" CPU adds the reaped
-//! children's time and the live direct children's own, as the broker-side columns need (tansu,
-//! stunnel and socat fork workers). Values that cannot be read are `None`, never zero.
+//! children's time and the live direct children's own, as the far-side columns need (a process
+//! that forks workers is counted with them; the Kafka broker is one JVM, all threads). Values
+//! that cannot be read are `None`, never zero.
 
 use std::path::Path;
 use std::process::Command;

@@ -1,9 +1,10 @@
 //! The processes and clusters the benchmark starts, and their cleanup.
 //!
-//! Invariant: everything long-lived the driver starts (brokers, proxies, receivers, outboxd under
+//! Invariant: everything long-lived the driver starts (Kafka brokers, receivers, outboxd under
 //! test, PostgreSQL clusters) is registered here the moment it exists, and `cleanup` stops all of
 //! it: at the end of the run, on an error, and on SIGINT/SIGTERM (a watcher thread). Nothing is
-//! stopped by name; only the PIDs and data directories registered here.
+//! stopped by name; only the PIDs, data directories and teardown commands registered here (a
+//! Kafka cluster is registered as `scripts/kafka stop DIR --now`, which kills the PIDs in DIR).
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -46,6 +47,11 @@ pub fn track_cluster(pg_ctl: PathBuf, data: PathBuf) {
 
 pub fn on_cleanup(cmd: Vec<String>) {
     with(|r| r.teardown.push(cmd));
+}
+
+/// Drops a teardown command registered by `on_cleanup` (its owner has run it already).
+pub fn off_cleanup(cmd: &[String]) {
+    with(|r| r.teardown.retain(|c| c.as_slice() != cmd));
 }
 
 pub fn track_work(dir: PathBuf, keep: bool) {

@@ -14,13 +14,15 @@ use anyhow::Result;
 use regex::Regex;
 
 use crate::bench::Bench;
+use crate::broker::Listeners;
 use crate::procs;
 use crate::readers::{local, over, Kind, Reader, Transport};
 
 const EVENTS: &str = "task-clock,context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_read,syscalls:sys_enter_recvfrom,syscalls:sys_enter_write,syscalls:sys_enter_sendto,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_poll,syscalls:sys_enter_ppoll,syscalls:sys_enter_select,syscalls:sys_enter_pselect6,syscalls:sys_enter_futex,syscalls:sys_enter_clock_nanosleep";
 
-/// Runs outboxd (`r`: null or kafka, over its transport; Kafka direct) under `perf ARGS --` until
-/// the slot is confirmed past `end`, then SIGTERMs outboxd (perf's child) and waits for perf.
+/// Runs outboxd (`r`: null or kafka, over its transport; Kafka on the plaintext listener) under
+/// `perf ARGS --` until the slot is confirmed past `end`, then SIGTERMs outboxd (perf's child) and
+/// waits for perf.
 fn perf_outboxd(b: &Bench, slot: &str, r: Reader, end: &str, perf_args: &[&str]) -> Result<()> {
     let url = if r.transport == Transport::Socket { b.pg.outboxd_url() } else { b.pg.conninfo(r.transport) };
     let sink = if r.kind == Kind::Null { "null" } else { "kafka" };
@@ -112,7 +114,7 @@ fn perf_report(data: &std::path::Path, args: &[&str]) -> String {
 }
 
 pub fn profile(b: &mut Bench) -> Result<()> {
-    b.new_broker()?;
+    b.new_broker(Listeners::Plaintext)?;
     b.pg.reset()?;
     let k = b.knobs.clone();
     let mut stat_readers = vec![local(Kind::Recv), local(Kind::Null), local(Kind::Kafka)];

@@ -2,7 +2,9 @@
 //! times, the document that puts them together, and its place on top of `bench/RESULTS.md`.
 //!
 //! RESULTS.md keeps every run: the newest on top, everything before it under "Earlier runs" one
-//! heading level down, so the history is never rewritten, only pushed down.
+//! heading level down, so the history is never rewritten, only pushed down. The one exception is
+//! the placeholder section for the first Apache Kafka figures (`KAFKA_PLACEHOLDER`), which the
+//! first run written after it replaces.
 
 use std::fmt::Write as _;
 use std::process::Command;
@@ -62,7 +64,7 @@ pub struct RunInfo {
     pub profile: String,
 }
 
-const HOW_TO_READ: &str = "How to read the drain tables: pg_recvlogical (proto 1, same publication, to /dev/null, `--endpos`) is the ceiling: PostgreSQL's walsender decoding and sending the same WAL. outboxd runs until the slot's confirmed_flush_lsn reaches the backlog's end LSN (`--status-interval 100ms`, polled every 10 ms over one connection), so its time includes start-up, set-up checks and the final confirmation. CPU = the reader's own user+system time (outboxd: /proc/PID/stat just before SIGTERM, all threads; pg_recvlogical: /usr/bin/time). Peak RSS = VmHWM (outboxd) or /usr/bin/time's maximum RSS (pg_recvlogical). walsender CPU = the server process serving the slot; tansu CPU = the broker's CPU during the Kafka reader's run (all on the same 2 cores); on the `--sink http` row it is bench_webhook's CPU instead (an axum receiver answering 200 after reading each body; outboxd posts CloudEvents JSON batches of --http-batch events over --http-concurrency keep-alive lanes). The \"producer alone\" row is the broker's own ceiling on this box: bench_latency --produce pushes the same number of ~300 B records (5 topics, id header, outboxd's producer settings and its default 10,000 in flight) into the same tansu with no PostgreSQL involved; its time starts after producer start-up, and its ratio is still against pg_recvlogical.";
+const HOW_TO_READ: &str = "How to read the drain tables: pg_recvlogical (proto 1, same publication, to /dev/null, `--endpos`) is the ceiling: PostgreSQL's walsender decoding and sending the same WAL. outboxd runs until the slot's confirmed_flush_lsn reaches the backlog's end LSN (`--status-interval 100ms`, polled every 10 ms over one connection), so its time includes start-up, set-up checks and the final confirmation. CPU = the reader's own user+system time (outboxd: /proc/PID/stat just before SIGTERM, all threads; pg_recvlogical: /usr/bin/time). Peak RSS = VmHWM (outboxd) or /usr/bin/time's maximum RSS (pg_recvlogical). walsender CPU = the server process serving the slot; broker CPU = the Apache Kafka broker's JVM (all threads) during the Kafka reader's run (all on the same 2 cores); on the `--sink http` row it is bench_webhook's CPU instead (an axum receiver answering 200 after reading each body; outboxd posts CloudEvents JSON batches of --http-batch events over --http-concurrency keep-alive lanes). The two \"alone\" rows are the broker's own ceiling on this box, with no PostgreSQL involved (their ratios are still against pg_recvlogical): \"librdkafka producer alone\" is bench_latency --produce pushing the same number of ~300 B records (5 topics, id header, outboxd's producer settings and its default 10,000 in flight) into the same broker, its time starting after producer start-up; \"ProducerPerformance alone\" is Apache Kafka's own Java producer (`org.apache.kafka.tools.ProducerPerformance` on the jars `scripts/kafka` fetched, in a JVM with the default JIT and G1) sending the same number of records of the backlog's average payload size (keys round-robin over 1,000, one topic with one partition created by a warm-up, `--throughput -1`) with outboxd's acks=all, linger.ms=5 and idempotence and the Java client's other defaults (batch.size 16 KiB, no compression); its seconds are records / its own records/sec (its clock runs from just before the first send to the producer's close, so the first metadata request and the final flush count, JVM and producer start-up do not), and its CPU is not shown (a fresh JVM's is mostly start-up and JIT compilation); its peak RSS is the JVM's.";
 
 /// The whole report of one run, as printed and as put on top of RESULTS.md.
 pub fn document(r: &Report, info: &RunInfo) -> String {
@@ -71,7 +73,7 @@ pub fn document(r: &Report, info: &RunInfo) -> String {
     let _ = writeln!(d, "## {} — `bench/run{args}`\n", sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]));
     let _ = writeln!(
         d,
-        "Machine: {} CPUs ({}), {} GiB RAM, {}; PostgreSQL {} (fsync=off); tansu {} in-memory broker on the same host; \
+        "Machine: {} CPUs ({}), {} GiB RAM, {}; PostgreSQL {} (fsync=off); {} (one broker, KRaft combined mode, from `scripts/kafka`; no fsync per message) on the same host; \
          outboxd {}{}, {} build. The box is shared and noisy: read the ratios (each against pg_recvlogical in the \
          same repetition), not the absolute rates.\n",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -79,7 +81,7 @@ pub fn document(r: &Report, info: &RunInfo) -> String {
         mem_gib(),
         std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
         info.pg_version,
-        sh("tansu", &["--version"]).split_whitespace().nth(1).unwrap_or("?"),
+        kafka_version(),
         sh("git", &["rev-parse", "--short", "HEAD"]),
         if sh("git", &["status", "--porcelain", "--", "src", "Cargo.toml", "Cargo.lock"]).is_empty() {
             ""
@@ -124,9 +126,15 @@ compared with pg_recvlogical measured in the same run on the same backlog; the m
 are shared and noisy, so compare ratios, not absolute rates across runs.
 ";
 
+/// The placeholder section at the top of RESULTS.md for the first figures measured against Apache
+/// Kafka; the first run written after it replaces it.
+const KAFKA_PLACEHOLDER: &str = "## Apache Kafka 4.4.0\n\nto be filled by the next full run\n\n";
+
 /// The new RESULTS.md: title and intro, this run, then "Earlier runs": the old file minus its
-/// title (and its intro, when bench/run wrote it), the headings of its newest run demoted one level.
+/// title (and its intro, when bench/run wrote it, and the Apache Kafka placeholder), the headings
+/// of its newest run demoted one level.
 pub fn results_file(old: &str, run: &str) -> String {
+    let old = old.replacen(KAFKA_PLACEHOLDER, "", 1);
     let mut out = format!("{RESULTS_INTRO}\n{run}## Earlier runs\n\n");
     let ours = old.contains("Produced by `bench/run`");
     let (mut started, mut earlier) = (false, false);
@@ -157,6 +165,16 @@ fn sh(cmd: &str, args: &[&str]) -> String {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .unwrap_or_default()
+}
+
+/// "Apache Kafka 4.4.0" (`scripts/kafka version`).
+fn kafka_version() -> String {
+    let v = sh("bash", &["scripts/kafka", "version"]);
+    if v.is_empty() {
+        "Apache Kafka ?".to_owned()
+    } else {
+        v
+    }
 }
 
 fn cpu_model() -> String {
@@ -192,6 +210,23 @@ mod tests {
             "{RESULTS_INTRO}\n## run 3\n\nnew\n## Earlier runs\n\n### run 2\n\n#### Targets\ntext\n\n### run 1\n#### Drain\nold text\n"
         );
         assert_eq!(new, expected);
+    }
+
+    #[test]
+    fn the_first_run_replaces_the_kafka_placeholder() {
+        let old = format!("{RESULTS_INTRO}\n{KAFKA_PLACEHOLDER}## run 1\n\nNote: older broker.\n");
+        let new = results_file(&old, "## run 2\n\nnew\n");
+        assert_eq!(
+            new,
+            format!("{RESULTS_INTRO}\n## run 2\n\nnew\n## Earlier runs\n\n### run 1\n\nNote: older broker.\n")
+        );
+    }
+
+    #[test]
+    fn the_results_file_has_its_intro_and_placeholder() {
+        let file = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/bench/RESULTS.md")).unwrap();
+        assert!(file.starts_with(&format!("{RESULTS_INTRO}\n")));
+        assert!(file.contains(KAFKA_PLACEHOLDER) || !file.contains("to be filled by the next full run"));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::readers::{Kind, Reader, Sample};
 use crate::stats::{commas, median, ratio, Spread};
 
 /// One reader run: which backlog (`key`), which repetition (from 1), what it cost, and the CPU
-/// the far side (broker, proxy, receiver) spent during it.
+/// the far side (the Kafka broker, or the webhook receiver) spent during it.
 #[derive(Clone, Debug)]
 pub struct RawRow {
     pub key: String,
@@ -20,7 +20,7 @@ pub struct RawRow {
 
 pub const DRAIN_HEADER: &str =
     "| backlog | reader | seconds | events/s | ratio to pg_recvlogical | CPU s | CPU µs/event | \
-CPU ratio to pg_recvlogical | peak RSS | walsender CPU s | tansu CPU s |
+CPU ratio to pg_recvlogical | peak RSS | walsender CPU s | broker CPU s |
 |---|---|---|---|---|---|---|---|---|---|---|";
 
 /// A reader's summary, for the targets.
@@ -103,7 +103,7 @@ pub fn drain_rows(
     (md, sums)
 }
 
-/// A TLS (or hop) reader's rate as a share of its plaintext twin's.
+/// A TLS reader's rate as a share of its plaintext twin's.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Twin {
     pub reader: Reader,

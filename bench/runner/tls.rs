@@ -1,42 +1,50 @@
 //! The tls scenario: the drain over TCP, plaintext beside TLS in the same repetitions.
 //!
-//! PostgreSQL with sslmode=disable, then verify-full (the run's throwaway CA); Kafka straight to
-//! tansu, or over TLS through stunnel in front of a second tansu (tansu serves no TLS itself), or
-//! (TLS_HOP=1) through a plain socat hop in front of a third, to tell the proxy's cost from TLS's.
-//! Before anything is timed, `check` proves the TLS rows are what they claim: outboxd's walsender
-//! shows TLS in pg_stat_ssl and stunnel logged a completed handshake.
+//! PostgreSQL with sslmode=disable, then verify-full (the run's throwaway CA); Kafka on the
+//! plaintext or on the TLS listener of the same Apache Kafka broker (`scripts/kafka start
+//! --listener plaintext --listener ssl`; Kafka's own TLS, no proxy), so the far-side CPU column is
+//! the one broker's either way. Before anything is timed, `check` proves the TLS rows are what they
+//! claim: outboxd's walsender shows TLS in pg_stat_ssl, outboxd's librdkafka logged a verified TLS
+//! handshake with the broker's TLS listener, and `openssl s_client` shows what that listener
+//! negotiates.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::bench::Bench;
-use crate::broker;
+use crate::broker::Listeners;
 use crate::drain::{run_backlog, Backlog};
 use crate::procs;
 use crate::readers::{self, over, Kind, Reader, Transport};
 use crate::report::at_least;
 use crate::tables::{self, DRAIN_HEADER, TWIN_HEADER};
 
-/// Runs outboxd as the kafka_tls reader until it streams; returns what TLS is in use.
+/// Runs outboxd as the kafka_tls reader (librdkafka's security debug log on) until its
+/// replication connection streams and its producer has completed a TLS handshake with the broker;
+/// returns what TLS is in use on both sides.
 fn check(b: &Bench) -> Result<String> {
     let log = b.work.join("tls_check.log");
     b.pg.create_slots(&["tls_check".to_owned()])?;
     let mut cmd = Command::new(&b.tools.outboxd);
     cmd.args(["run", "--postgres-url", &b.pg.conninfo(Transport::Tls), "--slot", "tls_check", "--sink", "kafka"]);
     cmd.args(readers::kafka_flags(b, Transport::Tls));
+    cmd.args(["--kafka-property", "debug=security"]).env("RUST_LOG", "info,librdkafka=debug");
     let f = std::fs::File::create(&log)?;
     let mut child = cmd.stdin(Stdio::null()).stdout(f.try_clone()?).stderr(f).spawn()?;
     procs::track(child.id());
     let t0 = Instant::now();
-    let mut pg_tls = Vec::new();
+    let (mut pg_tls, mut kafka_tls) = (Vec::new(), None);
     while t0.elapsed() < Duration::from_secs(30) {
-        pg_tls = b.pg.row(
-            "SELECT s.ssl, s.version, s.cipher FROM pg_replication_slots r JOIN pg_stat_ssl s \
-             ON s.pid = r.active_pid WHERE r.slot_name = 'tls_check'",
-        )?;
-        if !pg_tls.is_empty() || child.try_wait()?.is_some() {
+        if pg_tls.is_empty() {
+            pg_tls = b.pg.row(
+                "SELECT s.ssl, s.version, s.cipher FROM pg_replication_slots r JOIN pg_stat_ssl s \
+                 ON s.pid = r.active_pid WHERE r.slot_name = 'tls_check'",
+            )?;
+        }
+        kafka_tls = handshake(&std::fs::read_to_string(&log).unwrap_or_default());
+        if (!pg_tls.is_empty() && kafka_tls.is_some()) || child.try_wait()?.is_some() {
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -52,11 +60,14 @@ fn check(b: &Bench) -> Result<String> {
             procs::tail(&log, 20)
         );
     }
-    let stunnel_log = std::fs::read_to_string(b.work.join("stunnel.log")).unwrap_or_default();
-    let re = regex::Regex::new(r"TLSv1[.0-9]* ciphersuite: [A-Z0-9_-]*")?;
-    let Some(kafka_tls) = re.find(&stunnel_log).map(|m| m.as_str().replace(" ciphersuite:", "")) else {
-        bail!("tls check: stunnel logged no TLS handshake from outboxd; its log:\n{}", stunnel_log);
+    let Some(openssl) = kafka_tls else {
+        bail!(
+            "tls check: outboxd's librdkafka logged no verified TLS handshake with the broker; its log:\n{}",
+            procs::tail(&log, 30)
+        );
     };
+    let kafka = b.far.kafka.as_ref().context("no broker")?;
+    let listener = listener_tls(kafka.tls_port.context("the broker has no TLS listener")?, &kafka.ca())?;
     let libpq_tls = procs::output(Command::new("psql").args([
         "-X",
         "-qAt",
@@ -66,11 +77,39 @@ fn check(b: &Bench) -> Result<String> {
         "SELECT version || ' ' || cipher FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
     ]))?;
     Ok(format!(
-        "outboxd → PostgreSQL: {} {}; pg_recvlogical (libpq) → PostgreSQL: {}; outboxd (librdkafka) → stunnel: {kafka_tls}",
+        "outboxd → PostgreSQL: {} {}; pg_recvlogical (libpq) → PostgreSQL: {}; outboxd (librdkafka, {openssl}) → \
+         Kafka's TLS listener: handshake completed and the broker's certificate verified against its CA (librdkafka's \
+         security debug log), the listener negotiating {listener} (openssl s_client)",
         pg_tls.get(1).map_or("", String::as_str),
         pg_tls.get(2).map_or("", String::as_str),
         libpq_tls.trim()
     ))
+}
+
+/// Whether librdkafka's security debug log shows a completed TLS handshake with a verified broker
+/// certificate: then the OpenSSL librdkafka uses ("OpenSSL 3.0.x"), or "OpenSSL" when not logged.
+fn handshake(log: &str) -> Option<String> {
+    log.lines().find(|l| l.contains("Broker SSL certificate verified"))?;
+    let version = regex::Regex::new(r"Using OpenSSL version (OpenSSL [0-9][0-9a-z.]*)").ok()?;
+    Some(version.captures(log).map_or_else(|| "OpenSSL".to_owned(), |c| c[1].to_owned()))
+}
+
+/// What the TLS listener on `port` negotiates with `openssl s_client`, verifying against `ca`:
+/// "TLSv1.3 TLS_AES_256_GCM_SHA384".
+fn listener_tls(port: u16, ca: &std::path::Path) -> Result<String> {
+    let out = Command::new("openssl")
+        .args(["s_client", "-connect", &format!("127.0.0.1:{port}"), "-CAfile"])
+        .arg(ca)
+        .args(["-verify_return_error", "-brief"])
+        .stdin(Stdio::null())
+        .output()?;
+    // -brief reports on stderr.
+    let text = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()));
+    match (out.status.success(), field("Protocol version:"), field("Ciphersuite:"), field("Verification:")) {
+        (true, Some(version), Some(cipher), Some(v)) if v == "OK" => Ok(format!("{version} {cipher}")),
+        _ => bail!("tls check: openssl s_client found no verified TLS on 127.0.0.1:{port}:\n{}", text.trim()),
+    }
 }
 
 /// The readers, and the (reader, plaintext twin) pairs, the knobs ask for.
@@ -81,16 +120,13 @@ fn plan(b: &Bench) -> (Vec<Reader>, Vec<(Reader, Reader)>) {
         (r(Kind::Recv, Transport::Tcp), r(Kind::Null, Transport::Tcp), r(Kind::Kafka, Transport::Tcp));
     let (recv_tls, null_tls, kafka_tls) =
         (r(Kind::Recv, Transport::Tls), r(Kind::Null, Transport::Tls), r(Kind::Kafka, Transport::Tls));
-    let (kafka_hop, kafka_ktls) = (r(Kind::Kafka, Transport::Hop), r(Kind::Kafka, Transport::Ktls));
+    let kafka_ktls = r(Kind::Kafka, Transport::Ktls);
     let mut rds = vec![recv_tcp];
     let mut pairs = vec![(recv_tls, recv_tcp)];
     if k.tls_null {
         rds.push(null_tcp);
     }
     rds.push(kafka_tcp);
-    if k.tls_hop {
-        rds.push(kafka_hop);
-    }
     if k.tls_split {
         rds.push(kafka_ktls);
     }
@@ -101,12 +137,6 @@ fn plan(b: &Bench) -> (Vec<Reader>, Vec<(Reader, Reader)>) {
     }
     rds.push(kafka_tls);
     pairs.push((kafka_tls, kafka_tcp));
-    if k.tls_hop {
-        pairs.push((kafka_hop, kafka_tcp));
-    }
-    if k.tls_hop && k.tls_split {
-        pairs.push((kafka_ktls, kafka_hop));
-    }
     if k.tls_split {
         pairs.extend([(kafka_ktls, kafka_tcp), (kafka_tls, kafka_ktls)]);
     }
@@ -114,40 +144,14 @@ fn plan(b: &Bench) -> (Vec<Reader>, Vec<(Reader, Reader)>) {
 }
 
 pub fn tls(b: &mut Bench) -> Result<()> {
-    b.new_broker()?;
-    b.far.tls = Some(broker::stunnel_tansu(&b.work, &b.pg.certs)?);
-    if b.knobs.tls_hop {
-        b.far.hop = Some(broker::socat_tansu(&b.work)?);
-    }
+    b.new_broker(Listeners::PlaintextAndTls)?;
     let note = check(b)?;
     println!("   TLS in use: {note}");
     let (rds, pairs) = plan(b);
     let k = b.knobs.clone();
-    let ran = run_backlog(b, &Backlog { key: "tls", rows: k.n_tls, per_txn: 1, reps: k.tls_reps, readers: &rds });
-    for p in [b.far.tls.take(), b.far.hop.take()].into_iter().flatten() {
-        p.stop();
-    }
-    ran?;
-    let stunnel = if broker::which("stunnel") { "stunnel" } else { "stunnel4" };
-    // stunnel prints its version on stderr.
-    let version = Command::new(stunnel)
-        .arg("-version")
-        .stdin(Stdio::null())
-        .output()
-        .map(|o| {
-            let text = String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
-            text.lines().find_map(|l| l.strip_prefix("stunnel ")?.split_whitespace().next().map(str::to_owned))
-        })
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    let hop = if k.tls_hop {
-        " The \"socat TCP hop\" row is plaintext through such a hop (socat, 16 KiB buffers, TCP_NODELAY) in front of a third tansu: it tells the hop's cost from TLS's."
-    } else {
-        ""
-    };
+    run_backlog(b, &Backlog { key: "tls", rows: k.n_tls, per_txn: 1, reps: k.tls_reps, readers: &rds })?;
     let split = if k.tls_split {
-        " The \"PostgreSQL over TCP plaintext, Kafka TLS\" row has TLS on the Kafka side only, to tell the two sides' TLS costs apart."
+        " The \"PostgreSQL over TCP plaintext, Kafka TLS listener\" row has TLS on the Kafka side only, to tell the two sides' TLS costs apart."
     } else {
         ""
     };
@@ -155,9 +159,9 @@ pub fn tls(b: &mut Bench) -> Result<()> {
     let (twins_md, twins) = tables::twin_rows(&b.raw, "tls", &pairs, k.http_batch);
     b.report.section(&format!(
         "### TLS beside plaintext: {n} single-row transactions over TCP (median of {reps}, (min–max))\n\n\
-         Every reader here connects over TCP to 127.0.0.1 (the drain table above uses the Unix socket, which carries no TLS). Plaintext: `sslmode=disable`, Kafka straight to tansu. TLS: `sslmode=verify-full sslrootcert=ca.pem` (a CA and a server certificate for 127.0.0.1/localhost made with openssl at bench time; the cluster runs with `ssl=on`), and Kafka with `--kafka-property security.protocol=ssl --kafka-property ssl.ca.location=ca.pem` to stunnel {version}, which terminates TLS in front of a second tansu (tansu 0.6 serves no TLS itself; it advertises stunnel's port). TLS in use, checked before timing: {note}. So the Kafka TLS rows pay for a proxy hop as well as for TLS: two more socket copies and a context switch per request on the same 2 cores.{hop}{split} The tansu CPU column includes the proxy's CPU on the rows that go through one. Ratios to pg_recvlogical are against pg_recvlogical over the same transport (TCP plaintext, or TLS with the same verify-full settings) in the same repetition.\n\n\
+         Every reader here connects over TCP to 127.0.0.1 (the drain table above uses the Unix socket, which carries no TLS). Plaintext: `sslmode=disable`, and Kafka on the broker's plaintext listener. TLS: `sslmode=verify-full sslrootcert=ca.pem` (a CA and a server certificate for 127.0.0.1/localhost made with openssl at bench time; the cluster runs with `ssl=on`), and Kafka with `--kafka-property security.protocol=ssl --kafka-property ssl.ca.location=ca.pem` on the TLS listener of the same Apache Kafka broker (Kafka's own TLS, JDK TLS stack, a PEM key store made by `scripts/kafka`; no proxy), so both Kafka transports go to one broker, whose CPU is the broker CPU column. TLS in use, checked before timing: {note}.{split} Ratios to pg_recvlogical are against pg_recvlogical over the same transport (TCP plaintext, or TLS with the same verify-full settings) in the same repetition.\n\n\
          {DRAIN_HEADER}\n{md}\n\
-         TLS (or hop) rate as a share of the plaintext twin's, per repetition (plaintext seconds / TLS seconds):\n\n\
+         TLS rate as a share of the plaintext twin's, per repetition (plaintext seconds / TLS seconds):\n\n\
          {TWIN_HEADER}\n{twins_md}\n",
         n = k.n_tls,
         reps = k.tls_reps,

@@ -211,10 +211,22 @@ impl ReplicationConn {
         };
         let mut scram: Option<ScramSha256> = None;
         let mut bound = false;
+        // The server proved it knows the password (SCRAM server signature verified). Once a SCRAM
+        // exchange started, AuthenticationOk counts only after that: otherwise anyone in the path
+        // could answer "OK" and serve forged WAL (libpq and tokio-postgres refuse it too).
+        let mut scram_verified = false;
         loop {
             match self.read_message().await? {
                 backend::Message::AuthenticationOk => {
-                    if require_cb && !bound {
+                    if scram.is_some() && !scram_verified {
+                        return Err(Definite::Setup(format!(
+                            "PostgreSQL at {t} said the login succeeded before completing SCRAM authentication \
+                             (no server signature): refusing the connection; check for something between outboxd \
+                             and the server"
+                        ))
+                        .into());
+                    }
+                    if require_cb && !(bound && scram_verified) {
                         return Err(no_cb().into());
                     }
                 }
@@ -279,6 +291,7 @@ impl ReplicationConn {
                     let s = scram.as_mut().ok_or_else(|| self.protocol("SASL final before SASL start"))?;
                     s.finish(body.data())
                         .map_err(|e| Definite::Setup(format!("SCRAM server signature from {t} did not verify: {e}")))?;
+                    scram_verified = true;
                 }
                 backend::Message::ErrorResponse(body) => return Err(classify(t, server_error(&body))),
                 backend::Message::BackendKeyData(k) => self.backend_pid = Some(k.process_id()),
@@ -784,6 +797,101 @@ impl WalSource for ReplicationStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::DuplexStream;
+
+    /// One step of a fake server: read one client message, or send raw backend bytes.
+    enum Step {
+        Read,
+        Send(Vec<u8>),
+    }
+
+    /// A fake server on the other end of `sock`: reads the startup message, then runs `steps`.
+    async fn fake_server(mut sock: DuplexStream, steps: Vec<Step>) {
+        // Startup: length-prefixed, no type byte.
+        let mut len = [0u8; 4];
+        if sock.read_exact(&mut len).await.is_err() {
+            return;
+        }
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize - 4];
+        let _ = sock.read_exact(&mut body).await;
+        for step in steps {
+            match step {
+                Step::Read => {
+                    let mut head = [0u8; 5];
+                    if sock.read_exact(&mut head).await.is_err() {
+                        return;
+                    }
+                    let mut b = vec![0u8; u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize - 4];
+                    let _ = sock.read_exact(&mut b).await;
+                }
+                Step::Send(r) => {
+                    if sock.write_all(&r).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn auth(code: i32, extra: &[u8]) -> Vec<u8> {
+        let mut m = vec![b'R'];
+        m.extend_from_slice(&((8 + extra.len()) as i32).to_be_bytes());
+        m.extend_from_slice(&code.to_be_bytes());
+        m.extend_from_slice(extra);
+        m
+    }
+
+    fn ready() -> Vec<u8> {
+        vec![b'Z', 0, 0, 0, 5, b'I']
+    }
+
+    async fn login_against(url: &str, cb: Option<Vec<u8>>, steps: Vec<Step>) -> Result<(), Error> {
+        let t = PgTarget::parse(url).expect("url");
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let srv = tokio::spawn(fake_server(server, steps));
+        let login = ReplicationConn::login(&t, Box::new(client), cb);
+        let r = tokio::time::timeout(Duration::from_secs(10), login).await.expect("login hung").map(|_| ());
+        srv.abort();
+        r
+    }
+
+    /// A server (or a man in the middle) that offers SCRAM-SHA-256-PLUS, takes the client's first
+    /// message and answers AuthenticationOk without the SCRAM exchange: refused, under
+    /// channel_binding=require and prefer alike.
+    #[tokio::test]
+    async fn authentication_ok_before_scram_completes_is_refused() {
+        let mechs = b"SCRAM-SHA-256-PLUS\0SCRAM-SHA-256\0\0";
+        for mode in ["require", "prefer"] {
+            let url = format!("postgres://u:pw@db.example/app?sslmode=require&channel_binding={mode}");
+            let steps = vec![Step::Send(auth(10, mechs)), Step::Read, Step::Send(auth(0, b"")), Step::Send(ready())];
+            let r = login_against(&url, Some(vec![7u8; 32]), steps).await;
+            let e = r.expect_err("a login without the server's SCRAM signature must fail");
+            assert!(e.to_string().contains("before completing SCRAM"), "{mode}: {e}");
+            assert!(!e.to_string().contains("pw@"), "{e}");
+        }
+        // Plain SCRAM without TLS, the same skip.
+        let steps =
+            vec![Step::Send(auth(10, b"SCRAM-SHA-256\0\0")), Step::Read, Step::Send(auth(0, b"")), Step::Send(ready())];
+        let r = login_against("postgres://u:pw@db.example/app?sslmode=disable", None, steps).await;
+        assert!(r.is_err_and(|e| e.to_string().contains("before completing SCRAM")));
+    }
+
+    /// Under channel_binding=require, a server that asks for a cleartext or MD5 password, or lets
+    /// us in with no authentication at all, is refused before any password is sent (as libpq).
+    #[tokio::test]
+    async fn channel_binding_require_refuses_password_and_trust_logins() {
+        let url = "postgres://u:pw@db.example/app?sslmode=require&channel_binding=require";
+        for first in [auth(3, b""), auth(5, &[1, 2, 3, 4]), auth(0, b"")] {
+            let steps = vec![Step::Send(first.clone()), Step::Read, Step::Send(auth(0, b"")), Step::Send(ready())];
+            let r = login_against(url, Some(vec![7u8; 32]), steps).await;
+            let e = r.expect_err("must be refused");
+            assert!(e.to_string().contains("channel_binding=require"), "{first:?}: {e}");
+        }
+        // Without require, trust is fine (a sanity check that the fake server works).
+        let steps = vec![Step::Send(auth(0, b"")), Step::Send(ready())];
+        let ok = login_against("postgres://u:pw@db.example/app?sslmode=disable", None, steps).await;
+        assert!(ok.is_ok(), "{ok:?}");
+    }
 
     #[test]
     fn copy_data_framing() {
