@@ -727,11 +727,13 @@ fn two_brokers_down_confirms_nothing_and_resumes_when_one_returns() {
         f.duplicates,
         r.unwrap().as_secs_f64()
     );
-    // Last, so the figures above are printed either way: not ready within 15 s of the kill, and
-    // not ready from then on until a broker returned (nothing could be delivered meanwhile).
-    let not_ready_from = readyz.iter().position(|(_, c)| *c != Some(200));
+    // Last, so the figures above are printed either way: not ready from 15 s after the kill on,
+    // until a broker returned (nothing could be delivered meanwhile).
+    // (outboxd counts Kafka down after 10 s with records outstanding and no ack; before that a
+    // metadata answer from the surviving broker may still read as up.)
+    let late: Vec<&(f64, Option<u16>)> = readyz.iter().filter(|(t, _)| *t > 15.0).collect();
     assert!(
-        not_ready_from.is_some_and(|k| readyz[k].0 <= 15.0 && readyz[k..].iter().all(|(_, c)| *c != Some(200))),
+        late.len() >= 10 && late.iter().all(|(_, c)| *c != Some(200)),
         "/readyz during the outage (s since the kill: status): {readyz:?}"
     );
     d.stop_cleanly();
