@@ -57,6 +57,17 @@ fn one_dead_letter(broker: &Broker, key: &str, reason: &str, d: &Outboxd) {
     assert_eq!(copies.len(), mine.len(), "duplicate dead letters for {key}: {mine:?}");
 }
 
+/// Kafka's AclCommand, through the super-user internal listener: allow `principal` `ops` on `topic`.
+fn allow(broker: &Broker, principal: &str, ops: &[&str], topic: &str) {
+    let admin = broker.admin_bootstrap();
+    let mut a = vec!["--bootstrap-server", admin.as_str(), "--add", "--allow-principal", principal, "--topic", topic];
+    for op in ops {
+        a.extend(["--operation", op]);
+    }
+    let (ok, out) = broker.tool("AclCommand", &a);
+    assert!(ok, "AclCommand {a:?}: {out}");
+}
+
 /// A principal with WRITE on one topic but not on another: the other topic's record is a bad
 /// event (`topic_authorization_failed`), the allowed topic keeps flowing, nothing crash-loops.
 #[test]
@@ -66,44 +77,11 @@ fn a_topic_without_write_acl_dead_letters_its_events_and_others_flow() {
     for t in ["ok.v1.events", "denied.v1.events", "outboxd.dlq"] {
         broker.create_topic(t, 1);
     }
-    let admin = broker.admin_bootstrap();
     for t in ["ok.v1.events", "outboxd.dlq"] {
-        let (ok, out) = broker.tool(
-            "AclCommand",
-            &[
-                "--bootstrap-server",
-                &admin,
-                "--add",
-                "--allow-principal",
-                "User:relay",
-                "--operation",
-                "Write",
-                "--operation",
-                "Describe",
-                "--operation",
-                "Create",
-                "--topic",
-                t,
-            ],
-        );
-        assert!(ok, "AclCommand: {out}");
+        allow(&broker, "User:relay", &["Write", "Describe", "Create"], t);
     }
     // Describe without Write on the denied topic, so the failure is on produce, not on metadata.
-    let (ok, out) = broker.tool(
-        "AclCommand",
-        &[
-            "--bootstrap-server",
-            &admin,
-            "--add",
-            "--allow-principal",
-            "User:relay",
-            "--operation",
-            "Describe",
-            "--topic",
-            "denied.v1.events",
-        ],
-    );
-    assert!(ok, "AclCommand: {out}");
+    allow(&broker, "User:relay", &["Describe"], "denied.v1.events");
     let sasl = [
         "--kafka-property",
         "security.protocol=sasl_plaintext",
