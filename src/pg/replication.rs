@@ -226,7 +226,8 @@ impl ReplicationConn {
                         ))
                         .into());
                     }
-                    if require_cb && !(bound && scram_verified) {
+                    // A bound exchange got here only verified (just above).
+                    if require_cb && !bound {
                         return Err(no_cb().into());
                     }
                 }

@@ -82,9 +82,9 @@ pub struct DeliveryContext {
     metrics: Metrics,
     /// The user's properties, to scrub secret values from librdkafka's error texts.
     properties: Vec<(String, String)>,
-    /// When the last delivery succeeded, in milliseconds since `epoch`.
-    last_ack_ms: AtomicU64,
-    epoch: std::time::Instant,
+    /// Successful deliveries so far: the health thread reads progress from it (no clock read on
+    /// the per-record path).
+    acks: AtomicU64,
 }
 
 impl DeliveryContext {
@@ -126,7 +126,7 @@ impl ProducerContext for DeliveryContext {
     fn delivery(&self, result: &DeliveryResult<'_>, delivery: Box<Delivery>) {
         match result {
             Ok(_) => {
-                self.last_ack_ms.store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+                self.acks.fetch_add(1, Ordering::Relaxed);
                 if !self.health.sink_up() {
                     self.kafka_up(true);
                 }
@@ -264,13 +264,7 @@ impl KafkaSink {
             .map_err(|_| Definite::Config("--kafka-property message.max.bytes must be a number of bytes".into()))?
             .unwrap_or(1_000_000);
         metrics.kafka_connected.set(1.0);
-        let context = DeliveryContext {
-            health,
-            metrics,
-            properties: cfg.properties.clone(),
-            last_ack_ms: AtomicU64::new(0),
-            epoch: std::time::Instant::now(),
-        };
+        let context = DeliveryContext { health, metrics, properties: cfg.properties.clone(), acks: AtomicU64::new(0) };
         let producer: BaseProducer<DeliveryContext> = kafka_client::create(&c, context, "producer", cfg)?;
         let admin = kafka_client::create(
             &kafka_client::admin_config(cfg, "outboxd-admin"),
@@ -424,15 +418,21 @@ async fn topic_exists(admin: Arc<AdminClient<DefaultClientContext>>, topic: Stri
 /// broker health (see the module doc).
 fn spawn_metadata_checks(producer: Arc<BaseProducer<DeliveryContext>>, stop: Arc<AtomicBool>) {
     let spawned = std::thread::Builder::new().name("outboxd-kafka-health".into()).spawn(move || {
-        // Since when records have been outstanding (None: nothing outstanding at the last look).
-        let mut pending_since: Option<Duration> = None;
+        // Since when records have been outstanding with no ack (None: nothing outstanding, or an
+        // ack since the last look).
+        let mut waiting_since: Option<std::time::Instant> = None;
+        let mut acks_seen = 0;
         let mut stalled_before = false;
         while !stop.load(Ordering::Relaxed) {
             let ctx = producer.context();
-            let now = ctx.epoch.elapsed();
-            pending_since = if producer.in_flight_count() > 0 { Some(pending_since.unwrap_or(now)) } else { None };
-            let last_ack = Duration::from_millis(ctx.last_ack_ms.load(Ordering::Relaxed));
-            let stalled = pending_since.is_some_and(|since| now.saturating_sub(since.max(last_ack)) >= DELIVERY_STALL);
+            let acks = ctx.acks.load(Ordering::Relaxed);
+            let pending = producer.in_flight_count() > 0;
+            waiting_since = match (pending, acks != acks_seen) {
+                (false, _) | (true, true) => None,
+                (true, false) => Some(waiting_since.unwrap_or_else(std::time::Instant::now)),
+            };
+            acks_seen = acks;
+            let stalled = waiting_since.is_some_and(|since| since.elapsed() >= DELIVERY_STALL);
             if stalled && !stalled_before {
                 tracing::warn!(
                     secs = DELIVERY_STALL.as_secs(),
@@ -443,7 +443,7 @@ fn spawn_metadata_checks(producer: Arc<BaseProducer<DeliveryContext>>, stop: Arc
             // Down with records outstanding: only an ack (the delivery callback) brings it back;
             // a metadata answer alone does not prove that writes go through.
             let ok = !stalled
-                && (ctx.health.sink_up() || pending_since.is_none())
+                && (ctx.health.sink_up() || !pending)
                 && producer.client().fetch_metadata(None, Duration::from_secs(2)).is_ok();
             ctx.kafka_up(ok);
             std::thread::sleep(METADATA_CHECK_EVERY);
