@@ -101,23 +101,9 @@ impl Writer {
             std::thread::spawn(move || {
                 let mut next = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    // The same rows as Numbered::insert, plus the WAL position inside and after
-                    // the transaction (one -c is one implicit transaction; the next -c runs after
-                    // the commit).
-                    let rows: Vec<String> = (next..next + BATCH)
-                        .map(|i| {
-                            format!(
-                                "('00000000-0000-4000-8000-{i:012x}', '{kind}', 'agg-{}', '{kind}.v1', '{{\"n\": {i}}}')",
-                                i % ev.aggregates,
-                                kind = ev.kind
-                            )
-                        })
-                        .collect();
-                    let sql = format!(
-                        "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES {}; \
-                         SELECT pg_current_wal_insert_lsn()",
-                        rows.join(",")
-                    );
+                    // Numbered's rows, plus the WAL position inside and after the transaction
+                    // (one -c is one implicit transaction; the next -c runs after the commit).
+                    let sql = format!("{}; SELECT pg_current_wal_insert_lsn()", ev.insert_sql(next, BATCH));
                     let started = Instant::now();
                     let out = psql_socket(&ev.sock, ev.port, &[&sql, "SELECT pg_current_wal_insert_lsn()"])
                         .expect("psql runs");

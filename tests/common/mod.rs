@@ -1070,8 +1070,8 @@ impl Numbered {
         Numbered { sock: pg.socket_dir(), port: pg.port(), kind, aggregates }
     }
 
-    /// Insert events `first..first + n` in one transaction; false when the server refused.
-    pub fn insert(&self, first: usize, n: usize) -> bool {
+    /// The INSERT of events `first..first + n` (one statement).
+    pub fn insert_sql(&self, first: usize, n: usize) -> String {
         let rows: Vec<String> = (first..first + n)
             .map(|i| {
                 format!(
@@ -1081,11 +1081,15 @@ impl Numbered {
                 )
             })
             .collect();
-        let sql = format!(
+        format!(
             "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES {}",
             rows.join(",")
-        );
-        psql_socket(&self.sock, self.port, &[&sql]).is_ok_and(|o| o.status.success())
+        )
+    }
+
+    /// Insert events `first..first + n` in one transaction; false when the server refused.
+    pub fn insert(&self, first: usize, n: usize) -> bool {
+        psql_socket(&self.sock, self.port, &[&self.insert_sql(first, n)]).is_ok_and(|o| o.status.success())
     }
 }
 
