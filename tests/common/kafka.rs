@@ -216,12 +216,17 @@ impl Broker {
         let t0 = Instant::now();
         let mut out = cmd.output().expect("run scripts/kafka");
         // The launcher picks free ports and then starts the JVM; another test can take a port in
-        // between. Start again on new ports (a fresh directory) when that is what failed.
-        for _ in 0..3 {
-            if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains("Address already in use") {
+        // between, and a controller that lost that race leaves its brokers waiting. Start again
+        // on new ports (a fresh directory) when the start failed, showing why.
+        for _ in 0..2 {
+            if out.status.success() {
                 break;
             }
-            eprintln!("[harness] a Kafka port was taken meanwhile; starting again on new ports");
+            eprintln!(
+                "[harness] scripts/kafka start failed ({}); starting again on new ports. It said:\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
             let _ = script().arg("stop").arg(&root).arg("--now").output();
             let _ = fs::remove_dir_all(&root);
             out = cmd.output().expect("run scripts/kafka");
