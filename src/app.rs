@@ -66,8 +66,19 @@ pub async fn run<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Resul
         }
         admin::ensure_publication(&client, cfg).await?;
     }
-    let monitor = tokio::spawn(monitor(cfg.clone(), handles.clone()));
-    let result = supervise(cfg, sink, handles).await;
+    let shutdown = handles.shutdown.clone();
+    let mut monitor = tokio::spawn(monitor(cfg.clone(), handles.clone()));
+    let supervised = supervise(cfg, sink, handles);
+    tokio::pin!(supervised);
+    // The monitor returns by itself only on shutdown; any other end (a panic) stops the process
+    // rather than stream on without lag metrics and heartbeats (an idle slot would pin WAL).
+    let result = tokio::select! {
+        r = &mut supervised => r,
+        joined = &mut monitor => match joined {
+            Ok(()) if shutdown.is_cancelled() => supervised.await,
+            other => Err(crate::task::ended("the monitor task (lag metrics and heartbeats)", other).into()),
+        },
+    };
     monitor.abort();
     result
 }
@@ -146,7 +157,7 @@ struct SessionState {
     streamed_once: bool,
     /// The walsender PID of our last replication connection: if a dead link left it holding the
     /// slot, it is ours to end.
-    own_walsender: Option<i32>,
+    own_walsender: Option<admin::Walsender>,
     /// The frontier reached by this process (every record before it was acked by the sink), and
     /// the WAL history it belongs to: it is only a position on that server's timeline.
     confirmed: Option<(Lsn, WalHistory)>,
@@ -180,16 +191,26 @@ async fn session<S: Sink>(
         } else {
             admin::MissingSlot::Create
         };
-        Ok::<_, Error>((take_slot(&client, cfg, state.own_walsender, missing).await?, version))
+        let slot = take_slot(&client, cfg, state.own_walsender.as_ref(), missing).await?;
+        Ok::<_, Error>((slot, version, client))
     };
-    let (slot, version) = match tokio::time::timeout(admin::ADMIN_TIMEOUT * 2, checks).await {
+    let (slot, version, client) = match tokio::time::timeout(admin::ADMIN_TIMEOUT * 2, checks).await {
         Ok(r) => r?,
         Err(_) => return Err(stalled("the slot and publication checks")),
     };
     ctx.health.loop_tick();
     let mut conn = ReplicationConn::connect(&cfg.postgres).await?;
     ctx.health.loop_tick();
-    state.own_walsender = conn.backend_pid();
+    // Who our walsender is, to end it (and only it) should a dead link leave it holding the slot.
+    state.own_walsender = match conn.backend_pid() {
+        Some(pid) => tokio::time::timeout(admin::ADMIN_TIMEOUT, admin::walsender(&client, pid))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten(),
+        None => None,
+    };
+    drop(client);
     let history = match tokio::time::timeout(admin::ADMIN_TIMEOUT, conn.identify_system()).await {
         Ok(r) => r?,
         Err(_) => return Err(stalled("IDENTIFY_SYSTEM")),
@@ -248,20 +269,21 @@ fn stalled(what: &str) -> Error {
 
 /// [`admin::ensure_slot`], except that a slot still held by our own previous walsender (a dead
 /// link that PostgreSQL has not noticed yet, until its `wal_sender_timeout`) is taken back at once
-/// by ending that walsender. A slot held by any other PID is left alone: a standby waits.
+/// by ending that walsender. A slot held by any other walsender (another PID, or our old PID with
+/// another start time or application name) is left alone: a standby waits.
 async fn take_slot(
     client: &Client,
     cfg: &Config,
-    own: Option<i32>,
+    own: Option<&admin::Walsender>,
     missing: admin::MissingSlot,
 ) -> Result<admin::SlotState, Error> {
     let mut ended = false;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         match admin::ensure_slot(client, cfg, missing).await {
-            Err(Error::Transient(Transient::SlotBusy { pid, .. })) if Some(pid) == own => {
-                if !ended {
-                    ended = admin::terminate_own_walsender(client, &cfg.slot, pid).await?;
+            Err(Error::Transient(Transient::SlotBusy { pid, .. })) if own.is_some_and(|o| o.pid == pid) => {
+                if let (false, Some(own)) = (ended, own) {
+                    ended = admin::terminate_own_walsender(client, &cfg.slot, own).await?;
                     if ended {
                         tracing::warn!(pid, slot = %cfg.slot, "our previous walsender still held the slot (dead link); ended it");
                     }
@@ -286,14 +308,19 @@ fn as_transient(e: Error) -> Error {
 
 /// Background duties over an ordinary connection: poll the slot's lag and safe WAL size, and emit
 /// heartbeats (plus `--heartbeat-action-query`) while no event flows. Failures here are logged and
-/// retried; they never stop the pipeline.
+/// retried; they never stop the pipeline. Returns only on shutdown; a panic stops the process
+/// ([`run`]).
 async fn monitor(cfg: Config, handles: Handles) {
     let Handles { health, metrics, shutdown } = handles;
     let mut client: Option<Client> = None;
-    let mut last_poll = tokio::time::Instant::now() - cfg.lag_poll_interval;
+    // None: poll at once. (`now - interval` would panic on a monotonic clock younger than it.)
+    let mut last_poll: Option<tokio::time::Instant> = None;
     let mut last_action = tokio::time::Instant::now();
     // Idle time, from changes of the activity counter (the hot path never reads a clock).
     let (mut seen, mut last_activity) = (health.activity_count(), tokio::time::Instant::now());
+    if crate::task::fault("monitor") {
+        panic!("fault injected by OUTBOXD_FAULT_END_TASK");
+    }
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -307,8 +334,8 @@ async fn monitor(cfg: Config, handles: Handles) {
             client = admin::connect(&cfg).await.ok();
         }
         let Some(c) = client.as_ref() else { continue };
-        if last_poll.elapsed() >= cfg.lag_poll_interval {
-            last_poll = tokio::time::Instant::now();
+        if last_poll.is_none_or(|t| t.elapsed() >= cfg.lag_poll_interval) {
+            last_poll = Some(tokio::time::Instant::now());
             match tokio::time::timeout(admin::ADMIN_TIMEOUT, admin::slot_lag(c, &cfg.slot)).await {
                 Ok(Ok(Some(lag))) => {
                     metrics.lag_bytes.set(lag.lag_bytes as f64);

@@ -46,6 +46,8 @@ pub enum Definite {
     Sink(String),
     #[error("internal invariant broken: {0}")]
     Bug(String),
+    #[error("{task} ended while it was still needed ({how}); exiting so that a supervisor restarts outboxd")]
+    TaskEnded { task: String, how: String },
 }
 
 /// Any failure of a pipeline run.

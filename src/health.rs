@@ -20,12 +20,16 @@
 //! errors (EMFILE would otherwise spin a core), one deadline per connection covering reading the
 //! request and writing the answer (a silent client is dropped, never waited on), a task per
 //! connection (a slow client never holds up a probe), and a cap on open connections so probes
-//! cannot use up the file descriptors PostgreSQL and Kafka need. That is a few lines here, and
+//! cannot use up the file descriptors PostgreSQL and Kafka need. At the cap, the connection that
+//! has waited longest without sending its request is ended to make room: sockets opened and left
+//! idle (64 of them, re-opened every few seconds) would otherwise keep every probe out and make a
+//! kubelet restart a healthy process. That is a few lines here, and
 //! saves four crates in the build.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -37,8 +41,12 @@ use crate::error::Definite;
 
 /// One connection's whole life: reading the request head, rendering, writing the answer.
 const CONN_DEADLINE: Duration = Duration::from_secs(5);
-/// Connections served at once; more are closed on accept.
+/// Connections served at once. A connection past the cap ends the one that has waited longest
+/// without sending its request, so idle sockets can never keep a probe out; when none is idle,
+/// the new one is closed.
 const MAX_CONNECTIONS: usize = 64;
+/// A connection must send its request head within this (a probe sends it at once).
+const HEAD_DEADLINE: Duration = Duration::from_secs(2);
 /// Longest pause after a failed accept (e.g. EMFILE), reached by doubling from 10 ms.
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -152,8 +160,31 @@ pub async fn serve(addr: SocketAddr, health: Arc<Health>) -> Result<SocketAddr, 
     Ok(bound)
 }
 
+/// Connections that have not sent their request head yet, oldest first: (id, its task).
+type Waiting = Arc<Mutex<VecDeque<(u64, tokio::task::AbortHandle)>>>;
+
+/// Removes a connection from [`Waiting`] when its head arrived or its task ended (or was aborted).
+struct Forget {
+    waiting: Waiting,
+    id: u64,
+}
+
+impl Forget {
+    fn now(&self) {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner).retain(|(id, _)| *id != self.id);
+    }
+}
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        self.now();
+    }
+}
+
 async fn accept_loop(listener: TcpListener, handle: PrometheusHandle, health: Arc<Health>) {
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let waiting: Waiting = Arc::default();
+    let mut next_id = 0u64;
     let mut backoff = Duration::ZERO;
     loop {
         let sock = match listener.accept().await {
@@ -172,30 +203,57 @@ async fn accept_loop(listener: TcpListener, handle: PrometheusHandle, health: Ar
             }
         };
         backoff = Duration::ZERO;
-        // Over the cap: close at once rather than queue behind clients that may never finish.
-        let Ok(permit) = permits.clone().try_acquire_owned() else { continue };
-        let handle = handle.clone();
-        let health = health.clone();
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(CONN_DEADLINE, answer(sock, &handle, &health)).await;
-            drop(permit);
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                // Over the cap: end the longest-idle connection and take its place; with none
+                // idle, close this one rather than queue behind clients that may never finish.
+                let oldest = waiting.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
+                let Some((_, task)) = oldest else { continue };
+                task.abort();
+                match tokio::time::timeout(Duration::from_millis(100), permits.clone().acquire_owned()).await {
+                    Ok(Ok(p)) => p,
+                    _ => continue,
+                }
+            }
+        };
+        let (handle, health) = (handle.clone(), health.clone());
+        let id = next_id;
+        next_id = next_id.wrapping_add(1);
+        let forget = Forget { waiting: waiting.clone(), id };
+        let task = tokio::spawn(async move {
+            let _permit = permit;
+            let _ = tokio::time::timeout(CONN_DEADLINE, answer(sock, &handle, &health, &forget)).await;
         });
+        // The task cannot have ended yet on this single-threaded runtime; if it has elsewhere,
+        // the entry is stale and ending it later is a no-op.
+        if !task.is_finished() {
+            waiting.lock().unwrap_or_else(PoisonError::into_inner).push_back((id, task.abort_handle()));
+        }
     }
 }
 
-/// Read one request head and write one response.
-async fn answer(mut sock: TcpStream, handle: &PrometheusHandle, health: &Health) {
+/// Read one request head (within [`HEAD_DEADLINE`]) and write one response.
+async fn answer(mut sock: TcpStream, handle: &PrometheusHandle, health: &Health, forget: &Forget) {
     // Read the whole request head: closing with unread bytes would reset the connection.
     let mut buf = Vec::with_capacity(1024);
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
-        let mut chunk = [0u8; 1024];
-        match sock.read(&mut chunk).await {
-            // The client finished sending: answer what it asked, if anything.
-            Ok(0) => break,
-            Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+    let head = async {
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
+            let mut chunk = [0u8; 1024];
+            match sock.read(&mut chunk).await {
+                // The client finished sending: answer what it asked, if anything.
+                Ok(0) => break,
+                Err(_) => return false,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
         }
+        true
+    };
+    if !matches!(tokio::time::timeout(HEAD_DEADLINE, head).await, Ok(true)) {
+        return;
     }
+    // Answering now: no longer one to end for room.
+    forget.now();
     let req = String::from_utf8_lossy(&buf);
     let path = req.split_whitespace().nth(1).unwrap_or("/");
     let (status, body, ctype) = match path.split('?').next().unwrap_or("/") {

@@ -24,3 +24,4 @@ pub mod schema_check;
 pub mod shadow;
 pub mod sink;
 pub mod status;
+pub mod task;

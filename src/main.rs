@@ -56,10 +56,16 @@ fn main() -> ExitCode {
         Err(e) => {
             tracing::error!("{e:#}");
             eprintln!("outboxd: error: {e:#}");
-            let config = matches!(e.downcast_ref::<Error>(), Some(Error::Definite(Definite::Config(_))));
-            ExitCode::from(if config { 2 } else { 1 })
+            ExitCode::from(if is_config_error(&e) { 2 } else { 1 })
         }
     }
+}
+
+/// A configuration error found after the flags parsed (building the sink, binding the endpoint)
+/// exits 2 like a flag error, whether it travels as an [`Error`] or as a bare [`Definite`].
+fn is_config_error(e: &anyhow::Error) -> bool {
+    matches!(e.downcast_ref::<Error>(), Some(Error::Definite(Definite::Config(_))))
+        || matches!(e.downcast_ref::<Definite>(), Some(Definite::Config(_)))
 }
 
 fn log_notes(cfg: &Config) {

@@ -69,13 +69,13 @@ fn backfill_by_time_range_republishes_exactly_those_rows() {
         assert_eq!(c.key_str(), Some(format!("agg-{}", g % 7)));
         assert_eq!(c.header_str("trace"), Some(format!("t-{g}")));
     }
-    // Per-aggregate order is created_at order (then event_id): one hour-old batch shares its
-    // created_at, so check that records come in event_id order within each key.
-    let mut last: std::collections::HashMap<String, String> = Default::default();
+    // Per-aggregate order is insertion order: one hour-old batch shares its created_at, and its
+    // rows were written in `g` order (the table has `seq`), so `g` grows within each key.
+    let mut last: std::collections::HashMap<String, i64> = Default::default();
     for c in &got {
-        let (k, id) = (c.key_str().unwrap_or_default(), c.header_str("id").unwrap_or_default());
-        if let Some(prev) = last.insert(k, id.clone()) {
-            assert!(prev < id, "out of order: {prev} then {id}");
+        let (k, g) = (c.key_str().unwrap_or_default(), c.payload_json()["g"].as_i64().unwrap_or_default());
+        if let Some(prev) = last.insert(k.clone(), g) {
+            assert!(prev < g, "out of order on {k}: g {prev} then {g}");
         }
     }
     assert_eq!(pg.psql("SELECT count(*) FROM pg_replication_slots"), "0", "backfill touches no slot");
@@ -114,6 +114,45 @@ fn backfill_by_event_id_range_and_bad_rows_fail_the_exit_code() {
     let (code, log) = run_to_exit(&backfill_args(&pg, Some(&broker), &["--since", "yesterday"]), T);
     assert_eq!(code, Some(2), "{log}");
     assert!(log.contains("--since \"yesterday\""), "{log}");
+}
+
+/// A create-then-pay pair per aggregate, written in one transaction (so one created_at and random
+/// event ids): backfill sends each pair in that order, with the `seq` column and without it
+/// (issue 23 item 10: ties went by event_id, so about half the pairs came out paid-first).
+#[test]
+fn backfill_keeps_a_transactions_order_per_aggregate_with_and_without_seq() {
+    for with_seq in [false, true] {
+        let pg = PgCluster::start();
+        pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+        if with_seq {
+            pg.apply_sql_file(sql_dir().join("05_poll.sql"));
+        }
+        let broker = Broker::start();
+        let mut sql = String::from("BEGIN;");
+        for a in 0..60 {
+            for step in ["created", "paid"] {
+                sql.push_str(&format!(
+                    "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+                     VALUES ('order', 'o-{a}', 'pair.v1', '{{\"step\": \"{step}\"}}');"
+                ));
+            }
+        }
+        sql.push_str("COMMIT;");
+        pg.psql(&sql);
+        let (code, log) = run_to_exit(&backfill_args(&pg, Some(&broker), &["--since", "1h", "--batch-size", "7"]), T);
+        assert_eq!(code, Some(0), "{log}");
+        let got = broker.consume_all("pair.v1.events", 1, 120, T);
+        assert_eq!(got.len(), 120, "seq {with_seq}\n{log}");
+        let mut steps: std::collections::HashMap<String, Vec<String>> = Default::default();
+        for c in &got {
+            let step = c.payload_json()["step"].as_str().unwrap_or_default().to_owned();
+            steps.entry(c.key_str().unwrap_or_default()).or_default().push(step);
+        }
+        assert_eq!(steps.len(), 60);
+        for (k, s) in &steps {
+            assert_eq!(s, &["created", "paid"], "{k} with seq {with_seq}");
+        }
+    }
 }
 
 /// VmHWM (peak resident set) of a running process, in KiB.

@@ -101,6 +101,16 @@ fn healthy_setup_passes_and_each_broken_piece_fails_with_its_fix() {
     eprintln!("{text}");
     let warns = with_status(&report, "warn");
     assert!(warns.iter().any(|w| w.1.contains("unlimited") && w.2.contains("max_slot_wal_keep_size")), "{warns:#?}");
+    // The broker's auto-create setting and topic defaults (the test broker: auto-create on, one
+    // broker, so one replica: warned).
+    let infos = with_status(&report, "info");
+    assert!(
+        infos.iter().any(|i| i.0 == "kafka broker defaults"
+            && i.1.contains("auto.create.topics.enable=true")
+            && i.1.contains("get partitions=1, replicas=1")),
+        "{infos:#?}"
+    );
+    assert!(warns.iter().any(|w| w.0 == "kafka topic replicas" && w.1.contains("one replica")), "{warns:#?}");
 
     // A role without REPLICATION.
     let (code, report) = check_json(&check_args(&pg.url_for("plain", "plain-pw"), &bootstrap, &[]));

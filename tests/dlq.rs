@@ -96,10 +96,8 @@ fn oversize_event_is_kept_in_chunks_confirmed_after_the_last_and_replayed_byte_e
     ));
     let commit_end = pg.psql("SELECT pg_current_wal_insert_lsn()");
     assert!(wait_until(Duration::from_secs(30), || proxy.held(Dir::Up)), "no produce traffic:\n{}", d.log());
-    let dlq_acks = || {
-        let (_, body) = http_get(metrics_port, "/metrics").unwrap_or_default();
-        metric(&body, "outboxd_events_total{topic=\"outboxd.dlq\"}").unwrap_or(0.0)
-    };
+    // Chunks the broker acked (it is reached directly, not through the proxy).
+    let dlq_acks = || broker.end_offsets("outboxd.dlq") as f64;
     assert!(wait_until(Duration::from_secs(15), || dlq_acks() >= 1.0), "first chunk never acked:\n{}", d.log());
     // One chunk acked, the others held: the slot must not pass the transaction.
     let end = std::time::Instant::now() + Duration::from_secs(4);
@@ -114,6 +112,11 @@ fn oversize_event_is_kept_in_chunks_confirmed_after_the_last_and_replayed_byte_e
     proxy.release(Dir::Up);
     assert!(slot_reaches_wal_end(&pg), "{}", d.log());
     assert_eq!(dlq_acks(), 4.0, "3 MiB in chunks under 1 MB");
+    // Dead-letter copies and chunks count in outboxd_dlq_events_total, never as events delivered
+    // to a topic (issue 23 item 16: run counted them, poll did not).
+    let (_, body) = http_get(metrics_port, "/metrics").unwrap_or_default();
+    assert_eq!(metric(&body, "outboxd_events_total{topic=\"outboxd.dlq\"}"), None, "{body}");
+    assert_eq!(metric(&body, "outboxd_dlq_events_total{reason=\"too_large\"}"), Some(1.0), "{body}");
     assert!(pg.psql(&format!("SELECT '{before}'::pg_lsn < '{commit_end}'::pg_lsn")) == "t");
 
     let chunks = consume_with(&client_config(&bootstrap, &[]), "outboxd.dlq", 4, Duration::from_secs(30));

@@ -159,3 +159,47 @@ fn frozen_broker_link_confirms_nothing_unacked_and_delivers_after_the_thaw() {
     assert_eq!(ids.len(), 100, "distinct events after the thaw: {} of 100", ids.len());
     d.stop_cleanly();
 }
+
+/// Our walsender is recognised by PID, start time and application name, never by PID alone
+/// (issue 23 item 6): after a server restart another instance's walsender can get the PID ours
+/// had. Here another outboxd holds the slot; asked to end "our" walsender with its PID but
+/// another start time (or application name), outboxd's rule leaves it alone; with its full
+/// identity it ends it.
+#[test]
+fn a_walsender_with_our_old_pid_but_another_start_time_is_left_alone() {
+    use outboxd::pg::admin;
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    let mut other = Outboxd::spawn_streaming(&daemon_args_pg_only(&pg, &["--sink", "stdout"]));
+    let holder: i32 =
+        pg.psql("SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'outboxd'").parse().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let target = outboxd::config::PgTarget::parse(&pg.url()).unwrap();
+        let client = admin::connect_target(&target).await.unwrap();
+        let real = admin::walsender(&client, holder).await.unwrap().expect("the holder is in pg_stat_activity");
+        assert_eq!(real.pid, holder);
+        let reused = admin::Walsender { backend_start: "2000-01-01 00:00:00+00".into(), ..real.clone() };
+        assert!(!admin::terminate_own_walsender(&client, "outboxd", &reused).await.unwrap(), "ended by PID alone");
+        let renamed = admin::Walsender { application_name: "someone-else".into(), ..real.clone() };
+        assert!(!admin::terminate_own_walsender(&client, "outboxd", &renamed).await.unwrap());
+        let still =
+            pg.psql("SELECT coalesce(active_pid::text, '') FROM pg_replication_slots WHERE slot_name = 'outboxd'");
+        assert_eq!(still, holder.to_string(), "the other walsender was ended");
+        assert!(
+            admin::terminate_own_walsender(&client, "outboxd", &real).await.unwrap(),
+            "the real one is ours to end"
+        );
+    });
+    // The instance whose walsender was ended reconnects and streams again.
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            let now =
+                pg.psql("SELECT coalesce(active_pid::text, '') FROM pg_replication_slots WHERE slot_name = 'outboxd'");
+            !now.is_empty() && now != holder.to_string()
+        }),
+        "{}",
+        other.log()
+    );
+    other.stop_cleanly();
+}

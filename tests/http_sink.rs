@@ -50,10 +50,19 @@ fn slot_reaches_wal_end(pg: &PgCluster) -> bool {
     pg.wait_slot_reaches_wal_end(Duration::from_secs(60))
 }
 
-/// Every request so far carried a valid signature.
+/// Every request so far carried a valid v2 signature (path, headers and body), and the headers
+/// it covers include the ones a receiver relies on.
 fn assert_all_signed(hook: &Webhook) {
     for r in hook.requests() {
-        assert_eq!(r.signature_ok, Some(true), "bad signature on {} {:?}", r.path, r.header_str("outboxd-signature"));
+        let sig = r.header_str("outboxd-signature").unwrap_or_default();
+        assert_eq!(r.signature_ok, Some(true), "bad signature on {} {sig:?}: {:?}", r.path, r.headers.iter().map(|(n, v)| format!("{n}={}", String::from_utf8_lossy(v))).collect::<Vec<_>>());
+        assert!(sig.contains(",v2="), "not a v2 signature: {sig}");
+        let names = r.header_str("outboxd-signed-headers").unwrap_or_default();
+        let batch = r.header_str("content-type").as_deref() == Some("application/cloudevents-batch+json");
+        let needed: &[&str] = if batch { &["content-type"] } else { &["ce-id", "idempotency-key", "ce-source"] };
+        for h in needed {
+            assert!(names.split(',').any(|n| n == *h), "{h} not signed: {names}");
+        }
     }
 }
 
@@ -325,6 +334,151 @@ fn batch_mode_posts_cloudevents_batches_and_splits_a_refused_one() {
     assert!(dlq[0].body.windows(8).any(|w| w == b"\"poison\""), "{}", String::from_utf8_lossy(&dlq[0].body));
     assert_all_signed(&hook);
     d.stop_cleanly();
+}
+
+/// Answers about the receiver (401, 403, 404, 405, 409: a rotated credential, a deploy, an
+/// idempotency conflict) are retried with backoff, confirm nothing and show on /readyz and the
+/// gauge, and the event arrives once the receiver takes it; an answer about the event (422) makes
+/// it a bad event at once; `--http-bad-event-status` moves a status between the classes.
+#[test]
+fn answers_about_the_receiver_are_retried_and_answers_about_the_event_are_bad_events() {
+    let hook = Webhook::start(Some(SECRET));
+    let secret = secret_file();
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let metrics_port = free_port();
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let mut d = Outboxd::spawn_streaming(&http_args(
+        &pg,
+        &hook,
+        secret.path(),
+        &["--on-bad-event", "dlq", "--metrics-addr", &metrics],
+    ));
+    let ready = || http_get(metrics_port, "/readyz").map(|r| r.0);
+    let gauge =
+        || http_get(metrics_port, "/metrics").and_then(|(_, b)| metric(&b, "outboxd_connected{component=\"http\"}"));
+    let tries = |id: &str, status: u16| {
+        hook.requests().iter().filter(|r| r.status == status && r.event_ids().iter().any(|i| i == id)).count()
+    };
+    let mut ids = Vec::new();
+    for status in [401u16, 403, 404, 405, 409] {
+        hook.respond_with(move |r| if r.path == "/in/hook.dlq" { 200 } else { status });
+        let id = pg.insert_event("recv", "k", Some("e.v1"), &format!("{{\"status\": {status}}}"), None);
+        let commit_end = pg.psql("SELECT pg_current_wal_insert_lsn()");
+        assert!(wait_until(Duration::from_secs(20), || tries(&id, status) >= 2), "{status} not retried\n{}", d.log());
+        assert!(wait_until(Duration::from_secs(5), || ready() == Some(503)), "{status}: /readyz stayed ready");
+        assert_eq!(gauge(), Some(0.0), "{status}: the gauge stayed up");
+        let past = pg.psql(&format!(
+            "SELECT confirmed_flush_lsn >= '{commit_end}' FROM pg_replication_slots WHERE slot_name = 'outboxd'"
+        ));
+        assert_eq!(past, "f", "{status}: confirmed while the receiver refused\n{}", d.log());
+        hook.respond_with(|_| 200);
+        assert!(wait_until(Duration::from_secs(60), || hook.delivered_ids().contains(&id)), "{status}\n{}", d.log());
+        assert!(wait_until(Duration::from_secs(10), || ready() == Some(200)), "{status}: /readyz never recovered");
+        ids.push(id);
+    }
+    assert!(slot_reaches_wal_end(&pg), "{}", d.log());
+    let fine: Vec<String> =
+        hook.delivered().iter().filter(|r| r.path == "/in/hook.recv").flat_map(|r| r.event_ids()).collect();
+    assert_eq!(fine, ids, "each event once, in order");
+    assert!(hook.requests().iter().all(|r| r.path != "/in/hook.dlq"), "a receiver's answer dead-lettered an event");
+    // 422 is about the event: one request, then its dead-letter copy, and the slot moves on.
+    hook.respond_with(|r| if r.path == "/in/hook.recv" { 422 } else { 200 });
+    let bad = pg.insert_event("recv", "k", Some("e.v1"), "{\"status\": 422}", None);
+    assert!(
+        wait_until(Duration::from_secs(30), || hook
+            .delivered()
+            .iter()
+            .any(|r| r.path == "/in/hook.dlq" && r.header_str("id").as_deref() == Some(bad.as_str()))),
+        "{}",
+        d.log()
+    );
+    assert!(slot_reaches_wal_end(&pg), "{}", d.log());
+    assert_eq!(tries(&bad, 422), 1, "a 422 is final");
+    d.stop_cleanly();
+
+    // The flag moves 404 to the bad-event class.
+    hook.respond_with(|r| if r.path == "/in/hook.recv" { 404 } else { 200 });
+    let mut d = Outboxd::spawn_streaming(&http_args(
+        &pg,
+        &hook,
+        secret.path(),
+        &["--on-bad-event", "dlq", "--http-bad-event-status", "404,422"],
+    ));
+    let gone = pg.insert_event("recv", "k", Some("e.v1"), "{\"status\": 404}", None);
+    assert!(slot_reaches_wal_end(&pg), "{}", d.log());
+    assert_eq!(tries(&gone, 404), 1, "with the flag a 404 is final");
+    assert!(hook
+        .delivered()
+        .iter()
+        .any(|r| r.path == "/in/hook.dlq" && r.header_str("id").as_deref() == Some(gone.as_str())));
+    d.stop_cleanly();
+}
+
+/// A receiver that answers 2xx with a body that never ends: outboxd reads a bounded prefix and
+/// acks (it used to read until --http-timeout and send the event again, for ever).
+#[test]
+fn an_endless_response_body_is_read_only_in_part() {
+    let hook = Webhook::start(Some(SECRET));
+    hook.answer_endless_bodies(true);
+    let secret = secret_file();
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let mut d = Outboxd::spawn_streaming(&http_args(&pg, &hook, secret.path(), &["--http-timeout", "3s"]));
+    let id = pg.insert_event("order", "a", Some("e.v1"), "{\"n\": 1}", None);
+    assert!(pg.wait_slot_reaches_wal_end(Duration::from_secs(30)), "never acked\n{}", d.log());
+    assert_eq!(hook.requests().len(), 1, "sent again\n{}", d.log());
+    assert_eq!(hook.delivered_ids(), vec![id]);
+    hook.answer_endless_bodies(false);
+    d.stop_cleanly();
+}
+
+/// The v2 signature covers what a receiver relies on (issue 23 item 2: v1 signed the body only):
+/// a captured request replayed with another type, idempotency key, subject, record header or
+/// topic path no longer verifies. `--http-signature-version v1` keeps the old scheme.
+#[test]
+fn the_signature_covers_path_and_headers_and_v1_stays_available() {
+    let hook = Webhook::start(Some(SECRET));
+    let secret = secret_file();
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let mut d = Outboxd::spawn_streaming(&http_args(&pg, &hook, secret.path(), &[]));
+    pg.insert_event("order", "a", Some("order.paid.v1"), "{\"n\": 1}", Some("{\"trace\": \"t-1\"}"));
+    assert!(hook.wait_delivered(1, Duration::from_secs(30)), "{}", d.log());
+    d.stop_cleanly();
+    let captured = hook.delivered()[0].clone();
+    assert!(common::webhook::verify(SECRET, &captured));
+    let with = |name: &str, value: &str| {
+        let mut r = captured.clone();
+        for (n, v) in &mut r.headers {
+            if n == name {
+                *v = value.as_bytes().to_vec();
+            }
+        }
+        r
+    };
+    for (name, value) in [
+        ("ce-type", "order.refunded.v1"),
+        ("idempotency-key", "another-key"),
+        ("ce-id", "another-id"),
+        ("ce-subject", "b"),
+        ("trace", "t-2"),
+    ] {
+        assert!(captured.header(name).is_some(), "{name} missing from the request");
+        assert!(!common::webhook::verify(SECRET, &with(name, value)), "a changed {name} still verifies");
+    }
+    let mut moved = captured.clone();
+    moved.path = "/in/hook.other".into();
+    assert!(!common::webhook::verify(SECRET, &moved), "another topic path still verifies");
+
+    let mut d = Outboxd::spawn_streaming(&http_args(&pg, &hook, secret.path(), &["--http-signature-version", "v1"]));
+    pg.insert_event("order", "a", Some("order.paid.v1"), "{\"n\": 2}", None);
+    assert!(hook.wait_delivered(2, Duration::from_secs(30)), "{}", d.log());
+    d.stop_cleanly();
+    let last = hook.delivered().last().cloned().unwrap();
+    let sig = last.header_str("outboxd-signature").unwrap_or_default();
+    assert!(sig.contains(",v1=") && last.header("outboxd-signed-headers").is_none(), "{sig}");
+    assert_eq!(last.signature_ok, Some(true));
 }
 
 /// A receiver that is not there: the requests fail to connect, `/readyz` and

@@ -359,3 +359,57 @@ fn second_signal_ends_a_stuck_drain_at_once() {
     assert_eq!(status.code(), Some(143), "{}", d.log());
     assert!(d.log().contains("second signal during shutdown"), "{}", d.log());
 }
+
+/// No background task dies silently (issue 23 items 13 and 14): the harness makes one panic
+/// (`OUTBOXD_FAULT_END_TASK`, honoured by debug builds only) and outboxd exits 1 naming it,
+/// instead of streaming on without lag metrics and heartbeats, or with deliveries that never
+/// resolve while /healthz stays green.
+#[test]
+fn a_dead_background_task_ends_the_process_naming_it() {
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let broker = Broker::start();
+    for (task, name) in [("monitor", "the monitor task"), ("kafka-reports", "the Kafka delivery-report task")] {
+        let mut d = Outboxd::spawn_with_env(&daemon_args(&pg, &broker, &[]), &[("OUTBOXD_FAULT_END_TASK", task)]);
+        let status = d.wait_exit(Duration::from_secs(60));
+        let log = d.log();
+        assert_eq!(status.and_then(|s| s.code()), Some(1), "{task} died and outboxd went on:\n{log}");
+        assert!(log.contains(name) && log.contains("panicked: fault injected"), "{task}:\n{log}");
+    }
+}
+
+/// Idle sockets cannot hold the endpoint shut (issue 23 item 5): 80 connections that send nothing,
+/// re-opened every second, once kept every probe out (64 were served at once and the rest closed
+/// on accept); now a new connection ends the longest-idle one, so every probe is answered.
+#[test]
+fn idle_sockets_reopened_in_a_loop_never_keep_a_probe_out() {
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut d = Outboxd::spawn_streaming(&daemon_args_pg_only(&pg, &["--sink", "null", "--metrics-addr", &addr]));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let attacker = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut held: Vec<std::net::TcpStream> = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                held.clear();
+                held.extend((0..80).filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).ok()));
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let mut answered = 0;
+    for _ in 0..20 {
+        if healthz(port) == Some(200) {
+            answered += 1;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    attacker.join().unwrap();
+    assert_eq!(answered, 20, "probes answered next to idle sockets\n{}", d.log());
+    d.stop_cleanly();
+}

@@ -3,10 +3,14 @@
 //! Keyset pagination: each page is one short statement that picks `WHERE <range> AND (key) > (last
 //! key) ORDER BY key LIMIT n` on the key columns and then reads those rows by tuple id, so memory
 //! holds one page, no transaction or snapshot stays open between
-//! pages (no xmin pinned, no bloat), and rows inserted meanwhile do not shift the pages. The key is
-//! `(created_at, event_id)` for a time range, `event_id` otherwise; the last key goes back to the
+//! pages (no xmin pinned, no bloat), and rows inserted meanwhile do not shift the pages. The key
+//! follows insertion order, so a transaction's rows (which share `created_at`) go out in the order
+//! they were written: `(created_at, seq, event_id)` where the table has the `--poll-field-seq`
+//! column (`sql/05_poll.sql`), else `(created_at, tableoid, ctid, event_id)`, the physical order
+//! (insertion order within a page; a table reusing freed space may differ across pages, so give
+//! it the `seq` column); without a time range the key starts after `created_at`; the last key goes back to the
 //! server as its own text, cast to the column's type, so the comparison is the server's. An index
-//! on the key columns (`(created_at, event_id)`) turns each page's choice into an index range
+//! on the key columns (`(created_at, seq, event_id)`) turns each page's choice into an index range
 //! scan; without one, each page sorts the range's keys (not its payloads).
 //!
 //! Every column is read as text, as pgoutput sends it (the session is pinned to the walsender's
@@ -29,8 +33,11 @@ pub struct Pages {
     first_sql: String,
     next_sql: String,
     page_size: usize,
-    /// Positions of the key columns in the relation: `(created_at, event_id)` or `(event_id)`.
+    /// Positions of the key values in a fetched row (past the relation's columns for `tableoid`
+    /// and `ctid`); see the module doc for the key.
     keys: Vec<usize>,
+    /// The relation's column count: a fetched row's extra key values are cut off at it.
+    width: usize,
     /// Values of the fixed range parameters ($1..), as text.
     params: Vec<String>,
     /// The last key read, as text; `None` before the first page.
@@ -143,26 +150,49 @@ impl Pages {
             params.push(t.clone());
             conds.push(format!("{} <= {}", col(id), cast(id, params.len())));
         }
-        let keys: Vec<usize> = ts.into_iter().chain([id]).collect();
+        // The key orders rows as they were inserted: the time, then the insertion sequence (the
+        // `--poll-field-seq` column, where the table has it) or else the row's physical place
+        // (`tableoid`, `ctid`), then the id. Ties on created_at are the rule within a transaction
+        // (now() is its start), and a random event id would put a create after its payment.
+        let seq = columns.iter().position(|c| c.name == cfg.poll.columns.seq);
+        // (SQL expression, its type, its position in a fetched row)
+        let mut key_exprs: Vec<(String, String, usize)> = Vec::new();
+        key_exprs.extend(ts.map(|t| (col(t), type_names[t].clone(), t)));
+        match seq {
+            Some(s) => key_exprs.push((col(s), type_names[s].clone(), s)),
+            None => {
+                key_exprs.push(("tableoid".into(), "oid".into(), columns.len()));
+                key_exprs.push(("ctid".into(), "tid".into(), columns.len() + 1));
+            }
+        }
+        key_exprs.push((col(id), type_names[id].clone(), id));
+        let keys: Vec<usize> = key_exprs.iter().map(|k| k.2).collect();
         // A row without a key cannot be paged past (and a NULL id is a bad event anyway).
-        conds.extend(keys.iter().map(|&k| format!("{} IS NOT NULL", col(k))));
-        let select: Vec<String> = (0..columns.len()).map(|i| format!("{}::text", col(i))).collect();
-        let key_cols: Vec<String> = keys.iter().map(|&k| col(k)).collect();
+        conds.extend(key_exprs.iter().map(|k| format!("{} IS NOT NULL", k.0)));
+        let mut select: Vec<String> = (0..columns.len()).map(|i| format!("{}::text", col(i))).collect();
+        if seq.is_none() {
+            select.extend(["tableoid::text".to_owned(), "ctid::text".to_owned()]);
+        }
+        let key_cols: Vec<String> = key_exprs.iter().map(|k| k.0.clone()).collect();
         let n = params.len();
-        let key_params: Vec<String> = keys.iter().enumerate().map(|(j, &k)| cast(k, n + 1 + j)).collect();
+        let key_params: Vec<String> =
+            key_exprs.iter().enumerate().map(|(j, k)| format!("${}::text::{}", n + 1 + j, k.1)).collect();
         let query = |extra: Option<String>| {
             let mut all = conds.clone();
             all.extend(extra);
             let from = format!("{}.{}", quote_ident(&table.schema), quote_ident(&table.name));
             let order = key_cols.join(", ");
+            // Qualified: unqualified, ORDER BY would take the select list's `x::text AS x` and
+            // sort text ("(0,10)" before "(0,9)", "10" before "9").
+            let outer_order = key_cols.iter().map(|k| format!("o.{k}")).collect::<Vec<_>>().join(", ");
             // The page is chosen on the key columns alone, then its rows are fetched by tuple id:
             // sorting rows with every column cast to text would read (and detoast) the whole
             // range for every page.
             format!(
                 "WITH page AS MATERIALIZED (SELECT tableoid AS outboxd_rel, ctid AS outboxd_row FROM {from} \
                  WHERE {} ORDER BY {order} LIMIT {}) \
-                 SELECT {} FROM {from} WHERE ctid = ANY (ARRAY(SELECT outboxd_row FROM page)) \
-                 AND (tableoid, ctid) IN (SELECT outboxd_rel, outboxd_row FROM page) ORDER BY {order}",
+                 SELECT {} FROM {from} o WHERE o.ctid = ANY (ARRAY(SELECT outboxd_row FROM page)) \
+                 AND (o.tableoid, o.ctid) IN (SELECT outboxd_rel, outboxd_row FROM page) ORDER BY {outer_order}",
                 all.join(" AND "),
                 range.batch_size,
                 select.join(", "),
@@ -178,7 +208,18 @@ impl Pages {
             replica_identity: b'd',
             columns,
         };
-        Ok(Pages { relation, first_sql, next_sql, keys, params, last: None, done: false, page_size: range.batch_size })
+        let width = relation.columns.len();
+        Ok(Pages {
+            relation,
+            first_sql,
+            next_sql,
+            keys,
+            width,
+            params,
+            last: None,
+            done: false,
+            page_size: range.batch_size,
+        })
     }
 
     /// The next page of rows (empty when the range is exhausted).
@@ -216,13 +257,19 @@ impl Pages {
                         Some(TupleValue::Text(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
                         _ => Err(Definite::Setup(format!(
                             "a row of {}.{} has a NULL key column {:?}; backfill pages by it",
-                            self.relation.namespace, self.relation.name, self.relation.columns[k].name
+                            self.relation.namespace,
+                            self.relation.name,
+                            self.relation.columns.get(k).map_or("ctid", |c| c.name.as_str())
                         ))),
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 self.last = Some(key);
             }
             None => self.done = true,
+        }
+        // The rows go on as the relation describes them: without the extra key values.
+        for row in &mut out {
+            row.0.truncate(self.width);
         }
         if out.len() < self.page_size {
             self.done = true;

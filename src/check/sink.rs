@@ -2,11 +2,15 @@
 //! topic the outbox rows now route to (and the dead-letter topic with `--on-bad-event dlq`)
 //! exists or would be accepted by CreateTopics (asked with `validate_only`, so Kafka makes nothing;
 //! a broker that ignores the flag, such as tansu 0.6, creates it as `run` would have).
-//! NATS and Redis: the server accepts a TCP connection (the login is not tried).
+//! It also reports the broker defaults that shape those topics (`auto.create.topics.enable`,
+//! `num.partitions`, `default.replication.factor`, `min.insync.replicas`, `message.max.bytes`)
+//! and warns when the topics it would create get one replica, or no more than
+//! `min.insync.replicas`. NATS and Redis: the server accepts a TCP connection (the login is not
+//! tried).
 
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 
 use super::Checks;
@@ -57,12 +61,12 @@ async fn kafka(cfg: &Config, routed: &[String], out: &mut Checks) {
                     .filter(|t| t.error().is_none() && !t.partitions().is_empty())
                     .map(|t| t.name().to_owned())
                     .collect();
-                (m.brokers().len(), topics)
+                (m.brokers().len(), m.brokers().first().map(|b| b.id()), topics)
             })
         })
         .await
     };
-    let (brokers, existing) = match meta {
+    let (brokers, broker_id, existing) = match meta {
         Ok(Ok(m)) => m,
         Ok(Err(e)) => {
             let e = kafka_client::scrub(&e.to_string(), &k.properties);
@@ -79,6 +83,9 @@ async fn kafka(cfg: &Config, routed: &[String], out: &mut Checks) {
         }
     };
     out.ok("kafka", format!("{} answered ({brokers} brokers)", k.brokers));
+    if let Some(id) = broker_id {
+        broker_defaults(&admin, id, k, out).await;
+    }
     let mut topics: Vec<String> = routed.to_vec();
     if cfg.on_bad_event == BadEventPolicy::Dlq && !topics.contains(&cfg.dlq_topic) {
         topics.push(cfg.dlq_topic.clone());
@@ -117,6 +124,68 @@ async fn kafka(cfg: &Config, routed: &[String], out: &mut Checks) {
                 "create the topic yourself or check the broker",
             ),
         }
+    }
+}
+
+/// The broker settings that decide what the topics outboxd creates get, and whether a producer
+/// may create them by writing (`auto.create.topics.enable`). Read with DescribeConfigs from one
+/// broker; a broker that refuses it (no DESCRIBE_CONFIGS on the cluster) only loses this line.
+async fn broker_defaults(
+    admin: &AdminClient<DefaultClientContext>,
+    id: i32,
+    k: &crate::config::KafkaConfig,
+    out: &mut Checks,
+) {
+    let opts = AdminOptions::new().request_timeout(Some(TIMEOUT));
+    let described = admin.describe_configs([&ResourceSpecifier::Broker(id)], &opts).await;
+    let resource = match described.map(|r| r.into_iter().next()) {
+        Ok(Some(Ok(r))) => r,
+        Ok(Some(Err(code))) => {
+            return out
+                .info("kafka broker defaults", format!("broker {id} would not describe its configuration: {code}"))
+        }
+        Ok(None) => return out.info("kafka broker defaults", format!("broker {id} described nothing")),
+        Err(e) => {
+            let e = kafka_client::scrub(&e.to_string(), &k.properties);
+            return out.info("kafka broker defaults", format!("asking broker {id} for its configuration failed: {e}"));
+        }
+    };
+    let get = |name: &str| resource.get(name).and_then(|e| e.value.clone()).unwrap_or_else(|| "?".into());
+    let num = |name: &str| get(name).parse::<i64>().ok();
+    let partitions = if k.topic_partitions == -1 { num("num.partitions") } else { Some(i64::from(k.topic_partitions)) };
+    let replicas = if k.topic_replication_factor == -1 {
+        num("default.replication.factor")
+    } else {
+        Some(i64::from(k.topic_replication_factor))
+    };
+    let shown = |v: Option<i64>| v.map_or("?".into(), |v| v.to_string());
+    out.info(
+        "kafka broker defaults",
+        format!(
+            "auto.create.topics.enable={}, num.partitions={}, default.replication.factor={}, min.insync.replicas={}, \
+             message.max.bytes={}; topics outboxd creates get partitions={}, replicas={}",
+            get("auto.create.topics.enable"),
+            get("num.partitions"),
+            get("default.replication.factor"),
+            get("min.insync.replicas"),
+            get("message.max.bytes"),
+            shown(partitions),
+            shown(replicas),
+        ),
+    );
+    let min_isr = num("min.insync.replicas").unwrap_or(1);
+    match replicas {
+        Some(1) => out.warn(
+            "kafka topic replicas",
+            "topics outboxd creates get one replica: losing that broker's disk loses acked events",
+            "on a cluster of 3 or more brokers give --topic-replication-factor 3 (or set default.replication.factor)",
+        ),
+        Some(r) if r <= min_isr => out.warn(
+            "kafka topic replicas",
+            format!("topics outboxd creates get {r} replicas, not more than min.insync.replicas={min_isr}: one broker down stops every write"),
+            "give --topic-replication-factor above min.insync.replicas (3 with min.insync.replicas=2)",
+        ),
+        _ => {}
     }
 }
 

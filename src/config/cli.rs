@@ -358,6 +358,10 @@ pub struct RunArgs {
     /// NATS server URL(s) for --sink nats: nats://[user:pass@]host:4222 (tls:// for TLS), comma-separated.
     #[arg(long, env = "OUTBOXD_NATS_URL", hide_env_values = true, default_value = "nats://127.0.0.1:4222")]
     pub nats_url: String,
+    /// Read --nats-url from FILE (one line) instead, so its credentials stay out of argv and the
+    /// environment (`ps`); only the file's path is ever shown.
+    #[arg(long, env = "OUTBOXD_NATS_URL_FILE", value_name = "FILE", conflicts_with = "nats_url")]
+    pub nats_url_file: Option<PathBuf>,
     /// NATS credentials file (JWT and NKey seed) for --sink nats.
     #[arg(long, env = "OUTBOXD_NATS_CREDS", value_name = "FILE")]
     pub nats_creds: Option<PathBuf>,
@@ -421,12 +425,20 @@ pub struct RunArgs {
     /// Redis for --sink redis: redis://[user:password@]host:6379/0, rediss:// for TLS.
     #[arg(long, env = "OUTBOXD_REDIS_URL", default_value = crate::config::redis::DEFAULT_URL)]
     pub redis_url: String,
+    /// Read --redis-url from FILE (one line) instead, so its credentials stay out of argv and the
+    /// environment (`ps`); only the file's path is ever shown.
+    #[arg(long, env = "OUTBOXD_REDIS_URL_FILE", value_name = "FILE", conflicts_with = "redis_url")]
+    pub redis_url_file: Option<PathBuf>,
     /// Trim each stream to about this many entries (XADD MAXLEN ~ N); unset keeps every entry.
     #[arg(long, value_name = "N")]
     pub redis_maxlen: Option<u64>,
     /// RabbitMQ for --sink rabbitmq: amqp://[user:password@]host:5672/%2f, amqps:// for TLS.
     #[arg(long, env = "OUTBOXD_RABBITMQ_URL", hide_env_values = true, default_value = crate::config::rabbitmq::DEFAULT_URL)]
     pub rabbitmq_url: String,
+    /// Read --rabbitmq-url from FILE (one line) instead, so its credentials stay out of argv and the
+    /// environment (`ps`); only the file's path is ever shown.
+    #[arg(long, env = "OUTBOXD_RABBITMQ_URL_FILE", value_name = "FILE", conflicts_with = "rabbitmq_url")]
+    pub rabbitmq_url_file: Option<PathBuf>,
     /// Exchange to publish to, with the topic as routing key; empty: the default exchange (the
     /// routing key names the queue).
     #[arg(long, env = "OUTBOXD_RABBITMQ_EXCHANGE", default_value = "")]
@@ -435,6 +447,10 @@ pub struct RunArgs {
     /// `user:password@` in it is sent as basic auth and masked everywhere.
     #[arg(long, env = "OUTBOXD_HTTP_URL", hide_env_values = true, default_value = "", value_name = "URL")]
     pub http_url: String,
+    /// Read --http-url from FILE (one line) instead, so its credentials stay out of argv and the
+    /// environment (`ps`); only the file's path is ever shown.
+    #[arg(long, env = "OUTBOXD_HTTP_URL_FILE", value_name = "FILE", conflicts_with = "http_url")]
+    pub http_url_file: Option<PathBuf>,
     /// CloudEvents `source` (header ce-source) of every event; default outboxd/<slot>.
     #[arg(long, env = "OUTBOXD_HTTP_SOURCE", value_name = "URI-REFERENCE")]
     pub http_source: Option<String>,
@@ -451,6 +467,15 @@ pub struct RunArgs {
     /// Deadline for one request, response included; past it the request is retried.
     #[arg(long, env = "OUTBOXD_HTTP_TIMEOUT", default_value = "10s", value_name = "DURATION")]
     pub http_timeout: String,
+    /// 4xx statuses that judge the event itself: it goes to the DLQ (or is skipped, or stops the
+    /// pipeline, per --on-bad-event). Every other 4xx (401, 403, 404, 409 ...) is about the
+    /// receiver, so the request is retried with backoff and /readyz says not ready meanwhile.
+    #[arg(long, env = "OUTBOXD_HTTP_BAD_EVENT_STATUS", default_value = "400,413,415,422", value_name = "CODES")]
+    pub http_bad_event_status: String,
+    /// Signature scheme with --http-signing-secret-file: `v2` signs the path, every header outboxd
+    /// sets and the body; `v1` (the old scheme, for receivers not yet moved) the body only.
+    #[arg(long, env = "OUTBOXD_HTTP_SIGNATURE_VERSION", default_value = "v2", value_name = "v2|v1")]
+    pub http_signature_version: String,
     /// Stop reading WAL while this many events wait for acks.
     #[arg(long, default_value_t = 10_000)]
     pub max_in_flight: usize,

@@ -37,6 +37,10 @@ pub struct HttpConfig {
     pub concurrency: usize,
     /// Whole-request deadline (connect, send, response head and body).
     pub timeout: Duration,
+    /// `--http-bad-event-status`: the 4xx answers that make an event bad; other 4xx are retried.
+    pub bad_event_status: Vec<u16>,
+    /// `--http-signature-version v1`: sign the body only (the old scheme); v2 otherwise.
+    pub signature_v1: bool,
 }
 
 /// User and optional password for `Authorization: Basic`.
@@ -64,6 +68,8 @@ impl std::fmt::Debug for HttpConfig {
             .field("batch", &self.batch)
             .field("concurrency", &self.concurrency)
             .field("timeout", &self.timeout)
+            .field("bad_event_status", &self.bad_event_status)
+            .field("signature_v1", &self.signature_v1)
             .finish()
     }
 }
@@ -77,6 +83,9 @@ pub struct HttpArgs<'a> {
     pub batch: usize,
     pub concurrency: usize,
     pub timeout: Duration,
+    pub bad_event_status: &'a str,
+    /// `--http-signature-version`: `v2` or `v1`.
+    pub signature_version: &'a str,
     /// `--sink http`: the URL must be usable. Otherwise only the numbers are checked (the URL's
     /// default is empty) so other sinks never fail on HTTP flags they do not use.
     pub required: bool,
@@ -127,12 +136,27 @@ impl HttpConfig {
             batch: a.batch,
             concurrency: a.concurrency,
             timeout: a.timeout,
+            bad_event_status: parse_statuses(a.bad_event_status)?,
+            signature_v1: match a.signature_version {
+                "v2" => false,
+                "v1" => true,
+                other => {
+                    return Err(bad(format!(
+                        "--http-signature-version {other:?} is not v2 or v1; v2 signs the path and headers too, v1 the body only"
+                    )))
+                }
+            },
         })
+    }
+
+    /// Whether a 4xx `status` judges the event (bad event) rather than the receiver (retry).
+    pub fn is_bad_event_status(&self, status: u16) -> bool {
+        self.bad_event_status.contains(&status)
     }
 
     /// The URL template with any password replaced by `****`.
     pub fn url_masked(&self) -> String {
-        super::redis::mask_url(&self.url)
+        super::secret::mask_url(&self.url)
     }
 
     /// The URL for `topic`: the template with `${topic}` replaced by the topic, percent-encoded
@@ -150,7 +174,7 @@ const SEGMENT: &percent_encoding::AsciiSet =
 
 /// Check the template and move its userinfo into basic-auth credentials.
 fn split_userinfo(url: &str) -> Result<(String, Option<BasicAuth>), Definite> {
-    let masked = super::redis::mask_url(url);
+    let masked = super::secret::mask_url(url);
     let bad = |why: String| {
         Definite::Config(format!(
             "--http-url {masked:?}: {why}; give http(s)://[user:password@]host[:port]/path, optionally with ${{topic}}"
@@ -191,6 +215,23 @@ fn split_userinfo(url: &str) -> Result<(String, Option<BasicAuth>), Definite> {
     Ok((target, auth))
 }
 
+/// `--http-bad-event-status`: comma-separated 4xx codes other than 408 and 429 (those two are
+/// always retried); empty means no answer makes an event bad.
+fn parse_statuses(text: &str) -> Result<Vec<u16>, Definite> {
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let code: u16 = part.parse().ok().filter(|c| (400..500).contains(c) && *c != 408 && *c != 429).ok_or_else(|| {
+            Definite::Config(format!(
+                "--http-bad-event-status {text:?}: {part:?} is not a 4xx status other than 408 and 429; give codes such as 400,413,415,422"
+            ))
+        })?;
+        if !out.contains(&code) {
+            out.push(code);
+        }
+    }
+    Ok(out)
+}
+
 fn read_secret(p: &std::path::Path) -> Result<Vec<u8>, Definite> {
     let mut key = std::fs::read(p)
         .map_err(|e| Definite::Config(format!("--http-signing-secret-file {}: cannot read it ({e})", p.display())))?;
@@ -222,6 +263,8 @@ mod tests {
             batch: 1,
             concurrency: 8,
             timeout: Duration::from_secs(10),
+            bad_event_status: "400,413,415,422",
+            signature_version: "v2",
             required: true,
         })
     }
@@ -269,6 +312,8 @@ mod tests {
                 batch,
                 concurrency,
                 timeout: Duration::from_secs(1),
+                bad_event_status: "400,413,415,422",
+                signature_version: "v2",
                 required: true,
             }
         }
@@ -282,5 +327,33 @@ mod tests {
         assert_eq!(c.source, "src");
         let e = HttpConfig::new(HttpArgs { source: Some("a\nb"), ..args(1, 1, None) }).unwrap_err().to_string();
         assert!(e.contains("--http-source"), "{e}");
+    }
+
+    #[test]
+    fn bad_event_statuses_are_4xx_codes_but_408_and_429() {
+        let with = |codes| HttpConfig::new(HttpArgs { bad_event_status: codes, ..args_for("http://h/x") });
+        let c = with(" 400, 422,400 ").unwrap();
+        assert_eq!(c.bad_event_status, vec![400, 422]);
+        assert!(c.is_bad_event_status(422) && !c.is_bad_event_status(401) && !c.is_bad_event_status(409));
+        assert!(with("").unwrap().bad_event_status.is_empty());
+        for bad in ["408", "429", "500", "399", "4xx", "400;401"] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains("--http-bad-event-status") && e.contains("400,413,415,422"), "{bad}: {e}");
+        }
+    }
+
+    fn args_for(url: &str) -> HttpArgs<'_> {
+        HttpArgs {
+            url,
+            source: None,
+            slot: "s",
+            signing_secret_file: None,
+            batch: 1,
+            concurrency: 1,
+            timeout: Duration::from_secs(1),
+            bad_event_status: "400,413,415,422",
+            signature_version: "v2",
+            required: true,
+        }
     }
 }

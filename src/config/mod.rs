@@ -32,6 +32,7 @@ pub mod postgres;
 pub mod properties;
 pub mod rabbitmq;
 pub mod redis;
+pub mod secret;
 mod show;
 mod validate;
 
@@ -62,6 +63,15 @@ impl std::fmt::Display for TableName {
     }
 }
 
+/// Where a sink URL came from a file (`--nats-url-file` ...): `outboxd config` shows the path.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UrlFiles {
+    pub nats: Option<std::path::PathBuf>,
+    pub redis: Option<std::path::PathBuf>,
+    pub rabbitmq: Option<std::path::PathBuf>,
+    pub http: Option<std::path::PathBuf>,
+}
+
 /// Everything `outboxd run` needs, validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -84,6 +94,8 @@ pub struct Config {
     pub rabbitmq: rabbitmq::RabbitConfig,
     /// `--http-*` (used by `--sink http`).
     pub http: http::HttpConfig,
+    /// The `--*-url-file` options given: those URLs are shown by path only.
+    pub url_files: UrlFiles,
     pub max_in_flight: usize,
     pub max_in_flight_bytes: usize,
     /// Zero: /healthz never reports a stall.

@@ -1,7 +1,7 @@
 //! How outboxd reaches NATS JetStream (`--sink nats`): the server URL, an optional credentials
 //! file and an optional stream to create at start.
 //!
-//! The URL may carry `user:pass@`; [`NatsConfig::url_masked`] is the only form that reaches logs,
+//! The URL may carry `user:pass@` or a token (`nats://TOKEN@host`); [`NatsConfig::url_masked`] is the only form that reaches logs,
 //! errors and `outboxd config` output.
 
 use std::path::PathBuf;
@@ -51,20 +51,9 @@ impl NatsConfig {
         Ok(NatsConfig { url: url.to_owned(), creds, create_stream })
     }
 
-    /// The URL with any password replaced by `****`.
+    /// The URLs with any password or token replaced by `****`.
     pub fn url_masked(&self) -> String {
-        self.url.split(',').map(mask_one).collect::<Vec<_>>().join(",")
-    }
-}
-
-pub(crate) fn mask_one(url: &str) -> String {
-    let rest_at = url.find("://").map_or(0, |i| i + 3);
-    let (scheme, rest) = url.split_at(rest_at);
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else { return url.to_owned() };
-    match rest[..at].find(':') {
-        Some(colon) => format!("{scheme}{}:****{}", &rest[..colon], &rest[at..]),
-        None => url.to_owned(),
+        super::secret::mask_url_list(&self.url)
     }
 }
 
@@ -94,8 +83,8 @@ mod tests {
     #[test]
     fn password_is_masked_and_nothing_else() {
         let c = NatsConfig::new("nats://app:s3cr:et@h1:4222,tls://h2:4222,nats://tok@h3", None, None).unwrap();
-        assert_eq!(c.url_masked(), "nats://app:****@h1:4222,tls://h2:4222,nats://tok@h3");
-        assert!(!format!("{c:?}").contains("s3cr"));
+        assert_eq!(c.url_masked(), "nats://app:****@h1:4222,tls://h2:4222,nats://****@h3");
+        assert!(!format!("{c:?}").contains("s3cr") && !format!("{c:?}").contains("tok@"));
         assert_eq!(NatsConfig::new("u:p@host:4222", None, None).unwrap().url_masked(), "u:****@host:4222");
     }
 

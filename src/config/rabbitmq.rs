@@ -76,7 +76,7 @@ impl RabbitConfig {
 
     /// The URL with any password replaced by `****`.
     pub fn url_masked(&self) -> String {
-        super::nats::mask_one(&self.url)
+        super::secret::mask_url(&self.url)
     }
 }
 

@@ -2,14 +2,15 @@
 //!
 //! The URL is kept as given (the client parses it when the sink starts, and [`RedisConfig::check`]
 //! parses it once up front so a typo is a set-up error, not a retry loop). Its password never
-//! leaves this module unmasked: [`RedisConfig::url_masked`] is what `outboxd config` prints.
+//! leaves this module unmasked: [`RedisConfig::url_masked`] (password, `?pass=`) is what `outboxd
+//! config`, errors and `Debug` show.
 
 use crate::error::Definite;
 
 /// Default when `--sink redis` is given without `--redis-url`.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/0";
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct RedisConfig {
     /// `redis://[user[:password]@]host[:port][/db]`, `rediss://` for TLS, `unix:///path`.
     pub url: String,
@@ -37,7 +38,13 @@ impl RedisConfig {
 
     /// The URL with any password replaced by `****`.
     pub fn url_masked(&self) -> String {
-        mask_url(&self.url)
+        super::secret::mask_url(&self.url)
+    }
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig").field("url", &self.url_masked()).field("maxlen", &self.maxlen).finish()
     }
 }
 
@@ -52,34 +59,16 @@ impl KindStr for redis::RedisError {
     }
 }
 
-/// `scheme://user:secret@host/...` → `scheme://user:****@host/...`; a URL without a password is unchanged.
-pub fn mask_url(url: &str) -> String {
-    let Some(start) = url.find("://").map(|i| i + 3) else { return url.to_owned() };
-    let rest = &url[start..];
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..end];
-    let Some(at) = authority.rfind('@') else { return url.to_owned() };
-    let userinfo = &authority[..at];
-    let masked = match userinfo.find(':') {
-        Some(colon) => format!("{}:****", &userinfo[..colon]),
-        // `redis://secret@host`: redis-rs reads a lone userinfo as the password.
-        None if !userinfo.is_empty() => "****".to_owned(),
-        None => String::new(),
-    };
-    format!("{}{}{}", &url[..start], masked, &rest[at..])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn passwords_are_masked() {
-        assert_eq!(mask_url("redis://u:s3cr%40t@h:6379/0"), "redis://u:****@h:6379/0");
-        assert_eq!(mask_url("rediss://:pw@h"), "rediss://:****@h");
-        assert_eq!(mask_url("redis://pw@h/1"), "redis://****@h/1");
-        assert_eq!(mask_url("redis://h:6379/0"), "redis://h:6379/0");
-        assert_eq!(mask_url("unix:///run/redis.sock"), "unix:///run/redis.sock");
+    fn passwords_are_masked_in_the_url_and_in_debug() {
+        let c = RedisConfig { url: "redis+unix:///run/redis.sock?db=1&pass=hunter2".into(), maxlen: None };
+        assert_eq!(c.url_masked(), "redis+unix:///run/redis.sock?db=1&pass=****");
+        let c = RedisConfig { url: "redis://u:hunter2@h:6379/0".into(), maxlen: Some(5) };
+        assert!(!format!("{c:?}").contains("hunter2"), "{c:?}");
     }
 
     #[test]

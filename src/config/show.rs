@@ -5,8 +5,8 @@
 //! Invariant, held by the round-trip property test in `config::tests`: parsing [`Config::to_argv`]
 //! again gives an equal `Config`. So every field a flag sets appears here, spelled so that clap
 //! reads it back (a value starting with `-` as `--flag=value`). Secrets are the one exception: a
-//! password written in the conninfo and secret librdkafka properties show as `****`; a password
-//! or properties read from a file show as that file's flag.
+//! password written in the conninfo, secret librdkafka properties and sink URL secrets show as
+//! `****`; a password, properties or a sink URL read from a file show as that file's flag.
 
 use clap::ValueEnum;
 
@@ -54,7 +54,13 @@ impl Config {
             }
             push("kafka-property", format!("{k}={}", crate::sink::kafka_client::shown(k, v)));
         }
-        push("nats-url", self.nats.url_masked());
+        // A URL read from a file is shown as its path (the file's flag), never as its text.
+        let files = &self.url_files;
+        let url = |file: &Option<std::path::PathBuf>, flag: &'static str, file_flag: &'static str, masked: String| {
+            file.as_ref().map_or((flag, masked), |p| (file_flag, p.display().to_string()))
+        };
+        let (k, v) = url(&files.nats, "nats-url", "nats-url-file", self.nats.url_masked());
+        push(k, v);
         if let Some(c) = &self.nats.creds {
             push("nats-creds", c.display().to_string());
         }
@@ -63,15 +69,18 @@ impl Config {
         }
         push("topic-partitions", self.kafka.topic_partitions.to_string());
         push("topic-replication-factor", self.kafka.topic_replication_factor.to_string());
-        push("redis-url", self.redis.url_masked());
+        let (k, v) = url(&files.redis, "redis-url", "redis-url-file", self.redis.url_masked());
+        push(k, v);
         if let Some(n) = self.redis.maxlen {
             push("redis-maxlen", n.to_string());
         }
-        push("rabbitmq-url", self.rabbitmq.url_masked());
+        let (k, v) = url(&files.rabbitmq, "rabbitmq-url", "rabbitmq-url-file", self.rabbitmq.url_masked());
+        push(k, v);
         push("rabbitmq-exchange", self.rabbitmq.exchange.clone());
         let h = &self.http;
         if !h.url.is_empty() {
-            push("http-url", h.url_masked());
+            let (k, v) = url(&files.http, "http-url", "http-url-file", h.url_masked());
+            push(k, v);
         }
         push("http-source", h.source.clone());
         if let Some(s) = &h.signing_secret {
@@ -80,6 +89,8 @@ impl Config {
         push("http-batch", h.batch.to_string());
         push("http-concurrency", h.concurrency.to_string());
         push("http-timeout", millis(h.timeout));
+        push("http-signature-version", if h.signature_v1 { "v1" } else { "v2" }.to_owned());
+        push("http-bad-event-status", h.bad_event_status.iter().map(u16::to_string).collect::<Vec<_>>().join(","));
         let r = &self.route;
         push("route-by-field", r.route_by_field.clone());
         push("route-topic-regex", r.topic.regex_text().to_owned());

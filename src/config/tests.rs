@@ -709,6 +709,11 @@ fn outboxd_config_prints_every_run_flag() {
         "messages-prefix",
         "http-url",
         "http-signing-secret-file",
+        // shown instead of the URL flag, when given
+        "nats-url-file",
+        "redis-url-file",
+        "rabbitmq-url-file",
+        "http-url-file",
     ];
     let cli = Cli::command();
     let run = cli.find_subcommand("run").expect("run subcommand");

@@ -7,7 +7,10 @@ use std::time::Duration;
 use super::http::{HttpArgs, HttpConfig};
 use super::rabbitmq::RabbitConfig;
 use super::redis::RedisConfig;
-use super::{debezium, postgres, Config, KafkaConfig, NatsConfig, PgTarget, PollConfig, RunArgs, SinkKind, TableName};
+use super::secret::read_url_file;
+use super::{
+    debezium, postgres, Config, KafkaConfig, NatsConfig, PgTarget, PollConfig, RunArgs, SinkKind, TableName, UrlFiles,
+};
 use crate::error::Definite;
 use crate::router::contract::{Contracts, SchemaMissing};
 use crate::router::mask::{MaskSpec, Masking};
@@ -66,7 +69,20 @@ impl Config {
         if a.sink == SinkKind::Kafka && a.kafka.kafka_brokers.trim().is_empty() {
             return Err(bad("--kafka-brokers is empty; give host:port[,host:port]".into()));
         }
-        let redis = RedisConfig { url: a.redis_url.clone(), maxlen: a.redis_maxlen };
+        let url_files = UrlFiles {
+            nats: a.nats_url_file.clone(),
+            redis: a.redis_url_file.clone(),
+            rabbitmq: a.rabbitmq_url_file.clone(),
+            http: a.http_url_file.clone(),
+        };
+        let from_file = |flag: &str, file: &Option<std::path::PathBuf>, given: &String| match file {
+            Some(p) => read_url_file(flag, p),
+            None => Ok(given.clone()),
+        };
+        let nats_url = from_file("--nats-url-file", &url_files.nats, &a.nats_url)?;
+        let http_url = from_file("--http-url-file", &url_files.http, &a.http_url)?;
+        let redis =
+            RedisConfig { url: from_file("--redis-url-file", &url_files.redis, &a.redis_url)?, maxlen: a.redis_maxlen };
         if a.sink == SinkKind::Redis {
             redis.check()?;
             if redis.maxlen == Some(0) {
@@ -75,18 +91,23 @@ impl Config {
                 ));
             }
         }
-        let rabbitmq = RabbitConfig { url: a.rabbitmq_url.clone(), exchange: a.rabbitmq_exchange.clone() };
+        let rabbitmq = RabbitConfig {
+            url: from_file("--rabbitmq-url-file", &url_files.rabbitmq, &a.rabbitmq_url)?,
+            exchange: a.rabbitmq_exchange.clone(),
+        };
         if a.sink == SinkKind::Rabbitmq {
             rabbitmq.check()?;
         }
         let http = HttpConfig::new(HttpArgs {
-            url: &a.http_url,
+            url: &http_url,
             source: a.http_source.as_deref(),
             slot: &a.slot,
             signing_secret_file: a.http_signing_secret_file.as_deref(),
             batch: a.http_batch,
             concurrency: a.http_concurrency,
             timeout: parse_duration("--http-timeout", &a.http_timeout)?,
+            bad_event_status: &a.http_bad_event_status,
+            signature_version: &a.http_signature_version,
             required: a.sink == SinkKind::Http,
         })?;
         if a.topic_partitions < 1 && a.topic_partitions != -1 {
@@ -182,10 +203,11 @@ impl Config {
                 topic_partitions: a.topic_partitions,
                 topic_replication_factor: a.topic_replication_factor,
             },
-            nats: NatsConfig::new(&a.nats_url, a.nats_creds.clone(), a.nats_create_stream.as_deref())?,
+            nats: NatsConfig::new(&nats_url, a.nats_creds.clone(), a.nats_create_stream.as_deref())?,
             redis,
             rabbitmq,
             http,
+            url_files,
             max_in_flight: a.max_in_flight,
             max_in_flight_bytes,
             health_stall_timeout: {

@@ -283,16 +283,44 @@ pub async fn timed<T>(
     }
 }
 
-/// Terminate the walsender with this PID if it still holds our slot; true when it did. The
-/// caller passes only a PID that its own earlier replication connection had, so a slot held by
-/// another instance (a standby waiting its turn) is never taken.
-pub async fn terminate_own_walsender(client: &Client, slot: &str, pid: i32) -> Result<bool, Error> {
+/// Who our walsender was. A PID alone does not say it: PIDs are reused, and after a server restart
+/// another instance's walsender can have the PID ours had. Its start time and application name
+/// (as `pg_stat_activity` shows them) pin it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Walsender {
+    pub pid: i32,
+    pub backend_start: String,
+    pub application_name: String,
+}
+
+/// The identity of backend `pid` as the server reached by `client` sees it; `None` when it is not
+/// there (another server) or its start time is hidden.
+pub async fn walsender(client: &Client, pid: i32) -> Result<Option<Walsender>, Error> {
+    let rows = timed(
+        "reading our walsender's start time",
+        client.query("SELECT backend_start::text, application_name FROM pg_stat_activity WHERE pid = $1", &[&pid]),
+    )
+    .await?;
+    Ok(rows.first().and_then(|r| {
+        let backend_start: Option<String> = r.get(0);
+        let application_name: Option<String> = r.get(1);
+        Some(Walsender { pid, backend_start: backend_start?, application_name: application_name.unwrap_or_default() })
+    }))
+}
+
+/// Terminate `own` if it still holds our slot; true when it did. The caller passes only the
+/// walsender its own earlier replication connection had, and it must match on PID, start time and
+/// application name, so a slot held by another instance (a standby waiting its turn, or a
+/// walsender that got our old PID after a restart) is never taken.
+pub async fn terminate_own_walsender(client: &Client, slot: &str, own: &Walsender) -> Result<bool, Error> {
     let rows = timed(
         "ending our previous walsender",
         client.query(
-            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
-             WHERE slot_name = $1 AND active_pid = $2",
-            &[&slot, &pid],
+            "SELECT pg_terminate_backend(s.active_pid) FROM pg_replication_slots s \
+             JOIN pg_stat_activity a ON a.pid = s.active_pid \
+             WHERE s.slot_name = $1 AND s.active_pid = $2 \
+               AND a.backend_start::text = $3 AND a.application_name = $4",
+            &[&slot, &own.pid, &own.backend_start, &own.application_name],
         ),
     )
     .await?;

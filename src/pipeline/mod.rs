@@ -87,6 +87,8 @@ pub struct Session<'a, S: Sink, W: WalSource> {
     relations: HashMap<u32, RelationEntry>,
     acks_tx: UnboundedSender<Ack>,
     acks_rx: UnboundedReceiver<Ack>,
+    /// Fires when a task the sink depends on died ([`Sink::failure`]).
+    sink_failure: crate::task::Failure,
     /// Bytes of records handed to the sink and not yet resolved (`--max-in-flight-bytes`).
     in_flight_bytes: usize,
     /// `--messages-prefix`: the route of logical-message events, compiled at the first one.
@@ -96,6 +98,7 @@ pub struct Session<'a, S: Sink, W: WalSource> {
 impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
     pub fn new(ctx: Context<'a>, sink: &'a mut S, stream: W, start: Lsn) -> Self {
         let (acks_tx, acks_rx) = unbounded_channel();
+        let sink_failure = sink.failure().unwrap_or_default();
         Session {
             cfg: ctx.cfg,
             sink,
@@ -107,6 +110,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             relations: HashMap::new(),
             acks_tx,
             acks_rx,
+            sink_failure,
             in_flight_bytes: 0,
             messages: None,
         }
@@ -170,6 +174,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                         Some(ack) = self.acks_rx.recv() => self.on_acks(ack).await?,
                         _ = ticker.tick() => self.send_status().await?,
                         r = self.sink.unblock(), if blocked => self.on_sink_result(r).await?,
+                        e = self.sink_failure.wait() => return Err(e.into()),
                         msg = self.stream.next(), if can_read => self.on_wal(msg?).await?,
                         // After the WAL arm: data already waiting always wins over a deadline.
                         _ = liveness.tick(), if can_read && live_period.is_some() => {
@@ -188,6 +193,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                         Some(ack) = self.acks_rx.recv() => self.on_acks(ack).await?,
                         _ = ticker.tick() => self.send_status().await?,
                         r = self.sink.unblock(), if blocked => self.on_sink_result(r).await?,
+                        e = self.sink_failure.wait() => return Err(e.into()),
                         _ = tokio::time::sleep_until(deadline) => {
                             tracing::warn!(in_flight = self.tracker.in_flight(), "shutdown timeout: exiting with events unacked; they will be sent again on restart");
                             break;
@@ -233,9 +239,13 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             match ack.outcome {
                 Outcome::Acked => {
                     self.tracker.ack(ack.txn).map_err(|e| Definite::Bug(e.to_string()))?;
-                    match &mut run {
-                        Some((_, n)) => *n += 1,
-                        None => run = Some((ack.topic, 1)),
+                    // A dead-letter copy (or chunk) is counted by outboxd_dlq_events_total, not as
+                    // an event delivered to its topic: the same meaning as in poll mode.
+                    if !ack.dead_letter {
+                        match &mut run {
+                            Some((_, n)) => *n += 1,
+                            None => run = Some((ack.topic, 1)),
+                        }
                     }
                 }
                 Outcome::Failed { reason } => {

@@ -81,6 +81,8 @@ pub struct BatchCtx<'a> {
 pub struct Batch<'a, S: Sink> {
     ctx: BatchCtx<'a>,
     sink: &'a mut S,
+    /// Fires when a task the sink depends on died ([`Sink::failure`]).
+    sink_failure: crate::task::Failure,
     pub slots: Vec<Slot>,
     tx: UnboundedSender<Ack>,
     rx: UnboundedReceiver<Ack>,
@@ -94,7 +96,8 @@ pub struct Batch<'a, S: Sink> {
 impl<'a, S: Sink> Batch<'a, S> {
     pub fn new(ctx: BatchCtx<'a>, sink: &'a mut S) -> Self {
         let (tx, rx) = unbounded_channel();
-        Batch { ctx, sink, slots: Vec::new(), tx, rx, copies: VecDeque::new(), held: HashSet::new() }
+        let sink_failure = sink.failure().unwrap_or_default();
+        Batch { ctx, sink, sink_failure, slots: Vec::new(), tx, rx, copies: VecDeque::new(), held: HashSet::new() }
     }
 
     /// Route and send every row, then wait for every record to resolve (or for the shutdown
@@ -258,6 +261,7 @@ impl<'a, S: Sink> Batch<'a, S> {
                 biased;
                 Some(ack) = self.rx.recv() => self.on_ack(ack)?,
                 r = self.sink.unblock() => if let Err(e) = r { self.on_sink_error(e)? },
+                e = self.sink_failure.wait() => return Err(e.into()),
                 _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => self.ctx.health.loop_tick(),
             }
         }
@@ -286,6 +290,7 @@ impl<'a, S: Sink> Batch<'a, S> {
                 biased;
                 Some(ack) = self.rx.recv() => self.on_ack(ack)?,
                 r = self.sink.unblock(), if blocked => if let Err(e) = r { self.on_sink_error(e)? },
+                e = self.sink_failure.wait() => return Err(e.into()),
                 _ = self.ctx.shutdown.cancelled(), if deadline.is_none() => {}
                 _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => self.ctx.health.loop_tick(),
                 _ = tokio::time::sleep_until(until), if deadline.is_some() => {

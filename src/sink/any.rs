@@ -80,4 +80,8 @@ impl Sink for AnySink {
     fn max_message_bytes(&self) -> Option<usize> {
         each!(self, s => s.max_message_bytes())
     }
+
+    fn failure(&self) -> Option<crate::task::Failure> {
+        each!(self, s => s.failure())
+    }
 }

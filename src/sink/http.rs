@@ -18,12 +18,15 @@
 //!
 //! # Acks and retries
 //! * a 2xx response → `ack()` for every event of the request;
-//! * 4xx other than 408 and 429 → a definite refusal: `reject()` for `--on-bad-event`. For a batch
+//! * a status in `--http-bad-event-status` (400, 413, 415, 422 by default: answers about the
+//!   event) → a definite refusal: `reject()` for `--on-bad-event`. For a batch
 //!   the lane does not know which event was refused, so it sends the batch's events again one per
 //!   batch (still the batch format), in order, and each one-event answer decides that event (the
 //!   events the receiver already took from the refused batch are sent again: receivers that
 //!   refuse a batch should take none of it, or deduplicate by `id`);
-//! * 408, 429, 5xx, other statuses, timeouts and connection errors → back off exponentially (capped
+//! * every other 4xx (401/403 a rotated credential, 404/405 a receiver being deployed, 409 an
+//!   idempotency conflict our own retry caused, 408, 429), 5xx, other statuses, timeouts and
+//!   connection errors → back off exponentially (capped
 //!   at [`MAX_BACKOFF`], or longer when `Retry-After` asks for up to [`MAX_RETRY_AFTER`]) and send
 //!   the same request again. Nothing is acked on that path, so the frontier (and the slot) stalls.
 //!
@@ -34,8 +37,11 @@
 //! dropped connection, a kill) is sent again; receivers deduplicate by `Idempotency-Key` / `ce-id`.
 //!
 //! # Health
-//! `/readyz` and `outboxd_connected{component="http"}` say whether the last request reached the
-//! server (any HTTP response counts; a timeout or connection error does not).
+//! `/readyz` and `outboxd_connected{component="http"}` say whether the receiver judges events:
+//! up after an ack or a refusal, down after a retried answer (401, 404, 503 ...), a timeout or a
+//! connection error. The warning logged for each retry names the status.
+//!
+//! Response bodies are read up to [`MAX_BODY_READ`] bytes (a refusal quotes [`REASON_BODY`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -64,6 +70,9 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 const URL_CACHE: usize = 4096;
 /// Response body text quoted in a refusal's reason.
 const REASON_BODY: usize = 200;
+/// Most bytes of a response body read (the rest is dropped with the connection): a receiver's
+/// large or endless body costs each lane this much at most.
+const MAX_BODY_READ: usize = 64 * 1024;
 
 /// One event on its way to a lane.
 struct Job {
@@ -106,7 +115,8 @@ impl HttpSink {
             tasks.push(tokio::spawn(lane(shared.clone(), rx)));
         }
         metrics::gauge!("outboxd_connected", "component" => "http").set(1.0);
-        tracing::info!(url = %cfg.url_masked(), lanes = cfg.concurrency, batch = cfg.batch, "webhook sink ready");
+        let webhook = cfg.url_for("topic").map(|u| origin(&u)).unwrap_or_default();
+        tracing::info!(%webhook, lanes = cfg.concurrency, batch = cfg.batch, "webhook sink ready");
         let handoff = Handoff::new(lanes, tasks, "an HTTP sink lane ended");
         Ok(HttpSink { handoff, urls: HashMap::new(), cfg: cfg.clone() })
     }
@@ -189,7 +199,7 @@ async fn lane(shared: Arc<Shared>, mut rx: mpsc::Receiver<Job>) {
 /// What one request came to.
 enum Answer {
     Acked,
-    /// A 4xx other than 408/429: this request is refused for good.
+    /// A status in --http-bad-event-status: the events of this request are bad.
     Refused(String),
     /// Anything else; `Some` when the server said how long to wait.
     Retry(String, Option<Duration>),
@@ -208,7 +218,7 @@ async fn deliver_single(shared: &Shared, job: Job) {
             Answer::Acked => return job.delivery.ack(),
             Answer::Refused(reason) => return reject(job, "http_refused", reason),
             Answer::Retry(why, after) => {
-                wait_retry(&job.url, &why, 1, attempt, after).await;
+                wait_retry(&job.url, &job.event.ce_id, &why, 1, attempt, after).await;
                 attempt = attempt.saturating_add(1);
             }
         }
@@ -220,7 +230,7 @@ async fn deliver_batch(shared: &Shared, jobs: Vec<Job>) {
     if let [_] = parts.as_slice() {
         return parts.into_iter().for_each(|job| reject(job, "http_refused", reason.clone()));
     }
-    tracing::warn!(url = %parts[0].url, events = parts.len(), %reason, "batch refused; sending its events one per batch to find the refused ones");
+    tracing::warn!(webhook = %origin(&parts[0].url), first_id = %parts[0].event.ce_id, events = parts.len(), %reason, "batch refused; sending its events one per batch to find the refused ones");
     for job in parts {
         if let Some((one, reason)) = send_batch(shared, vec![job]).await {
             one.into_iter().for_each(|job| reject(job, "http_refused", reason.clone()));
@@ -268,7 +278,7 @@ async fn send_batch(shared: &Shared, jobs: Vec<Job>) -> Option<(Vec<Job>, String
             }
             Answer::Refused(reason) => return Some((parts, reason)),
             Answer::Retry(why, after) => {
-                wait_retry(&url, &why, parts.len(), attempt, after).await;
+                wait_retry(&url, &parts[0].event.ce_id, &why, parts.len(), attempt, after).await;
                 attempt = attempt.saturating_add(1);
             }
         }
@@ -280,10 +290,16 @@ fn reject(job: Job, code: &'static str, reason: String) {
     job.delivery.reject(code, reason, key, payload, headers);
 }
 
-async fn wait_retry(url: &Url, why: &str, events: usize, attempt: u32, after: Option<Duration>) {
+async fn wait_retry(url: &Url, first_id: &str, why: &str, events: usize, attempt: u32, after: Option<Duration>) {
     let delay = crate::pipeline::backoff(attempt, MAX_BACKOFF).max(after.unwrap_or_default().min(MAX_RETRY_AFTER));
-    tracing::warn!(url = %url, events, reason = %why, ?delay, "webhook delivery not acknowledged; sending the same request again");
+    tracing::warn!(webhook = %origin(url), first_id, events, reason = %why, ?delay, "webhook delivery not acknowledged; sending the same request again");
     tokio::time::sleep(delay).await;
+}
+
+/// Where a request went, for logs: the origin only, since a webhook's path or query may hold its
+/// secret (`/services/T0/B0/XXXX`, `?token=`).
+fn origin(url: &Url) -> String {
+    url.origin().ascii_serialization()
 }
 
 /// POST once: signed, with basic auth when the URL had credentials.
@@ -291,9 +307,22 @@ async fn post(shared: &Shared, url: &Url, mut headers: reqwest::header::HeaderMa
     let cfg = &shared.cfg;
     if let Some(secret) = &cfg.signing_secret {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
-        let sig = http_wire::signature(&secret.key, now, &body);
-        if let Ok(v) = HeaderValue::from_str(&sig) {
-            headers.insert(http_wire::SIGNATURE_HEADER, v);
+        if cfg.signature_v1 {
+            if let Ok(v) = HeaderValue::from_str(&http_wire::signature(&secret.key, now, &body)) {
+                headers.insert(http_wire::SIGNATURE_HEADER, v);
+            }
+        } else {
+            let target = match url.query() {
+                Some(q) => format!("{}?{q}", url.path()),
+                None => url.path().to_owned(),
+            };
+            let (sig, names) = http_wire::signature_v2(&secret.key, now, &target, &headers, &body);
+            // Both are ASCII (hex digits, header names); a failure here would leave the request
+            // unsigned, which the receiver refuses.
+            if let (Ok(s), Ok(n)) = (HeaderValue::from_str(&sig), HeaderValue::from_str(&names)) {
+                headers.insert(http_wire::SIGNATURE_HEADER, s);
+                headers.insert(http_wire::SIGNED_HEADERS_HEADER, n);
+            }
         }
     }
     let mut req = shared.client.post(url.clone()).headers(headers).body(body);
@@ -301,7 +330,7 @@ async fn post(shared: &Shared, url: &Url, mut headers: reqwest::header::HeaderMa
         req = req.basic_auth(user, pass.as_ref());
     }
     let answer = match req.send().await {
-        Ok(resp) => classify(resp).await,
+        Ok(resp) => classify(cfg, resp).await,
         Err(e) => {
             let e = e.without_url();
             let what = if e.is_timeout() { "timed out" } else { "failed" };
@@ -310,8 +339,11 @@ async fn post(shared: &Shared, url: &Url, mut headers: reqwest::header::HeaderMa
             return Answer::Retry(format!("request {what}: {}", error_chain(&e)), None);
         }
     };
-    shared.health.set_sink_up(true);
-    set_connected(true);
+    // The receiver answered; it counts as up only when it judges events (acks or refuses them). A
+    // 401, 404, 503 ... keeps /readyz not ready until an answer of the other kind.
+    let up = !matches!(answer, Answer::Retry(..));
+    shared.health.set_sink_up(up);
+    set_connected(up);
     answer
 }
 
@@ -332,11 +364,24 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-async fn classify(resp: reqwest::Response) -> Answer {
+/// The body's first `cap` bytes; the rest is never read.
+async fn read_capped(mut resp: reqwest::Response, cap: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    while out.len() < cap {
+        match resp.chunk().await {
+            Ok(Some(c)) => out.extend_from_slice(&c[..c.len().min(cap - out.len())]),
+            _ => break,
+        }
+    }
+    out
+}
+
+/// What a response means.
+async fn classify(cfg: &HttpConfig, resp: reqwest::Response) -> Answer {
     let status = resp.status();
     if status.is_success() {
-        // Read (and drop) the body so the connection goes back to the pool.
-        let _ = resp.bytes().await;
+        // Read (and drop) a small body so the connection goes back to the pool.
+        let _ = read_capped(resp, MAX_BODY_READ).await;
         return Answer::Acked;
     }
     let after = resp
@@ -346,17 +391,24 @@ async fn classify(resp: reqwest::Response) -> Answer {
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map(Duration::from_secs);
     let location = resp.headers().get(reqwest::header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let text = resp.bytes().await.unwrap_or_default();
-    let snippet: String = String::from_utf8_lossy(&text[..text.len().min(REASON_BODY)])
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    let what = format!("HTTP {status}: {}", snippet.trim());
-    if status.is_client_error() && status != StatusCode::REQUEST_TIMEOUT && status != StatusCode::TOO_MANY_REQUESTS {
+    let text = read_capped(resp, REASON_BODY).await;
+    let snippet: String =
+        String::from_utf8_lossy(&text).chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let what = match snippet.trim() {
+        "" => format!("HTTP {status}"),
+        text => format!("HTTP {status}: {text}"),
+    };
+    if status.is_client_error() && cfg.is_bad_event_status(status.as_u16()) {
         return Answer::Refused(format!("the webhook refused it with {what}"));
     }
+    if status.is_client_error() && status != StatusCode::REQUEST_TIMEOUT && status != StatusCode::TOO_MANY_REQUESTS {
+        return Answer::Retry(
+            format!("{what} (about the receiver, not the event: --http-bad-event-status does not list it)"),
+            after,
+        );
+    }
     if status.is_redirection() {
-        let to = location.unwrap_or_default();
+        let to = crate::config::secret::mask_url(&location.unwrap_or_default());
         return Answer::Retry(
             format!("{what} (a redirect to {to:?}; fix --http-url, redirects are not followed)"),
             None,

@@ -41,12 +41,15 @@ use crate::router::Record;
 
 pub const BATCH_CONTENT_TYPE: &str = "application/cloudevents-batch+json";
 pub const SIGNATURE_HEADER: &str = "outboxd-signature";
+/// With the v2 signature: the names of the headers it covers, in the order it covers them.
+pub const SIGNED_HEADERS_HEADER: &str = "outboxd-signed-headers";
 
 /// Header names a record may not carry: outboxd's own, and those that frame or route the request.
 pub const RESERVED: &[&str] = &[
     "key",
     "idempotency-key",
     SIGNATURE_HEADER,
+    SIGNED_HEADERS_HEADER,
     "content-type",
     "content-length",
     "content-encoding",
@@ -251,7 +254,55 @@ pub fn batch_element(event: &Event, source: &str, out: &mut Vec<u8>) -> Result<(
     Ok(())
 }
 
-/// `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
+/// The v2 signature of a request: `(Outboxd-Signature, Outboxd-Signed-Headers)` values. The HMAC
+/// covers what a receiver relies on, so none of it can be changed on a replay:
+///
+/// ```text
+/// <t>\n<path and query as sent>\n<signed header names, comma-separated>\n
+/// <value of each, in that order, one per line (several values of one name joined by ", ";
+///  each without surrounding spaces and tabs, as HTTP delivers it)>\n
+/// <body>
+/// ```
+///
+/// The signed headers are every header outboxd sets (`ce-*`, `idempotency-key`, `key`,
+/// `content-type`, the record's headers), so the event id, type, subject and headers, and the
+/// topic in the URL path, are all covered. Values never hold CR or LF ([`check`]).
+pub fn signature_v2(
+    key: &[u8],
+    unix_seconds: u64,
+    path_and_query: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> (String, String) {
+    let mut names: Vec<&str> = Vec::new();
+    for name in headers.keys() {
+        if !names.contains(&name.as_str()) {
+            names.push(name.as_str());
+        }
+    }
+    let names_text = names.join(",");
+    let mut mac = <Hmac<Sha256> as hmac::KeyInit>::new_from_slice(key).unwrap_or_else(|_| unreachable!());
+    mac.update(format!("{unix_seconds}\n{path_and_query}\n{names_text}\n").as_bytes());
+    for name in &names {
+        // As HTTP delivers a field value: without leading or trailing spaces and tabs.
+        let values: Vec<&[u8]> = headers.get_all(*name).iter().map(|v| trim_ows(v.as_bytes())).collect();
+        mac.update(&values.join(&b", "[..]));
+        mac.update(b"\n");
+    }
+    mac.update(body);
+    (format!("t={unix_seconds},v2={}", hex(&mac.finalize().into_bytes())), names_text)
+}
+
+/// `v` without the optional whitespace (spaces, tabs) HTTP strips around a field value.
+fn trim_ows(v: &[u8]) -> &[u8] {
+    let ows = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = v.iter().position(|b| !ows(b)).unwrap_or(v.len());
+    let end = v.iter().rposition(|b| !ows(b)).map_or(start, |i| i + 1);
+    &v[start..end]
+}
+
+/// The v1 signature (`--http-signature-version v1`, for receivers not yet moved):
+/// `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`. It covers the body only.
 pub fn signature(key: &[u8], unix_seconds: u64, body: &[u8]) -> String {
     // HMAC takes keys of any length; the config requires at least 16 bytes.
     let mut mac = <Hmac<Sha256> as hmac::KeyInit>::new_from_slice(key).unwrap_or_else(|_| unreachable!());
@@ -349,6 +400,27 @@ mod tests {
         assert_eq!(hs["id"], "e-1");
         assert_eq!(B64.decode(v[1]["data_base64"].as_str().unwrap()).unwrap(), b"\x00raw");
         assert!(v[2].get("data").is_none() && v[2].get("data_base64").is_none());
+    }
+
+    #[test]
+    fn v2_covers_the_path_and_every_header_outboxd_sets() {
+        let mut h = HeaderMap::new();
+        h.insert("ce-id", HeaderValue::from_static("e-1"));
+        h.insert("ce-type", HeaderValue::from_static("order.paid.v1"));
+        h.append("trace", HeaderValue::from_static("a"));
+        h.append("trace", HeaderValue::from_static("b "));
+        let key = b"0123456789abcdef";
+        let (sig, names) = signature_v2(key, 1_700_000_000, "/in/t?x=1", &h, b"{}");
+        assert_eq!(names, "ce-id,ce-type,trace");
+        // printf '1700000000\n/in/t?x=1\nce-id,ce-type,trace\ne-1\norder.paid.v1\na, b\n{}' | openssl dgst -sha256 -hmac 0123456789abcdef
+        let mut mac = <Hmac<Sha256> as hmac::KeyInit>::new_from_slice(key).unwrap();
+        mac.update(b"1700000000\n/in/t?x=1\nce-id,ce-type,trace\ne-1\norder.paid.v1\na, b\n{}");
+        assert_eq!(sig, format!("t=1700000000,v2={}", hex(&mac.finalize().into_bytes())));
+        // Any covered part changed: another signature.
+        let mut other = h.clone();
+        other.insert("ce-type", HeaderValue::from_static("order.refunded.v1"));
+        assert_ne!(signature_v2(key, 1_700_000_000, "/in/t?x=1", &other, b"{}").0, sig);
+        assert_ne!(signature_v2(key, 1_700_000_000, "/in/u?x=1", &h, b"{}").0, sig);
     }
 
     #[test]

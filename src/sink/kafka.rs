@@ -173,8 +173,9 @@ struct Creating {
 
 pub struct KafkaSink {
     producer: Arc<BaseProducer<DeliveryContext>>,
-    /// Serves the delivery reports; aborted on drop.
-    reports: tokio::task::JoinHandle<()>,
+    /// Serves the delivery reports; aborted on drop. Should it end by itself, `failure` fires.
+    reports: tokio::task::AbortHandle,
+    failure: crate::task::Failure,
     admin: Arc<AdminClient<DefaultClientContext>>,
     properties: Arc<Vec<(String, String)>>,
     known_topics: TopicCache,
@@ -275,11 +276,13 @@ impl KafkaSink {
         let producer = Arc::new(producer);
         let reports = super::kafka_events::spawn(producer.clone())
             .map_err(|e| Definite::Sink(format!("could not set up Kafka delivery reports: {e}")))?;
+        let failure = crate::task::Failure::default();
         let stop_checks = Arc::new(AtomicBool::new(false));
         spawn_metadata_checks(producer.clone(), stop_checks.clone());
         Ok(KafkaSink {
             producer,
-            reports,
+            reports: failure.watch("the Kafka delivery-report task (no delivery would be resolved)", reports),
+            failure,
             admin: Arc::new(admin),
             properties: Arc::new(cfg.properties.clone()),
             known_topics: TopicCache::new(TOPIC_CACHE),
@@ -519,6 +522,10 @@ impl Sink for KafkaSink {
 
     fn max_message_bytes(&self) -> Option<usize> {
         Some(self.max_message_bytes)
+    }
+
+    fn failure(&self) -> Option<crate::task::Failure> {
+        Some(self.failure.clone())
     }
 }
 

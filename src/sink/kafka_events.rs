@@ -110,6 +110,7 @@ impl Pump {
                 }
             }
             if self.reader.readable().await.is_err() || !self.drain_signal() {
+                // The task ends; the sink's `failed` turns that into the session's error.
                 tracing::error!("the Kafka delivery-report signal broke; deliveries are no longer resolved");
                 return;
             }
@@ -129,8 +130,14 @@ impl Drop for Pump {
 }
 
 /// Serve `producer`'s delivery reports from a task on the current runtime until the task is
-/// aborted.
+/// aborted. The task ends by itself only if the signal breaks; its owner must treat that (and a
+/// panic) as fatal: [`crate::task`].
 pub fn spawn(producer: Arc<BaseProducer<DeliveryContext>>) -> io::Result<JoinHandle<()>> {
     let pump = Pump::new(producer)?;
-    Ok(tokio::spawn(pump.run()))
+    Ok(tokio::spawn(async move {
+        if crate::task::fault("kafka-reports") {
+            panic!("fault injected by OUTBOXD_FAULT_END_TASK");
+        }
+        pump.run().await
+    }))
 }

@@ -70,4 +70,10 @@ pub trait Sink {
     fn max_message_bytes(&self) -> Option<usize> {
         None
     }
+
+    /// Fires when a task the sink depends on ended (see [`crate::task`]): the loop driving the
+    /// sink waits on it and stops with its error. `None`: no such task.
+    fn failure(&self) -> Option<crate::task::Failure> {
+        None
+    }
 }

@@ -420,6 +420,16 @@ impl Broker {
         md.topics().iter().map(|t| t.name().to_owned()).filter(|n| !n.starts_with("__")).collect()
     }
 
+    /// Records the broker holds in `topic` (the sum of its partitions' high watermarks: what the
+    /// broker acked, for a topic no transaction wrote); 0 when the topic does not exist.
+    pub fn end_offsets(&self, topic: &str) -> i64 {
+        let Some(n) = self.partition_count(topic) else { return 0 };
+        let consumer: BaseConsumer = self.client_config().create().expect("create consumer");
+        (0..n as i32)
+            .map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(5)).map_or(0, |(_, high)| high))
+            .sum()
+    }
+
     /// Reads `topic` from the beginning as a fresh consumer group (read_committed) until at least
     /// `min_count` records arrived and then ~1 s passed without new ones, or until `timeout`.
     /// Returns what it got, ordered by (partition, offset). `_partitions` is kept for callers

@@ -1,12 +1,14 @@
 //! A webhook receiver for `--sink http` tests: a real HTTP server (axum on its own runtime thread)
 //! on a free 127.0.0.1 port that records every request (path, headers, body, the status it was
 //! answered with) and, given the signing secret, verifies `Outboxd-Signature` by recomputing the
-//! HMAC-SHA256 of `"<t>.<body>"`.
+//! HMAC-SHA256 of the v2 signature base (`<t>`, the path, the signed headers, the body), or of
+//! `"<t>.<body>"` for a v1 signature.
 //!
 //! What it answers is up to the test: [`Webhook::respond_with`] installs a function of the
 //! request (503 for an outage, 400 for one path, ...); the default is 200. Only requests answered
 //! 2xx count as delivered ([`Webhook::delivered`]).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -61,6 +63,8 @@ struct Shared {
     requests: Mutex<Vec<Received>>,
     responder: Mutex<Responder>,
     secret: Option<Vec<u8>>,
+    /// Answer with a body that never ends (64 KiB chunks until the client goes away).
+    endless: AtomicBool,
 }
 
 pub struct Webhook {
@@ -82,6 +86,7 @@ impl Webhook {
             requests: Mutex::new(Vec::new()),
             responder: Mutex::new(Arc::new(|_: &Received| 200)),
             secret: secret.map(<[u8]>::to_vec),
+            endless: AtomicBool::new(false),
         });
         let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind the webhook receiver");
         listener.set_nonblocking(true).unwrap();
@@ -112,6 +117,11 @@ impl Webhook {
     /// Answer each later request with `f(request)`'s status.
     pub fn respond_with(&self, f: impl Fn(&Received) -> u16 + Send + Sync + 'static) {
         *self.shared.responder.lock().unwrap() = Arc::new(f);
+    }
+
+    /// With `on`, later answers carry a body that never ends.
+    pub fn answer_endless_bodies(&self, on: bool) {
+        self.shared.endless.store(on, Ordering::Relaxed);
     }
 
     /// Every request so far, answered or not.
@@ -154,7 +164,8 @@ async fn handle(
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
-) -> StatusCode {
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let headers: Vec<(String, Vec<u8>)> =
         headers.iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect();
     let mut r = Received {
@@ -170,26 +181,50 @@ async fn handle(
     r.status = responder(&r);
     let status = StatusCode::from_u16(r.status).unwrap();
     shared.requests.lock().unwrap().push(r);
-    status
+    if shared.endless.load(Ordering::Relaxed) {
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        let stream = futures_util::stream::repeat_with(move || Ok::<_, std::io::Error>(chunk.clone()));
+        return (status, axum::body::Body::from_stream(stream)).into_response();
+    }
+    status.into_response()
 }
 
-/// The receiver's side of the signing recipe in the README.
-fn verify(secret: &[u8], r: &Received) -> bool {
+/// The receiver's side of the signing recipe in the README: the v2 signature (path, signed
+/// headers, body) when the request has one, else the v1 signature (body only).
+pub fn verify(secret: &[u8], r: &Received) -> bool {
     let Some(sig) = r.header_str("outboxd-signature") else { return false };
     let mut t = None;
-    let mut v1 = Vec::new();
+    let (mut v1, mut v2) = (Vec::new(), Vec::new());
     for part in sig.split(',') {
         match part.split_once('=') {
             Some(("t", x)) => t = Some(x.to_owned()),
             Some(("v1", x)) => v1.push(x.to_owned()),
+            Some(("v2", x)) => v2.push(x.to_owned()),
             _ => {}
         }
     }
     let Some(t) = t else { return false };
     let mut mac = <Hmac<Sha256> as hmac::KeyInit>::new_from_slice(secret).unwrap();
-    mac.update(t.as_bytes());
-    mac.update(b".");
+    if v2.is_empty() {
+        mac.update(t.as_bytes());
+        mac.update(b".");
+    } else {
+        let Some(names) = r.header_str("outboxd-signed-headers") else { return false };
+        mac.update(format!("{t}\n{}\n{names}\n", r.path).as_bytes());
+        for name in names.split(',') {
+            let values: Vec<&[u8]> = r.headers.iter().filter(|(n, _)| n == name).map(|(_, v)| v.as_slice()).collect();
+            if values.is_empty() {
+                return false;
+            }
+            mac.update(&values.join(&b", "[..]));
+            mac.update(b"\n");
+        }
+    }
     mac.update(&r.body);
     let want: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
-    v1.contains(&want)
+    if v2.is_empty() {
+        v1.contains(&want)
+    } else {
+        v2.contains(&want)
+    }
 }

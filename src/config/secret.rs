@@ -1,0 +1,120 @@
+//! Secrets in sink URLs: the one masker every sink URL passes through before it is shown (logs,
+//! errors, `outboxd config`, `Debug`), and the reader of the `--*-url-file` options that keep a
+//! URL out of argv and the environment (so out of `ps` and `/proc/PID/environ`).
+//!
+//! Invariants of [`mask_url`]: a userinfo password, a lone userinfo where it is a credential (a
+//! NATS token, a Redis password; not an AMQP or HTTP user name) and the value of every query parameter whose name says secret ([`is_secret_name`])
+//! come out as `****`; nothing else changes, so a masked URL still says where outboxd connects.
+//! A URL read from a file is shown by its file's path only (each config's `url_file`).
+
+use std::path::Path;
+
+use crate::error::Definite;
+
+const MASK: &str = "****";
+
+/// `url` with its secrets replaced by `****` (see the module doc).
+pub fn mask_url(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let (scheme, rest) = url.split_at(start);
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let authority = match authority.rfind('@') {
+        Some(at) => {
+            let userinfo = &authority[..at];
+            let masked = match userinfo.find(':') {
+                Some(colon) => format!("{}:{MASK}", &userinfo[..colon]),
+                None if !userinfo.is_empty() && lone_userinfo_is_secret(scheme) => MASK.to_owned(),
+                None => userinfo.to_owned(),
+            };
+            format!("{masked}{}", &authority[at..])
+        }
+        None => authority.to_owned(),
+    };
+    format!("{scheme}{authority}{}", mask_query(tail))
+}
+
+/// Whether a userinfo without `:` is a credential under `scheme` (`nats://TOKEN@`, where redis-rs
+/// reads `redis://PASSWORD@`) rather than a user name (`amqp://guest@`, `https://user@`).
+fn lone_userinfo_is_secret(scheme: &str) -> bool {
+    let s = scheme.trim_end_matches("://").to_ascii_lowercase();
+    !matches!(s.as_str(), "amqp" | "amqps" | "http" | "https" | "postgres" | "postgresql")
+}
+
+/// A comma-separated list of URLs (NATS), each masked.
+pub fn mask_url_list(urls: &str) -> String {
+    urls.split(',').map(mask_url).collect::<Vec<_>>().join(",")
+}
+
+/// The path-and-query part with secret query values masked.
+fn mask_query(tail: &str) -> String {
+    let Some(q) = tail.find('?') else { return tail.to_owned() };
+    let frag = tail[q..].find('#').map_or(tail.len(), |f| q + f);
+    let pairs: Vec<String> = tail[q + 1..frag]
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if is_secret_name(name) => format!("{name}={MASK}"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{}?{}{}", &tail[..q], pairs.join("&"), &tail[frag..])
+}
+
+/// Query parameter names whose value is a credential: `pass`, `password`, `token`, `secret`,
+/// `apikey`, `sig`, `auth` ... (matched case-insensitively, as parts of the name).
+pub fn is_secret_name(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    ["pass", "pwd", "token", "secret", "key", "sig", "auth", "credential"].iter().any(|s| n.contains(s))
+}
+
+/// The URL in `path` (one line; a trailing newline is ignored) for `flag` (`--redis-url-file`
+/// ...). Errors name the flag and the path, never the file's content.
+pub fn read_url_file(flag: &str, path: &Path) -> Result<String, Definite> {
+    let bad = |why: String| Definite::Config(format!("{flag} {}: {why}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| bad(format!("cannot read it ({e})")))?;
+    let url = text.strip_suffix('\n').map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
+    if url.trim().is_empty() || url.contains(['\n', '\r']) {
+        return Err(bad("the file must hold the URL on one line".into()));
+    }
+    Ok(url.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_tokens_and_secret_query_values_are_masked() {
+        for (url, want) in [
+            ("redis://u:s3cr%40t@h:6379/0", "redis://u:****@h:6379/0"),
+            ("rediss://:pw@h", "rediss://:****@h"),
+            ("redis://pw@h/1", "redis://****@h/1"),
+            ("nats://s3cr3t-token@h:4222", "nats://****@h:4222"),
+            ("redis+unix:///run/redis.sock?db=1&pass=hunter2", "redis+unix:///run/redis.sock?db=1&pass=****"),
+            ("https://h/in?token=abc&v=1#x", "https://h/in?token=****&v=1#x"),
+            ("https://h/in?X-Api-Key=abc&Signature=def", "https://h/in?X-Api-Key=****&Signature=****"),
+            ("redis://h:6379/0", "redis://h:6379/0"),
+            ("unix:///run/redis.sock", "unix:///run/redis.sock"),
+            ("u:p@host:4222", "u:****@host:4222"),
+            ("amqp://guest@h/%2f", "amqp://guest@h/%2f"),
+            ("https://user@h/in", "https://user@h/in"),
+        ] {
+            assert_eq!(mask_url(url), want, "{url}");
+        }
+        assert_eq!(mask_url_list("nats://a:b@h1,tls://h2,nats://tok@h3"), "nats://a:****@h1,tls://h2,nats://****@h3");
+    }
+
+    #[test]
+    fn url_files_hold_one_line_and_errors_never_show_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good");
+        std::fs::write(&good, "redis://:hunter2@h:6379/0\r\n").unwrap();
+        assert_eq!(read_url_file("--redis-url-file", &good).unwrap(), "redis://:hunter2@h:6379/0");
+        let two = dir.path().join("two");
+        std::fs::write(&two, "redis://:hunter2@h\nredis://other\n").unwrap();
+        let e = read_url_file("--redis-url-file", &two).unwrap_err().to_string();
+        assert!(e.contains("--redis-url-file") && e.contains("one line") && !e.contains("hunter2"), "{e}");
+        let e = read_url_file("--nats-url-file", &dir.path().join("absent")).unwrap_err().to_string();
+        assert!(e.starts_with("--nats-url-file ") && e.contains("cannot read"), "{e}");
+    }
+}
