@@ -79,36 +79,17 @@ fn bad_flags_exit_2_with_the_flag_named() {
     assert!(out.contains("--status-interval"), "{out}");
     // Errors found while building the sink or the endpoint are configuration errors too (issue 23
     // item 15): they exited 1.
-    let (code, out) = run_to_exit(
-        &args(&[
-            "run",
-            "--postgres-url",
-            "postgres://127.0.0.1:1/db",
-            "--kafka-brokers",
-            "127.0.0.1:1",
-            "--metrics-addr",
-            "off",
-            "--kafka-property",
-            "message.max.bytes=lots",
-        ]),
-        Duration::from_secs(10),
-    );
+    let run_with = |extra: &[&str]| {
+        let mut a = args(&["run", "--postgres-url", "postgres://127.0.0.1:1/db", "--kafka-brokers", "127.0.0.1:1"]);
+        a.extend(args(extra));
+        run_to_exit(&a, Duration::from_secs(10))
+    };
+    let (code, out) = run_with(&["--metrics-addr", "off", "--kafka-property", "message.max.bytes=lots"]);
     assert_eq!(code, Some(2), "{out}");
     assert!(out.contains("message.max.bytes must be a number"), "{out}");
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let (code, out) = run_to_exit(
-        &args(&[
-            "run",
-            "--postgres-url",
-            "postgres://127.0.0.1:1/db",
-            "--kafka-brokers",
-            "127.0.0.1:1",
-            "--metrics-addr",
-            &addr,
-        ]),
-        Duration::from_secs(10),
-    );
+    let (code, out) = run_with(&["--metrics-addr", &addr]);
     assert_eq!(code, Some(2), "{out}");
     assert!(out.contains(&format!("--metrics-addr {addr}: cannot listen")), "{out}");
 }
