@@ -55,7 +55,13 @@ fn slot_reaches_wal_end(pg: &PgCluster) -> bool {
 fn assert_all_signed(hook: &Webhook) {
     for r in hook.requests() {
         let sig = r.header_str("outboxd-signature").unwrap_or_default();
-        assert_eq!(r.signature_ok, Some(true), "bad signature on {} {sig:?}: {:?}", r.path, r.headers.iter().map(|(n, v)| format!("{n}={}", String::from_utf8_lossy(v))).collect::<Vec<_>>());
+        assert_eq!(
+            r.signature_ok,
+            Some(true),
+            "bad signature on {} {sig:?}: {:?}",
+            r.path,
+            r.headers.iter().map(|(n, v)| format!("{n}={}", String::from_utf8_lossy(v))).collect::<Vec<_>>()
+        );
         assert!(sig.contains(",v2="), "not a v2 signature: {sig}");
         let names = r.header_str("outboxd-signed-headers").unwrap_or_default();
         let batch = r.header_str("content-type").as_deref() == Some("application/cloudevents-batch+json");
