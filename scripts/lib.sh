@@ -115,6 +115,8 @@ ensure_tools() {
   command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
   command -v rabbitmq-server >/dev/null 2>&1 || need+=(rabbitmq-server)
   command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
+  # tests/pooler.rs starts private PgBouncers (transaction and session mode) in front of PostgreSQL.
+  [ -x /usr/sbin/pgbouncer ] || need+=(pgbouncer)
   if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   fi

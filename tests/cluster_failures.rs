@@ -192,8 +192,11 @@ fn resumed_after(pg: &PgCluster, w: &Writer, since: Instant, timeout: Duration) 
 // cluster helpers
 // ---------------------------------------------------------------------------
 
-/// (partition, leader, replicas, isr) of every partition of `topic`; None when no broker answered.
-fn partitions(broker: &Broker, topic: &str) -> Option<Vec<(i32, i32, Vec<i32>, Vec<i32>)>> {
+/// (partition, leader, replicas, isr) of one partition.
+type PartitionState = (i32, i32, Vec<i32>, Vec<i32>);
+
+/// Every partition of `topic`; None when no broker answered.
+fn partitions(broker: &Broker, topic: &str) -> Option<Vec<PartitionState>> {
     let consumer: BaseConsumer = broker.client_config().create().ok()?;
     let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)).ok()?;
     let mut out: Vec<_> = md

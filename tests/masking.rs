@@ -185,6 +185,16 @@ fn masks_encrypts_and_keeps_dead_letter_copies_clean() {
         assert_eq!(o["payload"]["customer"]["ssn"], SSN, "{o}");
         assert_eq!(o["payload"]["card"]["number"], "************1111", "masking is one-way");
     }
+    // A sealed value is bound to its event and field: event 1's ssn pasted into event 5 does not
+    // open, nor does a bare payload without `--event-id`.
+    let mut moved = r5.clone();
+    moved["payload"]["customer"]["ssn"] = r1["payload"]["customer"]["ssn"].clone();
+    let (code, _, err) = decrypt(&ring2, &format!("{moved}\n"));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("line 1") && err.contains("moved there from another event or field"), "{err}");
+    let (code, _, err) = decrypt(&ring2, &format!("{}\n", r5["payload"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--event-id"), "{err}");
     // The old keyring cannot open k2's values, and says which key is missing.
     let (code, _, err) = decrypt(&ring1, &input);
     assert_eq!(code, 2, "{err}");

@@ -127,6 +127,10 @@ pub struct DecryptArgs {
     pub encrypt_key_file: PathBuf,
     /// JSON lines to decrypt; stdin when left out or `-`.
     pub input: Option<PathBuf>,
+    /// The event id sealed values are bound to, for lines that are bare values (a consumer's dump
+    /// of one event); records as the stdout sink prints them carry it in their `id` header.
+    #[arg(long, value_name = "ID")]
+    pub event_id: Option<String>,
 }
 
 /// Flags of `outboxd check`: every flag of `run` (only the connection, slot, publication, table,

@@ -23,6 +23,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 mod cli;
+pub mod conninfo;
 pub mod debezium;
 pub mod http;
 mod kafka;

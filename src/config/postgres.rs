@@ -1,13 +1,11 @@
 //! Where and how to reach PostgreSQL: one parsed [`PgTarget`] for both connections.
 //!
 //! `--postgres-url` takes a URL (`postgres://user:pass@host:port/db?sslmode=verify-full`) or a
-//! libpq key/value string (`host=db port=5432 dbname=app sslmode=verify-full`). tokio-postgres's
-//! [`tokio_postgres::Config`] parses both forms; the libpq keywords it does not know (the TLS file
-//! keywords, `verify-ca`/`verify-full`/`allow`, `passfile`, `keepalives_count`) are taken out first
-//! and handled here. Missing values fall back to libpq's environment (`PGHOST`, `PGPORT`, ...),
-//! then to libpq's defaults. The password comes, in this order, from the conninfo,
-//! `--postgres-password-file`, `PGPASSWORD`, then the password file (`passfile`, `PGPASSFILE`,
-//! `~/.pgpass`).
+//! libpq key/value string (`host=db port=5432 dbname=app sslmode=verify-full`), both read as libpq
+//! reads them ([`super::conninfo`]); a libpq keyword outboxd does not support is refused by name.
+//! Missing values fall back to libpq's environment (`PGHOST`, `PGPORT`, ...), then to libpq's
+//! defaults. The password comes, in this order, from the conninfo, `--postgres-password-file`,
+//! `PGPASSWORD`, then the password file (`passfile`, `PGPASSFILE`, `~/.pgpass`).
 //!
 //! Invariants: the replication connection and the admin connection are both derived from the
 //! one `PgTarget`, so they can never disagree; `Display` and `Debug` never show a password or a
@@ -148,6 +146,9 @@ pub enum PasswordSource {
 pub struct PgTarget {
     /// Hosts with their ports, tried in order.
     pub hosts: Vec<(PgHost, u16)>,
+    /// libpq's `hostaddr`: empty, or one address per host (then connections go to the address,
+    /// and the host name is used for TLS and the password file).
+    pub hostaddrs: Vec<std::net::IpAddr>,
     pub user: String,
     pub password: Option<String>,
     pub password_source: Option<PasswordSource>,
@@ -189,22 +190,37 @@ const URL_RESERVED: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
     .add(b'}')
     .add(b'+');
 
-/// libpq keywords that tokio-postgres does not parse; we take them out of the conninfo first.
-const OURS: &[&str] = &[
-    "sslmode",
-    "sslrootcert",
-    "sslcert",
-    "sslkey",
-    "sslcrl",
-    "sslpassword",
+/// The libpq keywords outboxd reads; any other libpq keyword is refused by name.
+const SUPPORTED: &[&str] = &[
+    "user",
+    "password",
     "passfile",
+    "channel_binding",
+    "connect_timeout",
+    "dbname",
+    "host",
+    "hostaddr",
+    "port",
+    "client_encoding",
+    "options",
+    "application_name",
+    "fallback_application_name",
     "keepalives",
     "keepalives_idle",
     "keepalives_interval",
     "keepalives_count",
-    "keepalives_retries",
+    "tcp_user_timeout",
+    "sslmode",
+    "sslcert",
+    "sslkey",
+    "sslpassword",
+    "sslrootcert",
+    "sslcrl",
     "target_session_attrs",
 ];
+
+/// libpq's default socket directory on Debian.
+const DEFAULT_SOCKET_DIR: &str = "/var/run/postgresql";
 
 /// Where a value not in the conninfo comes from.
 pub struct Fallbacks<'a> {
@@ -229,82 +245,61 @@ impl PgTarget {
 
     pub fn parse_with(conninfo: &str, fb: &Fallbacks<'_>) -> Result<PgTarget, Definite> {
         let bad = |why: String| Definite::Config(format!("--postgres-url: {why}"));
-        let (rest, ours) = split_ours(conninfo).map_err(bad)?;
-        let base: tokio_postgres::Config = rest.parse().map_err(|e: tokio_postgres::Error| {
-            use std::error::Error as _;
-            let e = match e.source() {
-                Some(why) => format!("{e}: {why}"),
-                None => e.to_string(),
-            };
-            bad(format!("{e}; give a URL like postgres://user@host:5432/db or key=value pairs like host=db dbname=app"))
-        })?;
-        let get = |k: &str| ours.iter().rev().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+        let s = conninfo.trim();
+        if !super::conninfo::is_uri(s) && s.contains("://") {
+            return Err(bad(
+                "must start with postgres:// or postgresql://, or be key=value pairs like host=db dbname=app".into(),
+            ));
+        }
+        let pairs = super::conninfo::parse(s).map_err(bad)?;
+        if let Some((k, _)) = pairs.iter().find(|(k, _)| !SUPPORTED.contains(&k.as_str())) {
+            return Err(bad(format!("{k} is a libpq parameter outboxd does not support; remove it")));
+        }
+        // The last value of a keyword counts; an empty one is as good as none (as in libpq),
+        // except where noted.
+        let get = |k: &str| pairs.iter().rev().find(|(key, _)| key == k).map(|(_, v)| v.clone());
         let env = |k: &str| (fb.env)(k);
+        let given = |k: &str, e: &str| get(k).filter(|v| !v.is_empty()).or_else(|| env(e));
 
-        let mut hosts: Vec<PgHost> = base
-            .get_hosts()
-            .iter()
-            .map(|h| match h {
-                tokio_postgres::config::Host::Tcp(s) => PgHost::Tcp(s.clone()),
-                tokio_postgres::config::Host::Unix(p) => PgHost::Unix(p.clone()),
-            })
-            .collect();
-        if hosts.is_empty() {
-            hosts = match env("PGHOST") {
-                Some(h) => h.split(',').map(host_of).collect(),
-                None => vec![PgHost::Unix(PathBuf::from("/var/run/postgresql"))],
-            };
-        }
-        let mut ports: Vec<u16> = base.get_ports().to_vec();
-        if ports.is_empty() {
-            if let Some(p) = env("PGPORT") {
-                for p in p.split(',') {
-                    ports.push(p.trim().parse().map_err(|_| bad(format!("PGPORT {p:?} is not a port number")))?);
-                }
-            }
-        }
-        let ports = match ports.len() {
-            0 => vec![5432; hosts.len()],
-            1 => vec![ports[0]; hosts.len()],
-            n if n == hosts.len() => ports,
-            n => return Err(bad(format!("{} hosts but {n} ports; give one port, or one per host", hosts.len()))),
-        };
-        let hosts: Vec<(PgHost, u16)> = hosts.into_iter().zip(ports).collect();
-        let user = base
-            .get_user()
-            .map(str::to_owned)
-            .or_else(|| env("PGUSER"))
-            .or_else(|| env("USER"))
-            .unwrap_or_else(|| "postgres".into());
-        let dbname = base.get_dbname().map(str::to_owned).or_else(|| env("PGDATABASE")).unwrap_or_else(|| user.clone());
-        let application_name = base
-            .get_application_name()
-            .map(str::to_owned)
-            .or_else(|| env("PGAPPNAME"))
+        let (hosts, hostaddrs) =
+            hosts_of(given("host", "PGHOST"), given("hostaddr", "PGHOSTADDR"), given("port", "PGPORT")).map_err(bad)?;
+        let user = given("user", "PGUSER").or_else(|| env("USER")).unwrap_or_else(|| "postgres".into());
+        let dbname = given("dbname", "PGDATABASE").unwrap_or_else(|| user.clone());
+        let application_name = given("application_name", "PGAPPNAME")
+            .or_else(|| get("fallback_application_name").filter(|v| !v.is_empty()))
             .unwrap_or_else(|| "outboxd".into());
-        let connect_timeout = match base.get_connect_timeout() {
-            Some(d) => *d,
-            None => match env("PGCONNECT_TIMEOUT") {
-                Some(v) => Duration::from_secs(
-                    v.trim()
-                        .parse::<u64>()
-                        .map_err(|_| bad(format!("PGCONNECT_TIMEOUT {v:?} is not whole seconds")))?,
-                ),
-                None => Duration::from_secs(10),
-            },
+        let connect_timeout = match given("connect_timeout", "PGCONNECT_TIMEOUT") {
+            Some(v) => Duration::from_secs(
+                v.trim().parse::<u64>().map_err(|_| bad(format!("connect_timeout {v:?} is not whole seconds")))?,
+            ),
+            None => Duration::from_secs(10),
         }
         .max(Duration::from_secs(1));
+        // libpq reads tcp_user_timeout in milliseconds; 0 leaves the system default.
+        let tcp_user_timeout = match get("tcp_user_timeout").filter(|v| !v.is_empty()) {
+            Some(v) => Some(Duration::from_millis(
+                v.trim()
+                    .parse::<u64>()
+                    .map_err(|_| bad(format!("tcp_user_timeout {v:?} is not whole milliseconds")))?,
+            ))
+            .filter(|d| !d.is_zero()),
+            None => None,
+        };
+        if let Some(enc) = given("client_encoding", "PGCLIENTENCODING") {
+            if !matches!(enc.to_ascii_lowercase().as_str(), "utf8" | "utf-8" | "unicode" | "auto") {
+                return Err(bad(format!("client_encoding={enc}: outboxd speaks UTF8 only; remove it")));
+            }
+        }
 
         // Password: conninfo, --postgres-password-file, PGPASSWORD, then the password file.
-        let (password, password_source) = if let Some(p) = base.get_password() {
-            let p = String::from_utf8(p.to_vec()).map_err(|_| bad("the password is not UTF-8".into()))?;
+        let (password, password_source) = if let Some(p) = get("password").filter(|p| !p.is_empty()) {
             (Some(p), Some(PasswordSource::Conninfo))
         } else if let Some(f) = fb.password_file {
             (Some(read_secret_file("--postgres-password-file", f)?), Some(PasswordSource::File(f.to_owned())))
         } else if let Some(p) = env("PGPASSWORD") {
             (Some(p), Some(PasswordSource::Env))
         } else {
-            let file = get("passfile").or_else(|| env("PGPASSFILE")).map(PathBuf::from).or_else(default_pgpass);
+            let file = given("passfile", "PGPASSFILE").map(PathBuf::from).or_else(default_pgpass);
             match file.filter(|f| f.exists()) {
                 Some(f) => match pgpass_lookup(&f, &hosts[0], &dbname, &user)? {
                     Some(p) => (Some(p), Some(PasswordSource::Passfile(f))),
@@ -315,10 +310,13 @@ impl PgTarget {
         };
 
         let tls = tls_settings(&get, &env)?;
-        let channel_binding = match base.get_channel_binding() {
-            tokio_postgres::config::ChannelBinding::Disable => ChannelBindingMode::Disable,
-            tokio_postgres::config::ChannelBinding::Require => ChannelBindingMode::Require,
-            _ => ChannelBindingMode::Prefer,
+        let channel_binding = match given("channel_binding", "PGCHANNELBINDING").as_deref() {
+            None | Some("prefer") => ChannelBindingMode::Prefer,
+            Some("disable") => ChannelBindingMode::Disable,
+            Some("require") => ChannelBindingMode::Require,
+            Some(other) => {
+                return Err(bad(format!("unknown channel_binding {other:?}; use disable, prefer or require")))
+            }
         };
         if channel_binding == ChannelBindingMode::Require && tls.mode == SslMode::Disable {
             return Err(bad(
@@ -335,10 +333,7 @@ impl PgTarget {
             enabled: get("keepalives").is_none_or(|v| v.trim() != "0"),
             idle: secs("keepalives_idle")?.filter(|s| *s > 0).map_or(d.idle, Duration::from_secs),
             interval: secs("keepalives_interval")?.filter(|s| *s > 0).map_or(d.interval, Duration::from_secs),
-            count: secs("keepalives_count")?
-                .or(secs("keepalives_retries")?)
-                .filter(|s| *s > 0)
-                .map_or(d.count, |c| c.min(u32::MAX as u64) as u32),
+            count: secs("keepalives_count")?.filter(|s| *s > 0).map_or(d.count, |c| c.min(u32::MAX as u64) as u32),
         };
         let session_attrs = match get("target_session_attrs").or_else(|| env("PGTARGETSESSIONATTRS")).as_deref() {
             None | Some("any") => SessionAttrs::Any,
@@ -353,14 +348,15 @@ impl PgTarget {
         Ok(PgTarget {
             session_attrs,
             hosts,
+            hostaddrs,
             user,
             password,
             password_source,
             dbname,
             application_name,
-            options: base.get_options().map(str::to_owned),
+            options: given("options", "PGOPTIONS"),
             connect_timeout,
-            tcp_user_timeout: base.get_tcp_user_timeout().copied(),
+            tcp_user_timeout,
             keepalives,
             tls,
             channel_binding,
@@ -395,6 +391,10 @@ impl PgTarget {
                 }
             }
         }
+        if !self.hostaddrs.is_empty() {
+            let a: Vec<String> = self.hostaddrs.iter().map(|a| a.to_string()).collect();
+            q.push(("hostaddr".into(), a.join(",")));
+        }
         q.push(("sslmode".into(), self.tls.mode_given.as_str().into()));
         match &self.tls.root_cert {
             Some(RootCert::File(f)) => q.push(("sslrootcert".into(), f.display().to_string())),
@@ -427,7 +427,7 @@ impl PgTarget {
             q.push(("options".into(), o.clone()));
         }
         if let Some(t) = self.tcp_user_timeout {
-            q.push(("tcp_user_timeout".into(), t.as_secs().to_string()));
+            q.push(("tcp_user_timeout".into(), t.as_millis().to_string()));
         }
         let k = &self.keepalives;
         q.push(("keepalives".into(), if k.enabled { "1" } else { "0" }.into()));
@@ -450,6 +450,9 @@ impl PgTarget {
                 PgHost::Unix(d) => c.host_path(d),
             };
             c.port(*p);
+        }
+        for a in &self.hostaddrs {
+            c.hostaddr(*a);
         }
         c.user(&self.user)
             .dbname(&self.dbname)
@@ -636,86 +639,62 @@ fn split_pgpass(line: &str) -> Vec<String> {
     out
 }
 
-/// Take our keywords out of a URL's query or a key/value string. Returns the rest (for
-/// tokio-postgres) and our pairs, decoded.
-fn split_ours(conninfo: &str) -> Result<(String, Vec<(String, String)>), String> {
-    let mut ours = Vec::new();
-    let s = conninfo.trim();
-    if s.starts_with("postgres://") || s.starts_with("postgresql://") {
-        let Some((head, query)) = s.split_once('?') else { return Ok((s.to_owned(), ours)) };
-        let mut keep = Vec::new();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let key = percent_encoding::percent_decode_str(k).decode_utf8_lossy().into_owned();
-            if OURS.contains(&key.as_str()) {
-                let v = percent_encoding::percent_decode_str(v)
-                    .decode_utf8()
-                    .map_err(|_| format!("the value of {key} is not valid percent-encoded UTF-8"))?;
-                ours.push((key, v.into_owned()));
+/// libpq's host, hostaddr and port lists, as hosts with ports and addresses. An empty host entry
+/// is the default socket directory; a missing port is 5432; one port serves every host.
+#[allow(clippy::type_complexity)]
+fn hosts_of(
+    host: Option<String>,
+    hostaddr: Option<String>,
+    port: Option<String>,
+) -> Result<(Vec<(PgHost, u16)>, Vec<std::net::IpAddr>), String> {
+    let names: Vec<String> = host.map(|h| h.split(',').map(str::to_owned).collect()).unwrap_or_default();
+    let mut addrs = Vec::new();
+    for a in hostaddr.iter().flat_map(|a| a.split(',')) {
+        let ip = a.trim().parse::<std::net::IpAddr>().map_err(|_| {
+            if a.trim().is_empty() {
+                "hostaddr has an empty entry; give an address for every host (or no hostaddr)".to_owned()
             } else {
-                keep.push(pair);
+                format!("hostaddr {a:?} is not a numeric IP address; put a host name in host=")
             }
-        }
-        let rest = if keep.is_empty() { head.to_owned() } else { format!("{head}?{}", keep.join("&")) };
-        return Ok((rest, ours));
+        })?;
+        addrs.push(ip);
     }
-    if s.contains("://") {
-        return Err(
-            "must start with postgres:// or postgresql://, or be key=value pairs like host=db dbname=app".into()
-        );
+    if !names.is_empty() && !addrs.is_empty() && names.len() != addrs.len() {
+        return Err(format!(
+            "{} host names but {} hostaddr values; give one address per host",
+            names.len(),
+            addrs.len()
+        ));
     }
-    let mut keep = Vec::new();
-    for (k, v) in keyword_pairs(s)? {
-        if OURS.contains(&k.as_str()) {
-            ours.push((k, v));
-        } else {
-            keep.push(format!("{k}='{}'", v.replace('\\', "\\\\").replace('\'', "\\'")));
-        }
-    }
-    Ok((keep.join(" "), ours))
-}
-
-/// libpq's `keyword = value` syntax: values may be single-quoted, `\` escapes.
-fn keyword_pairs(s: &str) -> Result<Vec<(String, String)>, String> {
-    let mut out = Vec::new();
-    let mut it = s.chars().peekable();
-    loop {
-        while it.next_if(|c| c.is_whitespace()).is_some() {}
-        if it.peek().is_none() {
-            return Ok(out);
-        }
-        let mut key = String::new();
-        while let Some(c) = it.next_if(|c| *c != '=' && !c.is_whitespace()) {
-            key.push(c);
-        }
-        while it.next_if(|c| c.is_whitespace()).is_some() {}
-        if it.next() != Some('=') {
-            return Err(format!("expected = after {key:?} (key=value pairs like host=db dbname=app)"));
-        }
-        while it.next_if(|c| c.is_whitespace()).is_some() {}
-        let mut val = String::new();
-        if it.next_if_eq(&'\'').is_some() {
-            loop {
-                match it.next() {
-                    Some('\\') => val.push(it.next().ok_or("unterminated quoted value")?),
-                    Some('\'') => break,
-                    Some(c) => val.push(c),
-                    None => return Err(format!("unterminated quoted value of {key}")),
-                }
+    let n = names.len().max(addrs.len()).max(1);
+    let mut hosts: Vec<PgHost> = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = names.get(i).map(String::as_str).unwrap_or("");
+        hosts.push(match (name, addrs.get(i)) {
+            ("", Some(ip)) => PgHost::Tcp(ip.to_string()),
+            ("", None) => PgHost::Unix(PathBuf::from(DEFAULT_SOCKET_DIR)),
+            (n, Some(ip)) if n.starts_with('/') => {
+                return Err(format!(
+                    "host {n} is a socket directory but hostaddr {ip} is given for it; give one or the other"
+                ))
             }
-        } else {
-            while let Some(c) = it.next_if(|c| !c.is_whitespace()) {
-                if c == '\\' {
-                    if let Some(n) = it.next() {
-                        val.push(n);
-                    }
-                } else {
-                    val.push(c);
-                }
-            }
-        }
-        out.push((key, val));
+            (n, _) => host_of(n),
+        });
     }
+    let mut ports = Vec::new();
+    for p in port.iter().flat_map(|p| p.split(',')) {
+        ports.push(match p.trim() {
+            "" => 5432,
+            p => p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| format!("port {p:?} is not a port number"))?,
+        });
+    }
+    let ports = match ports.len() {
+        0 => vec![5432; n],
+        1 => vec![ports[0]; n],
+        m if m == n => ports,
+        m => return Err(format!("{n} hosts but {m} ports; give one port, or one per host")),
+    };
+    Ok((hosts.into_iter().zip(ports).collect(), addrs))
 }
 
 #[cfg(test)]

@@ -108,7 +108,7 @@ impl ReplicationConn {
     async fn connect_any(t: &PgTarget) -> Result<ReplicationConn, Error> {
         let mut last = None;
         for (i, (host, port)) in t.hosts.iter().enumerate() {
-            let conn = match Self::connect_one(t, host, *port).await {
+            let conn = match Self::connect_one(t, host, t.hostaddrs.get(i).copied(), *port).await {
                 Ok(mut c) => c.require_primary(t).await.map(|()| c),
                 Err(e) => Err(e),
             };
@@ -124,7 +124,14 @@ impl ReplicationConn {
         Err(last.unwrap_or_else(|| Definite::Config("--postgres-url names no host".into()).into()))
     }
 
-    async fn connect_one(t: &PgTarget, host: &PgHost, port: u16) -> Result<ReplicationConn, Error> {
+    /// One host; `addr` (libpq's `hostaddr`) is where the TCP connection goes, the host name is
+    /// still what TLS verifies.
+    async fn connect_one(
+        t: &PgTarget,
+        host: &PgHost,
+        addr: Option<std::net::IpAddr>,
+        port: u16,
+    ) -> Result<ReplicationConn, Error> {
         let h = match host {
             PgHost::Unix(dir) => {
                 let path = dir.join(format!(".s.PGSQL.{port}"));
@@ -136,21 +143,26 @@ impl ReplicationConn {
             PgHost::Tcp(h) => h.as_str(),
         };
         match t.tls.mode {
-            SslMode::Disable => Self::login(t, Box::new(tcp_connect(t, h, port).await?), None).await,
+            SslMode::Disable => Self::login(t, Box::new(tcp_connect(t, h, addr, port).await?), None).await,
             // libpq's allow: plaintext first, TLS if the server refuses that login.
-            SslMode::Allow => match Self::login(t, Box::new(tcp_connect(t, h, port).await?), None).await {
+            SslMode::Allow => match Self::login(t, Box::new(tcp_connect(t, h, addr, port).await?), None).await {
                 Err(Error::Definite(e)) => {
                     tracing::info!(error = %e, "plaintext login refused; retrying over TLS (sslmode=allow)");
-                    Self::login_tls(t, h, port).await
+                    Self::login_tls(t, h, addr, port).await
                 }
                 other => other,
             },
-            _ => Self::login_tls(t, h, port).await,
+            _ => Self::login_tls(t, h, addr, port).await,
         }
     }
 
-    async fn login_tls(t: &PgTarget, h: &str, port: u16) -> Result<ReplicationConn, Error> {
-        let tcp = tcp_connect(t, h, port).await?;
+    async fn login_tls(
+        t: &PgTarget,
+        h: &str,
+        addr: Option<std::net::IpAddr>,
+        port: u16,
+    ) -> Result<ReplicationConn, Error> {
+        let tcp = tcp_connect(t, h, addr, port).await?;
         match tls::negotiate(tcp, h, port, &t.tls).await {
             Ok(Negotiated::Tls(s)) => {
                 let cb = tls::server_end_point(s.ssl());
@@ -160,7 +172,7 @@ impl ReplicationConn {
             // libpq's prefer: a failed handshake falls back to plaintext on a new socket.
             Err(e) if e.is_transient() && t.tls.mode == SslMode::Prefer => {
                 tracing::info!(error = %e, "TLS handshake failed; retrying in plaintext (sslmode=prefer)");
-                Self::login(t, Box::new(tcp_connect(t, h, port).await?), None).await
+                Self::login(t, Box::new(tcp_connect(t, h, addr, port).await?), None).await
             }
             Err(e) => Err(e),
         }
@@ -497,9 +509,24 @@ impl ReplicationConn {
 }
 
 /// TCP connect with keepalives (and `tcp_user_timeout`) as the conninfo says.
-async fn tcp_connect(t: &PgTarget, host: &str, port: u16) -> Result<tokio::net::TcpStream, Transient> {
-    let io = |source| Transient::PgIo { target: format!("{host}:{port}"), source };
-    let s = tokio::net::TcpStream::connect((host, port)).await.map_err(io)?;
+/// A TCP connection to `host` (to `addr`, libpq's `hostaddr`, when given) with outboxd's socket
+/// options.
+async fn tcp_connect(
+    t: &PgTarget,
+    host: &str,
+    addr: Option<std::net::IpAddr>,
+    port: u16,
+) -> Result<tokio::net::TcpStream, Transient> {
+    let shown = match addr {
+        Some(a) => format!("{host}:{port} (hostaddr {a})"),
+        None => format!("{host}:{port}"),
+    };
+    let io = |source| Transient::PgIo { target: shown.clone(), source };
+    let s = match addr {
+        Some(a) => tokio::net::TcpStream::connect((a, port)).await,
+        None => tokio::net::TcpStream::connect((host, port)).await,
+    }
+    .map_err(io)?;
     s.set_nodelay(true).map_err(io)?;
     let sock = socket2::SockRef::from(&s);
     if t.keepalives.enabled {

@@ -47,6 +47,12 @@
 //! again from X's oldest unpublished row, so a duplicate run starts at or before anything P may
 //! still have had on the wire: the order of first occurrences holds.
 //!
+//! *One server session.* All of this needs the connection to stay one server session. A
+//! transaction-mode pooler (PgBouncer `pool_mode=transaction`) breaks that silently, so it is
+//! refused ([`own_session`] at start: the backend pid is stable and not shared with a second
+//! connection; every batch's release checks the pid again; a vanished prepared statement,
+//! SQLSTATE 26000, says the same).
+//!
 //! Assumption: events of one aggregate come from transactions that serialize on the aggregate
 //! (the usual row lock or version check), so a smaller seq never commits after a larger one is
 //! visible. `outboxd run` does not need this: it follows commit order.
@@ -138,6 +144,7 @@ async fn session<S: Sink>(
 ) -> Result<(), Error> {
     let (tx, mut notes) = unbounded_channel();
     let client = admin::connect_listening(&cfg.postgres, tx).await?;
+    let pid = own_session(&client, cfg).await?;
     let q = Queries::prepare(&client, cfg, table).await?;
     if !cfg.poll.channel.is_empty() {
         let listen = format!("LISTEN {}", quote_ident(&cfg.poll.channel));
@@ -147,7 +154,7 @@ async fn session<S: Sink>(
     h.health.set_streaming(true);
     h.metrics.pg_connected.set(1.0);
     tracing::info!(%table, target = %cfg.postgres, batch = cfg.poll.batch, channel = %cfg.poll.channel, "polling");
-    let result = poll_loop(cfg, table, &client, &q, sink, h, &mut notes).await;
+    let result = poll_loop(cfg, table, &client, (&q, pid), sink, h, &mut notes).await;
     h.health.set_streaming(false);
     h.metrics.pg_connected.set(0.0);
     result
@@ -157,7 +164,7 @@ async fn poll_loop<S: Sink>(
     cfg: &Config,
     table: &crate::config::TableName,
     client: &Client,
-    q: &Queries,
+    (q, pid): (&Queries, i32),
     sink: &mut S,
     h: &Handles,
     notes: &mut UnboundedReceiver<tokio_postgres::Notification>,
@@ -191,7 +198,7 @@ async fn poll_loop<S: Sink>(
             health: &h.health,
             shutdown: &h.shutdown,
         };
-        let claimed = one_batch(client, q, cfg, ctx, sink).await?;
+        let claimed = one_batch(client, (q, pid), cfg, ctx, sink).await?;
         if claimed > 0 {
             continue;
         }
@@ -208,7 +215,7 @@ async fn poll_loop<S: Sink>(
 /// Lock, claim, send, wait, write, unlock. Returns the rows claimed.
 async fn one_batch<S: Sink>(
     client: &Client,
-    q: &Queries,
+    (q, pid): (&Queries, i32),
     cfg: &Config,
     ctx: BatchCtx<'_>,
     sink: &mut S,
@@ -216,7 +223,7 @@ async fn one_batch<S: Sink>(
     let limit = cfg.poll.batch as i64;
     let keys = timed("taking aggregates (advisory locks)", client.query(&q.lock, &[&limit])).await?;
     if keys.is_empty() {
-        execute(client, "releasing aggregates", &q.unlock, &[]).await?;
+        release(client, q, pid).await?;
         return Ok(0);
     }
     let mut named: Vec<String> = Vec::with_capacity(keys.len());
@@ -236,10 +243,67 @@ async fn one_batch<S: Sink>(
     // Write what resolved, even when the batch ended in an error: acked rows must not be sent again.
     let written = write_outcomes(client, q, cfg, &batch.slots).await;
     drop(batch);
-    execute(client, "releasing aggregates", &q.unlock, &[]).await?;
+    release(client, q, pid).await?;
     sent?;
     written?;
     Ok(n)
+}
+
+/// Release every aggregate lock of this session, and check it is still the session that took
+/// them (`pid`): a pooler that moved the connection is refused before it can hand the locks to
+/// another poller again.
+async fn release(client: &Client, q: &Queries, pid: i32) -> Result<(), Error> {
+    let row = timed("releasing aggregates", client.query_one(&q.unlock, &[])).await?;
+    let now: i32 = row.try_get(1).map_err(|e| Definite::Setup(format!("reading pg_backend_pid(): {e}")))?;
+    if now != pid {
+        return Err(moved(pid, now));
+    }
+    Ok(())
+}
+
+/// The backend pid changed between statements of one connection.
+fn moved(before: i32, after: i32) -> Error {
+    pooled(format!("the backend pid changed between statements of one connection ({before}, then {after})"))
+}
+
+fn pooled(what: String) -> Error {
+    Definite::Setup(format!(
+        "outboxd poll: {what}, so its session locks would not keep aggregates to one poller: {}",
+        admin::POOLER_HINT
+    ))
+    .into()
+}
+
+/// The poller's locks are session locks taken, used and released in separate statements, so its
+/// connection must stay one server session. A transaction-mode pooler breaks that: it may hand
+/// each statement to another server session, or two clients' statements to the same one. Seen
+/// by backend pid: three probes on this connection agree, and a second connection, opened
+/// meanwhile, has another session. Returns the session's pid.
+async fn own_session(client: &Client, cfg: &Config) -> Result<i32, Error> {
+    async fn backend_pid(c: &Client) -> Result<i32, Error> {
+        // One simple-protocol message: a pooler cannot split it across sessions.
+        let msgs = timed("asking pg_backend_pid()", c.simple_query("SELECT pg_backend_pid()")).await?;
+        msgs.iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse::<i32>().ok()),
+                _ => None,
+            })
+            .ok_or_else(|| Definite::Setup("pg_backend_pid() returned no row".into()).into())
+    }
+    let first = backend_pid(client).await?;
+    let other = admin::connect_target(&cfg.postgres).await?;
+    let theirs = backend_pid(&other).await?;
+    for _ in 0..2 {
+        let again = backend_pid(client).await?;
+        if again != first {
+            return Err(moved(first, again));
+        }
+    }
+    drop(other);
+    if theirs == first {
+        return Err(pooled(format!("backend pid {first} answered on this connection and on a second one")));
+    }
+    Ok(first)
 }
 
 async fn write_outcomes(client: &Client, q: &Queries, cfg: &Config, slots: &[batch::Slot]) -> Result<(), Error> {

@@ -39,6 +39,7 @@ pub struct Queries {
     /// $1 int8[] seqs, $2 text[] errors, $3 int4[] failed tries to add: rows done with an error
     /// (dead-lettered or skipped).
     pub finished: Statement,
+    /// → (void, the backend pid): every lock of this session released, and which session it was.
     pub unlock: Statement,
     /// → unpublished rows, age in seconds of the oldest (NULL without a timestamp column).
     pub stats: Statement,
@@ -120,7 +121,7 @@ impl Queries {
             published: prep(text.published, "mark-published").await?,
             failed: prep(text.failed, "failed-try").await?,
             finished: prep(text.finished, "finished").await?,
-            unlock: prep("SELECT pg_advisory_unlock_all()".into(), "unlock").await?,
+            unlock: prep("SELECT pg_advisory_unlock_all(), pg_backend_pid()".into(), "unlock").await?,
             stats: prep(text.stats, "backlog").await?,
             retention: prep(text.retention, "retention").await?,
             relation,

@@ -5,8 +5,13 @@
 //! everything else goes as a [`Job`] through a bounded channel to the publisher task. A full
 //! channel holds the record here, in order, and reports [`Sink::blocked`] ([`Handoff`]).
 //!
-//! The publisher task publishes each job on the one connection (so the server sees send order)
-//! and keeps up to [`WINDOW`] publish acks outstanding, resolving them front to back:
+//! The publisher task publishes each job on the one connection and keeps up to [`WINDOW`] publish
+//! acks outstanding, but **at most one per key and subject**: the next event of a key is handed
+//! to the client only after the previous one's ack (or refusal). A connection can lose what was
+//! written to it before a reconnect while later messages, written after, are stored; were two
+//! events of one key on the wire at once, the lost first one's republish would land after the
+//! second (reproduced in `tests/nats.rs` with a frozen link). Events without a key are not held
+//! back (no order is promised between them). Acks resolve front to back:
 //! * a PublishAck → `ack()`: the stream stored the message under its own storage and replication
 //!   settings;
 //! * a definite refusal of this one message → `reject()`: no stream binds the subject (the
@@ -15,13 +20,13 @@
 //! * anything else (timeouts, disconnects, a stream without a leader, storage full) → back off and
 //!   publish the whole window again, in order, from the failed message on. `Nats-Msg-Id` (the
 //!   event id) makes the server's duplicate window drop the copies it already stored, so a retry
-//!   neither duplicates nor, since one connection delivers in order, reorders a key's events.
+//!   does not duplicate, and since a key has one message in the window, it cannot reorder one.
 //!   Nothing is acked on a retry path, so the slot stays where it was.
 //!
 //! Health: `/readyz` and `outboxd_connected{component="nats"}` follow the client's connection
 //! state, checked every second.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::str::FromStr;
@@ -222,9 +227,20 @@ async fn publish(js: &jetstream::Context, job: &Job) -> AckFuture {
     }
 }
 
-/// Publish jobs in order and resolve their deliveries in order (see the module doc).
+/// Events of one key on one subject are published one at a time (see the module doc).
+type Lane = (String, Bytes);
+
+fn lane(job: &Job) -> Option<Lane> {
+    job.key.as_ref().map(|k| (job.subject.clone(), k.clone()))
+}
+
+/// Publish jobs in order, at most one per [`Lane`] awaiting its ack, and resolve their deliveries
+/// in order (see the module doc).
 async fn publish_loop(js: jetstream::Context, mut rx: mpsc::Receiver<Job>) {
     let mut window: VecDeque<(Job, AckFuture)> = VecDeque::new();
+    // A lane is here while one of its jobs is in the window; the value holds its next jobs, in order.
+    let mut lanes: HashMap<Lane, VecDeque<Job>> = HashMap::new();
+    let mut held = 0usize;
     let mut attempt: u32 = 0;
     let mut open = true;
     loop {
@@ -235,15 +251,19 @@ async fn publish_loop(js: jetstream::Context, mut rx: mpsc::Receiver<Job>) {
             biased;
             res = async { (&mut window.front_mut().expect("guarded").1).await }, if !window.is_empty() => {
                 let (job, _) = window.pop_front().expect("guarded");
-                match res {
+                let done = match res {
                     Ok(_) => {
                         attempt = 0;
+                        let l = lane(&job);
                         job.delivery.ack();
+                        Some(l)
                     }
                     Err(e) => match rejection(&js, &job.subject, &e).await {
                         Some(code) => {
+                            let l = lane(&job);
                             let Job { key, payload, record_headers, delivery, subject, .. } = job;
                             delivery.reject(code, format!("JetStream refused subject {subject}: {e}"), key, Some(payload), record_headers);
+                            Some(l)
                         }
                         None => {
                             tracing::warn!(subject = %job.subject, error = %e, pending = window.len() + 1, "JetStream publish not acknowledged; publishing again from this event on");
@@ -253,15 +273,42 @@ async fn publish_loop(js: jetstream::Context, mut rx: mpsc::Receiver<Job>) {
                             for entry in window.iter_mut() {
                                 entry.1 = publish(&js, &entry.0).await;
                             }
+                            None
                         }
                     },
+                };
+                // The lane's next job, if one waits, may go now that this one is resolved.
+                if let Some(Some(l)) = done {
+                    match lanes.get_mut(&l).and_then(VecDeque::pop_front) {
+                        Some(next) => {
+                            held -= 1;
+                            let fut = publish(&js, &next).await;
+                            window.push_back((next, fut));
+                        }
+                        None => {
+                            lanes.remove(&l);
+                        }
+                    }
                 }
             }
-            job = rx.recv(), if open && window.len() < WINDOW => match job {
-                Some(job) => {
-                    let fut = publish(&js, &job).await;
-                    window.push_back((job, fut));
-                }
+            job = rx.recv(), if open && window.len() + held < WINDOW => match job {
+                Some(job) => match lane(&job) {
+                    Some(l) => match lanes.get_mut(&l) {
+                        Some(waiting) => {
+                            waiting.push_back(job);
+                            held += 1;
+                        }
+                        None => {
+                            lanes.insert(l, VecDeque::new());
+                            let fut = publish(&js, &job).await;
+                            window.push_back((job, fut));
+                        }
+                    },
+                    None => {
+                        let fut = publish(&js, &job).await;
+                        window.push_back((job, fut));
+                    }
+                },
                 None => open = false,
             },
         }

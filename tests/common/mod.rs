@@ -811,6 +811,80 @@ impl Drop for PgCluster {
     }
 }
 
+/// A private PgBouncer (Debian's `/usr/sbin/pgbouncer`) in front of a [`PgCluster`]'s `app`
+/// database, in `pool_mode` (`transaction` or `session`), killed on drop. Four server
+/// connections handed out first-in first-out (`server_round_robin`), as a busy pool does.
+pub struct PgBouncer {
+    dir: Option<TempDir>,
+    child: Child,
+    port: u16,
+}
+
+impl PgBouncer {
+    pub fn start(pg: &PgCluster, pool_mode: &str) -> PgBouncer {
+        let bin = Path::new("/usr/sbin/pgbouncer");
+        assert!(
+            bin.exists(),
+            "PgBouncer is not installed (Debian `pgbouncer`; scripts/lib.sh ensure_tools installs it)"
+        );
+        let dir = make_tempdir("outboxd-pgbouncer-");
+        let root = dir.path().to_path_buf();
+        let port = free_port();
+        fs::write(root.join("userlist.txt"), "\"outboxd\" \"secret-pw\"\n").unwrap();
+        let ini = format!(
+            "[databases]\napp = host=127.0.0.1 port={} dbname=app\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\n\
+             listen_port = {port}\nunix_socket_dir =\nauth_type = scram-sha-256\nauth_file = {root}/userlist.txt\n\
+             pool_mode = {pool_mode}\ndefault_pool_size = 4\nmin_pool_size = 4\nserver_round_robin = 1\n\
+             ignore_startup_parameters = extra_float_digits,options\nlogfile = {root}/pgbouncer.log\n\
+             pidfile = {root}/pgbouncer.pid\n",
+            pg.port(),
+            root = root.display()
+        );
+        fs::write(root.join("pgbouncer.ini"), ini).unwrap();
+        let mut cmd = if is_root() {
+            let st = Command::new("chown").args(["-R", "postgres:postgres"]).arg(&root).status().expect("run chown");
+            assert!(st.success(), "chown of {} failed", root.display());
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(bin);
+            c
+        } else {
+            Command::new(bin)
+        };
+        let child = cmd
+            .arg(root.join("pgbouncer.ini"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn pgbouncer");
+        let b = PgBouncer { dir: Some(dir), child, port };
+        assert!(wait_until(Duration::from_secs(20), || port_open(port)), "pgbouncer did not listen:\n{}", b.log());
+        b
+    }
+
+    /// `pg.url()`, through this pooler.
+    pub fn url(&self) -> String {
+        format!("postgres://outboxd:secret-pw@127.0.0.1:{}/app?sslmode=disable", self.port)
+    }
+
+    pub fn log(&self) -> String {
+        self.dir.as_ref().map(|d| read_lossy(&d.path().join("pgbouncer.log"))).unwrap_or_default()
+    }
+}
+
+impl Drop for PgBouncer {
+    fn drop(&mut self) {
+        // runuser passes SIGKILL's effect on to nothing: kill pgbouncer itself by its pidfile.
+        if let Some(d) = &self.dir {
+            if let Ok(pid) = read_lossy(&d.path().join("pgbouncer.pid")).trim().parse::<u32>() {
+                send_signal(pid, "KILL");
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        dispose_tempdir(self.dir.take(), "pgbouncer");
+    }
+}
+
 fn append(path: &Path, text: &str) {
     let mut f =
         fs::OpenOptions::new().append(true).open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));

@@ -118,6 +118,17 @@ impl FreezeProxy {
         self.target.store(port, Ordering::SeqCst);
     }
 
+    /// Close every open connection at once (both ends see the close), dropping whatever bytes a
+    /// hold kept unforwarded, and forward normally from then on: a link that dies with messages
+    /// in flight, then comes back at once.
+    pub fn cut(&self) {
+        for s in self.conns.lock().unwrap().drain(..) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        self.release(Dir::Up);
+        self.release(Dir::Down);
+    }
+
     /// Stop forwarding on every open connection, without closing any; new connections are held
     /// silent too until [`FreezeProxy::thaw`].
     pub fn freeze(&self) {

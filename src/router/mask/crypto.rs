@@ -8,11 +8,14 @@
 //!   with its `kid`, so keys rotate by appending (and old ones are removed once no reader needs
 //!   the events they sealed).
 //! * A sealed value is the JSON object [`Sealed`]:
-//!   `{"outboxd_enc":1,"alg":"XC20P","kid":"2026-06","nonce":"<base64, 24 bytes>","ct":"<base64>"}`.
+//!   `{"outboxd_enc":2,"alg":"XC20P","kid":"2026-06","nonce":"<base64, 24 bytes>","ct":"<base64>"}`.
 //!   XChaCha20-Poly1305 with a random 192-bit nonce (random nonces of that size never need a
 //!   counter, however many values one key seals); `ct` is the ciphertext followed by the 16-byte
-//!   tag; the additional data is the `kid`, so a value cannot be relabelled to another key. The
-//!   plaintext is the field's JSON text, so opening it restores strings, numbers and objects alike.
+//!   tag. The additional data ([`aad`]) binds the value to its [`Place`]: the `kid`, the event's
+//!   id and the value's path in the record. So a value can neither be relabelled to another key
+//!   nor moved to another event or field: it then fails to open. The plaintext is the field's
+//!   JSON text, so opening it restores strings, numbers and objects alike.
+//! * Version 1 values (additional data: the `kid` alone) are still opened, unbound.
 //!
 //! Errors never contain key bytes: they name the file and what is wrong with it.
 
@@ -30,8 +33,32 @@ use sha2::Sha256;
 pub const MIN_HASH_KEY: usize = 16;
 /// The `alg` of [`Sealed`] values.
 pub const ALG: &str = "XC20P";
-/// The format version in `outboxd_enc`.
-pub const VERSION: u32 = 1;
+/// The format version new values are sealed with (`outboxd_enc`).
+pub const VERSION: u32 = 2;
+/// The first format, whose additional data is the `kid` alone: still opened, never written.
+pub const VERSION_KID_ONLY: u32 = 1;
+
+/// Where a sealed value belongs: its event's id (`""` for a dead-letter copy of a row that had
+/// none) and its path in the record: a JSON Pointer into the record's value (`/card/number`;
+/// `/payload/card/number` in an envelope), or `headers/NAME[/...]` for a header.
+#[derive(Clone, Copy, Debug)]
+pub struct Place<'a> {
+    pub event_id: &'a str,
+    pub path: &'a str,
+}
+
+/// The additional authenticated data of a version 2 value: a label, then the `kid`, the event id
+/// and the path, each as a 4-byte big-endian length and its bytes (so no part can bleed into the
+/// next).
+fn aad(kid: &str, place: Place) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + kid.len() + place.event_id.len() + place.path.len() + 12);
+    out.extend_from_slice(b"outboxd_enc/2");
+    for part in [kid, place.event_id, place.path] {
+        out.extend_from_slice(&(part.len() as u32).to_be_bytes());
+        out.extend_from_slice(part.as_bytes());
+    }
+    out
+}
 
 /// The keyed HMAC-SHA256 of `hash`.
 #[derive(Clone)]
@@ -152,12 +179,14 @@ impl Keyring {
         self.keys.last().map_or("", |(kid, _)| kid)
     }
 
-    /// `plaintext` sealed with the newest key, as the JSON text of a [`Sealed`] object.
-    pub fn seal(&self, plaintext: &[u8]) -> Result<String, String> {
+    /// `plaintext` sealed with the newest key and bound to event `event_id` and `path` (see
+    /// [`Place`]), as the JSON text of a [`Sealed`] object.
+    pub fn seal(&self, plaintext: &[u8], event_id: &str, path: &str) -> Result<String, String> {
         let (kid, cipher) = self.keys.last().ok_or("the keyring is empty")?;
         let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
+        let aad = aad(kid, Place { event_id, path });
         let ct = cipher
-            .encrypt(&nonce, Payload { msg: plaintext, aad: kid.as_bytes() })
+            .encrypt(&nonce, Payload { msg: plaintext, aad: &aad })
             .map_err(|_| "encryption failed".to_owned())?;
         let sealed = Sealed {
             outboxd_enc: VERSION,
@@ -169,21 +198,40 @@ impl Keyring {
         serde_json::to_string(&sealed).map_err(|e| e.to_string())
     }
 
-    /// The plaintext of a sealed value, with the key its `kid` names.
-    pub fn open(&self, s: &Sealed) -> Result<Vec<u8>, String> {
-        if s.outboxd_enc != VERSION || s.alg != ALG {
+    /// The plaintext of a sealed value, with the key its `kid` names. A version 2 value opens
+    /// only at its own `place` (`None`: the place is unknown, and it does not open); a version 1
+    /// value opens anywhere.
+    pub fn open(&self, s: &Sealed, place: Option<Place>) -> Result<Vec<u8>, String> {
+        if !(s.outboxd_enc == VERSION || s.outboxd_enc == VERSION_KID_ONLY) || s.alg != ALG {
             return Err(format!(
-                "sealed with format {} {:?}; this outboxd reads {VERSION} {ALG:?}",
+                "has format {} {:?}; this outboxd reads {VERSION_KID_ONLY} and {VERSION} {ALG:?}",
                 s.outboxd_enc, s.alg
             ));
         }
-        let Some((_, cipher)) = self.keys.iter().find(|(kid, _)| *kid == s.kid) else {
-            return Err(format!("key id {:?} is not in the keyring; add that key to the keyring file", s.kid));
+        let aad = match (s.outboxd_enc, place) {
+            (VERSION_KID_ONLY, _) => s.kid.as_bytes().to_vec(),
+            (_, Some(place)) => aad(&s.kid, place),
+            (_, None) => {
+                return Err("is bound to its event's id, which this input does not give: decrypt the records \
+                     as the stdout sink prints them (their `id` header), or give --event-id"
+                    .into())
+            }
         };
-        let nonce = B64.decode(&s.nonce).ok().filter(|n| n.len() == 24).ok_or("its nonce is not 24 bytes of base64")?;
-        let ct = B64.decode(&s.ct).map_err(|_| "its ct is not base64".to_owned())?;
-        cipher
-            .decrypt(XNonce::from_slice(&nonce), Payload { msg: &ct, aad: s.kid.as_bytes() })
-            .map_err(|_| format!("does not open with key {:?} (a different key under that id, or altered)", s.kid))
+        let Some((_, cipher)) = self.keys.iter().find(|(kid, _)| *kid == s.kid) else {
+            return Err("cannot open: that key id is not in the keyring; add that key to the keyring file".into());
+        };
+        let nonce =
+            B64.decode(&s.nonce).ok().filter(|n| n.len() == 24).ok_or("has a nonce that is not 24 bytes of base64")?;
+        let ct = B64.decode(&s.ct).map_err(|_| "has a ct that is not base64".to_owned())?;
+        cipher.decrypt(XNonce::from_slice(&nonce), Payload { msg: &ct, aad: &aad }).map_err(|_| {
+            match place.filter(|_| s.outboxd_enc == VERSION) {
+                Some(p) => format!(
+                    "at {} of event {:?} does not open with that key (moved there from another event or field, \
+                     a different key under that id, or altered)",
+                    p.path, p.event_id
+                ),
+                None => "does not open with that key (a different key under that id, or altered)".to_owned(),
+            }
+        })
     }
 }

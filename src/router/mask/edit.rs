@@ -105,15 +105,28 @@ pub enum Edited {
     Drop,
 }
 
-/// Applies one action to the JSON text of a value: `None` drops it.
-pub type ActFn<'f> = dyn Fn(Action, &str) -> Result<Option<String>, String> + 'f;
+/// Applies one action to the JSON text of a value at a path (see [`push_token`]): `None` drops it.
+pub type ActFn<'f> = dyn Fn(Action, &str, &str) -> Result<Option<String>, String> + 'f;
 
-/// Apply the trie `node` to the value whose JSON text is `text`: the rules below it first, then
-/// its own actions in order.
-pub fn edit(text: &str, node: &Node, act: &ActFn) -> Result<Edited, String> {
-    let mut cur = if node.children.is_empty() { None } else { edit_children(text, node, act)? };
+/// Append one JSON Pointer token (`/`, then the name with `~` as `~0` and `/` as `~1`) to `path`.
+/// A value's path is where it sits: `/card/number` in a payload, `/items/3/n` for an element.
+pub fn push_token(path: &mut String, name: &str) {
+    path.push('/');
+    for c in name.chars() {
+        match c {
+            '~' => path.push_str("~0"),
+            '/' => path.push_str("~1"),
+            c => path.push(c),
+        }
+    }
+}
+
+/// Apply the trie `node` to the value whose JSON text is `text` and whose path is `path`: the
+/// rules below it first, then its own actions in order. `path` comes back as it went in.
+pub fn edit(text: &str, node: &Node, path: &mut String, act: &ActFn) -> Result<Edited, String> {
+    let mut cur = if node.children.is_empty() { None } else { edit_children(text, node, path, act)? };
     for &a in &node.actions {
-        match act(a, cur.as_deref().unwrap_or(text))? {
+        match act(a, cur.as_deref().unwrap_or(text), path)? {
             None => return Ok(Edited::Drop),
             Some(s) => cur = Some(s),
         }
@@ -123,7 +136,15 @@ pub fn edit(text: &str, node: &Node, act: &ActFn) -> Result<Edited, String> {
 
 /// Apply `node`'s children to the members of the container `text`; `None` when nothing changed
 /// (including when `text` is not a container: a rule's path is then missing, which is no error).
-pub fn edit_children(text: &str, node: &Node, act: &ActFn) -> Result<Option<String>, String> {
+pub fn edit_children(text: &str, node: &Node, path: &mut String, act: &ActFn) -> Result<Option<String>, String> {
+    let len = path.len();
+    let r = edit_children_at(text, node, path, act);
+    path.truncate(len);
+    r
+}
+
+fn edit_children_at(text: &str, node: &Node, path: &mut String, act: &ActFn) -> Result<Option<String>, String> {
+    let base = path.len();
     let first = text.trim_start().as_bytes().first().copied();
     if !matches!(first, Some(b'{' | b'[')) {
         return Ok(None);
@@ -139,7 +160,9 @@ pub fn edit_children(text: &str, node: &Node, act: &ActFn) -> Result<Option<Stri
                     if !tok.matches_key(&k) {
                         continue;
                     }
-                    match edit(val.as_deref().unwrap_or(v.get()), child, act)? {
+                    path.truncate(base);
+                    push_token(path, &k);
+                    match edit(val.as_deref().unwrap_or(v.get()), child, path, act)? {
                         Edited::Keep => {}
                         Edited::Set(s) => (val, changed) = (Some(s), true),
                         Edited::Drop => {
@@ -175,7 +198,9 @@ pub fn edit_children(text: &str, node: &Node, act: &ActFn) -> Result<Option<Stri
                     if !tok.matches_index(i) {
                         continue;
                     }
-                    match edit(val.as_deref().unwrap_or(v.get()), child, act)? {
+                    path.truncate(base);
+                    push_token(path, &i.to_string());
+                    match edit(val.as_deref().unwrap_or(v.get()), child, path, act)? {
                         Edited::Keep => {}
                         Edited::Set(s) => (val, changed) = (Some(s), true),
                         Edited::Drop => {
@@ -204,35 +229,46 @@ pub fn edit_children(text: &str, node: &Node, act: &ActFn) -> Result<Option<Stri
     }
 }
 
-/// Visit every value of `text`, outermost first: `f` may replace a value (its inside is then not
-/// visited); containers holding a replaced value are rebuilt. `None`: nothing replaced.
-pub fn walk(text: &str, f: &mut dyn FnMut(&str) -> Result<Option<String>, String>) -> Result<Option<String>, String> {
-    if let Some(s) = f(text)? {
+/// A visitor of [`walk`]: (JSON text of a value, its path) in, a replacement or `None` out.
+pub type WalkFn<'f> = dyn FnMut(&str, &str) -> Result<Option<String>, String> + 'f;
+
+/// Visit every value of `text` (whose path is `path`), outermost first: `f` may replace a value
+/// (its inside is then not visited); containers holding a replaced value are rebuilt. `None`:
+/// nothing replaced. `path` comes back as it went in.
+pub fn walk(text: &str, path: &mut String, f: &mut WalkFn) -> Result<Option<String>, String> {
+    if let Some(s) = f(text, path)? {
         return Ok(Some(s));
     }
-    match shape(text).map_err(|e| format!("is not JSON ({e})"))? {
+    let base = path.len();
+    let r = match shape(text).map_err(|e| format!("is not JSON ({e})"))? {
         Shape::Object(members) => {
             let mut parts = Vec::with_capacity(members.len());
             let mut changed = false;
             for (k, v) in &members {
-                let new = walk(v.get(), f)?;
+                path.truncate(base);
+                push_token(path, k);
+                let new = walk(v.get(), path, f)?;
                 changed |= new.is_some();
                 parts.push(format!("{}:{}", json_string(k), new.as_deref().unwrap_or(v.get())));
             }
-            Ok(changed.then(|| format!("{{{}}}", parts.join(","))))
+            changed.then(|| format!("{{{}}}", parts.join(",")))
         }
         Shape::Array(items) => {
             let mut parts = Vec::with_capacity(items.len());
             let mut changed = false;
-            for v in &items {
-                let new = walk(v.get(), f)?;
+            for (i, v) in items.iter().enumerate() {
+                path.truncate(base);
+                push_token(path, &i.to_string());
+                let new = walk(v.get(), path, f)?;
                 changed |= new.is_some();
                 parts.push(new.unwrap_or_else(|| v.get().to_owned()));
             }
-            Ok(changed.then(|| format!("[{}]", parts.join(","))))
+            changed.then(|| format!("[{}]", parts.join(",")))
         }
-        Shape::Scalar => Ok(None),
-    }
+        Shape::Scalar => None,
+    };
+    path.truncate(base);
+    Ok(r)
 }
 
 /// The text `hash` and `last4` work on: a string's characters, else the compact JSON text.

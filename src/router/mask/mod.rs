@@ -166,8 +166,9 @@ impl Masking {
         if !self.applies(event_type) {
             return Ok(record);
         }
-        let masked = self.mask_payload(record.payload.as_ref(), self.envelope).and_then(|p| {
-            let h = self.mask_headers(&record.headers)?;
+        let id = record.event_id.as_str();
+        let masked = self.mask_payload(record.payload.as_ref(), self.envelope, id).and_then(|p| {
+            let h = self.mask_headers(&record.headers, id)?;
             Ok((p, h))
         });
         match masked {
@@ -210,7 +211,8 @@ impl Masking {
     }
 
     fn scrub_with(&self, mut bad: BadEvent, envelope: bool) -> BadEvent {
-        match self.mask_payload(bad.payload.as_ref(), envelope) {
+        let id = bad.event_id.clone().unwrap_or_default();
+        match self.mask_payload(bad.payload.as_ref(), envelope, &id) {
             Ok(Some(p)) => bad.payload = Some(p),
             Ok(None) => {}
             Err(why) => {
@@ -219,7 +221,7 @@ impl Masking {
             }
         }
         if !bad.headers.is_empty() {
-            match self.mask_headers(&bad.headers) {
+            match self.mask_headers(&bad.headers, &id) {
                 Ok(Some(h)) => bad.headers = h,
                 Ok(None) => {}
                 // Keep only outboxd's own diagnostics: the rest could carry what the rules hide.
@@ -229,19 +231,19 @@ impl Masking {
         bad
     }
 
-    /// The masked payload; `None` when unchanged.
-    fn mask_payload(&self, payload: Option<&Bytes>, envelope: bool) -> Result<Option<Bytes>, String> {
+    /// The masked payload of event `id`; `None` when unchanged.
+    fn mask_payload(&self, payload: Option<&Bytes>, envelope: bool, id: &str) -> Result<Option<Bytes>, String> {
         let Some(p) = payload.filter(|_| !self.payload.is_empty()) else { return Ok(None) };
         let text = std::str::from_utf8(p).map_err(|_| not_maskable("payload", "is not UTF-8 JSON"))?;
         let inner = if envelope { envelope_payload(text)? } else { text };
         check_container(inner).map_err(|e| not_maskable("payload", &e))?;
         let root = if envelope { &self.in_envelope } else { &self.payload };
-        let edited = edit::edit_children(text, root, &|a, v| self.act(a, v));
+        let edited = edit::edit_children(text, root, &mut String::new(), &|a, v, at| self.act(a, v, id, at));
         Ok(edited.map_err(|e| not_maskable("payload", &e))?.map(Bytes::from))
     }
 
-    /// The masked headers; `None` when unchanged.
-    fn mask_headers(&self, headers: &[(String, Bytes)]) -> Result<Option<Vec<(String, Bytes)>>, String> {
+    /// The masked headers of event `id`; `None` when unchanged.
+    fn mask_headers(&self, headers: &[(String, Bytes)], id: &str) -> Result<Option<Vec<(String, Bytes)>>, String> {
         if self.headers.is_empty() {
             return Ok(None);
         }
@@ -254,11 +256,13 @@ impl Masking {
                     continue;
                 }
                 let what = format!("header {name:?}");
+                let mut at = String::from("headers");
+                edit::push_token(&mut at, name);
                 let mut text = cur.take().unwrap_or_else(|| String::from_utf8_lossy(value).into_owned());
                 if !node.children.is_empty() {
                     check_container(&text).map_err(|e| not_maskable(&what, &e))?;
-                    if let Some(t) =
-                        edit::edit_children(&text, node, &|a, v| self.act(a, v)).map_err(|e| not_maskable(&what, &e))?
+                    if let Some(t) = edit::edit_children(&text, node, &mut at, &|a, v, at| self.act(a, v, id, at))
+                        .map_err(|e| not_maskable(&what, &e))?
                     {
                         text = t;
                     }
@@ -266,7 +270,7 @@ impl Masking {
                 // A header is the text of a JSON string, or the JSON text of any other value (as
                 // the headers column is expanded): act on it as that value, render it back alike.
                 for &a in &node.actions {
-                    match self.act(a, &edit::json_string(&text)).map_err(|e| not_maskable(&what, &e))? {
+                    match self.act(a, &edit::json_string(&text), id, &at).map_err(|e| not_maskable(&what, &e))? {
                         None => {
                             changed = true;
                             continue 'header;
@@ -288,8 +292,9 @@ impl Masking {
         Ok(changed.then_some(out))
     }
 
-    /// One action on the JSON text of a value: its new JSON text, or `None` to drop it.
-    fn act(&self, action: Action, raw: &str) -> Result<Option<String>, String> {
+    /// One action on the JSON text of a value of event `id` at path `at`: its new JSON text, or
+    /// `None` to drop it.
+    fn act(&self, action: Action, raw: &str, id: &str, at: &str) -> Result<Option<String>, String> {
         Ok(Some(match action {
             Action::Drop => return Ok(None),
             Action::Redact => "\"***\"".to_owned(),
@@ -300,7 +305,7 @@ impl Masking {
             }
             Action::Encrypt => {
                 let ring = self.keyring.as_ref().ok_or("no --encrypt-key-file loaded")?;
-                ring.seal(raw.trim().as_bytes())?
+                ring.seal(raw.trim().as_bytes(), id, at)?
             }
         }))
     }

@@ -48,6 +48,11 @@ fn spec(masks: &[&str], keys: &Keys) -> MaskSpec {
 }
 
 fn record(payload: &str, headers: &[(&str, &str)]) -> Record {
+    let mut headers: Vec<(&str, &str)> = headers.to_vec();
+    if !headers.iter().any(|(k, _)| *k == "id") {
+        // As the router puts it first: the event id.
+        headers.insert(0, ("id", "e-1"));
+    }
     Record {
         topic: "order.paid.v1.events".into(),
         key: Some(Bytes::from_static(b"42")),
@@ -286,7 +291,7 @@ fn encryption_round_trips_across_a_key_rotation() {
     let after = enc(&new_ring).apply(record(input, &[("email", "a@b.c")]), None).unwrap();
     let kid = |r: &Record| -> String {
         let v: serde_json::Value = serde_json::from_slice(r.payload.as_ref().unwrap()).unwrap();
-        assert_eq!(v["card"]["outboxd_enc"], 1, "{v}");
+        assert_eq!(v["card"]["outboxd_enc"], 2, "{v}");
         assert_eq!(v["card"]["alg"], "XC20P");
         assert!(!v.to_string().contains("4111") && !v.to_string().contains("12/30"));
         v["card"]["kid"].as_str().unwrap().to_owned()
@@ -300,21 +305,102 @@ fn encryption_round_trips_across_a_key_rotation() {
     for r in [&before, &after] {
         // As `--sink stdout` prints it, then `outboxd decrypt`.
         let line = crate::sink::record_json(r);
-        let opened: serde_json::Value = serde_json::from_str(&decrypt::decrypt_line(&line, &ring).unwrap()).unwrap();
+        let opened: serde_json::Value =
+            serde_json::from_str(&decrypt::decrypt_line(&line, &ring, None).unwrap()).unwrap();
         assert_eq!(opened["payload"], serde_json::from_str::<serde_json::Value>(input).unwrap());
         assert_eq!(opened["headers"]["email"], "a@b.c");
         // The plaintext keeps the number's spelling.
-        assert!(decrypt::decrypt_line(&line, &ring).unwrap().contains("10.50"));
+        assert!(decrypt::decrypt_line(&line, &ring, None).unwrap().contains("10.50"));
     }
     // The old keyring cannot open what the new key sealed, and says which key it needs.
     let old = Keyring::load("--encrypt-key-file", &old_ring).unwrap();
-    let e = decrypt::decrypt_line(&crate::sink::record_json(&after), &old).unwrap_err();
+    let e = decrypt::decrypt_line(&crate::sink::record_json(&after), &old, None).unwrap_err();
     assert!(e.contains("\"k2\"") && e.contains("not in the keyring"), "{e}");
     // A different key under the same kid, or a changed ciphertext, does not open.
     let impostor = Keyring::load("--encrypt-key-file", &keys.ring("bad.json", &[("k2", 9)])).unwrap();
-    assert!(decrypt::decrypt_line(&crate::sink::record_json(&after), &impostor).is_err());
+    assert!(decrypt::decrypt_line(&crate::sink::record_json(&after), &impostor, None).is_err());
     // A line without sealed values comes back byte for byte.
-    assert_eq!(decrypt::decrypt_line(r#"{"a": 1,  "b":"x"}"#, &ring).unwrap(), r#"{"a": 1,  "b":"x"}"#);
+    assert_eq!(decrypt::decrypt_line(r#"{"a": 1,  "b":"x"}"#, &ring, None).unwrap(), r#"{"a": 1,  "b":"x"}"#);
+}
+
+/// A sealed value is bound to its event and its field: moved to another event, another field or
+/// another array element it does not open; version 1 values (bound to the key id only) still do.
+#[test]
+fn sealed_values_open_only_where_they_were_sealed() {
+    let keys = Keys::new();
+    let ring_path = keys.ring("ring.json", &[("k1", 1)]);
+    let s = MaskSpec {
+        encrypt: vec![
+            "/ssn".into(),
+            "/name".into(),
+            "/items/*/n".into(),
+            "headers/email".into(),
+            "headers/user/email".into(),
+        ],
+        encrypt_key_file: Some(ring_path.clone()),
+        ..MaskSpec::default()
+    };
+    let m = Masking::compile(s, false).unwrap();
+    let ring = Keyring::load("--encrypt-key-file", &ring_path).unwrap();
+    let input = r#"{"ssn":"123-45-6789","name":"Alice","items":[{"n":1},{"n":2}]}"#;
+    let headers = [("id", "e-1"), ("email", "a@b.c"), ("user", r#"{"email":"x@y.z","id":7}"#)];
+    let a = m.apply(record(input, &headers), None).unwrap();
+    let mut other = record(input, &[("id", "e-2")]);
+    other.event_id = "e-2".into();
+    let b = m.apply(other, None).unwrap();
+    let line = |r: &Record| crate::sink::record_json(r);
+    let json = |r: &Record| serde_json::from_str::<serde_json::Value>(&line(r)).unwrap();
+    // In place, everything opens, headers (whole and nested) too.
+    let opened: serde_json::Value =
+        serde_json::from_str(&decrypt::decrypt_line(&line(&a), &ring, None).unwrap()).unwrap();
+    assert_eq!(opened["payload"], serde_json::from_str::<serde_json::Value>(input).unwrap());
+    assert_eq!(opened["headers"]["email"], "a@b.c");
+    assert_eq!(opened["headers"]["user"], r#"{"email":"x@y.z","id":7}"#);
+
+    let refused = |v: serde_json::Value, why: &str| {
+        let e = decrypt::decrypt_line(&v.to_string(), &ring, None).unwrap_err();
+        assert!(e.contains("moved there from another event or field"), "{why}: {e}");
+    };
+    // Event e-1's ssn put into event e-2, at the same path.
+    let mut moved = json(&b);
+    moved["payload"]["ssn"] = json(&a)["payload"]["ssn"].clone();
+    refused(moved, "another event");
+    // Within one event: the ssn put in the name's place, and one array element in another's.
+    let mut swapped = json(&a);
+    swapped["payload"]["name"] = json(&a)["payload"]["ssn"].clone();
+    refused(swapped, "another field");
+    let mut swapped = json(&a);
+    swapped["payload"]["items"][1]["n"] = json(&a)["payload"]["items"][0]["n"].clone();
+    refused(swapped, "another element");
+    // A payload field put into a header, and the id header changed.
+    let mut to_header = json(&a);
+    to_header["headers"]["email"] = serde_json::Value::String(json(&a)["payload"]["ssn"].to_string());
+    refused(to_header, "payload to header");
+    let mut relabelled = json(&a);
+    relabelled["headers"]["id"] = "e-2".into();
+    refused(relabelled, "id header changed");
+
+    // A bare value (a consumer's dump of the payload) opens with --event-id, and only with the right one.
+    let value = String::from_utf8(a.payload.clone().unwrap().to_vec()).unwrap();
+    let e = decrypt::decrypt_line(&value, &ring, None).unwrap_err();
+    assert!(e.contains("--event-id"), "{e}");
+    let opened = decrypt::decrypt_line(&value, &ring, Some("e-1")).unwrap();
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&opened).unwrap()["ssn"], "123-45-6789");
+    assert!(decrypt::decrypt_line(&value, &ring, Some("e-2")).is_err());
+
+    // A version 1 value (sealed before binding existed: additional data = kid) still opens.
+    use base64::Engine as _;
+    use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+    let cipher = chacha20poly1305::XChaCha20Poly1305::new_from_slice(&[1u8; 32]).unwrap();
+    let nonce = [7u8; 24];
+    let ct = cipher
+        .encrypt(chacha20poly1305::XNonce::from_slice(&nonce), Payload { msg: b"\"123-45-6789\"", aad: b"k1" })
+        .unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let v1 = serde_json::json!({"ssn": {"outboxd_enc": 1, "alg": "XC20P", "kid": "k1",
+        "nonce": b64.encode(nonce), "ct": b64.encode(ct)}});
+    let opened = decrypt::decrypt_line(&v1.to_string(), &ring, None).unwrap();
+    assert_eq!(opened, r#"{"ssn":"123-45-6789"}"#);
 }
 
 #[test]
