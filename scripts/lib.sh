@@ -110,6 +110,8 @@ ensure_tools() {
   done
   # Apache Kafka's jars (pinned by tools/kafka/pom.xml) for scripts/kafka.
   bash scripts/kafka fetch >/dev/null
+  # Kafka Connect's jars and Debezium's PostgreSQL plugin for scripts/debezium (tests/debezium_parity.rs).
+  bash scripts/debezium fetch >/dev/null
   # The message servers the sink tests publish to (started by start_services).
   need=()
   command -v redis-server >/dev/null 2>&1 || need+=(redis-server)

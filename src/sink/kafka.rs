@@ -6,7 +6,8 @@
 //!
 //! Defaults, each overridable with `--kafka-property`: `enable.idempotence=true` and `acks=all` so
 //! retries neither duplicate nor reorder within a partition; `message.timeout.ms=0` (retry forever)
-//! so a broker outage stalls the pipeline instead of failing records. Topics are created through
+//! so a broker outage stalls the pipeline instead of failing records; `partitioner=murmur2_random`
+//! so keys land where Kafka's Java producer (Connect, Debezium) puts them. Topics are created through
 //! the admin API before their first record, since many clusters disable auto-creation. The clients
 //! themselves are built by [`super::kafka_client`], like every other Kafka client of outboxd.
 //!
@@ -249,6 +250,7 @@ impl KafkaSink {
                 ("acks", "all".into()),
                 ("message.timeout.ms", "0".into()),
                 ("linger.ms", "5".into()),
+                (kafka_client::PARTITIONER.0, kafka_client::PARTITIONER.1.into()),
                 ("queue.buffering.max.messages", (max_in_flight.max(1) * 2).max(100_000).to_string()),
                 // Room for twice our own byte budget (librdkafka's default, 1 GiB, at least), so
                 // `--max-in-flight-bytes` stops reading WAL before librdkafka's queue is full.

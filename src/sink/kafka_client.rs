@@ -159,6 +159,12 @@ const PRODUCER_ONLY: &[&str] = &[
     "message.max.bytes.producer",
 ];
 
+/// The partitioner of every outboxd producer: librdkafka's Java-compatible one (murmur2 of the
+/// key bytes, as Kafka's Java producer, Kafka Connect and so Debezium place records), so a key
+/// lands in the same partition whichever of them wrote it: a switch from Debezium keeps each
+/// key's order. librdkafka's own default, `consistent_random` (CRC32), places keys elsewhere.
+pub const PARTITIONER: (&str, &str) = ("partitioner", "murmur2_random");
+
 fn is_producer_only(k: &str) -> bool {
     PRODUCER_ONLY.contains(&k)
 }

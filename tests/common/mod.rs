@@ -9,6 +9,8 @@
 //!   password is stored as MD5 (password [`MD5_PASSWORD`]).
 //! * [`Broker`] — a private Apache Kafka cluster (KRaft) from `scripts/kafka`, the launcher users
 //!   run too: one broker by default, more with [`Broker::options`]; see [`kafka`].
+//! * [`debezium::Debezium`] — Debezium 3.6.1.Final on a Kafka Connect standalone worker, from
+//!   `scripts/debezium`, for tests that compare outboxd with it.
 //! * [`Outboxd`] — the daemon under test (`CARGO_BIN_EXE_outboxd`) with its
 //!   stdout+stderr captured in a log file; [`run_to_exit`] for one-shot runs.
 //!
@@ -28,6 +30,7 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod debezium;
 pub mod kafka;
 pub mod netfault;
 pub mod pg_tls;

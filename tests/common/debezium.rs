@@ -1,0 +1,92 @@
+//! Debezium 3.6.1.Final's PostgreSQL connector on a Kafka Connect 4.4.0 standalone worker, run
+//! with `scripts/debezium` (the launcher users run too) beside outboxd: [`Debezium::start`] waits
+//! until the connector and its task are RUNNING; drop kills the worker and removes its directory.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tempfile::TempDir;
+
+pub fn debezium_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/debezium")
+}
+
+pub struct Debezium {
+    dir: Option<TempDir>,
+    /// The worker's REST API, `http://127.0.0.1:PORT`.
+    pub rest: String,
+}
+
+impl Debezium {
+    /// A worker running `connector` (a Connect REST body: `{"name", "config"}`) against the Kafka
+    /// cluster at `bootstrap`; panics with the script's output when it does not reach RUNNING.
+    pub fn start(connector: &serde_json::Value, bootstrap: &str) -> Debezium {
+        Debezium::try_start(connector, bootstrap).unwrap_or_else(|e| panic!("Debezium did not start:\n{e}"))
+    }
+
+    /// Like [`Debezium::start`]; `Err` carries the script's stderr and the worker's log tail.
+    pub fn try_start(connector: &serde_json::Value, bootstrap: &str) -> Result<Debezium, String> {
+        let dir = tempfile::Builder::new().prefix("outboxd-debezium-").tempdir().expect("tempdir");
+        let file = dir.path().join("connector.json");
+        std::fs::write(&file, connector.to_string()).unwrap();
+        let work = dir.path().join("worker");
+        let out = Command::new("bash")
+            .arg(debezium_script())
+            .arg("start")
+            .arg(&work)
+            .arg(&file)
+            .arg(bootstrap)
+            .output()
+            .expect("run scripts/debezium");
+        let d = Debezium { dir: Some(dir), rest: String::from_utf8_lossy(&out.stdout).trim().to_owned() };
+        if out.status.success() {
+            Ok(d)
+        } else {
+            Err(format!("{}\n--- connect.log tail:\n{}", String::from_utf8_lossy(&out.stderr), tail(&d.log(), 40)))
+        }
+    }
+
+    fn work(&self) -> PathBuf {
+        self.dir.as_ref().expect("dir").path().join("worker")
+    }
+
+    /// The connector's status from the REST API (`{"connector": {"state"}, "tasks": [...]}`).
+    pub fn status(&self) -> serde_json::Value {
+        let out = Command::new("bash").arg(debezium_script()).arg("status").arg(self.work()).output().unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The states of the connector's tasks (`RUNNING`, `FAILED`, ...).
+    pub fn task_states(&self) -> Vec<String> {
+        self.status()["tasks"]
+            .as_array()
+            .map(|ts| ts.iter().map(|t| t["state"].as_str().unwrap_or("").to_owned()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The first task's failure trace, if it failed.
+    pub fn task_trace(&self) -> String {
+        self.status()["tasks"][0]["trace"].as_str().unwrap_or("").to_owned()
+    }
+
+    /// The worker's log (`connect.log`).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.work().join("connect.log")).unwrap_or_default()
+    }
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+impl Drop for Debezium {
+    fn drop(&mut self) {
+        let _ = Command::new("bash").arg(debezium_script()).arg("stop").arg(self.work()).arg("--kill").status();
+        if std::env::var_os("OUTBOXD_TEST_KEEP").is_some() {
+            if let Some(d) = self.dir.take() {
+                eprintln!("[harness] keeping debezium dir {}", d.keep().display());
+            }
+        }
+    }
+}

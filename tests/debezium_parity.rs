@@ -1,0 +1,285 @@
+//! Debezium 3.6.1.Final (PostgreSQL connector + Outbox EventRouter on a Kafka Connect 4.4.0
+//! standalone worker, `scripts/debezium`) and outboxd on the same database and the same Apache
+//! Kafka cluster, each with its own slot and publication and its own topic prefix
+//! (`route.topic.replacement`). outboxd reads the very connector JSON Debezium runs
+//! (`--debezium-config`), only the slot, publication and prefix changed.
+//!
+//! Record by record: topic (minus the prefix), partition, key bytes, value bytes, header names,
+//! order and bytes, timestamp, and each key's order. The one expected difference: Debezium 3.x
+//! adds four `__debezium.context.*` headers describing the connector (`extended.headers.enabled`,
+//! default true), which outboxd does not write; the test checks they are exactly those four.
+//!
+//! And the seed article's connector JSON as written: Debezium refuses to start without
+//! `topic.prefix` (the only key added), and with it fails its task on the first event; outboxd
+//! refuses the same file at start, naming the problem.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::debezium::Debezium;
+use common::*;
+use serde_json::{json, Value};
+
+/// The seed article's connector JSON (`../shared/seed/outbox-article.txt`), pointed at `pg`.
+fn seed_connector(pg: &PgCluster) -> Value {
+    json!({
+        "name": "outbox-connector",
+        "config": {
+            "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+            "database.hostname": "127.0.0.1",
+            "database.port": pg.port().to_string(),
+            "database.user": USER,
+            "database.password": PASSWORD,
+            "database.dbname": DB,
+            "database.server.name": "app-pg",
+            "plugin.name": "pgoutput",
+            "publication.autocreate.mode": "filtered",
+            "table.include.list": "public.outbox",
+            "heartbeat.interval.ms": "5000",
+            "tombstones.on.delete": "false",
+            "transforms": "outbox",
+            "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+            "transforms.outbox.table.fields.additional.placement": "headers:header,aggregate_type:header,aggregate_id:header,event_type:header",
+            "transforms.outbox.route.by.field": "event_type",
+            "transforms.outbox.route.topic.replacement": "${r}.events",
+            "transforms.outbox.table.field.event.id": "event_id",
+            "transforms.outbox.table.field.event.key": "aggregate_id",
+            "transforms.outbox.table.field.event.payload": "payload",
+            "transforms.outbox.table.field.event.timestamp": "created_at"
+        }
+    })
+}
+
+/// The seed's connector made to run in Debezium: `topic.prefix` added, the replacement's group
+/// named, the timestamp taken from a `timestamp` column (Debezium 3.6's EventRouter takes only
+/// INT64 fields with a time logical type: not `timestamptz`, not a plain `bigint`); `prefix` on
+/// every topic, its own slot and publication.
+fn working_connector(pg: &PgCluster, prefix: &str) -> Value {
+    let mut c = seed_connector(pg);
+    let cfg = c["config"].as_object_mut().unwrap();
+    cfg.insert("topic.prefix".into(), "app-pg".into());
+    cfg.insert(
+        "transforms.outbox.route.topic.replacement".into(),
+        format!("{prefix}.${{routedByValue}}.events").into(),
+    );
+    cfg.insert("transforms.outbox.table.field.event.timestamp".into(), "created_ts".into());
+    cfg.insert("slot.name".into(), format!("{prefix}_slot").into());
+    cfg.insert("publication.name".into(), format!("{prefix}_pub").into());
+    c
+}
+
+const TYPES: [&str; 2] = ["order.paid.v1", "order.created.v1"];
+const PARTITIONS: i32 = 3;
+const KEYS: usize = 12;
+
+/// The corpus: one row per tuple of (aggregate id, event type, payload, headers), in this order,
+/// in transactions of up to five rows. Payloads cover objects, arrays, scalars, unicode,
+/// escapes, big and fractional numbers and nesting; headers nesting and numbers.
+fn corpus() -> Vec<(String, &'static str, String, String)> {
+    let payloads = [
+        r#"{"a": 1}"#,
+        r#"{"u": "ü € 😀 日本", "esc": "line\nbreak \"q\" \\ / \t"}"#,
+        r#"{"big": 12345678901234567890, "f": 1.50, "e": 1e3, "neg": -0.0}"#,
+        r#"[1, 2, {"x": null, "y": [true, false]}]"#,
+        r#""just a string""#,
+        r#"42"#,
+        r#"{"deep": {"a": {"b": {"c": [1, {"d": "e"}]}}}, "empty": {}, "list": []}"#,
+        r#"{"html": "<b>&amp;</b>", "ctrl": "\u0001\u001f"}"#,
+    ];
+    let headers = [
+        "{}",
+        r#"{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}"#,
+        r#"{"n": 5, "o": {"x": [1, 2]}, "s": "ü"}"#,
+    ];
+    let mut rows = Vec::new();
+    for i in 0..60 {
+        rows.push((
+            format!("key-{}", i % KEYS),
+            TYPES[i % 2],
+            payloads[i % payloads.len()].to_owned(),
+            headers[i % headers.len()].to_owned(),
+        ));
+    }
+    rows
+}
+
+fn sql_text(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+fn insert_corpus(pg: &PgCluster) -> Vec<String> {
+    let rows = corpus();
+    let mut ids = Vec::new();
+    for (n, chunk) in rows.chunks(5).enumerate() {
+        let values: Vec<String> = chunk
+            .iter()
+            .enumerate()
+            .map(|(j, (key, ty, payload, headers))| {
+                // Microseconds that do not fall on a millisecond: both must cut them alike.
+                let us = (n * 5 + j) * 1501;
+                format!(
+                    "('agg', {}, {}, {}::jsonb, {}::jsonb, timestamp '2026-01-02 03:04:05' + interval '1 microsecond' * {us})",
+                    sql_text(key),
+                    sql_text(ty),
+                    sql_text(payload),
+                    sql_text(headers)
+                )
+            })
+            .collect();
+        let out = pg.psql(&format!(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers, created_ts) VALUES {} RETURNING event_id",
+            values.join(", ")
+        ));
+        ids.extend(out.lines().map(str::to_owned).filter(|l| !l.is_empty()));
+    }
+    ids
+}
+
+fn consume(broker: &Broker, prefix: &str, n: usize) -> HashMap<String, Consumed> {
+    let mut by_id = HashMap::new();
+    let mut total = 0;
+    for ty in TYPES {
+        let topic = format!("{prefix}.{ty}.events");
+        let got = broker.consume_all(&topic, PARTITIONS, n / 2, Duration::from_secs(90));
+        total += got.len();
+        for r in got {
+            let id = r.header_str("id").unwrap_or_else(|| panic!("{prefix}: a record without an id header"));
+            assert!(by_id.insert(id.clone(), r).is_none(), "{prefix}: event {id} twice");
+        }
+    }
+    assert_eq!(total, n, "{prefix}: records");
+    by_id
+}
+
+const CONTEXT_HEADERS: [&str; 4] = [
+    "__debezium.context.connectorLogicalName",
+    "__debezium.context.taskId",
+    "__debezium.context.connectorName",
+    "__debezium.context.runId",
+];
+
+#[test]
+fn same_rows_same_records_byte_for_byte() {
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    pg.psql("ALTER TABLE outbox ADD COLUMN created_ts timestamp");
+    let broker = Broker::start();
+    for prefix in ["dbz", "obx"] {
+        for ty in TYPES {
+            broker.create_topic(&format!("{prefix}.{ty}.events"), PARTITIONS);
+        }
+    }
+    let dbz = Debezium::start(&working_connector(&pg, "dbz"), &broker.bootstrap());
+    let dir = tempfile::tempdir().unwrap();
+    let ours = dir.path().join("connector.json");
+    std::fs::write(&ours, working_connector(&pg, "obx").to_string()).unwrap();
+    let ours = ours.display().to_string();
+    let mut d = Outboxd::spawn_streaming(&args(&[
+        "run",
+        "--debezium-config",
+        &ours,
+        "--kafka-brokers",
+        &broker.bootstrap(),
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ]));
+
+    let ids = insert_corpus(&pg);
+    assert_eq!(ids.len(), corpus().len());
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(dbz.task_states(), ["RUNNING"], "{}\n{}", dbz.task_trace(), dbz.log());
+    let theirs = consume(&broker, "dbz", ids.len());
+    let mine = consume(&broker, "obx", ids.len());
+    assert_eq!(dbz.task_states(), ["RUNNING"], "{}", dbz.task_trace());
+
+    let mut diffs = Vec::new();
+    for id in &ids {
+        let (t, m) = (&theirs[id], &mine[id]);
+        let (t_headers, t_context): (Vec<_>, Vec<_>) =
+            t.headers.iter().cloned().partition(|(k, _)| !k.starts_with("__debezium.context."));
+        let names: Vec<&str> = t_context.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, CONTEXT_HEADERS, "Debezium's context headers changed");
+        let mut diff = |what: &str, a: String, b: String| {
+            if a != b {
+                diffs.push(format!("event {id}: {what}\n  debezium {a}\n  outboxd  {b}"));
+            }
+        };
+        diff("topic", t.topic.trim_start_matches("dbz.").into(), m.topic.trim_start_matches("obx.").into());
+        diff("partition", t.partition.to_string(), m.partition.to_string());
+        diff("key", format!("{:?}", t.key), format!("{:?}", m.key));
+        diff(
+            "value",
+            format!("{:?}", t.payload.as_deref().map(String::from_utf8_lossy)),
+            format!("{:?}", m.payload.as_deref().map(String::from_utf8_lossy)),
+        );
+        diff("headers", format!("{t_headers:?}"), format!("{:?}", m.headers));
+        diff("timestamp", format!("{:?}", t.timestamp_ms), format!("{:?}", m.timestamp_ms));
+    }
+    // Each key's events in the same order in both (one partition per key, by offset).
+    let order = |by_id: &HashMap<String, Consumed>| {
+        let mut per_key: HashMap<Vec<u8>, Vec<(i64, String)>> = HashMap::new();
+        for (id, r) in by_id {
+            per_key.entry(r.key.clone().unwrap_or_default()).or_default().push((r.offset, id.clone()));
+        }
+        per_key
+            .into_iter()
+            .map(|(k, mut v)| {
+                v.sort();
+                (k, v.into_iter().map(|(_, id)| id).collect::<Vec<_>>())
+            })
+            .collect::<HashMap<_, _>>()
+    };
+    let (to, mo) = (order(&theirs), order(&mine));
+    assert_eq!(to.len(), KEYS);
+    for (key, ids) in &to {
+        if mo.get(key) != Some(ids) {
+            diffs.push(format!("key {:?}: order differs", String::from_utf8_lossy(key)));
+        }
+    }
+    // The corpus reaches every partition of both topics, so the partition comparison means something.
+    let used: std::collections::HashSet<(String, i32)> =
+        mine.values().map(|r| (r.topic.clone(), r.partition)).collect();
+    assert_eq!(used.len(), TYPES.len() * PARTITIONS as usize, "{used:?}");
+    d.stop_cleanly();
+    assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
+}
+
+#[test]
+fn the_seed_connector_as_written_fails_in_debezium_and_outboxd_says_why_at_start() {
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    let broker = Broker::start();
+
+    // 1. As written: Connect does not start the connector (Debezium 2+ requires topic.prefix;
+    //    Connect 4.4's validation then fails on its own, so the log does not say which key).
+    let seed = seed_connector(&pg);
+    let e = Debezium::try_start(&seed, &broker.bootstrap()).err().expect("Debezium started without topic.prefix");
+    assert!(e.contains("Failed to create connector"), "{e}");
+
+    // 2. With topic.prefix (the only key added), the task fails at the first event: the
+    //    timestamptz created_at is no INT64 to Debezium's EventRouter.
+    let mut with_prefix = seed.clone();
+    with_prefix["config"]["topic.prefix"] = "app-pg".into();
+    with_prefix["config"]["slot.name"] = "seed_slot".into();
+    let dbz = Debezium::start(&with_prefix, &broker.bootstrap());
+    pg.insert_event("agg", "key-1", Some("order.paid.v1"), r#"{"a": 1}"#, None);
+    assert!(wait_until(Duration::from_secs(60), || dbz.task_states() == ["FAILED"]), "states {:?}", dbz.task_states());
+    let trace = dbz.task_trace();
+    assert!(trace.contains("Field 'created_at' is not of type INT64"), "{trace}");
+    drop(dbz);
+
+    // 3. outboxd refuses that file at start, exit 2, naming the replacement's unknown group (the
+    //    next thing Debezium fails on: "No group with name {r}").
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("seed.json");
+    std::fs::write(&file, with_prefix.to_string()).unwrap();
+    let (code, out) = run_to_exit(
+        &args(&["run", "--debezium-config", &file.display().to_string(), "--kafka-brokers", &broker.bootstrap()]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("${r}") && out.contains("routedByValue"), "{out}");
+    assert!(!out.contains(PASSWORD), "{out}");
+}
