@@ -10,7 +10,7 @@
 //! to the client only after the previous one's ack (or refusal). A connection can lose what was
 //! written to it before a reconnect while later messages, written after, are stored; were two
 //! events of one key on the wire at once, the lost first one's republish would land after the
-//! second (reproduced in `tests/nats.rs` with a frozen link). Events without a key are not held
+//! second (reproduced in `tests/nats.rs` by cutting the link mid-stream). Keyless events are not held
 //! back (no order is promised between them). Acks resolve front to back:
 //! * a PublishAck → `ack()`: the stream stored the message under its own storage and replication
 //!   settings;
