@@ -8,39 +8,20 @@ use std::time::Duration;
 
 use common::*;
 
-/// A connector JSON shaped like the seed's, pointed at the test cluster and broker.
+/// The seed's connector JSON with its own slot and publication, `replacement`, and the broker.
 fn connector_json(pg: &PgCluster, broker: &Broker, replacement: &str) -> String {
-    serde_json::json!({
-        "name": "outbox-connector",
-        "config": {
-            "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
-            "database.hostname": "127.0.0.1",
-            "database.port": pg.port().to_string(),
-            "database.user": USER,
-            "database.password": PASSWORD,
-            "database.dbname": "app",
-            "database.server.name": "app-pg",
-            "plugin.name": "pgoutput",
-            "slot.name": "outbox_dbz",
-            "publication.name": "outbox_pub",
-            "publication.autocreate.mode": "filtered",
-            "table.include.list": "public.outbox",
-            "heartbeat.interval.ms": "5000",
-            "tombstones.on.delete": "false",
-            "transforms": "outbox",
-            "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
-            "transforms.outbox.table.fields.additional.placement": "headers:header,aggregate_type:header,aggregate_id:header,event_type:header",
-            "transforms.outbox.route.by.field": "event_type",
-            "transforms.outbox.route.topic.replacement": replacement,
-            "transforms.outbox.table.field.event.id": "event_id",
-            "transforms.outbox.table.field.event.key": "aggregate_id",
-            "transforms.outbox.table.field.event.payload": "payload",
-            "transforms.outbox.table.field.event.timestamp": "created_at",
-            "producer.override.bootstrap.servers": broker.bootstrap(),
-            "producer.override.linger.ms": "2"
-        }
-    })
-    .to_string()
+    let mut c = common::debezium::seed_connector(pg);
+    let cfg = c["config"].as_object_mut().expect("config");
+    for (k, v) in [
+        ("slot.name", "outbox_dbz".to_owned()),
+        ("publication.name", "outbox_pub".into()),
+        ("transforms.outbox.route.topic.replacement", replacement.into()),
+        ("producer.override.bootstrap.servers", broker.bootstrap()),
+        ("producer.override.linger.ms", "2".into()),
+    ] {
+        cfg.insert(k.into(), v.into());
+    }
+    c.to_string()
 }
 
 fn write(dir: &tempfile::TempDir, name: &str, body: &str) -> String {

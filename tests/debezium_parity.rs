@@ -18,39 +18,9 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::debezium::Debezium;
+use common::debezium::{pg_source, seed_connector, Debezium};
 use common::*;
 use serde_json::{json, Value};
-
-/// The seed article's connector JSON (`../shared/seed/outbox-article.txt`), pointed at `pg`.
-fn seed_connector(pg: &PgCluster) -> Value {
-    json!({
-        "name": "outbox-connector",
-        "config": {
-            "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
-            "database.hostname": "127.0.0.1",
-            "database.port": pg.port().to_string(),
-            "database.user": USER,
-            "database.password": PASSWORD,
-            "database.dbname": DB,
-            "database.server.name": "app-pg",
-            "plugin.name": "pgoutput",
-            "publication.autocreate.mode": "filtered",
-            "table.include.list": "public.outbox",
-            "heartbeat.interval.ms": "5000",
-            "tombstones.on.delete": "false",
-            "transforms": "outbox",
-            "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
-            "transforms.outbox.table.fields.additional.placement": "headers:header,aggregate_type:header,aggregate_id:header,event_type:header",
-            "transforms.outbox.route.by.field": "event_type",
-            "transforms.outbox.route.topic.replacement": "${r}.events",
-            "transforms.outbox.table.field.event.id": "event_id",
-            "transforms.outbox.table.field.event.key": "aggregate_id",
-            "transforms.outbox.table.field.event.payload": "payload",
-            "transforms.outbox.table.field.event.timestamp": "created_at"
-        }
-    })
-}
 
 /// The seed's connector made to run in Debezium: `topic.prefix` added, the replacement's group
 /// named, the timestamp taken from a `timestamp` column (Debezium 3.6's EventRouter takes only
@@ -331,15 +301,8 @@ fn key_payload_and_placement_columns_of_other_types() {
         }
     }
     let connector = |prefix: &str| {
-        json!({
-            "name": "typed-outbox",
-            "config": {
-                "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
-                "database.hostname": "127.0.0.1",
-                "database.port": pg.port().to_string(),
-                "database.user": USER,
-                "database.password": PASSWORD,
-                "database.dbname": DB,
+        let mut config = pg_source(&pg);
+        let typed = json!({
                 "topic.prefix": "app-pg",
                 "plugin.name": "pgoutput",
                 "publication.autocreate.mode": "filtered",
@@ -355,8 +318,9 @@ fn key_payload_and_placement_columns_of_other_types() {
                 "transforms.outbox.table.field.event.payload": "body",
                 "transforms.outbox.table.field.event.timestamp": "at",
                 "transforms.outbox.table.fields.additional.placement": "tenant:header:X-Tenant,kind:header"
-            }
-        })
+        });
+        config.extend(typed.as_object().cloned().unwrap_or_default());
+        json!({ "name": "typed-outbox", "config": config })
     };
     let (dbz, mut d, _dir) = run_both(&broker, connector);
     let bodies = [r#"{"a" :1,  "b":[1 ,2]}"#, r#"{"u": "\u00fc\n", "z": 1, "a": 2}"#, r#"[ ]"#, r#""text""#];

@@ -98,8 +98,6 @@ impl Common {
             ("enable.idempotence", "true".to_owned()),
             ("acks", "all".into()),
             ("message.timeout.ms", "120000".into()),
-            // A replayed event lands in its key's partition, as the relay put the others.
-            (kafka_client::PARTITIONER.0, kafka_client::PARTITIONER.1.into()),
         ];
         let c = kafka_client::producer_config(&self.kafka, "outboxd-dlq-replay", &defaults);
         kafka_client::create(&c, DefaultClientContext, "producer", &self.kafka)

@@ -250,7 +250,6 @@ impl KafkaSink {
                 ("acks", "all".into()),
                 ("message.timeout.ms", "0".into()),
                 ("linger.ms", "5".into()),
-                (kafka_client::PARTITIONER.0, kafka_client::PARTITIONER.1.into()),
                 ("queue.buffering.max.messages", (max_in_flight.max(1) * 2).max(100_000).to_string()),
                 // Room for twice our own byte budget (librdkafka's default, 1 GiB, at least), so
                 // `--max-in-flight-bytes` stops reading WAL before librdkafka's queue is full.

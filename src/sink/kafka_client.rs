@@ -162,8 +162,9 @@ const PRODUCER_ONLY: &[&str] = &[
 /// The partitioner of every outboxd producer: librdkafka's Java-compatible one (murmur2 of the
 /// key bytes, as Kafka's Java producer, Kafka Connect and so Debezium place records), so a key
 /// lands in the same partition whichever of them wrote it: a switch from Debezium keeps each
-/// key's order. librdkafka's own default, `consistent_random` (CRC32), places keys elsewhere.
-pub const PARTITIONER: (&str, &str) = ("partitioner", "murmur2_random");
+/// key's order, and `dlq replay` puts an event back in its key's partition. librdkafka's own
+/// default, `consistent_random` (CRC32), places keys elsewhere.
+const PARTITIONER: &str = "murmur2_random";
 
 fn is_producer_only(k: &str) -> bool {
     PRODUCER_ONLY.contains(&k)
@@ -175,9 +176,10 @@ fn base(cfg: &KafkaConfig, client_id: &str) -> ClientConfig {
     c
 }
 
-/// A producer: `defaults` (ours), then every user property.
+/// A producer: the [`PARTITIONER`], `defaults` (ours), then every user property.
 pub fn producer_config(cfg: &KafkaConfig, client_id: &str, defaults: &[(&str, String)]) -> ClientConfig {
     let mut c = base(cfg, client_id);
+    c.set("partitioner", PARTITIONER);
     for (k, v) in defaults {
         c.set(*k, v);
     }
@@ -435,6 +437,7 @@ mod tests {
         let c = cfg(&[("security.protocol", "ssl"), ("linger.ms", "9"), ("compression.type", "zstd"), ("acks", "1")]);
         let p = producer_config(&c, "p", &[("acks", "all".into())]);
         assert_eq!(p.get("acks"), Some("1"), "user properties win over defaults");
+        assert_eq!(p.get("partitioner"), Some("murmur2_random"), "Java-compatible placement");
         assert_eq!(p.get("compression.type"), Some("zstd"));
         for a in [admin_config(&c, "a"), consumer_config(&c, "c", &[("group.id", "g".into())])] {
             assert_eq!(a.get("security.protocol"), Some("ssl"));

@@ -5,7 +5,48 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use serde_json::{json, Value};
 use tempfile::TempDir;
+
+use super::{PgCluster, DB, PASSWORD, USER};
+
+/// A PostgreSQL connector's class and database settings, pointed at `pg` (as the outboxd role).
+pub fn pg_source(pg: &PgCluster) -> serde_json::Map<String, Value> {
+    let v = json!({
+        "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+        "database.hostname": "127.0.0.1",
+        "database.port": pg.port().to_string(),
+        "database.user": USER,
+        "database.password": PASSWORD,
+        "database.dbname": DB,
+    });
+    v.as_object().cloned().unwrap_or_default()
+}
+
+/// The seed article's connector JSON (`../shared/seed/outbox-article.txt`) as written, pointed
+/// at `pg`: the REST body `{"name", "config"}`.
+pub fn seed_connector(pg: &PgCluster) -> Value {
+    let mut config = pg_source(pg);
+    let seed = json!({
+        "database.server.name": "app-pg",
+        "plugin.name": "pgoutput",
+        "publication.autocreate.mode": "filtered",
+        "table.include.list": "public.outbox",
+        "heartbeat.interval.ms": "5000",
+        "tombstones.on.delete": "false",
+        "transforms": "outbox",
+        "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+        "transforms.outbox.table.fields.additional.placement": "headers:header,aggregate_type:header,aggregate_id:header,event_type:header",
+        "transforms.outbox.route.by.field": "event_type",
+        "transforms.outbox.route.topic.replacement": "${r}.events",
+        "transforms.outbox.table.field.event.id": "event_id",
+        "transforms.outbox.table.field.event.key": "aggregate_id",
+        "transforms.outbox.table.field.event.payload": "payload",
+        "transforms.outbox.table.field.event.timestamp": "created_at"
+    });
+    config.extend(seed.as_object().cloned().unwrap_or_default());
+    json!({ "name": "outbox-connector", "config": config })
+}
 
 pub fn debezium_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/debezium")
