@@ -188,6 +188,8 @@ async fn session<S: Sink>(
         // Once this process has streamed, a missing slot was lost (a failover), not never made.
         let missing = if state.streamed_once && !cfg.slot_recreate_after_loss {
             admin::MissingSlot::Lost
+        } else if !state.streamed_once && cfg.debezium_offsets.is_some() {
+            admin::MissingSlot::Adopt
         } else {
             admin::MissingSlot::Create
         };

@@ -357,6 +357,14 @@ async fn slot(c: &Client, cfg: &Config, version: &ServerVersion, out: &mut Check
     let keep = setting(c, "max_slot_wal_keep_size").await?;
     let unlimited = keep == "-1";
     let Some(row) = row else {
+        if cfg.debezium_offsets.is_some() {
+            out.fail(
+                &name,
+                "does not exist, and --debezium-offsets takes over Debezium's slot",
+                "set --slot (or the file's slot.name) to the slot Debezium used; a new slot would start after events Debezium never sent",
+            );
+            return Ok(());
+        }
         out.info(&name, "does not exist yet; run creates it");
         retention(out, &name, unlimited, &keep, None);
         failover_facts(c, cfg, version, None, out).await?;
@@ -399,6 +407,30 @@ async fn slot(c: &Client, cfg: &Config, version: &ServerVersion, out: &mut Check
         None => out.info(format!("{name} wal_status"), "unknown (no restart_lsn yet)"),
     }
     retention(out, &name, unlimited, &keep, safe);
+    if let Some((path, o)) = &cfg.debezium_offsets {
+        let confirmed: Option<String> = admin::timed(
+            "reading pg_replication_slots",
+            c.query_one(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                &[&cfg.slot],
+            ),
+        )
+        .await?
+        .get(0);
+        let partial = match &o.partial {
+            Some(p) => format!(", and transaction {} up to its change at {}", p.xid, p.lsn_proc),
+            None => String::new(),
+        };
+        out.info(
+            format!("{name} debezium offsets"),
+            format!(
+                "{}: the slot is at {}; transactions committed before {} are skipped as delivered by Debezium{partial}",
+                path.display(),
+                confirmed.as_deref().unwrap_or("no position"),
+                o.lsn_commit
+            ),
+        );
+    }
     match pid {
         None => out.ok(format!("{name} active"), "free"),
         Some(pid) => {

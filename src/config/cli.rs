@@ -326,6 +326,11 @@ pub struct RunArgs {
     /// Read a Debezium connector config (Connect JSON or Debezium Server .properties); explicit flags win.
     #[arg(long, env = "OUTBOXD_DEBEZIUM_CONFIG")]
     pub debezium_config: Option<PathBuf>,
+    /// Take over from a stopped Debezium connector: its committed offset (what
+    /// `GET /connectors/NAME/offsets` on Kafka Connect answers), so events Debezium delivered are
+    /// not sent again. Run on Debezium's own slot (README, Switching from Debezium).
+    #[arg(long, env = "OUTBOXD_DEBEZIUM_OFFSETS", value_name = "FILE")]
+    pub debezium_offsets: Option<PathBuf>,
     /// PostgreSQL conninfo: a URL (postgres://user@host:5432/db?sslmode=verify-full) or libpq
     /// key=value pairs (host=db dbname=app sslmode=verify-full); libpq's PG* variables fill gaps.
     #[arg(long, env = "OUTBOXD_POSTGRES_URL", hide_env_values = true)]

@@ -27,6 +27,7 @@ use std::path::Path;
 use crate::error::Definite;
 
 mod apply;
+pub mod offsets;
 mod producer;
 mod providers;
 

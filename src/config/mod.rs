@@ -126,6 +126,8 @@ pub struct Config {
     pub poll: PollConfig,
     /// The outbox tables must be empty at start (a Debezium file asked for an initial snapshot).
     pub require_empty_tables: bool,
+    /// `--debezium-offsets`: events Debezium delivered before outboxd took over its slot.
+    pub debezium_offsets: Option<(std::path::PathBuf, debezium::offsets::DebeziumOffset)>,
     /// Messages from loading the configuration, for the log once it is up: (is_warning, text).
     pub notes: Vec<(bool, String)>,
 }

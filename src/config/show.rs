@@ -145,6 +145,9 @@ impl Config {
         push("standby-retry-interval", millis(self.standby_retry_interval));
         push("slot-failover", self.slot_failover.to_string());
         push("slot-recreate-after-loss", self.slot_recreate_after_loss.to_string());
+        if let Some((path, _)) = &self.debezium_offsets {
+            push("debezium-offsets", path.display().to_string());
+        }
         let p = &self.poll;
         push("poll-batch", p.batch.to_string());
         push("poll-interval", millis(p.interval));

@@ -691,6 +691,7 @@ fn outboxd_config_prints_every_run_flag() {
     use clap::CommandFactory;
     const ONLY_WHEN_SET: &[&str] = &[
         "debezium-config", // merged into the other flags
+        "debezium-offsets",
         "postgres-password-file",
         "kafka-property",
         "kafka-property-file",

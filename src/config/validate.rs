@@ -252,6 +252,10 @@ impl Config {
             mask,
             poll: PollConfig::from_args(a)?,
             require_empty_tables: false,
+            debezium_offsets: match &a.debezium_offsets {
+                Some(path) => Some((path.clone(), debezium::offsets::DebeziumOffset::load(path)?)),
+                None => None,
+            },
             notes: Vec::new(),
             reconnect_max_backoff: parse_duration("--reconnect-max-backoff", &a.reconnect_max_backoff)?
                 .max(Duration::from_millis(100)),

@@ -489,6 +489,17 @@ pub fn needed_columns(cfg: &Config) -> Vec<(&str, &'static str)> {
 /// `snapshot.mode=initial` in a Debezium file: outboxd takes no snapshots, so existing rows would
 /// be skipped silently. Refuse unless every outbox table is empty.
 pub async fn check_empty(client: &Client, cfg: &Config) -> Result<(), Error> {
+    // Debezium snapshots only on its first start (no offsets yet): on an existing slot, or when
+    // taking over a Debezium connector's offsets, this is a resumption.
+    let slot_exists = client
+        .query_opt("SELECT 1 FROM pg_replication_slots WHERE slot_name = $1", &[&cfg.slot])
+        .await
+        .map_err(|e| db("reading pg_replication_slots", e))?
+        .is_some();
+    if slot_exists || cfg.debezium_offsets.is_some() {
+        tracing::info!(slot = %cfg.slot, "snapshot.mode: the slot exists, so this is no first start and the outbox need not be empty");
+        return Ok(());
+    }
     for t in &cfg.tables {
         let row = client
             .query_one(&format!("SELECT EXISTS (SELECT 1 FROM {})", quote_table(t)), &[])
@@ -638,6 +649,9 @@ pub enum MissingSlot {
     /// This process streamed from the slot before: it was lost (a failover to a server that did
     /// not have it), and a new one would silently skip events. A definite error.
     Lost,
+    /// `--debezium-offsets` on the first start: the slot is Debezium's and must be there; a new
+    /// one would start after events Debezium never delivered.
+    Adopt,
 }
 
 /// `--slot-failover` checks, at start-up and on every reconnect: PostgreSQL 17+ (a definite error
@@ -688,6 +702,15 @@ pub async fn ensure_slot(client: &Client, cfg: &Config, missing: MissingSlot) ->
              the outbox rows since the last event your consumers saw with `outboxd backfill`, then start outboxd with \
              --slot-recreate-after-loss (or create the slot yourself). To keep the slot across failovers use \
              --slot-failover on PostgreSQL 17+ (README, HA and failover)",
+            cfg.slot, cfg.postgres
+        ))
+        .into());
+    }
+    if row.is_none() && missing == MissingSlot::Adopt {
+        return Err(Definite::Setup(format!(
+            "--debezium-offsets: replication slot {:?} does not exist on {}; outboxd takes over Debezium's own slot so \
+             that nothing committed after Debezium's position is missed: set --slot (or the file's slot.name) to the slot \
+             Debezium used, and keep slot.drop.on.stop=false when stopping Debezium",
             cfg.slot, cfg.postgres
         ))
         .into());

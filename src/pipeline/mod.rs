@@ -24,6 +24,9 @@
 //! Transactional logical messages with a `--messages-prefix` prefix are events of their
 //! transaction, routed and acked exactly as rows ([`message`]).
 //!
+//! With `--debezium-offsets`, events a stopped Debezium connector already delivered are not
+//! handed to the sink ([`resume`]); their transactions still move the frontier.
+//!
 //! Bad events (a row the router refuses, a record the broker rejects for good) follow
 //! `--on-bad-event`: `fail` stops here, `dlq` sends a copy to the dead-letter topic whose ack
 //! stands in for the event's, `skip` counts and logs it. Retriable delivery trouble is never a bad
@@ -31,6 +34,7 @@
 
 mod bad_event;
 mod message;
+mod resume;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -93,6 +97,8 @@ pub struct Session<'a, S: Sink, W: WalSource> {
     in_flight_bytes: usize,
     /// `--messages-prefix`: the route of logical-message events, compiled at the first one.
     messages: Option<message::Messages>,
+    /// `--debezium-offsets`: what Debezium delivered before this slot was ours.
+    resume: Option<resume::Resume>,
 }
 
 impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
@@ -113,6 +119,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             sink_failure,
             in_flight_bytes: 0,
             messages: None,
+            resume: ctx.cfg.debezium_offsets.as_ref().map(|(_, o)| resume::Resume::new(o.clone())),
         }
     }
 
@@ -305,8 +312,14 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         match msg {
             LogicalMessage::Begin(b) => {
                 self.tracker.begin(b.commit_time).map_err(bug)?;
+                if let Some(r) = &mut self.resume {
+                    r.begin(b.final_lsn, b.xid);
+                }
             }
             LogicalMessage::Commit(c) => {
+                if let Some(r) = &mut self.resume {
+                    r.commit();
+                }
                 self.tracker.commit(c.end_lsn).map_err(bug)?;
                 self.record_completed();
             }
@@ -340,6 +353,9 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                         .into())
                     }
                 };
+                if self.resume.as_mut().is_some_and(|r| r.delivered(at)) {
+                    return Ok(());
+                }
                 let commit_time_us = self
                     .tracker
                     .open_commit_time()
@@ -361,6 +377,9 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                 }
             }
             LogicalMessage::Message(m) if self.cfg.messages_prefixes.contains(&m.prefix) => {
+                if m.flags & 1 == 1 && self.resume.as_mut().is_some_and(|r| r.delivered(at)) {
+                    return Ok(());
+                }
                 self.on_event_message(at, m).await?;
             }
             LogicalMessage::Message(m) => {

@@ -110,6 +110,20 @@ impl Debezium {
         self.status()["tasks"][0]["trace"].as_str().unwrap_or("").to_owned()
     }
 
+    /// `scripts/debezium handover`: stop the connector, wait until STOPPED, and return its
+    /// committed offsets (Connect's REST answer).
+    pub fn handover(&self) -> serde_json::Value {
+        let out = Command::new("bash").arg(debezium_script()).arg("handover").arg(self.work()).output().unwrap();
+        assert!(out.status.success(), "handover: {}\n{}", String::from_utf8_lossy(&out.stderr), tail(&self.log(), 40));
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("handover printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    }
+
+    /// Kill the worker at once (kill -9), as a crash would.
+    pub fn kill9(&self) {
+        let _ = Command::new("bash").arg(debezium_script()).arg("stop").arg(self.work()).arg("--kill").status();
+    }
+
     /// The worker's log (`connect.log`).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.work().join("connect.log")).unwrap_or_default()

@@ -1,0 +1,120 @@
+//! Taking over from Debezium (`--debezium-offsets`): the events of the stream that Debezium's
+//! committed offset says it delivered are not sent again.
+//!
+//! The rule ([`crate::config::debezium::offsets`] explains the offset's keys): a transaction whose
+//! commit record starts before `lsn_commit` is skipped whole; in the transaction Debezium was in
+//! the middle of (its xid), the changes up to `lsn_proc` are skipped; everything else is sent.
+//! Skipped events are never handed to the sink, but their transactions still pass through the ack
+//! tracker, so the slot's confirmed position moves over them as over any transaction without
+//! events. The rule depends on the stream only, so a new session (a reconnect, a restart with the
+//! same flag) applies it again with the same result.
+
+use crate::config::debezium::offsets::DebeziumOffset;
+use crate::lsn::Lsn;
+
+/// Per session: what the current transaction's events are.
+pub struct Resume {
+    offset: DebeziumOffset,
+    /// In a transaction Debezium delivered whole.
+    whole: bool,
+    /// In the transaction Debezium was in the middle of.
+    partial: bool,
+    /// Events seen at the partial transaction's `lsn_proc`.
+    at_proc: u64,
+    skipped: u64,
+    /// The summary was logged (after the first transaction that was sent, even in part).
+    reported: bool,
+}
+
+impl Resume {
+    pub fn new(offset: DebeziumOffset) -> Resume {
+        Resume { offset, whole: false, partial: false, at_proc: 0, skipped: 0, reported: false }
+    }
+
+    pub fn begin(&mut self, final_lsn: Lsn, xid: u32) {
+        self.whole = final_lsn < self.offset.lsn_commit;
+        self.partial = !self.whole && self.offset.partial.is_some_and(|p| p.xid == xid);
+        self.at_proc = 0;
+    }
+
+    /// Whether the event at `at` in the current transaction was delivered by Debezium (and is
+    /// counted as skipped).
+    pub fn delivered(&mut self, at: Lsn) -> bool {
+        let yes = self.whole
+            || (self.partial
+                && self.offset.partial.is_some_and(|p| {
+                    if at == p.lsn_proc {
+                        self.at_proc += 1;
+                        p.events_at_proc == 0 || self.at_proc <= p.events_at_proc
+                    } else {
+                        at < p.lsn_proc
+                    }
+                }));
+        self.skipped += yes as u64;
+        yes
+    }
+
+    /// At a commit: once a transaction past Debezium's position ends, say how many were skipped.
+    pub fn commit(&mut self) {
+        if !self.whole && !self.reported {
+            self.reported = true;
+            tracing::info!(
+                skipped = self.skipped,
+                lsn_commit = %self.offset.lsn_commit,
+                "--debezium-offsets: resumed where Debezium stopped; {} event(s) it had delivered were not sent again",
+                self.skipped
+            );
+        }
+        self.whole = false;
+        self.partial = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::debezium::offsets::Partial;
+
+    #[test]
+    fn skips_whole_transactions_before_the_commit_lsn_and_the_partial_one_up_to_lsn_proc() {
+        let off = DebeziumOffset {
+            lsn_commit: Lsn(1000),
+            partial: Some(Partial { xid: 42, lsn_proc: Lsn(1200), events_at_proc: 0 }),
+        };
+        let mut r = Resume::new(off);
+        // Committed before: every event, whatever its change LSN.
+        r.begin(Lsn(900), 40);
+        assert!(r.delivered(Lsn(50)) && r.delivered(Lsn(1300)));
+        r.commit();
+        // The partial transaction, interleaved: changes below lsn_proc were delivered, later not.
+        r.begin(Lsn(1500), 42);
+        assert!(r.delivered(Lsn(800)));
+        assert!(r.delivered(Lsn(1200)));
+        assert!(!r.delivered(Lsn(1201)));
+        r.commit();
+        // Another transaction with changes below lsn_proc: not Debezium's, so sent.
+        r.begin(Lsn(1600), 43);
+        assert!(!r.delivered(Lsn(1100)));
+        r.commit();
+        assert_eq!(r.skipped, 4);
+    }
+
+    #[test]
+    fn several_changes_at_lsn_proc_count() {
+        let off = DebeziumOffset {
+            lsn_commit: Lsn(10),
+            partial: Some(Partial { xid: 7, lsn_proc: Lsn(20), events_at_proc: 2 }),
+        };
+        let mut r = Resume::new(off);
+        r.begin(Lsn(30), 7);
+        let got: Vec<bool> = (0..3).map(|_| r.delivered(Lsn(20))).collect();
+        assert_eq!(got, [true, true, false]);
+    }
+
+    #[test]
+    fn a_commit_offset_skips_nothing_after_it() {
+        let mut r = Resume::new(DebeziumOffset { lsn_commit: Lsn(10), partial: None });
+        r.begin(Lsn(10), 1);
+        assert!(!r.delivered(Lsn(5)));
+    }
+}
