@@ -366,3 +366,61 @@ fn key_payload_and_placement_columns_of_other_types() {
     d.stop_cleanly();
     assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
 }
+
+/// The converters Debezium users set in the connector JSON. `JsonConverter` with
+/// `schemas.enable=false` for key and value: outboxd reads them (`--key-converter json`,
+/// `--value-converter json`) and writes the same bytes (the jsonb payload as a JSON string, the
+/// key quoted). With `schemas.enable=true` (JsonConverter's default), or another converter class,
+/// outboxd refuses the file at start, naming the setting.
+#[test]
+fn json_converter_without_schemas_gives_the_same_bytes_and_with_schemas_is_refused() {
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    pg.psql("ALTER TABLE outbox ADD COLUMN created_ts timestamp");
+    let broker = Broker::start();
+    for prefix in ["dbz", "obx"] {
+        for ty in TYPES {
+            broker.create_topic(&format!("{prefix}.{ty}.events"), PARTITIONS);
+        }
+    }
+    let json_connector = |prefix: &str| {
+        let mut c = working_connector(&pg, prefix);
+        for side in ["key", "value"] {
+            c["config"][format!("{side}.converter")] = "org.apache.kafka.connect.json.JsonConverter".into();
+            c["config"][format!("{side}.converter.schemas.enable")] = "false".into();
+        }
+        c
+    };
+
+    // Refused: the schema envelope, and a converter outboxd does not write.
+    let dir = tempfile::tempdir().unwrap();
+    for (key, value, says) in [
+        ("value.converter.schemas.enable", "true", "value.converter.schemas.enable=true"),
+        (
+            "key.converter",
+            "io.confluent.connect.avro.AvroConverter",
+            "key.converter=io.confluent.connect.avro.AvroConverter",
+        ),
+    ] {
+        let mut c = json_connector("obx");
+        c["config"][key] = value.into();
+        let file = dir.path().join("refused.json");
+        std::fs::write(&file, c.to_string()).unwrap();
+        let (code, out) =
+            run_to_exit(&args(&["config", "--debezium-config", &file.display().to_string()]), Duration::from_secs(30));
+        assert_eq!(code, Some(2), "{out}");
+        assert!(out.contains(says) && out.lines().filter(|l| l.contains("error")).count() == 1, "{out}");
+    }
+
+    let (dbz, mut d, _dir) = run_both(&broker, json_connector);
+    let ids = insert_corpus(&pg);
+    let theirs = consume(&broker, "dbz", ids.len());
+    let mine = consume(&broker, "obx", ids.len());
+    assert_eq!(dbz.task_states(), ["RUNNING"], "{}", dbz.task_trace());
+    // The value really is a JSON string (not the raw payload), so the comparison means something.
+    let sample = theirs.values().next().and_then(|r| r.payload.clone()).unwrap_or_default();
+    assert!(sample.starts_with(b"\"") && serde_json::from_slice::<String>(&sample).is_ok(), "{sample:?}");
+    let diffs = compare(&ids, &theirs, &mine);
+    d.stop_cleanly();
+    assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
+}

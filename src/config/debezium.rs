@@ -53,10 +53,6 @@ const NOT_APPLICABLE: &[&str] = &[
     "tasks.max",
     "database.server.name",
     "topic.prefix",
-    "key.converter",
-    "value.converter",
-    "key.converter.schemas.enable",
-    "value.converter.schemas.enable",
     "schema.include.list",
     "schema.history.internal.kafka.topic",
     "schema.history.internal.kafka.bootstrap.servers",
@@ -168,6 +164,54 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
         }
         v
     };
+
+    for side in ["key", "value"] {
+        let (class_key, schemas_key) = if side == "key" {
+            ("key.converter", "key.converter.schemas.enable")
+        } else {
+            ("value.converter", "value.converter.schemas.enable")
+        };
+        let schemas = get(schemas_key);
+        let flag = format!("{side}_converter");
+        match get(class_key).as_deref().map(str::trim) {
+            None => o.notes.push((
+                false,
+                format!(
+                    "{class_key} is not set: Debezium uses the Connect worker's (Connect's own default is JsonConverter \
+                     with schemas.enable=true); outboxd writes what StringConverter writes. Set {class_key} in the file if \
+                     the worker's is another"
+                ),
+            )),
+            Some("org.apache.kafka.connect.storage.StringConverter") => {
+                o.values.push((if side == "key" { "key_converter" } else { "value_converter" }, "string".into()))
+            }
+            Some("org.apache.kafka.connect.json.JsonConverter") => {
+                if schemas.as_deref().map(str::trim) != Some("false") {
+                    return Err(format!(
+                        "{class_key}=JsonConverter with {schemas_key}={} writes Connect's schema envelope \
+                         ({{\"schema\": …, \"payload\": …}}), which outboxd does not reproduce; set {schemas_key}=false \
+                         (consumers then read the bare JSON) or use StringConverter",
+                        schemas.as_deref().unwrap_or("true (the default)")
+                    ));
+                }
+                o.values.push((if side == "key" { "key_converter" } else { "value_converter" }, "json".into()));
+            }
+            Some(other) => {
+                return Err(format!(
+                    "{class_key}={other}: outboxd writes what StringConverter or JsonConverter (schemas.enable=false) \
+                     write, not this converter's format; use one of those ({flag} string|json)"
+                ))
+            }
+        }
+    }
+    match get("header.converter").as_deref().map(str::trim) {
+        None | Some("org.apache.kafka.connect.storage.SimpleHeaderConverter") => {}
+        Some(other) => {
+            return Err(format!(
+                "header.converter={other}: outboxd writes headers as Connect's default SimpleHeaderConverter does; remove the key"
+            ))
+        }
+    }
 
     match get("plugin.name").as_deref() {
         None | Some("pgoutput") => {}

@@ -117,6 +117,8 @@ impl Config {
         push("table-field-additional-missing", value_name(r.additional_missing));
         push("table-op-invalid-behavior", value_name(self.op_invalid));
         push("table-expand-json-payload", r.expand_json_payload.to_string());
+        push("key-converter", value_name(r.key_converter));
+        push("value-converter", value_name(r.value_converter));
         match &r.headers_field {
             HeadersField::IfPresent(_) => {}
             HeadersField::Required(c) => push("table-field-event-headers", c.clone()),

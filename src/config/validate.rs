@@ -168,6 +168,14 @@ impl Config {
             placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_))),
         )
         .map_err(bad)?;
+        if a.value_converter == crate::router::Converter::Json {
+            if placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_))) {
+                return Err(bad("--value-converter json with an envelope placement: Debezium's envelope is a Connect struct whose JSON outboxd does not reproduce; use --value-converter string (outboxd's envelope is a JSON object)".into()));
+            }
+            if a.table_expand_json_payload {
+                return Err(bad("--value-converter json with --table-expand-json-payload: Debezium's expanded payload is a Connect struct whose JSON outboxd does not reproduce; use --value-converter string".into()));
+            }
+        }
         let status_interval = parse_duration("--status-interval", &a.status_interval)?;
         if status_interval.is_zero() {
             return Err(bad("--status-interval must be greater than 0".into()));
@@ -191,6 +199,8 @@ impl Config {
                 topic: Arc::new(topic),
                 tombstone_on_empty_payload: a.route_tombstone_on_empty_payload,
                 expand_json_payload: a.table_expand_json_payload,
+                key_converter: a.key_converter,
+                value_converter: a.value_converter,
                 headers_field,
                 contracts,
             },

@@ -470,7 +470,7 @@ pub(crate) fn route_masked(cfg: &Config, route: &Route, row: OutboxRow<'_>) -> R
     let event_type = if mask.needs_event_type() { route.event_type(row) } else { None };
     let event_type = event_type.as_deref();
     match route.route(row) {
-        Ok(record) => mask.apply(record, event_type),
+        Ok(record) => mask.apply(record, event_type).map(|r| route.convert(r)),
         Err(bad) => Err(mask.scrub(bad, event_type)),
     }
 }

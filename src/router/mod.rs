@@ -25,6 +25,7 @@
 //! event's salvage) before anything else sees it.
 
 pub mod contract;
+pub mod converter;
 pub mod mask;
 pub mod message;
 pub mod render;
@@ -38,6 +39,7 @@ use bytes::Bytes;
 use crate::error::Definite;
 use crate::pg::pgoutput::{Relation, TupleData, TupleValue};
 use contract::{Contracts, Verdict};
+pub use converter::Converter;
 use render::{as_bytes, as_json, as_string, is_json, is_text};
 use topic::TopicMemo;
 pub use topic::TopicRule;
@@ -176,6 +178,9 @@ pub struct RouteConfig {
     pub headers_field: HeadersField,
     /// `--schema-dir`: payload contracts per event type (read from `type_field`).
     pub contracts: Option<Contracts>,
+    /// `--key-converter`, `--value-converter`: the bytes Connect's converters would write.
+    pub key_converter: Converter,
+    pub value_converter: Converter,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -208,6 +213,8 @@ pub struct Route {
     /// The event type column and the contracts its values select, with `--schema-dir` (boxed:
     /// routes are kept per relation, and most run without contracts).
     contract: Option<Box<(Col, Contracts)>>,
+    key_converter: Converter,
+    value_converter: Converter,
 }
 
 impl Route {
@@ -254,12 +261,27 @@ impl Route {
             }
             None => None,
         };
+        let key = need(&cfg.key_field, "--table-field-event-key")?;
+        let payload = need(&cfg.payload_field, "--table-field-event-payload")?;
+        for (conv, col, flag) in
+            [(cfg.key_converter, key, "--key-converter"), (cfg.value_converter, payload, "--value-converter")]
+        {
+            if conv == Converter::Json && !converter::json_supports(col.type_oid) {
+                return Err(Definite::Setup(format!(
+                    "{flag} json: column {:?} of {table} is a {}, which Debezium turns into a Connect type whose JSON outboxd does not reproduce; use {flag} string, or a text, uuid, json, integer, boolean or bytea column",
+                    rel.columns[col.idx].name,
+                    converter::type_name(col.type_oid)
+                )));
+            }
+        }
         Ok(Route {
             contract,
+            key_converter: cfg.key_converter,
+            value_converter: cfg.value_converter,
             id: need(&cfg.id_field, "--table-field-event-id")?,
-            key: need(&cfg.key_field, "--table-field-event-key")?,
+            key,
             route_by: need(&cfg.route_by_field, "--route-by-field")?,
-            payload: need(&cfg.payload_field, "--table-field-event-payload")?,
+            payload,
             timestamp: match &cfg.timestamp_field {
                 Some(c) => Some(need(c, "--table-field-event-timestamp")?),
                 None => None,
@@ -274,6 +296,14 @@ impl Route {
             envelope: cfg.placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_))),
             table,
         })
+    }
+
+    /// The key and value as `--key-converter` and `--value-converter` write them (after masking,
+    /// which reads the routed JSON).
+    pub fn convert(&self, mut record: Record) -> Record {
+        record.key = record.key.map(|k| converter::convert(self.key_converter, self.key.type_oid, k));
+        record.payload = record.payload.map(|p| converter::convert(self.value_converter, self.payload.type_oid, p));
+        record
     }
 
     /// `schema.table` of the relation this route was compiled for.

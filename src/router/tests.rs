@@ -25,6 +25,8 @@ fn cfg() -> RouteConfig {
         topic: Arc::new(TopicRule::new("(?<routedByValue>.*)", "${routedByValue}.events").unwrap()),
         tombstone_on_empty_payload: false,
         expand_json_payload: false,
+        key_converter: Converter::String,
+        value_converter: Converter::String,
         headers_field: HeadersField::IfPresent("headers".into()),
         contracts: None,
     }

@@ -8,7 +8,7 @@ use clap::ValueEnum;
 use super::Overlay;
 use crate::config::{InvalidOp, PublicationAutocreate, RunArgs};
 use crate::error::Definite;
-use crate::router::MissingPolicy;
+use crate::router::{Converter, MissingPolicy};
 
 /// Set every field the overlay names, unless the user set it explicitly.
 pub fn apply(a: &mut RunArgs, o: &Overlay, explicit: &dyn Fn(&str) -> bool) -> Result<(), Definite> {
@@ -64,6 +64,8 @@ pub fn apply(a: &mut RunArgs, o: &Overlay, explicit: &dyn Fn(&str) -> bool) -> R
             "table_expand_json_payload" => a.table_expand_json_payload = boolean(id, &v)?,
             "table_field_event_headers" => a.table_field_event_headers = Some(v),
             "slot_failover" => a.slot_failover = boolean(id, &v)?,
+            "key_converter" => a.key_converter = Converter::from_str(&v, true).map_err(|_| bad(id, &v))?,
+            "value_converter" => a.value_converter = Converter::from_str(&v, true).map_err(|_| bad(id, &v))?,
             other => return Err(Definite::Bug(format!("debezium overlay names unknown flag {other}"))),
         }
     }

@@ -1,0 +1,117 @@
+//! `--key-converter` and `--value-converter`: the bytes of a record's key and value as Kafka
+//! Connect's converters write them behind Debezium's EventRouter, so consumers of a Debezium
+//! deployment read the same bytes from outboxd.
+//!
+//! * `string` (Connect's `StringConverter`, our default): the column's value as routed: a JSON
+//!   column's exact text, text as its bytes, `bytea` raw.
+//! * `json` (Connect's `JsonConverter` with `schemas.enable=false`): the value as JSON the way
+//!   Debezium's PostgreSQL connector types the column: a string column (`text`, `varchar`, `bpchar`,
+//!   `uuid`, and `json`/`jsonb`, which Debezium carries as `io.debezium.data.Json` strings) becomes
+//!   a JSON string literal, an integer column its number, `boolean` `true`/`false`, `bytea` a base64
+//!   string (Debezium's `binary.handling.mode=bytes`). A NULL stays null (no key, a tombstone).
+//!
+//! Other column types (timestamps, numeric, floats) are refused when the route is compiled, and
+//! `json` with an envelope placement or `--table-expand-json-payload` at start-up: Debezium turns
+//! those into Connect structs whose JSON this module does not reproduce, and a silent difference
+//! would break consumers at the switch.
+
+use base64::Engine as _;
+use bytes::Bytes;
+
+use super::render::{BOOL, BYTEA, INT2, INT4, INT8, JSON, JSONB, TEXT, VARCHAR};
+
+const BPCHAR: u32 = 1042;
+const UUID: u32 = 2950;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Converter {
+    /// Connect's StringConverter: the value as routed.
+    #[default]
+    String,
+    /// Connect's JsonConverter with schemas.enable=false.
+    Json,
+}
+
+/// Whether `json` can write a column of this type the way Debezium and JsonConverter do.
+pub fn json_supports(type_oid: u32) -> bool {
+    matches!(type_oid, TEXT | VARCHAR | BPCHAR | UUID | JSON | JSONB | INT2 | INT4 | INT8 | BOOL | BYTEA)
+}
+
+/// A column type name for messages.
+pub fn type_name(type_oid: u32) -> String {
+    match type_oid {
+        1114 => "timestamp".into(),
+        1184 => "timestamptz".into(),
+        1700 => "numeric".into(),
+        700 => "real".into(),
+        701 => "double precision".into(),
+        1082 => "date".into(),
+        other => format!("type oid {other}"),
+    }
+}
+
+/// `bytes` (the routed value of a column of `type_oid`) as `converter` writes it.
+pub fn convert(converter: Converter, type_oid: u32, bytes: Bytes) -> Bytes {
+    match converter {
+        Converter::String => bytes,
+        Converter::Json => match type_oid {
+            INT2 | INT4 | INT8 => bytes,
+            BOOL => bytes, // routed as true/false already
+            BYTEA => string_literal(&base64::engine::general_purpose::STANDARD.encode(&bytes)),
+            _ => string_literal(&String::from_utf8_lossy(&bytes)),
+        },
+    }
+}
+
+/// A JSON string literal as Jackson (JsonConverter's writer) spells it: `\"`, `\\`, the short
+/// escapes `\b \t \n \f \r`, other control characters as `\u00XX`, and characters outside the
+/// Basic Multilingual Plane as a surrogate pair `\uD83D\uDE00` (all upper-case hex); everything
+/// else as UTF-8. serde_json differs in the last two (lower-case hex, raw 4-byte UTF-8), which
+/// the parity test against Debezium found.
+fn string_literal(s: &str) -> Bytes {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\u{c}' => out.push_str("\\f"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04X}", c as u32);
+            }
+            c if (c as u32) > 0xFFFF => {
+                let mut units = [0u16; 2];
+                for u in c.encode_utf16(&mut units) {
+                    let _ = write!(out, "\\u{:04X}", u);
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    Bytes::from(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_writes_what_jsonconverter_writes() {
+        let j = |oid, s: &[u8]| convert(Converter::Json, oid, Bytes::copy_from_slice(s));
+        assert_eq!(j(JSONB, br#"{"a": 1, "u": "\u00fc"}"#), r#""{\"a\": 1, \"u\": \"\\u00fc\"}""#);
+        assert_eq!(j(TEXT, "ü\n\"".as_bytes()), "\"ü\\n\\\"\"");
+        // Jackson's spelling: surrogate pairs and upper-case hex; BMP characters raw.
+        assert_eq!(j(TEXT, "😀 € \u{1f} \u{7f} /".as_bytes()), "\"\\uD83D\\uDE00 € \\u001F \u{7f} /\"");
+        assert_eq!(j(INT8, b"-42"), "-42");
+        assert_eq!(j(BYTEA, &[0, 255, 1]), "\"AP8B\"");
+        assert_eq!(j(UUID, b"00000000-0000-4000-8000-000000000001"), "\"00000000-0000-4000-8000-000000000001\"");
+        assert_eq!(convert(Converter::String, JSONB, Bytes::from_static(b"{}")), "{}");
+        assert!(!json_supports(1700) && json_supports(BYTEA));
+    }
+}
