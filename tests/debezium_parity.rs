@@ -424,3 +424,116 @@ fn json_converter_without_schemas_gives_the_same_bytes_and_with_schemas_is_refus
     d.stop_cleanly();
     assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
 }
+
+/// Edges of the corpus, one connector: topics of 1, 3 and 12 partitions (routed by a named regex
+/// group), a `bigint` key (NULL in some rows: no key, so the partition is the producers' sticky
+/// choice and not compared), a `text` payload with NULL, empty and whitespace-only values
+/// (tombstones, `route.tombstone.on.empty.payload=true`), a 1 MB payload
+/// (`producer.override.max.request.size`), a 10,000-row transaction, UPDATE and DELETE of outbox
+/// rows (no event in either), and rows of a table outside the publication (none either).
+#[test]
+fn partitions_tombstones_a_big_payload_and_a_big_transaction() {
+    let pg = PgCluster::start();
+    pg.psql(
+        "CREATE TABLE public.outbox_edge (event_id uuid PRIMARY KEY DEFAULT gen_random_uuid(), kind text NOT NULL, \
+         agg bigint, body text, at timestamp NOT NULL DEFAULT timestamp '2026-03-04 05:06:07.891'); \
+         CREATE TABLE public.not_outbox (event_id uuid PRIMARY KEY DEFAULT gen_random_uuid(), kind text, agg bigint, body text)",
+    );
+    let broker = Broker::start();
+    const KINDS: [(&str, i32); 3] = [("p1", 1), ("p3", 3), ("p12", 12)];
+    for prefix in ["dbz", "obx"] {
+        for (k, n) in KINDS {
+            broker.create_topic_with(&format!("{prefix}.edge.{k}"), n, &[("max.message.bytes", "4194304")], false);
+        }
+    }
+    let connector = |prefix: &str| {
+        let mut config = pg_source(&pg);
+        let edge = json!({
+            "topic.prefix": "app-pg",
+            "plugin.name": "pgoutput",
+            "publication.autocreate.mode": "filtered",
+            "table.include.list": "public.outbox_edge",
+            "slot.name": format!("{prefix}_edge"),
+            "publication.name": format!("{prefix}_edge_pub"),
+            "producer.override.max.request.size": "4194304",
+            "transforms": "outbox",
+            "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+            "transforms.outbox.route.by.field": "kind",
+            "transforms.outbox.route.topic.regex": "(?<size>p[0-9]+)",
+            "transforms.outbox.route.topic.replacement": format!("{prefix}.edge.${{size}}"),
+            "transforms.outbox.route.tombstone.on.empty.payload": "true",
+            "transforms.outbox.table.field.event.id": "event_id",
+            "transforms.outbox.table.field.event.key": "agg",
+            "transforms.outbox.table.field.event.payload": "body",
+            "transforms.outbox.table.field.event.timestamp": "at"
+        });
+        config.extend(edge.as_object().cloned().unwrap_or_default());
+        json!({ "name": "edge-outbox", "config": config })
+    };
+    let (dbz, mut d, _dir) = run_both(&broker, connector);
+
+    let mut per_kind: HashMap<&str, usize> = HashMap::new();
+    let mut ids = Vec::new();
+    let mut insert = |pg: &PgCluster, sql: String, kind: &'static str| {
+        let out = pg.psql(&sql);
+        let got: Vec<String> = out.lines().filter(|l| !l.is_empty()).map(str::to_owned).collect();
+        *per_kind.entry(kind).or_default() += got.len();
+        ids.extend(got);
+    };
+    let bodies = ["NULL", "''", "'   '", r#"'{"a": 1}'"#, "'plain text ü'"];
+    for (i, (kind, _)) in KINDS.iter().cycle().take(60).enumerate() {
+        let agg = if i % 7 == 6 { "NULL".to_owned() } else { (i as i64 * 7919 - 100).to_string() };
+        insert(
+            &pg,
+            format!(
+                "INSERT INTO outbox_edge (kind, agg, body) VALUES ('{kind}', {agg}, {}) RETURNING event_id",
+                bodies[i % bodies.len()]
+            ),
+            kind,
+        );
+    }
+    insert(&pg, "INSERT INTO outbox_edge (kind, agg, body) VALUES ('p3', 42, repeat('x', 1048576)) RETURNING event_id".into(), "p3");
+    // One transaction of 10,000 rows over 40 keys: each key's order inside it must hold.
+    insert(
+        &pg,
+        "INSERT INTO outbox_edge (kind, agg, body) SELECT 'p12', g % 40, '{\"n\": ' || g || '}' \
+         FROM generate_series(1, 10000) g ORDER BY g RETURNING event_id"
+            .into(),
+        "p12",
+    );
+    // No events: UPDATE and DELETE of outbox rows, rows of a table outside the publication.
+    pg.psql("UPDATE outbox_edge SET body = 'changed' WHERE kind = 'p1'; DELETE FROM outbox_edge WHERE kind = 'p3' AND body IS NULL");
+    pg.psql("INSERT INTO not_outbox (kind, agg, body) SELECT 'p1', g, 'x' FROM generate_series(1, 10) g");
+    insert(&pg, "INSERT INTO outbox_edge (kind, agg, body) VALUES ('p1', 1, 'last') RETURNING event_id".into(), "p1");
+
+    let read = |prefix: &str| {
+        let mut by_id = HashMap::new();
+        for (kind, partitions) in KINDS {
+            let topic = format!("{prefix}.edge.{kind}");
+            let got = broker.consume_all(&topic, partitions, per_kind[kind], Duration::from_secs(120));
+            assert_eq!(got.len(), per_kind[kind], "{topic}: records (no event for UPDATE, DELETE, other tables)");
+            for r in got {
+                let id = r.header_str("id").expect("id header");
+                assert!(by_id.insert(id.clone(), r).is_none(), "{prefix}: {id} twice");
+            }
+        }
+        by_id
+    };
+    let theirs = read("dbz");
+    let mine = read("obx");
+    assert_eq!(dbz.task_states(), ["RUNNING"], "{}", dbz.task_trace());
+    let tombstones = mine.values().filter(|r| r.payload.is_none()).count();
+    assert_eq!(tombstones, 36, "NULL, empty and blank bodies are tombstones");
+    let mut diffs = compare(&ids, &theirs, &mine);
+    let (to, mo) = (key_order(&theirs), key_order(&mine));
+    for (key, ids) in &to {
+        if mo.get(key) != Some(ids) {
+            diffs.push(format!("key {:?}: order differs", String::from_utf8_lossy(key)));
+        }
+    }
+    let used: std::collections::HashSet<(String, i32)> =
+        mine.values().filter(|r| r.key.is_some()).map(|r| (r.topic.clone(), r.partition)).collect();
+    assert_eq!(used.len(), 1 + 3 + 12, "every partition of every topic holds a keyed event: {used:?}");
+    d.stop_cleanly();
+    assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
+}
