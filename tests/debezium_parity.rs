@@ -492,7 +492,11 @@ fn partitions_tombstones_a_big_payload_and_a_big_transaction() {
             kind,
         );
     }
-    insert(&pg, "INSERT INTO outbox_edge (kind, agg, body) VALUES ('p3', 42, repeat('x', 1048576)) RETURNING event_id".into(), "p3");
+    insert(
+        &pg,
+        "INSERT INTO outbox_edge (kind, agg, body) VALUES ('p3', 42, repeat('x', 1048576)) RETURNING event_id".into(),
+        "p3",
+    );
     // One transaction of 10,000 rows over 40 keys: each key's order inside it must hold.
     insert(
         &pg,
@@ -534,6 +538,67 @@ fn partitions_tombstones_a_big_payload_and_a_big_transaction() {
     let used: std::collections::HashSet<(String, i32)> =
         mine.values().filter(|r| r.key.is_some()).map(|r| (r.topic.clone(), r.partition)).collect();
     assert_eq!(used.len(), 1 + 3 + 12, "every partition of every topic holds a keyed event: {used:?}");
+    d.stop_cleanly();
+    assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
+}
+
+/// A `bytea` payload (Avro or Protobuf bytes in practice) under `ByteArrayConverter`, the
+/// converter Debezium users set for it: outboxd (`--value-converter bytes`, read from the file)
+/// writes the same bytes, zero bytes and invalid UTF-8 included.
+#[test]
+fn bytea_payload_under_byte_array_converter() {
+    let pg = PgCluster::start();
+    pg.psql(
+        "CREATE TABLE public.outbox_bin (event_id uuid PRIMARY KEY DEFAULT gen_random_uuid(), kind text NOT NULL, \
+         agg text, body bytea, at timestamp NOT NULL DEFAULT timestamp '2026-05-06 07:08:09.123')",
+    );
+    let broker = Broker::start();
+    for prefix in ["dbz", "obx"] {
+        broker.create_topic(&format!("{prefix}.bin"), PARTITIONS);
+    }
+    let connector = |prefix: &str| {
+        let mut config = pg_source(&pg);
+        let bin = json!({
+            "topic.prefix": "app-pg",
+            "plugin.name": "pgoutput",
+            "publication.autocreate.mode": "filtered",
+            "table.include.list": "public.outbox_bin",
+            "slot.name": format!("{prefix}_bin"),
+            "publication.name": format!("{prefix}_bin_pub"),
+            "value.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
+            "transforms": "outbox",
+            "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+            "transforms.outbox.route.by.field": "kind",
+            "transforms.outbox.route.topic.replacement": format!("{prefix}.${{routedByValue}}"),
+            "transforms.outbox.table.field.event.id": "event_id",
+            "transforms.outbox.table.field.event.key": "agg",
+            "transforms.outbox.table.field.event.payload": "body",
+            "transforms.outbox.table.field.event.timestamp": "at"
+        });
+        config.extend(bin.as_object().cloned().unwrap_or_default());
+        json!({ "name": "bin-outbox", "config": config })
+    };
+    let (dbz, mut d, _dir) = run_both(&broker, connector);
+    let mut ids = Vec::new();
+    for i in 0..24 {
+        let body = match i % 4 {
+            0 => "'\\x000102ff80fe'::bytea".to_owned(),
+            1 => "NULL".to_owned(),
+            2 => "''::bytea".to_owned(),
+            _ => format!("decode(md5('{i}'), 'hex') || '\\xc328'::bytea"),
+        };
+        let out = pg.psql(&format!(
+            "INSERT INTO outbox_bin (kind, agg, body) VALUES ('bin', 'k{}', {body}) RETURNING event_id",
+            i % 5
+        ));
+        ids.push(out.lines().next().unwrap().to_owned());
+    }
+    let theirs = consume_topics(&broker, "dbz", &["bin"], ids.len());
+    let mine = consume_topics(&broker, "obx", &["bin"], ids.len());
+    assert_eq!(dbz.task_states(), ["RUNNING"], "{}", dbz.task_trace());
+    let raw = mine.values().filter_map(|r| r.payload.as_deref()).find(|p| p.starts_with(&[0, 1, 2, 0xff]));
+    assert_eq!(raw, Some(&[0u8, 1, 2, 0xff, 0x80, 0xfe][..]), "the bytes themselves");
+    let diffs = compare(&ids, &theirs, &mine);
     d.stop_cleanly();
     assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
 }

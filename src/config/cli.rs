@@ -425,11 +425,12 @@ pub struct RunArgs {
     /// Parse `text` payloads as JSON and send them compact (Debezium `table.expand.json.payload`).
     #[arg(long, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_name = "BOOL")]
     pub table_expand_json_payload: bool,
-    /// How the key is written: `string` (Kafka Connect's StringConverter: the column as routed) or
-    /// `json` (JsonConverter with schemas.enable=false: a JSON string, number or boolean).
+    /// How the key is written: `string` (Kafka Connect's StringConverter: the column as routed),
+    /// `json` (JsonConverter with schemas.enable=false: a JSON string, number or boolean) or
+    /// `bytes` (ByteArrayConverter: a bytea column's bytes).
     #[arg(long, env = "OUTBOXD_KEY_CONVERTER", value_enum, default_value_t = crate::router::Converter::String)]
     pub key_converter: crate::router::Converter,
-    /// How the value is written: `string` or `json`, as for --key-converter.
+    /// How the value is written: `string`, `json` or `bytes`, as for --key-converter.
     #[arg(long, env = "OUTBOXD_VALUE_CONVERTER", value_enum, default_value_t = crate::router::Converter::String)]
     pub value_converter: crate::router::Converter,
     /// jsonb column whose top-level keys become Kafka headers; empty disables. Default: `headers` when the table has it.

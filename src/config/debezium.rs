@@ -185,6 +185,9 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
             Some("org.apache.kafka.connect.storage.StringConverter") => {
                 o.values.push((if side == "key" { "key_converter" } else { "value_converter" }, "string".into()))
             }
+            Some("org.apache.kafka.connect.converters.ByteArrayConverter") => {
+                o.values.push((if side == "key" { "key_converter" } else { "value_converter" }, "bytes".into()))
+            }
             Some("org.apache.kafka.connect.json.JsonConverter") => {
                 if schemas.as_deref().map(str::trim) != Some("false") {
                     return Err(format!(
@@ -198,8 +201,8 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
             }
             Some(other) => {
                 return Err(format!(
-                    "{class_key}={other}: outboxd writes what StringConverter or JsonConverter (schemas.enable=false) \
-                     write, not this converter's format; use one of those ({flag} string|json)"
+                    "{class_key}={other}: outboxd writes what StringConverter, JsonConverter (schemas.enable=false) and \
+                     ByteArrayConverter write, not this converter's format; use one of those ({flag} string|json|bytes)"
                 ))
             }
         }

@@ -9,8 +9,12 @@
 //!   `uuid`, and `json`/`jsonb`, which Debezium carries as `io.debezium.data.Json` strings) becomes
 //!   a JSON string literal, an integer column its number, `boolean` `true`/`false`, `bytea` a base64
 //!   string (Debezium's `binary.handling.mode=bytes`). A NULL stays null (no key, a tombstone).
+//! * `bytes` (Connect's `ByteArrayConverter`): a `bytea` column's raw bytes; Debezium fails on
+//!   any other type with it, so outboxd refuses them when the route is compiled. (With
+//!   `StringConverter`, Debezium writes a `bytea` value as Java's `[B@…` array name; outboxd writes
+//!   the bytes, a documented deviation.)
 //!
-//! Other column types (timestamps, numeric, floats) are refused when the route is compiled, and
+//! Other column types with `json` (timestamps, numeric, floats) are refused when the route is compiled, and
 //! `json` with an envelope placement or `--table-expand-json-payload` at start-up: Debezium turns
 //! those into Connect structs whose JSON this module does not reproduce, and a silent difference
 //! would break consumers at the switch.
@@ -30,11 +34,24 @@ pub enum Converter {
     String,
     /// Connect's JsonConverter with schemas.enable=false.
     Json,
+    /// Connect's ByteArrayConverter: a `bytea` column's raw bytes (the only type it takes).
+    Bytes,
 }
 
 /// Whether `json` can write a column of this type the way Debezium and JsonConverter do.
 pub fn json_supports(type_oid: u32) -> bool {
     matches!(type_oid, TEXT | VARCHAR | BPCHAR | UUID | JSON | JSONB | INT2 | INT4 | INT8 | BOOL | BYTEA)
+}
+
+/// Whether `converter` can write a column of this type the way Debezium and the Connect converter
+/// do (`string` takes every type; the others refuse what Debezium would fail on or write
+/// differently).
+pub fn supports(converter: Converter, type_oid: u32) -> bool {
+    match converter {
+        Converter::String => true,
+        Converter::Json => json_supports(type_oid),
+        Converter::Bytes => type_oid == BYTEA,
+    }
 }
 
 /// A column type name for messages.
@@ -46,6 +63,13 @@ pub fn type_name(type_oid: u32) -> String {
         700 => "real".into(),
         701 => "double precision".into(),
         1082 => "date".into(),
+        TEXT => "text".into(),
+        JSONB => "jsonb".into(),
+        JSON => "json".into(),
+        VARCHAR => "varchar".into(),
+        UUID => "uuid".into(),
+        INT8 => "bigint".into(),
+        INT4 => "integer".into(),
         other => format!("type oid {other}"),
     }
 }
@@ -53,7 +77,7 @@ pub fn type_name(type_oid: u32) -> String {
 /// `bytes` (the routed value of a column of `type_oid`) as `converter` writes it.
 pub fn convert(converter: Converter, type_oid: u32, bytes: Bytes) -> Bytes {
     match converter {
-        Converter::String => bytes,
+        Converter::String | Converter::Bytes => bytes,
         Converter::Json => match type_oid {
             INT2 | INT4 | INT8 => bytes,
             BOOL => bytes, // routed as true/false already

@@ -266,12 +266,13 @@ impl Route {
         for (conv, col, flag) in
             [(cfg.key_converter, key, "--key-converter"), (cfg.value_converter, payload, "--value-converter")]
         {
-            if conv == Converter::Json && !converter::json_supports(col.type_oid) {
-                return Err(Definite::Setup(format!(
-                    "{flag} json: column {:?} of {table} is a {}, which Debezium turns into a Connect type whose JSON outboxd does not reproduce; use {flag} string, or a text, uuid, json, integer, boolean or bytea column",
-                    rel.columns[col.idx].name,
-                    converter::type_name(col.type_oid)
-                )));
+            if !converter::supports(conv, col.type_oid) {
+                let (name, ty) = (&rel.columns[col.idx].name, converter::type_name(col.type_oid));
+                return Err(Definite::Setup(if conv == Converter::Json {
+                    format!("{flag} json: column {name:?} of {table} is a {ty}, which Debezium turns into a Connect type whose JSON outboxd does not reproduce; use {flag} string, or a text, uuid, json, integer, boolean or bytea column")
+                } else {
+                    format!("{flag} bytes (ByteArrayConverter): column {name:?} of {table} is a {ty}, and the converter takes only bytea (Debezium fails on it too); use {flag} string")
+                }));
             }
         }
         Ok(Route {
