@@ -18,6 +18,8 @@ pub enum Scenario {
     Latency,
     Backlog,
     Profile,
+    /// Not in `all`: the race with Debezium (`bench/run debezium`).
+    Debezium,
 }
 
 impl Scenario {
@@ -29,6 +31,7 @@ impl Scenario {
             Scenario::Latency => "latency",
             Scenario::Backlog => "backlog",
             Scenario::Profile => "profile",
+            Scenario::Debezium => "debezium",
         }
     }
 }
@@ -44,9 +47,9 @@ pub fn scenarios(args: &[String]) -> Result<Vec<Scenario>> {
             out.extend(ALL_SCENARIOS);
             continue;
         }
-        match ALL_SCENARIOS.iter().find(|s| s.name() == a) {
+        match ALL_SCENARIOS.iter().chain([&Scenario::Debezium]).find(|s| s.name() == a) {
             Some(s) => out.push(*s),
-            None => bail!("unknown scenario '{a}' (drain tls bigtx latency backlog profile all)"),
+            None => bail!("unknown scenario '{a}' (drain tls bigtx latency backlog profile debezium all)"),
         }
     }
     Ok(out)
@@ -63,6 +66,8 @@ pub struct Knobs {
     pub big_txn_rows: u64,
     pub n_huge: u64,
     pub reps_huge: usize,
+    /// Rows of the one big transaction in the debezium scenario.
+    pub dbz_huge: u64,
     /// Insert rates (events/s) of the latency scenario.
     pub rates: Vec<u64>,
     pub lat_secs: u64,
@@ -130,6 +135,7 @@ impl Knobs {
             big_txn_rows: num("BIG_TXN_ROWS", 1000)?,
             n_huge: num("N_HUGE", 1_000_000)?,
             reps_huge: num("REPS_HUGE", 1)?,
+            dbz_huge: num("DBZ_HUGE", n)?,
             rates,
             lat_secs: num("LAT_SECS", 30)?,
             warm_secs: num("WARM_SECS", 3)?,
@@ -171,13 +177,14 @@ impl Knobs {
             format!(" OUTBOXD_EXTRA=\"{}\"", self.outboxd_extra)
         };
         format!(
-            "Settings:{extra} N={} REPS={} N_BIG={} BIG_TXN_ROWS={} N_HUGE={} RATES=\"{}\" LAT_SECS={} N_BACKLOG={} \
+            "Settings:{extra} N={} REPS={} N_BIG={} BIG_TXN_ROWS={} N_HUGE={} DBZ_HUGE={} RATES=\"{}\" LAT_SECS={} N_BACKLOG={} \
              BACKLOG_TXN_ROWS={} N_PROFILE={} N_TLS={} TLS_REPS={} TLS_NULL={} TLS_SPLIT={}.",
             self.n,
             self.reps,
             self.n_big,
             self.big_txn_rows,
             self.n_huge,
+            self.dbz_huge,
             rates.join(" "),
             self.lat_secs,
             self.n_backlog,

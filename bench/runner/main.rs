@@ -12,6 +12,7 @@
 mod bench;
 mod broker;
 mod cluster;
+mod debezium;
 mod drain;
 mod knobs;
 mod latency;
@@ -75,6 +76,7 @@ fn run(args: &[String]) -> Result<()> {
             Scenario::Latency => latency::latency(&mut b),
             Scenario::Backlog => drain::backlog(&mut b),
             Scenario::Profile => profile::profile(&mut b),
+            Scenario::Debezium => debezium::debezium(&mut b),
         };
         ran.with_context(|| format!("scenario {}", s.name()))?;
         let (el, la1) = (human_secs(t0.elapsed().as_secs_f64().round() as u64), measure::loadavg());

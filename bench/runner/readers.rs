@@ -34,6 +34,8 @@ pub enum Kind {
     Perf,
     Http,
     Rabbitmq,
+    /// Debezium on a Kafka Connect standalone worker (`bench/runner/debezium.rs`).
+    Debezium,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -68,6 +70,8 @@ pub struct Sample {
     pub hwm_kib: Option<u64>,
     /// CPU seconds of the walsender serving the slot.
     pub walsender: Option<f64>,
+    /// Seconds from launch to the first record on the brokers (Debezium only).
+    pub first_secs: Option<f64>,
 }
 
 impl Reader {
@@ -80,6 +84,7 @@ impl Reader {
             Kind::Perf => "perf",
             Kind::Http => "http",
             Kind::Rabbitmq => "rabbitmq",
+            Kind::Debezium => "debezium",
         };
         match self.transport {
             Transport::Socket => kind.to_owned(),
@@ -99,6 +104,7 @@ impl Reader {
             Kind::Perf => "Kafka ProducerPerformance alone".to_owned(),
             Kind::Http => format!("outboxd --sink http --http-batch {http_batch}"),
             Kind::Rabbitmq => "outboxd --sink rabbitmq (durable queue, confirms)".to_owned(),
+            Kind::Debezium => "Debezium 3.6.1.Final on Kafka Connect 4.4.0 (standalone)".to_owned(),
         };
         let suffix = match (self.kind, self.transport) {
             (Kind::Recv | Kind::Null, Transport::Tcp) => ", TCP, sslmode=disable",
@@ -134,7 +140,7 @@ impl Reader {
 
     /// Whether the table shows the far side's CPU (the broker's, or the webhook receiver's).
     pub fn shows_far_side(self) -> bool {
-        matches!(self.kind, Kind::Kafka | Kind::Broker | Kind::Perf | Kind::Http)
+        matches!(self.kind, Kind::Kafka | Kind::Broker | Kind::Perf | Kind::Http | Kind::Debezium)
     }
 
     /// The producers alone read no slot.
@@ -242,7 +248,7 @@ pub fn run(b: &Bench, r: Reader, slot: &str, end: &str, rows: u64) -> Result<Sam
             let secs =
                 measure::kv("secs", &line).and_then(|s| s.parse().ok()).context("no secs= from bench_latency")?;
             let (cpu, hwm) = measure::time_file(&time).context("no /usr/bin/time figures")?;
-            Sample { secs, cpu: Some(cpu), hwm_kib: Some(hwm), walsender: None }
+            Sample { secs, cpu: Some(cpu), hwm_kib: Some(hwm), walsender: None, first_secs: None }
         }
         Kind::Perf => {
             // No PostgreSQL: Kafka's own Java producer sending as many records of the backlog's
@@ -265,8 +271,9 @@ pub fn run(b: &Bench, r: Reader, slot: &str, end: &str, rows: u64) -> Result<Sam
                 bail!("{what}: {sent} records sent at {rate} records/sec, expected {rows}");
             }
             let hwm = measure::time_file(&time).map(|(_, h)| h);
-            Sample { secs: rows as f64 / rate, cpu: None, hwm_kib: hwm, walsender: None }
+            Sample { secs: rows as f64 / rate, cpu: None, hwm_kib: hwm, walsender: None, first_secs: None }
         }
+        Kind::Debezium => crate::debezium::run(b, slot, rows)?,
         Kind::Null | Kind::Kafka | Kind::Http | Kind::Rabbitmq => {
             if r.kind == Kind::Rabbitmq {
                 rabbit(b, "purge")?;
@@ -320,7 +327,7 @@ fn sink_flags(b: &Bench, r: Reader) -> Vec<String> {
             let sink = if r.kind == Kind::Null { "null" } else { "kafka" };
             s(&["--sink", sink]).into_iter().chain(kafka_flags(b, r.transport)).collect()
         }
-        Kind::Recv | Kind::Broker | Kind::Perf => Vec::new(),
+        Kind::Recv | Kind::Broker | Kind::Perf | Kind::Debezium => Vec::new(),
     }
 }
 
@@ -354,6 +361,7 @@ fn parse_reader_line(line: &str) -> Result<Sample> {
         cpu: f[1].parse().ok(),
         hwm_kib: f[2].parse().ok(),
         walsender: f[3].parse().ok(),
+        first_secs: None,
     })
 }
 
@@ -407,7 +415,7 @@ mod tests {
     #[test]
     fn reader_lines_parse_with_unknowns() {
         let s = parse_reader_line("1.250 0.80 30000 -").unwrap();
-        assert_eq!(s, Sample { secs: 1.25, cpu: Some(0.8), hwm_kib: Some(30000), walsender: None });
+        assert_eq!(s, Sample { secs: 1.25, cpu: Some(0.8), hwm_kib: Some(30000), walsender: None, first_secs: None });
         assert!(parse_reader_line("1.0 2.0").is_err());
     }
 }
