@@ -602,3 +602,99 @@ fn bytea_payload_under_byte_array_converter() {
     d.stop_cleanly();
     assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
 }
+
+/// The configuration Debezium's outbox documentation recommends: `table.expand.json.payload=true`
+/// with JsonConverter (`schemas.enable=false`), so consumers read the payload as a JSON object.
+/// Debezium infers a Connect schema from each payload and writes the struct; outboxd reproduces
+/// that, including where Debezium gives up and keeps the string (top-level arrays and scalars,
+/// arrays mixing types or number types) and what it leaves out (null fields, empty arrays).
+/// Once with a `jsonb` payload column (PostgreSQL normalises the text), once with `text` (the
+/// text as written: exponents, `-0.0`, duplicate keys, spacing).
+#[test]
+fn expanded_json_payload_under_json_converter() {
+    let pg = PgCluster::start();
+    pg.psql(
+        "CREATE TABLE public.outbox_x (event_id uuid PRIMARY KEY DEFAULT gen_random_uuid(), kind text NOT NULL, \
+         agg text, body jsonb, tbody text, at timestamp NOT NULL DEFAULT timestamp '2026-07-08 09:10:11.121')",
+    );
+    let payloads = [
+        r#"{"a": 1}"#,
+        r#"{"u": "ü € 😀 日本", "esc": "line\nbreak \"q\" \\ / \t", "ctrl": "\u0001\u001f"}"#,
+        r#"{"f": 1.50, "e": 1e3, "neg": -0.0, "i": 2147483648, "s": 5, "tiny": 1e-7, "huge": 123456789.5, "m": -2147483649}"#,
+        r#"[1, 2, {"x": null}]"#,
+        r#""just a string""#,
+        r#"42"#,
+        r#"null"#,
+        r#"{"n": null, "l": [], "o": {}, "b": true, "f": false}"#,
+        r#"{"deep": {"a": {"b": {"c": [1, 2, null]}}}, "objs": [{"x": 1, "y": "a"}, {"x": 2, "y": "b"}]}"#,
+        r#"{"mixed": [1, "a"]}"#,
+        r#"{"nums": [1, 2.5]}"#,
+        r#"{"longs": [1, 9999999999]}"#,
+        r#"{"nested": [[1, 2], [3]], "strs": ["a", null, "b"]}"#,
+        r#"{"dup": 1, "dup": 2, "z": 0.1}"#,
+        r#"{}"#,
+        r#"not json at all"#,
+    ];
+    let broker = Broker::start();
+    for prefix in ["dbz", "obx"] {
+        for column in ["body", "tbody"] {
+            broker.create_topic(&format!("{prefix}.x.{column}"), PARTITIONS);
+        }
+    }
+    let connector = |prefix: &str, column: &str| {
+        let mut config = pg_source(&pg);
+        let x = json!({
+            "topic.prefix": "app-pg",
+            "plugin.name": "pgoutput",
+            "publication.autocreate.mode": "filtered",
+            "table.include.list": "public.outbox_x",
+            "slot.name": format!("{prefix}_x_{column}"),
+            "publication.name": format!("{prefix}_x_{column}_pub"),
+            "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "key.converter.schemas.enable": "false",
+            "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "value.converter.schemas.enable": "false",
+            "transforms": "outbox",
+            "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+            "transforms.outbox.route.by.field": "kind",
+            "transforms.outbox.route.topic.replacement": format!("{prefix}.x.{column}"),
+            "transforms.outbox.table.field.event.id": "event_id",
+            "transforms.outbox.table.field.event.key": "agg",
+            "transforms.outbox.table.field.event.payload": column,
+            "transforms.outbox.table.field.event.timestamp": "at",
+            "transforms.outbox.table.expand.json.payload": "true"
+        });
+        config.extend(x.as_object().cloned().unwrap_or_default());
+        json!({ "name": format!("x-{column}"), "config": config })
+    };
+    let both = [run_both(&broker, |p| connector(p, "body")), run_both(&broker, |p| connector(p, "tbody"))];
+    let mut ids = Vec::new();
+    for (i, p) in payloads.iter().enumerate() {
+        let q = p.replace('\'', "''");
+        // A payload that is not JSON has no jsonb form: NULL there.
+        let jsonb = if serde_json::from_str::<Value>(p).is_ok() { format!("'{q}'::jsonb") } else { "NULL".into() };
+        // One NULL key: JsonConverter writes it as the JSON `null`, a key like any other.
+        let agg = if i == 6 { "NULL".to_owned() } else { format!("'k{i}'") };
+        let out = pg.psql(&format!(
+            "INSERT INTO outbox_x (kind, agg, body, tbody) VALUES ('x', {agg}, {jsonb}, '{q}') RETURNING event_id"
+        ));
+        ids.push(out.lines().next().unwrap().to_owned());
+    }
+    let mut diffs = Vec::new();
+    let (mut expanded, mut nulls) = (0, 0);
+    for column in ["body", "tbody"] {
+        let suffix = format!("x.{column}");
+        let theirs = consume_topics(&broker, "dbz", &[suffix.as_str()], ids.len());
+        let mine = consume_topics(&broker, "obx", &[suffix.as_str()], ids.len());
+        expanded += mine.values().filter(|r| r.payload.as_deref().is_some_and(|p| p.starts_with(b"{"))).count();
+        nulls += mine.values().filter(|r| r.key.as_deref() == Some(b"null")).count();
+        diffs.extend(compare(&ids, &theirs, &mine).into_iter().map(|d| format!("{column}: {d}")));
+    }
+    for (dbz, mut d, _dir) in both {
+        assert_eq!(dbz.task_states(), ["RUNNING"], "{}", dbz.task_trace());
+        d.stop_cleanly();
+    }
+    assert!(expanded >= 16, "expanded payloads: {expanded}");
+    assert_eq!(nulls, 2, "the NULL key is the bytes `null` in both topics");
+    assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
+}

@@ -168,13 +168,10 @@ impl Config {
             placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_))),
         )
         .map_err(bad)?;
-        if a.value_converter == crate::router::Converter::Json {
-            if placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_))) {
-                return Err(bad("--value-converter json with an envelope placement: Debezium's envelope is a Connect struct whose JSON outboxd does not reproduce; use --value-converter string (outboxd's envelope is a JSON object)".into()));
-            }
-            if a.table_expand_json_payload {
-                return Err(bad("--value-converter json with --table-expand-json-payload: Debezium's expanded payload is a Connect struct whose JSON outboxd does not reproduce; use --value-converter string".into()));
-            }
+        if a.value_converter == crate::router::Converter::Json
+            && placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_)))
+        {
+            return Err(bad("--value-converter json with an envelope placement: Debezium's envelope is a Connect struct whose JSON outboxd does not reproduce; use --value-converter string (outboxd's envelope is a JSON object)".into()));
         }
         let status_interval = parse_duration("--status-interval", &a.status_interval)?;
         if status_interval.is_zero() {

@@ -8,7 +8,9 @@
 //!   Debezium's PostgreSQL connector types the column: a string column (`text`, `varchar`, `bpchar`,
 //!   `uuid`, and `json`/`jsonb`, which Debezium carries as `io.debezium.data.Json` strings) becomes
 //!   a JSON string literal, an integer column its number, `boolean` `true`/`false`, `bytea` a base64
-//!   string (Debezium's `binary.handling.mode=bytes`). A NULL stays null (no key, a tombstone).
+//!   string (Debezium's `binary.handling.mode=bytes`). A NULL key or payload is the JSON `null`
+//!   (4 bytes: the key is then hashed like any other), as JsonConverter writes a null with a
+//!   schema; only a tombstone of `--route-tombstone-on-empty-payload` has no value.
 //! * `bytes` (Connect's `ByteArrayConverter`): a `bytea` column's raw bytes; Debezium fails on
 //!   any other type with it, so outboxd refuses them when the route is compiled. (With
 //!   `StringConverter`, Debezium writes a `bytea` value as Java's `[B@…` array name; outboxd writes
@@ -36,6 +38,12 @@ pub enum Converter {
     Json,
     /// Connect's ByteArrayConverter: a `bytea` column's raw bytes (the only type it takes).
     Bytes,
+}
+
+/// Whether Debezium carries a column of this type as a Connect string (what its EventRouter's
+/// JSON expansion takes).
+pub fn is_string(type_oid: u32) -> bool {
+    matches!(type_oid, TEXT | VARCHAR | BPCHAR | UUID | JSON | JSONB)
 }
 
 /// Whether `json` can write a column of this type the way Debezium and JsonConverter do.
@@ -81,8 +89,8 @@ pub fn convert(converter: Converter, type_oid: u32, bytes: Bytes) -> Bytes {
         Converter::Json => match type_oid {
             INT2 | INT4 | INT8 => bytes,
             BOOL => bytes, // routed as true/false already
-            BYTEA => string_literal(&base64::engine::general_purpose::STANDARD.encode(&bytes)),
-            _ => string_literal(&String::from_utf8_lossy(&bytes)),
+            BYTEA => jackson_string(&base64::engine::general_purpose::STANDARD.encode(&bytes)),
+            _ => jackson_string(&String::from_utf8_lossy(&bytes)),
         },
     }
 }
@@ -92,7 +100,7 @@ pub fn convert(converter: Converter, type_oid: u32, bytes: Bytes) -> Bytes {
 /// Basic Multilingual Plane as a surrogate pair `\uD83D\uDE00` (all upper-case hex); everything
 /// else as UTF-8. serde_json differs in the last two (lower-case hex, raw 4-byte UTF-8), which
 /// the parity test against Debezium found.
-fn string_literal(s: &str) -> Bytes {
+pub(crate) fn jackson_string(s: &str) -> Bytes {
     use std::fmt::Write as _;
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');

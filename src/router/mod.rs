@@ -26,6 +26,7 @@
 
 pub mod contract;
 pub mod converter;
+mod expand;
 pub mod mask;
 pub mod message;
 pub mod render;
@@ -215,6 +216,9 @@ pub struct Route {
     contract: Option<Box<(Col, Contracts)>>,
     key_converter: Converter,
     value_converter: Converter,
+    /// `--table-expand-json-payload` under `--value-converter json`: Debezium's expansion
+    /// ([`expand`]) instead of ours.
+    debezium_expand: bool,
 }
 
 impl Route {
@@ -279,6 +283,7 @@ impl Route {
             contract,
             key_converter: cfg.key_converter,
             value_converter: cfg.value_converter,
+            debezium_expand: cfg.expand_json_payload && cfg.value_converter == Converter::Json,
             id: need(&cfg.id_field, "--table-field-event-id")?,
             key,
             route_by: need(&cfg.route_by_field, "--route-by-field")?,
@@ -293,7 +298,7 @@ impl Route {
             topic: cfg.topic.clone(),
             topics: TopicMemo::default(),
             tombstone: cfg.tombstone_on_empty_payload,
-            expand_json: cfg.expand_json_payload,
+            expand_json: cfg.expand_json_payload && cfg.value_converter != Converter::Json,
             envelope: cfg.placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_))),
             table,
         })
@@ -302,8 +307,33 @@ impl Route {
     /// The key and value as `--key-converter` and `--value-converter` write them (after masking,
     /// which reads the routed JSON).
     pub fn convert(&self, mut record: Record) -> Record {
-        record.key = record.key.map(|k| converter::convert(self.key_converter, self.key.type_oid, k));
-        record.payload = record.payload.map(|p| converter::convert(self.value_converter, self.payload.type_oid, p));
+        let key_type = self.key.type_oid;
+        record.key = match record.key {
+            Some(k) => Some(converter::convert(self.key_converter, key_type, k)),
+            // JsonConverter writes a NULL column as the JSON `null` (four bytes, a key like any
+            // other); only the tombstone rule's record has no schema and so no value.
+            None if self.key_converter == Converter::Json => Some(Bytes::from_static(b"null")),
+            None => None,
+        };
+        record.payload = match record.payload {
+            None if self.value_converter == Converter::Json && !self.tombstone => Some(Bytes::from_static(b"null")),
+            None => None,
+            Some(p) if self.debezium_expand && converter::is_string(self.payload.type_oid) => {
+                Some(match expand::expand(&p) {
+                    Ok(json) => Bytes::from(json),
+                    Err(why) => {
+                        if let expand::NotExpanded::Deviation(what) = why {
+                            tracing::warn!(
+                                event_id = %record.event_id,
+                                "--table-expand-json-payload: the payload holds {what}; Debezium's task would fail or write an unpredictable field order here, outboxd sends the payload as a JSON string"
+                            );
+                        }
+                        converter::jackson_string(&String::from_utf8_lossy(&p))
+                    }
+                })
+            }
+            Some(p) => Some(converter::convert(self.value_converter, self.payload.type_oid, p)),
+        };
         record
     }
 
