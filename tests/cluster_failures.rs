@@ -49,7 +49,6 @@ const AGGREGATES: usize = 23;
 const BATCH: usize = 5;
 /// Clock granularity allowed between a record's LogAppendTime (ms) and a slot sample's time.
 const CLOCK_SLACK_MS: i64 = 50;
-
 fn lsn(s: &str) -> u64 {
     let (hi, lo) = s.trim().split_once('/').unwrap_or_else(|| panic!("not an LSN: {s:?}"));
     (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
@@ -195,6 +194,9 @@ fn resumed_after(pg: &PgCluster, w: &Writer, since: Instant, timeout: Duration) 
 /// (partition, leader, replicas, isr) of one partition.
 type PartitionState = (i32, i32, Vec<i32>, Vec<i32>);
 
+/// (partition, leader, isr): what the outage diagnosis records.
+type LeaderIsr = (i32, i32, Vec<i32>);
+
 /// Every partition of `topic`; None when no broker answered.
 fn partitions(broker: &Broker, topic: &str) -> Option<Vec<PartitionState>> {
     let consumer: BaseConsumer = broker.client_config().create().ok()?;
@@ -251,7 +253,7 @@ fn create_rf3_topic(broker: &Broker, topic: &str) {
                 .set("min.insync.replicas", "2");
             let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
             let out = admin.create_topics([&new], &opts).await.map_err(|e| e.to_string())?;
-            out.into_iter().map(|r| r.map(|_| ()).map_err(|(t, c)| format!("{t}: {c}"))).collect::<Result<(), String>>()
+            out.into_iter().try_for_each(|r| r.map(|_| ()).map_err(|(t, c)| format!("{t}: {c}")))
         })
     })
     .join()
@@ -387,9 +389,9 @@ fn verify(
     let mut prefix_max = Vec::with_capacity(batches.len());
     let mut worst = (i64::MIN, 0usize);
     for (k, b) in batches.iter().enumerate() {
-        for i in b.first..b.first + BATCH {
-            if appended[i] > worst.0 {
-                worst = (appended[i], i);
+        for (i, &at) in appended.iter().enumerate().skip(b.first).take(BATCH) {
+            if at > worst.0 {
+                worst = (at, i);
             }
         }
         prefix_max.push((worst, k));
@@ -638,7 +640,7 @@ fn two_brokers_down_confirms_nothing_and_resumes_when_one_returns() {
     // 25 s outage: outboxd stays up; /readyz must turn not ready and stay so.
     let mut readyz: Vec<(f64, Option<u16>)> = Vec::new();
     // (s since the kill, [(partition, leader, isr)]) for the diagnosis of a failure.
-    let mut isr_seen: Vec<(f64, Vec<(i32, i32, Vec<i32>)>)> = Vec::new();
+    let mut isr_seen: Vec<(f64, Vec<LeaderIsr>)> = Vec::new();
     while t0.elapsed() < Duration::from_secs(25) {
         assert!(d.is_running(), "outboxd exited during the outage:\n{}", d.log());
         readyz.push((t0.elapsed().as_secs_f64(), http_get(port, "/readyz").map(|(c, _)| c)));
