@@ -34,6 +34,7 @@ mod providers;
 pub use apply::apply;
 
 const EVENT_ROUTER: &str = "io.debezium.transforms.outbox.EventRouter";
+const DECODE_MESSAGES: &str = "io.debezium.connector.postgresql.transforms.DecodeLogicalDecodingMessageContent";
 
 /// Flag values (by clap argument id) read from a Debezium file, plus what to tell the operator.
 #[derive(Debug, Default, Clone)]
@@ -314,13 +315,37 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
         }
     }
 
-    // Transforms: exactly one EventRouter, nothing else.
+    // Logical messages: Debezium's prefix list, decoded into events by its
+    // DecodeLogicalDecodingMessageContent transform before the EventRouter.
+    let message_prefixes: Vec<String> = get("message.prefix.include.list")
+        .map(|l| l.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
+        .unwrap_or_default();
+    for p in &message_prefixes {
+        if p.contains(['*', '+', '?', '[', '(', '|', '\\', '^', '$']) {
+            return Err(format!(
+                "message.prefix.include.list entry {p:?} is a regular expression; list the message prefixes exactly"
+            ));
+        }
+        o.values.push(("messages_prefixes", p.clone()));
+    }
+
+    // Transforms: exactly one EventRouter, optionally after the message decoder; nothing else.
     let names: Vec<String> = get("transforms")
         .map(|t| t.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
         .unwrap_or_default();
     let mut router: Option<String> = None;
     for n in &names {
         let ty = cfg.get(&format!("transforms.{n}.type")).cloned().unwrap_or_default();
+        if ty == DECODE_MESSAGES && router.is_none() {
+            if message_prefixes.is_empty() {
+                o.notes.push((true, format!("transform {n:?} decodes logical messages, but message.prefix.include.list names no prefix: no message is an event")));
+            }
+            let null_include = format!("transforms.{n}.fields.null.include");
+            if cfg.get(&null_include).is_some_and(|v| v.trim() == "true") {
+                return Err(format!("{null_include}=true is not supported: outboxd drops null fields of a message, as the decoder's default does"));
+            }
+            continue;
+        }
         if ty != EVENT_ROUTER {
             return Err(format!(
                 "transform {n:?} has type {ty:?}; outboxd implements only {EVENT_ROUTER}: remove that transform or apply it downstream"
@@ -507,6 +532,37 @@ mod tests {
         let warn: Vec<&String> = o.notes.iter().filter(|(w, _)| *w).map(|(_, n)| n).collect();
         assert_eq!(warn.len(), 1, "{warn:?}");
         assert!(warn[0].contains("mystery.key") && !warn[0].contains("p@ss"), "{warn:?}");
+    }
+
+    #[test]
+    fn message_prefixes_and_debeziums_message_decoder() {
+        let with = |extra: &[(&str, &str)]| {
+            let mut m = map(&[
+                ("message.prefix.include.list", "outbox, audit"),
+                ("transforms", "decode,outbox"),
+                ("transforms.decode.type", DECODE_MESSAGES),
+                ("transforms.outbox.type", EVENT_ROUTER),
+            ]);
+            m.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+            translate(&m)
+        };
+        let o = with(&[]).unwrap();
+        let prefixes: Vec<&str> =
+            o.values.iter().filter(|(id, _)| *id == "messages_prefixes").map(|(_, v)| v.as_str()).collect();
+        assert_eq!(prefixes, ["outbox", "audit"]);
+        assert!(!o.notes.iter().any(|(w, _)| *w), "{:?}", o.notes);
+        let e = with(&[("transforms.decode.fields.null.include", "true")]).unwrap_err();
+        assert!(e.contains("fields.null.include"), "{e}");
+        let e = with(&[("message.prefix.include.list", "out.*")]).unwrap_err();
+        assert!(e.contains("regular expression"), "{e}");
+        // The decoder after the router is another transform: refused.
+        let e = translate(&map(&[
+            ("transforms", "outbox,decode"),
+            ("transforms.decode.type", DECODE_MESSAGES),
+            ("transforms.outbox.type", EVENT_ROUTER),
+        ]))
+        .unwrap_err();
+        assert!(e.contains("decode"), "{e}");
     }
 
     #[test]

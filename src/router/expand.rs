@@ -268,6 +268,16 @@ pub fn expand(text: &[u8]) -> Result<String, NotExpanded> {
     Ok(out)
 }
 
+/// Any JSON value as Debezium's decoder types it and JsonConverter writes it: a logical message's
+/// field (DecodeLogicalDecodingMessageContent infers the whole message with the same rules).
+pub fn value(text: &[u8]) -> Result<String, NotExpanded> {
+    let node: Node = serde_json::from_slice(text).map_err(|_| NotExpanded::AsDebezium)?;
+    let Some(schema) = schema_of(&node)? else { return Err(NotExpanded::Deviation("a null or empty-array payload")) };
+    let mut out = String::new();
+    write(&mut out, Some(&node), &schema)?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

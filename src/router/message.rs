@@ -86,12 +86,9 @@ impl MessageRoute {
             replica_identity: b'n',
             columns,
         };
-        Ok(MessageRoute {
-            route: Route::compile(cfg, &rel)?,
-            fields,
-            key_field: cfg.key_field.clone(),
-            id_field: cfg.id_field.clone(),
-        })
+        let mut route = Route::compile(cfg, &rel)?;
+        route.payload_is_decoded_json();
+        Ok(MessageRoute { route, fields, key_field: cfg.key_field.clone(), id_field: cfg.id_field.clone() })
     }
 
     /// The compiled route the tuples of [`MessageRoute::tuple`] go through.

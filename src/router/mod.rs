@@ -219,6 +219,10 @@ pub struct Route {
     /// `--table-expand-json-payload` under `--value-converter json`: Debezium's expansion
     /// ([`expand`]) instead of ours.
     debezium_expand: bool,
+    /// The payload is a JSON value that Debezium has already turned into Connect data (a logical
+    /// message's field, decoded by its DecodeLogicalDecodingMessageContent), so `--value-converter
+    /// json` writes it as that data, whatever its JSON type.
+    decoded_payload: bool,
 }
 
 impl Route {
@@ -284,6 +288,7 @@ impl Route {
             key_converter: cfg.key_converter,
             value_converter: cfg.value_converter,
             debezium_expand: cfg.expand_json_payload && cfg.value_converter == Converter::Json,
+            decoded_payload: false,
             id: need(&cfg.id_field, "--table-field-event-id")?,
             key,
             route_by: need(&cfg.route_by_field, "--route-by-field")?,
@@ -304,6 +309,11 @@ impl Route {
         })
     }
 
+    /// Mark the payload column as a decoded JSON value (logical messages).
+    pub(crate) fn payload_is_decoded_json(&mut self) {
+        self.decoded_payload = true;
+    }
+
     /// The key and value as `--key-converter` and `--value-converter` write them (after masking,
     /// which reads the routed JSON).
     pub fn convert(&self, mut record: Record) -> Record {
@@ -318,6 +328,22 @@ impl Route {
         record.payload = match record.payload {
             None if self.value_converter == Converter::Json && !self.tombstone => Some(Bytes::from_static(b"null")),
             None => None,
+            Some(p) if self.value_converter == Converter::Json && self.decoded_payload => {
+                Some(match expand::value(&p) {
+                    Ok(json) => Bytes::from(json),
+                    Err(why) => {
+                        let what = match why {
+                            expand::NotExpanded::Deviation(what) => what,
+                            expand::NotExpanded::AsDebezium => "a value Debezium's decoder cannot type",
+                        };
+                        tracing::warn!(
+                            event_id = %record.event_id,
+                            "logical message: the payload holds {what}; Debezium's task would fail here, outboxd sends the payload as a JSON string"
+                        );
+                        converter::jackson_string(&String::from_utf8_lossy(&p))
+                    }
+                })
+            }
             Some(p) if self.debezium_expand && converter::is_string(self.payload.type_oid) => {
                 Some(match expand::expand(&p) {
                     Ok(json) => Bytes::from(json),

@@ -19,6 +19,7 @@ pub fn apply(a: &mut RunArgs, o: &Overlay, explicit: &dyn Fn(&str) -> bool) -> R
         _ => Err(bad(id, v)),
     };
     let mut replaced_tables = false;
+    let mut replaced_prefixes = false;
     // Producer settings merge under the flags instead of yielding to any one of them: a
     // `--kafka-property linger.ms=1` must not drop the file's SASL settings.
     a.debezium_kafka_properties =
@@ -34,6 +35,13 @@ pub fn apply(a: &mut RunArgs, o: &Overlay, explicit: &dyn Fn(&str) -> bool) -> R
             "publication" => a.publication = v,
             "publication_autocreate" => {
                 a.publication_autocreate = PublicationAutocreate::from_str(&v, true).map_err(|_| bad(id, &v))?
+            }
+            "messages_prefixes" => {
+                if !replaced_prefixes {
+                    a.messages_prefixes.clear();
+                    replaced_prefixes = true;
+                }
+                a.messages_prefixes.push(v);
             }
             "tables" => {
                 if !replaced_tables {
