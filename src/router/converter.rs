@@ -129,9 +129,112 @@ pub(crate) fn jackson_string(s: &str) -> Bytes {
     Bytes::from(out)
 }
 
+/// How one route's records are converted: the converters and what their output depends on.
+#[derive(Clone, Copy, Debug)]
+pub struct Conversion {
+    pub key: Converter,
+    pub value: Converter,
+    pub key_type: u32,
+    pub payload_type: u32,
+    /// `--table-expand-json-payload` under `--value-converter json`: Debezium's expansion
+    /// ([`super::expand`]) instead of ours.
+    pub debezium_expand: bool,
+    /// The payload is a JSON value Debezium has already turned into Connect data (a logical
+    /// message's field, decoded by its DecodeLogicalDecodingMessageContent), so `json` writes it
+    /// as that data, whatever its JSON type.
+    pub decoded_payload: bool,
+    /// `--route-tombstone-on-empty-payload`: a record without a value is a tombstone.
+    pub tombstone: bool,
+}
+
+impl Conversion {
+    pub fn apply(&self, mut record: super::Record) -> super::Record {
+        use super::expand::{self, NotExpanded};
+        record.key = match record.key {
+            Some(k) => Some(convert(self.key, self.key_type, k)),
+            // JsonConverter writes a NULL column as the JSON `null` (four bytes, a key like any
+            // other); only the tombstone rule's record has no schema and so no value.
+            None if self.key == Converter::Json => Some(Bytes::from_static(b"null")),
+            None => None,
+        };
+        let json = self.value == Converter::Json;
+        let fallback = |what: &str, p: &Bytes, id: &str| {
+            tracing::warn!(
+                event_id = %id,
+                "the payload holds {what}, where Debezium's task fails or its output is unpredictable; outboxd sends the payload as a JSON string"
+            );
+            jackson_string(&String::from_utf8_lossy(p))
+        };
+        record.payload = match record.payload {
+            None if json && !self.tombstone => Some(Bytes::from_static(b"null")),
+            None => None,
+            Some(p) if json && self.decoded_payload => Some(match expand::value(&p) {
+                Ok(v) => Bytes::from(v),
+                Err(NotExpanded::Deviation(what)) => fallback(what, &p, &record.event_id),
+                Err(NotExpanded::AsDebezium) => {
+                    fallback("a value Debezium's decoder cannot type", &p, &record.event_id)
+                }
+            }),
+            Some(p) if self.debezium_expand && is_string(self.payload_type) => Some(match expand::expand(&p) {
+                Ok(v) => Bytes::from(v),
+                Err(NotExpanded::Deviation(what)) => fallback(what, &p, &record.event_id),
+                // Debezium keeps the string as well.
+                Err(NotExpanded::AsDebezium) => jackson_string(&String::from_utf8_lossy(&p)),
+            }),
+            Some(p) => Some(convert(self.value, self.payload_type, p)),
+        };
+        record
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record(key: Option<&'static str>, payload: Option<&'static str>) -> super::super::Record {
+        super::super::Record {
+            topic: "t".into(),
+            key: key.map(|k| Bytes::from_static(k.as_bytes())),
+            payload: payload.map(|p| Bytes::from_static(p.as_bytes())),
+            headers: Vec::new(),
+            partition: None,
+            timestamp_ms: None,
+            event_id: "e".into(),
+            event_type: None,
+        }
+    }
+
+    #[test]
+    fn a_record_through_each_conversion() {
+        let c = Conversion {
+            key: Converter::Json,
+            value: Converter::Json,
+            key_type: TEXT,
+            payload_type: JSONB,
+            debezium_expand: false,
+            decoded_payload: false,
+            tombstone: false,
+        };
+        let kv = |c: &Conversion, k, p| {
+            let r = c.apply(record(k, p));
+            (r.key, r.payload)
+        };
+        // NULLs are the JSON null; values are JSON strings.
+        assert_eq!(kv(&c, None, None), (Some(Bytes::from_static(b"null")), Some(Bytes::from_static(b"null"))));
+        assert_eq!(kv(&c, Some("k"), Some(r#"{"a": 1}"#)).1, Some(Bytes::from_static(br#""{\"a\": 1}""#)));
+        // A tombstone of the tombstone rule has no value.
+        assert_eq!(kv(&Conversion { tombstone: true, ..c }, Some("k"), None).1, None);
+        // Debezium's expansion, and a decoded message payload of any JSON type.
+        let expand = Conversion { debezium_expand: true, ..c };
+        assert_eq!(kv(&expand, Some("k"), Some(r#"{"a": 1.50}"#)).1, Some(Bytes::from_static(br#"{"a":1.5}"#)));
+        assert_eq!(kv(&expand, Some("k"), Some("[1]")).1, Some(Bytes::from_static(br#""[1]""#)));
+        let decoded = Conversion { decoded_payload: true, ..c };
+        assert_eq!(kv(&decoded, Some("k"), Some("[1]")).1, Some(Bytes::from_static(b"[1]")));
+        assert_eq!(kv(&decoded, Some("k"), Some(r#""s""#)).1, Some(Bytes::from_static(br#""s""#)));
+        // StringConverter leaves everything as routed.
+        let s = Conversion { key: Converter::String, value: Converter::String, ..c };
+        assert_eq!(kv(&s, None, Some("[1]")), (None, Some(Bytes::from_static(b"[1]"))));
+    }
 
     #[test]
     fn json_writes_what_jsonconverter_writes() {

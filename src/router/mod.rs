@@ -214,15 +214,8 @@ pub struct Route {
     /// The event type column and the contracts its values select, with `--schema-dir` (boxed:
     /// routes are kept per relation, and most run without contracts).
     contract: Option<Box<(Col, Contracts)>>,
-    key_converter: Converter,
-    value_converter: Converter,
-    /// `--table-expand-json-payload` under `--value-converter json`: Debezium's expansion
-    /// ([`expand`]) instead of ours.
-    debezium_expand: bool,
-    /// The payload is a JSON value that Debezium has already turned into Connect data (a logical
-    /// message's field, decoded by its DecodeLogicalDecodingMessageContent), so `--value-converter
-    /// json` writes it as that data, whatever its JSON type.
-    decoded_payload: bool,
+    /// `--key-converter`, `--value-converter` and what they depend on.
+    conversion: converter::Conversion,
 }
 
 impl Route {
@@ -285,10 +278,15 @@ impl Route {
         }
         Ok(Route {
             contract,
-            key_converter: cfg.key_converter,
-            value_converter: cfg.value_converter,
-            debezium_expand: cfg.expand_json_payload && cfg.value_converter == Converter::Json,
-            decoded_payload: false,
+            conversion: converter::Conversion {
+                key: cfg.key_converter,
+                value: cfg.value_converter,
+                key_type: key.type_oid,
+                payload_type: payload.type_oid,
+                debezium_expand: cfg.expand_json_payload && cfg.value_converter == Converter::Json,
+                decoded_payload: false,
+                tombstone: cfg.tombstone_on_empty_payload,
+            },
             id: need(&cfg.id_field, "--table-field-event-id")?,
             key,
             route_by: need(&cfg.route_by_field, "--route-by-field")?,
@@ -311,56 +309,13 @@ impl Route {
 
     /// Mark the payload column as a decoded JSON value (logical messages).
     pub(crate) fn payload_is_decoded_json(&mut self) {
-        self.decoded_payload = true;
+        self.conversion.decoded_payload = true;
     }
 
     /// The key and value as `--key-converter` and `--value-converter` write them (after masking,
     /// which reads the routed JSON).
-    pub fn convert(&self, mut record: Record) -> Record {
-        let key_type = self.key.type_oid;
-        record.key = match record.key {
-            Some(k) => Some(converter::convert(self.key_converter, key_type, k)),
-            // JsonConverter writes a NULL column as the JSON `null` (four bytes, a key like any
-            // other); only the tombstone rule's record has no schema and so no value.
-            None if self.key_converter == Converter::Json => Some(Bytes::from_static(b"null")),
-            None => None,
-        };
-        record.payload = match record.payload {
-            None if self.value_converter == Converter::Json && !self.tombstone => Some(Bytes::from_static(b"null")),
-            None => None,
-            Some(p) if self.value_converter == Converter::Json && self.decoded_payload => {
-                Some(match expand::value(&p) {
-                    Ok(json) => Bytes::from(json),
-                    Err(why) => {
-                        let what = match why {
-                            expand::NotExpanded::Deviation(what) => what,
-                            expand::NotExpanded::AsDebezium => "a value Debezium's decoder cannot type",
-                        };
-                        tracing::warn!(
-                            event_id = %record.event_id,
-                            "logical message: the payload holds {what}; Debezium's task would fail here, outboxd sends the payload as a JSON string"
-                        );
-                        converter::jackson_string(&String::from_utf8_lossy(&p))
-                    }
-                })
-            }
-            Some(p) if self.debezium_expand && converter::is_string(self.payload.type_oid) => {
-                Some(match expand::expand(&p) {
-                    Ok(json) => Bytes::from(json),
-                    Err(why) => {
-                        if let expand::NotExpanded::Deviation(what) = why {
-                            tracing::warn!(
-                                event_id = %record.event_id,
-                                "--table-expand-json-payload: the payload holds {what}; Debezium's task would fail or write an unpredictable field order here, outboxd sends the payload as a JSON string"
-                            );
-                        }
-                        converter::jackson_string(&String::from_utf8_lossy(&p))
-                    }
-                })
-            }
-            Some(p) => Some(converter::convert(self.value_converter, self.payload.type_oid, p)),
-        };
-        record
+    pub fn convert(&self, record: Record) -> Record {
+        self.conversion.apply(record)
     }
 
     /// `schema.table` of the relation this route was compiled for.
