@@ -191,13 +191,39 @@ pub struct KafkaClientArgs {
 pub struct DlqCommonArgs {
     #[command(flatten)]
     pub kafka: KafkaClientArgs,
-    /// The dead-letter topic.
+    #[command(flatten)]
+    pub sink: DlqSinkArgs,
+    /// The dead-letter topic (a Kafka topic, a NATS subject, a Redis stream key).
     #[arg(long, default_value = "outboxd.dlq")]
     pub dlq_topic: String,
     /// Fail when reading the DLQ gets nothing for this long before reaching the end the topic had
     /// when reading began (a broker that stopped answering); a shorter silence only waits.
     #[arg(long, default_value = "60s", value_name = "DURATION")]
     pub read_timeout: String,
+}
+
+/// Which sink's dead letters the `dlq` tools read, and how to reach it: the same flags (and
+/// environment variables) `outboxd run` takes for that sink.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DlqSinkArgs {
+    /// The sink `outboxd run` wrote the dead letters with: kafka, nats or redis can be read.
+    #[arg(long, value_enum, default_value_t = SinkKind::Kafka)]
+    pub sink: SinkKind,
+    /// NATS server URL(s) for --sink nats: nats://[user:pass@]host:4222 (tls:// for TLS), comma-separated.
+    #[arg(long, env = "OUTBOXD_NATS_URL", hide_env_values = true, default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
+    /// Read --nats-url from FILE (one line) instead; only the file's path is ever shown.
+    #[arg(long, env = "OUTBOXD_NATS_URL_FILE", value_name = "FILE", conflicts_with = "nats_url")]
+    pub nats_url_file: Option<PathBuf>,
+    /// NATS credentials file (JWT and NKey seed) for --sink nats.
+    #[arg(long, env = "OUTBOXD_NATS_CREDS", value_name = "FILE")]
+    pub nats_creds: Option<PathBuf>,
+    /// Redis for --sink redis: redis://[user:password@]host:6379/0, rediss:// for TLS.
+    #[arg(long, env = "OUTBOXD_REDIS_URL", hide_env_values = true, default_value = crate::config::redis::DEFAULT_URL)]
+    pub redis_url: String,
+    /// Read --redis-url from FILE (one line) instead; only the file's path is ever shown.
+    #[arg(long, env = "OUTBOXD_REDIS_URL_FILE", value_name = "FILE", conflicts_with = "redis_url")]
+    pub redis_url_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, clap::Args)]

@@ -39,7 +39,7 @@ mod validate;
 
 pub use cli::{
     BackfillArgs, BadEventPolicy, CheckArgs, Cli, Command, DecryptArgs, DlqCommand, DlqCommonArgs, DlqListArgs,
-    DlqReplayArgs, InvalidOp, KafkaClientArgs, LogFormat, PublicationAutocreate, RunArgs, SchemaCheckArgs,
+    DlqReplayArgs, DlqSinkArgs, InvalidOp, KafkaClientArgs, LogFormat, PublicationAutocreate, RunArgs, SchemaCheckArgs,
     SchemaCommand, ShadowCommand, ShadowCompareArgs, SinkKind, StatusArgs,
 };
 pub use kafka::{KafkaConfig, LoadedProperties, PropertyFile};

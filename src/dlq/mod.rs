@@ -12,7 +12,9 @@
 
 pub mod chunk;
 mod entry;
+mod nats;
 pub(crate) mod read;
+mod redis;
 mod state;
 pub mod tool;
 

@@ -17,6 +17,15 @@
 //!
 //! The consumer, producer and admin client come from [`crate::sink::kafka_client`], so
 //! `--kafka-property` and `--kafka-property-file` mean here what they mean for `outboxd run`.
+//!
+//! `--sink` picks where the DLQ lives, as for `outboxd run`: Kafka (the default, as above), NATS
+//! JetStream ([`super::nats`]) or Redis Streams ([`super::redis`]), with that sink's own
+//! connection flags. Only the record source ([`Source`]) and the republishing client ([`Target`])
+//! differ; collecting, chunk joining, filters, batching and the progress state are the same code
+//! for all three, so the guarantees are too: a batch is recorded only after every event in it was
+//! acknowledged (PubAck, XADD reply). Each sink's state file is its own: `<dlq-topic>` (Kafka),
+//! `nats.<subject>`, `redis.<percent-encoded key>`. The other sinks are refused with one line
+//! saying why ([`unreadable_sink`]).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -30,10 +39,16 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 
 use super::chunk;
 use super::entry::{Collector, Entry, Fed};
+use super::nats::NatsReader;
 use super::read::{partition_count, DlqReader, DlqRecord};
+use super::redis::RedisReader;
 use super::state::State;
 use super::{H_LSN, H_MESSAGE, H_PAYLOAD_DROPPED, H_SEQ, H_SIZE, H_TABLE, PREFIX};
-use crate::config::{parse_duration, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs, KafkaConfig};
+use crate::config::redis::RedisConfig;
+use crate::config::secret::read_url_file;
+use crate::config::{
+    parse_duration, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs, KafkaConfig, NatsConfig, SinkKind,
+};
 use crate::error::{Definite, Error};
 use crate::sink::kafka_client::{self, Retry};
 
@@ -52,11 +67,42 @@ pub async fn run(cmd: DlqCommand) -> Result<u8, Error> {
     }
 }
 
+/// The sink whose dead letters are read, with its validated connection settings.
+enum Via {
+    Kafka,
+    Nats(NatsConfig),
+    Redis(RedisConfig),
+}
+
 /// Validated common flags.
 struct Common {
     kafka: KafkaConfig,
+    via: Via,
     topic: String,
     read_timeout: Duration,
+}
+
+/// Where the DLQ is read from: the sink's own reader.
+enum Source {
+    Kafka(DlqReader),
+    Nats(NatsReader),
+    Redis(RedisReader),
+}
+
+impl Source {
+    async fn next(&mut self) -> Result<Option<DlqRecord>, Error> {
+        match self {
+            Source::Kafka(r) => r.next().await,
+            Source::Nats(r) => r.next().await,
+            Source::Redis(r) => r.next().await,
+        }
+    }
+}
+
+/// Where replayed events go: the same sink.
+enum Target {
+    Nats(async_nats::jetstream::Context),
+    Redis(redis::aio::MultiplexedConnection),
 }
 
 impl Common {
@@ -69,7 +115,72 @@ impl Common {
         if read_timeout.is_zero() {
             return Err(Definite::Config("--read-timeout must be more than 0, e.g. 60s".into()));
         }
-        Ok(Common { kafka, topic: a.dlq_topic.clone(), read_timeout })
+        let s = &a.sink;
+        let url = |flag: &str, file: &Option<std::path::PathBuf>, given: &str| match file {
+            Some(p) => read_url_file(flag, p),
+            None => Ok(given.to_owned()),
+        };
+        let via = match s.sink {
+            SinkKind::Kafka => Via::Kafka,
+            SinkKind::Nats => Via::Nats(NatsConfig::new(
+                &url("--nats-url-file", &s.nats_url_file, &s.nats_url)?,
+                s.nats_creds.clone(),
+                None,
+            )?),
+            SinkKind::Redis => {
+                let c = RedisConfig { url: url("--redis-url-file", &s.redis_url_file, &s.redis_url)?, maxlen: None };
+                c.check()?;
+                Via::Redis(c)
+            }
+            other => return Err(Definite::Config(unreadable_sink(other))),
+        };
+        Ok(Common { kafka, via, topic: a.dlq_topic.clone(), read_timeout })
+    }
+
+    /// The replay state's name: the Kafka topic as before; other sinks' DLQs get their own file.
+    fn state_name(&self) -> String {
+        match &self.via {
+            Via::Kafka => self.topic.clone(),
+            Via::Nats(_) => format!("nats.{}", self.topic),
+            Via::Redis(_) => {
+                const KEEP: &percent_encoding::AsciiSet =
+                    &percent_encoding::NON_ALPHANUMERIC.remove(b'.').remove(b'-').remove(b'_');
+                format!("redis.{}", percent_encoding::utf8_percent_encode(&self.topic, KEEP))
+            }
+        }
+    }
+
+    /// What `list` and `replay` say when there is nothing to read.
+    fn absent(&self) -> String {
+        match &self.via {
+            Via::Kafka => format!("{}: topic does not exist (no dead letters yet)", self.topic),
+            Via::Nats(_) => format!("{}: no JetStream stream holds this subject (no dead letters yet)", self.topic),
+            Via::Redis(_) => format!("{}: the Redis stream is missing or empty (no dead letters yet)", self.topic),
+        }
+    }
+
+    /// The sink's DLQ reader; `None` when there is nothing to read.
+    async fn source(&self) -> Result<Option<Source>, Definite> {
+        Ok(match &self.via {
+            Via::Kafka => self.reader()?.map(Source::Kafka),
+            Via::Nats(c) => {
+                let js = super::nats::connect(c).await?;
+                NatsReader::open(&js, &self.topic, self.read_timeout).await?.map(Source::Nats)
+            }
+            Via::Redis(c) => {
+                let conn = super::redis::connect(c).await?;
+                RedisReader::open(conn, &self.topic, self.read_timeout).await?.map(Source::Redis)
+            }
+        })
+    }
+
+    /// The client replay publishes with, for the sinks other than Kafka.
+    async fn target(&self) -> Result<Option<Target>, Definite> {
+        Ok(match &self.via {
+            Via::Kafka => None,
+            Via::Nats(c) => Some(Target::Nats(super::nats::connect(c).await?)),
+            Via::Redis(c) => Some(Target::Redis(super::redis::connect(c).await?)),
+        })
     }
 
     fn consumer(&self) -> Result<StreamConsumer, Definite> {
@@ -142,6 +253,15 @@ impl Report {
     }
 }
 
+/// Why `outboxd dlq` refuses `--sink kind`, and what to do instead.
+fn unreadable_sink(kind: SinkKind) -> String {
+    match kind {
+        SinkKind::Http => "--sink http: a webhook receiver's dead letters cannot be read back; `outboxd dlq` reads --sink kafka, nats or redis (see the README, \"Bad events and the dead-letter topic\")".into(),
+        SinkKind::Rabbitmq => "--sink rabbitmq: `outboxd dlq` cannot read RabbitMQ dead letters yet (they are messages routed by --dlq-topic; read them from the queue bound to it); it reads --sink kafka, nats or redis".into(),
+        other => format!("--sink {other:?}: this sink keeps no dead letters to read; `outboxd dlq` reads --sink kafka, nats or redis").to_lowercase(),
+    }
+}
+
 fn unreadable_line(r: &DlqRecord, why: &str) -> String {
     format!("{} id={} reason={}: {why}", r.position(), r.id_shown(), r.reason())
 }
@@ -157,8 +277,16 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
     let mut unreadable = Report::new("unreadable (never replayed)");
     let mut collector = Collector::default();
     let mut partitions = None;
-    if let Some(mut reader) = common.reader()? {
-        partitions = Some(reader.partitions());
+    let mut stream_name = None;
+    if let Some(mut reader) = common.source().await? {
+        partitions = Some(match &reader {
+            Source::Kafka(r) => r.partitions(),
+            Source::Nats(r) => {
+                stream_name = Some(r.stream_name().to_owned());
+                1
+            }
+            Source::Redis(_) => 1,
+        });
         while let Some(mut r) = reader.next().await? {
             // Payloads are not shown; chunks keep theirs until their set is checked.
             if r.header(chunk::H_ID).is_none() {
@@ -177,6 +305,11 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
     }
     let leftovers = collector.finish();
     rows.sort_by_key(|e| (e.head.partition, e.head.offset));
+    let position_heading = match common.via {
+        Via::Kafka => "PART/OFFSET",
+        Via::Nats(_) => "0/SEQUENCE",
+        Via::Redis(_) => "ENTRY ID",
+    };
     let total = rows.len();
     rows.truncate(a.limit);
 
@@ -188,6 +321,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
                 serde_json::json!({
                     "partition": r.partition,
                     "offset": r.offset,
+                    "position": r.position(),
                     "event_id": r.event_id(),
                     "reason": r.reason(),
                     "original_topic": r.original_topic(),
@@ -216,6 +350,8 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
             })
             .collect();
         let out = serde_json::json!({
+            "sink": match common.via { Via::Kafka => "kafka", Via::Nats(_) => "nats", Via::Redis(_) => "redis" },
+            "nats_stream": stream_name,
             "dlq_topic": common.topic,
             "exists": partitions.is_some(),
             "partitions": partitions.unwrap_or(0),
@@ -230,22 +366,28 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
     }
 
     let Some(partitions) = partitions else {
-        println!("{}: topic does not exist (no dead letters yet)", common.topic);
+        println!("{}", common.absent());
         return Ok(0);
     };
-    println!(
-        "{}: {total} record{} in {partitions} partition{}",
-        common.topic,
-        if total == 1 { "" } else { "s" },
-        if partitions == 1 { "" } else { "s" }
-    );
+    let plural = if total == 1 { "" } else { "s" };
+    match (&common.via, &stream_name) {
+        (Via::Nats(_), Some(stream)) => {
+            println!("{}: {total} record{plural} in JetStream stream {stream}", common.topic)
+        }
+        (Via::Redis(_), _) => println!("{}: {total} record{plural} in the Redis stream", common.topic),
+        _ => println!(
+            "{}: {total} record{plural} in {partitions} partition{}",
+            common.topic,
+            if partitions == 1 { "" } else { "s" }
+        ),
+    }
     let width = by_reason.keys().map(String::len).max().unwrap_or(0);
     for (reason, n) in &by_reason {
         println!("  {reason:<width$}  {n}");
     }
     if !rows.is_empty() {
         println!("first {} of {total}:", rows.len());
-        println!("  PART/OFFSET\tEVENT ID\tREASON\tORIGINAL TOPIC\tMESSAGE");
+        println!("  {position_heading}\tEVENT ID\tREASON\tORIGINAL TOPIC\tMESSAGE");
         for e in &rows {
             let r = &e.head;
             println!(
@@ -329,7 +471,7 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
         }
         _ => {}
     }
-    let mut state = State::load(&a.state_dir, &common.topic)?;
+    let mut state = State::load(&a.state_dir, &common.state_name())?;
     let mut out = Outcome {
         replayed: 0,
         would_replay: 0,
@@ -340,13 +482,13 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
         failures: Report::new("FAILED (not recorded; a later run retries them)"),
         first_failure: None,
     };
-    let mut publisher = Publisher { common: &common, clients: None, topics: BTreeMap::new() };
+    let mut publisher = Publisher { common: &common, clients: None, topics: BTreeMap::new(), target: None };
     let mut collector = Collector::default();
     let mut batch: Vec<(Entry, String)> = Vec::new();
     let mut batch_bytes = 0usize;
 
-    let Some(mut reader) = common.reader()? else {
-        println!("{}: topic does not exist (no dead letters yet)", common.topic);
+    let Some(mut reader) = common.source().await? else {
+        println!("{}", common.absent());
         println!("replayed 0, skipped 0 (no destination), already done 0");
         return Ok(0);
     };
@@ -444,6 +586,8 @@ struct Publisher<'a> {
     clients: Option<(FutureProducer, AdminClient<DefaultClientContext>, StreamConsumer)>,
     /// Destination topic → whether it exists (or why it cannot be used).
     topics: BTreeMap<String, Result<(), String>>,
+    /// The client for the sinks other than Kafka, made at the first batch.
+    target: Option<Target>,
 }
 
 impl Publisher<'_> {
@@ -456,6 +600,9 @@ impl Publisher<'_> {
     ) -> Result<(), Error> {
         if batch.is_empty() {
             return Ok(());
+        }
+        if !matches!(self.common.via, Via::Kafka) {
+            return self.publish_other(batch, state, out).await;
         }
         if self.clients.is_none() {
             self.clients = Some((self.common.producer()?, self.common.admin()?, self.common.consumer()?));
@@ -498,6 +645,44 @@ impl Publisher<'_> {
                 }
                 Ok(Err((err, _))) => out.fail(&e, &dest, err.to_string()),
                 Err(_) => out.fail(&e, &dest, "producer dropped the delivery report".into()),
+            }
+        }
+        if acked > 0 {
+            state.save()?;
+            out.replayed += acked;
+        }
+        Ok(())
+    }
+}
+
+impl Publisher<'_> {
+    /// [`Publisher::publish`] through NATS or Redis: sends the batch, waits for every answer,
+    /// records the events acked and saves the state.
+    async fn publish_other(
+        &mut self,
+        batch: Vec<(Entry, String)>,
+        state: &mut State,
+        out: &mut Outcome,
+    ) -> Result<(), Error> {
+        if self.target.is_none() {
+            self.target = self.common.target().await?;
+        }
+        let results = match &mut self.target {
+            Some(Target::Nats(js)) => super::nats::send_batch(js, &batch).await,
+            Some(Target::Redis(conn)) => super::redis::send_batch(conn, &batch).await,
+            None => return Err(Definite::Bug("no replay client for this sink".into()).into()),
+        };
+        let mut acked = 0usize;
+        for ((e, dest), result) in batch.iter().zip(results) {
+            match result {
+                Ok(at) => {
+                    println!("sent {} id={} -> {dest} {at}", e.head.position(), e.head.id_shown());
+                    for &(p, o) in &e.positions {
+                        state.insert(p, o);
+                    }
+                    acked += 1;
+                }
+                Err(why) => out.fail(e, dest, why),
             }
         }
         if acked > 0 {

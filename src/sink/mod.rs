@@ -17,10 +17,10 @@ mod http_wire;
 mod kafka;
 pub mod kafka_client;
 mod kafka_events;
-mod nats;
+pub(crate) mod nats;
 mod rabbitmq;
 mod rabbitmq_publisher;
-mod redis;
+pub(crate) mod redis;
 mod simple;
 
 pub use any::AnySink;
