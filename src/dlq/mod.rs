@@ -15,6 +15,7 @@ mod entry;
 mod nats;
 pub(crate) mod read;
 mod redis;
+mod sinks;
 mod state;
 pub mod tool;
 
