@@ -378,3 +378,32 @@ fn an_unreachable_server_is_an_error_without_the_password() {
     assert_ne!(code, Some(0), "{out}");
     assert!(out.contains("--nats-url") && !out.contains("hunter2"), "{out}");
 }
+
+/// Nothing to read is no error: no stream for the subject, no Redis key. A key that holds no
+/// stream is a one-line error naming it.
+#[test]
+fn empty_dead_letter_places_are_empty_and_a_wrong_key_type_is_one_line() {
+    let prefix = unique_name("outboxd-dlqempty");
+    let _clean = Cleanup(prefix.clone());
+    let dlq = format!("{prefix}.dlq");
+    let state = tempfile::tempdir().unwrap();
+    let st = state.path().to_str().unwrap();
+    let nats = ["--sink", "nats", "--nats-url", NATS_URL];
+    let (code, out) = dlq_cmd(&nats, &dlq, "list", &[]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains(&format!("{dlq}: no JetStream stream holds this subject")), "{out}");
+    let (code, out) = dlq_cmd(&nats, &dlq, "replay", &["--state-dir", st]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(summary(&out).starts_with("replayed 0,"), "{out}");
+    let redis_sink = ["--sink", "redis", "--redis-url", REDIS_URL];
+    let (code, out) = dlq_cmd(&redis_sink, &dlq, "list", &["--json"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!((json_line(&out)["exists"].clone(), json_line(&out)["total"].clone()), (false.into(), 0.into()));
+    let _: () = redis::cmd("SET").arg(&dlq).arg("not a stream").query(&mut redis()).unwrap();
+    let (code, out) = dlq_cmd(&redis_sink, &dlq, "list", &[]);
+    assert_ne!(code, Some(0), "{out}");
+    assert!(out.contains(&dlq) && out.contains("WRONGTYPE"), "{out}");
+    let (code, out) = dlq_cmd(&nats, "bad subject", "list", &[]);
+    assert_ne!(code, Some(0), "{out}");
+    assert!(out.contains("--dlq-topic \"bad subject\" is not a NATS subject"), "{out}");
+}
