@@ -184,7 +184,7 @@ impl Common {
 fn unreadable_sink(kind: SinkKind) -> String {
     match kind {
         SinkKind::Http => "--sink http: a webhook receiver's dead letters cannot be read back; `outboxd dlq` reads --sink kafka, nats or redis (see the README, \"Bad events and the dead-letter topic\")".into(),
-        SinkKind::Rabbitmq => "--sink rabbitmq: `outboxd dlq` cannot read RabbitMQ dead letters (a classic queue is only read by consuming it, and a stream queue does not tell an AMQP client its last offset, so the end of the DLQ could not be known); read the queue bound to --dlq-topic with RabbitMQ's tools. It reads --sink kafka, nats or redis".into(),
+        SinkKind::Rabbitmq => "--sink rabbitmq: `outboxd dlq` does not read RabbitMQ dead letters yet; read the queue bound to --dlq-topic with RabbitMQ's tools (see the README, \"RabbitMQ sink\"). It reads --sink kafka, nats or redis".into(),
         other => format!("--sink {other:?}: this sink keeps no dead letters to read; `outboxd dlq` reads --sink kafka, nats or redis").to_lowercase(),
     }
 }
