@@ -224,6 +224,19 @@ pub struct DlqSinkArgs {
     /// Read --redis-url from FILE (one line) instead; only the file's path is ever shown.
     #[arg(long, env = "OUTBOXD_REDIS_URL_FILE", value_name = "FILE", conflicts_with = "redis_url")]
     pub redis_url_file: Option<PathBuf>,
+    /// RabbitMQ for --sink rabbitmq: amqp://[user:password@]host:5672/%2f, amqps:// for TLS.
+    #[arg(long, env = "OUTBOXD_RABBITMQ_URL", hide_env_values = true, default_value = crate::config::rabbitmq::DEFAULT_URL)]
+    pub rabbitmq_url: String,
+    /// Read --rabbitmq-url from FILE (one line) instead; only the file's path is ever shown.
+    #[arg(long, env = "OUTBOXD_RABBITMQ_URL_FILE", value_name = "FILE", conflicts_with = "rabbitmq_url")]
+    pub rabbitmq_url_file: Option<PathBuf>,
+    /// Exchange replay publishes to (as `run`'s); empty: the default exchange.
+    #[arg(long, env = "OUTBOXD_RABBITMQ_EXCHANGE", default_value = "")]
+    pub rabbitmq_exchange: String,
+    /// The stream queue (x-queue-type: stream) bound to --dlq-topic that holds the dead letters;
+    /// default: the --dlq-topic name.
+    #[arg(long, value_name = "QUEUE")]
+    pub rabbitmq_dlq_queue: Option<String>,
 }
 
 #[derive(Debug, Clone, clap::Args)]

@@ -13,6 +13,7 @@
 pub mod chunk;
 mod entry;
 mod nats;
+mod rabbitmq;
 pub(crate) mod read;
 mod redis;
 mod sinks;

@@ -1,9 +1,9 @@
 //! Which sink `outboxd dlq` reads (`--sink`, as for `outboxd run`) and the clients for it: the
 //! validated flags ([`Common`]), the record source ([`Source`]: Kafka's [`DlqReader`], NATS's
-//! [`NatsReader`], Redis's [`RedisReader`]), the republishing client of the sinks other than Kafka
+//! [`NatsReader`], Redis's [`RedisReader`], RabbitMQ's [`RabbitReader`]), the republishing client of the sinks other than Kafka
 //! ([`Target`]), and Kafka replay's sending and topic creation.
 //!
-//! Invariants: only Kafka, NATS and Redis are readable, every other `--sink` is refused with one
+//! Invariants: only Kafka, NATS, Redis and RabbitMQ (a stream queue) are readable, every other `--sink` is refused with one
 //! line ([`unreadable_sink`]); connection errors show URLs masked; each sink's replay state has a
 //! name of its own ([`Common::state_name`]), so a Kafka topic and a NATS subject of the same name
 //! never share progress.
@@ -18,9 +18,11 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 
 use super::nats::NatsReader;
+use super::rabbitmq::RabbitReader;
 use super::read::{partition_count, DlqReader, DlqRecord};
 use super::redis::RedisReader;
 use super::PREFIX;
+use crate::config::rabbitmq::RabbitConfig;
 use crate::config::redis::RedisConfig;
 use crate::config::secret::read_url_file;
 use crate::config::{parse_duration, DlqCommonArgs, KafkaConfig, NatsConfig, SinkKind};
@@ -32,6 +34,8 @@ pub(super) enum Via {
     Kafka,
     Nats(NatsConfig),
     Redis(RedisConfig),
+    /// The settings and the stream queue to read.
+    Rabbitmq(RabbitConfig, String),
 }
 
 /// Validated common flags.
@@ -47,6 +51,7 @@ pub(super) enum Source {
     Kafka(DlqReader),
     Nats(NatsReader),
     Redis(RedisReader),
+    Rabbitmq(Box<RabbitReader>),
 }
 
 impl Source {
@@ -55,6 +60,7 @@ impl Source {
             Source::Kafka(r) => r.next().await,
             Source::Nats(r) => r.next().await,
             Source::Redis(r) => r.next().await,
+            Source::Rabbitmq(r) => r.next().await,
         }
     }
 }
@@ -63,6 +69,12 @@ impl Source {
 pub(super) enum Target {
     Nats(async_nats::jetstream::Context),
     Redis(redis::aio::MultiplexedConnection),
+    /// A channel in confirm mode on a connection kept open, and the exchange.
+    Rabbitmq {
+        _conn: Box<lapin::Connection>,
+        chan: Box<lapin::Channel>,
+        exchange: String,
+    },
 }
 
 impl Common {
@@ -92,6 +104,18 @@ impl Common {
                 c.check()?;
                 Via::Redis(c)
             }
+            SinkKind::Rabbitmq => {
+                let c = RabbitConfig {
+                    url: url("--rabbitmq-url-file", &s.rabbitmq_url_file, &s.rabbitmq_url)?,
+                    exchange: s.rabbitmq_exchange.clone(),
+                };
+                c.check()?;
+                let queue = s.rabbitmq_dlq_queue.clone().unwrap_or_else(|| a.dlq_topic.clone());
+                if queue.is_empty() {
+                    return Err(Definite::Config("--rabbitmq-dlq-queue must not be empty".into()));
+                }
+                Via::Rabbitmq(c, queue)
+            }
             other => return Err(Definite::Config(unreadable_sink(other))),
         };
         Ok(Common { kafka, via, topic: a.dlq_topic.clone(), read_timeout })
@@ -107,6 +131,11 @@ impl Common {
                     &percent_encoding::NON_ALPHANUMERIC.remove(b'.').remove(b'-').remove(b'_');
                 format!("redis.{}", percent_encoding::utf8_percent_encode(&self.topic, KEEP))
             }
+            Via::Rabbitmq(_, queue) => {
+                const KEEP: &percent_encoding::AsciiSet =
+                    &percent_encoding::NON_ALPHANUMERIC.remove(b'.').remove(b'-').remove(b'_');
+                format!("rabbitmq.{}", percent_encoding::utf8_percent_encode(queue, KEEP))
+            }
         }
     }
 
@@ -116,6 +145,9 @@ impl Common {
             Via::Kafka => format!("{}: topic does not exist (no dead letters yet)", self.topic),
             Via::Nats(_) => format!("{}: no JetStream stream holds this subject (no dead letters yet)", self.topic),
             Via::Redis(_) => format!("{}: the Redis stream is missing or empty (no dead letters yet)", self.topic),
+            Via::Rabbitmq(_, q) => {
+                format!("{}: RabbitMQ queue {q:?} does not exist (no dead letters read)", self.topic)
+            }
         }
     }
 
@@ -131,6 +163,9 @@ impl Common {
                 let conn = super::redis::connect(c).await?;
                 RedisReader::open(conn, &self.topic, self.read_timeout).await?.map(Source::Redis)
             }
+            Via::Rabbitmq(c, queue) => {
+                RabbitReader::open(c, queue, self.read_timeout).await?.map(|r| Source::Rabbitmq(Box::new(r)))
+            }
         })
     }
 
@@ -140,6 +175,10 @@ impl Common {
             Via::Kafka => None,
             Via::Nats(c) => Some(Target::Nats(super::nats::connect(c).await?)),
             Via::Redis(c) => Some(Target::Redis(super::redis::connect(c).await?)),
+            Via::Rabbitmq(c, _) => {
+                let (conn, chan) = super::rabbitmq::connect(c).await?;
+                Some(Target::Rabbitmq { _conn: Box::new(conn), chan: Box::new(chan), exchange: c.exchange.clone() })
+            }
         })
     }
 
@@ -183,9 +222,8 @@ impl Common {
 /// Why `outboxd dlq` refuses `--sink kind`, and what to do instead.
 fn unreadable_sink(kind: SinkKind) -> String {
     match kind {
-        SinkKind::Http => "--sink http: a webhook receiver's dead letters cannot be read back; `outboxd dlq` reads --sink kafka, nats or redis (see the README, \"Bad events and the dead-letter topic\")".into(),
-        SinkKind::Rabbitmq => "--sink rabbitmq: `outboxd dlq` does not read RabbitMQ dead letters yet; read the queue bound to --dlq-topic with RabbitMQ's tools (see the README, \"RabbitMQ sink\"). It reads --sink kafka, nats or redis".into(),
-        other => format!("--sink {other:?}: this sink keeps no dead letters to read; `outboxd dlq` reads --sink kafka, nats or redis").to_lowercase(),
+        SinkKind::Http => "--sink http: a webhook receiver's dead letters cannot be read back; `outboxd dlq` reads --sink kafka, nats, redis or rabbitmq (see the README, \"Bad events and the dead-letter topic\")".into(),
+        other => format!("--sink {other:?}: this sink keeps no dead letters to read; `outboxd dlq` reads --sink kafka, nats, redis or rabbitmq").to_lowercase(),
     }
 }
 

@@ -114,7 +114,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
                 stream_name = Some(r.stream_name().to_owned());
                 1
             }
-            Source::Redis(_) => 1,
+            Source::Redis(_) | Source::Rabbitmq(_) => 1,
         });
         while let Some(mut r) = reader.next().await? {
             // Payloads are not shown; chunks keep theirs until their set is checked.
@@ -138,6 +138,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
         Via::Kafka => "PART/OFFSET",
         Via::Nats(_) => "0/SEQUENCE",
         Via::Redis(_) => "ENTRY ID",
+        Via::Rabbitmq(..) => "0/OFFSET",
     };
     let total = rows.len();
     rows.truncate(a.limit);
@@ -179,7 +180,12 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
             })
             .collect();
         let out = serde_json::json!({
-            "sink": match common.via { Via::Kafka => "kafka", Via::Nats(_) => "nats", Via::Redis(_) => "redis" },
+            "sink": match common.via {
+                Via::Kafka => "kafka",
+                Via::Nats(_) => "nats",
+                Via::Redis(_) => "redis",
+                Via::Rabbitmq(..) => "rabbitmq",
+            },
             "nats_stream": stream_name,
             "dlq_topic": common.topic,
             "exists": partitions.is_some(),
@@ -204,6 +210,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
             println!("{}: {total} record{plural} in JetStream stream {stream}", common.topic)
         }
         (Via::Redis(_), _) => println!("{}: {total} record{plural} in the Redis stream", common.topic),
+        (Via::Rabbitmq(_, q), _) => println!("{}: {total} record{plural} in RabbitMQ stream queue {q}", common.topic),
         _ => println!(
             "{}: {total} record{plural} in {partitions} partition{}",
             common.topic,
@@ -499,6 +506,7 @@ impl Publisher<'_> {
         let results = match &mut self.target {
             Some(Target::Nats(js)) => super::nats::send_batch(js, &batch).await,
             Some(Target::Redis(conn)) => super::redis::send_batch(conn, &batch).await,
+            Some(Target::Rabbitmq { chan, exchange, .. }) => super::rabbitmq::send_batch(chan, exchange, &batch).await,
             None => return Err(Definite::Bug("no replay client for this sink".into()).into()),
         };
         let mut acked = 0usize;

@@ -18,7 +18,7 @@ mod kafka;
 pub mod kafka_client;
 mod kafka_events;
 pub(crate) mod nats;
-mod rabbitmq;
+pub(crate) mod rabbitmq;
 mod rabbitmq_publisher;
 pub(crate) mod redis;
 mod simple;
