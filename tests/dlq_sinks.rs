@@ -495,6 +495,97 @@ async fn rabbitmq_dead_letters_in_a_stream_queue_are_listed_and_replayed_once_jo
 }
 
 // ---------------------------------------------------------------------------------------------
+// HTTP with --dlq-sink
+// ---------------------------------------------------------------------------------------------
+
+/// `--sink http --dlq-sink redis`: the receiver refuses one event (422), its dead-letter copy goes
+/// to the Redis DLQ stream, not to the receiver, and `outboxd dlq` lists and replays it from there;
+/// the events the receiver took are not in Redis.
+#[test]
+fn http_dead_letters_go_to_the_dlq_sink_and_are_listed_and_replayed_from_there() {
+    let prefix = unique_name("outboxd-dlqhttp");
+    let _clean = Cleanup(prefix.clone());
+    let mut con = redis();
+    let dlq = format!("{prefix}.dlq");
+    let hook = webhook::Webhook::start(None);
+    hook.respond_with(|r| if r.path.contains("refused") { 422 } else { 200 });
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let url = hook.url("/in/${topic}");
+    let replacement = format!("{prefix}.${{routedByValue}}");
+    let run = [
+        "--sink",
+        "http",
+        "--http-url",
+        &url,
+        "--dlq-sink",
+        "redis",
+        "--redis-url",
+        REDIS_URL,
+        "--route-by-field",
+        "aggregate_type",
+        "--route-topic-replacement",
+        &replacement,
+        "--dlq-topic",
+        &dlq,
+    ];
+    let mut d = Outboxd::spawn_streaming(&daemon_args_pg_only(&pg, &run));
+    let ok = pg.insert_event("fine", "k1", Some("e.v1"), "{\"n\": 1}", None);
+    let bad = pg.insert_event("refused", "k2", Some("e.v1"), "{\"n\": 2}", Some("{\"trace\": \"t-2\"}"));
+    let after = pg.insert_event("fine", "k3", Some("e.v1"), "{\"n\": 3}", None);
+    assert!(wait_until(Duration::from_secs(30), || xrange(&mut con, &dlq).len() == 1), "no copy in Redis\n{}", d.log());
+    assert!(hook.wait_delivered(2, Duration::from_secs(30)), "{}", d.log());
+    assert!(
+        pg.wait_slot_reaches_wal_end(Duration::from_secs(30)),
+        "the copy's XADD must let the slot move\n{}",
+        d.log()
+    );
+    d.stop_cleanly();
+    assert_eq!(hook.delivered_ids(), [ok.clone(), after.clone()], "the receiver got the good events only");
+    let paths: Vec<String> = hook.requests().iter().map(|r| r.path.clone()).collect();
+    assert!(
+        paths.iter().all(|p| p.ends_with(".fine") || p.ends_with(".refused")),
+        "no dead letter went to the receiver: {paths:?}"
+    );
+
+    let sink = ["--sink", "redis", "--redis-url", REDIS_URL];
+    let (code, out) = dlq_cmd(&sink, &dlq, "list", &["--json"]);
+    assert_eq!(code, Some(0), "{out}");
+    let j = json_line(&out);
+    assert_eq!((j["total"].as_u64(), j["records"][0]["event_id"].as_str()), (Some(1), Some(bad.as_str())), "{out}");
+    assert_eq!(j["records"][0]["reason"], "http_refused", "{out}");
+    let state = tempfile::tempdir().unwrap();
+    let to = format!("{prefix}.fixed");
+    let replay = ["--state-dir", state.path().to_str().unwrap(), "--to-topic", &to];
+    let (code, out) = dlq_cmd(&sink, &dlq, "replay", &replay);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(summary(&out).starts_with("replayed 1,"), "{out}");
+    let (code, out) = dlq_cmd(&sink, &dlq, "replay", &replay);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(summary(&out).starts_with("replayed 0,"), "{out}");
+    let e = xrange(&mut con, &to);
+    assert_eq!(e.len(), 1, "exactly once");
+    let f: HashMap<String, Vec<u8>> =
+        e[0].1.chunks(2).map(|p| (String::from_utf8_lossy(&p[0]).into_owned(), p[1].clone())).collect();
+    assert_eq!(
+        (f["id"].as_slice(), f["key"].as_slice(), f["payload"].as_slice()),
+        (bad.as_bytes(), &b"k2"[..], &b"{\"n\": 2}"[..])
+    );
+    assert_eq!(f["trace"], b"t-2");
+    assert!(f.keys().all(|k| !k.starts_with("outboxd.")), "{f:?}");
+}
+
+#[test]
+fn a_dlq_sink_that_cannot_be_read_back_is_refused() {
+    let (code, out) = run_to_exit(
+        &args(&["run", "--postgres-url", "postgres://u@127.0.0.1:1/db", "--sink", "kafka", "--dlq-sink", "http"]),
+        RUN_TIMEOUT,
+    );
+    assert_ne!(code, Some(0), "{out}");
+    assert!(out.contains("--dlq-sink http") && out.contains("kafka, nats, redis or rabbitmq"), "{out}");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Refusals
 // ---------------------------------------------------------------------------------------------
 

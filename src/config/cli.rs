@@ -555,6 +555,10 @@ pub struct RunArgs {
     /// Dead-letter topic for --on-bad-event dlq.
     #[arg(long, env = "OUTBOXD_DLQ_TOPIC", default_value = "outboxd.dlq")]
     pub dlq_topic: String,
+    /// Send dead-letter copies through this sink (with its own connection flags) instead of
+    /// --sink, e.g. --sink http --dlq-sink redis, so `outboxd dlq` can read them back.
+    #[arg(long, env = "OUTBOXD_DLQ_SINK", value_enum, value_name = "SINK")]
+    pub dlq_sink: Option<SinkKind>,
     /// Emit a logical heartbeat message this often while no event arrives; 0 disables.
     #[arg(long, env = "OUTBOXD_HEARTBEAT_INTERVAL", default_value = "30s")]
     pub heartbeat_interval: String,

@@ -109,6 +109,8 @@ pub struct Config {
     pub metrics_addr: Option<SocketAddr>,
     pub on_bad_event: BadEventPolicy,
     pub dlq_topic: String,
+    /// `--dlq-sink`: the sink dead-letter copies go through when it is not `sink`.
+    pub dlq_sink: Option<SinkKind>,
     /// Zero: no heartbeats.
     pub heartbeat_interval: Duration,
     pub heartbeat_action_query: Option<String>,

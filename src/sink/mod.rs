@@ -71,6 +71,12 @@ pub trait Sink {
         None
     }
 
+    /// The largest dead-letter record it takes (copies over it are chunked): the same, unless
+    /// dead letters go elsewhere (`--dlq-sink`).
+    fn dead_letter_max_bytes(&self) -> Option<usize> {
+        self.max_message_bytes()
+    }
+
     /// Fires when a task the sink depends on ended (see [`crate::task`]): the loop driving the
     /// sink waits on it and stops with its error. `None`: no such task.
     fn failure(&self) -> Option<crate::task::Failure> {
