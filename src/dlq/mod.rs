@@ -1,5 +1,7 @@
 //! The dead-letter queue: how a bad event becomes records on `--dlq-topic`, and the
-//! `outboxd dlq` tools ([`tool`]).
+//! `outboxd dlq` tools ([`tool`]), which read the DLQ of the sink `--sink` names (`sinks`): Kafka
+//! (`read`), NATS JetStream (`nats`), Redis Streams (`redis`) or a RabbitMQ stream queue
+//! (`rabbitmq`).
 //!
 //! A dead-letter record keeps the event's original key, payload and headers and adds:
 //! `outboxd.error` (reason code), `outboxd.error.message`, `outboxd.original.topic` (when known),
