@@ -191,13 +191,52 @@ pub struct KafkaClientArgs {
 pub struct DlqCommonArgs {
     #[command(flatten)]
     pub kafka: KafkaClientArgs,
-    /// The dead-letter topic.
+    #[command(flatten)]
+    pub sink: DlqSinkArgs,
+    /// The dead-letter topic (a Kafka topic, a NATS subject, a Redis stream key).
     #[arg(long, default_value = "outboxd.dlq")]
     pub dlq_topic: String,
     /// Fail when reading the DLQ gets nothing for this long before reaching the end the topic had
     /// when reading began (a broker that stopped answering); a shorter silence only waits.
     #[arg(long, default_value = "60s", value_name = "DURATION")]
     pub read_timeout: String,
+}
+
+/// Which sink's dead letters the `dlq` tools read, and how to reach it: the same flags (and
+/// environment variables) `outboxd run` takes for that sink.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DlqSinkArgs {
+    /// The sink `outboxd run` wrote the dead letters with: kafka, nats or redis can be read.
+    #[arg(long, value_enum, default_value_t = SinkKind::Kafka)]
+    pub sink: SinkKind,
+    /// NATS server URL(s) for --sink nats: nats://[user:pass@]host:4222 (tls:// for TLS), comma-separated.
+    #[arg(long, env = "OUTBOXD_NATS_URL", hide_env_values = true, default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
+    /// Read --nats-url from FILE (one line) instead; only the file's path is ever shown.
+    #[arg(long, env = "OUTBOXD_NATS_URL_FILE", value_name = "FILE", conflicts_with = "nats_url")]
+    pub nats_url_file: Option<PathBuf>,
+    /// NATS credentials file (JWT and NKey seed) for --sink nats.
+    #[arg(long, env = "OUTBOXD_NATS_CREDS", value_name = "FILE")]
+    pub nats_creds: Option<PathBuf>,
+    /// Redis for --sink redis: redis://[user:password@]host:6379/0, rediss:// for TLS.
+    #[arg(long, env = "OUTBOXD_REDIS_URL", hide_env_values = true, default_value = crate::config::redis::DEFAULT_URL)]
+    pub redis_url: String,
+    /// Read --redis-url from FILE (one line) instead; only the file's path is ever shown.
+    #[arg(long, env = "OUTBOXD_REDIS_URL_FILE", value_name = "FILE", conflicts_with = "redis_url")]
+    pub redis_url_file: Option<PathBuf>,
+    /// RabbitMQ for --sink rabbitmq: amqp://[user:password@]host:5672/%2f, amqps:// for TLS.
+    #[arg(long, env = "OUTBOXD_RABBITMQ_URL", hide_env_values = true, default_value = crate::config::rabbitmq::DEFAULT_URL)]
+    pub rabbitmq_url: String,
+    /// Read --rabbitmq-url from FILE (one line) instead; only the file's path is ever shown.
+    #[arg(long, env = "OUTBOXD_RABBITMQ_URL_FILE", value_name = "FILE", conflicts_with = "rabbitmq_url")]
+    pub rabbitmq_url_file: Option<PathBuf>,
+    /// Exchange replay publishes to (as `run`'s); empty: the default exchange.
+    #[arg(long, env = "OUTBOXD_RABBITMQ_EXCHANGE", default_value = "")]
+    pub rabbitmq_exchange: String,
+    /// The stream queue (x-queue-type: stream) bound to --dlq-topic that holds the dead letters;
+    /// default: the --dlq-topic name.
+    #[arg(long, value_name = "QUEUE")]
+    pub rabbitmq_dlq_queue: Option<String>,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -529,6 +568,10 @@ pub struct RunArgs {
     /// Dead-letter topic for --on-bad-event dlq.
     #[arg(long, env = "OUTBOXD_DLQ_TOPIC", default_value = "outboxd.dlq")]
     pub dlq_topic: String,
+    /// Send dead-letter copies through this sink (with its own connection flags) instead of
+    /// --sink, e.g. --sink http --dlq-sink redis, so `outboxd dlq` can read them back.
+    #[arg(long, env = "OUTBOXD_DLQ_SINK", value_enum, value_name = "SINK")]
+    pub dlq_sink: Option<SinkKind>,
     /// Emit a logical heartbeat message this often while no event arrives; 0 disables.
     #[arg(long, env = "OUTBOXD_HEARTBEAT_INTERVAL", default_value = "30s")]
     pub heartbeat_interval: String,

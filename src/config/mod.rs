@@ -39,7 +39,7 @@ mod validate;
 
 pub use cli::{
     BackfillArgs, BadEventPolicy, CheckArgs, Cli, Command, DecryptArgs, DlqCommand, DlqCommonArgs, DlqListArgs,
-    DlqReplayArgs, InvalidOp, KafkaClientArgs, LogFormat, PublicationAutocreate, RunArgs, SchemaCheckArgs,
+    DlqReplayArgs, DlqSinkArgs, InvalidOp, KafkaClientArgs, LogFormat, PublicationAutocreate, RunArgs, SchemaCheckArgs,
     SchemaCommand, ShadowCommand, ShadowCompareArgs, SinkKind, StatusArgs,
 };
 pub use kafka::{KafkaConfig, LoadedProperties, PropertyFile};
@@ -109,6 +109,8 @@ pub struct Config {
     pub metrics_addr: Option<SocketAddr>,
     pub on_bad_event: BadEventPolicy,
     pub dlq_topic: String,
+    /// `--dlq-sink`: the sink dead-letter copies go through when it is not `sink`.
+    pub dlq_sink: Option<SinkKind>,
     /// Zero: no heartbeats.
     pub heartbeat_interval: Duration,
     pub heartbeat_action_query: Option<String>,

@@ -138,6 +138,9 @@ impl Config {
         push("schema-missing", value_name(r.contracts.as_ref().map_or(SchemaMissing::Allow, |c| c.missing())));
         push("on-bad-event", value_name(self.on_bad_event));
         push("dlq-topic", self.dlq_topic.clone());
+        if let Some(k) = self.dlq_sink {
+            push("dlq-sink", value_name(k));
+        }
         push("heartbeat-interval", millis(self.heartbeat_interval));
         if let Some(q) = &self.heartbeat_action_query {
             push("heartbeat-action-query", q.clone());

@@ -580,6 +580,23 @@ fn redis_password_is_masked_and_maxlen_round_trips() {
     assert!(zero.contains("--redis-maxlen 0 would trim"), "{zero}");
 }
 
+/// `--dlq-sink` round-trips; the same sink as `--sink` is no second sink; one whose dead letters
+/// cannot be read back is refused, and its URL is checked like `--sink`'s.
+#[test]
+fn dlq_sink_round_trips_and_must_be_readable() {
+    let base = ["--postgres-url", "postgres://u@127.0.0.1/db", "--sink", "http", "--http-url", "https://h/in/${topic}"];
+    let with = |extra: &[&str]| config_of(&base.iter().chain(extra).map(|s| s.to_string()).collect::<Vec<_>>());
+    let c = with(&["--dlq-sink", "redis"]).unwrap();
+    assert_eq!(c.dlq_sink, Some(SinkKind::Redis));
+    assert!(c.to_text().contains("--dlq-sink redis"), "{}", c.to_text());
+    assert_eq!(config_of(&c.to_argv()).unwrap().dlq_sink, Some(SinkKind::Redis));
+    assert_eq!(with(&["--dlq-sink", "http"]).unwrap().dlq_sink, None, "the same sink is no second one");
+    let e = with(&["--dlq-sink", "stdout"]).unwrap_err().to_string();
+    assert!(e.contains("--dlq-sink stdout") && e.contains("kafka, nats, redis or rabbitmq"), "{e}");
+    let e = with(&["--dlq-sink", "redis", "--redis-url", "http://u:hunter2@h"]).unwrap_err().to_string();
+    assert!(e.contains("--redis-url") && !e.contains("hunter2"), "{e}");
+}
+
 /// The RabbitMQ password is masked in `outboxd config`; the exchange round-trips; bad values are
 /// one-line errors naming the flag.
 #[test]
@@ -707,6 +724,7 @@ fn outboxd_config_prints_every_run_flag() {
         "nats-creds",
         "nats-create-stream",
         "redis-maxlen",
+        "dlq-sink",
         "messages-prefix",
         "http-url",
         "http-signing-secret-file",

@@ -83,7 +83,18 @@ impl Config {
         let http_url = from_file("--http-url-file", &url_files.http, &a.http_url)?;
         let redis =
             RedisConfig { url: from_file("--redis-url-file", &url_files.redis, &a.redis_url)?, maxlen: a.redis_maxlen };
-        if a.sink == SinkKind::Redis {
+        let dlq_sink = match a.dlq_sink {
+            Some(k) if k == a.sink => None,
+            Some(k @ (SinkKind::Kafka | SinkKind::Nats | SinkKind::Redis | SinkKind::Rabbitmq)) => Some(k),
+            Some(k) => {
+                return Err(bad(format!(
+                    "--dlq-sink {k:?} keeps no dead letters `outboxd dlq` can read; give kafka, nats, redis or rabbitmq"
+                )
+                .to_lowercase()))
+            }
+            None => None,
+        };
+        if a.sink == SinkKind::Redis || dlq_sink == Some(SinkKind::Redis) {
             redis.check()?;
             if redis.maxlen == Some(0) {
                 return Err(bad(
@@ -95,7 +106,7 @@ impl Config {
             url: from_file("--rabbitmq-url-file", &url_files.rabbitmq, &a.rabbitmq_url)?,
             exchange: a.rabbitmq_exchange.clone(),
         };
-        if a.sink == SinkKind::Rabbitmq {
+        if a.sink == SinkKind::Rabbitmq || dlq_sink == Some(SinkKind::Rabbitmq) {
             rabbitmq.check()?;
         }
         let http = HttpConfig::new(HttpArgs {
@@ -238,6 +249,7 @@ impl Config {
                 })?),
             },
             on_bad_event: a.on_bad_event,
+            dlq_sink,
             dlq_topic: {
                 if a.dlq_topic.is_empty()
                     || a.dlq_topic.len() > 249

@@ -1,5 +1,7 @@
 //! The dead-letter queue: how a bad event becomes records on `--dlq-topic`, and the
-//! `outboxd dlq` tools ([`tool`]).
+//! `outboxd dlq` tools ([`tool`]), which read the DLQ of the sink `--sink` names (`sinks`): Kafka
+//! (`read`), NATS JetStream (`nats`), Redis Streams (`redis`) or a RabbitMQ stream queue
+//! (`rabbitmq`).
 //!
 //! A dead-letter record keeps the event's original key, payload and headers and adds:
 //! `outboxd.error` (reason code), `outboxd.error.message`, `outboxd.original.topic` (when known),
@@ -12,7 +14,11 @@
 
 pub mod chunk;
 mod entry;
+mod nats;
+mod rabbitmq;
 pub(crate) mod read;
+mod redis;
+mod sinks;
 mod state;
 pub mod tool;
 

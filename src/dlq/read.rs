@@ -48,6 +48,9 @@ pub struct DlqRecord {
     pub timestamp_ms: Option<i64>,
     /// CreateTime or LogAppendTime, whichever the topic keeps (`shadow compare`).
     pub time_ms: Option<i64>,
+    /// How [`DlqRecord::position`] shows it when `partition/offset` would not mean anything to the
+    /// reader (a Redis entry id); `None` for Kafka and NATS.
+    pub label: Option<String>,
 }
 
 impl DlqRecord {
@@ -70,6 +73,7 @@ impl DlqRecord {
             headers,
             timestamp_ms,
             time_ms,
+            label: None,
         }
     }
 
@@ -99,6 +103,9 @@ impl DlqRecord {
     }
 
     pub fn position(&self) -> String {
+        if let Some(l) = &self.label {
+            return l.clone();
+        }
         format!("{}/{}", self.partition, self.offset)
     }
 

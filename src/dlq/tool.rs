@@ -17,25 +17,31 @@
 //!
 //! The consumer, producer and admin client come from [`crate::sink::kafka_client`], so
 //! `--kafka-property` and `--kafka-property-file` mean here what they mean for `outboxd run`.
+//!
+//! `--sink` picks where the DLQ lives, as for `outboxd run`: Kafka (the default, as above), NATS
+//! JetStream ([`super::nats`]) or Redis Streams ([`super::redis`]), with that sink's own
+//! connection flags. Only the record source ([`Source`]) and the republishing client ([`Target`])
+//! differ; collecting, chunk joining, filters, batching and the progress state are the same code
+//! for all three, so the guarantees are too: a batch is recorded only after every event in it was
+//! acknowledged (PubAck, XADD reply). Each sink's state file is its own: `<dlq-topic>` (Kafka),
+//! `nats.<subject>`, `redis.<percent-encoded key>`. The other sinks are refused with one line
+//! saying why ([`super::sinks`]).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
 
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{DefaultConsumerContext, StreamConsumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use rdkafka::consumer::StreamConsumer;
+use rdkafka::producer::FutureProducer;
 
 use super::chunk;
 use super::entry::{Collector, Entry, Fed};
-use super::read::{partition_count, DlqReader, DlqRecord};
+use super::read::DlqRecord;
+use super::sinks::{ensure_topic, send, Common, Source, Target, Via};
 use super::state::State;
-use super::{H_LSN, H_MESSAGE, H_PAYLOAD_DROPPED, H_SEQ, H_SIZE, H_TABLE, PREFIX};
-use crate::config::{parse_duration, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs, KafkaConfig};
+use super::{H_LSN, H_MESSAGE, H_PAYLOAD_DROPPED, H_SEQ, H_SIZE, H_TABLE};
+use crate::config::{DlqCommand, DlqListArgs, DlqReplayArgs};
 use crate::error::{Definite, Error};
-use crate::sink::kafka_client::{self, Retry};
 
 /// Events sent before waiting for their acks and saving progress.
 const BATCH: usize = 1000;
@@ -49,63 +55,6 @@ pub async fn run(cmd: DlqCommand) -> Result<u8, Error> {
     match cmd {
         DlqCommand::List(a) => list(&a).await,
         DlqCommand::Replay(a) => replay(&a).await,
-    }
-}
-
-/// Validated common flags.
-struct Common {
-    kafka: KafkaConfig,
-    topic: String,
-    read_timeout: Duration,
-}
-
-impl Common {
-    fn from_args(a: &DlqCommonArgs) -> Result<Common, Definite> {
-        let kafka = KafkaConfig::for_tool(&a.kafka)?;
-        if a.dlq_topic.is_empty() {
-            return Err(Definite::Config("--dlq-topic must not be empty (default outboxd.dlq)".into()));
-        }
-        let read_timeout = parse_duration("--read-timeout", &a.read_timeout)?;
-        if read_timeout.is_zero() {
-            return Err(Definite::Config("--read-timeout must be more than 0, e.g. 60s".into()));
-        }
-        Ok(Common { kafka, topic: a.dlq_topic.clone(), read_timeout })
-    }
-
-    fn consumer(&self) -> Result<StreamConsumer, Definite> {
-        let defaults = [
-            ("group.id", "outboxd-dlq-tool".to_owned()),
-            ("enable.auto.commit", "false".into()),
-            ("enable.auto.offset.store", "false".into()),
-            ("auto.offset.reset", "earliest".into()),
-            ("allow.auto.create.topics", "false".into()),
-            ("isolation.level", "read_uncommitted".into()),
-            ("fetch.wait.max.ms", "100".into()),
-            // The reader's end: a partition's last offsets may be markers, not records.
-            ("enable.partition.eof", "true".into()),
-        ];
-        let c = kafka_client::consumer_config(&self.kafka, "outboxd-dlq-tool", &defaults);
-        kafka_client::create(&c, DefaultConsumerContext, "consumer", &self.kafka)
-    }
-
-    /// The DLQ reader; `None` when the topic does not exist.
-    fn reader(&self) -> Result<Option<DlqReader>, Definite> {
-        DlqReader::open(self.consumer()?, &self.topic, &self.kafka.brokers, self.read_timeout)
-    }
-
-    fn producer(&self) -> Result<FutureProducer, Definite> {
-        let defaults = [
-            ("enable.idempotence", "true".to_owned()),
-            ("acks", "all".into()),
-            ("message.timeout.ms", "120000".into()),
-        ];
-        let c = kafka_client::producer_config(&self.kafka, "outboxd-dlq-replay", &defaults);
-        kafka_client::create(&c, DefaultClientContext, "producer", &self.kafka)
-    }
-
-    fn admin(&self) -> Result<AdminClient<DefaultClientContext>, Definite> {
-        let c = kafka_client::admin_config(&self.kafka, "outboxd-dlq-replay");
-        kafka_client::create(&c, DefaultClientContext, "admin client", &self.kafka)
     }
 }
 
@@ -157,8 +106,16 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
     let mut unreadable = Report::new("unreadable (never replayed)");
     let mut collector = Collector::default();
     let mut partitions = None;
-    if let Some(mut reader) = common.reader()? {
-        partitions = Some(reader.partitions());
+    let mut stream_name = None;
+    if let Some(mut reader) = common.source().await? {
+        partitions = Some(match &reader {
+            Source::Kafka(r) => r.partitions(),
+            Source::Nats(r) => {
+                stream_name = Some(r.stream_name().to_owned());
+                1
+            }
+            Source::Redis(_) | Source::Rabbitmq(_) => 1,
+        });
         while let Some(mut r) = reader.next().await? {
             // Payloads are not shown; chunks keep theirs until their set is checked.
             if r.header(chunk::H_ID).is_none() {
@@ -177,6 +134,12 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
     }
     let leftovers = collector.finish();
     rows.sort_by_key(|e| (e.head.partition, e.head.offset));
+    let position_heading = match common.via {
+        Via::Kafka => "PART/OFFSET",
+        Via::Nats(_) => "0/SEQUENCE",
+        Via::Redis(_) => "ENTRY ID",
+        Via::Rabbitmq(..) => "0/OFFSET",
+    };
     let total = rows.len();
     rows.truncate(a.limit);
 
@@ -188,6 +151,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
                 serde_json::json!({
                     "partition": r.partition,
                     "offset": r.offset,
+                    "position": r.position(),
                     "event_id": r.event_id(),
                     "reason": r.reason(),
                     "original_topic": r.original_topic(),
@@ -216,6 +180,13 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
             })
             .collect();
         let out = serde_json::json!({
+            "sink": match common.via {
+                Via::Kafka => "kafka",
+                Via::Nats(_) => "nats",
+                Via::Redis(_) => "redis",
+                Via::Rabbitmq(..) => "rabbitmq",
+            },
+            "nats_stream": stream_name,
             "dlq_topic": common.topic,
             "exists": partitions.is_some(),
             "partitions": partitions.unwrap_or(0),
@@ -230,22 +201,29 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
     }
 
     let Some(partitions) = partitions else {
-        println!("{}: topic does not exist (no dead letters yet)", common.topic);
+        println!("{}", common.absent());
         return Ok(0);
     };
-    println!(
-        "{}: {total} record{} in {partitions} partition{}",
-        common.topic,
-        if total == 1 { "" } else { "s" },
-        if partitions == 1 { "" } else { "s" }
-    );
+    let plural = if total == 1 { "" } else { "s" };
+    match (&common.via, &stream_name) {
+        (Via::Nats(_), Some(stream)) => {
+            println!("{}: {total} record{plural} in JetStream stream {stream}", common.topic)
+        }
+        (Via::Redis(_), _) => println!("{}: {total} record{plural} in the Redis stream", common.topic),
+        (Via::Rabbitmq(_, q), _) => println!("{}: {total} record{plural} in RabbitMQ stream queue {q}", common.topic),
+        _ => println!(
+            "{}: {total} record{plural} in {partitions} partition{}",
+            common.topic,
+            if partitions == 1 { "" } else { "s" }
+        ),
+    }
     let width = by_reason.keys().map(String::len).max().unwrap_or(0);
     for (reason, n) in &by_reason {
         println!("  {reason:<width$}  {n}");
     }
     if !rows.is_empty() {
         println!("first {} of {total}:", rows.len());
-        println!("  PART/OFFSET\tEVENT ID\tREASON\tORIGINAL TOPIC\tMESSAGE");
+        println!("  {position_heading}\tEVENT ID\tREASON\tORIGINAL TOPIC\tMESSAGE");
         for e in &rows {
             let r = &e.head;
             println!(
@@ -329,7 +307,7 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
         }
         _ => {}
     }
-    let mut state = State::load(&a.state_dir, &common.topic)?;
+    let mut state = State::load(&a.state_dir, &common.state_name())?;
     let mut out = Outcome {
         replayed: 0,
         would_replay: 0,
@@ -340,13 +318,13 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
         failures: Report::new("FAILED (not recorded; a later run retries them)"),
         first_failure: None,
     };
-    let mut publisher = Publisher { common: &common, clients: None, topics: BTreeMap::new() };
+    let mut publisher = Publisher { common: &common, clients: None, topics: BTreeMap::new(), target: None };
     let mut collector = Collector::default();
     let mut batch: Vec<(Entry, String)> = Vec::new();
     let mut batch_bytes = 0usize;
 
-    let Some(mut reader) = common.reader()? else {
-        println!("{}: topic does not exist (no dead letters yet)", common.topic);
+    let Some(mut reader) = common.source().await? else {
+        println!("{}", common.absent());
         println!("replayed 0, skipped 0 (no destination), already done 0");
         return Ok(0);
     };
@@ -444,6 +422,8 @@ struct Publisher<'a> {
     clients: Option<(FutureProducer, AdminClient<DefaultClientContext>, StreamConsumer)>,
     /// Destination topic → whether it exists (or why it cannot be used).
     topics: BTreeMap<String, Result<(), String>>,
+    /// The client for the sinks other than Kafka, made at the first batch.
+    target: Option<Target>,
 }
 
 impl Publisher<'_> {
@@ -456,6 +436,9 @@ impl Publisher<'_> {
     ) -> Result<(), Error> {
         if batch.is_empty() {
             return Ok(());
+        }
+        if !matches!(self.common.via, Via::Kafka) {
+            return self.publish_other(batch, state, out).await;
         }
         if self.clients.is_none() {
             self.clients = Some((self.common.producer()?, self.common.admin()?, self.common.consumer()?));
@@ -508,63 +491,41 @@ impl Publisher<'_> {
     }
 }
 
-/// Enqueues the record for `dest`: original key, payload, timestamp, non-`outboxd.*` headers.
-async fn send(producer: &FutureProducer, r: &DlqRecord, dest: &str) -> Result<DeliveryFuture, String> {
-    let kept = r.headers.iter().filter(|(k, _)| !k.starts_with(PREFIX));
-    let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
-    for (k, v) in kept {
-        headers = headers.insert(Header { key: k, value: v.as_deref() });
-    }
-    loop {
-        let mut rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(dest).headers(headers.clone());
-        if let Some(k) = &r.key {
-            rec = rec.key(k.as_slice());
+impl Publisher<'_> {
+    /// [`Publisher::publish`] through NATS or Redis: sends the batch, waits for every answer,
+    /// records the events acked and saves the state.
+    async fn publish_other(
+        &mut self,
+        batch: Vec<(Entry, String)>,
+        state: &mut State,
+        out: &mut Outcome,
+    ) -> Result<(), Error> {
+        if self.target.is_none() {
+            self.target = self.common.target().await?;
         }
-        if let Some(p) = &r.payload {
-            rec = rec.payload(p.as_slice());
-        }
-        if let Some(ts) = r.timestamp_ms {
-            rec = rec.timestamp(ts);
-        }
-        match producer.send_result(rec) {
-            Ok(f) => return Ok(f),
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                tokio::time::sleep(Duration::from_millis(10)).await;
+        let results = match &mut self.target {
+            Some(Target::Nats(js)) => super::nats::send_batch(js, &batch).await,
+            Some(Target::Redis(conn)) => super::redis::send_batch(conn, &batch).await,
+            Some(Target::Rabbitmq { chan, exchange, .. }) => super::rabbitmq::send_batch(chan, exchange, &batch).await,
+            None => return Err(Definite::Bug("no replay client for this sink".into()).into()),
+        };
+        let mut acked = 0usize;
+        for ((e, dest), result) in batch.iter().zip(results) {
+            match result {
+                Ok(at) => {
+                    println!("sent {} id={} -> {dest} {at}", e.head.position(), e.head.id_shown());
+                    for &(p, o) in &e.positions {
+                        state.insert(p, o);
+                    }
+                    acked += 1;
+                }
+                Err(why) => out.fail(e, dest, why),
             }
-            Err((e, _)) => return Err(e.to_string()),
         }
-    }
-}
-
-/// Creates `topic` unless the broker already knows it (broker defaults for partitions and
-/// replication, see [`kafka_client::ensure_topic`]), then waits until the metadata shows it, so
-/// the first send does not race the creation.
-async fn ensure_topic(
-    admin: &AdminClient<DefaultClientContext>,
-    consumer: &StreamConsumer,
-    common: &Common,
-    topic: &str,
-) -> Result<(), String> {
-    if partition_count(consumer, topic, &common.kafka.brokers).map_err(|e| e.to_string())?.is_some() {
-        return Ok(());
-    }
-    let k = &common.kafka;
-    kafka_client::ensure_topic(
-        admin,
-        topic,
-        k.topic_partitions,
-        k.topic_replication_factor,
-        Retry::For(Duration::from_secs(15)),
-        &k.properties,
-    )
-    .await
-    .map_err(|e| e.to_string())?;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = partition_count(consumer, topic, &common.kafka.brokers) {
-            return Ok(());
+        if acked > 0 {
+            state.save()?;
+            out.replayed += acked;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        Ok(())
     }
-    Err(format!("topic {topic:?} was created but does not show in the metadata"))
 }

@@ -78,7 +78,7 @@ impl<S: Sink, W: WalSource> Session<'_, S, W> {
     pub(super) async fn dead_letter(&mut self, txn: TxnId, dl: DeadLetter) -> Result<(), Error> {
         tracing::warn!(event_id = ?dl.event_id, reason = dl.code, message = %dl.message, lsn = %dl.source.position, dlq = %self.cfg.dlq_topic, "sending bad event to the dead-letter topic");
         self.metrics.dead_lettered(dl.code);
-        let max = self.sink.max_message_bytes().unwrap_or(usize::MAX);
+        let max = self.sink.dead_letter_max_bytes().unwrap_or(usize::MAX);
         let source = dl.source.clone();
         let records = dl.into_records(&self.cfg.dlq_topic, max);
         // `txn` already counts one record for the copy; add the other chunks before any is sent,

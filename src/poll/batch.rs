@@ -228,7 +228,7 @@ impl<'a, S: Sink> Batch<'a, S> {
                 let cfg = self.ctx.cfg;
                 tracing::warn!(event_id = ?dl.event_id, seq = self.slots[i].seq, reason = dl.code, message = %dl.message, dlq = %cfg.dlq_topic, "sending bad event to the dead-letter topic");
                 self.ctx.metrics.dead_lettered(dl.code);
-                let max = self.sink.max_message_bytes().unwrap_or(usize::MAX);
+                let max = self.sink.dead_letter_max_bytes().unwrap_or(usize::MAX);
                 let records = dl.into_records(&cfg.dlq_topic, max);
                 // Every chunk counts before any is sent: the row cannot finish on a partial copy.
                 self.slots[i].fate = Fate::Open {

@@ -4,6 +4,13 @@
 //! [`Sink`] uses `async fn`, so it has no `dyn` form; an enum over the sinks, each call forwarded
 //! to the one inside, lets the loops stay generic over `S: Sink` and be compiled once for all
 //! sinks. Tests still drive the loops with a sink of their own.
+//!
+//! With `--dlq-sink` (a sink other than `--sink`), dead-letter copies (deliveries marked
+//! [`Delivery::is_dead_letter`]) go through a second sink of that kind, so the copies of a sink
+//! whose dead letters cannot be read back (HTTP) land where `outboxd dlq` reads them. Each copy's
+//! handle is resolved by the sink that took it, so the relay's guarantee is unchanged: nothing is
+//! confirmed before its copy is acked. The second sink reports to a `Health` of its own (the
+//! sink-up flag behind `/readyz` follows `--sink`), and either sink's failed task stops the loop.
 
 use std::sync::Arc;
 
@@ -15,8 +22,15 @@ use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::router::Record;
 
-/// One of the sinks, as `--sink` chose it.
-pub enum AnySink {
+/// The sink `--sink` chose, and the one `--dlq-sink` chose for dead letters, if another.
+pub struct AnySink {
+    main: OneSink,
+    dlq: Option<OneSink>,
+    failure: Option<crate::task::Failure>,
+}
+
+/// One of the sinks.
+enum OneSink {
     Kafka(KafkaSink),
     Stdout(StdoutSink),
     Null(NullSink),
@@ -27,40 +41,71 @@ pub enum AnySink {
 }
 
 impl AnySink {
-    /// Build the sink `cfg.sink` names. NATS and RabbitMQ connect here (a server that is down is
+    /// Build the sink `cfg.sink` names, and the `--dlq-sink` one (see the module doc).
+    pub async fn build(cfg: &Config, health: Arc<Health>, metrics: Metrics) -> Result<AnySink, Definite> {
+        let main = OneSink::build(cfg, cfg.sink, health.clone(), metrics.clone()).await?;
+        let dlq = match cfg.dlq_sink.filter(|k| *k != cfg.sink) {
+            Some(kind) => Some(OneSink::build(cfg, kind, Health::new(std::time::Duration::ZERO), metrics).await?),
+            None => None,
+        };
+        // One failure that fires when either sink's does.
+        let failure = match (main.failure(), dlq.as_ref().and_then(OneSink::failure)) {
+            (f, None) | (None, f) => f,
+            (Some(a), Some(b)) => {
+                let both = crate::task::Failure::default();
+                for f in [a, b] {
+                    let both = both.clone();
+                    tokio::spawn(async move { both.report(f.wait().await) });
+                }
+                Some(both)
+            }
+        };
+        Ok(AnySink { main, dlq, failure })
+    }
+
+    fn for_delivery(&mut self, delivery: &Delivery) -> &mut OneSink {
+        match &mut self.dlq {
+            Some(d) if delivery.is_dead_letter() => d,
+            _ => &mut self.main,
+        }
+    }
+}
+
+impl OneSink {
+    /// Build the sink `kind` names. NATS and RabbitMQ connect here (a server that is down is
     /// waited for in the background; a refused login or bad settings are errors); the others
     /// connect in the background. Every sink reports its connection to `health`.
-    pub async fn build(cfg: &Config, health: Arc<Health>, metrics: Metrics) -> Result<AnySink, Definite> {
-        Ok(match cfg.sink {
+    async fn build(cfg: &Config, kind: SinkKind, health: Arc<Health>, metrics: Metrics) -> Result<OneSink, Definite> {
+        Ok(match kind {
             SinkKind::Kafka => {
-                AnySink::Kafka(KafkaSink::new(&cfg.kafka, cfg.max_in_flight, cfg.max_in_flight_bytes, health, metrics)?)
+                OneSink::Kafka(KafkaSink::new(&cfg.kafka, cfg.max_in_flight, cfg.max_in_flight_bytes, health, metrics)?)
             }
-            SinkKind::Stdout => AnySink::Stdout(StdoutSink::default()),
-            SinkKind::Null => AnySink::Null(NullSink),
-            SinkKind::Nats => AnySink::Nats(NatsSink::connect(&cfg.nats, health).await?),
-            SinkKind::Redis => AnySink::Redis(RedisSink::new(&cfg.redis, health)?),
-            SinkKind::Rabbitmq => AnySink::Rabbitmq(RabbitSink::connect(&cfg.rabbitmq, health).await?),
-            SinkKind::Http => AnySink::Http(HttpSink::new(&cfg.http, health)?),
+            SinkKind::Stdout => OneSink::Stdout(StdoutSink::default()),
+            SinkKind::Null => OneSink::Null(NullSink),
+            SinkKind::Nats => OneSink::Nats(NatsSink::connect(&cfg.nats, health).await?),
+            SinkKind::Redis => OneSink::Redis(RedisSink::new(&cfg.redis, health)?),
+            SinkKind::Rabbitmq => OneSink::Rabbitmq(RabbitSink::connect(&cfg.rabbitmq, health).await?),
+            SinkKind::Http => OneSink::Http(HttpSink::new(&cfg.http, health)?),
         })
     }
 }
 
-/// `$body` with `$s` bound to the sink inside `$any`.
+/// `$body` with `$s` bound to the sink inside `$any` (a [`OneSink`]).
 macro_rules! each {
     ($any:expr, $s:ident => $body:expr) => {
         match $any {
-            AnySink::Kafka($s) => $body,
-            AnySink::Stdout($s) => $body,
-            AnySink::Null($s) => $body,
-            AnySink::Nats($s) => $body,
-            AnySink::Redis($s) => $body,
-            AnySink::Rabbitmq($s) => $body,
-            AnySink::Http($s) => $body,
+            OneSink::Kafka($s) => $body,
+            OneSink::Stdout($s) => $body,
+            OneSink::Null($s) => $body,
+            OneSink::Nats($s) => $body,
+            OneSink::Redis($s) => $body,
+            OneSink::Rabbitmq($s) => $body,
+            OneSink::Http($s) => $body,
         }
     };
 }
 
-impl Sink for AnySink {
+impl Sink for OneSink {
     async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
         each!(self, s => s.send(record, delivery).await)
     }
@@ -83,5 +128,41 @@ impl Sink for AnySink {
 
     fn failure(&self) -> Option<crate::task::Failure> {
         each!(self, s => s.failure())
+    }
+}
+
+impl Sink for AnySink {
+    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
+        self.for_delivery(&delivery).send(record, delivery).await
+    }
+
+    fn blocked(&self) -> bool {
+        self.main.blocked() || self.dlq.as_ref().is_some_and(OneSink::blocked)
+    }
+
+    async fn unblock(&mut self) -> Result<(), SinkError> {
+        match &mut self.dlq {
+            Some(d) if d.blocked() && !self.main.blocked() => d.unblock().await,
+            _ => self.main.unblock().await,
+        }
+    }
+
+    fn discard_held(&mut self) {
+        self.main.discard_held();
+        if let Some(d) = &mut self.dlq {
+            d.discard_held();
+        }
+    }
+
+    fn max_message_bytes(&self) -> Option<usize> {
+        self.main.max_message_bytes()
+    }
+
+    fn dead_letter_max_bytes(&self) -> Option<usize> {
+        self.dlq.as_ref().unwrap_or(&self.main).max_message_bytes()
+    }
+
+    fn failure(&self) -> Option<crate::task::Failure> {
+        self.failure.clone()
     }
 }

@@ -17,10 +17,10 @@ mod http_wire;
 mod kafka;
 pub mod kafka_client;
 mod kafka_events;
-mod nats;
-mod rabbitmq;
+pub(crate) mod nats;
+pub(crate) mod rabbitmq;
 mod rabbitmq_publisher;
-mod redis;
+pub(crate) mod redis;
 mod simple;
 
 pub use any::AnySink;
@@ -69,6 +69,12 @@ pub trait Sink {
     /// The largest record the destination takes, if it has a limit.
     fn max_message_bytes(&self) -> Option<usize> {
         None
+    }
+
+    /// The largest dead-letter record it takes (copies over it are chunked): the same, unless
+    /// dead letters go elsewhere (`--dlq-sink`).
+    fn dead_letter_max_bytes(&self) -> Option<usize> {
+        self.max_message_bytes()
     }
 
     /// Fires when a task the sink depends on ended (see [`crate::task`]): the loop driving the

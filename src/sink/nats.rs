@@ -192,7 +192,7 @@ fn job(record: Record, delivery: Delivery, max_payload: usize) -> Result<Job, Bo
 
 /// A subject we may publish to: tokens non-empty, printable ASCII or UTF-8 without whitespace, no
 /// wildcards (a wildcard is not a destination).
-fn valid_subject(s: &str) -> bool {
+pub(crate) fn valid_subject(s: &str) -> bool {
     !s.is_empty()
         && s.split('.').all(|t| {
             !t.is_empty() && t != "*" && t != ">" && !t.contains(|c: char| c.is_whitespace() || c.is_control())

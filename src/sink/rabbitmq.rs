@@ -129,7 +129,7 @@ fn job(record: Record, delivery: Delivery) -> Result<Job, Box<SinkError>> {
 }
 
 /// Persistent delivery, the event id as message id, the timestamp, and the headers.
-fn properties(r: &Record) -> BasicProperties {
+pub(crate) fn properties(r: &Record) -> BasicProperties {
     let long = |b: &[u8]| AMQPValue::LongString(LongString::from(b.to_vec()));
     let mut table = FieldTable::default();
     // Record headers first, then `key` and `id`: a headers-column entry of the same name is

@@ -220,7 +220,7 @@ impl Writer {
 }
 
 /// The error's kind and server detail, never the URL (it may hold the password).
-fn describe(e: &redis::RedisError) -> String {
+pub(crate) fn describe(e: &redis::RedisError) -> String {
     match (e.code(), e.detail()) {
         (Some(code), Some(d)) => format!("{code} {d}"),
         _ if e.is_timeout() => "no reply in time".into(),
@@ -229,7 +229,7 @@ fn describe(e: &redis::RedisError) -> String {
 }
 
 /// `XADD <topic> [MAXLEN ~ N] * [key K] [payload P] <header> <value>...`
-fn xadd(r: &Record, maxlen: Option<u64>) -> redis::Cmd {
+pub(crate) fn xadd(r: &Record, maxlen: Option<u64>) -> redis::Cmd {
     let mut c = redis::cmd("XADD");
     c.arg(r.topic.as_bytes());
     if let Some(n) = maxlen {

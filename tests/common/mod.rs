@@ -31,6 +31,7 @@
 
 pub mod certs;
 pub mod debezium;
+pub mod dlq_copies;
 pub mod kafka;
 pub mod netfault;
 pub mod pg_tls;

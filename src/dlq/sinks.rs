@@ -1,0 +1,289 @@
+//! Which sink `outboxd dlq` reads (`--sink`, as for `outboxd run`) and the clients for it: the
+//! validated flags ([`Common`]), the record source ([`Source`]: Kafka's [`DlqReader`], NATS's
+//! [`NatsReader`], Redis's [`RedisReader`], RabbitMQ's [`RabbitReader`]), the republishing client of the sinks other than Kafka
+//! ([`Target`]), and Kafka replay's sending and topic creation.
+//!
+//! Invariants: only Kafka, NATS, Redis and RabbitMQ (a stream queue) are readable, every other `--sink` is refused with one
+//! line ([`unreadable_sink`]); connection errors show URLs masked; each sink's replay state has a
+//! name of its own ([`Common::state_name`]), so a Kafka topic and a NATS subject of the same name
+//! never share progress.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{DefaultConsumerContext, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+
+use super::nats::NatsReader;
+use super::rabbitmq::RabbitReader;
+use super::read::{partition_count, DlqReader, DlqRecord};
+use super::redis::RedisReader;
+use super::PREFIX;
+use crate::config::rabbitmq::RabbitConfig;
+use crate::config::redis::RedisConfig;
+use crate::config::secret::read_url_file;
+use crate::config::{parse_duration, DlqCommonArgs, KafkaConfig, NatsConfig, SinkKind};
+use crate::error::{Definite, Error};
+use crate::sink::kafka_client::{self, Retry};
+
+/// The sink whose dead letters are read, with its validated connection settings.
+pub(super) enum Via {
+    Kafka,
+    Nats(NatsConfig),
+    Redis(RedisConfig),
+    /// The settings and the stream queue to read.
+    Rabbitmq(RabbitConfig, String),
+}
+
+/// Validated common flags.
+pub(super) struct Common {
+    pub(super) kafka: KafkaConfig,
+    pub(super) via: Via,
+    pub(super) topic: String,
+    pub(super) read_timeout: Duration,
+}
+
+/// Where the DLQ is read from: the sink's own reader.
+pub(super) enum Source {
+    Kafka(DlqReader),
+    Nats(NatsReader),
+    Redis(RedisReader),
+    Rabbitmq(Box<RabbitReader>),
+}
+
+impl Source {
+    pub(super) async fn next(&mut self) -> Result<Option<DlqRecord>, Error> {
+        match self {
+            Source::Kafka(r) => r.next().await,
+            Source::Nats(r) => r.next().await,
+            Source::Redis(r) => r.next().await,
+            Source::Rabbitmq(r) => r.next().await,
+        }
+    }
+}
+
+/// Where replayed events go: the same sink.
+pub(super) enum Target {
+    Nats(async_nats::jetstream::Context),
+    Redis(redis::aio::MultiplexedConnection),
+    /// A channel in confirm mode on a connection kept open, and the exchange.
+    Rabbitmq {
+        _conn: Box<lapin::Connection>,
+        chan: Box<lapin::Channel>,
+        exchange: String,
+    },
+}
+
+impl Common {
+    pub(super) fn from_args(a: &DlqCommonArgs) -> Result<Common, Definite> {
+        let kafka = KafkaConfig::for_tool(&a.kafka)?;
+        if a.dlq_topic.is_empty() {
+            return Err(Definite::Config("--dlq-topic must not be empty (default outboxd.dlq)".into()));
+        }
+        let read_timeout = parse_duration("--read-timeout", &a.read_timeout)?;
+        if read_timeout.is_zero() {
+            return Err(Definite::Config("--read-timeout must be more than 0, e.g. 60s".into()));
+        }
+        let s = &a.sink;
+        let url = |flag: &str, file: &Option<std::path::PathBuf>, given: &str| match file {
+            Some(p) => read_url_file(flag, p),
+            None => Ok(given.to_owned()),
+        };
+        let via = match s.sink {
+            SinkKind::Kafka => Via::Kafka,
+            SinkKind::Nats => Via::Nats(NatsConfig::new(
+                &url("--nats-url-file", &s.nats_url_file, &s.nats_url)?,
+                s.nats_creds.clone(),
+                None,
+            )?),
+            SinkKind::Redis => {
+                let c = RedisConfig { url: url("--redis-url-file", &s.redis_url_file, &s.redis_url)?, maxlen: None };
+                c.check()?;
+                Via::Redis(c)
+            }
+            SinkKind::Rabbitmq => {
+                let c = RabbitConfig {
+                    url: url("--rabbitmq-url-file", &s.rabbitmq_url_file, &s.rabbitmq_url)?,
+                    exchange: s.rabbitmq_exchange.clone(),
+                };
+                c.check()?;
+                let queue = s.rabbitmq_dlq_queue.clone().unwrap_or_else(|| a.dlq_topic.clone());
+                if queue.is_empty() {
+                    return Err(Definite::Config("--rabbitmq-dlq-queue must not be empty".into()));
+                }
+                Via::Rabbitmq(c, queue)
+            }
+            other => return Err(Definite::Config(unreadable_sink(other))),
+        };
+        Ok(Common { kafka, via, topic: a.dlq_topic.clone(), read_timeout })
+    }
+
+    /// The replay state's name: the Kafka topic as before; other sinks' DLQs get their own file.
+    pub(super) fn state_name(&self) -> String {
+        match &self.via {
+            Via::Kafka => self.topic.clone(),
+            Via::Nats(_) => format!("nats.{}", self.topic),
+            Via::Redis(_) => {
+                const KEEP: &percent_encoding::AsciiSet =
+                    &percent_encoding::NON_ALPHANUMERIC.remove(b'.').remove(b'-').remove(b'_');
+                format!("redis.{}", percent_encoding::utf8_percent_encode(&self.topic, KEEP))
+            }
+            Via::Rabbitmq(_, queue) => {
+                const KEEP: &percent_encoding::AsciiSet =
+                    &percent_encoding::NON_ALPHANUMERIC.remove(b'.').remove(b'-').remove(b'_');
+                format!("rabbitmq.{}", percent_encoding::utf8_percent_encode(queue, KEEP))
+            }
+        }
+    }
+
+    /// What `list` and `replay` say when there is nothing to read.
+    pub(super) fn absent(&self) -> String {
+        match &self.via {
+            Via::Kafka => format!("{}: topic does not exist (no dead letters yet)", self.topic),
+            Via::Nats(_) => format!("{}: no JetStream stream holds this subject (no dead letters yet)", self.topic),
+            Via::Redis(_) => format!("{}: the Redis stream is missing or empty (no dead letters yet)", self.topic),
+            Via::Rabbitmq(_, q) => {
+                format!("{}: RabbitMQ queue {q:?} does not exist (no dead letters read)", self.topic)
+            }
+        }
+    }
+
+    /// The sink's DLQ reader; `None` when there is nothing to read.
+    pub(super) async fn source(&self) -> Result<Option<Source>, Definite> {
+        Ok(match &self.via {
+            Via::Kafka => self.reader()?.map(Source::Kafka),
+            Via::Nats(c) => {
+                let js = super::nats::connect(c).await?;
+                NatsReader::open(&js, &self.topic, self.read_timeout).await?.map(Source::Nats)
+            }
+            Via::Redis(c) => {
+                let conn = super::redis::connect(c).await?;
+                RedisReader::open(conn, &self.topic, self.read_timeout).await?.map(Source::Redis)
+            }
+            Via::Rabbitmq(c, queue) => {
+                RabbitReader::open(c, queue, self.read_timeout).await?.map(|r| Source::Rabbitmq(Box::new(r)))
+            }
+        })
+    }
+
+    /// The client replay publishes with, for the sinks other than Kafka.
+    pub(super) async fn target(&self) -> Result<Option<Target>, Definite> {
+        Ok(match &self.via {
+            Via::Kafka => None,
+            Via::Nats(c) => Some(Target::Nats(super::nats::connect(c).await?)),
+            Via::Redis(c) => Some(Target::Redis(super::redis::connect(c).await?)),
+            Via::Rabbitmq(c, _) => {
+                let (conn, chan) = super::rabbitmq::connect(c).await?;
+                Some(Target::Rabbitmq { _conn: Box::new(conn), chan: Box::new(chan), exchange: c.exchange.clone() })
+            }
+        })
+    }
+
+    pub(super) fn consumer(&self) -> Result<StreamConsumer, Definite> {
+        let defaults = [
+            ("group.id", "outboxd-dlq-tool".to_owned()),
+            ("enable.auto.commit", "false".into()),
+            ("enable.auto.offset.store", "false".into()),
+            ("auto.offset.reset", "earliest".into()),
+            ("allow.auto.create.topics", "false".into()),
+            ("isolation.level", "read_uncommitted".into()),
+            ("fetch.wait.max.ms", "100".into()),
+            // The reader's end: a partition's last offsets may be markers, not records.
+            ("enable.partition.eof", "true".into()),
+        ];
+        let c = kafka_client::consumer_config(&self.kafka, "outboxd-dlq-tool", &defaults);
+        kafka_client::create(&c, DefaultConsumerContext, "consumer", &self.kafka)
+    }
+
+    /// The DLQ reader; `None` when the topic does not exist.
+    pub(super) fn reader(&self) -> Result<Option<DlqReader>, Definite> {
+        DlqReader::open(self.consumer()?, &self.topic, &self.kafka.brokers, self.read_timeout)
+    }
+
+    pub(super) fn producer(&self) -> Result<FutureProducer, Definite> {
+        let defaults = [
+            ("enable.idempotence", "true".to_owned()),
+            ("acks", "all".into()),
+            ("message.timeout.ms", "120000".into()),
+        ];
+        let c = kafka_client::producer_config(&self.kafka, "outboxd-dlq-replay", &defaults);
+        kafka_client::create(&c, DefaultClientContext, "producer", &self.kafka)
+    }
+
+    pub(super) fn admin(&self) -> Result<AdminClient<DefaultClientContext>, Definite> {
+        let c = kafka_client::admin_config(&self.kafka, "outboxd-dlq-replay");
+        kafka_client::create(&c, DefaultClientContext, "admin client", &self.kafka)
+    }
+}
+
+/// Why `outboxd dlq` refuses `--sink kind`, and what to do instead.
+fn unreadable_sink(kind: SinkKind) -> String {
+    match kind {
+        SinkKind::Http => "--sink http: a webhook receiver's dead letters cannot be read back; `outboxd dlq` reads --sink kafka, nats, redis or rabbitmq (see the README, \"Bad events and the dead-letter topic\")".into(),
+        other => format!("--sink {other:?}: this sink keeps no dead letters to read; `outboxd dlq` reads --sink kafka, nats, redis or rabbitmq").to_lowercase(),
+    }
+}
+
+/// Enqueues the record for `dest`: original key, payload, timestamp, non-`outboxd.*` headers.
+pub(super) async fn send(producer: &FutureProducer, r: &DlqRecord, dest: &str) -> Result<DeliveryFuture, String> {
+    let kept = r.headers.iter().filter(|(k, _)| !k.starts_with(PREFIX));
+    let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
+    for (k, v) in kept {
+        headers = headers.insert(Header { key: k, value: v.as_deref() });
+    }
+    loop {
+        let mut rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(dest).headers(headers.clone());
+        if let Some(k) = &r.key {
+            rec = rec.key(k.as_slice());
+        }
+        if let Some(p) = &r.payload {
+            rec = rec.payload(p.as_slice());
+        }
+        if let Some(ts) = r.timestamp_ms {
+            rec = rec.timestamp(ts);
+        }
+        match producer.send_result(rec) {
+            Ok(f) => return Ok(f),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err((e, _)) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// Creates `topic` unless the broker already knows it (broker defaults for partitions and
+/// replication, see [`kafka_client::ensure_topic`]), then waits until the metadata shows it, so
+/// the first send does not race the creation.
+pub(super) async fn ensure_topic(
+    admin: &AdminClient<DefaultClientContext>,
+    consumer: &StreamConsumer,
+    common: &Common,
+    topic: &str,
+) -> Result<(), String> {
+    if partition_count(consumer, topic, &common.kafka.brokers).map_err(|e| e.to_string())?.is_some() {
+        return Ok(());
+    }
+    let k = &common.kafka;
+    kafka_client::ensure_topic(
+        admin,
+        topic,
+        k.topic_partitions,
+        k.topic_replication_factor,
+        Retry::For(Duration::from_secs(15)),
+        &k.properties,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = partition_count(consumer, topic, &common.kafka.brokers) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Err(format!("topic {topic:?} was created but does not show in the metadata"))
+}
