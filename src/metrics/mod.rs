@@ -1,15 +1,9 @@
 //! Metrics: one struct of handles, updated where state changes, never inside parsing code.
+//! Each metric is described once, in [`catalog`] (its help text and the README's table come from
+//! there).
 //!
-//! The names are an interface (alert rules and dashboards in `config/` depend on them):
-//! `outboxd_events_total{topic}`, `outboxd_events_failed_total{reason}`,
-//! `outboxd_dlq_events_total{reason}`, `outboxd_events_in_flight`, `outboxd_transactions_total`,
-//! `outboxd_received_lsn`, `outboxd_confirmed_flush_lsn`, `outboxd_replication_lag_bytes`,
-//! `outboxd_lag_seconds`, `outboxd_commit_to_ack_seconds`, `outboxd_connected{component}`,
-//! `outboxd_slot_safe_wal_size_bytes`, `outboxd_reconnects_total{component}`, `outboxd_role{role}`
-//! (`active` = 1 while this process streams the slot, `standby` = 1 while another holds it; both 0
-//! while connecting or reconnecting); `outboxd poll` adds `outboxd_poll_unpublished_rows`, `outboxd_poll_oldest_unpublished_age_seconds`,
-//! `outboxd_poll_publish_tries_total` and `outboxd_poll_publish_errors_total` (their ratio is
-//! the publish error ratio).
+//! The names are an interface (alert rules and dashboards in `config/` depend on them); the list,
+//! with each one's type, labels and meaning, is [`catalog::ALL`].
 //! LSNs are exported as plain numbers (bytes of WAL).
 //!
 //! Memory stays bounded with nobody scraping: the exporter keeps raw histogram samples until they
@@ -29,6 +23,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use crate::error::Definite;
 use crate::lsn::Lsn;
 
+pub mod catalog;
+
 /// Distinct `topic` label values `outboxd_events_total` gets before the rest share [`OTHER_TOPIC`].
 pub const MAX_TOPIC_SERIES: usize = 1000;
 /// The label for events past the cap: parentheses are not legal in a Kafka topic name.
@@ -43,6 +39,7 @@ pub fn install_recorder(upkeep: Duration) -> Result<PrometheusHandle, Definite> 
     let handle = builder()
         .and_then(|b| b.install_recorder())
         .map_err(|e| Definite::Config(format!("--metrics-addr: cannot install the metrics recorder: {e}")))?;
+    catalog::describe_all();
     let h = handle.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(upkeep);
