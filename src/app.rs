@@ -15,32 +15,26 @@
 //! Once this process has streamed, a missing slot is a definite error (lost in a failover), not
 //! something to recreate, unless `--slot-recreate-after-loss` says so.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::config::HEARTBEAT_PREFIX;
 use crate::error::{Definite, Error, Transient};
 use crate::health::Health;
 use crate::lsn::Lsn;
-use crate::metrics::Metrics;
 use crate::pg::admin;
 use crate::pg::replication::{ReplicationConn, WalHistory};
-use crate::pipeline::{backoff, Context, Session, HEARTBEAT_PREFIX};
+use crate::pipeline::{Context, Session};
+use crate::retry::backoff;
 use crate::sink::Sink;
 
 /// How often the monitor wakes; finer than any sensible lag-poll or heartbeat interval.
 const MONITOR_TICK: Duration = Duration::from_millis(250);
 
-/// What the process shares with every session: readiness, metric handles, the shutdown signal.
-#[derive(Clone)]
-pub struct Handles {
-    pub health: Arc<Health>,
-    pub metrics: Metrics,
-    pub shutdown: CancellationToken,
-}
+pub use crate::health::Handles;
 
 /// Run until shutdown. Returns `Ok` after a clean drain.
 pub async fn run<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Result<(), Error> {

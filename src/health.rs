@@ -148,6 +148,14 @@ impl Health {
     }
 }
 
+/// What the process shares with every session: readiness, metric handles, the shutdown signal.
+#[derive(Clone)]
+pub struct Handles {
+    pub health: Arc<Health>,
+    pub metrics: crate::metrics::Metrics,
+    pub shutdown: tokio_util::sync::CancellationToken,
+}
+
 /// Install the Prometheus recorder and serve the endpoints on `addr`. Returns the bound address
 /// (useful with port 0).
 pub async fn serve(addr: SocketAddr, health: Arc<Health>) -> Result<SocketAddr, Definite> {

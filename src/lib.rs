@@ -2,7 +2,7 @@
 //! dedicated pgoutput logical replication slot.
 //!
 //! Data path: [`pg::replication`] (WAL in) → [`pg::pgoutput`] (decode) → [`router`] (row → record, then [`router::mask`])
-//! → [`sink`] (Kafka, stdout, null) → [`ack`] (acked records → confirmed LSN) → back to
+//! → [`sink`] (Kafka, NATS JetStream, Redis Streams, RabbitMQ, HTTP, stdout, null) → [`ack`] (acked records → confirmed LSN) → back to
 //! [`pg::replication`] as a standby status update. [`pipeline`] wires one session together;
 //! [`app`] runs sessions and reconnects; [`config`] validates flags.
 
@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod pg;
 pub mod pipeline;
 pub mod poll;
+pub mod retry;
 pub mod router;
 pub mod schema_check;
 pub mod shadow;

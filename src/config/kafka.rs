@@ -1,14 +1,98 @@
 //! How outboxd reaches Kafka: brokers plus librdkafka properties merged from `--debezium-config`,
 //! `--kafka-property-file` and `--kafka-property`, in that order (a later key wins).
 //!
-//! Secrets live in the properties; `Debug` and `outboxd config` show them masked
-//! ([`crate::sink::kafka_client::shown`]).
+//! Also owns reading the user's librdkafka properties (`--kafka-property-file` first, then each
+//! `--kafka-property KEY=VALUE`, later wins as librdkafka applies them in order, with
+//! `bootstrap.servers` refused in both: [`parse_property_flags`], [`read_property_file`]) and which
+//! keys are secrets ([`is_secret`]). Secrets live in the properties; `Debug` and `outboxd config`
+//! show them masked ([`shown`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use crate::config::properties;
 use crate::error::Definite;
 
-/// How to reach Kafka; every client is built from it by [`crate::sink::kafka_client`].
+use super::secret::MASK;
+
+/// Whether a librdkafka (or Java client) property holds a secret: its value is never printed.
+pub fn is_secret(key: &str) -> bool {
+    let k = key.trim().to_ascii_lowercase();
+    // A token endpoint is a public URL; everything else naming a token is a credential.
+    if k.ends_with("token.endpoint.url") {
+        return false;
+    }
+    const EXACT: &[&str] = &[
+        "sasl.password",
+        "ssl.key.password",
+        "ssl.keystore.password",
+        "ssl.truststore.password",
+        "ssl.key.pem",
+        "ssl_key",
+        "ssl.keystore.key",
+        "sasl.oauthbearer.config",
+        "sasl.jaas.config",
+        "sasl.oauthbearer.assertion.private.key.pem",
+    ];
+    EXACT.contains(&k.as_str())
+        || ["password", "secret", "token", "passphrase", "credential", "jaas", "private.key"]
+            .iter()
+            .any(|w| k.contains(w))
+}
+
+/// `value`, or [`MASK`] when `key` is secret.
+pub fn shown<'a>(key: &str, value: &'a str) -> &'a str {
+    if is_secret(key) {
+        MASK
+    } else {
+        value
+    }
+}
+
+/// `--kafka-property KEY=VALUE` flags as pairs; keys trimmed, values kept as given.
+pub fn parse_property_flags(raw: &[String]) -> Result<Vec<(String, String)>, Definite> {
+    raw.iter()
+        .map(|p| {
+            let Some((k, v)) = p.split_once('=').filter(|(k, _)| !k.trim().is_empty()) else {
+                // Show the text only when it cannot hold a value.
+                let what = if p.contains('=') { "a flag with an empty key".to_owned() } else { format!("{p:?}") };
+                return Err(Definite::Config(format!(
+                    "--kafka-property {what}: expected KEY=VALUE, e.g. security.protocol=ssl"
+                )));
+            };
+            let k = k.trim();
+            check_key(k, "--kafka-property")?;
+            Ok((k.to_owned(), v.to_owned()))
+        })
+        .collect()
+}
+
+fn check_key(k: &str, origin: &str) -> Result<(), Definite> {
+    if k == "bootstrap.servers" || k == "metadata.broker.list" {
+        return Err(Definite::Config(format!("{origin}: {k} conflicts with --kafka-brokers; use --kafka-brokers")));
+    }
+    Ok(())
+}
+
+/// A `--kafka-property-file` as pairs, in file order.
+pub fn read_property_file(path: &Path) -> Result<Vec<(String, String)>, Definite> {
+    let flag = format!("--kafka-property-file {}", path.display());
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Definite::Config(format!(
+            "{flag}: cannot read it ({e}); give a readable Java .properties file of key=value lines"
+        ))
+    })?;
+    let entries =
+        properties::parse(&text).map_err(|e| Definite::Config(format!("{flag} line {}: {}", e.line, e.why)))?;
+    entries
+        .into_iter()
+        .map(|e| {
+            check_key(e.key.trim(), &format!("{flag} line {}", e.line))?;
+            Ok((e.key, e.value))
+        })
+        .collect()
+}
+
+/// How to reach Kafka; every client is built from it (by `sink/kafka_client.rs`).
 #[derive(Clone, PartialEq, Eq)]
 pub struct KafkaConfig {
     pub brokers: String,
@@ -32,7 +116,6 @@ pub struct PropertyFile {
 
 impl std::fmt::Debug for KafkaConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use crate::sink::kafka_client::shown;
         let props: Vec<String> = self.properties.iter().map(|(k, v)| format!("{k}={}", shown(k, v))).collect();
         f.debug_struct("KafkaConfig")
             .field("brokers", &self.brokers)
@@ -71,18 +154,17 @@ impl KafkaConfig {
         file: Option<&std::path::Path>,
         flags: &[String],
     ) -> Result<LoadedProperties, Definite> {
-        use crate::sink::kafka_client;
-        let mut props = kafka_client::parse_property_flags(debezium)
-            .map_err(|e| Definite::Config(format!("--debezium-config: {e}")))?;
+        let mut props =
+            parse_property_flags(debezium).map_err(|e| Definite::Config(format!("--debezium-config: {e}")))?;
         let file = match file {
             Some(path) => {
                 let start = props.len();
-                props.extend(kafka_client::read_property_file(path)?);
+                props.extend(read_property_file(path)?);
                 Some(PropertyFile { path: path.to_owned(), range: start..props.len() })
             }
             None => None,
         };
-        props.extend(kafka_client::parse_property_flags(flags)?);
+        props.extend(parse_property_flags(flags)?);
         Ok((props, file))
     }
 }

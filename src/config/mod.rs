@@ -42,7 +42,9 @@ pub use cli::{
     DlqReplayArgs, DlqSinkArgs, InvalidOp, KafkaClientArgs, LogFormat, PublicationAutocreate, RunArgs, SchemaCheckArgs,
     SchemaCommand, ShadowCommand, ShadowCompareArgs, SinkKind, StatusArgs,
 };
-pub use kafka::{KafkaConfig, LoadedProperties, PropertyFile};
+pub use kafka::{
+    is_secret, parse_property_flags, read_property_file, shown, KafkaConfig, LoadedProperties, PropertyFile,
+};
 pub use nats::{NatsConfig, StreamSpec};
 pub use poll::{PollColumns, PollConfig, MAX_RETRY_BACKOFF};
 pub use postgres::{PgHost, PgTarget, SslMode};
@@ -50,6 +52,9 @@ pub use validate::{parse_duration, parse_size, parse_table};
 
 use crate::router::mask::Masking;
 use crate::router::RouteConfig;
+
+/// Prefix of the logical messages outboxd emits as heartbeats (and skips when it reads them).
+pub const HEARTBEAT_PREFIX: &str = "outboxd.heartbeat";
 
 /// `SCHEMA.TABLE`, unquoted as PostgreSQL stores it in the catalogs.
 #[derive(Clone, Debug, PartialEq, Eq)]

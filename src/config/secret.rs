@@ -11,7 +11,8 @@ use std::path::Path;
 
 use crate::error::Definite;
 
-const MASK: &str = "****";
+/// Shown instead of a secret value, wherever outboxd prints one.
+pub const MASK: &str = "****";
 
 /// `url` with its secrets replaced by `****` (see the module doc).
 pub fn mask_url(url: &str) -> String {

@@ -52,7 +52,7 @@ impl Config {
             if file.is_some_and(|f| i < f.range.start) && props[i + 1..].iter().any(|(later, _)| later == k) {
                 continue;
             }
-            push("kafka-property", format!("{k}={}", crate::sink::kafka_client::shown(k, v)));
+            push("kafka-property", format!("{k}={}", crate::config::shown(k, v)));
         }
         // A URL read from a file is shown as its path (the file's flag), never as its text.
         let files = &self.url_files;

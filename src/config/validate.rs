@@ -317,7 +317,7 @@ fn check_prefixes(raw: &[String]) -> Result<Vec<String>, Definite> {
                 "--messages-prefix {p:?}: give the exact prefix the producer passes to pg_logical_emit_message, e.g. outbox"
             )));
         }
-        if p == crate::pipeline::HEARTBEAT_PREFIX {
+        if p == super::HEARTBEAT_PREFIX {
             return Err(Definite::Config(format!(
                 "--messages-prefix {p:?} is outboxd's own heartbeat prefix; pick another, e.g. outbox"
             )));

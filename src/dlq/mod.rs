@@ -42,7 +42,8 @@ pub const H_SIZE: &str = "outboxd.payload.size";
 /// On a copy whose payload was left out because the `--mask`/`--encrypt` rules could not be
 /// applied to it (it would have leaked unmasked): why. Such a copy is not replayable.
 pub const H_PAYLOAD_DROPPED: &str = "outboxd.payload.dropped";
-pub const PREFIX: &str = "outboxd.";
+/// Every header outboxd adds starts with it (defined beside the records, in the router).
+pub use crate::router::HEADER_PREFIX as PREFIX;
 
 /// A bad event, with everything known about it.
 #[derive(Clone, Debug)]

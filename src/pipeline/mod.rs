@@ -38,7 +38,7 @@ mod resume;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::pg::replication::pg_now_us as now_pg_us;
 
@@ -47,7 +47,7 @@ use tokio::time::{interval, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::ack::{Ack, AckTracker, Delivery, Outcome, Position, Source, TxnId};
-use crate::config::{BadEventPolicy, Config, InvalidOp};
+use crate::config::{BadEventPolicy, Config, InvalidOp, HEARTBEAT_PREFIX};
 use crate::dlq::{copy_refused, record_size, DeadLetter};
 use crate::error::{Definite, Error};
 use crate::health::Health;
@@ -57,9 +57,6 @@ use crate::pg::pgoutput::{Decoder, LogicalMessage};
 use crate::pg::replication::{WalMessage, WalSource};
 use crate::router::{BadEvent, OutboxRow, Record, Route};
 use crate::sink::{Sink, SinkError};
-
-/// Prefix of the logical messages outboxd emits as heartbeats.
-pub const HEARTBEAT_PREFIX: &str = "outboxd.heartbeat";
 
 /// What we know about a relation id.
 enum RelationEntry {
@@ -473,15 +470,6 @@ pub(crate) fn route_masked(cfg: &Config, route: &Route, row: OutboxRow<'_>) -> R
         Ok(record) => mask.apply(record, event_type).map(|r| route.convert(r)),
         Err(bad) => Err(mask.scrub(bad, event_type)),
     }
-}
-
-/// Exponential backoff with jitter for reconnect attempt `attempt` (0-based), capped at `max`.
-pub fn backoff(attempt: u32, max: Duration) -> Duration {
-    let base = Duration::from_millis(250u64.saturating_mul(1 << attempt.min(10))).min(max);
-    // Jitter from the clock's low bits: enough to spread a fleet's reconnects, no RNG needed.
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).subsec_nanos() as u64;
-    let jitter = base.as_millis() as u64 / 4;
-    base + Duration::from_millis(if jitter == 0 { 0 } else { nanos % jitter })
 }
 
 #[cfg(test)]

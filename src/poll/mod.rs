@@ -83,11 +83,11 @@ use tokio::time::Instant;
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
-use crate::app::Handles;
 use crate::config::Config;
 use crate::error::{Definite, Error};
+use crate::health::Handles;
 use crate::pg::admin::{self, timed};
-use crate::pipeline::backoff;
+use crate::retry::backoff;
 use crate::sink::Sink;
 use batch::{Batch, BatchCtx, Fate};
 use sql::{execute, quote_ident, Claimed, Queries, RETENTION_CHUNK};

@@ -24,6 +24,7 @@
 use base64::Engine as _;
 use bytes::Bytes;
 
+use super::expand::jackson_string;
 use super::render::{BOOL, BYTEA, INT2, INT4, INT8, JSON, JSONB, TEXT, VARCHAR};
 
 const BPCHAR: u32 = 1042;
@@ -93,40 +94,6 @@ pub fn convert(converter: Converter, type_oid: u32, bytes: Bytes) -> Bytes {
             _ => jackson_string(&String::from_utf8_lossy(&bytes)),
         },
     }
-}
-
-/// A JSON string literal as Jackson (JsonConverter's writer) spells it: `\"`, `\\`, the short
-/// escapes `\b \t \n \f \r`, other control characters as `\u00XX`, and characters outside the
-/// Basic Multilingual Plane as a surrogate pair `\uD83D\uDE00` (all upper-case hex); everything
-/// else as UTF-8. serde_json differs in the last two (lower-case hex, raw 4-byte UTF-8), which
-/// the parity test against Debezium found.
-pub(crate) fn jackson_string(s: &str) -> Bytes {
-    use std::fmt::Write as _;
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{8}' => out.push_str("\\b"),
-            '\t' => out.push_str("\\t"),
-            '\n' => out.push_str("\\n"),
-            '\u{c}' => out.push_str("\\f"),
-            '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04X}", c as u32);
-            }
-            c if (c as u32) > 0xFFFF => {
-                let mut units = [0u16; 2];
-                for u in c.encode_utf16(&mut units) {
-                    let _ = write!(out, "\\u{:04X}", u);
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    Bytes::from(out)
 }
 
 /// How one route's records are converted: the converters and what their output depends on.

@@ -24,6 +24,8 @@
 
 use std::fmt::Write as _;
 
+use bytes::Bytes;
+
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 /// A JSON value as Jackson's tree keeps it: object fields in order, integer tokens apart from
@@ -210,9 +212,42 @@ fn java_double(v: f64) -> String {
     }
 }
 
-/// A JSON string literal as Jackson writes it ([`super::converter`]).
+/// A JSON string literal as Jackson writes it ([`jackson_string`]).
 fn string(out: &mut String, s: &str) {
-    out.push_str(&String::from_utf8_lossy(&super::converter::jackson_string(s)));
+    out.push_str(&String::from_utf8_lossy(&jackson_string(s)));
+}
+
+/// A JSON string literal as Jackson (JsonConverter's writer) spells it: `\"`, `\\`, the short
+/// escapes `\b \t \n \f \r`, other control characters as `\u00XX`, and characters outside the
+/// Basic Multilingual Plane as a surrogate pair `\uD83D\uDE00` (all upper-case hex); everything
+/// else as UTF-8. serde_json differs in the last two (lower-case hex, raw 4-byte UTF-8), which
+/// the parity test against Debezium found.
+pub(crate) fn jackson_string(s: &str) -> Bytes {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\u{c}' => out.push_str("\\f"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04X}", c as u32);
+            }
+            c if (c as u32) > 0xFFFF => {
+                let mut units = [0u16; 2];
+                for u in c.encode_utf16(&mut units) {
+                    let _ = write!(out, "\\u{:04X}", u);
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    Bytes::from(out)
 }
 
 /// The struct of `n` under `schema`, as JsonConverter writes it.

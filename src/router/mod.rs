@@ -29,6 +29,7 @@ pub mod converter;
 mod expand;
 pub mod mask;
 pub mod message;
+pub mod oid;
 pub mod render;
 mod timestamp;
 pub mod topic;
@@ -40,6 +41,9 @@ use bytes::Bytes;
 use crate::error::Definite;
 use crate::pg::pgoutput::{Relation, TupleData, TupleValue};
 use contract::{Contracts, Verdict};
+/// The prefix of every header outboxd itself adds to a record (dead-letter copies, masking).
+pub const HEADER_PREFIX: &str = "outboxd.";
+
 pub use converter::Converter;
 use render::{as_bytes, as_json, as_string, is_json, is_text};
 use topic::TopicMemo;

@@ -16,7 +16,7 @@ use jiff::fmt::temporal::{DateTimePrinter, Pieces};
 use jiff::tz::Offset;
 use jiff::Timestamp;
 
-use super::render::{INT4, INT8, TIMESTAMP};
+use super::oid::{INT4, INT8, TIMESTAMP};
 
 /// One readable timestamp value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -291,7 +291,7 @@ fn reject(job: Job, code: &'static str, reason: String) {
 }
 
 async fn wait_retry(url: &Url, first_id: &str, why: &str, events: usize, attempt: u32, after: Option<Duration>) {
-    let delay = crate::pipeline::backoff(attempt, MAX_BACKOFF).max(after.unwrap_or_default().min(MAX_RETRY_AFTER));
+    let delay = crate::retry::backoff(attempt, MAX_BACKOFF).max(after.unwrap_or_default().min(MAX_RETRY_AFTER));
     tracing::warn!(webhook = %origin(url), first_id, events, reason = %why, ?delay, "webhook delivery not acknowledged; sending the same request again");
     tokio::time::sleep(delay).await;
 }

@@ -34,15 +34,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::ClientContext;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 use super::kafka_client::{self, Retry, TopicError};
+use super::kafka_events::{self, rejection_code, DeliveryContext};
 use super::{Sink, SinkError};
 use crate::ack::Delivery;
 use crate::config::KafkaConfig;
@@ -58,104 +57,6 @@ const DELIVERY_STALL: Duration = Duration::from_secs(10);
 pub const TOPIC_CACHE: usize = 10_000;
 /// How long a full producer queue is left to drain before the next try.
 const QUEUE_FULL_WAIT: Duration = Duration::from_millis(5);
-
-/// Which broker errors condemn one record rather than the pipeline.
-fn rejection_code(e: &KafkaError) -> Option<&'static str> {
-    use RDKafkaErrorCode as C;
-    match e.rdkafka_error_code()? {
-        C::MessageSizeTooLarge | C::MessageBatchTooLarge | C::InvalidMessageSize => Some("too_large"),
-        C::InvalidTopic => Some("invalid_topic"),
-        C::PolicyViolation => Some("policy_violation"),
-        C::InvalidRecord | C::InvalidMessage => Some("rejected"),
-        // A `:partition` placement at or above the topic's partition count.
-        C::UnknownPartition => Some("unknown_partition"),
-        // A timestamp outside the broker's `message.timestamp.difference.max.ms` window.
-        C::InvalidTimestamp => Some("invalid_timestamp"),
-        // An ACL denies this one topic; other topics may still be fine.
-        C::TopicAuthorizationFailed => Some("topic_authorization_failed"),
-        _ => None,
-    }
-}
-
-/// Resolves delivery handles from librdkafka's delivery reports, and tracks broker health.
-pub struct DeliveryContext {
-    health: Arc<Health>,
-    metrics: Metrics,
-    /// The user's properties, to scrub secret values from librdkafka's error texts.
-    properties: Vec<(String, String)>,
-    /// Successful deliveries so far: the health thread reads progress from it (no clock read on
-    /// the per-record path).
-    acks: AtomicU64,
-}
-
-impl DeliveryContext {
-    fn kafka_up(&self, up: bool) {
-        if up && !self.health.sink_up() {
-            self.metrics.kafka_reconnects.increment(1);
-            tracing::info!("Kafka is reachable again");
-        } else if !up && self.health.sink_up() {
-            tracing::warn!("Kafka is unreachable; holding events and retrying");
-        }
-        self.health.set_sink_up(up);
-        self.metrics.kafka_connected.set(if up { 1.0 } else { 0.0 });
-    }
-}
-
-impl ClientContext for DeliveryContext {
-    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
-        use rdkafka::config::RDKafkaLogLevel as L;
-        match level {
-            L::Emerg | L::Alert | L::Critical | L::Error => tracing::error!(target: "librdkafka", fac, "{log_message}"),
-            L::Warning => tracing::warn!(target: "librdkafka", fac, "{log_message}"),
-            L::Notice | L::Info => tracing::info!(target: "librdkafka", fac, "{log_message}"),
-            L::Debug => tracing::debug!(target: "librdkafka", fac, "{log_message}"),
-        }
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        if matches!(error.rdkafka_error_code(), Some(RDKafkaErrorCode::AllBrokersDown)) {
-            self.kafka_up(false);
-        }
-        let reason = kafka_client::scrub(reason, &self.properties);
-        tracing::warn!(target: "librdkafka", %error, "{reason}");
-    }
-}
-
-impl ProducerContext for DeliveryContext {
-    type DeliveryOpaque = Box<Delivery>;
-
-    fn delivery(&self, result: &DeliveryResult<'_>, delivery: Box<Delivery>) {
-        match result {
-            Ok(_) => {
-                self.acks.fetch_add(1, Ordering::Relaxed);
-                if !self.health.sink_up() {
-                    self.kafka_up(true);
-                }
-                delivery.ack()
-            }
-            Err((e, msg)) => match rejection_code(e) {
-                Some(code) => {
-                    let headers = msg
-                        .headers()
-                        .map(|hs| {
-                            hs.iter()
-                                .map(|h| (h.key.to_owned(), Bytes::copy_from_slice(h.value.unwrap_or_default())))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    delivery.reject(
-                        code,
-                        e.to_string(),
-                        msg.key().map(Bytes::copy_from_slice),
-                        msg.payload().map(Bytes::copy_from_slice),
-                        headers,
-                    )
-                }
-                None => delivery.fail(e.to_string()),
-            },
-        }
-    }
-}
 
 /// A record `send` could not hand to librdkafka yet.
 struct Held {
@@ -275,7 +176,7 @@ impl KafkaSink {
             cfg,
         )?;
         let producer = Arc::new(producer);
-        let reports = super::kafka_events::spawn(producer.clone())
+        let reports = kafka_events::spawn(producer.clone())
             .map_err(|e| Definite::Sink(format!("could not set up Kafka delivery reports: {e}")))?;
         let failure = crate::task::Failure::default();
         let stop_checks = Arc::new(AtomicBool::new(false));

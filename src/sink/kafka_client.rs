@@ -1,11 +1,9 @@
 //! Every Kafka client outboxd makes, built from one [`KafkaConfig`].
 //!
 //! This module owns:
-//! * reading the user's librdkafka properties: `--kafka-property-file` first, then each
-//!   `--kafka-property KEY=VALUE` (later wins, as librdkafka applies them in order), with
-//!   `bootstrap.servers` refused in both ([`parse_property_flags`], [`read_property_file`]);
-//! * which keys are secrets ([`is_secret`]) and keeping their values out of every message we make
-//!   from a librdkafka error ([`create`], [`scrub`]);
+//! * keeping secret values (which keys are secrets is [`is_secret`], in `config/kafka.rs` with the
+//!   reading of the properties) out of every message we make from a librdkafka error ([`create`],
+//!   [`scrub`]);
 //! * the three client configs: [`producer_config`] (our defaults, then every property),
 //!   [`admin_config`] and [`consumer_config`] (the same connection and security settings, with
 //!   producer-only properties left out, since librdkafka warns about and ignores them, and an
@@ -21,46 +19,10 @@ use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::ClientContext;
 
-use crate::config::properties;
+pub use crate::config::secret::MASK;
 use crate::config::KafkaConfig;
+pub use crate::config::{is_secret, parse_property_flags, read_property_file, shown};
 use crate::error::Definite;
-
-/// Shown instead of a secret value.
-pub const MASK: &str = "****";
-
-/// Whether a librdkafka (or Java client) property holds a secret: its value is never printed.
-pub fn is_secret(key: &str) -> bool {
-    let k = key.trim().to_ascii_lowercase();
-    // A token endpoint is a public URL; everything else naming a token is a credential.
-    if k.ends_with("token.endpoint.url") {
-        return false;
-    }
-    const EXACT: &[&str] = &[
-        "sasl.password",
-        "ssl.key.password",
-        "ssl.keystore.password",
-        "ssl.truststore.password",
-        "ssl.key.pem",
-        "ssl_key",
-        "ssl.keystore.key",
-        "sasl.oauthbearer.config",
-        "sasl.jaas.config",
-        "sasl.oauthbearer.assertion.private.key.pem",
-    ];
-    EXACT.contains(&k.as_str())
-        || ["password", "secret", "token", "passphrase", "credential", "jaas", "private.key"]
-            .iter()
-            .any(|w| k.contains(w))
-}
-
-/// `value`, or [`MASK`] when `key` is secret.
-pub fn shown<'a>(key: &str, value: &'a str) -> &'a str {
-    if is_secret(key) {
-        MASK
-    } else {
-        value
-    }
-}
 
 /// `message` with the value of every secret property replaced by [`MASK`]. Values shorter than
 /// four characters are left alone: replacing them would garble the message and hardly reveals more.
@@ -72,50 +34,6 @@ pub fn scrub(message: &str, props: &[(String, String)]) -> String {
         }
     }
     out
-}
-
-/// `--kafka-property KEY=VALUE` flags as pairs; keys trimmed, values kept as given.
-pub fn parse_property_flags(raw: &[String]) -> Result<Vec<(String, String)>, Definite> {
-    raw.iter()
-        .map(|p| {
-            let Some((k, v)) = p.split_once('=').filter(|(k, _)| !k.trim().is_empty()) else {
-                // Show the text only when it cannot hold a value.
-                let what = if p.contains('=') { "a flag with an empty key".to_owned() } else { format!("{p:?}") };
-                return Err(Definite::Config(format!(
-                    "--kafka-property {what}: expected KEY=VALUE, e.g. security.protocol=ssl"
-                )));
-            };
-            let k = k.trim();
-            check_key(k, "--kafka-property")?;
-            Ok((k.to_owned(), v.to_owned()))
-        })
-        .collect()
-}
-
-fn check_key(k: &str, origin: &str) -> Result<(), Definite> {
-    if k == "bootstrap.servers" || k == "metadata.broker.list" {
-        return Err(Definite::Config(format!("{origin}: {k} conflicts with --kafka-brokers; use --kafka-brokers")));
-    }
-    Ok(())
-}
-
-/// A `--kafka-property-file` as pairs, in file order.
-pub fn read_property_file(path: &Path) -> Result<Vec<(String, String)>, Definite> {
-    let flag = format!("--kafka-property-file {}", path.display());
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Definite::Config(format!(
-            "{flag}: cannot read it ({e}); give a readable Java .properties file of key=value lines"
-        ))
-    })?;
-    let entries =
-        properties::parse(&text).map_err(|e| Definite::Config(format!("{flag} line {}: {}", e.line, e.why)))?;
-    entries
-        .into_iter()
-        .map(|e| {
-            check_key(e.key.trim(), &format!("{flag} line {}", e.line))?;
-            Ok((e.key, e.value))
-        })
-        .collect()
 }
 
 /// The file's properties, then the flags'.

@@ -1,4 +1,5 @@
-//! librdkafka's delivery reports, served on the runtime's own thread.
+//! librdkafka's delivery reports: what each one means ([`DeliveryContext`]: an ack, a record the
+//! broker condemned, or a failure, and the broker's health), served on the runtime's own thread.
 //!
 //! librdkafka puts delivery reports (and client errors and log lines) on its main queue. rdkafka's
 //! `ThreadedProducer` serves that queue from a thread of its own, which costs a thread wake-up per
@@ -26,12 +27,119 @@ use std::os::unix::net::UnixStream as StdStream;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
 use rdkafka::bindings as rd;
-use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
+use rdkafka::ClientContext;
 use tokio::net::UnixStream;
 use tokio::task::JoinHandle;
 
-use super::kafka::DeliveryContext;
+use super::kafka_client;
+use crate::ack::Delivery;
+use crate::health::Health;
+use crate::metrics::Metrics;
+
+/// Which broker errors condemn one record rather than the pipeline.
+pub(super) fn rejection_code(e: &KafkaError) -> Option<&'static str> {
+    use RDKafkaErrorCode as C;
+    match e.rdkafka_error_code()? {
+        C::MessageSizeTooLarge | C::MessageBatchTooLarge | C::InvalidMessageSize => Some("too_large"),
+        C::InvalidTopic => Some("invalid_topic"),
+        C::PolicyViolation => Some("policy_violation"),
+        C::InvalidRecord | C::InvalidMessage => Some("rejected"),
+        // A `:partition` placement at or above the topic's partition count.
+        C::UnknownPartition => Some("unknown_partition"),
+        // A timestamp outside the broker's `message.timestamp.difference.max.ms` window.
+        C::InvalidTimestamp => Some("invalid_timestamp"),
+        // An ACL denies this one topic; other topics may still be fine.
+        C::TopicAuthorizationFailed => Some("topic_authorization_failed"),
+        _ => None,
+    }
+}
+
+/// Resolves delivery handles from librdkafka's delivery reports, and tracks broker health.
+pub struct DeliveryContext {
+    pub(super) health: Arc<Health>,
+    pub(super) metrics: Metrics,
+    /// The user's properties, to scrub secret values from librdkafka's error texts.
+    pub(super) properties: Vec<(String, String)>,
+    /// Successful deliveries so far: the health thread reads progress from it (no clock read on
+    /// the per-record path).
+    pub(super) acks: AtomicU64,
+}
+
+impl DeliveryContext {
+    pub(super) fn kafka_up(&self, up: bool) {
+        if up && !self.health.sink_up() {
+            self.metrics.kafka_reconnects.increment(1);
+            tracing::info!("Kafka is reachable again");
+        } else if !up && self.health.sink_up() {
+            tracing::warn!("Kafka is unreachable; holding events and retrying");
+        }
+        self.health.set_sink_up(up);
+        self.metrics.kafka_connected.set(if up { 1.0 } else { 0.0 });
+    }
+}
+
+impl ClientContext for DeliveryContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        use rdkafka::config::RDKafkaLogLevel as L;
+        match level {
+            L::Emerg | L::Alert | L::Critical | L::Error => tracing::error!(target: "librdkafka", fac, "{log_message}"),
+            L::Warning => tracing::warn!(target: "librdkafka", fac, "{log_message}"),
+            L::Notice | L::Info => tracing::info!(target: "librdkafka", fac, "{log_message}"),
+            L::Debug => tracing::debug!(target: "librdkafka", fac, "{log_message}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if matches!(error.rdkafka_error_code(), Some(RDKafkaErrorCode::AllBrokersDown)) {
+            self.kafka_up(false);
+        }
+        let reason = kafka_client::scrub(reason, &self.properties);
+        tracing::warn!(target: "librdkafka", %error, "{reason}");
+    }
+}
+
+impl ProducerContext for DeliveryContext {
+    type DeliveryOpaque = Box<Delivery>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, delivery: Box<Delivery>) {
+        match result {
+            Ok(_) => {
+                self.acks.fetch_add(1, Ordering::Relaxed);
+                if !self.health.sink_up() {
+                    self.kafka_up(true);
+                }
+                delivery.ack()
+            }
+            Err((e, msg)) => match rejection_code(e) {
+                Some(code) => {
+                    let headers = msg
+                        .headers()
+                        .map(|hs| {
+                            hs.iter()
+                                .map(|h| (h.key.to_owned(), Bytes::copy_from_slice(h.value.unwrap_or_default())))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    delivery.reject(
+                        code,
+                        e.to_string(),
+                        msg.key().map(Bytes::copy_from_slice),
+                        msg.payload().map(Bytes::copy_from_slice),
+                        headers,
+                    )
+                }
+                None => delivery.fail(e.to_string()),
+            },
+        }
+    }
+}
 
 /// Events served between two yields to the runtime.
 const SERVE_BATCH: usize = 64;

@@ -267,7 +267,7 @@ async fn publish_loop(js: jetstream::Context, mut rx: mpsc::Receiver<Job>) {
                         }
                         None => {
                             tracing::warn!(subject = %job.subject, error = %e, pending = window.len() + 1, "JetStream publish not acknowledged; publishing again from this event on");
-                            tokio::time::sleep(crate::pipeline::backoff(attempt, MAX_BACKOFF)).await;
+                            tokio::time::sleep(crate::retry::backoff(attempt, MAX_BACKOFF)).await;
                             attempt = attempt.saturating_add(1);
                             window.push_front((job, Box::pin(std::future::pending())));
                             for entry in window.iter_mut() {

@@ -25,7 +25,7 @@ use lapin::BasicProperties;
 use tokio::sync::mpsc;
 
 use super::handoff::{held_in_handoff, Handoff};
-use super::rabbitmq_publisher::{self, MAX_MESSAGE_SIZE, WINDOW};
+use super::rabbitmq_publisher::{self, Job, MAX_MESSAGE_SIZE, WINDOW};
 use super::{Sink, SinkError};
 use crate::ack::Delivery;
 use crate::config::rabbitmq::{RabbitConfig, SHORTSTR_MAX};
@@ -38,27 +38,6 @@ const PERSISTENT: u8 = 2;
 /// Room left under the message size limit when the pipeline sizes dead-letter chunks: the
 /// limit counts the body only, but a dead-letter copy also gains headers.
 const HEADER_SLACK: usize = 4096;
-
-/// One record on its way to RabbitMQ: the message, and the record's parts for a rejection.
-pub(super) struct Job {
-    pub routing_key: String,
-    pub properties: BasicProperties,
-    pub key: Option<Bytes>,
-    pub payload: Option<Bytes>,
-    pub headers: Vec<(String, Bytes)>,
-    pub delivery: Delivery,
-}
-
-impl Job {
-    pub fn body(&self) -> &[u8] {
-        self.payload.as_deref().unwrap_or_default()
-    }
-
-    /// Resolve as a bad event.
-    pub fn reject(self, code: &'static str, reason: String) {
-        self.delivery.reject(code, reason, self.key, self.payload, self.headers);
-    }
-}
 
 pub struct RabbitSink {
     /// To the publisher task (one lane), which it aborts on drop: unconfirmed handles then fail,

@@ -39,17 +39,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
 use lapin::publisher_confirm::Confirmation;
 use lapin::types::FieldTable;
 use lapin::uri::AMQPUri;
+use lapin::BasicProperties;
 use lapin::{Channel, Connection, ConnectionProperties, ErrorKind, ExchangeKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::rabbitmq::Job;
+use crate::ack::Delivery;
 use crate::config::rabbitmq::RabbitConfig;
 use crate::error::Definite;
 use crate::health::Health;
@@ -69,6 +71,27 @@ const ACCESS_REFUSED: u16 = 403;
 const NOT_FOUND: u16 = 404;
 const PRECONDITION_FAILED: u16 = 406;
 const NOT_ALLOWED: u16 = 530;
+
+/// One record on its way to RabbitMQ: the message, and the record's parts for a rejection.
+pub(super) struct Job {
+    pub routing_key: String,
+    pub properties: BasicProperties,
+    pub key: Option<Bytes>,
+    pub payload: Option<Bytes>,
+    pub headers: Vec<(String, Bytes)>,
+    pub delivery: Delivery,
+}
+
+impl Job {
+    pub fn body(&self) -> &[u8] {
+        self.payload.as_deref().unwrap_or_default()
+    }
+
+    /// Resolve as a bad event.
+    pub fn reject(self, code: &'static str, reason: String) {
+        self.delivery.reject(code, reason, self.key, self.payload, self.headers);
+    }
+}
 
 /// An open connection and its confirm-mode channel. Dropping it closes both.
 struct Link {
@@ -298,7 +321,7 @@ impl Publisher {
                             "RabbitMQ did not confirm; reconnecting to publish the unconfirmed events again in order");
                     }
                     self.set_up(false, &reason);
-                    tokio::time::sleep(crate::pipeline::backoff(failures, MAX_BACKOFF)).await;
+                    tokio::time::sleep(crate::retry::backoff(failures, MAX_BACKOFF)).await;
                     failures = failures.saturating_add(1);
                 }
             }

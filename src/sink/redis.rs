@@ -152,7 +152,7 @@ impl Writer {
                 Err(reason) => {
                     self.set_up(false, &reason);
                     self.conn = None;
-                    tokio::time::sleep(crate::pipeline::backoff(failures, MAX_BACKOFF)).await;
+                    tokio::time::sleep(crate::retry::backoff(failures, MAX_BACKOFF)).await;
                     failures = failures.saturating_add(1);
                 }
             }

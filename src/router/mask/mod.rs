@@ -225,7 +225,7 @@ impl Masking {
                 Ok(Some(h)) => bad.headers = h,
                 Ok(None) => {}
                 // Keep only outboxd's own diagnostics: the rest could carry what the rules hide.
-                Err(_) => bad.headers.retain(|(k, _)| k.starts_with(crate::dlq::PREFIX)),
+                Err(_) => bad.headers.retain(|(k, _)| k.starts_with(crate::router::HEADER_PREFIX)),
             }
         }
         bad
