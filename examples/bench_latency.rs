@@ -8,7 +8,8 @@
 //! start), so this is insert → consumer, an upper bound on commit → ack.
 //!
 //! Usage: `bench_latency --brokers B --topics t1,t2,.. --expect N [--timeout-secs S]`
-//! Prints `count=N p50_ms=.. p99_ms=.. max_ms=.. mean_ms=..` after `ready`.
+//! Prints `count=N p50_ms=.. p99_ms=.. max_ms=.. mean_ms=.. le20_pct=..` (the share of records
+//! at most 20 ms late) after `ready`.
 //!
 //! Calibration: `bench_latency --brokers B --topics T1,.. --calibrate-rate R --secs S` measures the
 //! broker alone at the same rate: it produces ~300 B records round-robin to the topics (as the 5
@@ -158,7 +159,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let (p50, p99, max, mean) = stats(&lat);
-    println!("count={} p50_ms={p50:.1} p99_ms={p99:.1} max_ms={max:.1} mean_ms={mean:.1}", lat.len());
+    let le20 = lat.iter().filter(|&&ms| ms <= 20.0).count() as f64 * 100.0 / lat.len().max(1) as f64;
+    println!(
+        "count={} p50_ms={p50:.1} p99_ms={p99:.1} max_ms={max:.1} mean_ms={mean:.1} le20_pct={le20:.1}",
+        lat.len()
+    );
     Ok(())
 }
 

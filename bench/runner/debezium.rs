@@ -55,7 +55,8 @@ pub fn debezium(b: &mut Bench) -> Result<()> {
     ];
     let mut md = String::new();
     let mut first = String::new();
-    for (key, rows, per_txn, title) in &shapes {
+    let shapes = if k.dbz_drain { &shapes[..] } else { &[] };
+    for (key, rows, per_txn, title) in shapes {
         run_backlog(b, &Backlog { key, rows: *rows, per_txn: *per_txn, reps: k.reps, readers: &rds })?;
         let (rows_md, _) = tables::drain_rows(&b.raw, key, *rows, title, &rds, k.http_batch);
         md.push_str(&rows_md);
@@ -72,15 +73,22 @@ pub fn debezium(b: &mut Bench) -> Result<()> {
             first.push_str(&format!("| {title} | {} | {} |\n", f.cell(), crate::stats::commas(r.median)));
         }
     }
+    let latency = if k.dbz_latency { crate::race_latency::race_latency(b)? } else { String::new() };
+    let drain = if k.dbz_drain {
+        format!(
+            "Debezium 3.6.1.Final on a Kafka Connect 4.4.0 standalone worker (JVM: G1, C2; heap ≤ 1 GiB), its \
+             time and CPU from launching the worker until the brokers hold every record (JVM start-up \
+             included); outboxd's from its start until the slot is confirmed past the backlog.\n\n\
+             {DRAIN_HEADER}\n{md}\n\
+             Debezium's time from launching the worker to its first record on the brokers, and its rate from \
+             then on (rows / time from the first record to the last):\n\n\
+             | backlog | seconds to the first record | events/s after it (median) |\n|---|---|---|\n{first}\n"
+        )
+    } else {
+        String::new()
+    };
     b.report.section(&format!(
-        "### The race: pg_recvlogical, outboxd and Debezium on Kafka Connect (median of {})\n\n\
-         Debezium 3.6.1.Final on a Kafka Connect 4.4.0 standalone worker (JVM: G1, C2; heap ≤ 1 GiB), its \
-         time and CPU from launching the worker until the brokers hold every record (JVM start-up \
-         included); outboxd's from its start until the slot is confirmed past the backlog.\n\n\
-         {DRAIN_HEADER}\n{md}\n\
-         Debezium's time from launching the worker to its first record on the brokers, and its rate from \
-         then on (rows / time from the first record to the last):\n\n\
-         | backlog | seconds to the first record | events/s after it (median) |\n|---|---|---|\n{first}\n",
+        "### The race: pg_recvlogical, outboxd and Debezium on Kafka Connect (median of {})\n\n{drain}{latency}",
         k.reps
     ));
     Ok(())
@@ -112,9 +120,11 @@ fn records(c: &BaseConsumer) -> Result<i64> {
     Ok(sum)
 }
 
-/// The connector JSON of one run: Debezium's own slot `slot`, the bench's publication.
-fn connector(b: &Bench, slot: &str) -> serde_json::Value {
-    serde_json::json!({
+/// The connector JSON of one run: Debezium's own slot `slot`, the bench's publication, records
+/// routed to `replacement` (`${routedByValue}` in it), stamped from the column `timestamp` if
+/// given (else the EventRouter's default: the time Debezium processed the event).
+pub fn connector(b: &Bench, slot: &str, replacement: &str, timestamp: Option<&str>) -> serde_json::Value {
+    let mut c = serde_json::json!({
         "name": format!("bench-{slot}"),
         "config": {
             "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
@@ -133,20 +143,47 @@ fn connector(b: &Bench, slot: &str) -> serde_json::Value {
             "transforms": "outbox",
             "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
             "transforms.outbox.route.by.field": "event_type",
-            "transforms.outbox.route.topic.replacement": "dbz.${routedByValue}.events",
+            "transforms.outbox.route.topic.replacement": replacement,
             "transforms.outbox.table.field.event.id": "event_id",
             "transforms.outbox.table.field.event.key": "aggregate_id",
             "transforms.outbox.table.field.event.payload": "payload"
         }
-    })
+    });
+    if let Some(column) = timestamp {
+        c["config"]["transforms.outbox.table.field.event.timestamp"] = column.into();
+    }
+    c
+}
+
+/// Launches `scripts/debezium start` for `connector` in `dir/worker` (G1 and C2, as in
+/// production); the launcher exits once the task is RUNNING, the worker stays.
+pub fn launch(b: &Bench, dir: &Path, connector: &serde_json::Value) -> Result<std::process::Child> {
+    std::fs::create_dir_all(dir)?;
+    let file = dir.join("connector.json");
+    std::fs::write(&file, connector.to_string())?;
+    Ok(Command::new("bash")
+        .args(["scripts/debezium", "start"])
+        .arg(dir.join("worker"))
+        .arg(&file)
+        .arg(format!("127.0.0.1:{}", b.kafka_port()))
+        .env("DEBEZIUM_FULL_JVM", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("launcher.log"))?)
+        .spawn()?)
+}
+
+/// Stops the worker in `work` at once and waits (up to 30 s) until its walsender lets go of `slot`.
+pub fn stop(b: &Bench, work: &Path, slot: &str) {
+    let _ = Command::new("bash").args(["scripts/debezium", "stop"]).arg(work).arg("--kill").status();
+    let wait = Instant::now();
+    while b.pg.slot_active(slot).unwrap_or(false) && wait.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// One Debezium run on `slot` until the brokers hold `rows` more records than before it.
 pub fn run(b: &Bench, slot: &str, rows: u64) -> Result<Sample> {
     let dir = b.work.join(format!("{slot}-debezium"));
-    std::fs::create_dir_all(&dir)?;
-    let file = dir.join("connector.json");
-    std::fs::write(&file, connector(b, slot).to_string())?;
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", format!("127.0.0.1:{}", b.kafka_port()))
         .set("group.id", "bench-watermarks")
@@ -154,18 +191,7 @@ pub fn run(b: &Bench, slot: &str, rows: u64) -> Result<Sample> {
     let before = records(&consumer)?;
     let work = dir.join("worker");
     let t0 = Instant::now();
-    let mut launcher = Command::new("bash")
-        .args(["scripts/debezium", "start"])
-        .arg(&work)
-        .arg(&file)
-        .arg(format!("127.0.0.1:{}", b.kafka_port()))
-        .env("DEBEZIUM_FULL_JVM", "1")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("launcher.log"))?)
-        .spawn()?;
-    let stop = |work: &Path| {
-        let _ = Command::new("bash").args(["scripts/debezium", "stop"]).arg(work).arg("--kill").status();
-    };
+    let mut launcher = launch(b, &dir, &connector(b, slot, "dbz.${routedByValue}.events", None))?;
     let mut first = None;
     let deadline = t0 + Duration::from_secs(1800);
     let result = loop {
@@ -198,11 +224,7 @@ pub fn run(b: &Bench, slot: &str, rows: u64) -> Result<Sample> {
         std::thread::sleep(Duration::from_millis(50));
     };
     let _ = launcher.wait();
-    stop(&work);
     // The walsender must let go of the slot before the next reader's run.
-    let wait = Instant::now();
-    while b.pg.slot_active(slot).unwrap_or(false) && wait.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    stop(b, &work, slot);
     result
 }

@@ -68,6 +68,10 @@ pub struct Knobs {
     pub reps_huge: usize,
     /// Rows of the one big transaction in the debezium scenario.
     pub dbz_huge: u64,
+    /// The debezium scenario's drain part (the three backlog shapes).
+    pub dbz_drain: bool,
+    /// The debezium scenario's latency part (RATES, LAT_SECS, REPS).
+    pub dbz_latency: bool,
     /// Insert rates (events/s) of the latency scenario.
     pub rates: Vec<u64>,
     pub lat_secs: u64,
@@ -136,6 +140,8 @@ impl Knobs {
             n_huge: num("N_HUGE", 1_000_000)?,
             reps_huge: num("REPS_HUGE", 1)?,
             dbz_huge: num("DBZ_HUGE", n)?,
+            dbz_drain: flag("DBZ_DRAIN", true)?,
+            dbz_latency: flag("DBZ_LATENCY", true)?,
             rates,
             lat_secs: num("LAT_SECS", 30)?,
             warm_secs: num("WARM_SECS", 3)?,

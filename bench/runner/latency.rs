@@ -29,7 +29,7 @@ const CALIBRATION: &str = "Broker alone (calibration, {CAL} s per rate, outboxd 
 
 /// A spawned helper with stdout to a file, registered for cleanup.
 /// stderr goes to `err`, or with stdout to `out` when `None`.
-fn spawn(mut cmd: Command, out: &Path, err: Option<&Path>) -> Result<Child> {
+pub fn spawn(mut cmd: Command, out: &Path, err: Option<&Path>) -> Result<Child> {
     let out = std::fs::File::create(out)?;
     let err = match err {
         Some(p) => std::fs::File::create(p)?,
@@ -45,13 +45,13 @@ fn spawn(mut cmd: Command, out: &Path, err: Option<&Path>) -> Result<Child> {
     Ok(child)
 }
 
-fn reap(mut child: Child) -> Result<std::process::ExitStatus> {
+pub fn reap(mut child: Child) -> Result<std::process::ExitStatus> {
     let status = child.wait()?;
     procs::untrack(child.id());
     Ok(status)
 }
 
-fn bench_insert(b: &Bench, rate: u64, secs: u64, prefix: &str) -> Command {
+pub fn bench_insert(b: &Bench, rate: u64, secs: u64, prefix: &str) -> Command {
     let mut cmd = Command::new(b.tools.examples.join("bench_insert"));
     cmd.args(["--pg", &b.pg.socket_conninfo(), "--rate", &rate.to_string(), "--secs", &secs.to_string()]);
     cmd.args(["--type-prefix", prefix]);

@@ -20,6 +20,7 @@ mod measure;
 mod procs;
 mod profile;
 mod prom;
+mod race_latency;
 mod readers;
 mod report;
 mod stats;
