@@ -95,7 +95,13 @@ pub fn race_latency(b: &mut Bench) -> Result<String> {
             let counts: Vec<f64> = runs.iter().filter(|(w, _)| *w == who).map(|(_, r)| r.count).collect();
             let counts = Spread::of(&counts).map_or_else(
                 || "?".to_owned(),
-                |s| if s.count > 1 { format!("{:.0} ({:.0}–{:.0})", s.median, s.min, s.max) } else { format!("{:.0}", s.median) },
+                |s| {
+                    if s.count > 1 {
+                        format!("{:.0} ({:.0}–{:.0})", s.median, s.min, s.max)
+                    } else {
+                        format!("{:.0}", s.median)
+                    }
+                },
             );
             rows.push_str(&format!(
                 "| {rate}/s | {} | {counts} of {} | {} | {} | {} | {} | {} | {cpu} |\n",

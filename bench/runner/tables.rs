@@ -159,7 +159,13 @@ mod tests {
             key: key.into(),
             rep,
             reader,
-            sample: Sample { secs, cpu: Some(cpu), hwm_kib: Some(2048 * rep as u64), walsender: None, first_secs: None },
+            sample: Sample {
+                secs,
+                cpu: Some(cpu),
+                hwm_kib: Some(2048 * rep as u64),
+                walsender: None,
+                first_secs: None,
+            },
             far_cpu: 0.5,
         }
     }
