@@ -35,6 +35,7 @@ pub mod rabbitmq;
 pub mod redis;
 pub mod secret;
 mod show;
+mod units;
 mod validate;
 
 pub use cli::{
@@ -48,7 +49,8 @@ pub use kafka::{
 pub use nats::{NatsConfig, StreamSpec};
 pub use poll::{PollColumns, PollConfig, MAX_RETRY_BACKOFF};
 pub use postgres::{PgHost, PgTarget, SslMode};
-pub use validate::{parse_duration, parse_size, parse_table};
+pub use units::{parse_duration, parse_size};
+pub use validate::parse_table;
 
 use crate::router::mask::Masking;
 use crate::router::RouteConfig;

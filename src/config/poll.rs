@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::validate::parse_duration;
+use super::units::parse_duration;
 use super::RunArgs;
 use crate::error::Definite;
 
