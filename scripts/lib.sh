@@ -82,6 +82,9 @@ _pg_version_install() {
 
 # Install what a fresh machine of this kind lacks: PostgreSQL server binaries, Apache Kafka's jars,
 # Redis, RabbitMQ and NATS.
+# The mdBook release the manual is built with (crates.io, compiled once by ensure_tools).
+MDBOOK_VERSION=${MDBOOK_VERSION:-0.4.52}
+
 ensure_tools() {
   export PATH="$HOME/.cargo/bin:$PATH"
   # C libraries rdkafka links: OpenSSL (TLS), Cyrus SASL (GSSAPI), curl (OAUTHBEARER OIDC), zlib.
@@ -112,6 +115,10 @@ ensure_tools() {
   bash scripts/kafka fetch >/dev/null
   # Kafka Connect's jars and Debezium's PostgreSQL plugin for scripts/debezium (tests/debezium_parity.rs).
   bash scripts/debezium fetch >/dev/null
+  # mdBook renders the manual in docs/ (scripts/test builds it; tests/docs.rs checks its links).
+  if ! command -v mdbook >/dev/null 2>&1 || [ "$(mdbook --version)" != "mdbook v$MDBOOK_VERSION" ]; then
+    cargo install mdbook --version "$MDBOOK_VERSION" --locked --no-default-features --quiet
+  fi
   # The message servers the sink tests publish to (started by start_services).
   need=()
   command -v redis-server >/dev/null 2>&1 || need+=(redis-server)

@@ -344,7 +344,7 @@ fn key_payload_and_placement_columns_of_other_types() {
     }
     let suffixes = KINDS;
     let mut theirs = consume_topics(&broker, "dbz", &suffixes, ids.len());
-    // The one documented difference (README, `--table-fields-additional-placement`): a NULL column
+    // The one documented difference (docs/src/debezium.md, `--table-fields-additional-placement`): a NULL column
     // placed as a header is a header with a null value in Debezium and no header in outboxd.
     let mut with_null_header = std::collections::HashSet::new();
     for (id, r) in theirs.iter_mut() {

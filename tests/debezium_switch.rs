@@ -1,5 +1,5 @@
 //! Switching a running Debezium outbox connector over to outboxd under a steady writer, on
-//! Debezium's own slot and topics (README, Switching from Debezium).
+//! Debezium's own slot and topics (docs/src/debezium.md, Switching from Debezium).
 //!
 //! Every event is numbered (`{"n": i}`, key `agg-(i % 8)`), so the checker reads the topic
 //! whole and reports lost events (committed, never on the topic), duplicates (on it twice) and,

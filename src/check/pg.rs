@@ -514,7 +514,7 @@ async fn failover_facts(
         out.warn(
             "failover slots",
             format!("{slot}; synchronized_standby_slots is empty"),
-            "set synchronized_standby_slots on the primary to the standbys' physical slot names (README: HA and failover)",
+            "set synchronized_standby_slots on the primary to the standbys' physical slot names (docs/src/failover.md)",
         );
     } else if cfg.slot_failover && slot_failover == Some(false) {
         out.info("failover slots", format!("{slot} (outboxd run turns it on: --slot-failover); {sync}"));

@@ -367,7 +367,7 @@ pub struct RunArgs {
     pub debezium_config: Option<PathBuf>,
     /// Take over from a stopped Debezium connector: its committed offset (what
     /// `GET /connectors/NAME/offsets` on Kafka Connect answers), so events Debezium delivered are
-    /// not sent again. Run on Debezium's own slot (README, Switching from Debezium).
+    /// not sent again. Run on Debezium's own slot (docs/src/debezium.md, Switching from Debezium).
     #[arg(long, env = "OUTBOXD_DEBEZIUM_OFFSETS", value_name = "FILE")]
     pub debezium_offsets: Option<PathBuf>,
     /// PostgreSQL conninfo: a URL (postgres://user@host:5432/db?sslmode=verify-full) or libpq

@@ -222,7 +222,7 @@ impl Common {
 /// Why `outboxd dlq` refuses `--sink kind`, and what to do instead.
 fn unreadable_sink(kind: SinkKind) -> String {
     match kind {
-        SinkKind::Http => "--sink http: a webhook receiver's dead letters cannot be read back; `outboxd dlq` reads --sink kafka, nats, redis or rabbitmq (see the README, \"Bad events and the dead-letter topic\")".into(),
+        SinkKind::Http => "--sink http: a webhook receiver's dead letters cannot be read back; `outboxd dlq` reads --sink kafka, nats, redis or rabbitmq (see docs/src/dead-letters.md)".into(),
         other => format!("--sink {other:?}: this sink keeps no dead letters to read; `outboxd dlq` reads --sink kafka, nats, redis or rabbitmq").to_lowercase(),
     }
 }

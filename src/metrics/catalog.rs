@@ -1,9 +1,10 @@
 //! Every metric outboxd exports, described once: name, type, labels and help text.
 //!
 //! The recorder gets each description at install ([`describe_all`]), so every series on `/metrics`
-//! carries `# HELP`; the README's metric table is generated from the same entries ([`markdown`]),
+//! carries `# HELP`; the manual's metric table (`docs/src/production.md`) is generated from the same
+//! entries ([`markdown`]),
 //! and tests hold the three together: a name used in the code but missing here, an entry no code
-//! uses, or a README table that differs from [`markdown`] fails the build's tests.
+//! uses, or a documented table that differs from [`markdown`] fails the build's tests.
 
 /// The Prometheus type of a metric.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,7 +29,7 @@ impl Kind {
 pub struct Metric {
     pub name: &'static str,
     pub kind: Kind,
-    /// Label names, in the order the README shows them.
+    /// Label names, in the order the manual shows them.
     pub labels: &'static [&'static str],
     /// The `# HELP` line: one sentence, plain text.
     pub help: &'static str,
@@ -48,7 +49,7 @@ const fn m(
 
 use Kind::{Counter, Gauge, Histogram};
 
-/// The catalogue, in the README's order.
+/// The catalogue, in the manual's order.
 pub const ALL: &[Metric] = &[
     m("outboxd_events_total", Counter, &["topic"], "both", "Events acked by the sink, per topic (the first 1000 topics; later ones count under topic=\"(other)\")."),
     m("outboxd_events_failed_total", Counter, &["reason"], "both", "Bad events and delivery failures, per reason."),
@@ -90,7 +91,7 @@ pub fn describe_all() {
     }
 }
 
-/// The README's metric table, generated: one row per metric.
+/// The manual's metric table, generated: one row per metric.
 pub fn markdown() -> String {
     let mut out = String::from("| metric | type | exported by | meaning |\n|---|---|---|---|\n");
     for d in ALL {
@@ -189,15 +190,16 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_table_is_the_generated_one() {
-        let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    fn the_documented_table_is_the_generated_one() {
+        let file = "docs/src/production.md";
+        let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
         let (begin, end) = ("<!-- metrics: generated from src/metrics/catalog.rs -->\n", "<!-- metrics: end -->");
-        let start = readme.find(begin).expect("README.md lacks the metrics begin marker") + begin.len();
-        let stop = start + readme[start..].find(end).expect("README.md lacks the metrics end marker");
+        let start = doc.find(begin).unwrap_or_else(|| panic!("{file} lacks the metrics begin marker")) + begin.len();
+        let stop = start + doc[start..].find(end).unwrap_or_else(|| panic!("{file} lacks the metrics end marker"));
         assert_eq!(
-            &readme[start..stop],
+            &doc[start..stop],
             markdown(),
-            "README.md's metric table differs from the catalogue; replace it with the text on the right"
+            "{file}'s metric table differs from the catalogue; replace it with the text on the right"
         );
     }
 }

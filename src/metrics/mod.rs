@@ -1,5 +1,5 @@
 //! Metrics: one struct of handles, updated where state changes, never inside parsing code.
-//! Each metric is described once, in [`catalog`] (its help text and the README's table come from
+//! Each metric is described once, in [`catalog`] (its help text and the manual's table come from
 //! there).
 //!
 //! The names are an interface (alert rules and dashboards in `config/` depend on them); the list,

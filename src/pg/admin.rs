@@ -682,7 +682,7 @@ pub async fn check_failover(client: &Client, cfg: &Config, version: &ServerVersi
             "--slot-failover: the primary's synchronized_standby_slots is empty, so the walsender may send us \
              changes before a standby's synchronized copy of the slot may move past them; after a failover \
              the promoted standby's slot can be behind what outboxd confirmed (events are sent again) or missing. \
-             Set synchronized_standby_slots to the standbys' physical slot names (see README, HA and failover)"
+             Set synchronized_standby_slots to the standbys' physical slot names (see docs/src/failover.md)"
         );
     }
     Ok(())
@@ -701,7 +701,7 @@ pub async fn ensure_slot(client: &Client, cfg: &Config, missing: MissingSlot) ->
              position may never have been sent, so outboxd stops instead of creating a new slot. Recover: republish \
              the outbox rows since the last event your consumers saw with `outboxd backfill`, then start outboxd with \
              --slot-recreate-after-loss (or create the slot yourself). To keep the slot across failovers use \
-             --slot-failover on PostgreSQL 17+ (README, HA and failover)",
+             --slot-failover on PostgreSQL 17+ (docs/src/failover.md)",
             cfg.slot, cfg.postgres
         ))
         .into());

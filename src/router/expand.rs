@@ -20,7 +20,7 @@
 //! Where Debezium's task fails instead of writing anything (an integer beyond 64 bits, an array of
 //! objects whose common field changes number type) or its output depends on a `HashSet`'s
 //! iteration order (an array of objects of different shapes), outboxd keeps the payload a string
-//! and logs a warning for the event: a documented deviation (README, Debezium table).
+//! and logs a warning for the event: a documented deviation (docs/src/debezium.md, the table of differences).
 
 use std::fmt::Write as _;
 

@@ -12,7 +12,7 @@
 //!
 //! The writer drains what is queued into one pipeline (at most [`BATCH`] XADDs, one pipeline in
 //! flight) and resolves each [`Delivery`] from its own reply: an entry id is an ack (the server
-//! applied the XADD; see the README for what that means on disk); a per-event refusal that
+//! applied the XADD; see docs/src/redis.md for what that means on disk); a per-event refusal that
 //! retrying cannot fix (`WRONGTYPE`: the key holds something other than a stream; `NOPERM`: an ACL
 //! denies this key) is a rejection for `--on-bad-event`. Anything else, a lost connection, a reply
 //! timeout or a transient server error (OOM, LOADING, READONLY, ...), is retried with backoff: the
