@@ -778,9 +778,9 @@ fn logical_messages_through_debeziums_decoder() {
 /// `aggregate_type` under its own name) under StringConverter: Debezium writes the Connect
 /// struct's `toString()` (`Struct{payload=…,type=…,…}`), outboxd a JSON object with the same
 /// fields. That value is the one documented difference (docs/src/debezium.md); every other part
-/// of every record is identical. Under JsonConverter outboxd refuses the envelope at start.
+/// of every record is identical. (Under JsonConverter the bytes are the same: the next test.)
 #[test]
-fn envelope_placement_differs_only_in_the_value_and_json_is_refused() {
+fn envelope_placement_under_string_converter_differs_only_in_the_value() {
     let pg = PgCluster::start();
     pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
     pg.psql("ALTER TABLE outbox ADD COLUMN created_ts timestamp");
@@ -796,17 +796,6 @@ fn envelope_placement_differs_only_in_the_value_and_json_is_refused() {
             "headers:header,event_type:envelope:type,aggregate_type:envelope".into();
         c
     };
-
-    let dir = tempfile::tempdir().unwrap();
-    let mut json = connector("obx");
-    json["config"]["value.converter"] = "org.apache.kafka.connect.json.JsonConverter".into();
-    json["config"]["value.converter.schemas.enable"] = "false".into();
-    let file = dir.path().join("refused.json");
-    std::fs::write(&file, json.to_string()).unwrap();
-    let (code, out) =
-        run_to_exit(&args(&["config", "--debezium-config", &file.display().to_string()]), Duration::from_secs(30));
-    assert_eq!(code, Some(2), "{out}");
-    assert!(out.contains("envelope") && out.lines().filter(|l| l.contains("error")).count() == 1, "{out}");
 
     let (dbz, mut d, _dir) = run_both(&broker, connector);
     let ids = insert_corpus(&pg);
@@ -830,6 +819,61 @@ fn envelope_placement_differs_only_in_the_value_and_json_is_refused() {
         t.payload = None;
         m.payload = None;
     }
+    let diffs = compare(&ids, &theirs, &mine);
+    d.stop_cleanly();
+    assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
+}
+
+/// Envelope placement under JsonConverter (`schemas.enable=false`, key and value): outboxd writes
+/// Debezium's envelope struct as JsonConverter does, byte for byte: the payload (a JSON string,
+/// as Debezium carries jsonb) first, then each envelope column in placement order, typed as
+/// Debezium types its column: text (`event_type` as `type`), an integer (`attempts`) and a
+/// column that is NULL in every row (`error`). With `table.expand.json.payload` as well, outboxd
+/// refuses at start.
+#[test]
+fn envelope_placement_under_json_converter_gives_the_same_bytes() {
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    pg.psql("ALTER TABLE outbox ADD COLUMN created_ts timestamp");
+    let broker = Broker::start();
+    for prefix in ["dbz", "obx"] {
+        for ty in TYPES {
+            broker.create_topic(&format!("{prefix}.{ty}.events"), PARTITIONS);
+        }
+    }
+    let connector = |prefix: &str| {
+        let mut c = working_connector(&pg, prefix);
+        c["config"]["transforms.outbox.table.fields.additional.placement"] =
+            "headers:header,event_type:envelope:type,attempts:envelope,error:envelope:err".into();
+        for side in ["key", "value"] {
+            c["config"][format!("{side}.converter")] = "org.apache.kafka.connect.json.JsonConverter".into();
+            c["config"][format!("{side}.converter.schemas.enable")] = "false".into();
+        }
+        c
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut expand = connector("obx");
+    expand["config"]["transforms.outbox.table.expand.json.payload"] = "true".into();
+    let file = dir.path().join("refused.json");
+    std::fs::write(&file, expand.to_string()).unwrap();
+    let (code, out) =
+        run_to_exit(&args(&["config", "--debezium-config", &file.display().to_string()]), Duration::from_secs(30));
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("--table-expand-json-payload") && out.lines().filter(|l| l.contains("error")).count() == 1,
+        "{out}"
+    );
+
+    let (dbz, mut d, _dir) = run_both(&broker, connector);
+    let ids = insert_corpus(&pg);
+    let theirs = consume(&broker, "dbz", ids.len());
+    let mine = consume(&broker, "obx", ids.len());
+    assert_eq!(dbz.task_states(), ["RUNNING"], "{}", dbz.task_trace());
+    // The value really is Debezium's envelope as JSON, so the comparison means something.
+    let sample = theirs.values().next().and_then(|r| r.payload.clone()).unwrap_or_default();
+    let v: Value = serde_json::from_slice(&sample).unwrap_or_else(|e| panic!("{e}: {sample:?}"));
+    assert!(v["payload"].is_string() && v["attempts"] == 0 && v["err"].is_null(), "{v}");
     let diffs = compare(&ids, &theirs, &mine);
     d.stop_cleanly();
     assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));

@@ -183,7 +183,12 @@ impl Config {
         if a.value_converter == crate::router::Converter::Json
             && placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_)))
         {
-            return Err(bad("--value-converter json with an envelope placement: Debezium's envelope is a Connect struct whose JSON outboxd does not reproduce; use --value-converter string (outboxd's envelope is a JSON object)".into()));
+            if a.table_expand_json_payload {
+                return Err(bad("--value-converter json with an envelope placement and --table-expand-json-payload: Debezium expands the payload into a Connect struct inside its envelope, whose JSON outboxd does not reproduce; drop one of them, or use --value-converter string".into()));
+            }
+            if !mask.is_empty() {
+                return Err(bad("--value-converter json with an envelope placement and --mask/--encrypt: the payload inside that envelope is a JSON string the masking rules cannot reach; use --value-converter string with --mask/--encrypt".into()));
+            }
         }
         let status_interval = parse_duration("--status-interval", &a.status_interval)?;
         if status_interval.is_zero() {

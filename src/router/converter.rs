@@ -16,15 +16,17 @@
 //!   `StringConverter`, Debezium writes a `bytea` value as Java's `[B@…` array name; outboxd writes
 //!   the bytes, a documented deviation.)
 //!
-//! Other column types with `json` (timestamps, numeric, floats) are refused when the route is compiled, and
-//! `json` with an envelope placement or `--table-expand-json-payload` at start-up: Debezium turns
-//! those into Connect structs whose JSON this module does not reproduce, and a silent difference
-//! would break consumers at the switch.
+//! Other column types with `json` (timestamps, numeric, floats) are refused when the route is
+//! compiled (in the key, the payload and envelope columns), and `json` with an envelope placement
+//! together with `--table-expand-json-payload` at start-up: Debezium turns those into Connect
+//! structs whose JSON this module does not reproduce, and a silent difference would break
+//! consumers at the switch. An envelope under `json` is written by the router (payload first, then
+//! each envelope column in placement order, each as this module writes its type).
 
 use base64::Engine as _;
 use bytes::Bytes;
 
-use super::expand::jackson_string;
+pub(crate) use super::expand::jackson_string;
 use super::render::{BOOL, BYTEA, INT2, INT4, INT8, JSON, JSONB, TEXT, VARCHAR};
 
 const BPCHAR: u32 = 1042;
@@ -112,6 +114,9 @@ pub struct Conversion {
     pub decoded_payload: bool,
     /// `--route-tombstone-on-empty-payload`: a record without a value is a tombstone.
     pub tombstone: bool,
+    /// The value is an envelope the router already wrote as JsonConverter does (`json` with an
+    /// envelope placement): it is left as it is.
+    pub envelope_written: bool,
 }
 
 impl Conversion {
@@ -133,6 +138,7 @@ impl Conversion {
             jackson_string(&String::from_utf8_lossy(p))
         };
         record.payload = match record.payload {
+            Some(p) if self.envelope_written => Some(p),
             None if json && !self.tombstone => Some(Bytes::from_static(b"null")),
             None => None,
             Some(p) if json && self.decoded_payload => Some(match expand::value(&p) {
@@ -181,6 +187,7 @@ mod tests {
             debezium_expand: false,
             decoded_payload: false,
             tombstone: false,
+            envelope_written: false,
         };
         let kv = |c: &Conversion, k, p| {
             let r = c.apply(record(k, p));

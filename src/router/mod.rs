@@ -220,6 +220,10 @@ pub struct Route {
     contract: Option<Box<(Col, Contracts)>>,
     /// `--key-converter`, `--value-converter` and what they depend on.
     conversion: converter::Conversion,
+    /// An envelope under `--value-converter json`: written as JsonConverter writes Debezium's
+    /// envelope struct (the payload first, then each envelope column in placement order, each
+    /// typed as Debezium types its column), not as outboxd's own JSON object.
+    json_envelope: bool,
 }
 
 impl Route {
@@ -280,7 +284,20 @@ impl Route {
                 }));
             }
         }
+        let envelope = cfg.placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_)));
+        let json_envelope = envelope && cfg.value_converter == Converter::Json;
+        if json_envelope {
+            for (col, target) in &placements {
+                if matches!(target, PlacementTarget::Envelope(_)) && !converter::json_supports(col.type_oid) {
+                    let (name, ty) = (&rel.columns[col.idx].name, converter::type_name(col.type_oid));
+                    return Err(Definite::Setup(format!(
+                        "--value-converter json: envelope column {name:?} of {table} is a {ty}, which Debezium turns into a Connect type whose JSON outboxd does not reproduce; use --value-converter string, or place a text, uuid, json, integer, boolean or bytea column"
+                    )));
+                }
+            }
+        }
         Ok(Route {
+            json_envelope,
             contract,
             conversion: converter::Conversion {
                 key: cfg.key_converter,
@@ -290,6 +307,7 @@ impl Route {
                 debezium_expand: cfg.expand_json_payload && cfg.value_converter == Converter::Json,
                 decoded_payload: false,
                 tombstone: cfg.tombstone_on_empty_payload,
+                envelope_written: json_envelope,
             },
             id: need(&cfg.id_field, "--table-field-event-id")?,
             key,
@@ -306,7 +324,7 @@ impl Route {
             topics: TopicMemo::default(),
             tombstone: cfg.tombstone_on_empty_payload,
             expand_json: cfg.expand_json_payload && cfg.value_converter != Converter::Json,
-            envelope: cfg.placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_))),
+            envelope,
             table,
         })
     }
@@ -442,6 +460,8 @@ impl Route {
             }
         }
         let mut envelope: Option<serde_json::Map<String, serde_json::Value>> = None;
+        // The envelope's columns under `--value-converter json`, as JsonConverter writes them.
+        let mut json_fields: Vec<(&String, Bytes)> = Vec::new();
         let mut partition = None;
         for (c, target) in &self.placements {
             let v = value(*c).map_err(|e| fail("bad_value", e))?;
@@ -455,6 +475,17 @@ impl Route {
                         };
                         headers.push((alias.clone(), b));
                     }
+                }
+                PlacementTarget::Envelope(alias) if self.json_envelope => {
+                    let j = match v {
+                        Some(v) => converter::convert(
+                            Converter::Json,
+                            c.type_oid,
+                            as_bytes(c.type_oid, v).map_err(|e| fail("bad_value", e))?,
+                        ),
+                        None => Bytes::from_static(b"null"),
+                    };
+                    json_fields.push((alias, j));
                 }
                 PlacementTarget::Envelope(alias) => {
                     let j = match v {
@@ -492,7 +523,29 @@ impl Route {
                 event_type: self.raw_event_type(cols),
             });
         }
-        if let Some(mut env) = envelope.or_else(|| self.envelope.then(serde_json::Map::new)) {
+        if self.json_envelope {
+            let p = match &payload {
+                None => Bytes::from_static(b"null"),
+                // A logical message's payload, which Debezium's decoder has typed already.
+                Some(p) if self.conversion.decoded_payload => expand::value(p)
+                    .map(Bytes::from)
+                    .unwrap_or_else(|_| converter::jackson_string(&String::from_utf8_lossy(p))),
+                Some(p) => converter::convert(Converter::Json, self.payload.type_oid, p.clone()),
+            };
+            let mut out = Vec::with_capacity(
+                p.len() + 16 + json_fields.iter().map(|(a, v)| a.len() + v.len() + 4).sum::<usize>(),
+            );
+            out.extend_from_slice(b"{\"payload\":");
+            out.extend_from_slice(&p);
+            for (alias, v) in &json_fields {
+                out.push(b',');
+                out.extend_from_slice(&converter::jackson_string(alias));
+                out.push(b':');
+                out.extend_from_slice(v);
+            }
+            out.push(b'}');
+            payload = Some(Bytes::from(out));
+        } else if let Some(mut env) = envelope.or_else(|| self.envelope.then(serde_json::Map::new)) {
             let p = match &payload {
                 None => serde_json::Value::Null,
                 Some(p)

@@ -600,3 +600,32 @@ fn contracts_need_json_payloads_and_an_event_type_column() {
     let e = Route::compile(&c, &relation(&without)).unwrap_err().to_string();
     assert!(e.contains("\"event_type\"") && e.contains("--schema-dir"), "{e}");
 }
+
+#[test]
+fn an_envelope_under_the_json_converter_is_debeziums_struct_as_json() {
+    let mut c = cfg();
+    c.value_converter = Converter::Json;
+    c.placements = Placement::parse_list(
+        "event_type:envelope:type,shard:envelope,urgent:envelope:u,blob:envelope,aggregate_type:envelope:\"q\"",
+    )
+    .unwrap();
+    let route = Route::compile(&c, &relation(COLS)).unwrap();
+    let out = |overrides: Overrides<'_>| {
+        let rec = route.route(OutboxRow { tuple: &row(overrides), commit_time_us: 1_000_000 }).unwrap();
+        String::from_utf8(route.convert(rec).payload.unwrap().to_vec()).unwrap()
+    };
+    // The payload first (jsonb as a JSON string, Jackson's escapes), then the placements in their
+    // order, each typed as Debezium types its column; the conversion leaves it as it is.
+    assert_eq!(
+        out(&[]),
+        r#"{"payload":"{\"total\": 10.50, \"x\": \"é\"}","type":"order.paid.v1","shard":2,"u":true,"blob":"AP8=","\"q\"":"order"}"#
+    );
+    assert_eq!(
+        out(&[("payload", None), ("shard", None), ("blob", None)]),
+        r#"{"payload":null,"type":"order.paid.v1","shard":null,"u":true,"blob":null,"\"q\"":"order"}"#
+    );
+    // A timestamp in the envelope is refused when the table is first seen, naming the column.
+    c.placements = Placement::parse_list("created_at:envelope").unwrap();
+    let e = Route::compile(&c, &relation(COLS)).unwrap_err().to_string();
+    assert!(e.contains("envelope column \"created_at\"") && e.contains("timestamptz"), "{e}");
+}
