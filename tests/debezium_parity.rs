@@ -40,6 +40,41 @@ fn working_connector(pg: &PgCluster, prefix: &str) -> Value {
     c
 }
 
+/// A private PostgreSQL with the seed's outbox (plus the `timestamp` column Debezium needs) and a
+/// broker with both tools' topics of [`TYPES`], [`PARTITIONS`] each.
+fn seed_outbox() -> (PgCluster, Broker) {
+    let pg = PgCluster::start();
+    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    pg.psql("ALTER TABLE outbox ADD COLUMN created_ts timestamp");
+    let broker = Broker::start();
+    for prefix in ["dbz", "obx"] {
+        for ty in TYPES {
+            broker.create_topic(&format!("{prefix}.{ty}.events"), PARTITIONS);
+        }
+    }
+    (pg, broker)
+}
+
+/// JsonConverter with `schemas.enable=false` for key and value.
+fn with_json_converters(mut c: Value) -> Value {
+    for side in ["key", "value"] {
+        c["config"][format!("{side}.converter")] = "org.apache.kafka.connect.json.JsonConverter".into();
+        c["config"][format!("{side}.converter.schemas.enable")] = "false".into();
+    }
+    c
+}
+
+/// `outboxd config` refuses connector `c` at start: exit 2, one error line that contains `says`.
+fn refused_at_start(c: &Value, says: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("refused.json");
+    std::fs::write(&file, c.to_string()).unwrap();
+    let (code, out) =
+        run_to_exit(&args(&["config", "--debezium-config", &file.display().to_string()]), Duration::from_secs(30));
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains(says) && out.lines().filter(|l| l.contains("error")).count() == 1, "{out}");
+}
+
 const TYPES: [&str; 2] = ["order.paid.v1", "order.created.v1"];
 const PARTITIONS: i32 = 3;
 const KEYS: usize = 12;
@@ -209,15 +244,7 @@ fn run_both(broker: &Broker, connector: impl Fn(&str) -> Value) -> (Debezium, Ou
 
 #[test]
 fn same_rows_same_records_byte_for_byte() {
-    let pg = PgCluster::start();
-    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
-    pg.psql("ALTER TABLE outbox ADD COLUMN created_ts timestamp");
-    let broker = Broker::start();
-    for prefix in ["dbz", "obx"] {
-        for ty in TYPES {
-            broker.create_topic(&format!("{prefix}.{ty}.events"), PARTITIONS);
-        }
-    }
+    let (pg, broker) = seed_outbox();
     let (dbz, mut d, _dir) = run_both(&broker, |prefix| working_connector(&pg, prefix));
 
     let ids = insert_corpus(&pg);
@@ -375,26 +402,10 @@ fn key_payload_and_placement_columns_of_other_types() {
 /// outboxd refuses the file at start, naming the setting.
 #[test]
 fn json_converter_without_schemas_gives_the_same_bytes_and_with_schemas_is_refused() {
-    let pg = PgCluster::start();
-    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
-    pg.psql("ALTER TABLE outbox ADD COLUMN created_ts timestamp");
-    let broker = Broker::start();
-    for prefix in ["dbz", "obx"] {
-        for ty in TYPES {
-            broker.create_topic(&format!("{prefix}.{ty}.events"), PARTITIONS);
-        }
-    }
-    let json_connector = |prefix: &str| {
-        let mut c = working_connector(&pg, prefix);
-        for side in ["key", "value"] {
-            c["config"][format!("{side}.converter")] = "org.apache.kafka.connect.json.JsonConverter".into();
-            c["config"][format!("{side}.converter.schemas.enable")] = "false".into();
-        }
-        c
-    };
+    let (pg, broker) = seed_outbox();
+    let json_connector = |prefix: &str| with_json_converters(working_connector(&pg, prefix));
 
     // Refused: the schema envelope, and a converter outboxd does not write.
-    let dir = tempfile::tempdir().unwrap();
     for (key, value, says) in [
         ("value.converter.schemas.enable", "true", "value.converter.schemas.enable=true"),
         (
@@ -405,12 +416,7 @@ fn json_converter_without_schemas_gives_the_same_bytes_and_with_schemas_is_refus
     ] {
         let mut c = json_connector("obx");
         c["config"][key] = value.into();
-        let file = dir.path().join("refused.json");
-        std::fs::write(&file, c.to_string()).unwrap();
-        let (code, out) =
-            run_to_exit(&args(&["config", "--debezium-config", &file.display().to_string()]), Duration::from_secs(30));
-        assert_eq!(code, Some(2), "{out}");
-        assert!(out.contains(says) && out.lines().filter(|l| l.contains("error")).count() == 1, "{out}");
+        refused_at_start(&c, says);
     }
 
     let (dbz, mut d, _dir) = run_both(&broker, json_connector);
@@ -781,15 +787,7 @@ fn logical_messages_through_debeziums_decoder() {
 /// of every record is identical. (Under JsonConverter the bytes are the same: the next test.)
 #[test]
 fn envelope_placement_under_string_converter_differs_only_in_the_value() {
-    let pg = PgCluster::start();
-    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
-    pg.psql("ALTER TABLE outbox ADD COLUMN created_ts timestamp");
-    let broker = Broker::start();
-    for prefix in ["dbz", "obx"] {
-        for ty in TYPES {
-            broker.create_topic(&format!("{prefix}.{ty}.events"), PARTITIONS);
-        }
-    }
+    let (pg, broker) = seed_outbox();
     let connector = |prefix: &str| {
         let mut c = working_connector(&pg, prefix);
         c["config"]["transforms.outbox.table.fields.additional.placement"] =
@@ -832,38 +830,16 @@ fn envelope_placement_under_string_converter_differs_only_in_the_value() {
 /// refuses at start.
 #[test]
 fn envelope_placement_under_json_converter_gives_the_same_bytes() {
-    let pg = PgCluster::start();
-    pg.apply_sql_file(sql_dir().join("01_outbox.sql"));
-    pg.psql("ALTER TABLE outbox ADD COLUMN created_ts timestamp");
-    let broker = Broker::start();
-    for prefix in ["dbz", "obx"] {
-        for ty in TYPES {
-            broker.create_topic(&format!("{prefix}.{ty}.events"), PARTITIONS);
-        }
-    }
+    let (pg, broker) = seed_outbox();
     let connector = |prefix: &str| {
         let mut c = working_connector(&pg, prefix);
         c["config"]["transforms.outbox.table.fields.additional.placement"] =
             "headers:header,event_type:envelope:type,attempts:envelope,error:envelope:err".into();
-        for side in ["key", "value"] {
-            c["config"][format!("{side}.converter")] = "org.apache.kafka.connect.json.JsonConverter".into();
-            c["config"][format!("{side}.converter.schemas.enable")] = "false".into();
-        }
-        c
+        with_json_converters(c)
     };
-
-    let dir = tempfile::tempdir().unwrap();
     let mut expand = connector("obx");
     expand["config"]["transforms.outbox.table.expand.json.payload"] = "true".into();
-    let file = dir.path().join("refused.json");
-    std::fs::write(&file, expand.to_string()).unwrap();
-    let (code, out) =
-        run_to_exit(&args(&["config", "--debezium-config", &file.display().to_string()]), Duration::from_secs(30));
-    assert_eq!(code, Some(2), "{out}");
-    assert!(
-        out.contains("--table-expand-json-payload") && out.lines().filter(|l| l.contains("error")).count() == 1,
-        "{out}"
-    );
+    refused_at_start(&expand, "--table-expand-json-payload");
 
     let (dbz, mut d, _dir) = run_both(&broker, connector);
     let ids = insert_corpus(&pg);
