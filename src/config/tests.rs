@@ -882,3 +882,24 @@ fn debezium_slot_failover_sets_the_flag_unless_given() {
     let c = parse(&[]);
     assert!(config_of(&c.to_argv()).unwrap().slot_failover, "{:?}", c.to_text());
 }
+
+#[test]
+fn a_json_envelope_is_taken_alone_and_refused_with_expansion_or_masking() {
+    let dir = tempfile::tempdir().unwrap();
+    let hash = dir.path().join("hash.key");
+    std::fs::write(&hash, "hmac-key-material-0123456789\n").unwrap();
+    let with = |extra: &[&str]| {
+        let mut a: Vec<String> = ["--postgres-url", "postgres://u@127.0.0.1/db", "--value-converter", "json"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        a.extend(["--table-fields-additional-placement".to_owned(), "event_type:envelope:type".to_owned()]);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        config_of(&a)
+    };
+    assert!(with(&[]).is_ok(), "{:?}", with(&[]).err());
+    let e = with(&["--table-expand-json-payload"]).unwrap_err();
+    assert!(e.contains("--table-expand-json-payload") && !e.contains('\n'), "{e}");
+    let e = with(&["--mask", "/card=hash", "--mask-key-file", hash.to_str().unwrap()]).unwrap_err();
+    assert!(e.contains("--mask/--encrypt") && !e.contains('\n'), "{e}");
+}
