@@ -75,6 +75,32 @@ fn refused_at_start(c: &Value, says: &str) {
     assert!(out.contains(says) && out.lines().filter(|l| l.contains("error")).count() == 1, "{out}");
 }
 
+/// A connector for one of the tests' own tables: routed by `kind` to `replacement`, keyed by
+/// `agg`, `body` as the payload and `at` as the timestamp, on slot `slot` and publication
+/// `{slot}_pub`; `extra` adds or overrides keys.
+fn table_connector(pg: &PgCluster, name: &str, table: &str, slot: &str, replacement: String, extra: Value) -> Value {
+    let mut config = pg_source(pg);
+    let common = json!({
+        "topic.prefix": "app-pg",
+        "plugin.name": "pgoutput",
+        "publication.autocreate.mode": "filtered",
+        "table.include.list": format!("public.{table}"),
+        "slot.name": slot,
+        "publication.name": format!("{slot}_pub"),
+        "transforms": "outbox",
+        "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+        "transforms.outbox.route.by.field": "kind",
+        "transforms.outbox.route.topic.replacement": replacement,
+        "transforms.outbox.table.field.event.id": "event_id",
+        "transforms.outbox.table.field.event.key": "agg",
+        "transforms.outbox.table.field.event.payload": "body",
+        "transforms.outbox.table.field.event.timestamp": "at"
+    });
+    config.extend(common.as_object().cloned().unwrap_or_default());
+    config.extend(extra.as_object().cloned().unwrap_or_default());
+    json!({ "name": name, "config": config })
+}
+
 const TYPES: [&str; 2] = ["order.paid.v1", "order.created.v1"];
 const PARTITIONS: i32 = 3;
 const KEYS: usize = 12;
@@ -329,26 +355,10 @@ fn key_payload_and_placement_columns_of_other_types() {
         }
     }
     let connector = |prefix: &str| {
-        let mut config = pg_source(&pg);
-        let typed = json!({
-                "topic.prefix": "app-pg",
-                "plugin.name": "pgoutput",
-                "publication.autocreate.mode": "filtered",
-                "table.include.list": "public.outbox_typed",
-                "slot.name": format!("{prefix}_typed"),
-                "publication.name": format!("{prefix}_typed_pub"),
-                "transforms": "outbox",
-                "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
-                "transforms.outbox.route.by.field": "kind",
-                "transforms.outbox.route.topic.replacement": format!("{prefix}.${{routedByValue}}"),
-                "transforms.outbox.table.field.event.id": "event_id",
-                "transforms.outbox.table.field.event.key": "agg",
-                "transforms.outbox.table.field.event.payload": "body",
-                "transforms.outbox.table.field.event.timestamp": "at",
-                "transforms.outbox.table.fields.additional.placement": "tenant:header:X-Tenant,kind:header"
-        });
-        config.extend(typed.as_object().cloned().unwrap_or_default());
-        json!({ "name": "typed-outbox", "config": config })
+        let placement =
+            json!({ "transforms.outbox.table.fields.additional.placement": "tenant:header:X-Tenant,kind:header" });
+        let (slot, to) = (format!("{prefix}_typed"), format!("{prefix}.${{routedByValue}}"));
+        table_connector(&pg, "typed-outbox", "outbox_typed", &slot, to, placement)
     };
     let (dbz, mut d, _dir) = run_both(&broker, connector);
     let bodies = [r#"{"a" :1,  "b":[1 ,2]}"#, r#"{"u": "\u00fc\n", "z": 1, "a": 2}"#, r#"[ ]"#, r#""text""#];
@@ -454,28 +464,13 @@ fn partitions_tombstones_a_big_payload_and_a_big_transaction() {
         }
     }
     let connector = |prefix: &str| {
-        let mut config = pg_source(&pg);
         let edge = json!({
-            "topic.prefix": "app-pg",
-            "plugin.name": "pgoutput",
-            "publication.autocreate.mode": "filtered",
-            "table.include.list": "public.outbox_edge",
-            "slot.name": format!("{prefix}_edge"),
-            "publication.name": format!("{prefix}_edge_pub"),
             "producer.override.max.request.size": "4194304",
-            "transforms": "outbox",
-            "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
-            "transforms.outbox.route.by.field": "kind",
             "transforms.outbox.route.topic.regex": "(?<size>p[0-9]+)",
-            "transforms.outbox.route.topic.replacement": format!("{prefix}.edge.${{size}}"),
-            "transforms.outbox.route.tombstone.on.empty.payload": "true",
-            "transforms.outbox.table.field.event.id": "event_id",
-            "transforms.outbox.table.field.event.key": "agg",
-            "transforms.outbox.table.field.event.payload": "body",
-            "transforms.outbox.table.field.event.timestamp": "at"
+            "transforms.outbox.route.tombstone.on.empty.payload": "true"
         });
-        config.extend(edge.as_object().cloned().unwrap_or_default());
-        json!({ "name": "edge-outbox", "config": config })
+        let (slot, to) = (format!("{prefix}_edge"), format!("{prefix}.edge.${{size}}"));
+        table_connector(&pg, "edge-outbox", "outbox_edge", &slot, to, edge)
     };
     let (dbz, mut d, _dir) = run_both(&broker, connector);
 
@@ -564,26 +559,9 @@ fn bytea_payload_under_byte_array_converter() {
         broker.create_topic(&format!("{prefix}.bin"), PARTITIONS);
     }
     let connector = |prefix: &str| {
-        let mut config = pg_source(&pg);
-        let bin = json!({
-            "topic.prefix": "app-pg",
-            "plugin.name": "pgoutput",
-            "publication.autocreate.mode": "filtered",
-            "table.include.list": "public.outbox_bin",
-            "slot.name": format!("{prefix}_bin"),
-            "publication.name": format!("{prefix}_bin_pub"),
-            "value.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
-            "transforms": "outbox",
-            "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
-            "transforms.outbox.route.by.field": "kind",
-            "transforms.outbox.route.topic.replacement": format!("{prefix}.${{routedByValue}}"),
-            "transforms.outbox.table.field.event.id": "event_id",
-            "transforms.outbox.table.field.event.key": "agg",
-            "transforms.outbox.table.field.event.payload": "body",
-            "transforms.outbox.table.field.event.timestamp": "at"
-        });
-        config.extend(bin.as_object().cloned().unwrap_or_default());
-        json!({ "name": "bin-outbox", "config": config })
+        let bin = json!({ "value.converter": "org.apache.kafka.connect.converters.ByteArrayConverter" });
+        let (slot, to) = (format!("{prefix}_bin"), format!("{prefix}.${{routedByValue}}"));
+        table_connector(&pg, "bin-outbox", "outbox_bin", &slot, to, bin)
     };
     let (dbz, mut d, _dir) = run_both(&broker, connector);
     let mut ids = Vec::new();
@@ -649,30 +627,12 @@ fn expanded_json_payload_under_json_converter() {
         }
     }
     let connector = |prefix: &str, column: &str| {
-        let mut config = pg_source(&pg);
         let x = json!({
-            "topic.prefix": "app-pg",
-            "plugin.name": "pgoutput",
-            "publication.autocreate.mode": "filtered",
-            "table.include.list": "public.outbox_x",
-            "slot.name": format!("{prefix}_x_{column}"),
-            "publication.name": format!("{prefix}_x_{column}_pub"),
-            "key.converter": "org.apache.kafka.connect.json.JsonConverter",
-            "key.converter.schemas.enable": "false",
-            "value.converter": "org.apache.kafka.connect.json.JsonConverter",
-            "value.converter.schemas.enable": "false",
-            "transforms": "outbox",
-            "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
-            "transforms.outbox.route.by.field": "kind",
-            "transforms.outbox.route.topic.replacement": format!("{prefix}.x.{column}"),
-            "transforms.outbox.table.field.event.id": "event_id",
-            "transforms.outbox.table.field.event.key": "agg",
             "transforms.outbox.table.field.event.payload": column,
-            "transforms.outbox.table.field.event.timestamp": "at",
             "transforms.outbox.table.expand.json.payload": "true"
         });
-        config.extend(x.as_object().cloned().unwrap_or_default());
-        json!({ "name": format!("x-{column}"), "config": config })
+        let (slot, to) = (format!("{prefix}_x_{column}"), format!("{prefix}.x.{column}"));
+        with_json_converters(table_connector(&pg, &format!("x-{column}"), "outbox_x", &slot, to, x))
     };
     let both = [run_both(&broker, |p| connector(p, "body")), run_both(&broker, |p| connector(p, "tbody"))];
     let mut ids = Vec::new();
