@@ -105,16 +105,7 @@ async fn nats_dead_letters_are_listed_and_replayed_once_joined_and_never_in_part
 
     // The run's copy: its subject has no stream, so it goes elsewhere.
     let to = format!("{prefix}.orders.stray");
-    let (code, out) = dlq_cmd(&sink, &dlq, "replay", &["--state-dir", st, "--event-id", &stray, "--to-topic", &to]);
-    assert_eq!(code, Some(0), "{out}");
-    assert!(summary(&out).starts_with("replayed 1,"), "{out}");
-    let (code, out) = dlq_cmd(&sink, &dlq, "replay", &["--state-dir", st]);
-    assert_eq!(code, Some(0), "{out}");
-    assert!(summary(&out).starts_with("replayed 2, skipped 0 (no destination), already done 1"), "{out}");
-    assert!(out.contains("ev-c") && out.contains("missing 1"), "the incomplete set is reported:\n{out}");
-    let (code, out) = dlq_cmd(&sink, &dlq, "replay", &["--state-dir", st]);
-    assert_eq!(code, Some(0), "{out}");
-    assert!(summary(&out).starts_with("replayed 0, skipped 0 (no destination), already done 3"), "{out}");
+    replay_in_three_runs(&sink, &dlq, st, &stray, &to);
 
     let all = nats_messages(&js, &name).await;
     assert_eq!(all.iter().filter(|m| m.subject == dlq).count(), dlq_count, "the DLQ is left as it was");

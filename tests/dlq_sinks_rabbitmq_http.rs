@@ -127,16 +127,7 @@ async fn rabbitmq_dead_letters_in_a_stream_queue_are_listed_and_replayed_once_jo
     let state = tempfile::tempdir().unwrap();
     let st = state.path().to_str().unwrap();
     let to = format!("{prefix}.orders.stray");
-    let (code, out) = dlq_cmd(&sink, &dlq, "replay", &["--state-dir", st, "--event-id", &stray, "--to-topic", &to]);
-    assert_eq!(code, Some(0), "{out}");
-    assert!(summary(&out).starts_with("replayed 1,"), "{out}");
-    let (code, out) = dlq_cmd(&sink, &dlq, "replay", &["--state-dir", st]);
-    assert_eq!(code, Some(0), "{out}");
-    assert!(summary(&out).starts_with("replayed 2, skipped 0 (no destination), already done 1"), "{out}");
-    assert!(out.contains("ev-c") && out.contains("missing 1"), "the incomplete set is reported:\n{out}");
-    let (code, out) = dlq_cmd(&sink, &dlq, "replay", &["--state-dir", st]);
-    assert_eq!(code, Some(0), "{out}");
-    assert!(summary(&out).starts_with("replayed 0, skipped 0 (no destination), already done 3"), "{out}");
+    replay_in_three_runs(&sink, &dlq, st, &stray, &to);
 
     assert_eq!(rabbit_count(&chan, &dlq).await, in_dlq, "the DLQ is left as it was");
     assert_eq!(rabbit_count(&chan, &dests[2]).await, 0, "an incomplete set is never sent in part");

@@ -119,3 +119,20 @@ impl Drop for Cleanup {
         }
     }
 }
+
+/// Replay in three runs on one state dir: the run's copy (`stray`) alone to `to`, then the rest
+/// (A and B; C, incomplete, reported and never sent), then again (nothing left). Returns the
+/// second run's output.
+pub fn replay_in_three_runs(sink: &[&str], dlq: &str, st: &str, stray: &str, to: &str) -> String {
+    let (code, out) = dlq_cmd(sink, dlq, "replay", &["--state-dir", st, "--event-id", stray, "--to-topic", to]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(summary(&out).starts_with("replayed 1,"), "{out}");
+    let (code, rest) = dlq_cmd(sink, dlq, "replay", &["--state-dir", st]);
+    assert_eq!(code, Some(0), "{rest}");
+    assert!(summary(&rest).starts_with("replayed 2, skipped 0 (no destination), already done 1"), "{rest}");
+    assert!(rest.contains("ev-c") && rest.contains("missing 1"), "the incomplete set is reported:\n{rest}");
+    let (code, out) = dlq_cmd(sink, dlq, "replay", &["--state-dir", st]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(summary(&out).starts_with("replayed 0, skipped 0 (no destination), already done 3"), "{out}");
+    rest
+}
