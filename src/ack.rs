@@ -17,7 +17,12 @@
 //!   queue holds at most one entry per transaction with records in flight, plus the open one. A
 //!   stalled record therefore costs memory for records, not for every transaction that follows.
 //! * A keepalive's WAL end may move the frontier only while no transaction is open or queued: that
-//!   WAL holds nothing for us, so confirming it stops an idle outbox from pinning WAL.
+//!   WAL holds nothing for us, so confirming it stops an idle outbox from pinning WAL. One that
+//!   arrives while we are busy is kept and applied when the queue empties: the stream is in
+//!   order, so every transaction ending at or before it was received before it, and an empty
+//!   queue means all of them were acked. Without this the slot could stay behind its WAL end for
+//!   good: the server pings only while our reported write position is behind what it sent, and we
+//!   report the keepalive's end as written as soon as it arrives.
 //! * A failed record poisons its transaction: the frontier never passes it. The caller stops.
 //! * The frontier never goes backwards. A commit whose end LSN is not after the previous one is a
 //!   bug, reported as an error rather than clamped.
@@ -87,6 +92,8 @@ pub struct AckTracker {
     /// the last [`AckTracker::drain_completed`]. Independent of the frontier: a transaction counts
     /// when its own last ack arrives, even if an earlier one still holds the frontier back.
     completed: Vec<i64>,
+    /// The highest WAL end a keepalive reported; the frontier takes it whenever nothing is ours.
+    wal_end: Lsn,
 }
 
 impl AckTracker {
@@ -100,6 +107,7 @@ impl AckTracker {
             next_id: 0,
             in_flight: 0,
             completed: Vec::new(),
+            wal_end: confirmed,
         }
     }
 
@@ -229,12 +237,11 @@ impl AckTracker {
         Ok(self.confirmed)
     }
 
-    /// A keepalive reported the server's WAL end. Moves the frontier only when nothing is ours.
+    /// A keepalive reported the server's WAL end. Moves the frontier only when nothing is ours;
+    /// otherwise it is kept until the queue empties (see the module doc).
     pub fn keepalive(&mut self, wal_end: Lsn) -> Lsn {
-        if !self.busy() && wal_end > self.confirmed {
-            self.confirmed = wal_end;
-            self.last_commit = self.last_commit.max(wal_end);
-        }
+        self.wal_end = self.wal_end.max(wal_end);
+        self.advance();
         self.confirmed
     }
 
@@ -255,6 +262,10 @@ impl AckTracker {
                 }
                 _ => break,
             }
+        }
+        if !self.busy() && self.wal_end > self.confirmed {
+            self.confirmed = self.wal_end;
+            self.last_commit = self.last_commit.max(self.wal_end);
         }
     }
 }
@@ -567,8 +578,34 @@ mod tests {
         t.record().unwrap();
         t.commit(lsn(70)).unwrap();
         assert_eq!(t.keepalive(lsn(80)), lsn(50), "unacked record blocks keepalive");
-        assert_eq!(t.ack(a).unwrap(), lsn(70));
-        assert_eq!(t.keepalive(lsn(80)), lsn(80));
+        assert_eq!(t.ack(a).unwrap(), lsn(80), "the WAL end kept while busy applies at the last ack");
+        assert_eq!(t.keepalive(lsn(90)), lsn(90));
+    }
+
+    #[test]
+    fn a_keepalive_seen_while_busy_applies_once_the_queue_empties() {
+        let mut t = AckTracker::new(lsn(10));
+        let a = t.begin(0).unwrap();
+        t.record().unwrap();
+        t.commit(lsn(20)).unwrap();
+        // WAL past our commit that holds nothing for us (another table, a running-xacts record).
+        assert_eq!(t.keepalive(lsn(40)), lsn(10), "an unacked record holds the frontier");
+        let b = t.begin(0).unwrap();
+        t.record().unwrap();
+        assert_eq!(t.ack(a).unwrap(), lsn(20), "a transaction is open: the kept WAL end waits");
+        t.commit(lsn(50)).unwrap();
+        assert_eq!(t.confirmed(), lsn(20));
+        // Nothing is ours once b is acked: its end is past the kept one, so the frontier is its end.
+        assert_eq!(t.ack(b).unwrap(), lsn(50));
+        // A keepalive before the ack with no later transaction: the ack alone reaches the WAL end.
+        let c = t.begin(0).unwrap();
+        t.record().unwrap();
+        t.commit(lsn(60)).unwrap();
+        t.keepalive(lsn(90));
+        assert_eq!(t.ack(c).unwrap(), lsn(90), "the kept WAL end applies when the last ack empties the queue");
+        // And the monotonicity check moved with it.
+        t.begin(0).unwrap();
+        assert!(matches!(t.commit(lsn(90)), Err(AckError::Backwards { .. })));
     }
 
     #[test]

@@ -603,6 +603,35 @@ impl PgCluster {
         )) == "true"
     }
 
+    /// Waits up to `timeout` for the `outboxd` slot to confirm `end`, WAL the caller wrote last,
+    /// and fails early if the slot stays behind it for `idle` while no WAL is written after it. That
+    /// WAL holds nothing for outboxd once its events are acked, and only the server's keepalive
+    /// can carry the slot there; a slot that waits for more WAL (PostgreSQL's own running-xacts
+    /// record, every 15 s) to move is a stuck slot on an idle database.
+    pub fn slot_reaches_idle_wal_end(&self, end: &str, idle: Duration, timeout: Duration) -> Result<(), String> {
+        let start = Instant::now();
+        let mut more_wal = false;
+        while start.elapsed() < timeout {
+            let row = self.psql(&format!(
+                "SELECT coalesce(bool_or(confirmed_flush_lsn >= '{end}'::pg_lsn), false)::text \
+                 || ' ' || (pg_current_wal_insert_lsn() > '{end}'::pg_lsn)::text \
+                 FROM pg_replication_slots WHERE slot_name = 'outboxd'"
+            ));
+            match row.as_str() {
+                "true true" | "true false" => return Ok(()),
+                "false true" => more_wal = true,
+                _ if !more_wal && start.elapsed() >= idle => {
+                    let slot =
+                        self.psql("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'outboxd'");
+                    return Err(format!("the slot stays at {slot}, behind {end}, with no WAL after it for {idle:?}"));
+                }
+                _ => {}
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(format!("the slot did not reach {end} in {timeout:?}"))
+    }
+
     /// Waits up to `timeout` for the `outboxd` slot to confirm `lsn`.
     pub fn wait_slot_confirms(&self, lsn: &str, timeout: Duration) -> bool {
         wait_until(timeout, || self.slot_confirmed_at_least(lsn))
