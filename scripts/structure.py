@@ -22,7 +22,7 @@ How paths are resolved, from the code's own `mod`, `use` and paths (nothing is c
     the current module (`crate::pipeline::backoff(..)`, `super::kafka_events::spawn`). In
     src/main.rs the library's name (`outboxd::`) stands for crate::.
   * A path goes to the file of the deepest module it names (`crate::pipeline::route_masked` ->
-    src/pipeline/mod.rs); if the next name is a `pub use` re-export there (`crate::sink::KafkaSink`)
+    src/source/wal/mod.rs); if the next name is a `pub use` re-export there (`crate::sink::KafkaSink`)
     it is followed to the defining file (sink/kafka.rs). The facade's `pub use` is its own edge.
   * Tests: the item after each #[cfg(test)] / #[cfg(all(test, ..))] (inline `mod tests {..}`, fn,
     `use`, or `mod tests;`, whose file and sub-files become test-only) is found by brace matching;
@@ -47,24 +47,24 @@ from pathlib import Path
 LAYERS = [
     ("base", ["error", "lsn", "task", "retry", "metrics", "health"]),   # no domain knowledge
     ("config", ["config"]),                                     # flags, files, validation: no runtime
-    ("core", ["router", "ack", "pg"]),                          # rows -> records, acks, PostgreSQL clients
-    ("delivery", ["sink", "dlq", "dlq::chunk"]),                # sinks; dead-letter record format (hot path)
-    ("sources", ["pipeline", "poll", "backfill"]),              # the relay loops: WAL, polling, backfill
-    ("tools", ["check", "status", "shadow", "schema_check", "router::mask::decrypt", "dlq::tool",
-               "dlq::read", "dlq::sinks", "dlq::entry", "dlq::state", "dlq::nats", "dlq::redis",
-               "dlq::rabbitmq"]),                                # subcommands other than run/poll/backfill
+    ("core", ["router", "pg"]),                                 # rows -> records, PostgreSQL clients
+    ("delivery", ["sink"]),                                     # sinks and the handle they resolve
+    ("engine", ["relay"]),                                      # the one loop body every source feeds; dead letters
+    ("sources", ["source"]),                                    # WAL session (and its tracker), polling, backfill
+    ("tools", ["check", "status", "shadow", "schema_check", "router::mask::decrypt", "dlq"]),
+                                                                # subcommands other than run/poll/backfill
     ("app", ["app"]),                                           # the supervisor of `run`
     ("entry", ["<lib>", "<main>"]),                             # crate root, binary
 ]
 # Hot path: code every relayed event goes through. "!x" excludes x from a longer prefix above it.
-HOT_PATH = ["pipeline", "poll", "backfill", "sink", "router", "!router::mask::decrypt", "ack",
+HOT_PATH = ["source", "relay", "sink", "router", "!router::mask::decrypt",
             "pg::replication", "pg::pgoutput"]
 # Specific checks: (title, importer prefixes, imported prefixes).
 CHECKS = [
     ("config/ importing runtime modules", ["config"],
-     ["sink", "pipeline", "poll", "backfill", "pg::replication", "dlq", "app"]),
-    ("sinks importing pipeline", ["sink"], ["pipeline"]),
-    ("poll/backfill importing pipeline", ["poll", "backfill"], ["pipeline"]),
+     ["sink", "source", "relay", "pg::replication", "dlq", "app"]),
+    ("sinks importing a source or the engine", ["sink"], ["source", "relay"]),
+    ("one source importing another", ["source::poll", "source::backfill"], ["source::wal"]),
     ("hot-path code importing dlq", HOT_PATH, ["dlq"]),
 ]
 # ---------------------------------------------------------------------------------------------------

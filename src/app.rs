@@ -27,9 +27,9 @@ use crate::health::Health;
 use crate::lsn::Lsn;
 use crate::pg::admin;
 use crate::pg::replication::{ReplicationConn, WalHistory};
-use crate::pipeline::{Context, Session};
 use crate::retry::backoff;
 use crate::sink::Sink;
+use crate::source::wal::{Context, Session};
 
 /// How often the monitor wakes; finer than any sensible lag-poll or heartbeat interval.
 const MONITOR_TICK: Duration = Duration::from_millis(250);

@@ -2,13 +2,13 @@
 //! dedicated pgoutput logical replication slot.
 //!
 //! Data path: [`pg::replication`] (WAL in) → [`pg::pgoutput`] (decode) → [`router`] (row → record, then [`router::mask`])
-//! → [`sink`] (Kafka, NATS JetStream, Redis Streams, RabbitMQ, HTTP, stdout, null) → [`ack`] (acked records → confirmed LSN) → back to
-//! [`pg::replication`] as a standby status update. [`pipeline`] wires one session together;
-//! [`app`] runs sessions and reconnects; [`config`] validates flags.
+//! → [`relay`] (size check, bad-event policy, acks) → [`sink`] (Kafka, NATS JetStream, Redis
+//! Streams, RabbitMQ, HTTP, stdout, null) → acks → [`source::wal::tracker`] (acked records →
+//! confirmed LSN) → back to [`pg::replication`] as a standby status update. [`source::wal`] wires
+//! one session together; [`source::poll`] and [`source::backfill`] feed the same relay from the
+//! table; [`app`] runs sessions and reconnects; [`config`] validates flags.
 
-pub mod ack;
 pub mod app;
-pub mod backfill;
 pub mod check;
 pub mod config;
 pub mod dlq;
@@ -17,12 +17,12 @@ pub mod health;
 pub mod lsn;
 pub mod metrics;
 pub mod pg;
-pub mod pipeline;
-pub mod poll;
+pub mod relay;
 pub mod retry;
 pub mod router;
 pub mod schema_check;
 pub mod shadow;
 pub mod sink;
+pub mod source;
 pub mod status;
 pub mod task;

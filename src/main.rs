@@ -118,9 +118,9 @@ fn check(args: &outboxd::config::CheckArgs, explicit: &dyn Fn(&str) -> bool) -> 
 fn backfill(args: &outboxd::config::BackfillArgs, explicit: &dyn Fn(&str) -> bool) -> ExitCode {
     let now = jiff::Timestamp::now();
     let checked = Config::from_args_with_file(&args.run, explicit)
-        .and_then(|cfg| outboxd::backfill::Range::from_args(args, now).map(|r| (cfg, r)));
+        .and_then(|cfg| outboxd::source::backfill::Range::from_args(args, now).map(|r| (cfg, r)));
     match checked {
-        Ok((cfg, range)) => exit_with(block_on(outboxd::backfill::run(cfg, range))),
+        Ok((cfg, range)) => exit_with(block_on(outboxd::source::backfill::run(cfg, range))),
         Err(e) => {
             eprintln!("outboxd: error: {e}");
             ExitCode::from(2)
@@ -188,7 +188,7 @@ fn run(cfg: Config, mode: Mode) -> anyhow::Result<()> {
         let mut sink = AnySink::build(&cfg, health, metrics.clone()).await?;
         match mode {
             Mode::Run => outboxd::app::run(&cfg, &mut sink, handles).await?,
-            Mode::Poll => outboxd::poll::run(&cfg, &mut sink, handles).await?,
+            Mode::Poll => outboxd::source::poll::run(&cfg, &mut sink, handles).await?,
         }
         Ok(())
     })

@@ -4,7 +4,7 @@
 //! Replication Protocol" (XLogData `w`, Primary keepalive `k`, Standby status update `r`).
 //!
 //! # LSN contract (what we tell the server, and when)
-//! * The flush/apply position we send is always [`crate::ack::AckTracker::confirmed`]: the end LSN
+//! * The flush/apply position we send is always [`crate::source::wal::tracker::AckTracker::confirmed`]: the end LSN
 //!   of a transaction whose records, and those of every earlier transaction, the sink has acked.
 //!   The server treats it as `confirmed_flush_lsn` and may recycle WAL before it, so sending more
 //!   would lose events on a crash; sending less only repeats them.

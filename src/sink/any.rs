@@ -14,8 +14,8 @@
 
 use std::sync::Arc;
 
+use super::delivery::Delivery;
 use super::{HttpSink, KafkaSink, NatsSink, NullSink, RabbitSink, RedisSink, Sink, SinkError, StdoutSink};
-use crate::ack::Delivery;
 use crate::config::{Config, SinkKind};
 use crate::error::Definite;
 use crate::health::Health;

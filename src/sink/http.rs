@@ -52,10 +52,10 @@ use reqwest::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use reqwest::{Client, StatusCode, Url};
 use tokio::sync::mpsc;
 
+use super::delivery::Delivery;
 use super::handoff::{held_in_handoff, Handoff};
 use super::http_wire::{self, Event};
 use super::{Sink, SinkError};
-use crate::ack::Delivery;
 use crate::config::http::HttpConfig;
 use crate::error::Definite;
 use crate::health::Health;

@@ -40,10 +40,10 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
+use super::delivery::Delivery;
 use super::kafka_client::{self, Retry, TopicError};
 use super::kafka_events::{self, rejection_code, DeliveryContext};
 use super::{Sink, SinkError};
-use crate::ack::Delivery;
 use crate::config::KafkaConfig;
 use crate::error::Definite;
 use crate::health::Health;

@@ -38,8 +38,8 @@ use rdkafka::ClientContext;
 use tokio::net::UnixStream;
 use tokio::task::JoinHandle;
 
+use super::delivery::Delivery;
 use super::kafka_client;
-use crate::ack::Delivery;
 use crate::health::Health;
 use crate::metrics::Metrics;
 

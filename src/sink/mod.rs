@@ -11,6 +11,7 @@
 //! and shutdown, so a slow destination never silences the loop.
 
 mod any;
+pub mod delivery;
 mod handoff;
 mod http;
 mod http_wire;
@@ -31,9 +32,9 @@ pub use rabbitmq::RabbitSink;
 pub use redis::RedisSink;
 pub use simple::{record_json, NullSink, StdoutSink};
 
-use crate::ack::Delivery;
 use crate::error::Definite;
 use crate::router::Record;
+use delivery::Delivery;
 
 /// Why `send` did not take a record.
 #[derive(Debug)]

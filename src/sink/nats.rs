@@ -42,9 +42,9 @@ use bytes::Bytes;
 use sha2::Digest;
 use tokio::sync::mpsc;
 
+use super::delivery::Delivery;
 use super::handoff::{held_in_handoff, Handoff};
 use super::{Sink, SinkError};
-use crate::ack::Delivery;
 use crate::config::NatsConfig;
 use crate::error::Definite;
 use crate::health::Health;

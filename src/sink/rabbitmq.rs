@@ -24,10 +24,10 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 use tokio::sync::mpsc;
 
+use super::delivery::Delivery;
 use super::handoff::{held_in_handoff, Handoff};
 use super::rabbitmq_publisher::{self, Job, MAX_MESSAGE_SIZE, WINDOW};
 use super::{Sink, SinkError};
-use crate::ack::Delivery;
 use crate::config::rabbitmq::{RabbitConfig, SHORTSTR_MAX};
 use crate::error::Definite;
 use crate::health::Health;

@@ -34,9 +34,9 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Value};
 use tokio::sync::mpsc;
 
+use super::delivery::Delivery;
 use super::handoff::{held_in_handoff, Handoff};
 use super::{Sink, SinkError};
-use crate::ack::Delivery;
 use crate::config::redis::RedisConfig;
 use crate::error::Definite;
 use crate::health::Health;

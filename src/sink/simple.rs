@@ -5,8 +5,8 @@ use std::io::Write;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
+use super::delivery::Delivery;
 use super::{Sink, SinkError};
-use crate::ack::Delivery;
 use crate::error::Definite;
 use crate::router::Record;
 

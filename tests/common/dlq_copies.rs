@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use outboxd::ack::{Position, Source};
 use outboxd::dlq::DeadLetter;
 use outboxd::lsn::Lsn;
+use outboxd::relay::{Position, Source};
 use outboxd::router::Record;
 
 use super::{args, run_to_exit};

@@ -27,31 +27,45 @@
 //! * The frontier never goes backwards. A commit whose end LSN is not after the previous one is a
 //!   bug, reported as an error rather than clamped.
 //!
-//! [`Delivery`] is the handle a sink resolves for each record. Dropping it unresolved counts as a
-//! failure, so a sink that loses a record can never let the frontier pass it.
+//! The tracker is the WAL session's [`Ledger`] in the relay: the [`crate::relay::Delivery`] handle
+//! of each record carries its transaction as the ticket, and dropping a handle unresolved counts
+//! as a failure, so a sink that loses a record can never let the frontier pass it.
 
 use std::collections::VecDeque;
 
-use std::sync::Arc;
-
-use bytes::Bytes;
-use tokio::sync::mpsc::UnboundedSender;
-
+use crate::error::{Definite, Error};
 use crate::lsn::Lsn;
+use crate::relay::dead_letter::DeadLetter;
+use crate::relay::{Ledger, Refused, RefusedBy, Ticket};
 
 /// Identifies a transaction for the life of one tracker. Monotonic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TxnId(u64);
 
-impl TxnId {
-    /// An id chosen by a caller that resolves deliveries itself, without a tracker: `outboxd
-    /// poll` numbers the rows of a batch.
-    pub fn from_index(n: u64) -> TxnId {
-        TxnId(n)
+/// A transaction is the ticket its records carry through the relay.
+impl From<TxnId> for Ticket {
+    fn from(id: TxnId) -> Ticket {
+        Ticket(id.0)
+    }
+}
+
+/// The WAL session's ledger: a ticket is a transaction, and a record done is an ack that may move
+/// the frontier. Every refusal goes to the bad-event policy.
+impl Ledger for AckTracker {
+    fn add(&mut self, t: Ticket, n: usize) -> Result<(), Error> {
+        for _ in 0..n {
+            self.record_for(TxnId(t.0)).map_err(|e| Definite::Bug(e.to_string()))?;
+        }
+        Ok(())
     }
 
-    pub fn index(self) -> u64 {
-        self.0
+    fn done(&mut self, t: Ticket) -> Result<(), Error> {
+        self.ack(TxnId(t.0)).map_err(|e| Definite::Bug(e.to_string()))?;
+        Ok(())
+    }
+
+    fn refused(&mut self, _t: Ticket, dl: &DeadLetter, _by: RefusedBy) -> Refused {
+        Refused::Policy { reason: format!("{} ({})", dl.message, dl.code) }
     }
 }
 
@@ -267,169 +281,6 @@ impl AckTracker {
             self.confirmed = self.wal_end;
             self.last_commit = self.last_commit.max(self.wal_end);
         }
-    }
-}
-
-/// The outcome a sink reports for one record.
-#[derive(Debug)]
-pub enum Outcome {
-    Acked,
-    /// Never delivered, and retrying will not help or was not possible. The pipeline stops.
-    Failed {
-        reason: String,
-    },
-    /// The broker refused this record for good (too large, invalid topic, policy); the record's
-    /// parts come back so the bad-event policy can dead-letter them.
-    Rejected(Refusal),
-}
-
-/// A record the destination refused for good, as its delivery report gave it back.
-#[derive(Debug)]
-pub struct Refusal {
-    pub code: &'static str,
-    pub reason: String,
-    pub key: Option<Bytes>,
-    pub payload: Option<Bytes>,
-    pub headers: Vec<(String, Bytes)>,
-}
-
-/// Where a record came from, for dead-letter headers and error messages.
-#[derive(Clone, Debug)]
-pub struct Source {
-    pub position: Position,
-    pub table: Arc<str>,
-}
-
-/// Where in its source a record was read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Position {
-    /// `run`: the WAL position of the row's change or of the logical message.
-    Lsn(Lsn),
-    /// `poll`, which reads no WAL: the row's `--poll-field-seq` value.
-    Seq(i64),
-    /// `backfill`: none is kept (it confirms nothing and dead-letters nothing).
-    Unknown,
-}
-
-/// `X/Y` for an LSN (as PostgreSQL prints `pg_lsn`), `seq N` for a polled row, `-` otherwise.
-impl std::fmt::Display for Position {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Position::Lsn(lsn) => lsn.fmt(f),
-            Position::Seq(n) => write!(f, "seq {n}"),
-            Position::Unknown => f.write_str("-"),
-        }
-    }
-}
-
-/// A resolved delivery, sent back to the replication loop.
-#[derive(Debug)]
-pub struct Ack {
-    pub txn: TxnId,
-    pub event_id: String,
-    pub topic: String,
-    pub source: Source,
-    /// This record was itself a dead-letter copy: it may not be dead-lettered again.
-    pub dead_letter: bool,
-    /// The record's size, counted against `--max-in-flight-bytes` until this ack.
-    pub bytes: usize,
-    pub outcome: Outcome,
-}
-
-/// The per-record handle a sink must resolve. Dropped unresolved means failed.
-#[derive(Debug)]
-pub struct Delivery {
-    txn: TxnId,
-    event_id: String,
-    topic: String,
-    source: Source,
-    dead_letter: bool,
-    bytes: usize,
-    tx: Option<UnboundedSender<Ack>>,
-}
-
-impl Delivery {
-    pub fn new(txn: TxnId, event_id: String, topic: String, source: Source, tx: UnboundedSender<Ack>) -> Self {
-        Delivery { txn, event_id, topic, source, dead_letter: false, bytes: 0, tx: Some(tx) }
-    }
-
-    /// Count `bytes` for this record against the in-flight byte budget until it resolves.
-    pub fn with_bytes(mut self, bytes: usize) -> Self {
-        self.bytes = bytes;
-        self
-    }
-
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-
-    pub fn source(&self) -> &Source {
-        &self.source
-    }
-
-    /// Mark this delivery as carrying a dead-letter copy.
-    pub fn for_dead_letter(mut self) -> Self {
-        self.dead_letter = true;
-        self
-    }
-
-    pub fn txn(&self) -> TxnId {
-        self.txn
-    }
-
-    /// This handle carries a dead-letter copy.
-    pub fn is_dead_letter(&self) -> bool {
-        self.dead_letter
-    }
-
-    pub fn event_id(&self) -> &str {
-        &self.event_id
-    }
-
-    pub fn ack(mut self) {
-        self.send(Outcome::Acked);
-    }
-
-    /// Give up the handle without reporting: the caller has resolved the record in the tracker
-    /// itself (a rejected record whose bad-event policy ran synchronously).
-    pub fn disarm(mut self) {
-        self.tx = None;
-    }
-
-    pub fn fail(mut self, reason: impl Into<String>) {
-        self.send(Outcome::Failed { reason: reason.into() });
-    }
-
-    pub fn reject(
-        mut self,
-        code: &'static str,
-        reason: impl Into<String>,
-        key: Option<Bytes>,
-        payload: Option<Bytes>,
-        headers: Vec<(String, Bytes)>,
-    ) {
-        self.send(Outcome::Rejected(Refusal { code, reason: reason.into(), key, payload, headers }));
-    }
-
-    fn send(&mut self, outcome: Outcome) {
-        if let Some(tx) = self.tx.take() {
-            // The loop may be gone (shutdown); then nobody needs the outcome.
-            let _ = tx.send(Ack {
-                txn: self.txn,
-                event_id: std::mem::take(&mut self.event_id),
-                topic: std::mem::take(&mut self.topic),
-                source: self.source.clone(),
-                dead_letter: self.dead_letter,
-                bytes: self.bytes,
-                outcome,
-            });
-        }
-    }
-}
-
-impl Drop for Delivery {
-    fn drop(&mut self) {
-        self.send(Outcome::Failed { reason: "the sink dropped the record without a result".into() });
     }
 }
 
@@ -691,20 +542,6 @@ mod tests {
         v.swap(i - 1, j);
         v[i..].reverse();
         true
-    }
-
-    #[test]
-    fn dropped_delivery_reports_failure() {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let src = Source { position: Position::Lsn(Lsn(1)), table: Arc::from("public.outbox") };
-        let d = Delivery::new(TxnId(3), "e1".into(), "t".into(), src.clone(), tx.clone());
-        drop(d);
-        let ack = rx.try_recv().unwrap();
-        assert!(matches!(ack.outcome, Outcome::Failed { .. }));
-        Delivery::new(TxnId(4), "e2".into(), "t".into(), src, tx).ack();
-        let ack = rx.try_recv().unwrap();
-        assert!(matches!(ack.outcome, Outcome::Acked));
-        assert!(rx.try_recv().is_err(), "ack() must not also report a failure on drop");
     }
 }
 

@@ -6,14 +6,17 @@
 //!        └────────── status update (flush = tracker.confirmed()) ◀── AckTracker ◀──┘ acks
 //! ```
 //!
-//! The loop is one `tokio::select!` with this priority (`biased`):
+//! Records go to the sink through the [`Relay`], with the [`AckTracker`] as its ledger: a
+//! record's ticket is its transaction. The loop is one `tokio::select!` with this priority
+//! (`biased`):
 //! 1. shutdown: stop reading WAL and drain;
-//! 2. acks: they free capacity and move the frontier, so they go before new work;
+//! 2. the relay: acks (they free capacity and move the frontier, so they go before new work), the
+//!    sink's held records while it is blocked (a topic being created, a full client queue), and
+//!    the death of a task the sink depends on;
 //! 3. the status timer: the server must hear from us even when we are saturated;
-//! 4. the sink's held records, while it is blocked (a topic being created, a full client queue);
-//! 5. new WAL, read only while fewer than `--max-in-flight` records and `--max-in-flight-bytes`
+//! 4. new WAL, read only while fewer than `--max-in-flight` records and `--max-in-flight-bytes`
 //!    bytes await acks and the sink is not blocked (backpressure);
-//! 6. the liveness tick (`--wal-receiver-timeout`): ask the server for a reply after half of it
+//! 5. the liveness tick (`--wal-receiver-timeout`): ask the server for a reply after half of it
 //!    without a byte, end the session after all of it. It runs only while we read, so
 //!    backpressure is not silence.
 //!
@@ -28,13 +31,14 @@
 //! handed to the sink ([`resume`]); their transactions still move the frontier.
 //!
 //! Bad events (a row the router refuses, a record the broker rejects for good) follow
-//! `--on-bad-event`: `fail` stops here, `dlq` sends a copy to the dead-letter topic whose ack
-//! stands in for the event's, `skip` counts and logs it. Retriable delivery trouble is never a bad
-//! event: librdkafka retries it forever and the frontier waits.
+//! `--on-bad-event` in the relay: `fail` stops here, `dlq` sends a copy to the dead-letter topic
+//! whose ack stands in for the event's, `skip` counts and logs it. Every record, a refused row's
+//! too, is counted in its transaction before the relay sees it. Retriable delivery trouble is
+//! never a bad event: librdkafka retries it forever and the frontier waits.
 
-mod bad_event;
 mod message;
 mod resume;
+pub mod tracker;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -42,21 +46,20 @@ use std::time::Duration;
 
 use crate::pg::replication::pg_now_us as now_pg_us;
 
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::time::{interval, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::ack::{Ack, AckTracker, Delivery, Outcome, Position, Source, TxnId};
-use crate::config::{BadEventPolicy, Config, InvalidOp, HEARTBEAT_PREFIX};
-use crate::dlq::{copy_refused, record_size, DeadLetter};
+use crate::config::{Config, InvalidOp, HEARTBEAT_PREFIX};
 use crate::error::{Definite, Error};
 use crate::health::Health;
 use crate::lsn::Lsn;
 use crate::metrics::Metrics;
 use crate::pg::pgoutput::{Decoder, LogicalMessage};
 use crate::pg::replication::{WalMessage, WalSource};
+use crate::relay::{route_masked, Ledger, Position, Relay, RelayConfig, Source, Ticket, Wake};
 use crate::router::{BadEvent, OutboxRow, Record, Route};
-use crate::sink::{Sink, SinkError};
+use crate::sink::Sink;
+use tracker::AckTracker;
 
 /// What we know about a relation id.
 enum RelationEntry {
@@ -79,19 +82,13 @@ pub struct Context<'a> {
 
 pub struct Session<'a, S: Sink, W: WalSource> {
     cfg: &'a Config,
-    sink: &'a mut S,
+    relay: Relay<'a, S>,
     metrics: Metrics,
     health: Arc<Health>,
     stream: W,
     decoder: Decoder,
     tracker: AckTracker,
     relations: HashMap<u32, RelationEntry>,
-    acks_tx: UnboundedSender<Ack>,
-    acks_rx: UnboundedReceiver<Ack>,
-    /// Fires when a task the sink depends on died ([`Sink::failure`]).
-    sink_failure: crate::task::Failure,
-    /// Bytes of records handed to the sink and not yet resolved (`--max-in-flight-bytes`).
-    in_flight_bytes: usize,
     /// `--messages-prefix`: the route of logical-message events, compiled at the first one.
     messages: Option<message::Messages>,
     /// `--debezium-offsets`: what Debezium delivered before this slot was ours.
@@ -100,21 +97,16 @@ pub struct Session<'a, S: Sink, W: WalSource> {
 
 impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
     pub fn new(ctx: Context<'a>, sink: &'a mut S, stream: W, start: Lsn) -> Self {
-        let (acks_tx, acks_rx) = unbounded_channel();
-        let sink_failure = sink.failure().unwrap_or_default();
+        let relay_cfg = RelayConfig { on_bad_event: ctx.cfg.on_bad_event, dlq_topic: ctx.cfg.dlq_topic.clone() };
         Session {
             cfg: ctx.cfg,
-            sink,
+            relay: Relay::new(sink, relay_cfg, ctx.metrics.clone()),
             metrics: ctx.metrics,
             health: ctx.health,
             stream,
             decoder: Decoder::new(1),
             tracker: AckTracker::new(start),
             relations: HashMap::new(),
-            acks_tx,
-            acks_rx,
-            sink_failure,
-            in_flight_bytes: 0,
             messages: None,
             resume: ctx.cfg.debezium_offsets.as_ref().map(|(_, o)| resume::Resume::new(o.clone())),
         }
@@ -127,17 +119,11 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         self.health.set_streaming(true);
         self.metrics.pg_connected.set(1.0);
         let result = self.run_inner(shutdown).await;
-        self.sink.discard_held();
+        self.relay.sink().discard_held();
         self.health.set_streaming(false);
         self.metrics.pg_connected.set(0.0);
         // Acks that arrived after the loop ended still count.
-        while let Ok(ack) = self.acks_rx.try_recv() {
-            if let Outcome::Acked = ack.outcome {
-                if self.tracker.ack(ack.txn).is_err() {
-                    break;
-                }
-            }
-        }
+        self.relay.drain_acked(|t| self.tracker.done(t).is_ok());
         *confirmed = (*confirmed).max(self.tracker.confirmed());
         match &result {
             // Safe even on failure: the tracker never includes unacked records.
@@ -149,9 +135,18 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
 
     /// May the loop read more WAL? Not while the sink holds records or a budget is spent.
     fn can_read(&self) -> bool {
-        self.tracker.in_flight() < self.cfg.max_in_flight
-            && self.in_flight_bytes < self.cfg.max_in_flight_bytes
-            && !self.sink.blocked()
+        self.relay.room(self.cfg.max_in_flight, self.cfg.max_in_flight_bytes)
+    }
+
+    /// Act on what woke the relay, then count what it completed.
+    async fn on_relay(&mut self, w: Wake) -> Result<(), Error> {
+        let acks = matches!(w, Wake::Ack(_));
+        self.relay.handle(&mut self.tracker, w).await?;
+        if acks {
+            self.record_completed();
+            self.publish_progress();
+        }
+        Ok(())
     }
 
     async fn run_inner(&mut self, shutdown: CancellationToken) -> Result<(), Error> {
@@ -165,7 +160,6 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             match phase {
                 Phase::Streaming => {
                     let can_read = self.can_read();
-                    let blocked = self.sink.blocked();
                     if !can_read {
                         self.stream.pause_liveness();
                     }
@@ -175,10 +169,8 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                             tracing::info!(in_flight = self.tracker.in_flight(), "shutdown requested; draining in-flight events");
                             phase = Phase::Draining { deadline: Instant::now() + self.cfg.shutdown_timeout };
                         }
-                        Some(ack) = self.acks_rx.recv() => self.on_acks(ack).await?,
+                        w = self.relay.wake() => self.on_relay(w).await?,
                         _ = ticker.tick() => self.send_status().await?,
-                        r = self.sink.unblock(), if blocked => self.on_sink_result(r).await?,
-                        e = self.sink_failure.wait() => return Err(e.into()),
                         msg = self.stream.next(), if can_read => self.on_wal(msg?).await?,
                         // After the WAL arm: data already waiting always wins over a deadline.
                         _ = liveness.tick(), if can_read && live_period.is_some() => {
@@ -191,13 +183,10 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                     if self.tracker.in_flight() == 0 {
                         break;
                     }
-                    let blocked = self.sink.blocked();
                     tokio::select! {
                         biased;
-                        Some(ack) = self.acks_rx.recv() => self.on_acks(ack).await?,
+                        w = self.relay.wake() => self.on_relay(w).await?,
                         _ = ticker.tick() => self.send_status().await?,
-                        r = self.sink.unblock(), if blocked => self.on_sink_result(r).await?,
-                        e = self.sink_failure.wait() => return Err(e.into()),
                         _ = tokio::time::sleep_until(deadline) => {
                             tracing::warn!(in_flight = self.tracker.in_flight(), "shutdown timeout: exiting with events unacked; they will be sent again on restart");
                             break;
@@ -227,52 +216,6 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
 
     fn publish_progress(&self) {
         self.metrics.progress(self.stream.last_received(), self.tracker.confirmed(), self.tracker.in_flight());
-    }
-
-    /// Apply one ack and any others already queued.
-    async fn on_acks(&mut self, first: Ack) -> Result<(), Error> {
-        let mut next = Some(first);
-        // Acks come in runs to one topic (a broker response covers one partition): one counter
-        // lookup per run, not per record.
-        let mut run: Option<(String, u64)> = None;
-        while let Some(ack) = next {
-            self.in_flight_bytes = self.in_flight_bytes.saturating_sub(ack.bytes);
-            if let Some((topic, n)) = run.take_if(|(t, _)| !matches!(ack.outcome, Outcome::Acked) || *t != ack.topic) {
-                self.metrics.acked_n(&topic, n);
-            }
-            match ack.outcome {
-                Outcome::Acked => {
-                    self.tracker.ack(ack.txn).map_err(|e| Definite::Bug(e.to_string()))?;
-                    // A dead-letter copy (or chunk) is counted by outboxd_dlq_events_total, not as
-                    // an event delivered to its topic: the same meaning as in poll mode.
-                    if !ack.dead_letter {
-                        match &mut run {
-                            Some((_, n)) => *n += 1,
-                            None => run = Some((ack.topic, 1)),
-                        }
-                    }
-                }
-                Outcome::Failed { reason } => {
-                    self.metrics.failed("delivery");
-                    return Err(Definite::Delivery { event_id: ack.event_id, topic: ack.topic, reason }.into());
-                }
-                Outcome::Rejected(refusal) => {
-                    if ack.dead_letter {
-                        self.metrics.failed(refusal.code);
-                        return Err(copy_refused(ack.event_id, ack.topic, &refusal.reason).into());
-                    }
-                    let dl = DeadLetter::from_refusal(ack.event_id, ack.topic, refusal, ack.source);
-                    self.on_bad_pending(ack.txn, dl).await?;
-                }
-            }
-            next = self.acks_rx.try_recv().ok();
-        }
-        if let Some((topic, n)) = run {
-            self.metrics.acked_n(&topic, n);
-        }
-        self.record_completed();
-        self.publish_progress();
-        Ok(())
     }
 
     /// Count transactions the tracker confirmed, and their commit-to-ack latency.
@@ -305,7 +248,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
     }
 
     async fn on_logical(&mut self, at: Lsn, msg: LogicalMessage) -> Result<(), Error> {
-        let bug = |e: crate::ack::AckError| Definite::Bug(format!("{e} (at {at})"));
+        let bug = |e: crate::source::wal::tracker::AckError| Definite::Bug(format!("{e} (at {at})"));
         match msg {
             LogicalMessage::Begin(b) => {
                 self.tracker.begin(b.commit_time).map_err(bug)?;
@@ -407,12 +350,15 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         Ok(())
     }
 
-    /// A routed (and masked) event goes to the sink; a refused one to the bad-event policy.
+    /// A routed (and masked) event goes to the sink; a refused one to the bad-event policy. Either
+    /// is counted in the open transaction first.
     #[allow(clippy::result_large_err)]
     async fn emit(&mut self, routed: Result<Record, BadEvent>, source: Source) -> Result<(), Error> {
+        self.health.activity();
+        let t = Ticket::from(self.tracker.record().map_err(|e| Definite::Bug(e.to_string()))?);
         match routed {
-            Ok(record) => self.deliver(record, source).await,
-            Err(bad) => self.on_bad_row(bad, source).await,
+            Ok(record) => self.relay.send(&mut self.tracker, t, record, source).await,
+            Err(bad) => self.relay.bad_row(&mut self.tracker, t, bad, source).await,
         }
     }
 
@@ -431,44 +377,6 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             }
         }
         Ok(())
-    }
-
-    /// Send a routed record, checking its size first.
-    async fn deliver(&mut self, record: Record, source: Source) -> Result<(), Error> {
-        self.health.activity();
-        let txn = self.tracker.record().map_err(|e| Definite::Bug(e.to_string()))?;
-        if let Some(max) = self.sink.max_message_bytes() {
-            let size = record_size(record.key.as_ref(), record.payload.as_ref(), &record.headers);
-            if size > max {
-                let message = format!("record of {size} bytes exceeds message.max.bytes {max}");
-                let dl = DeadLetter::from_record(record, "too_large", message, source);
-                return self.on_bad_pending(txn, dl).await;
-            }
-        }
-        let delivery = self.delivery(txn, &record, source);
-        let r = self.sink.send(record, delivery).await;
-        self.on_sink_result(r).await
-    }
-
-    /// A delivery handle for `record`, counted against the byte budget until it resolves.
-    fn delivery(&mut self, txn: TxnId, record: &Record, source: Source) -> Delivery {
-        let bytes = record_size(record.key.as_ref(), record.payload.as_ref(), &record.headers);
-        self.in_flight_bytes += bytes;
-        Delivery::new(txn, record.event_id.clone(), record.topic.clone(), source, self.acks_tx.clone())
-            .with_bytes(bytes)
-    }
-}
-
-/// Route one row (of a table, or of a logical message's synthetic relation) and mask it, before
-/// anything can see it: the sink, a log line, a dead-letter copy.
-#[allow(clippy::result_large_err)]
-pub(crate) fn route_masked(cfg: &Config, route: &Route, row: OutboxRow<'_>) -> Result<Record, BadEvent> {
-    let mask = &cfg.mask;
-    let event_type = if mask.needs_event_type() { route.event_type(row) } else { None };
-    let event_type = event_type.as_deref();
-    match route.route(row) {
-        Ok(record) => mask.apply(record, event_type).map(|r| route.convert(r)),
-        Err(bad) => Err(mask.scrub(bad, event_type)),
     }
 }
 

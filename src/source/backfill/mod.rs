@@ -5,11 +5,14 @@
 //!  outbox table ──page (keyset, range.rs/pages.rs)──▶ Route + masking (as `run`) ──▶ Sink ──▶ acks
 //! ```
 //!
-//! The rows go through the router and sink of `run`, built from the same flags, and every record
-//! carries the header `outboxd.backfill=true`. Nothing is confirmed anywhere: a backfill has no
+//! The rows go through the router and sink of `run`, built from the same flags, and through the
+//! same [`Relay`] (size check, held records, acks), and every record carries the header
+//! `outboxd.backfill=true`. Nothing is confirmed anywhere: a backfill has no
 //! slot and changes no row. Its only duty is to report the truth: each record counts as delivered
-//! only when its [`Delivery`] handle is acked; a refused, failed or dropped handle counts as
-//! undelivered, a row the router refuses counts as bad, and either makes the exit code 1.
+//! only when its delivery handle is acked; a refused, failed or dropped handle counts as
+//! undelivered, a row the router refuses counts as bad, and either makes the exit code 1. The
+//! relay's ledger is the [`Summary`] (one ticket for every record): no refusal reaches the
+//! bad-event policy, since a backfill dead-letters nothing.
 //!
 //! Memory is bounded by one page (`--batch-size` rows) plus the records awaiting acks, which stop
 //! the reading at `--max-in-flight`. A progress line goes to stderr every second, and a summary at
@@ -22,17 +25,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-use crate::ack::{Ack, AckTracker, Delivery, Outcome, Position, Source, TxnId};
 use crate::config::Config;
 use crate::error::{Definite, Error};
 use crate::health::Health;
-use crate::lsn::Lsn;
 use crate::metrics::Metrics;
-use crate::pipeline::route_masked;
+use crate::relay::dead_letter::DeadLetter;
+use crate::relay::route_masked;
+use crate::relay::{Ack, Ledger, Position, Refused, RefusedBy, Relay, RelayConfig, Source, Ticket};
 use crate::router::{OutboxRow, Route};
-use crate::sink::{AnySink, Sink, SinkError};
+use crate::sink::{AnySink, Sink};
 pub use range::Range;
 
 /// The header every re-published record carries.
@@ -75,7 +77,7 @@ pub async fn backfill<S: Sink>(cfg: &Config, range: &Range, sink: &mut S) -> Res
     }
     let client = crate::pg::admin::connect(cfg).await?;
     pages::prepare_session(&client).await?;
-    let mut run = Backfill::new(sink)?;
+    let mut run = Backfill::new(cfg, sink);
     for table in &cfg.tables {
         let mut pages = pages::Pages::describe(&client, cfg, table, range).await?;
         let route = Route::compile(&cfg.route, &pages.relation)?;
@@ -118,93 +120,72 @@ pub async fn backfill<S: Sink>(cfg: &Config, range: &Range, sink: &mut S) -> Res
     Ok(s)
 }
 
-/// Records in flight and what became of them.
+/// The backfill's ledger: every record is counted under one ticket, and its fate in the summary.
+impl Ledger for Summary {
+    fn add(&mut self, _t: Ticket, _n: usize) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn done(&mut self, _t: Ticket) -> Result<(), Error> {
+        self.delivered += 1;
+        Ok(())
+    }
+
+    fn refused(&mut self, _t: Ticket, dl: &DeadLetter, _by: RefusedBy) -> Refused {
+        undelivered(
+            self,
+            dl.event_id.as_deref().unwrap_or_default(),
+            dl.original_topic.as_deref().unwrap_or_default(),
+            dl.code,
+            &dl.message,
+        );
+        Refused::Kept
+    }
+
+    fn failed(&mut self, ack: Ack, reason: String) -> Result<(), Error> {
+        undelivered(self, &ack.event_id, &ack.topic, "delivery", &reason);
+        Ok(())
+    }
+}
+
+fn undelivered(summary: &mut Summary, event_id: &str, topic: &str, code: &str, reason: &str) {
+    tracing::error!(event_id, topic, reason = code, message = reason, "record not delivered");
+    summary.undelivered += 1;
+}
+
+/// The relay and the summary it reports into.
 struct Backfill<'a, S: Sink> {
-    sink: &'a mut S,
-    /// Only issues the transaction id [`Delivery`] handles carry; no LSN is involved here.
-    tracker: AckTracker,
-    txn: TxnId,
-    acks_tx: UnboundedSender<Ack>,
-    acks_rx: UnboundedReceiver<Ack>,
-    pending: usize,
+    relay: Relay<'a, S>,
     summary: Summary,
     started: Instant,
     last_progress: Instant,
 }
 
 impl<'a, S: Sink> Backfill<'a, S> {
-    fn new(sink: &'a mut S) -> Result<Self, Error> {
-        let (acks_tx, acks_rx) = unbounded_channel();
-        let mut tracker = AckTracker::new(Lsn(0));
-        // One open "transaction" for the whole run.
-        let txn = tracker.begin(0).map_err(|e| Definite::Bug(e.to_string()))?;
+    fn new(cfg: &Config, sink: &'a mut S) -> Self {
+        // No refusal reaches the policy (the ledger keeps them all), so it is never consulted.
+        let relay_cfg = RelayConfig { on_bad_event: cfg.on_bad_event, dlq_topic: cfg.dlq_topic.clone() };
         let now = Instant::now();
-        Ok(Backfill {
-            sink,
-            tracker,
-            txn,
-            acks_tx,
-            acks_rx,
-            pending: 0,
+        Backfill {
+            relay: Relay::new(sink, relay_cfg, Metrics::new()),
             summary: Summary::default(),
             started: now,
             last_progress: now,
-        })
+        }
     }
 
     async fn send(&mut self, record: crate::router::Record, source: Source) -> Result<(), Error> {
-        let txn = self.tracker.record().map_err(|e| Definite::Bug(e.to_string()))?;
-        debug_assert_eq!(txn, self.txn);
-        let delivery = Delivery::new(txn, record.event_id.clone(), record.topic.clone(), source, self.acks_tx.clone());
-        self.pending += 1;
-        let r = self.sink.send(record, delivery).await;
-        self.on_sink_result(r)?;
-        while self.sink.blocked() {
-            tokio::select! {
-                biased;
-                Some(ack) = self.acks_rx.recv() => self.on_ack(ack),
-                r = self.sink.unblock() => self.on_sink_result(r)?,
-            }
-        }
-        Ok(())
-    }
-
-    fn on_sink_result(&mut self, r: Result<(), SinkError>) -> Result<(), Error> {
-        match r {
-            Ok(()) => Ok(()),
-            Err(SinkError::Fatal(d)) => Err(d.into()),
-            Err(SinkError::Rejected { code, reason, record, delivery }) => {
-                delivery.disarm();
-                self.pending -= 1;
-                self.undelivered(&record.event_id, &record.topic, code, &reason);
-                Ok(())
-            }
-        }
-    }
-
-    fn on_ack(&mut self, ack: Ack) {
-        self.pending = self.pending.saturating_sub(1);
-        match ack.outcome {
-            Outcome::Acked => self.summary.delivered += 1,
-            Outcome::Failed { reason } => self.undelivered(&ack.event_id, &ack.topic, "delivery", &reason),
-            Outcome::Rejected(r) => self.undelivered(&ack.event_id, &ack.topic, r.code, &r.reason),
-        }
-    }
-
-    fn undelivered(&mut self, event_id: &str, topic: &str, code: &str, reason: &str) {
-        tracing::error!(event_id, topic, reason = code, message = reason, "record not delivered");
-        self.summary.undelivered += 1;
+        self.relay.send(&mut self.summary, Ticket(0), record, source).await?;
+        self.relay.until_unblocked(&mut self.summary).await
     }
 
     /// Wait for acks until at most `limit` records are in flight, printing progress meanwhile.
     async fn wait_until_at_most(&mut self, limit: usize) -> Result<(), Error> {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
-        while self.pending > limit {
-            let blocked = self.sink.blocked();
+        while self.relay.in_flight() > limit {
             tokio::select! {
                 biased;
-                Some(ack) = self.acks_rx.recv() => self.on_ack(ack),
-                r = self.sink.unblock(), if blocked => self.on_sink_result(r)?,
+                w = self.relay.wake() => self.relay.handle(&mut self.summary, w).await?,
                 _ = tick.tick() => self.progress(false),
             }
         }
@@ -222,7 +203,7 @@ impl<'a, S: Sink> Backfill<'a, S> {
             "outboxd backfill: {} read, {} delivered, {} in flight, {} bad, {} undelivered ({:.0}s)",
             s.read,
             s.delivered,
-            self.pending,
+            self.relay.in_flight(),
             s.bad,
             s.undelivered,
             self.started.elapsed().as_secs_f64()

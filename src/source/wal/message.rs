@@ -83,11 +83,11 @@ impl<S: Sink, W: WalSource> Session<'_, S, W> {
     async fn on_standalone_bad(&mut self, at: Lsn, bad: BadEvent, source: Source) -> Result<(), Error> {
         if self.tracker.open_commit_time().is_some() {
             // Not sent that way by pgoutput; if it were, the open transaction carries it.
-            return self.on_bad_row(bad, source).await;
+            return self.emit(Err(bad), source).await;
         }
-        let bug = |e: crate::ack::AckError| Definite::Bug(format!("{e} (at {at})"));
+        let bug = |e: crate::source::wal::tracker::AckError| Definite::Bug(format!("{e} (at {at})"));
         self.tracker.begin(now_pg_us()).map_err(bug)?;
-        self.on_bad_row(bad, source).await?;
+        self.emit(Err(bad), source).await?;
         self.tracker.commit_standalone(at).map_err(bug)?;
         self.record_completed();
         Ok(())

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::Bytes;
 use openssl::sha::Sha256;
 
-use crate::ack::Position;
+use crate::sink::delivery::Position;
 
 pub const H_ID: &str = "outboxd.chunk.id";
 pub const H_INDEX: &str = "outboxd.chunk.index";

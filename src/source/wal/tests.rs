@@ -21,6 +21,8 @@ use super::*;
 use crate::config::{Cli, Command};
 use crate::dlq::H_PAYLOAD_DROPPED;
 use crate::error::Transient;
+use crate::relay::Delivery;
+use crate::sink::SinkError;
 
 const OUTBOX: u32 = 1;
 const OTHER: u32 = 2;

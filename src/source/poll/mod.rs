@@ -241,7 +241,7 @@ async fn one_batch<S: Sink>(
     let mut batch = Batch::new(ctx, sink);
     let sent = batch.run(claimed).await;
     // Write what resolved, even when the batch ended in an error: acked rows must not be sent again.
-    let written = write_outcomes(client, q, cfg, &batch.slots).await;
+    let written = write_outcomes(client, q, cfg, &batch.rows.slots).await;
     drop(batch);
     release(client, q, pid).await?;
     sent?;

@@ -1,0 +1,278 @@
+//! How a bad event becomes records on `--dlq-topic`: the dead-letter copy the relay sends under
+//! `--on-bad-event dlq`.
+//!
+//! A dead-letter record keeps the event's original key, payload and headers and adds:
+//! `outboxd.error` (reason code), `outboxd.error.message`, `outboxd.original.topic` (when known),
+//! where it was read (`outboxd.source.lsn` in `run`, `outboxd.source.seq` in `poll`) and
+//! `outboxd.source.table`. A copy larger than the sink's limit is split into several records under
+//! it ([`super::chunk`]), so the payload is always kept: the event counts as delivered only when
+//! every chunk is acked, and `outboxd dlq replay` ([`crate::dlq`]) joins them again. (Copies written
+//! by older versions may carry no payload and an `outboxd.payload.size` header instead; the tools
+//! report those as not replayable.)
+
+use bytes::Bytes;
+
+use super::chunk::{self, ChunkInfo};
+use crate::error::Definite;
+use crate::router::{BadEvent, Record};
+use crate::sink::delivery::{Position, Refusal, Source};
+
+/// Header names of dead-letter records (and [`chunk`]'s). Replay strips every header with the
+/// `outboxd.` prefix. `H_SIZE` only appears on copies written before chunking existed.
+pub const H_ERROR: &str = "outboxd.error";
+pub const H_MESSAGE: &str = "outboxd.error.message";
+pub const H_TOPIC: &str = "outboxd.original.topic";
+pub const H_LSN: &str = "outboxd.source.lsn";
+/// In place of [`H_LSN`] on copies `outboxd poll` writes: the row's `--poll-field-seq` value.
+pub const H_SEQ: &str = "outboxd.source.seq";
+pub const H_TABLE: &str = "outboxd.source.table";
+pub const H_SIZE: &str = "outboxd.payload.size";
+/// On a copy whose payload was left out because the `--mask`/`--encrypt` rules could not be
+/// applied to it (it would have leaked unmasked): why. Such a copy is not replayable.
+pub const H_PAYLOAD_DROPPED: &str = "outboxd.payload.dropped";
+/// Every header outboxd adds starts with it (defined beside the records, in the router).
+pub use crate::router::HEADER_PREFIX as PREFIX;
+
+/// A bad event, with everything known about it.
+#[derive(Clone, Debug)]
+pub struct DeadLetter {
+    pub event_id: Option<String>,
+    /// Stable reason code: `null_id`, `null_route`, `invalid_topic`, `invalid_json`, `bad_value`,
+    /// `schema`, `too_large`, `rejected`, `policy_violation`.
+    pub code: &'static str,
+    pub message: String,
+    pub original_topic: Option<String>,
+    pub key: Option<Bytes>,
+    pub payload: Option<Bytes>,
+    pub headers: Vec<(String, Bytes)>,
+    pub source: Source,
+}
+
+/// Bytes a record occupies on the wire, near enough for the `message.max.bytes` check.
+pub fn record_size(key: Option<&Bytes>, payload: Option<&Bytes>, headers: &[(String, Bytes)]) -> usize {
+    let h: usize = headers.iter().map(|(k, v)| k.len() + v.len() + 8).sum();
+    key.map_or(0, |k| k.len()) + payload.map_or(0, |p| p.len()) + h + 64
+}
+
+impl DeadLetter {
+    /// A routed record that could not be delivered as it is.
+    pub fn from_record(record: Record, code: &'static str, message: String, source: Source) -> DeadLetter {
+        DeadLetter {
+            event_id: Some(record.event_id),
+            code,
+            message,
+            original_topic: Some(record.topic),
+            key: record.key,
+            payload: record.payload,
+            headers: record.headers,
+            source,
+        }
+    }
+
+    /// A row the router refused. A payload the masking rules could not be applied to is left out,
+    /// and the copy says why ([`H_PAYLOAD_DROPPED`]). `into_records` adds the `id` header.
+    pub fn from_bad_event(bad: BadEvent, source: Source) -> DeadLetter {
+        let mut headers = bad.headers;
+        if let Some(why) = bad.payload_dropped {
+            headers.push((H_PAYLOAD_DROPPED.to_owned(), Bytes::from(why)));
+        }
+        DeadLetter {
+            event_id: bad.event_id,
+            code: bad.code,
+            message: bad.message,
+            original_topic: bad.topic,
+            key: bad.key,
+            payload: bad.payload,
+            headers,
+            source,
+        }
+    }
+
+    /// A record the destination refused in its delivery report (the sink's `reject()`).
+    pub fn from_refusal(event_id: String, topic: String, refusal: Refusal, source: Source) -> DeadLetter {
+        DeadLetter {
+            event_id: Some(event_id),
+            code: refusal.code,
+            message: refusal.reason,
+            original_topic: Some(topic),
+            key: refusal.key,
+            payload: refusal.payload,
+            headers: refusal.headers,
+            source,
+        }
+    }
+
+    /// The error that stops the relay under `--on-bad-event fail`; `reason` says what happened.
+    pub fn into_failure(self, reason: String) -> Definite {
+        Definite::Delivery {
+            event_id: self.event_id.unwrap_or_default(),
+            topic: self.original_topic.unwrap_or_default(),
+            reason,
+        }
+    }
+
+    /// The records to send to `dlq_topic`: one, or when the copy would not fit in `max_bytes`,
+    /// chunks of the payload under it (see [`super::chunk`]). Keyless chunks all go to partition 0, since
+    /// the partitioner would scatter them.
+    pub fn into_records(self, dlq_topic: &str, max_bytes: usize) -> Vec<Record> {
+        let mut headers = self.headers;
+        if headers.iter().all(|(k, _)| k != "id") {
+            if let Some(id) = &self.event_id {
+                headers.insert(0, ("id".into(), Bytes::copy_from_slice(id.as_bytes())));
+            }
+        }
+        headers.push((H_ERROR.into(), Bytes::from_static(self.code.as_bytes())));
+        // Long messages are cut: the header must not be what makes the copy too large.
+        let mut message = self.message;
+        if message.len() > 1024 {
+            let mut cut = 1024;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+        }
+        headers.push((H_MESSAGE.into(), Bytes::from(message)));
+        if let Some(t) = &self.original_topic {
+            headers.push((H_TOPIC.into(), Bytes::copy_from_slice(t.as_bytes())));
+        }
+        match self.source.position {
+            Position::Lsn(lsn) => headers.push((H_LSN.into(), Bytes::from(lsn.to_string()))),
+            Position::Seq(n) => headers.push((H_SEQ.into(), Bytes::from(n.to_string()))),
+            Position::Unknown => {}
+        }
+        headers.push((H_TABLE.into(), Bytes::copy_from_slice(self.source.table.as_bytes())));
+        let event_id = self.event_id.unwrap_or_else(|| "(unknown)".into());
+        let record = |payload: Option<Bytes>, headers: Vec<(String, Bytes)>, partition: Option<i32>| Record {
+            topic: dlq_topic.to_owned(),
+            key: self.key.clone(),
+            payload,
+            headers,
+            partition,
+            timestamp_ms: None,
+            event_id: event_id.clone(),
+            event_type: None,
+        };
+        let payload = match self.payload {
+            Some(p) if !p.is_empty() && record_size(self.key.as_ref(), Some(&p), &headers) > max_bytes => p,
+            payload => return vec![record(payload, headers, None)],
+        };
+        let room = max_bytes.saturating_sub(record_size(self.key.as_ref(), None, &headers) + chunk::HEADER_ALLOWANCE);
+        let len = room.max(chunk::MIN_LEN);
+        let sha256 = chunk::digest_hex(&payload);
+        let id = chunk::chunk_id(&self.source.table, self.source.position, &event_id, len, &sha256);
+        let slices = chunk::split(&payload, len);
+        let count = slices.len() as u32;
+        let partition = if self.key.is_none() { Some(0) } else { None };
+        slices
+            .into_iter()
+            .enumerate()
+            .map(|(i, slice)| {
+                let info = ChunkInfo {
+                    id: id.clone(),
+                    index: i as u32,
+                    count,
+                    size: payload.len() as u64,
+                    sha256: sha256.clone(),
+                };
+                let mut h = headers.clone();
+                h.extend(info.headers());
+                record(Some(slice), h, partition)
+            })
+            .collect()
+    }
+}
+
+/// A dead-letter copy is never dead-lettered again: its refusal stops the relay with this error.
+pub fn copy_refused(event_id: String, topic: String, reason: &str) -> Definite {
+    Definite::Delivery { event_id, topic, reason: format!("the dead-letter copy was refused: {reason}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::lsn::Lsn;
+
+    fn dl(payload: &[u8]) -> DeadLetter {
+        DeadLetter {
+            event_id: Some("e-1".into()),
+            code: "null_route",
+            message: "the route-by column is NULL".into(),
+            original_topic: None,
+            key: Some(Bytes::from_static(b"k")),
+            payload: Some(Bytes::copy_from_slice(payload)),
+            headers: vec![("trace".into(), Bytes::from_static(b"t-1"))],
+            source: Source { position: Position::Lsn(Lsn(0x1_0000_00AB)), table: Arc::from("public.outbox") },
+        }
+    }
+
+    fn header<'a>(r: &'a Record, k: &str) -> Option<&'a [u8]> {
+        r.headers.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_ref())
+    }
+
+    #[test]
+    fn copy_keeps_the_event_and_explains_the_failure() {
+        let mut rs = dl(b"{}").into_records("outboxd.dlq", 1_000_000);
+        assert_eq!(rs.len(), 1);
+        let r = rs.remove(0);
+        assert_eq!(r.topic, "outboxd.dlq");
+        assert_eq!(r.key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(r.payload.as_deref(), Some(&b"{}"[..]));
+        assert_eq!(header(&r, "id"), Some(&b"e-1"[..]));
+        assert_eq!(header(&r, "trace"), Some(&b"t-1"[..]));
+        assert_eq!(header(&r, H_ERROR), Some(&b"null_route"[..]));
+        assert_eq!(header(&r, H_LSN), Some(&b"1/AB"[..]));
+        assert_eq!(header(&r, H_SEQ), None);
+        assert_eq!(header(&r, H_TABLE), Some(&b"public.outbox"[..]));
+        assert_eq!(header(&r, H_TOPIC), None);
+        assert_eq!(header(&r, H_SIZE), None);
+        assert_eq!(header(&r, chunk::H_ID), None, "a copy that fits is not chunked");
+        assert_eq!(r.partition, None);
+    }
+
+    #[test]
+    fn oversize_copy_is_chunked_under_the_limit_and_keeps_every_byte() {
+        let big: Vec<u8> = (0..50_000u32).map(|i| (i % 253) as u8).collect();
+        let max = 4000;
+        let rs = dl(&big).into_records("outboxd.dlq", max);
+        assert!(rs.len() > 10, "{} chunks", rs.len());
+        let info = |r: &Record| {
+            ChunkInfo::parse(|k| header(r, k).map(|v| String::from_utf8_lossy(v).into_owned())).unwrap().unwrap()
+        };
+        let first = info(&rs[0]);
+        for (i, r) in rs.iter().enumerate() {
+            assert!(record_size(r.key.as_ref(), r.payload.as_ref(), &r.headers) <= max, "chunk {i} too large");
+            assert_eq!(r.key.as_deref(), Some(&b"k"[..]), "same key: same partition");
+            assert_eq!(header(r, H_ERROR), Some(&b"null_route"[..]));
+            assert_eq!(header(r, "trace"), Some(&b"t-1"[..]));
+            assert_eq!(header(r, H_SIZE), None);
+            let c = info(r);
+            assert_eq!((c.index, c.count, c.size), (i as u32, rs.len() as u32, big.len() as u64));
+            assert_eq!((&c.id, &c.sha256), (&first.id, &first.sha256));
+        }
+        let joined = chunk::join(&first, rs.iter().map(|r| r.payload.as_deref().unwrap())).unwrap();
+        assert_eq!(joined, big);
+        // The same event chunked again (a retry after a crash) gets the same id.
+        assert_eq!(info(&dl(&big).into_records("outboxd.dlq", max)[0]).id, first.id);
+    }
+
+    #[test]
+    fn a_polled_copy_says_its_seq_and_no_lsn() {
+        let mut d = dl(b"{}");
+        d.source.position = Position::Seq(42);
+        let r = d.into_records("outboxd.dlq", 1_000_000).remove(0);
+        assert_eq!(header(&r, H_SEQ), Some(&b"42"[..]));
+        assert_eq!(header(&r, H_LSN), None);
+        assert_eq!(header(&r, H_TABLE), Some(&b"public.outbox"[..]));
+    }
+
+    #[test]
+    fn keyless_chunks_share_partition_zero() {
+        let mut d = dl(&[b'x'; 10_000]);
+        d.key = None;
+        let rs = d.into_records("outboxd.dlq", 3000);
+        assert!(rs.len() > 1);
+        assert!(rs.iter().all(|r| r.partition == Some(0) && r.key.is_none()));
+    }
+}

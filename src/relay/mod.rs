@@ -1,0 +1,373 @@
+//! The relay engine: the one loop body that drives a sink for every source.
+//!
+//! ```text
+//!  source (WAL session, poll batch, backfill) ──Record + Ticket──▶ Relay ──Record + Delivery──▶ Sink
+//!        ▲                                                          │  ▲                          │
+//!        └──────── Ledger: add / done / refused / failed ◀──────────┘  └────────── Ack ◀──────────┘
+//! ```
+//!
+//! A source counts each record under a [`Ticket`] in its own [`Ledger`] before handing it here:
+//! the WAL session's ledger is the LSN tracker (a ticket is a transaction), poll's is its batch's
+//! row fates (a ticket is a row), backfill's is its summary (one ticket for everything). The relay
+//! owns what they all share, once:
+//! * the ack channel, and the count and bytes of records handed to the sink and not yet resolved
+//!   (the budgets a source checks before reading more, [`Relay::room`]);
+//! * the size check against the sink's limit before a record is sent;
+//! * the sink's held records ([`Sink::blocked`] / [`Sink::unblock`]) and its background tasks'
+//!   failure, as one cancel-safe [`Relay::wake`] a source puts in its own `select!` beside its own
+//!   arms (WAL, status timer, shutdown), with [`Relay::handle`] in the arm's body;
+//! * a refusal (by the router or, for good, by the sink) → the ledger says whether
+//!   `--on-bad-event` applies ([`Refused::Policy`]) or it keeps the record itself (poll's next try,
+//!   backfill's count) → `fail` stops, `skip` resolves, `dlq` sends a copy ([`dead_letter`]), in
+//!   chunks when it is over the sink's limit ([`chunk`]);
+//! * routing and masking a row before anything can see it ([`route_masked`]).
+//!
+//! The handle a sink resolves ([`Delivery`]) and what comes back ([`Ack`]) are the sinks' contract
+//! and live beside them, in [`crate::sink::delivery`].
+//!
+//! # Invariants
+//! * A ticket completes only through [`Ledger::done`], called once per record counted under it: on
+//!   the sink's ack, on a skip, or on the ack of each dead-letter chunk. A copy's chunks are all
+//!   counted ([`Ledger::add`]) before the original is resolved and before any chunk is sent, so a
+//!   ticket never completes on a partial copy.
+//! * A dead-letter copy is never dead-lettered again: its refusal stops the source.
+//! * Nothing here waits on the destination: `send` hands over or the sink holds the record, and
+//!   the source stops reading while [`Relay::room`] says no.
+
+pub mod chunk;
+pub mod dead_letter;
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+use crate::config::BadEventPolicy;
+use crate::config::Config;
+use crate::error::{Definite, Error};
+use crate::metrics::Metrics;
+use crate::router::{BadEvent, OutboxRow, Record, Route};
+pub use crate::sink::delivery::{Ack, Delivery, Outcome, Position, Refusal, Source, Ticket};
+use crate::sink::{Sink, SinkError};
+use dead_letter::{copy_refused, record_size, DeadLetter};
+
+/// Where a source keeps the fate of its records: what a [`Ticket`] means is its own business.
+pub trait Ledger {
+    /// `n` more records (dead-letter chunks) are counted under `t`, whose own record is still open.
+    fn add(&mut self, t: Ticket, n: usize) -> Result<(), Error>;
+
+    /// One record counted under `t` is finished: acked by the sink, skipped, or a chunk of its
+    /// dead-letter copy acked.
+    fn done(&mut self, t: Ticket) -> Result<(), Error>;
+
+    /// The record of `t` will not be delivered as it is. [`Refused::Policy`] hands it to
+    /// `--on-bad-event`; [`Refused::Kept`] means the ledger resolved it itself.
+    fn refused(&mut self, t: Ticket, dl: &DeadLetter, by: RefusedBy) -> Refused;
+
+    /// The policy settled the record of `t` (before the copy's chunks are counted): poll writes
+    /// the reason on its row. `reason` is what [`Refused::Policy`] gave.
+    fn settled(&mut self, _t: Ticket, _how: Settled, _reason: &str) {}
+
+    /// A record could never be delivered (the sink's `fail()`, or a dropped handle). Stops the
+    /// source unless the ledger only reports (backfill).
+    fn failed(&mut self, ack: Ack, reason: String) -> Result<(), Error> {
+        Err(Definite::Delivery { event_id: ack.event_id, topic: ack.topic, reason }.into())
+    }
+}
+
+/// Who refused a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefusedBy {
+    /// The router: a fact about the row, the same on every try.
+    Router,
+    /// The destination, for good (too large, a refusal from `send` or in a delivery report).
+    Sink,
+}
+
+/// What a ledger makes of a refusal.
+#[derive(Debug)]
+pub enum Refused {
+    /// Apply `--on-bad-event`; `reason` is the text a `fail` stops with.
+    Policy { reason: String },
+    /// The ledger resolved it (poll tries again later; backfill counts it undelivered).
+    Kept,
+}
+
+/// How the policy settled a bad event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settled {
+    Skipped,
+    /// A copy goes to the dead-letter topic (named in [`RelayConfig`]).
+    DeadLettered,
+}
+
+/// What woke the relay; feed it to [`Relay::handle`].
+pub enum Wake {
+    Ack(Ack),
+    Unblocked(Result<(), SinkError>),
+    SinkFailed(Error),
+}
+
+/// The relay's share of the configuration.
+#[derive(Clone, Debug)]
+pub struct RelayConfig {
+    pub on_bad_event: BadEventPolicy,
+    pub dlq_topic: String,
+}
+
+pub struct Relay<'a, S: Sink> {
+    sink: &'a mut S,
+    cfg: RelayConfig,
+    metrics: Metrics,
+    tx: UnboundedSender<Ack>,
+    rx: UnboundedReceiver<Ack>,
+    /// Fires when a task the sink depends on died ([`Sink::failure`]).
+    sink_failure: crate::task::Failure,
+    /// Records handed to the sink and not yet resolved, and their bytes.
+    in_flight: usize,
+    in_flight_bytes: usize,
+}
+
+impl<'a, S: Sink> Relay<'a, S> {
+    pub fn new(sink: &'a mut S, cfg: RelayConfig, metrics: Metrics) -> Self {
+        let (tx, rx) = unbounded_channel();
+        let sink_failure = sink.failure().unwrap_or_default();
+        Relay { sink, cfg, metrics, tx, rx, sink_failure, in_flight: 0, in_flight_bytes: 0 }
+    }
+
+    pub fn sink(&mut self) -> &mut S {
+        self.sink
+    }
+
+    /// Records handed to the sink and not yet resolved.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// May the source hand over more? Not while the sink holds records or a budget is spent.
+    pub fn room(&self, max_records: usize, max_bytes: usize) -> bool {
+        self.in_flight < max_records && self.in_flight_bytes < max_bytes && !self.sink.blocked()
+    }
+
+    pub fn blocked(&self) -> bool {
+        self.sink.blocked()
+    }
+
+    /// Wait for an ack, a step on the sink's held records (only while it holds some), or the death
+    /// of a task it depends on. Cancel-safe: nothing is taken before it is returned.
+    pub async fn wake(&mut self) -> Wake {
+        let blocked = self.sink.blocked();
+        tokio::select! {
+            biased;
+            Some(ack) = self.rx.recv() => Wake::Ack(ack),
+            r = self.sink.unblock(), if blocked => Wake::Unblocked(r),
+            e = self.sink_failure.wait() => Wake::SinkFailed(e.into()),
+        }
+    }
+
+    /// Act on what [`Relay::wake`] returned: an ack (and every other already queued), or the sink's
+    /// step.
+    pub async fn handle(&mut self, ledger: &mut impl Ledger, wake: Wake) -> Result<(), Error> {
+        match wake {
+            Wake::Ack(ack) => self.on_acks(ledger, ack).await,
+            Wake::Unblocked(r) => self.on_sink_result(ledger, r).await,
+            Wake::SinkFailed(e) => Err(e),
+        }
+    }
+
+    /// After the source's loop ended: hand every ack already queued to `done` (its ticket), until
+    /// it returns false. Failures and refusals are dropped: nothing acts on them any more.
+    pub fn drain_acked(&mut self, mut done: impl FnMut(Ticket) -> bool) {
+        while let Ok(ack) = self.rx.try_recv() {
+            self.resolved(ack.bytes);
+            if matches!(ack.outcome, Outcome::Acked) && !done(ack.ticket) {
+                break;
+            }
+        }
+    }
+
+    /// Wait until the sink holds nothing, handling acks meanwhile.
+    pub async fn until_unblocked(&mut self, ledger: &mut impl Ledger) -> Result<(), Error> {
+        while self.sink.blocked() {
+            let w = self.wake().await;
+            self.handle(ledger, w).await?;
+        }
+        Ok(())
+    }
+
+    /// Send a record counted under `t`, checking its size first.
+    pub async fn send(
+        &mut self,
+        ledger: &mut impl Ledger,
+        t: Ticket,
+        record: Record,
+        source: Source,
+    ) -> Result<(), Error> {
+        let size = record_size(record.key.as_ref(), record.payload.as_ref(), &record.headers);
+        if let Some(max) = self.sink.max_message_bytes() {
+            if size > max {
+                let message = format!("record of {size} bytes exceeds message.max.bytes {max}");
+                let dl = DeadLetter::from_record(record, "too_large", message, source);
+                return self.refused(ledger, t, dl, RefusedBy::Sink).await;
+            }
+        }
+        let delivery = self.delivery(t, &record, size, source);
+        let r = self.sink.send(record, delivery).await;
+        self.on_sink_result(ledger, r).await
+    }
+
+    /// A row the router refused, counted under `t`.
+    pub async fn bad_row(
+        &mut self,
+        ledger: &mut impl Ledger,
+        t: Ticket,
+        bad: BadEvent,
+        source: Source,
+    ) -> Result<(), Error> {
+        self.refused(ledger, t, DeadLetter::from_bad_event(bad, source), RefusedBy::Router).await
+    }
+
+    fn delivery(&mut self, t: Ticket, record: &Record, bytes: usize, source: Source) -> Delivery {
+        self.in_flight += 1;
+        self.in_flight_bytes += bytes;
+        Delivery::new(t, record.event_id.clone(), record.topic.clone(), source, self.tx.clone()).with_bytes(bytes)
+    }
+
+    /// One record left the sink's hands without an ack on the channel.
+    fn resolved(&mut self, bytes: usize) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.in_flight_bytes = self.in_flight_bytes.saturating_sub(bytes);
+    }
+
+    /// What `send` or `unblock` said: a refusal of one record goes to the ledger and the policy.
+    async fn on_sink_result(&mut self, ledger: &mut impl Ledger, r: Result<(), SinkError>) -> Result<(), Error> {
+        match r {
+            Ok(()) => Ok(()),
+            Err(SinkError::Fatal(d)) => Err(d.into()),
+            Err(SinkError::Rejected { code, reason, record, delivery }) => {
+                self.resolved(delivery.bytes());
+                let t = delivery.ticket();
+                let copy = delivery.is_dead_letter();
+                let source = delivery.source().clone();
+                // Resolved here, not through the channel.
+                delivery.disarm();
+                if copy {
+                    self.metrics.failed(code);
+                    return Err(copy_refused(record.event_id, record.topic, &reason).into());
+                }
+                let dl = DeadLetter::from_record(*record, code, reason, source);
+                self.refused(ledger, t, dl, RefusedBy::Sink).await
+            }
+        }
+    }
+
+    /// Apply one ack and every other already queued.
+    async fn on_acks(&mut self, ledger: &mut impl Ledger, first: Ack) -> Result<(), Error> {
+        let mut next = Some(first);
+        // Acks come in runs to one topic (a broker response covers one partition): one counter
+        // lookup per run, not per record.
+        let mut run: Option<(String, u64)> = None;
+        while let Some(ack) = next {
+            self.resolved(ack.bytes);
+            if let Some((topic, n)) = run.take_if(|(t, _)| !matches!(ack.outcome, Outcome::Acked) || *t != ack.topic) {
+                self.metrics.acked_n(&topic, n);
+            }
+            match ack.outcome {
+                Outcome::Acked => {
+                    ledger.done(ack.ticket)?;
+                    // A dead-letter copy (or chunk) is counted by outboxd_dlq_events_total, not as
+                    // an event delivered to its topic.
+                    if !ack.dead_letter {
+                        match &mut run {
+                            Some((_, n)) => *n += 1,
+                            None => run = Some((ack.topic, 1)),
+                        }
+                    }
+                }
+                Outcome::Failed { ref reason } => {
+                    self.metrics.failed("delivery");
+                    let reason = reason.clone();
+                    ledger.failed(ack, reason)?;
+                }
+                Outcome::Rejected(refusal) => {
+                    if ack.dead_letter {
+                        self.metrics.failed(refusal.code);
+                        return Err(copy_refused(ack.event_id, ack.topic, &refusal.reason).into());
+                    }
+                    let dl = DeadLetter::from_refusal(ack.event_id, ack.topic, refusal, ack.source);
+                    self.refused(ledger, ack.ticket, dl, RefusedBy::Sink).await?;
+                }
+            }
+            next = self.rx.try_recv().ok();
+        }
+        if let Some((topic, n)) = run {
+            self.metrics.acked_n(&topic, n);
+        }
+        Ok(())
+    }
+
+    /// A record of `t` will not be delivered as it is: the ledger, then `--on-bad-event`.
+    async fn refused(
+        &mut self,
+        ledger: &mut impl Ledger,
+        t: Ticket,
+        dl: DeadLetter,
+        by: RefusedBy,
+    ) -> Result<(), Error> {
+        let reason = match ledger.refused(t, &dl, by) {
+            Refused::Kept => return Ok(()),
+            Refused::Policy { reason } => reason,
+        };
+        self.metrics.failed(dl.code);
+        match self.cfg.on_bad_event {
+            BadEventPolicy::Fail => Err(match by {
+                RefusedBy::Router => {
+                    Definite::Route { event_id: dl.event_id.unwrap_or_else(|| "(unknown)".into()), reason: dl.message }
+                }
+                RefusedBy::Sink => dl.into_failure(reason),
+            }
+            .into()),
+            BadEventPolicy::Skip => {
+                tracing::error!(event_id = ?dl.event_id, reason = dl.code, message = %dl.message, source = %dl.source.position, "skipping bad event (--on-bad-event skip)");
+                ledger.settled(t, Settled::Skipped, &reason);
+                ledger.done(t)
+            }
+            BadEventPolicy::Dlq => {
+                tracing::warn!(event_id = ?dl.event_id, reason = dl.code, message = %dl.message, source = %dl.source.position, dlq = %self.cfg.dlq_topic, "sending bad event to the dead-letter topic");
+                self.metrics.dead_lettered(dl.code);
+                let max = self.sink.dead_letter_max_bytes().unwrap_or(usize::MAX);
+                let source = dl.source.clone();
+                let records = dl.into_records(&self.cfg.dlq_topic, max);
+                ledger.settled(t, Settled::DeadLettered, &reason);
+                // Every chunk counts before the original resolves and before any is sent.
+                ledger.add(t, records.len())?;
+                ledger.done(t)?;
+                for record in records {
+                    let bytes = record_size(record.key.as_ref(), record.payload.as_ref(), &record.headers);
+                    let delivery = self.delivery(t, &record, bytes, source.clone()).for_dead_letter();
+                    // Chunks not sent stay counted, so a refusal never lets the ticket complete.
+                    match self.sink.send(record, delivery).await {
+                        Ok(()) => {}
+                        Err(SinkError::Fatal(d)) => return Err(d.into()),
+                        Err(SinkError::Rejected { reason, record, delivery, .. }) => {
+                            self.resolved(delivery.bytes());
+                            delivery.disarm();
+                            return Err(copy_refused(record.event_id, record.topic, &reason).into());
+                        }
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Route one row (of a table, or of a logical message's synthetic relation) and mask it, before
+/// anything can see it: the sink, a log line, a dead-letter copy.
+#[allow(clippy::result_large_err)]
+pub(crate) fn route_masked(cfg: &Config, route: &Route, row: OutboxRow<'_>) -> Result<Record, BadEvent> {
+    let mask = &cfg.mask;
+    let event_type = if mask.needs_event_type() { route.event_type(row) } else { None };
+    let event_type = event_type.as_deref();
+    match route.route(row) {
+        Ok(record) => mask.apply(record, event_type).map(|r| route.convert(r)),
+        Err(bad) => Err(mask.scrub(bad, event_type)),
+    }
+}
