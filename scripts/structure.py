@@ -51,7 +51,7 @@ LAYERS = [
     ("delivery", ["sink"]),                                     # sinks and the handle they resolve
     ("engine", ["relay"]),                                      # the one loop body every source feeds; dead letters
     ("sources", ["source"]),                                    # WAL session (and its tracker), polling, backfill
-    ("tools", ["check", "status", "shadow", "schema_check", "router::mask::decrypt", "dlq"]),
+    ("tools", ["tools", "router::mask::decrypt"]),
                                                                 # subcommands other than run/poll/backfill
     ("app", ["app"]),                                           # the supervisor of `run`
     ("entry", ["<lib>", "<main>"]),                             # crate root, binary

@@ -9,9 +9,7 @@
 //! table; [`app`] runs sessions and reconnects; [`config`] validates flags.
 
 pub mod app;
-pub mod check;
 pub mod config;
-pub mod dlq;
 pub mod error;
 pub mod health;
 pub mod lsn;
@@ -20,9 +18,7 @@ pub mod pg;
 pub mod relay;
 pub mod retry;
 pub mod router;
-pub mod schema_check;
-pub mod shadow;
 pub mod sink;
 pub mod source;
-pub mod status;
 pub mod task;
+pub mod tools;

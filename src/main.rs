@@ -34,11 +34,11 @@ fn main() -> ExitCode {
         Command::Run(args) => (args, Mode::Run),
         Command::Poll(args) => (args, Mode::Poll),
         Command::Config(args) => return print_config(&args, &explicit),
-        Command::Status(args) => return exit_with(block_on(outboxd::status::run(&args))),
+        Command::Status(args) => return exit_with(block_on(outboxd::tools::status::run(&args))),
         Command::Check(args) => return check(&args, &explicit),
-        Command::Dlq(cmd) => return exit_with(block_on(outboxd::dlq::tool::run(cmd))),
-        Command::Schema(cmd) => return exit_with(block_on(outboxd::schema_check::run(cmd))),
-        Command::Shadow(cmd) => return exit_with(block_on(outboxd::shadow::tool::run(cmd))),
+        Command::Dlq(cmd) => return exit_with(block_on(outboxd::tools::dlq::tool::run(cmd))),
+        Command::Schema(cmd) => return exit_with(block_on(outboxd::tools::schema_check::run(cmd))),
+        Command::Shadow(cmd) => return exit_with(block_on(outboxd::tools::shadow::tool::run(cmd))),
         Command::Decrypt(args) => return exit_with(outboxd::router::mask::decrypt::run(&args)),
         Command::Backfill(args) => return backfill(&args, &explicit),
     };
@@ -106,7 +106,7 @@ fn print_config(args: &RunArgs, explicit: &dyn Fn(&str) -> bool) -> ExitCode {
 /// `outboxd check`: a flag error exits 2 as for `run`; otherwise the report's verdict (0 or 1).
 fn check(args: &outboxd::config::CheckArgs, explicit: &dyn Fn(&str) -> bool) -> ExitCode {
     match Config::from_args_with_file(&args.run, explicit) {
-        Ok(cfg) => exit_with(block_on(outboxd::check::run(&cfg, args.json))),
+        Ok(cfg) => exit_with(block_on(outboxd::tools::check::run(&cfg, args.json))),
         Err(e) => {
             eprintln!("outboxd: error: {e}");
             ExitCode::from(2)

@@ -6,7 +6,7 @@
 //! where it was read (`outboxd.source.lsn` in `run`, `outboxd.source.seq` in `poll`) and
 //! `outboxd.source.table`. A copy larger than the sink's limit is split into several records under
 //! it ([`super::chunk`]), so the payload is always kept: the event counts as delivered only when
-//! every chunk is acked, and `outboxd dlq replay` ([`crate::dlq`]) joins them again. (Copies written
+//! every chunk is acked, and `outboxd dlq replay` ([`crate::tools::dlq`]) joins them again. (Copies written
 //! by older versions may carry no payload and an `outboxd.payload.size` header instead; the tools
 //! report those as not replayable.)
 

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use outboxd::dlq::DeadLetter;
 use outboxd::lsn::Lsn;
 use outboxd::relay::{Position, Source};
 use outboxd::router::Record;
+use outboxd::tools::dlq::DeadLetter;
 
 use super::{args, run_to_exit};
 

@@ -19,10 +19,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::config::{Cli, Command};
-use crate::dlq::H_PAYLOAD_DROPPED;
 use crate::error::Transient;
 use crate::relay::Delivery;
 use crate::sink::SinkError;
+use crate::tools::dlq::H_PAYLOAD_DROPPED;
 
 const OUTBOX: u32 = 1;
 const OTHER: u32 = 2;
@@ -680,13 +680,13 @@ async fn dead_letter_copies_are_masked() {
     // Too large even masked: chunks of the masked payload.
     let chunks = of("e-big");
     assert!(!chunks.is_empty() && chunks.iter().all(|r| r.topic == "outboxd.dlq"), "{chunks:?}");
-    assert_eq!(header(chunks[0], crate::dlq::H_ERROR).as_deref(), Some(&b"too_large"[..]));
+    assert_eq!(header(chunks[0], crate::tools::dlq::H_ERROR).as_deref(), Some(&b"too_large"[..]));
     let joined: Vec<u8> = chunks.iter().flat_map(|r| r.payload.as_deref().unwrap().to_vec()).collect();
     assert_eq!(std::str::from_utf8(&joined).unwrap(), format!(r#"{{"card":"***","note":"{}"}}"#, "x".repeat(600)));
     // Refused by the router: masked as the stream would have been.
     let bad = of("e-bad");
     assert_eq!(bad.len(), 1);
-    assert_eq!(header(bad[0], crate::dlq::H_ERROR).as_deref(), Some(&b"invalid_topic"[..]));
+    assert_eq!(header(bad[0], crate::tools::dlq::H_ERROR).as_deref(), Some(&b"invalid_topic"[..]));
     assert_eq!(bad[0].payload.as_deref(), Some(&br#"{"card":"***","note":"n"}"#[..]));
     // Not maskable: no payload, and why.
     let text = of("e-text");

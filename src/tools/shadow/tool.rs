@@ -27,9 +27,9 @@ use super::diff::{Ignore, Payload};
 use super::pair::{Event, Pairer, Side, Tally, TooManyPending};
 use super::MatchBy;
 use crate::config::{parse_duration, KafkaConfig, ShadowCommand, ShadowCompareArgs};
-use crate::dlq::read::{DlqReader, DlqRecord};
 use crate::error::{Definite, Error};
 use crate::sink::kafka_client;
+use crate::tools::dlq::read::{DlqReader, DlqRecord};
 
 /// With `--follow`: a topic without a record for this long is caught up, so the clock stands in
 /// for its progress.
