@@ -130,6 +130,13 @@ async fn connect_inner(
             pg.ssl_mode(tokio_postgres::config::SslMode::Require);
             pg.connect(tls).await
         }
+        // libpq's prefer: a TLS attempt that failed before the server said anything (a failed
+        // handshake) is tried again in plaintext, as the replication connection does.
+        Err(e) if target.tls.mode == SslMode::Prefer && e.as_db_error().is_none() => {
+            tracing::info!(error = %full_text(&e), "TLS handshake failed; retrying in plaintext (sslmode=prefer)");
+            pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
+            pg.connect(tls).await
+        }
         other => other,
     };
     match result {
@@ -177,37 +184,7 @@ fn connect_error(target: &PgTarget, e: tokio_postgres::Error) -> Error {
     let text = full_text(&e);
     let where_ = target.first_host();
     if let Some(db) = e.as_db_error() {
-        let msg = db.message();
-        let c = db.code();
-        let login = *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION;
-        return if *c == SqlState::INVALID_PASSWORD {
-            Definite::Setup(format!(
-                "password authentication failed for user {:?} at {target}: check the password \
-                 (--postgres-url, --postgres-password-file, PGPASSWORD or ~/.pgpass)",
-                target.user
-            ))
-            .into()
-        } else if login && (msg.contains("no encryption") || msg.contains("SSL off")) {
-            Definite::Config(format!(
-                "PostgreSQL at {where_} accepts this login only over TLS ({msg}), but sslmode={mode} \
-                 sent it in plaintext: use sslmode=require or stronger"
-            ))
-            .into()
-        } else if login && msg.contains("certificate") {
-            Definite::Config(format!(
-                "PostgreSQL at {where_} refused the client certificate ({msg}): its CN must be the user \
-                 name, or map it with pg_ident.conf"
-            ))
-            .into()
-        } else if login {
-            Definite::Setup(format!("PostgreSQL at {target} refused the login: {msg}")).into()
-        } else if *c == SqlState::INVALID_CATALOG_NAME {
-            Definite::Setup(format!("database {:?} does not exist at {target}", target.dbname)).into()
-        } else if crate::error::sqlstate_is_transient(c.code()) {
-            Transient::PgServer { code: c.code().to_owned(), message: msg.to_owned() }.into()
-        } else {
-            Definite::Setup(format!("PostgreSQL at {target} refused the connection: {msg} ({})", c.code())).into()
-        };
+        return super::login::refused(target, super::login::Conn::Ordinary, db.code().code(), db.message());
     }
     let lower = text.to_ascii_lowercase();
     if lower.contains("does not allow writes") {

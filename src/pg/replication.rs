@@ -564,35 +564,10 @@ fn server_error(body: &backend::ErrorResponseBody) -> ServerError {
     ServerError { code, message }
 }
 
-/// Startup errors: login problems are definite (the operator must fix them), the rest transient.
+/// Startup errors: login problems are definite (the operator must fix them), the rest transient
+/// ([`super::login`], shared with the ordinary connections).
 fn classify(t: &PgTarget, e: ServerError) -> Error {
-    match e.code.as_str() {
-        "28P01" => Definite::Setup(format!(
-            "password authentication failed for user {:?} at {t}: check the password (--postgres-url, --postgres-password-file, PGPASSWORD or ~/.pgpass)",
-            t.user
-        ))
-        .into(),
-        "28000" if e.message.contains("no encryption") || e.message.contains("SSL off") => Definite::Config(format!(
-            "PostgreSQL at {t} accepts this login only over TLS ({}), but sslmode={} sent it in plaintext: use sslmode=require or stronger",
-            e.message,
-            t.tls.mode_given.as_str()
-        ))
-        .into(),
-        "28000" if e.message.contains("certificate") => Definite::Config(format!(
-            "PostgreSQL at {t} refused the client certificate ({}): its CN must be the user name, or map it with pg_ident.conf",
-            e.message
-        ))
-        .into(),
-        "28000" => Definite::Setup(format!(
-            "PostgreSQL at {t} refused the replication login ({}): the role needs REPLICATION and pg_hba.conf a 'replication' line",
-            e.message
-        ))
-        .into(),
-        "3D000" => Definite::Setup(format!("database {:?} does not exist at {t}: fix the database in --postgres-url", t.dbname)).into(),
-        "42501" => Definite::Setup(format!("{} at {t}: grant the role REPLICATION (ALTER ROLE {} REPLICATION)", e.message, t.user)).into(),
-        c if crate::error::sqlstate_is_transient(c) => Transient::PgServer { code: e.code, message: e.message }.into(),
-        c => Definite::Setup(format!("PostgreSQL at {t} refused the replication login: {} ({c})", e.message)).into(),
-    }
+    super::login::refused(t, super::login::Conn::Replication, &e.code, &e.message)
 }
 
 /// Parse the body of one CopyData frame of the replication stream (`w` XLogData or `k` keepalive).
