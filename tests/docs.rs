@@ -161,7 +161,9 @@ fn flag_reference() -> String {
          Generated from the code: every subcommand's flags as clap defines them, so it cannot drift \
          from `--help`. `tests/docs.rs` fails when this file differs from what the code says; \
          `OUTBOXD_BLESS=1 cargo test --test docs` rewrites it. The explained tables (with Debezium's \
-         names beside ours) are in [Flags of `outboxd run`](flags.md).\n",
+         names beside ours) are in [Flags of `outboxd run`](flags.md). The same definitions render the \
+         man pages in `docs/man/` (`man -l docs/man/outboxd-run.1`; install them under \
+         `/usr/share/man/man1`).\n",
     );
     fn walk(cmd: &clap::Command, path: &str, out: &mut String) {
         let name = if path.is_empty() { cmd.get_name().to_owned() } else { format!("{path} {}", cmd.get_name()) };
@@ -234,4 +236,54 @@ fn the_flag_reference_is_what_the_code_says() {
         "docs/src/reference.md differs from the flags in the code; run OUTBOXD_BLESS=1 cargo test --test docs and commit it"
     );
     assert!(want.contains("## `outboxd run`") && want.contains("`--postgres-url`"), "the walk found no run flags");
+}
+
+/// The man pages (`docs/man/outboxd.1` and one per subcommand, `outboxd-run.1`, ...), rendered from
+/// the same clap definitions as the flag reference, so they cannot drift either.
+fn man_pages() -> Vec<(String, Vec<u8>)> {
+    use clap::CommandFactory;
+    fn walk(cmd: &clap::Command, prefix: &str, out: &mut Vec<(String, Vec<u8>)>) {
+        let name = if prefix.is_empty() { cmd.get_name().to_owned() } else { format!("{prefix}-{}", cmd.get_name()) };
+        let leaked: &'static str = Box::leak(name.clone().into_boxed_str());
+        let cmd = cmd.clone().name(leaked);
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd.clone()).render(&mut page).expect("render a man page");
+        out.push((format!("{name}.1"), page));
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
+            walk(sub, &name, out);
+        }
+    }
+    let mut out = Vec::new();
+    let mut cli = outboxd::config::Cli::command();
+    cli.build();
+    walk(&cli, "", &mut out);
+    out
+}
+
+#[test]
+fn the_man_pages_are_what_the_code_says() {
+    let dir = root().join("docs/man");
+    let want = man_pages();
+    if std::env::var_os("OUTBOXD_BLESS").is_some() {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, page) in &want {
+            std::fs::write(dir.join(name), page).unwrap();
+        }
+    }
+    let mut have: Vec<String> = std::fs::read_dir(&dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    have.sort();
+    let mut names: Vec<String> = want.iter().map(|(n, _)| n.clone()).collect();
+    names.sort();
+    let stale = "differs from the flags in the code; run OUTBOXD_BLESS=1 cargo test --test docs and commit docs/man";
+    assert_eq!(have, names, "docs/man {stale}");
+    for (name, page) in &want {
+        let on_disk = std::fs::read(dir.join(name)).unwrap_or_default();
+        assert!(&on_disk == page, "docs/man/{name} {stale}");
+    }
+    assert!(names.contains(&"outboxd-run.1".to_owned()), "no page for outboxd run: {names:?}");
+    let run = String::from_utf8_lossy(&want.iter().find(|(n, _)| n == "outboxd-run.1").unwrap().1).into_owned();
+    assert!(run.contains("postgres\\-url"), "the run page lists no --postgres-url");
 }
