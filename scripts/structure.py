@@ -23,7 +23,7 @@ How paths are resolved, from the code's own `mod`, `use` and paths (nothing is c
     src/main.rs the library's name (`outboxd::`) stands for crate::.
   * A path goes to the file of the deepest module it names (`crate::pipeline::route_masked` ->
     src/source/wal/mod.rs); if the next name is a `pub use` re-export there (`crate::sink::KafkaSink`)
-    it is followed to the defining file (sink/kafka.rs). The facade's `pub use` is its own edge.
+    it is followed to the defining file (sink/kafka/mod.rs). The facade's `pub use` is its own edge.
   * Tests: the item after each #[cfg(test)] / #[cfg(all(test, ..))] (inline `mod tests {..}`, fn,
     `use`, or `mod tests;`, whose file and sub-files become test-only) is found by brace matching;
     paths in it make no edge. Test-only files still count in the sizes.

@@ -92,7 +92,7 @@ pub fn read_property_file(path: &Path) -> Result<Vec<(String, String)>, Definite
         .collect()
 }
 
-/// How to reach Kafka; every client is built from it (by `sink/kafka_client.rs`).
+/// How to reach Kafka; every client is built from it (by `sink/kafka/client.rs`).
 #[derive(Clone, PartialEq, Eq)]
 pub struct KafkaConfig {
     pub brokers: String,

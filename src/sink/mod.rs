@@ -14,13 +14,9 @@ mod any;
 pub mod delivery;
 mod handoff;
 mod http;
-mod http_wire;
-mod kafka;
-pub mod kafka_client;
-mod kafka_events;
+pub mod kafka;
 pub(crate) mod nats;
 pub(crate) mod rabbitmq;
-mod rabbitmq_publisher;
 pub(crate) mod redis;
 mod simple;
 

@@ -15,7 +15,7 @@ use rdkafka::client::DefaultClientContext;
 
 use super::Checks;
 use crate::config::{BadEventPolicy, Config, SinkKind};
-use crate::sink::kafka_client;
+use crate::sink::kafka::client as kafka_client;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 

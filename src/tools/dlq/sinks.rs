@@ -27,7 +27,7 @@ use crate::config::redis::RedisConfig;
 use crate::config::secret::read_url_file;
 use crate::config::{parse_duration, DlqCommonArgs, KafkaConfig, NatsConfig, SinkKind};
 use crate::error::{Definite, Error};
-use crate::sink::kafka_client::{self, Retry};
+use crate::sink::kafka::client::{self as kafka_client, Retry};
 
 /// The sink whose dead letters are read, with its validated connection settings.
 pub(super) enum Via {

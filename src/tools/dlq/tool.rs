@@ -15,7 +15,7 @@
 //! records them ([`super::state`]), and reads on. Memory is bounded by that, plus librdkafka's
 //! fetch queue, plus chunk sets that are incomplete when their last chunk is missing.
 //!
-//! The consumer, producer and admin client come from [`crate::sink::kafka_client`], so
+//! The consumer, producer and admin client come from [`crate::sink::kafka::client`], so
 //! `--kafka-property` and `--kafka-property-file` mean here what they mean for `outboxd run`.
 //!
 //! `--sink` picks where the DLQ lives, as for `outboxd run`: Kafka (the default, as above), NATS

@@ -7,7 +7,7 @@
 //! * [`diff`]: the JSON-semantic comparison and `--ignore`;
 //! * [`pair`]: the pairing state and the tally, pure and bounded as its doc says;
 //! * [`tool`]: reading the topics (`crate::tools::dlq::read`'s reader, clients from
-//!   [`crate::sink::kafka_client`]), the report, `--follow` and its metrics.
+//!   [`crate::sink::kafka::client`]), the report, `--follow` and its metrics.
 
 pub mod diff;
 pub mod pair;

@@ -28,7 +28,7 @@ use super::pair::{Event, Pairer, Side, Tally, TooManyPending};
 use super::MatchBy;
 use crate::config::{parse_duration, KafkaConfig, ShadowCommand, ShadowCompareArgs};
 use crate::error::{Definite, Error};
-use crate::sink::kafka_client;
+use crate::sink::kafka::client as kafka_client;
 use crate::tools::dlq::read::{DlqReader, DlqRecord};
 
 /// With `--follow`: a topic without a record for this long is caught up, so the clock stands in

@@ -43,6 +43,8 @@
 //!
 //! Response bodies are read up to [`MAX_BODY_READ`] bytes (a refusal quotes [`REASON_BODY`]).
 
+mod wire;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -54,12 +56,12 @@ use tokio::sync::mpsc;
 
 use super::delivery::Delivery;
 use super::handoff::{held_in_handoff, Handoff};
-use super::http_wire::{self, Event};
 use super::{Sink, SinkError};
 use crate::config::http::HttpConfig;
 use crate::error::Definite;
 use crate::health::Health;
 use crate::router::Record;
+use wire::Event;
 
 /// Records queued per lane beyond the request in flight.
 const LANE_QUEUE: usize = 1024;
@@ -153,9 +155,9 @@ impl Sink for HttpSink {
         let lane = lane_of(record.key.as_deref(), self.handoff.lanes());
         let mut record = record;
         if delivery.is_dead_letter() {
-            http_wire::escape_dead_letter(&mut record, self.cfg.batch > 1);
+            wire::escape_dead_letter(&mut record, self.cfg.batch > 1);
         }
-        if let Err(reason) = http_wire::check(&record, self.cfg.batch > 1) {
+        if let Err(reason) = wire::check(&record, self.cfg.batch > 1) {
             return Err(SinkError::Rejected { code: "invalid_header", reason, record: Box::new(record), delivery });
         }
         let event = Event::from_record(record, delivery.is_dead_letter());
@@ -208,7 +210,7 @@ enum Answer {
 async fn deliver_single(shared: &Shared, job: Job) {
     let mut attempt = 0u32;
     loop {
-        let built = http_wire::single(&job.event, &shared.cfg.source);
+        let built = wire::single(&job.event, &shared.cfg.source);
         let (headers, body) = match built {
             Ok(x) => x,
             // check() passed in `send`; this cannot happen, but if it did the event is bad.
@@ -251,7 +253,7 @@ async fn send_batch(shared: &Shared, jobs: Vec<Job>) -> Option<(Vec<Job>, String
         if !parts.is_empty() {
             body.push(b',');
         }
-        match http_wire::batch_element(&job.event, &shared.cfg.source, &mut body) {
+        match wire::batch_element(&job.event, &shared.cfg.source, &mut body) {
             Ok(()) => parts.push(job),
             Err(reason) => {
                 body.truncate(mark);
@@ -268,7 +270,7 @@ async fn send_batch(shared: &Shared, jobs: Vec<Job>) -> Option<(Vec<Job>, String
     let mut attempt = 0u32;
     loop {
         let mut headers = reqwest::header::HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static(http_wire::BATCH_CONTENT_TYPE));
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(wire::BATCH_CONTENT_TYPE));
         match post(shared, &url, headers, body.clone()).await {
             Answer::Acked => {
                 for job in parts {
@@ -308,20 +310,20 @@ async fn post(shared: &Shared, url: &Url, mut headers: reqwest::header::HeaderMa
     if let Some(secret) = &cfg.signing_secret {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
         if cfg.signature_v1 {
-            if let Ok(v) = HeaderValue::from_str(&http_wire::signature(&secret.key, now, &body)) {
-                headers.insert(http_wire::SIGNATURE_HEADER, v);
+            if let Ok(v) = HeaderValue::from_str(&wire::signature(&secret.key, now, &body)) {
+                headers.insert(wire::SIGNATURE_HEADER, v);
             }
         } else {
             let target = match url.query() {
                 Some(q) => format!("{}?{q}", url.path()),
                 None => url.path().to_owned(),
             };
-            let (sig, names) = http_wire::signature_v2(&secret.key, now, &target, &headers, &body);
+            let (sig, names) = wire::signature_v2(&secret.key, now, &target, &headers, &body);
             // Both are ASCII (hex digits, header names); a failure here would leave the request
             // unsigned, which the receiver refuses.
             if let (Ok(s), Ok(n)) = (HeaderValue::from_str(&sig), HeaderValue::from_str(&names)) {
-                headers.insert(http_wire::SIGNATURE_HEADER, s);
-                headers.insert(http_wire::SIGNED_HEADERS_HEADER, n);
+                headers.insert(wire::SIGNATURE_HEADER, s);
+                headers.insert(wire::SIGNED_HEADERS_HEADER, n);
             }
         }
     }

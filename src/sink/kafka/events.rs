@@ -38,10 +38,10 @@ use rdkafka::ClientContext;
 use tokio::net::UnixStream;
 use tokio::task::JoinHandle;
 
-use super::delivery::Delivery;
-use super::kafka_client;
+use super::client;
 use crate::health::Health;
 use crate::metrics::Metrics;
+use crate::sink::delivery::Delivery;
 
 /// Which broker errors condemn one record rather than the pipeline.
 pub(super) fn rejection_code(e: &KafkaError) -> Option<&'static str> {
@@ -100,7 +100,7 @@ impl ClientContext for DeliveryContext {
         if matches!(error.rdkafka_error_code(), Some(RDKafkaErrorCode::AllBrokersDown)) {
             self.kafka_up(false);
         }
-        let reason = kafka_client::scrub(reason, &self.properties);
+        let reason = client::scrub(reason, &self.properties);
         tracing::warn!(target: "librdkafka", %error, "{reason}");
     }
 }

@@ -29,6 +29,9 @@
 //! that: it answers, and refuses every write with NOT_ENOUGH_REPLICAS, which librdkafka retries).
 //! Once down with records outstanding, only an ack marks it up again, so `/readyz` does not flap.
 
+pub mod client;
+mod events;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,14 +44,14 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 use super::delivery::Delivery;
-use super::kafka_client::{self, Retry, TopicError};
-use super::kafka_events::{self, rejection_code, DeliveryContext};
 use super::{Sink, SinkError};
 use crate::config::KafkaConfig;
 use crate::error::Definite;
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::router::Record;
+use client::{Retry, TopicError};
+use events::{rejection_code, DeliveryContext};
 
 const METADATA_CHECK_EVERY: Duration = Duration::from_secs(3);
 /// Records outstanding this long without a single ack: Kafka counts as down.
@@ -143,7 +146,7 @@ impl KafkaSink {
         health: Arc<Health>,
         metrics: Metrics,
     ) -> Result<KafkaSink, Definite> {
-        let c = kafka_client::producer_config(
+        let c = client::producer_config(
             cfg,
             "outboxd",
             &[
@@ -168,15 +171,11 @@ impl KafkaSink {
             .unwrap_or(1_000_000);
         metrics.kafka_connected.set(1.0);
         let context = DeliveryContext { health, metrics, properties: cfg.properties.clone(), acks: AtomicU64::new(0) };
-        let producer: BaseProducer<DeliveryContext> = kafka_client::create(&c, context, "producer", cfg)?;
-        let admin = kafka_client::create(
-            &kafka_client::admin_config(cfg, "outboxd-admin"),
-            DefaultClientContext,
-            "admin client",
-            cfg,
-        )?;
+        let producer: BaseProducer<DeliveryContext> = client::create(&c, context, "producer", cfg)?;
+        let admin =
+            client::create(&client::admin_config(cfg, "outboxd-admin"), DefaultClientContext, "admin client", cfg)?;
         let producer = Arc::new(producer);
-        let reports = kafka_events::spawn(producer.clone())
+        let reports = events::spawn(producer.clone())
             .map_err(|e| Definite::Sink(format!("could not set up Kafka delivery reports: {e}")))?;
         let failure = crate::task::Failure::default();
         let stop_checks = Arc::new(AtomicBool::new(false));
@@ -203,7 +202,7 @@ impl KafkaSink {
         let (admin, props) = (self.admin.clone(), self.properties.clone());
         let (name, partitions, replication) = (topic.to_owned(), self.partitions, self.replication);
         let task = tokio::spawn(async move {
-            let r = kafka_client::ensure_topic(&admin, &name, partitions, replication, Retry::Forever, &props).await;
+            let r = client::ensure_topic(&admin, &name, partitions, replication, Retry::Forever, &props).await;
             match r {
                 // Kafka checks the CREATE permission before existence, so a producer allowed to
                 // write only to pre-created topics is refused here: ask the topic's metadata.
@@ -276,7 +275,7 @@ impl KafkaSink {
             }
             Err((e, back)) => {
                 let delivery = *back.delivery_opaque;
-                let reason = kafka_client::scrub(&e.to_string(), &self.properties);
+                let reason = client::scrub(&e.to_string(), &self.properties);
                 Err(match rejection_code(&e) {
                     Some(code) => SinkError::Rejected { code, reason, record: Box::new(record), delivery },
                     None => {

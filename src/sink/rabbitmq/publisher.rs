@@ -51,10 +51,10 @@ use lapin::{Channel, Connection, ConnectionProperties, ErrorKind, ExchangeKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::delivery::Delivery;
 use crate::config::rabbitmq::RabbitConfig;
 use crate::error::Definite;
 use crate::health::Health;
+use crate::sink::delivery::Delivery;
 
 /// Publishes awaiting their confirm at once, and the job channel's capacity.
 pub const WINDOW: usize = 4096;

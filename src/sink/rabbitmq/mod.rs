@@ -16,6 +16,8 @@
 //! The publisher owns the connection and every unconfirmed message; its module doc says what an
 //! ack, a rejection and a retry are.
 
+mod publisher;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -26,12 +28,12 @@ use tokio::sync::mpsc;
 
 use super::delivery::Delivery;
 use super::handoff::{held_in_handoff, Handoff};
-use super::rabbitmq_publisher::{self, Job, MAX_MESSAGE_SIZE, WINDOW};
 use super::{Sink, SinkError};
 use crate::config::rabbitmq::{RabbitConfig, SHORTSTR_MAX};
 use crate::error::Definite;
 use crate::health::Health;
 use crate::router::Record;
+use publisher::{Job, MAX_MESSAGE_SIZE, WINDOW};
 
 /// AMQP's persistent delivery mode: the broker writes the message to disk in a durable queue.
 const PERSISTENT: u8 = 2;
@@ -54,7 +56,7 @@ impl RabbitSink {
     pub async fn connect(cfg: &RabbitConfig, health: Arc<Health>) -> Result<RabbitSink, Definite> {
         cfg.check()?;
         let limit = Arc::new(AtomicUsize::new(MAX_MESSAGE_SIZE));
-        let publisher = rabbitmq_publisher::Publisher::start(cfg, health, limit.clone()).await?;
+        let publisher = publisher::Publisher::start(cfg, health, limit.clone()).await?;
         let (tx, rx) = mpsc::channel(WINDOW);
         let publisher = tokio::spawn(publisher.run(rx));
         let handoff = Handoff::new(vec![tx], vec![publisher], "the RabbitMQ publisher task ended");
