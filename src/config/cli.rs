@@ -202,6 +202,49 @@ pub struct DlqCommonArgs {
     pub read_timeout: String,
 }
 
+/// How to reach NATS: the same flags for `outboxd run --sink nats` and the `dlq` tools.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NatsConnArgs {
+    /// NATS server URL(s) for --sink nats: nats://[user:pass@]host:4222 (tls:// for TLS), comma-separated.
+    #[arg(long, env = "OUTBOXD_NATS_URL", hide_env_values = true, default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
+    /// Read --nats-url from FILE (one line) instead, so its credentials stay out of argv and the
+    /// environment (`ps`); only the file's path is ever shown.
+    #[arg(long, env = "OUTBOXD_NATS_URL_FILE", value_name = "FILE", conflicts_with = "nats_url")]
+    pub nats_url_file: Option<PathBuf>,
+    /// NATS credentials file (JWT and NKey seed) for --sink nats.
+    #[arg(long, env = "OUTBOXD_NATS_CREDS", value_name = "FILE")]
+    pub nats_creds: Option<PathBuf>,
+}
+
+/// How to reach Redis: the same flags for `outboxd run --sink redis` and the `dlq` tools.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RedisConnArgs {
+    /// Redis for --sink redis: redis://[user:password@]host:6379/0, rediss:// for TLS.
+    #[arg(long, env = "OUTBOXD_REDIS_URL", hide_env_values = true, default_value = crate::config::redis::DEFAULT_URL)]
+    pub redis_url: String,
+    /// Read --redis-url from FILE (one line) instead, so its credentials stay out of argv and the
+    /// environment (`ps`); only the file's path is ever shown.
+    #[arg(long, env = "OUTBOXD_REDIS_URL_FILE", value_name = "FILE", conflicts_with = "redis_url")]
+    pub redis_url_file: Option<PathBuf>,
+}
+
+/// How to reach RabbitMQ: the same flags for `outboxd run --sink rabbitmq` and the `dlq` tools.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RabbitConnArgs {
+    /// RabbitMQ for --sink rabbitmq: amqp://[user:password@]host:5672/%2f, amqps:// for TLS.
+    #[arg(long, env = "OUTBOXD_RABBITMQ_URL", hide_env_values = true, default_value = crate::config::rabbitmq::DEFAULT_URL)]
+    pub rabbitmq_url: String,
+    /// Read --rabbitmq-url from FILE (one line) instead, so its credentials stay out of argv and the
+    /// environment (`ps`); only the file's path is ever shown.
+    #[arg(long, env = "OUTBOXD_RABBITMQ_URL_FILE", value_name = "FILE", conflicts_with = "rabbitmq_url")]
+    pub rabbitmq_url_file: Option<PathBuf>,
+    /// Exchange to publish to (run) and to replay to (dlq replay), with the topic as routing key;
+    /// empty: the default exchange (the routing key names the queue).
+    #[arg(long, env = "OUTBOXD_RABBITMQ_EXCHANGE", default_value = "")]
+    pub rabbitmq_exchange: String,
+}
+
 /// Which sink's dead letters the `dlq` tools read, and how to reach it: the same flags (and
 /// environment variables) `outboxd run` takes for that sink.
 #[derive(Debug, Clone, clap::Args)]
@@ -209,30 +252,12 @@ pub struct DlqSinkArgs {
     /// The sink `outboxd run` wrote the dead letters with: kafka, nats or redis can be read.
     #[arg(long, value_enum, default_value_t = SinkKind::Kafka)]
     pub sink: SinkKind,
-    /// NATS server URL(s) for --sink nats: nats://[user:pass@]host:4222 (tls:// for TLS), comma-separated.
-    #[arg(long, env = "OUTBOXD_NATS_URL", hide_env_values = true, default_value = "nats://127.0.0.1:4222")]
-    pub nats_url: String,
-    /// Read --nats-url from FILE (one line) instead; only the file's path is ever shown.
-    #[arg(long, env = "OUTBOXD_NATS_URL_FILE", value_name = "FILE", conflicts_with = "nats_url")]
-    pub nats_url_file: Option<PathBuf>,
-    /// NATS credentials file (JWT and NKey seed) for --sink nats.
-    #[arg(long, env = "OUTBOXD_NATS_CREDS", value_name = "FILE")]
-    pub nats_creds: Option<PathBuf>,
-    /// Redis for --sink redis: redis://[user:password@]host:6379/0, rediss:// for TLS.
-    #[arg(long, env = "OUTBOXD_REDIS_URL", hide_env_values = true, default_value = crate::config::redis::DEFAULT_URL)]
-    pub redis_url: String,
-    /// Read --redis-url from FILE (one line) instead; only the file's path is ever shown.
-    #[arg(long, env = "OUTBOXD_REDIS_URL_FILE", value_name = "FILE", conflicts_with = "redis_url")]
-    pub redis_url_file: Option<PathBuf>,
-    /// RabbitMQ for --sink rabbitmq: amqp://[user:password@]host:5672/%2f, amqps:// for TLS.
-    #[arg(long, env = "OUTBOXD_RABBITMQ_URL", hide_env_values = true, default_value = crate::config::rabbitmq::DEFAULT_URL)]
-    pub rabbitmq_url: String,
-    /// Read --rabbitmq-url from FILE (one line) instead; only the file's path is ever shown.
-    #[arg(long, env = "OUTBOXD_RABBITMQ_URL_FILE", value_name = "FILE", conflicts_with = "rabbitmq_url")]
-    pub rabbitmq_url_file: Option<PathBuf>,
-    /// Exchange replay publishes to (as `run`'s); empty: the default exchange.
-    #[arg(long, env = "OUTBOXD_RABBITMQ_EXCHANGE", default_value = "")]
-    pub rabbitmq_exchange: String,
+    #[command(flatten)]
+    pub nats: NatsConnArgs,
+    #[command(flatten)]
+    pub redis: RedisConnArgs,
+    #[command(flatten)]
+    pub rabbitmq: RabbitConnArgs,
     /// The stream queue (x-queue-type: stream) bound to --dlq-topic that holds the dead letters;
     /// default: the --dlq-topic name.
     #[arg(long, value_name = "QUEUE")]
@@ -403,16 +428,8 @@ pub struct RunArgs {
     /// librdkafka properties from --debezium-config, applied before the file and the flags.
     #[arg(skip)]
     pub debezium_kafka_properties: Vec<String>,
-    /// NATS server URL(s) for --sink nats: nats://[user:pass@]host:4222 (tls:// for TLS), comma-separated.
-    #[arg(long, env = "OUTBOXD_NATS_URL", hide_env_values = true, default_value = "nats://127.0.0.1:4222")]
-    pub nats_url: String,
-    /// Read --nats-url from FILE (one line) instead, so its credentials stay out of argv and the
-    /// environment (`ps`); only the file's path is ever shown.
-    #[arg(long, env = "OUTBOXD_NATS_URL_FILE", value_name = "FILE", conflicts_with = "nats_url")]
-    pub nats_url_file: Option<PathBuf>,
-    /// NATS credentials file (JWT and NKey seed) for --sink nats.
-    #[arg(long, env = "OUTBOXD_NATS_CREDS", value_name = "FILE")]
-    pub nats_creds: Option<PathBuf>,
+    #[command(flatten)]
+    pub nats: NatsConnArgs,
     /// Create this JetStream stream (file storage) at start if it is missing: NAME:SUBJECT[,SUBJECT...].
     #[arg(long, value_name = "NAME:SUBJECTS")]
     pub nats_create_stream: Option<String>,
@@ -478,27 +495,13 @@ pub struct RunArgs {
     /// Where events go.
     #[arg(long, value_enum, default_value_t = SinkKind::Kafka)]
     pub sink: SinkKind,
-    /// Redis for --sink redis: redis://[user:password@]host:6379/0, rediss:// for TLS.
-    #[arg(long, env = "OUTBOXD_REDIS_URL", default_value = crate::config::redis::DEFAULT_URL)]
-    pub redis_url: String,
-    /// Read --redis-url from FILE (one line) instead, so its credentials stay out of argv and the
-    /// environment (`ps`); only the file's path is ever shown.
-    #[arg(long, env = "OUTBOXD_REDIS_URL_FILE", value_name = "FILE", conflicts_with = "redis_url")]
-    pub redis_url_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub redis: RedisConnArgs,
     /// Trim each stream to about this many entries (XADD MAXLEN ~ N); unset keeps every entry.
     #[arg(long, value_name = "N")]
     pub redis_maxlen: Option<u64>,
-    /// RabbitMQ for --sink rabbitmq: amqp://[user:password@]host:5672/%2f, amqps:// for TLS.
-    #[arg(long, env = "OUTBOXD_RABBITMQ_URL", hide_env_values = true, default_value = crate::config::rabbitmq::DEFAULT_URL)]
-    pub rabbitmq_url: String,
-    /// Read --rabbitmq-url from FILE (one line) instead, so its credentials stay out of argv and the
-    /// environment (`ps`); only the file's path is ever shown.
-    #[arg(long, env = "OUTBOXD_RABBITMQ_URL_FILE", value_name = "FILE", conflicts_with = "rabbitmq_url")]
-    pub rabbitmq_url_file: Option<PathBuf>,
-    /// Exchange to publish to, with the topic as routing key; empty: the default exchange (the
-    /// routing key names the queue).
-    #[arg(long, env = "OUTBOXD_RABBITMQ_EXCHANGE", default_value = "")]
-    pub rabbitmq_exchange: String,
+    #[command(flatten)]
+    pub rabbitmq: RabbitConnArgs,
     /// Webhook URL for --sink http; `${topic}` becomes the routed topic (one encoded path segment).
     /// `user:password@` in it is sent as basic auth and masked everywhere.
     #[arg(long, env = "OUTBOXD_HTTP_URL", hide_env_values = true, default_value = "", value_name = "URL")]

@@ -903,3 +903,31 @@ fn a_json_envelope_is_taken_alone_and_refused_with_expansion_or_masking() {
     let e = with(&["--mask", "/card=hash", "--mask-key-file", hash.to_str().unwrap()]).unwrap_err();
     assert!(e.contains("--mask/--encrypt") && !e.contains('\n'), "{e}");
 }
+
+/// A variable that can carry a credential (a URL with `user:password@`, a password, a secret) never
+/// shows its value in `--help`, in any subcommand: `hide_env_values` on each, checked from clap's
+/// own definitions so a new flag or a flag repeated in another subcommand cannot forget it (the
+/// Redis URL of `run` once did).
+#[test]
+fn help_never_shows_the_value_of_a_credential_variable() {
+    use clap::CommandFactory;
+    fn walk(cmd: &clap::Command, path: &str, bad: &mut Vec<String>, seen: &mut usize) {
+        for a in cmd.get_arguments() {
+            let Some(env) = a.get_env().and_then(|e| e.to_str()) else { continue };
+            let secret = ["URL", "PASSWORD", "SECRET", "TOKEN"].iter().any(|w| env.contains(w));
+            if secret && !env.ends_with("_FILE") {
+                *seen += 1;
+                if !a.is_hide_env_values_set() {
+                    bad.push(format!("{path} --{} ({env})", a.get_id()));
+                }
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            walk(sub, &format!("{path} {}", sub.get_name()), bad, seen);
+        }
+    }
+    let (mut bad, mut seen) = (Vec::new(), 0);
+    walk(&Cli::command(), "outboxd", &mut bad, &mut seen);
+    assert!(seen >= 10, "the walk found only {seen} credential variables");
+    assert!(bad.is_empty(), "--help would show these variables' values: {bad:?}");
+}

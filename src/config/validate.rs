@@ -71,19 +71,21 @@ impl Config {
             return Err(bad("--kafka-brokers is empty; give host:port[,host:port]".into()));
         }
         let url_files = UrlFiles {
-            nats: a.nats_url_file.clone(),
-            redis: a.redis_url_file.clone(),
-            rabbitmq: a.rabbitmq_url_file.clone(),
+            nats: a.nats.nats_url_file.clone(),
+            redis: a.redis.redis_url_file.clone(),
+            rabbitmq: a.rabbitmq.rabbitmq_url_file.clone(),
             http: a.http_url_file.clone(),
         };
         let from_file = |flag: &str, file: &Option<std::path::PathBuf>, given: &String| match file {
             Some(p) => read_url_file(flag, p),
             None => Ok(given.clone()),
         };
-        let nats_url = from_file("--nats-url-file", &url_files.nats, &a.nats_url)?;
+        let nats_url = from_file("--nats-url-file", &url_files.nats, &a.nats.nats_url)?;
         let http_url = from_file("--http-url-file", &url_files.http, &a.http_url)?;
-        let redis =
-            RedisConfig { url: from_file("--redis-url-file", &url_files.redis, &a.redis_url)?, maxlen: a.redis_maxlen };
+        let redis = RedisConfig {
+            url: from_file("--redis-url-file", &url_files.redis, &a.redis.redis_url)?,
+            maxlen: a.redis_maxlen,
+        };
         let dlq_sink = match a.dlq_sink {
             Some(k) if k == a.sink => None,
             Some(k @ (SinkKind::Kafka | SinkKind::Nats | SinkKind::Redis | SinkKind::Rabbitmq)) => Some(k),
@@ -104,8 +106,8 @@ impl Config {
             }
         }
         let rabbitmq = RabbitConfig {
-            url: from_file("--rabbitmq-url-file", &url_files.rabbitmq, &a.rabbitmq_url)?,
-            exchange: a.rabbitmq_exchange.clone(),
+            url: from_file("--rabbitmq-url-file", &url_files.rabbitmq, &a.rabbitmq.rabbitmq_url)?,
+            exchange: a.rabbitmq.rabbitmq_exchange.clone(),
         };
         if a.sink == SinkKind::Rabbitmq || dlq_sink == Some(SinkKind::Rabbitmq) {
             rabbitmq.check()?;
@@ -227,7 +229,7 @@ impl Config {
                 topic_partitions: a.topic_partitions,
                 topic_replication_factor: a.topic_replication_factor,
             },
-            nats: NatsConfig::new(&nats_url, a.nats_creds.clone(), a.nats_create_stream.as_deref())?,
+            nats: NatsConfig::new(&nats_url, a.nats.nats_creds.clone(), a.nats_create_stream.as_deref())?,
             redis,
             rabbitmq,
             http,

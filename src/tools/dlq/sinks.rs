@@ -95,19 +95,22 @@ impl Common {
         let via = match s.sink {
             SinkKind::Kafka => Via::Kafka,
             SinkKind::Nats => Via::Nats(NatsConfig::new(
-                &url("--nats-url-file", &s.nats_url_file, &s.nats_url)?,
-                s.nats_creds.clone(),
+                &url("--nats-url-file", &s.nats.nats_url_file, &s.nats.nats_url)?,
+                s.nats.nats_creds.clone(),
                 None,
             )?),
             SinkKind::Redis => {
-                let c = RedisConfig { url: url("--redis-url-file", &s.redis_url_file, &s.redis_url)?, maxlen: None };
+                let c = RedisConfig {
+                    url: url("--redis-url-file", &s.redis.redis_url_file, &s.redis.redis_url)?,
+                    maxlen: None,
+                };
                 c.check()?;
                 Via::Redis(c)
             }
             SinkKind::Rabbitmq => {
                 let c = RabbitConfig {
-                    url: url("--rabbitmq-url-file", &s.rabbitmq_url_file, &s.rabbitmq_url)?,
-                    exchange: s.rabbitmq_exchange.clone(),
+                    url: url("--rabbitmq-url-file", &s.rabbitmq.rabbitmq_url_file, &s.rabbitmq.rabbitmq_url)?,
+                    exchange: s.rabbitmq.rabbitmq_exchange.clone(),
                 };
                 c.check()?;
                 let queue = s.rabbitmq_dlq_queue.clone().unwrap_or_else(|| a.dlq_topic.clone());
