@@ -185,7 +185,7 @@ fn run(cfg: Config, mode: Mode) -> anyhow::Result<()> {
         spawn_signal_handler(shutdown.clone())?;
         spawn_reload_handler(cfg.route.contracts.clone())?;
         let handles = Handles { health: health.clone(), metrics: metrics.clone(), shutdown };
-        let mut sink = AnySink::build(&cfg, health, metrics.clone()).await?;
+        let mut sink = AnySink::build(&cfg, health).await?;
         match mode {
             Mode::Run => outboxd::app::run(&cfg, &mut sink, handles).await?,
             Mode::Poll => outboxd::source::poll::run(&cfg, &mut sink, handles).await?,

@@ -75,11 +75,9 @@ pub struct Metrics {
     pub lag_seconds: Gauge,
     pub commit_to_ack: Histogram,
     pub pg_connected: Gauge,
-    pub kafka_connected: Gauge,
     pub pg_reconnects: Counter,
     pub role_active: Gauge,
     pub role_standby: Gauge,
-    pub kafka_reconnects: Counter,
     /// `outboxd poll`: records handed to the sink for an outbox row (one per try).
     pub poll_tries: Counter,
     /// `outboxd poll`: tries the sink refused for good.
@@ -184,11 +182,9 @@ impl Metrics {
             lag_seconds: gauge!("outboxd_lag_seconds"),
             commit_to_ack: histogram!("outboxd_commit_to_ack_seconds"),
             pg_connected: gauge!("outboxd_connected", "component" => "postgres"),
-            kafka_connected: gauge!("outboxd_connected", "component" => "kafka"),
             pg_reconnects: counter!("outboxd_reconnects_total", "component" => "postgres"),
             role_active: gauge!("outboxd_role", "role" => "active"),
             role_standby: gauge!("outboxd_role", "role" => "standby"),
-            kafka_reconnects: counter!("outboxd_reconnects_total", "component" => "kafka"),
             poll_tries: counter!("outboxd_poll_publish_tries_total"),
             poll_errors: counter!("outboxd_poll_publish_errors_total"),
             poll_unpublished: gauge!("outboxd_poll_unpublished_rows"),

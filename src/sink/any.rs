@@ -19,7 +19,6 @@ use super::{HttpSink, KafkaSink, NatsSink, NullSink, RabbitSink, RedisSink, Sink
 use crate::config::{Config, SinkKind};
 use crate::error::Definite;
 use crate::health::Health;
-use crate::metrics::Metrics;
 use crate::router::Record;
 
 /// The sink `--sink` chose, and the one `--dlq-sink` chose for dead letters, if another.
@@ -42,10 +41,10 @@ enum OneSink {
 
 impl AnySink {
     /// Build the sink `cfg.sink` names, and the `--dlq-sink` one (see the module doc).
-    pub async fn build(cfg: &Config, health: Arc<Health>, metrics: Metrics) -> Result<AnySink, Definite> {
-        let main = OneSink::build(cfg, cfg.sink, health.clone(), metrics.clone()).await?;
+    pub async fn build(cfg: &Config, health: Arc<Health>) -> Result<AnySink, Definite> {
+        let main = OneSink::build(cfg, cfg.sink, health.clone()).await?;
         let dlq = match cfg.dlq_sink.filter(|k| *k != cfg.sink) {
-            Some(kind) => Some(OneSink::build(cfg, kind, Health::new(std::time::Duration::ZERO), metrics).await?),
+            Some(kind) => Some(OneSink::build(cfg, kind, Health::new(std::time::Duration::ZERO)).await?),
             None => None,
         };
         // One failure that fires when either sink's does.
@@ -75,10 +74,10 @@ impl OneSink {
     /// Build the sink `kind` names. NATS and RabbitMQ connect here (a server that is down is
     /// waited for in the background; a refused login or bad settings are errors); the others
     /// connect in the background. Every sink reports its connection to `health`.
-    async fn build(cfg: &Config, kind: SinkKind, health: Arc<Health>, metrics: Metrics) -> Result<OneSink, Definite> {
+    async fn build(cfg: &Config, kind: SinkKind, health: Arc<Health>) -> Result<OneSink, Definite> {
         Ok(match kind {
             SinkKind::Kafka => {
-                OneSink::Kafka(KafkaSink::new(&cfg.kafka, cfg.max_in_flight, cfg.max_in_flight_bytes, health, metrics)?)
+                OneSink::Kafka(KafkaSink::new(&cfg.kafka, cfg.max_in_flight, cfg.max_in_flight_bytes, health)?)
             }
             SinkKind::Stdout => OneSink::Stdout(StdoutSink::default()),
             SinkKind::Null => OneSink::Null(NullSink),

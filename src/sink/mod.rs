@@ -15,6 +15,7 @@ pub mod delivery;
 mod handoff;
 mod http;
 pub mod kafka;
+pub mod link;
 pub(crate) mod nats;
 pub(crate) mod rabbitmq;
 pub(crate) mod redis;

@@ -44,6 +44,7 @@ use tokio::sync::mpsc;
 
 use super::delivery::Delivery;
 use super::handoff::{held_in_handoff, Handoff};
+use super::link::Link;
 use super::{Sink, SinkError};
 use crate::config::NatsConfig;
 use crate::error::Definite;
@@ -315,28 +316,20 @@ async fn publish_loop(js: jetstream::Context, mut rx: mpsc::Receiver<Job>) {
     }
 }
 
-/// Mirror the client's connection state into `/readyz` and `outboxd_connected{component="nats"}`.
+/// Mirror the client's connection state into the sink's [`Link`], checked every second.
 async fn watch_connection(client: async_nats::Client, health: Arc<Health>) {
-    let gauge = metrics::gauge!("outboxd_connected", "component" => "nats");
-    let reconnects = metrics::counter!("outboxd_reconnects_total", "component" => "nats");
-    // None until the first look: the start-up connect is no loss and no reconnect.
-    let mut was_up: Option<bool> = None;
+    let link = Link::new("nats", "NATS", health.clone());
+    // The start-up connect (in the background) is neither a loss nor a reconnect: not ready, and
+    // not reported, until the client has tried once.
+    let mut starting = true;
     loop {
-        let up = client.connection_state() == State::Connected;
-        if was_up.is_some_and(|w| w != up) {
-            if up {
-                reconnects.increment(1);
-                tracing::info!("NATS is reachable again");
-            } else {
-                tracing::warn!("NATS connection lost; holding events and retrying");
-            }
+        let state = client.connection_state();
+        starting &= state == State::Pending;
+        if starting {
+            health.set_sink_up(false);
+        } else {
+            link.set(state == State::Connected, "connection lost");
         }
-        if up || was_up.is_some() {
-            was_up = Some(up);
-        }
-        // The sink's flag in Health drives /readyz.
-        health.set_sink_up(up);
-        gauge.set(if up { 1.0 } else { 0.0 });
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }

@@ -36,6 +36,7 @@ use tokio::sync::mpsc;
 
 use super::delivery::Delivery;
 use super::handoff::{held_in_handoff, Handoff};
+use super::link::Link;
 use super::{Sink, SinkError};
 use crate::config::redis::RedisConfig;
 use crate::error::Definite;
@@ -72,13 +73,7 @@ impl RedisSink {
         let client = Client::open(cfg.url.as_str())
             .map_err(|e| Definite::Config(format!("--redis-url {}: {:?}", cfg.url_masked(), e.kind())))?;
         let (tx, rx) = mpsc::channel(CHANNEL);
-        let writer = Writer {
-            client,
-            maxlen: cfg.maxlen,
-            conn: None,
-            health,
-            connected: metrics::gauge!("outboxd_connected", "component" => "redis"),
-        };
+        let writer = Writer { client, maxlen: cfg.maxlen, conn: None, link: Link::new("redis", "Redis", health) };
         let writer = tokio::spawn(writer.run(rx));
         Ok(RedisSink { handoff: Handoff::new(vec![tx], vec![writer], "the Redis writer task ended") })
     }
@@ -125,8 +120,8 @@ struct Writer {
     client: Client,
     maxlen: Option<u64>,
     conn: Option<MultiplexedConnection>,
-    health: Arc<Health>,
-    connected: metrics::Gauge,
+    /// Redis's reachability as `/readyz`, the metrics and the log show it.
+    link: Link,
 }
 
 impl Writer {
@@ -160,16 +155,7 @@ impl Writer {
     }
 
     fn set_up(&self, up: bool, reason: &str) {
-        if up != self.health.sink_up() {
-            if up {
-                tracing::info!("Redis is reachable again");
-            } else {
-                tracing::warn!(reason, "Redis is unreachable or refusing writes; holding events and retrying");
-            }
-        }
-        // The sink-health flag behind /readyz (named for the first sink).
-        self.health.set_sink_up(up);
-        self.connected.set(if up { 1.0 } else { 0.0 });
+        self.link.set(up, reason);
     }
 
     /// Send `batch` as one pipeline; resolve and remove what got a final answer. An error leaves

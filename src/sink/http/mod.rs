@@ -56,6 +56,7 @@ use tokio::sync::mpsc;
 
 use super::delivery::Delivery;
 use super::handoff::{held_in_handoff, Handoff};
+use super::link::Link;
 use super::{Sink, SinkError};
 use crate::config::http::HttpConfig;
 use crate::error::Definite;
@@ -87,7 +88,8 @@ struct Job {
 struct Shared {
     client: Client,
     cfg: HttpConfig,
-    health: Arc<Health>,
+    /// The receiver's reachability as `/readyz`, the metrics and the log show it.
+    link: Link,
 }
 
 pub struct HttpSink {
@@ -108,7 +110,9 @@ impl HttpSink {
             .user_agent(concat!("outboxd/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| Definite::Setup(format!("--sink http: cannot set up the HTTP client: {e}")))?;
-        let shared = Arc::new(Shared { client, cfg: cfg.clone(), health });
+        let link = Link::new("http", "The webhook receiver", health);
+        link.set(true, "");
+        let shared = Arc::new(Shared { client, cfg: cfg.clone(), link });
         let mut lanes = Vec::with_capacity(cfg.concurrency);
         let mut tasks = Vec::with_capacity(cfg.concurrency);
         for _ in 0..cfg.concurrency {
@@ -116,7 +120,6 @@ impl HttpSink {
             lanes.push(tx);
             tasks.push(tokio::spawn(lane(shared.clone(), rx)));
         }
-        metrics::gauge!("outboxd_connected", "component" => "http").set(1.0);
         let webhook = cfg.url_for("topic").map(|u| origin(&u)).unwrap_or_default();
         tracing::info!(%webhook, lanes = cfg.concurrency, batch = cfg.batch, "webhook sink ready");
         let handoff = Handoff::new(lanes, tasks, "an HTTP sink lane ended");
@@ -336,21 +339,18 @@ async fn post(shared: &Shared, url: &Url, mut headers: reqwest::header::HeaderMa
         Err(e) => {
             let e = e.without_url();
             let what = if e.is_timeout() { "timed out" } else { "failed" };
-            shared.health.set_sink_up(false);
-            set_connected(false);
-            return Answer::Retry(format!("request {what}: {}", error_chain(&e)), None);
+            let reason = format!("request {what}: {}", error_chain(&e));
+            shared.link.set(false, &reason);
+            return Answer::Retry(reason, None);
         }
     };
     // The receiver answered; it counts as up only when it judges events (acks or refuses them). A
     // 401, 404, 503 ... keeps /readyz not ready until an answer of the other kind.
-    let up = !matches!(answer, Answer::Retry(..));
-    shared.health.set_sink_up(up);
-    set_connected(up);
+    match &answer {
+        Answer::Retry(reason, _) => shared.link.set(false, reason),
+        _ => shared.link.set(true, ""),
+    };
     answer
-}
-
-fn set_connected(up: bool) {
-    metrics::gauge!("outboxd_connected", "component" => "http").set(if up { 1.0 } else { 0.0 });
 }
 
 /// An error and its sources on one line (reqwest's own text alone is often just "error sending

@@ -39,9 +39,8 @@ use tokio::net::UnixStream;
 use tokio::task::JoinHandle;
 
 use super::client;
-use crate::health::Health;
-use crate::metrics::Metrics;
 use crate::sink::delivery::Delivery;
+use crate::sink::link::Link;
 
 /// Which broker errors condemn one record rather than the pipeline.
 pub(super) fn rejection_code(e: &KafkaError) -> Option<&'static str> {
@@ -63,8 +62,8 @@ pub(super) fn rejection_code(e: &KafkaError) -> Option<&'static str> {
 
 /// Resolves delivery handles from librdkafka's delivery reports, and tracks broker health.
 pub struct DeliveryContext {
-    pub(super) health: Arc<Health>,
-    pub(super) metrics: Metrics,
+    /// Kafka's reachability as `/readyz`, the metrics and the log show it.
+    pub(super) link: Link,
     /// The user's properties, to scrub secret values from librdkafka's error texts.
     pub(super) properties: Vec<(String, String)>,
     /// Successful deliveries so far: the health thread reads progress from it (no clock read on
@@ -73,15 +72,8 @@ pub struct DeliveryContext {
 }
 
 impl DeliveryContext {
-    pub(super) fn kafka_up(&self, up: bool) {
-        if up && !self.health.sink_up() {
-            self.metrics.kafka_reconnects.increment(1);
-            tracing::info!("Kafka is reachable again");
-        } else if !up && self.health.sink_up() {
-            tracing::warn!("Kafka is unreachable; holding events and retrying");
-        }
-        self.health.set_sink_up(up);
-        self.metrics.kafka_connected.set(if up { 1.0 } else { 0.0 });
+    pub(super) fn kafka_up(&self, up: bool, reason: &str) {
+        self.link.set(up, reason);
     }
 }
 
@@ -98,7 +90,7 @@ impl ClientContext for DeliveryContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         if matches!(error.rdkafka_error_code(), Some(RDKafkaErrorCode::AllBrokersDown)) {
-            self.kafka_up(false);
+            self.kafka_up(false, "all brokers down");
         }
         let reason = client::scrub(reason, &self.properties);
         tracing::warn!(target: "librdkafka", %error, "{reason}");
@@ -112,8 +104,8 @@ impl ProducerContext for DeliveryContext {
         match result {
             Ok(_) => {
                 self.acks.fetch_add(1, Ordering::Relaxed);
-                if !self.health.sink_up() {
-                    self.kafka_up(true);
+                if !self.link.is_up() {
+                    self.kafka_up(true, "");
                 }
                 delivery.ack()
             }

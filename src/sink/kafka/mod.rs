@@ -44,11 +44,11 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 use super::delivery::Delivery;
+use super::link::Link;
 use super::{Sink, SinkError};
 use crate::config::KafkaConfig;
 use crate::error::Definite;
 use crate::health::Health;
-use crate::metrics::Metrics;
 use crate::router::Record;
 use client::{Retry, TopicError};
 use events::{rejection_code, DeliveryContext};
@@ -144,7 +144,6 @@ impl KafkaSink {
         max_in_flight: usize,
         max_in_flight_bytes: usize,
         health: Arc<Health>,
-        metrics: Metrics,
     ) -> Result<KafkaSink, Definite> {
         let c = client::producer_config(
             cfg,
@@ -169,8 +168,9 @@ impl KafkaSink {
             .transpose()
             .map_err(|_| Definite::Config("--kafka-property message.max.bytes must be a number of bytes".into()))?
             .unwrap_or(1_000_000);
-        metrics.kafka_connected.set(1.0);
-        let context = DeliveryContext { health, metrics, properties: cfg.properties.clone(), acks: AtomicU64::new(0) };
+        let link = Link::new("kafka", "Kafka", health);
+        link.set(true, "");
+        let context = DeliveryContext { link, properties: cfg.properties.clone(), acks: AtomicU64::new(0) };
         let producer: BaseProducer<DeliveryContext> = client::create(&c, context, "producer", cfg)?;
         let admin =
             client::create(&client::admin_config(cfg, "outboxd-admin"), DefaultClientContext, "admin client", cfg)?;
@@ -347,9 +347,9 @@ fn spawn_metadata_checks(producer: Arc<BaseProducer<DeliveryContext>>, stop: Arc
             // Down with records outstanding: only an ack (the delivery callback) brings it back;
             // a metadata answer alone does not prove that writes go through.
             let ok = !stalled
-                && (ctx.health.sink_up() || !pending)
+                && (ctx.link.is_up() || !pending)
                 && producer.client().fetch_metadata(None, Duration::from_secs(2)).is_ok();
-            ctx.kafka_up(ok);
+            ctx.kafka_up(ok, if stalled { "no acknowledgement for a while" } else { "no metadata answer" });
             std::thread::sleep(METADATA_CHECK_EVERY);
         }
     });

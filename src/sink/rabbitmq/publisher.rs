@@ -55,6 +55,7 @@ use crate::config::rabbitmq::RabbitConfig;
 use crate::error::Definite;
 use crate::health::Health;
 use crate::sink::delivery::Delivery;
+use crate::sink::link::Link as SinkLink;
 
 /// Publishes awaiting their confirm at once, and the job channel's capacity.
 pub const WINDOW: usize = 4096;
@@ -213,11 +214,8 @@ pub(super) struct Publisher {
     link: Option<Link>,
     /// The body size limit, lowered when the broker names a smaller one; shared with the sink.
     limit: Arc<AtomicUsize>,
-    health: Arc<Health>,
-    connected: metrics::Gauge,
-    reconnects: metrics::Counter,
-    /// `None` before the first connection attempt has an outcome.
-    up: Option<bool>,
+    /// The broker's reachability as `/readyz`, the metrics and the log show it.
+    reach: SinkLink,
 }
 
 impl Publisher {
@@ -234,10 +232,7 @@ impl Publisher {
             exchange: cfg.exchange.clone(),
             link: None,
             limit,
-            health,
-            connected: metrics::gauge!("outboxd_connected", "component" => "rabbitmq"),
-            reconnects: metrics::counter!("outboxd_reconnects_total", "component" => "rabbitmq"),
-            up: None,
+            reach: SinkLink::new("rabbitmq", "RabbitMQ", health),
         };
         match p.open().await {
             Ok(link) => {
@@ -316,7 +311,7 @@ impl Publisher {
                 Ok(true) => failures = 0,
                 Ok(false) => {}
                 Err(reason) => {
-                    if self.link.take().is_some() || self.up != Some(false) {
+                    if self.link.take().is_some() || !self.reach.is_down() {
                         tracing::warn!(url = %self.url, reason, unconfirmed = window.entries.len(),
                             "RabbitMQ did not confirm; reconnecting to publish the unconfirmed events again in order");
                     }
@@ -403,20 +398,7 @@ impl Publisher {
     }
 
     fn set_up(&mut self, up: bool, reason: &str) {
-        match (self.up, up) {
-            (Some(false), true) => {
-                self.reconnects.increment(1);
-                tracing::info!(url = %self.url, "RabbitMQ is reachable again");
-            }
-            (None, false) => {
-                tracing::warn!(url = %self.url, reason, "RabbitMQ is unreachable; holding events and retrying")
-            }
-            _ => {}
-        }
-        self.up = Some(up);
-        // The sink's flag in Health drives /readyz.
-        self.health.set_sink_up(up);
-        self.connected.set(if up { 1.0 } else { 0.0 });
+        self.reach.set(up, reason);
     }
 }
 

@@ -61,7 +61,7 @@ impl Summary {
 /// Build the sink `cfg` names and run the backfill; the exit code.
 pub async fn run(cfg: Config, range: Range) -> Result<u8, Error> {
     let health = Health::new(Duration::ZERO);
-    let mut sink = AnySink::build(&cfg, health, Metrics::new()).await?;
+    let mut sink = AnySink::build(&cfg, health).await?;
     let summary = backfill(&cfg, &range, &mut sink).await?;
     Ok(summary.exit_code())
 }
