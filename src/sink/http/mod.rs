@@ -1,9 +1,9 @@
 //! The HTTP webhook sink (`--sink http`): POST each event (or a batch of them) to `--http-url`,
 //! with the routed topic as a path segment where the URL says `${topic}`. What goes on the wire is
-//! [`super::http_wire`]'s business; this file owns ordering, acks and retries.
+//! [`wire`]'s business; this file owns ordering, acks and retries.
 //!
 //! # Flow
-//! `send` checks what HTTP can never carry (see `http_wire`) and rejects it for the bad-event
+//! `send` checks what HTTP can never carry (see [`wire`]) and rejects it for the bad-event
 //! policy; everything else goes to one of `--http-concurrency` lanes, chosen by a hash of the key
 //! (keyless events share lane 0). Each lane is a task with a bounded channel; a full channel holds
 //! the record here, in send order, and reports [`Sink::blocked`] ([`Handoff`]).

@@ -1,7 +1,7 @@
 //! The Kafka sink: librdkafka's idempotent producer, with delivery handles riding as opaques.
 //!
 //! Each record carries its [`Delivery`] into librdkafka as the per-message opaque; the delivery
-//! report callback resolves it, on the runtime's thread ([`super::kafka_events`]). So an ack means
+//! report callback resolves it, on the runtime's thread ([`events`]). So an ack means
 //! the broker accepted the record under our `acks` setting, and nothing else does.
 //!
 //! Defaults, each overridable with `--kafka-property`: `enable.idempotence=true` and `acks=all` so
@@ -9,7 +9,7 @@
 //! so a broker outage stalls the pipeline instead of failing records; `partitioner=murmur2_random`
 //! so keys land where Kafka's Java producer (Connect, Debezium) puts them. Topics are created through
 //! the admin API before their first record, since many clusters disable auto-creation. The clients
-//! themselves are built by [`super::kafka_client`], like every other Kafka client of outboxd.
+//! themselves are built by [`client`], like every other Kafka client of outboxd.
 //!
 //! Errors that are about one record for good (too large, invalid topic, policy violation) come back
 //! as rejections with the record's parts, for the bad-event policy. Everything else fails the

@@ -10,7 +10,7 @@
 //!
 //! `send` refuses what AMQP can never carry (a routing key, event id or header name over 255
 //! bytes, a body over the server's message size limit) as a bad event; everything else goes as a
-//! [`Job`] through a bounded channel to the publisher task ([`super::rabbitmq_publisher`]). A full
+//! [`Job`] through a bounded channel to the publisher task ([`publisher`]). A full
 //! channel holds the record here, in order, and reports [`Sink::blocked`] ([`Handoff`]).
 //!
 //! The publisher owns the connection and every unconfirmed message; its module doc says what an
