@@ -112,6 +112,12 @@ pub struct RelayConfig {
     pub dlq_topic: String,
 }
 
+impl RelayConfig {
+    pub fn of(cfg: &Config) -> RelayConfig {
+        RelayConfig { on_bad_event: cfg.on_bad_event, dlq_topic: cfg.dlq_topic.clone() }
+    }
+}
+
 pub struct Relay<'a, S: Sink> {
     sink: &'a mut S,
     cfg: RelayConfig,

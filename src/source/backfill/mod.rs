@@ -164,10 +164,9 @@ struct Backfill<'a, S: Sink> {
 impl<'a, S: Sink> Backfill<'a, S> {
     fn new(cfg: &Config, sink: &'a mut S) -> Self {
         // No refusal reaches the policy (the ledger keeps them all), so it is never consulted.
-        let relay_cfg = RelayConfig { on_bad_event: cfg.on_bad_event, dlq_topic: cfg.dlq_topic.clone() };
         let now = Instant::now();
         Backfill {
-            relay: Relay::new(sink, relay_cfg, Metrics::new()),
+            relay: Relay::new(sink, RelayConfig::of(cfg), Metrics::new()),
             summary: Summary::default(),
             started: now,
             last_progress: now,

@@ -102,12 +102,11 @@ pub struct Batch<'a, S: Sink> {
 
 impl<'a, S: Sink> Batch<'a, S> {
     pub fn new(ctx: BatchCtx<'a>, sink: &'a mut S) -> Self {
-        let relay_cfg = RelayConfig { on_bad_event: ctx.cfg.on_bad_event, dlq_topic: ctx.cfg.dlq_topic.clone() };
         Batch {
             route: ctx.route,
             table: ctx.table,
             shutdown: ctx.shutdown,
-            relay: Relay::new(sink, relay_cfg, ctx.metrics.clone()),
+            relay: Relay::new(sink, RelayConfig::of(ctx.cfg), ctx.metrics.clone()),
             rows: Rows {
                 cfg: ctx.cfg,
                 metrics: ctx.metrics,

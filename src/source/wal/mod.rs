@@ -97,10 +97,9 @@ pub struct Session<'a, S: Sink, W: WalSource> {
 
 impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
     pub fn new(ctx: Context<'a>, sink: &'a mut S, stream: W, start: Lsn) -> Self {
-        let relay_cfg = RelayConfig { on_bad_event: ctx.cfg.on_bad_event, dlq_topic: ctx.cfg.dlq_topic.clone() };
         Session {
             cfg: ctx.cfg,
-            relay: Relay::new(sink, relay_cfg, ctx.metrics.clone()),
+            relay: Relay::new(sink, RelayConfig::of(ctx.cfg), ctx.metrics.clone()),
             metrics: ctx.metrics,
             health: ctx.health,
             stream,
@@ -355,7 +354,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
     #[allow(clippy::result_large_err)]
     async fn emit(&mut self, routed: Result<Record, BadEvent>, source: Source) -> Result<(), Error> {
         self.health.activity();
-        let t = Ticket::from(self.tracker.record().map_err(|e| Definite::Bug(e.to_string()))?);
+        let t = Ticket::from(self.tracker.record()?);
         match routed {
             Ok(record) => self.relay.send(&mut self.tracker, t, record, source).await,
             Err(bad) => self.relay.bad_row(&mut self.tracker, t, bad, source).await,

@@ -54,13 +54,13 @@ impl From<TxnId> for Ticket {
 impl Ledger for AckTracker {
     fn add(&mut self, t: Ticket, n: usize) -> Result<(), Error> {
         for _ in 0..n {
-            self.record_for(TxnId(t.0)).map_err(|e| Definite::Bug(e.to_string()))?;
+            self.record_for(TxnId(t.0))?;
         }
         Ok(())
     }
 
     fn done(&mut self, t: Ticket) -> Result<(), Error> {
-        self.ack(TxnId(t.0)).map_err(|e| Definite::Bug(e.to_string()))?;
+        self.ack(TxnId(t.0))?;
         Ok(())
     }
 
@@ -90,6 +90,13 @@ pub enum AckError {
     Backwards { end: Lsn, prev: Lsn },
     #[error("ack for unknown transaction {0:?}")]
     UnknownTxn(TxnId),
+}
+
+/// A tracker error is a bug of the caller or of the protocol decoding, never a state to go on from.
+impl From<AckError> for Error {
+    fn from(e: AckError) -> Error {
+        Definite::Bug(e.to_string()).into()
+    }
 }
 
 /// Ordered in-flight transactions and the confirmed frontier.
