@@ -60,6 +60,11 @@ fn backfill_by_time_range_republishes_exactly_those_rows() {
 
     let got = broker.consume_all("bf.v1.events", 1, 1500, T);
     let got_ids: BTreeSet<String> = got.iter().filter_map(|c| c.header_str("id")).collect();
+    if got.len() != 1500 {
+        let missing: Vec<_> = want.difference(&got_ids).collect();
+        let offsets: Vec<_> = got.iter().map(|c| (c.partition, c.offset)).collect();
+        eprintln!("missing {missing:?}\nend offset {}\noffsets {offsets:?}\n{log}", broker.end_offsets("bf.v1.events"));
+    }
     assert_eq!(got.len(), 1500, "each row once");
     assert_eq!(got_ids, want);
     for c in &got {
