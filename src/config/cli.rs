@@ -363,6 +363,17 @@ pub enum PublicationAutocreate {
     Disabled,
 }
 
+/// What a consumer sees of each committed outbox event (`--delivery`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DeliveryMode {
+    /// Every event at least once; a crash or reconnect may repeat the events after the last
+    /// confirmed transaction.
+    AtLeastOnce,
+    /// Every event exactly once to consumers that read with `isolation.level=read_committed`:
+    /// records are written in Kafka transactions with outboxd's position (Kafka sink only).
+    ExactlyOnce,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SinkKind {
     Kafka,
@@ -495,6 +506,11 @@ pub struct RunArgs {
     /// Where events go.
     #[arg(long, value_enum, default_value_t = SinkKind::Kafka)]
     pub sink: SinkKind,
+    /// at-least-once, or exactly-once (Kafka only): each event visible once to read_committed
+    /// consumers, written in Kafka transactions together with outboxd's position (Debezium
+    /// exactly.once.support=required).
+    #[arg(long, env = "OUTBOXD_DELIVERY", value_enum, default_value_t = DeliveryMode::AtLeastOnce)]
+    pub delivery: DeliveryMode,
     #[command(flatten)]
     pub redis: RedisConnArgs,
     /// Trim each stream to about this many entries (XADD MAXLEN ~ N); unset keeps every entry.

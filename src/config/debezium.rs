@@ -294,6 +294,17 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
             o.values.push(("tables", t.to_owned()));
         }
     }
+    // Kafka Connect's exactly-once source support: `required` is our exactly-once delivery;
+    // `requested` lets Connect fall back, so it stays at least once (said in a note).
+    match get("exactly.once.support").map(|v| v.to_ascii_lowercase()).as_deref() {
+        Some("required") => o.values.push(("delivery", "exactly-once".to_owned())),
+        Some("requested") => o.notes.push((
+            false,
+            "exactly.once.support=requested: outboxd delivers at least once unless exactly-once is required".into(),
+        )),
+        Some(other) => return Err(format!("exactly.once.support={other:?}: expected required or requested")),
+        None => {}
+    }
     if let Some(ms) = get("heartbeat.interval.ms") {
         let n: u64 = ms.parse().map_err(|_| format!("heartbeat.interval.ms={ms:?} is not a number"))?;
         o.values.push(("heartbeat_interval", format!("{n}ms")));
@@ -495,6 +506,25 @@ mod tests {
 
     fn value<'a>(o: &'a Overlay, id: &str) -> Option<&'a str> {
         o.values.iter().rev().find(|(k, _)| *k == id).map(|(_, v)| v.as_str())
+    }
+
+    /// Kafka Connect's `exactly.once.support`: `required` is exactly-once delivery, `requested` stays
+    /// at least once with a note, anything else is refused.
+    #[test]
+    fn exactly_once_support_maps_to_delivery() {
+        let with = |v: &str| {
+            let json = format!(
+                r#"{{"connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+                "database.hostname": "pg", "database.user": "u", "database.dbname": "app",
+                "exactly.once.support": "{v}"}}"#
+            );
+            translate(&normalize(parse_json(&json).unwrap()))
+        };
+        assert_eq!(value(&with("required").unwrap(), "delivery"), Some("exactly-once"));
+        let o = with("requested").unwrap();
+        assert_eq!(value(&o, "delivery"), None);
+        assert!(o.notes.iter().any(|(_, n)| n.contains("at least once")), "{:?}", o.notes);
+        assert!(with("always").unwrap_err().contains("exactly.once.support"));
     }
 
     #[test]

@@ -39,9 +39,9 @@ mod units;
 mod validate;
 
 pub use cli::{
-    BackfillArgs, BadEventPolicy, CheckArgs, Cli, Command, DecryptArgs, DlqCommand, DlqCommonArgs, DlqListArgs,
-    DlqReplayArgs, DlqSinkArgs, InvalidOp, KafkaClientArgs, LogFormat, PublicationAutocreate, RunArgs, SchemaCheckArgs,
-    SchemaCommand, ShadowCommand, ShadowCompareArgs, SinkKind, StatusArgs,
+    BackfillArgs, BadEventPolicy, CheckArgs, Cli, Command, DecryptArgs, DeliveryMode, DlqCommand, DlqCommonArgs,
+    DlqListArgs, DlqReplayArgs, DlqSinkArgs, InvalidOp, KafkaClientArgs, LogFormat, PublicationAutocreate, RunArgs,
+    SchemaCheckArgs, SchemaCommand, ShadowCommand, ShadowCompareArgs, SinkKind, StatusArgs,
 };
 pub use kafka::{
     is_secret, parse_property_flags, read_property_file, shown, KafkaConfig, LoadedProperties, PropertyFile,
@@ -115,6 +115,8 @@ pub struct Config {
     pub log_format: LogFormat,
     pub metrics_addr: Option<SocketAddr>,
     pub on_bad_event: BadEventPolicy,
+    /// `--delivery`: at-least-once, or exactly-once through Kafka transactions.
+    pub delivery: DeliveryMode,
     pub dlq_topic: String,
     /// `--dlq-sink`: the sink dead-letter copies go through when it is not `sink`.
     pub dlq_sink: Option<SinkKind>,

@@ -931,3 +931,22 @@ fn help_never_shows_the_value_of_a_credential_variable() {
     assert!(seen >= 10, "the walk found only {seen} credential variables");
     assert!(bad.is_empty(), "--help would show these variables' values: {bad:?}");
 }
+
+/// `--delivery exactly-once` needs Kafka transactions: any other sink, or dead letters through
+/// another sink (they must share the events' transaction), is refused at start with the fix named.
+#[test]
+fn exactly_once_needs_kafka_and_one_sink() {
+    let cfg = |extra: &[&str]| {
+        let mut argv = vec!["outboxd", "run", "--postgres-url", "postgres://u@127.0.0.1/db"];
+        argv.extend(extra);
+        let Command::Run(a) = Cli::try_parse_from(argv).unwrap().command else { panic!("run") };
+        Config::from_args(&a)
+    };
+    assert_eq!(cfg(&[]).unwrap().delivery, DeliveryMode::AtLeastOnce);
+    assert_eq!(cfg(&["--delivery", "exactly-once"]).unwrap().delivery, DeliveryMode::ExactlyOnce);
+    let e = cfg(&["--delivery", "exactly-once", "--sink", "nats"]).unwrap_err().to_string();
+    assert!(e.contains("--sink kafka") && e.contains("nats"), "{e}");
+    let e = cfg(&["--delivery", "exactly-once", "--dlq-sink", "redis"]).unwrap_err().to_string();
+    assert!(e.contains("drop --dlq-sink"), "{e}");
+    assert!(cfg(&["--delivery", "exactly-once"]).unwrap().to_text().contains("--delivery exactly-once"));
+}

@@ -10,7 +10,8 @@ use super::redis::RedisConfig;
 use super::secret::read_url_file;
 use super::units::{parse_duration, parse_size};
 use super::{
-    debezium, postgres, Config, KafkaConfig, NatsConfig, PgTarget, PollConfig, RunArgs, SinkKind, TableName, UrlFiles,
+    debezium, postgres, Config, DeliveryMode, KafkaConfig, NatsConfig, PgTarget, PollConfig, RunArgs, SinkKind,
+    TableName, UrlFiles,
 };
 use crate::error::Definite;
 use crate::router::contract::{Contracts, SchemaMissing};
@@ -97,6 +98,21 @@ impl Config {
             }
             None => None,
         };
+        if a.delivery == DeliveryMode::ExactlyOnce {
+            if a.sink != SinkKind::Kafka {
+                return Err(bad(format!(
+                    "--delivery exactly-once needs --sink kafka (Kafka transactions); --sink {} delivers at least once",
+                    format!("{:?}", a.sink).to_lowercase()
+                )));
+            }
+            if dlq_sink.is_some() {
+                return Err(bad(
+                    "--delivery exactly-once writes dead-letter copies in the same Kafka transaction as the events \
+                     around them; drop --dlq-sink"
+                        .into(),
+                ));
+            }
+        }
         if a.sink == SinkKind::Redis || dlq_sink == Some(SinkKind::Redis) {
             redis.check()?;
             if redis.maxlen == Some(0) {
@@ -257,6 +273,7 @@ impl Config {
                 })?),
             },
             on_bad_event: a.on_bad_event,
+            delivery: a.delivery,
             dlq_sink,
             dlq_topic: {
                 if a.dlq_topic.is_empty()

@@ -6,7 +6,7 @@
 use clap::ValueEnum;
 
 use super::Overlay;
-use crate::config::{InvalidOp, PublicationAutocreate, RunArgs};
+use crate::config::{DeliveryMode, InvalidOp, PublicationAutocreate, RunArgs};
 use crate::error::Definite;
 use crate::router::{Converter, MissingPolicy};
 
@@ -52,6 +52,7 @@ pub fn apply(a: &mut RunArgs, o: &Overlay, explicit: &dyn Fn(&str) -> bool) -> R
             }
             "kafka_brokers" => a.kafka.kafka_brokers = v,
             "heartbeat_interval" => a.heartbeat_interval = v,
+            "delivery" => a.delivery = DeliveryMode::from_str(&v, true).map_err(|_| bad(id, &v))?,
             "heartbeat_action_query" => a.heartbeat_action_query = Some(v),
             "table_field_event_id" => a.table_field_event_id = v,
             "table_field_event_key" => a.table_field_event_key = v,
