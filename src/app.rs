@@ -31,6 +31,10 @@ use crate::retry::backoff;
 use crate::sink::Sink;
 use crate::source::wal::{Context, Session};
 
+/// How long a session waits for the exactly-once producer to start (it may wait out another
+/// instance's open transaction, up to its `transaction.timeout.ms`).
+const EXACTLY_ONCE_PREPARE_TIMEOUT: Duration = Duration::from_secs(180);
+
 /// How often the monitor wakes; finer than any sensible lag-poll or heartbeat interval.
 const MONITOR_TICK: Duration = Duration::from_millis(250);
 
@@ -77,6 +81,26 @@ pub async fn run<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Resul
     result
 }
 
+/// `--delivery exactly-once`: name the transactional producer after the database it reads (its
+/// system identifier, which a physical standby shares, so the name survives a failover) and the
+/// slot. Runs before the sink is built.
+pub async fn identify_for_transactions(cfg: &mut Config) -> Result<(), Error> {
+    if cfg.kafka.transactions.is_none() {
+        return Ok(());
+    }
+    let mut conn = ReplicationConn::connect(&cfg.postgres).await?;
+    let history = match tokio::time::timeout(admin::ADMIN_TIMEOUT, conn.identify_system()).await {
+        Ok(r) => r?,
+        Err(_) => return Err(stalled("IDENTIFY_SYSTEM")),
+    };
+    drop(conn);
+    if let Some(t) = cfg.kafka.transactions.as_mut() {
+        t.identify(&history.system_id);
+        tracing::info!(transactional_id = %t.id, "exactly-once delivery: Kafka transactions under this transactional.id");
+    }
+    Ok(())
+}
+
 async fn supervise<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Result<(), Error> {
     let Handles { health, metrics, shutdown } = handles;
     let mut attempt = 0u32;
@@ -96,6 +120,8 @@ async fn supervise<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Res
             Err(Error::Transient(Transient::SlotBusy { pid, .. })) => Some(format!("PID {pid}")),
             // START_REPLICATION lost the race to another instance: object_in_use.
             Err(Error::Transient(Transient::PgServer { code, message })) if code == "55006" => Some(message.clone()),
+            // Exactly-once: another instance's producer took over the transactional id.
+            Err(Error::Transient(Transient::Fenced { reason })) => Some(reason.clone()),
             _ => None,
         };
         health.set_standby(busy.is_some());
@@ -223,6 +249,12 @@ async fn session<S: Sink>(
     let messages =
         (!cfg.heartbeat_interval.is_zero() && version.decodes_messages()) || !cfg.messages_prefixes.is_empty();
     let from = resume_point(&slot, state.confirmed.as_ref(), &history);
+    // Exactly-once: the Kafka producer takes its transactional id (fencing any other holder) and
+    // reads the position committed with the records; the session skips what it covers.
+    let committed = match tokio::time::timeout(EXACTLY_ONCE_PREPARE_TIMEOUT, sink.prepare()).await {
+        Ok(r) => r?,
+        Err(_) => return Err(stalled("the Kafka transactional producer's start (init_transactions, position read)")),
+    };
     let start = conn.start_replication(&cfg.slot, from, &cfg.publication, messages, cfg.wal_receiver_timeout);
     let stream = match tokio::time::timeout(admin::ADMIN_TIMEOUT, start).await {
         Ok(r) => r?,
@@ -235,7 +267,7 @@ async fn session<S: Sink>(
     *reset_backoff = true;
     tracing::info!(slot = %cfg.slot, publication = %cfg.publication, start = %from, target = %cfg.postgres, "streaming");
     let mut reached = from;
-    let result = Session::new(ctx, sink, stream, from).run(shutdown, &mut reached).await;
+    let result = Session::new(ctx, sink, stream, from).resume_from(committed).run(shutdown, &mut reached).await;
     state.confirmed = Some((reached, history));
     result
 }

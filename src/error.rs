@@ -27,6 +27,13 @@ pub enum Transient {
     PgServer { code: String, message: String },
     #[error("replication slot \"{slot}\" is in use by PID {pid}")]
     SlotBusy { slot: String, pid: i32 },
+    /// `--delivery exactly-once`: the open Kafka transaction was aborted; the next session
+    /// resumes from the last committed position.
+    #[error("Kafka transaction aborted: {reason}; resuming from the last committed position")]
+    TxnAborted { reason: String },
+    /// Another instance took over the transactional id (and so the slot): this one stands by.
+    #[error("fenced by another outboxd with the same transactional.id ({reason}); standing by")]
+    Fenced { reason: String },
 }
 
 /// A failure that needs an operator: retrying would give the same answer.

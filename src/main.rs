@@ -185,6 +185,10 @@ fn run(cfg: Config, mode: Mode) -> anyhow::Result<()> {
         spawn_signal_handler(shutdown.clone())?;
         spawn_reload_handler(cfg.route.contracts.clone())?;
         let handles = Handles { health: health.clone(), metrics: metrics.clone(), shutdown };
+        let mut cfg = cfg;
+        if let Mode::Run = mode {
+            outboxd::app::identify_for_transactions(&mut cfg).await?;
+        }
         let mut sink = AnySink::build(&cfg, health).await?;
         match mode {
             Mode::Run => outboxd::app::run(&cfg, &mut sink, handles).await?,

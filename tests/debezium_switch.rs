@@ -258,7 +258,11 @@ fn handover_with_debeziums_offsets_loses_nothing_and_sends_nothing_twice() {
     let total: usize = batches.iter().map(|b| b.n).sum();
     let records = read_topic(&broker, total);
     let t = tally(&records, total);
-    let skipped = d.log().lines().find(|l| l.contains("resumed where Debezium stopped")).map(str::to_owned);
+    let skipped = d
+        .log()
+        .lines()
+        .find(|l| l.contains("--debezium-offsets: resumed from the committed position"))
+        .map(str::to_owned);
     eprintln!(
         "handover: {total} events; {} records by Debezium, {} by outboxd; lost {}, duplicated {}; slot at handover {:X} \
          vs lsn_commit {lsn_commit:X} (messageType {}); {skipped:?}",

@@ -511,6 +511,14 @@ pub struct RunArgs {
     /// exactly.once.support=required).
     #[arg(long, env = "OUTBOXD_DELIVERY", value_enum, default_value_t = DeliveryMode::AtLeastOnce)]
     pub delivery: DeliveryMode,
+    /// Exactly-once: how long a Kafka transaction stays open before it commits at the next
+    /// PostgreSQL commit (acks, and so slot confirmation, wait for it).
+    #[arg(long, env = "OUTBOXD_TRANSACTION_INTERVAL", default_value = "100ms", value_name = "DURATION")]
+    pub transaction_interval: String,
+    /// Exactly-once: the compacted topic holding outboxd's position, written in each Kafka
+    /// transaction (keyed by system identifier and slot).
+    #[arg(long, env = "OUTBOXD_POSITION_TOPIC", default_value = "outboxd.positions", value_name = "TOPIC")]
+    pub position_topic: String,
     #[command(flatten)]
     pub redis: RedisConnArgs,
     /// Trim each stream to about this many entries (XADD MAXLEN ~ N); unset keeps every entry.

@@ -105,6 +105,31 @@ pub struct KafkaConfig {
     pub topic_partitions: i32,
     /// Replication factor of topics outboxd creates; `-1`: the broker's default.
     pub topic_replication_factor: i32,
+    /// `--delivery exactly-once`: the producer is transactional.
+    pub transactions: Option<TxnConfig>,
+}
+
+/// The exactly-once settings of the Kafka sink.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TxnConfig {
+    /// `transactional.id`: `outboxd-<system identifier>-<slot>`, so a second instance on the same
+    /// slot fences the first. The system identifier is known only once PostgreSQL answered, so
+    /// `run` fills it in ([`TxnConfig::identify`]) before the sink is built.
+    pub id: String,
+    /// The position record's key: `<system identifier>/<slot>`.
+    pub key: String,
+    pub slot: String,
+    pub position_topic: String,
+    /// `--transaction-interval`.
+    pub interval: std::time::Duration,
+}
+
+impl TxnConfig {
+    /// Name the producer after the database (its system identifier) and the slot.
+    pub fn identify(&mut self, system_id: &str) {
+        self.id = format!("outboxd-{system_id}-{}", self.slot);
+        self.key = format!("{system_id}/{}", self.slot);
+    }
 }
 
 /// The `--kafka-property-file` and the index range of its entries in [`KafkaConfig::properties`].
@@ -145,6 +170,7 @@ impl KafkaConfig {
             property_file,
             topic_partitions: -1,
             topic_replication_factor: -1,
+            transactions: None,
         })
     }
 

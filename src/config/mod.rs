@@ -44,7 +44,7 @@ pub use cli::{
     SchemaCheckArgs, SchemaCommand, ShadowCommand, ShadowCompareArgs, SinkKind, StatusArgs,
 };
 pub use kafka::{
-    is_secret, parse_property_flags, read_property_file, shown, KafkaConfig, LoadedProperties, PropertyFile,
+    is_secret, parse_property_flags, read_property_file, shown, KafkaConfig, LoadedProperties, PropertyFile, TxnConfig,
 };
 pub use nats::{NatsConfig, StreamSpec};
 pub use poll::{PollColumns, PollConfig, MAX_RETRY_BACKOFF};

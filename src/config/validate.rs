@@ -244,6 +244,23 @@ impl Config {
                 property_file,
                 topic_partitions: a.topic_partitions,
                 topic_replication_factor: a.topic_replication_factor,
+                transactions: match a.delivery {
+                    DeliveryMode::AtLeastOnce => None,
+                    DeliveryMode::ExactlyOnce => Some(super::TxnConfig {
+                        id: String::new(),
+                        key: String::new(),
+                        slot: a.slot.clone(),
+                        position_topic: {
+                            if a.position_topic.trim().is_empty() {
+                                return Err(bad(
+                                    "--position-topic is empty; name a topic (default outboxd.positions)".into()
+                                ));
+                            }
+                            a.position_topic.clone()
+                        },
+                        interval: parse_duration("--transaction-interval", &a.transaction_interval)?,
+                    }),
+                },
             },
             nats: NatsConfig::new(&nats_url, a.nats.nats_creds.clone(), a.nats_create_stream.as_deref())?,
             redis,

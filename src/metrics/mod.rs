@@ -61,7 +61,15 @@ pub const COMMIT_TO_ACK_BUCKETS: &[f64] = &[
 
 fn builder() -> Result<PrometheusBuilder, metrics_exporter_prometheus::BuildError> {
     PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Full("outboxd_commit_to_ack_seconds".into()), COMMIT_TO_ACK_BUCKETS)
+        .set_buckets_for_metric(Matcher::Full("outboxd_commit_to_ack_seconds".into()), COMMIT_TO_ACK_BUCKETS)?
+        .set_buckets_for_metric(
+            Matcher::Full("outboxd_kafka_transaction_commit_seconds".into()),
+            COMMIT_TO_ACK_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full("outboxd_kafka_transaction_records".into()),
+            &[1.0, 5.0, 10.0, 50.0, 100.0, 500.0, 1000.0, 5000.0, 10000.0],
+        )
 }
 
 /// Handles for every metric outboxd exports. Cheap to clone.
@@ -134,6 +142,9 @@ pub const NAMES: &[&str] = &[
     "outboxd_replication_lag_bytes",
     "outboxd_lag_seconds",
     "outboxd_commit_to_ack_seconds",
+    "outboxd_kafka_transactions_total",
+    "outboxd_kafka_transaction_records",
+    "outboxd_kafka_transaction_commit_seconds",
     "outboxd_connected",
     "outboxd_slot_safe_wal_size_bytes",
     "outboxd_reconnects_total",

@@ -103,6 +103,8 @@ pub enum Wake {
     Ack(Ack),
     Unblocked(Result<(), SinkError>),
     SinkFailed(Error),
+    /// The sink's open transaction is due ([`Sink::due`]).
+    Due,
 }
 
 /// The relay's share of the configuration.
@@ -160,10 +162,12 @@ impl<'a, S: Sink> Relay<'a, S> {
     /// of a task it depends on. Cancel-safe: nothing is taken before it is returned.
     pub async fn wake(&mut self) -> Wake {
         let blocked = self.sink.blocked();
+        let due = if blocked { None } else { self.sink.due() };
         tokio::select! {
             biased;
             Some(ack) = self.rx.recv() => Wake::Ack(ack),
             r = self.sink.unblock(), if blocked => Wake::Unblocked(r),
+            _ = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)), if due.is_some() => Wake::Due,
             e = self.sink_failure.wait() => Wake::SinkFailed(e.into()),
         }
     }
@@ -175,6 +179,10 @@ impl<'a, S: Sink> Relay<'a, S> {
             Wake::Ack(ack) => self.on_acks(ledger, ack).await,
             Wake::Unblocked(r) => self.on_sink_result(ledger, r).await,
             Wake::SinkFailed(e) => Err(e),
+            Wake::Due => {
+                let r = self.sink.commit().await;
+                self.on_sink_result(ledger, r).await
+            }
         }
     }
 
@@ -247,6 +255,7 @@ impl<'a, S: Sink> Relay<'a, S> {
         match r {
             Ok(()) => Ok(()),
             Err(SinkError::Fatal(d)) => Err(d.into()),
+            Err(SinkError::Transient(t)) => Err(t.into()),
             Err(SinkError::Rejected { code, reason, record, delivery }) => {
                 self.resolved(delivery.bytes());
                 let t = delivery.ticket();
@@ -352,6 +361,7 @@ impl<'a, S: Sink> Relay<'a, S> {
                     match self.sink.send(record, delivery).await {
                         Ok(()) => {}
                         Err(SinkError::Fatal(d)) => return Err(d.into()),
+                        Err(SinkError::Transient(t)) => return Err(t.into()),
                         Err(SinkError::Rejected { reason, record, delivery, .. }) => {
                             self.resolved(delivery.bytes());
                             delivery.disarm();

@@ -15,9 +15,10 @@
 use std::sync::Arc;
 
 use super::delivery::Delivery;
-use super::{HttpSink, KafkaSink, NatsSink, NullSink, RabbitSink, RedisSink, Sink, SinkError, StdoutSink};
+use super::{Boundary, HttpSink, KafkaSink, NatsSink, NullSink, RabbitSink, RedisSink, Sink, SinkError, StdoutSink};
+use crate::config::debezium::offsets::DebeziumOffset;
 use crate::config::{Config, SinkKind};
-use crate::error::Definite;
+use crate::error::{Definite, Error};
 use crate::health::Health;
 use crate::router::Record;
 
@@ -128,6 +129,26 @@ impl Sink for OneSink {
     fn failure(&self) -> Option<crate::task::Failure> {
         each!(self, s => s.failure())
     }
+
+    async fn prepare(&mut self) -> Result<Option<DebeziumOffset>, Error> {
+        each!(self, s => s.prepare().await)
+    }
+
+    fn boundary(&mut self, b: Boundary) {
+        each!(self, s => s.boundary(b))
+    }
+
+    fn due(&self) -> Option<tokio::time::Instant> {
+        each!(self, s => s.due())
+    }
+
+    async fn commit(&mut self) -> Result<(), SinkError> {
+        each!(self, s => s.commit().await)
+    }
+
+    async fn abandon(&mut self) {
+        each!(self, s => s.abandon().await)
+    }
 }
 
 impl Sink for AnySink {
@@ -163,5 +184,26 @@ impl Sink for AnySink {
 
     fn failure(&self) -> Option<crate::task::Failure> {
         self.failure.clone()
+    }
+
+    // Exactly-once runs without a second sink (validation refuses --dlq-sink with it).
+    async fn prepare(&mut self) -> Result<Option<DebeziumOffset>, Error> {
+        self.main.prepare().await
+    }
+
+    fn boundary(&mut self, b: Boundary) {
+        self.main.boundary(b)
+    }
+
+    fn due(&self) -> Option<tokio::time::Instant> {
+        self.main.due()
+    }
+
+    async fn commit(&mut self) -> Result<(), SinkError> {
+        self.main.commit().await
+    }
+
+    async fn abandon(&mut self) {
+        self.main.abandon().await
     }
 }

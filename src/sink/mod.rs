@@ -9,6 +9,11 @@
 //! being created, its client queue is full) keeps it, in order, and reports [`Sink::blocked`]. The
 //! replication loop then reads no more WAL and polls [`Sink::unblock`] beside its acks, status timer
 //! and shutdown, so a slow destination never silences the loop.
+//!
+//! A transactional sink (Kafka under `--delivery exactly-once`) acks records only when the
+//! transaction holding them commits. The WAL session tells it where it is ([`Sink::boundary`]),
+//! the relay calls [`Sink::commit`] when [`Sink::due`] says, and a session starts with
+//! [`Sink::prepare`] (the committed position to skip to) and ends with [`Sink::abandon`].
 
 mod any;
 pub mod delivery;
@@ -29,7 +34,9 @@ pub use rabbitmq::RabbitSink;
 pub use redis::RedisSink;
 pub use simple::{record_json, NullSink, StdoutSink};
 
-use crate::error::Definite;
+use crate::config::debezium::offsets::DebeziumOffset;
+use crate::error::{Definite, Error};
+use crate::lsn::Lsn;
 use crate::router::Record;
 use delivery::Delivery;
 
@@ -41,6 +48,20 @@ pub enum SinkError {
     Rejected { code: &'static str, reason: String, record: Box<Record>, delivery: Delivery },
     /// The sink cannot go on.
     Fatal(Definite),
+    /// The session cannot go on, and the next one may (an aborted Kafka transaction, fencing).
+    Transient(crate::error::Transient),
+}
+
+/// Where the WAL session is in the stream, for a sink that commits in transactions
+/// ([`Sink::boundary`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Boundary {
+    /// A PostgreSQL transaction begins; its commit record is at `final_lsn`.
+    Begin { final_lsn: Lsn, xid: u32 },
+    /// A change of the open transaction at `at` (before its record, if any, is sent).
+    Change { at: Lsn },
+    /// The open PostgreSQL transaction committed.
+    Commit,
 }
 
 #[allow(async_fn_in_trait)]
@@ -74,6 +95,30 @@ pub trait Sink {
     fn dead_letter_max_bytes(&self) -> Option<usize> {
         self.max_message_bytes()
     }
+
+    /// Exactly-once: called at the start of every session, before the first record. Returns the
+    /// position committed with the records (a Debezium-shaped offset: the transactions and
+    /// changes at or before it were delivered), which the session skips.
+    async fn prepare(&mut self) -> Result<Option<DebeziumOffset>, Error> {
+        Ok(None)
+    }
+
+    /// Exactly-once: where the WAL session is (see [`Boundary`]).
+    fn boundary(&mut self, _b: Boundary) {}
+
+    /// Exactly-once: when the sink wants [`Sink::commit`] called (its open transaction is due).
+    fn due(&self) -> Option<tokio::time::Instant> {
+        None
+    }
+
+    /// Exactly-once: commit the open transaction if it is due and at a point it may end; its
+    /// records are acked once Kafka committed them.
+    async fn commit(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+
+    /// The session ended: abort what is open (exactly-once), after [`Sink::discard_held`].
+    async fn abandon(&mut self) {}
 
     /// Fires when a task the sink depends on ended (see [`crate::task`]): the loop driving the
     /// sink waits on it and stops with its error. `None`: no such task.

@@ -270,6 +270,7 @@ mod tests {
             property_file: None,
             topic_partitions: 1,
             topic_replication_factor: 1,
+            transactions: None,
         }
     }
 

@@ -69,6 +69,8 @@ pub struct DeliveryContext {
     /// Successful deliveries so far: the health thread reads progress from it (no clock read on
     /// the per-record path).
     pub(super) acks: AtomicU64,
+    /// `--delivery exactly-once`: reports are held here until the transaction commits.
+    pub(super) txn: Option<Arc<super::txn::Written>>,
 }
 
 impl DeliveryContext {
@@ -107,7 +109,16 @@ impl ProducerContext for DeliveryContext {
                 if !self.link.is_up() {
                     self.kafka_up(true, "");
                 }
-                delivery.ack()
+                match &self.txn {
+                    Some(held) => held.acked(delivery),
+                    None => delivery.ack(),
+                }
+            }
+            // In a transaction, any failure aborts it: the next session sends the records again.
+            Err((e, _)) if self.txn.is_some() => {
+                if let Some(held) = &self.txn {
+                    held.failed(delivery, client::scrub(&e.to_string(), &self.properties));
+                }
             }
             Err((e, msg)) => match rejection_code(e) {
                 Some(code) => {

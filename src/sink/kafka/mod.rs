@@ -31,6 +31,7 @@
 
 pub mod client;
 mod events;
+pub mod txn;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,9 +46,11 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 use super::delivery::Delivery;
 use super::link::Link;
-use super::{Sink, SinkError};
+use super::{Boundary, Sink, SinkError};
+use crate::config::debezium::offsets::DebeziumOffset;
 use crate::config::KafkaConfig;
 use crate::error::Definite;
+use crate::error::Error;
 use crate::health::Health;
 use crate::router::Record;
 use client::{Retry, TopicError};
@@ -96,6 +99,18 @@ pub struct KafkaSink {
     /// When a full queue may be tried again; kept here, not in `unblock`'s future, so the loop's
     /// other arms (acks arrive often) cannot keep restarting the wait.
     retry_at: Option<tokio::time::Instant>,
+    /// `--delivery exactly-once`: the transactions ([`txn`]).
+    txns: Option<(txn::Txns, txn::TxnMetrics)>,
+    /// What built this sink, to build it again after the producer was fenced.
+    built: Built,
+}
+
+#[derive(Clone)]
+struct Built {
+    cfg: KafkaConfig,
+    max_in_flight: usize,
+    max_in_flight_bytes: usize,
+    health: Arc<Health>,
 }
 
 /// Least-recently-used set of topic names known to exist.
@@ -147,20 +162,21 @@ impl KafkaSink {
         max_in_flight_bytes: usize,
         health: Arc<Health>,
     ) -> Result<KafkaSink, Definite> {
-        let c = client::producer_config(
-            cfg,
-            "outboxd",
-            &[
-                ("enable.idempotence", "true".into()),
-                ("acks", "all".into()),
-                ("message.timeout.ms", "0".into()),
-                ("linger.ms", "5".into()),
-                ("queue.buffering.max.messages", (max_in_flight.max(1) * 2).max(100_000).to_string()),
-                // Room for twice our own byte budget (librdkafka's default, 1 GiB, at least), so
-                // `--max-in-flight-bytes` stops reading WAL before librdkafka's queue is full.
-                ("queue.buffering.max.kbytes", (max_in_flight_bytes / 512).clamp(1_048_576, 2_097_151).to_string()),
-            ],
-        );
+        let txns = cfg.transactions.clone().map(|t| txn::Txns::new(t, max_in_flight, max_in_flight_bytes));
+        let mut defaults = vec![
+            ("enable.idempotence", "true".into()),
+            ("acks", "all".into()),
+            ("message.timeout.ms", "0".into()),
+            ("linger.ms", "5".into()),
+            ("queue.buffering.max.messages", (max_in_flight.max(1) * 2).max(100_000).to_string()),
+            // Room for twice our own byte budget (librdkafka's default, 1 GiB, at least), so
+            // `--max-in-flight-bytes` stops reading WAL before librdkafka's queue is full.
+            ("queue.buffering.max.kbytes", (max_in_flight_bytes / 512).clamp(1_048_576, 2_097_151).to_string()),
+        ];
+        if let Some(t) = &txns {
+            defaults.extend(t.producer_defaults());
+        }
+        let c = client::producer_config(cfg, "outboxd", &defaults);
         let max_message_bytes = cfg
             .properties
             .iter()
@@ -170,9 +186,15 @@ impl KafkaSink {
             .transpose()
             .map_err(|_| Definite::Config("--kafka-property message.max.bytes must be a number of bytes".into()))?
             .unwrap_or(1_000_000);
-        let link = Link::new("kafka", "Kafka", health);
+        let link = Link::new("kafka", "Kafka", health.clone());
         link.set(true, "");
-        let context = DeliveryContext { link, properties: cfg.properties.clone(), acks: AtomicU64::new(0) };
+        let context = DeliveryContext {
+            link,
+            properties: cfg.properties.clone(),
+            acks: AtomicU64::new(0),
+            txn: txns.as_ref().map(|t| t.written.clone()),
+        };
+        let built = Built { cfg: cfg.clone(), max_in_flight, max_in_flight_bytes, health: health.clone() };
         let producer: BaseProducer<DeliveryContext> = client::create(&c, context, "producer", cfg)?;
         let admin =
             client::create(&client::admin_config(cfg, "outboxd-admin"), DefaultClientContext, "admin client", cfg)?;
@@ -196,6 +218,8 @@ impl KafkaSink {
             held: VecDeque::new(),
             creating: None,
             retry_at: None,
+            txns: txns.map(|t| (t, txn::TxnMetrics::new())),
+            built,
         })
     }
 
@@ -240,6 +264,7 @@ impl KafkaSink {
     #[allow(clippy::result_large_err)]
     fn try_produce(&mut self, held: Held) -> Result<Option<Held>, SinkError> {
         let Held { record, delivery, refreshed } = held;
+        let bytes = delivery.bytes();
         if !self.known_topics.touch(&record.topic) {
             if self.creating.is_none() {
                 self.start_creating(&record.topic);
@@ -265,7 +290,12 @@ impl KafkaSink {
             br = br.timestamp(ts);
         }
         match self.producer.send(br) {
-            Ok(()) => Ok(None),
+            Ok(()) => {
+                if let Some((t, _)) = &mut self.txns {
+                    t.produced(bytes);
+                }
+                Ok(None)
+            }
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                 let delivery = *back.delivery_opaque;
                 self.retry_at.get_or_insert_with(|| tokio::time::Instant::now() + QUEUE_FULL_WAIT);
@@ -332,7 +362,7 @@ async fn topic_exists(admin: Arc<AdminClient<DefaultClientContext>>, topic: Stri
 /// to check it against), and the retried first request then looks already written (KAFKA-15591,
 /// fixed in Kafka 4.5; seen here as 1497 of 1500 records acked and stored). Past the wait the
 /// records go anyway, with a warning: the probe is a guard, not a gate.
-async fn partitions_ready(producer: Arc<BaseProducer<DeliveryContext>>, topic: String) {
+pub(super) async fn partitions_ready(producer: Arc<BaseProducer<DeliveryContext>>, topic: String) {
     let started = std::time::Instant::now();
     let ready = tokio::task::spawn_blocking(move || {
         let client = producer.client();
@@ -464,6 +494,48 @@ impl Sink for KafkaSink {
         // Handles fail on drop into the ended session's channel; the topic task may finish.
         self.held.clear();
         self.retry_at = None;
+    }
+
+    async fn prepare(&mut self) -> Result<Option<DebeziumOffset>, Error> {
+        if self.txns.as_ref().is_some_and(|(t, _)| t.fatal) {
+            // Fenced before: this producer is dead for good; a new one takes the id back.
+            let b = self.built.clone();
+            tracing::info!("exactly-once: building a new transactional producer (the last one was fenced)");
+            *self = KafkaSink::new(&b.cfg, b.max_in_flight, b.max_in_flight_bytes, b.health)?;
+        }
+        match &mut self.txns {
+            Some((t, _)) => t.prepare(&self.producer, &self.admin, &self.built.cfg).await,
+            None => Ok(None),
+        }
+    }
+
+    fn boundary(&mut self, b: Boundary) {
+        if let Some((t, _)) = &mut self.txns {
+            t.boundary(b);
+        }
+    }
+
+    fn due(&self) -> Option<tokio::time::Instant> {
+        if !self.held.is_empty() {
+            return None;
+        }
+        self.txns.as_ref().and_then(|(t, _)| t.due())
+    }
+
+    async fn commit(&mut self) -> Result<(), SinkError> {
+        if !self.held.is_empty() {
+            return Ok(());
+        }
+        match &mut self.txns {
+            Some((t, m)) => t.commit(&self.producer, m).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn abandon(&mut self) {
+        if let Some((t, m)) = &mut self.txns {
+            drop(t.abort(&self.producer, "the session ended".into(), m).await);
+        }
     }
 
     fn max_message_bytes(&self) -> Option<usize> {

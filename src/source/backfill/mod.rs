@@ -62,7 +62,8 @@ impl Summary {
 pub async fn run(cfg: Config, range: Range) -> Result<u8, Error> {
     if cfg.delivery == crate::config::DeliveryMode::ExactlyOnce {
         return Err(Definite::Config(
-            "outboxd backfill re-publishes rows on purpose (consumers see them again); drop --delivery exactly-once".into(),
+            "outboxd backfill re-publishes rows on purpose (consumers see them again); drop --delivery exactly-once"
+                .into(),
         )
         .into());
     }

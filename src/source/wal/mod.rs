@@ -58,7 +58,7 @@ use crate::pg::pgoutput::{Decoder, LogicalMessage};
 use crate::pg::replication::{WalMessage, WalSource};
 use crate::relay::{route_masked, Ledger, Position, Relay, RelayConfig, Source, Ticket, Wake};
 use crate::router::{BadEvent, OutboxRow, Record, Route};
-use crate::sink::Sink;
+use crate::sink::{Boundary, Sink};
 use tracker::AckTracker;
 
 /// What we know about a relation id.
@@ -111,6 +111,15 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         }
     }
 
+    /// Skip what an exactly-once sink committed before this session (see [`Sink::prepare`]); it
+    /// takes the place of `--debezium-offsets`, which it always covers once it exists.
+    pub fn resume_from(mut self, committed: Option<crate::config::debezium::offsets::DebeziumOffset>) -> Self {
+        if let Some(offset) = committed {
+            self.resume = Some(resume::Resume::committed(offset));
+        }
+        self
+    }
+
     /// Run until shutdown (Ok) or an error. On any exit, the last status update sent carries only
     /// acked progress, and `confirmed` is left at the frontier reached: every record before it is
     /// acked, so the next session may start there even if the server did not persist it.
@@ -119,6 +128,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         self.metrics.pg_connected.set(1.0);
         let result = self.run_inner(shutdown).await;
         self.relay.sink().discard_held();
+        self.relay.sink().abandon().await;
         self.health.set_streaming(false);
         self.metrics.pg_connected.set(0.0);
         // Acks that arrived after the loop ended still count.
@@ -251,6 +261,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         match msg {
             LogicalMessage::Begin(b) => {
                 self.tracker.begin(b.commit_time).map_err(bug)?;
+                self.relay.sink().boundary(Boundary::Begin { final_lsn: b.final_lsn, xid: b.xid });
                 if let Some(r) = &mut self.resume {
                     r.begin(b.final_lsn, b.xid);
                 }
@@ -259,6 +270,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                 if let Some(r) = &mut self.resume {
                     r.commit();
                 }
+                self.relay.sink().boundary(Boundary::Commit);
                 self.tracker.commit(c.end_lsn).map_err(bug)?;
                 self.record_completed();
             }
@@ -295,6 +307,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                 if self.resume.as_mut().is_some_and(|r| r.delivered(at)) {
                     return Ok(());
                 }
+                self.relay.sink().boundary(Boundary::Change { at });
                 let commit_time_us = self
                     .tracker
                     .open_commit_time()
@@ -316,8 +329,11 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                 }
             }
             LogicalMessage::Message(m) if self.cfg.messages_prefixes.contains(&m.prefix) => {
-                if m.flags & 1 == 1 && self.resume.as_mut().is_some_and(|r| r.delivered(at)) {
-                    return Ok(());
+                if m.flags & 1 == 1 {
+                    if self.resume.as_mut().is_some_and(|r| r.delivered(at)) {
+                        return Ok(());
+                    }
+                    self.relay.sink().boundary(Boundary::Change { at });
                 }
                 self.on_event_message(at, m).await?;
             }

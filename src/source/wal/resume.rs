@@ -1,5 +1,7 @@
 //! Taking over from Debezium (`--debezium-offsets`): the events of the stream that Debezium's
-//! committed offset says it delivered are not sent again.
+//! committed offset says it delivered are not sent again. The same rule resumes exactly-once
+//! delivery from the position committed in Kafka with the records (`--delivery exactly-once`),
+//! which has the same shape.
 //!
 //! The rule ([`crate::config::debezium::offsets`] explains the offset's keys): a transaction whose
 //! commit record starts before `lsn_commit` is skipped whole; in the transaction Debezium was in
@@ -24,11 +26,27 @@ pub struct Resume {
     skipped: u64,
     /// The summary was logged (after the first transaction that was sent, even in part).
     reported: bool,
+    /// Where the offset came from, for the log.
+    what: &'static str,
 }
 
 impl Resume {
+    /// Debezium's committed offset (`--debezium-offsets`).
     pub fn new(offset: DebeziumOffset) -> Resume {
-        Resume { offset, whole: false, partial: false, at_proc: 0, skipped: 0, reported: false }
+        Resume {
+            offset,
+            whole: false,
+            partial: false,
+            at_proc: 0,
+            skipped: 0,
+            reported: false,
+            what: "--debezium-offsets",
+        }
+    }
+
+    /// The position an exactly-once Kafka sink committed with its records.
+    pub fn committed(offset: DebeziumOffset) -> Resume {
+        Resume { what: "exactly-once", ..Resume::new(offset) }
     }
 
     pub fn begin(&mut self, final_lsn: Lsn, xid: u32) {
@@ -61,7 +79,8 @@ impl Resume {
             tracing::info!(
                 skipped = self.skipped,
                 lsn_commit = %self.offset.lsn_commit,
-                "--debezium-offsets: resumed where Debezium stopped; {} event(s) it had delivered were not sent again",
+                "{}: resumed from the committed position; {} event(s) already delivered were not sent again",
+                self.what,
                 self.skipped
             );
         }

@@ -1,0 +1,669 @@
+//! Exactly-once delivery (`--delivery exactly-once`): the Kafka sink's transactions.
+//!
+//! ```text
+//!  WAL session ── boundary(Begin/Change/Commit) ──▶ Txns ── position record ─┐
+//!  relay ── send ──▶ producer (in the open Kafka transaction) ── records ────┤── commit ──▶ acks
+//!  delivery reports ──▶ Written (held until the commit) ─────────────────────┘
+//! ```
+//!
+//! A record is acked only when the Kafka transaction that holds it has committed. The ack
+//! tracker is unchanged, so the slot is confirmed only past committed records. Each Kafka
+//! transaction also carries outboxd's position (a record keyed `<system id>/<slot>` in the
+//! compacted `--position-topic`), in the shape of a Debezium offset: the PostgreSQL transactions
+//! whose commit record is before `lsn_commit` are delivered whole, and in the transaction it may
+//! stop inside, the changes up to `lsn_proc`. A new session reads it with `read_committed` and
+//! skips what it covers, even when the slot is behind (a crash between the Kafka commit and the
+//! slot's confirmation).
+//!
+//! # Invariants
+//! * A commit happens only where every change the session handed over was produced (nothing held
+//!   by the sink), so the position never covers a record that is not in the transaction.
+//! * Whole PostgreSQL transactions go together while they fit. One past half the in-flight
+//!   budgets (records or bytes) commits inside itself, with the position pointing at its last
+//!   change: otherwise the budget would stop the reading before its commit arrives.
+//! * Delivery handles of an aborted transaction are disarmed, never failed: the session ends with
+//!   a transient error and the next one resumes from the committed position.
+//! * Errors are decided in one place ([`classify`]): fatal (fenced, or another fatal producer
+//!   state) ends the session as a standby and rebuilds the producer before the next one; abortable
+//!   ones abort and resume; retriable ones retry the same call.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+
+use super::client;
+use super::events::DeliveryContext;
+use crate::config::debezium::offsets::{DebeziumOffset, Partial};
+use crate::config::KafkaConfig;
+use crate::config::TxnConfig;
+use crate::error::{Definite, Error, Transient};
+use crate::lsn::Lsn;
+use crate::sink::delivery::{Delivery, Position, Source, Ticket};
+use crate::sink::{Boundary, SinkError};
+
+/// How long a Kafka transaction may stay open (`transaction.timeout.ms`, unless the user sets it).
+pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a blocking transaction call may take before it counts as failed.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long reading the committed position may wait (other writers' open transactions hold the
+/// read back until they end, at most their transaction timeout).
+const POSITION_READ_TIMEOUT: Duration = Duration::from_secs(150);
+
+/// Delivery reports of the open transaction: held until it commits.
+#[derive(Default)]
+pub struct Written {
+    acked: Mutex<Vec<Box<Delivery>>>,
+    failed: Mutex<Vec<(Box<Delivery>, String)>>,
+}
+
+impl Written {
+    pub fn acked(&self, d: Box<Delivery>) {
+        self.acked.lock().unwrap_or_else(|p| p.into_inner()).push(d);
+    }
+
+    pub fn failed(&self, d: Box<Delivery>, reason: String) {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).push((d, reason));
+    }
+
+    fn count(&self) -> usize {
+        self.acked.lock().unwrap_or_else(|p| p.into_inner()).len()
+            + self.failed.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Take everything reported so far: (acked, failed).
+    fn take(&self) -> (Vec<Box<Delivery>>, Vec<(Box<Delivery>, String)>) {
+        (
+            std::mem::take(&mut *self.acked.lock().unwrap_or_else(|p| p.into_inner())),
+            std::mem::take(&mut *self.failed.lock().unwrap_or_else(|p| p.into_inner())),
+        )
+    }
+
+    /// Forget every handle of an aborted transaction (the next session resends them).
+    fn disarm_all(&self) {
+        let (acked, failed) = self.take();
+        acked.into_iter().for_each(|d| d.disarm());
+        failed.into_iter().for_each(|(d, _)| d.disarm());
+    }
+}
+
+/// The position record's value.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct StoredPosition {
+    /// Transactions whose commit record starts before this were delivered whole.
+    lsn_commit: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    xid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lsn_proc: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    events_at_proc: Option<u64>,
+}
+
+impl StoredPosition {
+    fn of(o: &DebeziumOffset) -> StoredPosition {
+        StoredPosition {
+            lsn_commit: o.lsn_commit.to_string(),
+            xid: o.partial.map(|p| p.xid),
+            lsn_proc: o.partial.map(|p| p.lsn_proc.to_string()),
+            events_at_proc: o.partial.map(|p| p.events_at_proc),
+        }
+    }
+
+    fn offset(&self) -> Option<DebeziumOffset> {
+        let lsn_commit = self.lsn_commit.parse::<Lsn>().ok()?;
+        let partial = match (self.xid, self.lsn_proc.as_deref(), self.events_at_proc) {
+            (Some(xid), Some(p), Some(n)) => Some(Partial { xid, lsn_proc: p.parse().ok()?, events_at_proc: n }),
+            _ => None,
+        };
+        Some(DebeziumOffset { lsn_commit, partial })
+    }
+}
+
+/// What one blocking transaction call's error means.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    Retry,
+    Abort,
+    Fatal,
+}
+
+/// The one place that decides what a transaction error means.
+fn classify(e: &KafkaError) -> Verdict {
+    match e {
+        KafkaError::Transaction(t) if t.is_fatal() => Verdict::Fatal,
+        KafkaError::Transaction(t) if t.txn_requires_abort() => Verdict::Abort,
+        KafkaError::Transaction(t) if t.is_retriable() => Verdict::Retry,
+        // The flush before a commit timed out: the records are not all written; abort them.
+        KafkaError::Flush(_) => Verdict::Abort,
+        _ => match e.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch) => Verdict::Fatal,
+            _ => Verdict::Abort,
+        },
+    }
+}
+
+/// The transactional state of the Kafka sink.
+pub struct Txns {
+    pub cfg: TxnConfig,
+    pub written: Arc<Written>,
+    /// init_transactions done on this producer, and the position read.
+    ready: bool,
+    /// The producer is in a fatal state (fenced): the next session rebuilds it.
+    pub fatal: bool,
+    /// A Kafka transaction is open (begin_transaction called).
+    open: bool,
+    /// When the open transaction got its first record.
+    opened_at: Option<Instant>,
+    /// Records produced in the open transaction, and their bytes.
+    sent: usize,
+    bytes: usize,
+    /// Limits past which a PostgreSQL transaction commits inside itself.
+    max_records: usize,
+    max_bytes: usize,
+    /// Where the WAL session is.
+    in_pg: Option<(Lsn, u32)>,
+    last_change: Option<(Lsn, u64)>,
+    /// The position after the last PostgreSQL transaction that committed.
+    whole: Option<DebeziumOffset>,
+    /// What the last Kafka commit stored (read at start).
+    pub committed: Option<DebeziumOffset>,
+    /// A throwaway ack channel for the position record's handle.
+    dummy: tokio::sync::mpsc::UnboundedSender<crate::sink::delivery::Ack>,
+}
+
+impl Txns {
+    pub fn new(cfg: TxnConfig, max_in_flight: usize, max_in_flight_bytes: usize) -> Txns {
+        let (dummy, _) = tokio::sync::mpsc::unbounded_channel();
+        Txns {
+            cfg,
+            written: Arc::new(Written::default()),
+            ready: false,
+            fatal: false,
+            open: false,
+            opened_at: None,
+            sent: 0,
+            bytes: 0,
+            max_records: (max_in_flight / 2).max(1),
+            max_bytes: (max_in_flight_bytes / 2).max(1),
+            in_pg: None,
+            last_change: None,
+            whole: None,
+            committed: None,
+            dummy,
+        }
+    }
+
+    /// The producer's settings for transactions.
+    pub fn producer_defaults(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("transactional.id", self.cfg.id.clone()),
+            ("transaction.timeout.ms", TRANSACTION_TIMEOUT.as_millis().to_string()),
+            // librdkafka wants it within the transaction timeout; an expired record aborts the
+            // transaction (and the session), it is never lost.
+            ("message.timeout.ms", TRANSACTION_TIMEOUT.as_millis().to_string()),
+        ]
+    }
+
+    pub fn boundary(&mut self, b: Boundary) {
+        match b {
+            Boundary::Begin { final_lsn, xid } => {
+                self.in_pg = Some((final_lsn, xid));
+                self.last_change = None;
+            }
+            Boundary::Change { at } => {
+                self.last_change = match self.last_change {
+                    Some((l, n)) if l == at => Some((l, n + 1)),
+                    _ => Some((at, 1)),
+                };
+            }
+            Boundary::Commit => {
+                if let Some((final_lsn, _)) = self.in_pg.take() {
+                    self.whole = Some(DebeziumOffset { lsn_commit: Lsn(final_lsn.0 + 1), partial: None });
+                }
+                self.last_change = None;
+            }
+        }
+    }
+
+    /// A record went into the open transaction.
+    pub fn produced(&mut self, bytes: usize) {
+        self.sent += 1;
+        self.bytes += bytes;
+        self.opened_at.get_or_insert_with(Instant::now);
+    }
+
+    /// When the open transaction should commit.
+    pub fn due(&self) -> Option<tokio::time::Instant> {
+        let opened = self.opened_at?;
+        if !self.open || self.sent == 0 {
+            return None;
+        }
+        match self.in_pg {
+            None => Some(tokio::time::Instant::from_std(opened + self.cfg.interval)),
+            // Inside a PostgreSQL transaction: only past half a budget, and only after a change.
+            Some(_)
+                if self.last_change.is_some() && (self.sent >= self.max_records || self.bytes >= self.max_bytes) =>
+            {
+                Some(tokio::time::Instant::now())
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// The position a commit now would store.
+    fn position(&self) -> Option<DebeziumOffset> {
+        match (self.in_pg, self.last_change) {
+            (Some((final_lsn, xid)), Some((at, n))) => Some(DebeziumOffset {
+                lsn_commit: final_lsn,
+                partial: Some(Partial { xid, lsn_proc: at, events_at_proc: n }),
+            }),
+            _ => self.whole.clone(),
+        }
+    }
+
+    /// Start: create the position topic, take the transactional id (fencing any other holder,
+    /// and waiting out its open transaction), read the committed position, open a transaction.
+    pub async fn prepare(
+        &mut self,
+        producer: &Arc<BaseProducer<DeliveryContext>>,
+        admin: &Arc<AdminClient<DefaultClientContext>>,
+        kafka: &KafkaConfig,
+    ) -> Result<Option<DebeziumOffset>, Error> {
+        if !self.ready {
+            ensure_position_topic(admin, &self.cfg.position_topic).await?;
+            super::partitions_ready(producer.clone(), self.cfg.position_topic.clone()).await;
+            let p = producer.clone();
+            let r = blocking(move || retrying(|| p.init_transactions(CALL_TIMEOUT))).await;
+            if let Err(e) = r {
+                return Err(match classify(&e) {
+                    Verdict::Fatal if is_fenced(&e) => Transient::Fenced { reason: e.to_string() }.into(),
+                    _ => Definite::Sink(format!(
+                        "cannot start Kafka transactions (init_transactions under transactional.id {:?}): {}; \
+                         --delivery exactly-once needs brokers with transactions enabled (transaction.state.log.* \
+                         settings, enough brokers for its replication factor)",
+                        self.cfg.id,
+                        client::scrub(&e.to_string(), &kafka.properties)
+                    ))
+                    .into(),
+                });
+            }
+            let (k, t) = (kafka.clone(), self.cfg.clone());
+            let stored = tokio::task::spawn_blocking(move || read_position(&k, &t))
+                .await
+                .map_err(|e| Definite::Sink(format!("the position reader task failed: {e}")))??;
+            tracing::info!(position = ?stored, topic = %self.cfg.position_topic, key = %self.cfg.key, "exactly-once: committed position read");
+            self.committed = stored.clone();
+            self.whole = stored;
+            self.ready = true;
+        }
+        self.in_pg = None;
+        self.last_change = None;
+        // The session restarts from the slot, which is never past what was committed.
+        self.whole = self.committed.clone();
+        if !self.open {
+            producer.begin_transaction().map_err(|e| self.failure(e))?;
+            self.open = true;
+        }
+        Ok(self.committed.clone())
+    }
+
+    /// Commit the open transaction if it is due; ack its records after Kafka committed them.
+    pub async fn commit(
+        &mut self,
+        producer: &Arc<BaseProducer<DeliveryContext>>,
+        metrics: &TxnMetrics,
+    ) -> Result<(), SinkError> {
+        if self.due().is_none_or(|at| at > tokio::time::Instant::now()) {
+            return Ok(());
+        }
+        let Some(position) = self.position() else {
+            return Err(SinkError::Fatal(Definite::Bug("an exactly-once commit without a position".into())));
+        };
+        let value = serde_json::to_vec(&StoredPosition::of(&position)).unwrap_or_default();
+        let source = Source { position: Position::Unknown, table: Arc::from("") };
+        let handle = Box::new(Delivery::new(
+            Ticket(0),
+            String::new(),
+            self.cfg.position_topic.clone(),
+            source,
+            self.dummy.clone(),
+        ));
+        let record = BaseRecord::with_opaque_to(&self.cfg.position_topic, handle).key(&self.cfg.key).payload(&value);
+        if let Err((e, back)) = producer.send(record) {
+            back.delivery_opaque.disarm();
+            return Err(self.abort(producer, format!("the position record was refused: {e}"), metrics).await);
+        }
+        self.sent += 1;
+        let started = Instant::now();
+        let p = producer.clone();
+        let r = blocking(move || retrying(|| p.commit_transaction(CALL_TIMEOUT))).await;
+        match r {
+            Ok(()) => {
+                // Reports served on the runtime thread may still be in their callbacks.
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while self.written.count() < self.sent && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                let (acked, failed) = self.written.take();
+                metrics.committed(acked.len().saturating_sub(1), started.elapsed());
+                if !failed.is_empty() {
+                    // Kafka committed, so these were written: a report said otherwise. The
+                    // position covers them; the next session skips them.
+                    tracing::error!(
+                        count = failed.len(),
+                        "Kafka committed a transaction whose delivery reports had failures"
+                    );
+                    failed.into_iter().for_each(|(d, _)| d.disarm());
+                }
+                acked.into_iter().for_each(|d| d.ack());
+                self.committed = Some(position);
+                self.open = false;
+                self.sent = 0;
+                self.bytes = 0;
+                self.opened_at = None;
+                producer.begin_transaction().map_err(|e| SinkError::Transient(self.transient(e)))?;
+                self.open = true;
+                Ok(())
+            }
+            Err(e) => {
+                let reason = client::scrub(&e.to_string(), &[]);
+                Err(match classify(&e) {
+                    Verdict::Fatal => {
+                        metrics.aborted();
+                        self.fatal = true;
+                        self.open = false;
+                        self.written.disarm_all();
+                        SinkError::Transient(self.transient(e))
+                    }
+                    _ => self.abort(producer, format!("commit failed: {reason}"), metrics).await,
+                })
+            }
+        }
+    }
+
+    /// Abort the open transaction (the session ended, or a commit failed); its handles are
+    /// disarmed. Returns the error the session ends with.
+    pub async fn abort(
+        &mut self,
+        producer: &Arc<BaseProducer<DeliveryContext>>,
+        reason: String,
+        metrics: &TxnMetrics,
+    ) -> SinkError {
+        if self.fatal || !self.open {
+            self.written.disarm_all();
+            return SinkError::Transient(Transient::TxnAborted { reason });
+        }
+        let had = self.sent;
+        let p = producer.clone();
+        let r = blocking(move || {
+            let r = retrying(|| p.abort_transaction(CALL_TIMEOUT));
+            // Reports of purged records come back failed; let them arrive before forgetting.
+            let _ = p.flush(Duration::from_secs(5));
+            r
+        })
+        .await;
+        self.written.disarm_all();
+        self.open = false;
+        self.sent = 0;
+        self.bytes = 0;
+        self.opened_at = None;
+        if had > 0 {
+            metrics.aborted();
+            tracing::warn!(records = had, %reason, "Kafka transaction aborted; the next session resumes from the committed position");
+        }
+        match r {
+            Err(e) if classify(&e) == Verdict::Fatal => {
+                self.fatal = true;
+                SinkError::Transient(self.transient(e))
+            }
+            _ => SinkError::Transient(Transient::TxnAborted { reason }),
+        }
+    }
+
+    fn transient(&mut self, e: KafkaError) -> Transient {
+        if classify(&e) == Verdict::Fatal {
+            self.fatal = true;
+            if is_fenced(&e) {
+                return Transient::Fenced { reason: e.to_string() };
+            }
+        }
+        Transient::TxnAborted { reason: e.to_string() }
+    }
+
+    fn failure(&mut self, e: KafkaError) -> Error {
+        self.transient(e).into()
+    }
+}
+
+fn is_fenced(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch | RDKafkaErrorCode::Fenced)
+    )
+}
+
+/// Retry a transaction call while librdkafka says the same call may succeed.
+fn retrying(mut call: impl FnMut() -> Result<(), KafkaError>) -> Result<(), KafkaError> {
+    let mut tries = 0;
+    loop {
+        match call() {
+            Err(e) if classify(&e) == Verdict::Retry && tries < 5 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(200 * tries));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// A blocking librdkafka call, off the runtime's only thread.
+async fn blocking(f: impl FnOnce() -> Result<(), KafkaError> + Send + 'static) -> Result<(), KafkaError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "a Kafka transaction call's task failed");
+            Err(KafkaError::Canceled)
+        }
+    }
+}
+
+/// The position topic: compacted, one partition (a record per slot), the brokers' replication.
+async fn ensure_position_topic(admin: &AdminClient<DefaultClientContext>, topic: &str) -> Result<(), Error> {
+    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    match admin.create_topics([&new], &opts).await {
+        Ok(results) => match results.into_iter().next() {
+            Some(Ok(_)) => {
+                tracing::info!(topic, "created the exactly-once position topic (compacted)");
+                Ok(())
+            }
+            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) | None => Ok(()),
+            // Not allowed to create it: it may exist; the position read says if it does not.
+            Some(Err((
+                _,
+                RDKafkaErrorCode::TopicAuthorizationFailed | RDKafkaErrorCode::ClusterAuthorizationFailed,
+            ))) => Ok(()),
+            Some(Err((_, code))) => Err(Definite::Sink(format!(
+                "cannot create the position topic {topic:?}: {code}; create it (compacted) yourself"
+            ))
+            .into()),
+        },
+        Err(e) => Err(Transient::TxnAborted { reason: format!("creating the position topic {topic:?}: {e}") }.into()),
+    }
+}
+
+/// The last committed position for our key, read with `read_committed` up to the end.
+fn read_position(kafka: &KafkaConfig, t: &TxnConfig) -> Result<Option<DebeziumOffset>, Error> {
+    let cfg = client::consumer_config(
+        kafka,
+        "outboxd-position",
+        &[
+            ("group.id", format!("outboxd-position-{}", t.key)),
+            ("enable.auto.commit", "false".into()),
+            ("isolation.level", "read_committed".into()),
+            ("enable.partition.eof", "true".into()),
+        ],
+    );
+    let consumer: BaseConsumer =
+        client::create(&cfg, rdkafka::consumer::DefaultConsumerContext, "position reader", kafka)?;
+    let topic = &t.position_topic;
+    let unreadable = |what: String| -> Error {
+        Transient::TxnAborted { reason: format!("cannot read the position topic {topic:?}: {what}") }.into()
+    };
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).map_err(|e| unreadable(e.to_string()))?;
+    let partitions = md.topics().iter().find(|m| m.name() == topic).map_or(0, |m| m.partitions().len()) as i32;
+    if partitions == 0 {
+        return Err(unreadable("it has no partitions (does it exist?)".into()));
+    }
+    let mut ends = Vec::new();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        let (_, high) =
+            consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).map_err(|e| unreadable(e.to_string()))?;
+        ends.push(high);
+        tpl.add_partition_offset(topic, p, Offset::Beginning).map_err(|e| unreadable(e.to_string()))?;
+    }
+    consumer.assign(&tpl).map_err(|e| unreadable(e.to_string()))?;
+    let mut latest: Option<DebeziumOffset> = None;
+    let started = Instant::now();
+    loop {
+        let done = consumer.position().ok().is_some_and(|pos| {
+            (0..partitions).all(|p| {
+                let end = ends[p as usize];
+                end == 0
+                    || matches!(pos.find_partition(topic, p).map(|e| e.offset()), Some(Offset::Offset(o)) if o >= end)
+            })
+        });
+        if done {
+            return Ok(latest);
+        }
+        if started.elapsed() > POSITION_READ_TIMEOUT {
+            return Err(unreadable(format!(
+                "its end was not reached in {}s (an open transaction of another writer?)",
+                POSITION_READ_TIMEOUT.as_secs()
+            )));
+        }
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) if m.key() == Some(t.key.as_bytes()) => {
+                let parsed = m.payload().and_then(|v| serde_json::from_slice::<StoredPosition>(v).ok());
+                match parsed.and_then(|s| s.offset()) {
+                    Some(o) => latest = Some(o),
+                    None => {
+                        return Err(Definite::Sink(format!(
+                            "the position record for {:?} in {topic:?} at offset {} is not outboxd's; use another --position-topic",
+                            t.key,
+                            m.offset()
+                        ))
+                        .into())
+                    }
+                }
+            }
+            Some(Ok(_)) | None => {}
+            Some(Err(KafkaError::PartitionEOF(_))) => {}
+            Some(Err(e)) => tracing::warn!(error = %e, "reading the position topic"),
+        }
+    }
+}
+
+/// The exactly-once metrics.
+#[derive(Clone)]
+pub struct TxnMetrics {
+    committed: metrics::Counter,
+    aborted: metrics::Counter,
+    records: metrics::Histogram,
+    latency: metrics::Histogram,
+}
+
+impl TxnMetrics {
+    pub fn new() -> TxnMetrics {
+        TxnMetrics {
+            committed: metrics::counter!("outboxd_kafka_transactions_total", "outcome" => "committed"),
+            aborted: metrics::counter!("outboxd_kafka_transactions_total", "outcome" => "aborted"),
+            records: metrics::histogram!("outboxd_kafka_transaction_records"),
+            latency: metrics::histogram!("outboxd_kafka_transaction_commit_seconds"),
+        }
+    }
+
+    fn committed(&self, records: usize, took: Duration) {
+        self.committed.increment(1);
+        self.records.record(records as f64);
+        self.latency.record(took.as_secs_f64());
+    }
+
+    fn aborted(&self) {
+        self.aborted.increment(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn txns() -> Txns {
+        let cfg = TxnConfig {
+            id: "outboxd-1-s".into(),
+            key: "1/s".into(),
+            slot: "s".into(),
+            position_topic: "outboxd.positions".into(),
+            interval: Duration::from_millis(100),
+        };
+        let mut t = Txns::new(cfg, 10, 1 << 20);
+        t.open = true;
+        t
+    }
+
+    #[test]
+    fn whole_transactions_commit_after_their_commit_and_store_the_next_lsn() {
+        let mut t = txns();
+        t.boundary(Boundary::Begin { final_lsn: Lsn(100), xid: 7 });
+        t.boundary(Boundary::Change { at: Lsn(50) });
+        t.produced(10);
+        assert_eq!(t.due(), None, "not inside a small transaction");
+        t.boundary(Boundary::Commit);
+        assert!(t.due().is_some());
+        assert_eq!(t.position(), Some(DebeziumOffset { lsn_commit: Lsn(101), partial: None }));
+    }
+
+    #[test]
+    fn a_transaction_past_half_the_budget_commits_inside_itself_at_its_last_change() {
+        let mut t = txns();
+        t.boundary(Boundary::Begin { final_lsn: Lsn(900), xid: 8 });
+        for i in 0..5 {
+            t.boundary(Boundary::Change { at: Lsn(100 + i) });
+            t.produced(1);
+        }
+        t.boundary(Boundary::Change { at: Lsn(104) });
+        t.produced(1);
+        assert!(t.due().is_some_and(|d| d <= tokio::time::Instant::now()));
+        assert_eq!(
+            t.position(),
+            Some(DebeziumOffset {
+                lsn_commit: Lsn(900),
+                partial: Some(Partial { xid: 8, lsn_proc: Lsn(104), events_at_proc: 2 })
+            })
+        );
+    }
+
+    #[test]
+    fn the_stored_position_round_trips() {
+        for o in [
+            DebeziumOffset { lsn_commit: Lsn(0x1_0000_0010), partial: None },
+            DebeziumOffset {
+                lsn_commit: Lsn(5),
+                partial: Some(Partial { xid: 3, lsn_proc: Lsn(4), events_at_proc: 2 }),
+            },
+        ] {
+            let json = serde_json::to_vec(&StoredPosition::of(&o)).unwrap();
+            let back: StoredPosition = serde_json::from_slice(&json).unwrap();
+            assert_eq!(back.offset(), Some(o));
+        }
+    }
+}
