@@ -246,6 +246,7 @@ fn a_frozen_instance_is_fenced_by_its_standby_and_nothing_it_held_appears() {
     // The old instance wakes with a dead replication link and a fenced producer: it stands by.
     let fenced = a.wait_for_log("standing by", Duration::from_secs(90));
     assert!(fenced, "the resumed instance did not stand by:\n{}", a.log());
+    assert!(a.wait_for_log("fenced", Duration::from_secs(30)), "the resumed instance was not fenced:\n{}", a.log());
     assert!(a.is_running(), "{}", a.log());
     std::thread::sleep(Duration::from_secs(2));
     let written = writer.finish();

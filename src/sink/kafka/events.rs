@@ -110,14 +110,14 @@ impl ProducerContext for DeliveryContext {
                     self.kafka_up(true, "");
                 }
                 match &self.txn {
-                    Some(held) => held.acked(delivery),
+                    Some(held) => held.acked(*delivery),
                     None => delivery.ack(),
                 }
             }
             // In a transaction, any failure aborts it: the next session sends the records again.
             Err((e, _)) if self.txn.is_some() => {
                 if let Some(held) = &self.txn {
-                    held.failed(delivery, client::scrub(&e.to_string(), &self.properties));
+                    held.failed(*delivery, client::scrub(&e.to_string(), &self.properties));
                 }
             }
             Err((e, msg)) => match rejection_code(e) {

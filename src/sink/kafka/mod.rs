@@ -100,7 +100,7 @@ pub struct KafkaSink {
     /// other arms (acks arrive often) cannot keep restarting the wait.
     retry_at: Option<tokio::time::Instant>,
     /// `--delivery exactly-once`: the transactions ([`txn`]).
-    txns: Option<(txn::Txns, txn::TxnMetrics)>,
+    txns: Option<Box<(txn::Txns, txn::TxnMetrics)>>,
     /// What built this sink, to build it again after the producer was fenced.
     built: Built,
 }
@@ -218,7 +218,7 @@ impl KafkaSink {
             held: VecDeque::new(),
             creating: None,
             retry_at: None,
-            txns: txns.map(|t| (t, txn::TxnMetrics::new())),
+            txns: txns.map(|t| Box::new((t, txn::TxnMetrics::new()))),
             built,
         })
     }
@@ -291,7 +291,7 @@ impl KafkaSink {
         }
         match self.producer.send(br) {
             Ok(()) => {
-                if let Some((t, _)) = &mut self.txns {
+                if let Some((t, _)) = self.txns.as_deref_mut() {
                     t.produced(bytes);
                 }
                 Ok(None)
@@ -497,20 +497,20 @@ impl Sink for KafkaSink {
     }
 
     async fn prepare(&mut self) -> Result<Option<DebeziumOffset>, Error> {
-        if self.txns.as_ref().is_some_and(|(t, _)| t.fatal) {
+        if self.txns.as_deref().is_some_and(|(t, _)| t.fatal) {
             // Fenced before: this producer is dead for good; a new one takes the id back.
             let b = self.built.clone();
             tracing::info!("exactly-once: building a new transactional producer (the last one was fenced)");
             *self = KafkaSink::new(&b.cfg, b.max_in_flight, b.max_in_flight_bytes, b.health)?;
         }
-        match &mut self.txns {
+        match self.txns.as_deref_mut() {
             Some((t, _)) => t.prepare(&self.producer, &self.admin, &self.built.cfg).await,
             None => Ok(None),
         }
     }
 
     fn boundary(&mut self, b: Boundary) {
-        if let Some((t, _)) = &mut self.txns {
+        if let Some((t, _)) = self.txns.as_deref_mut() {
             t.boundary(b);
         }
     }
@@ -519,21 +519,21 @@ impl Sink for KafkaSink {
         if !self.held.is_empty() {
             return None;
         }
-        self.txns.as_ref().and_then(|(t, _)| t.due())
+        self.txns.as_deref().and_then(|(t, _)| t.due())
     }
 
     async fn commit(&mut self) -> Result<(), SinkError> {
         if !self.held.is_empty() {
             return Ok(());
         }
-        match &mut self.txns {
+        match self.txns.as_deref_mut() {
             Some((t, m)) => t.commit(&self.producer, m).await,
             None => Ok(()),
         }
     }
 
     async fn abandon(&mut self) {
-        if let Some((t, m)) = &mut self.txns {
+        if let Some((t, m)) = self.txns.as_deref_mut() {
             drop(t.abort(&self.producer, "the session ended".into(), m).await);
         }
     }

@@ -60,16 +60,19 @@ const POSITION_READ_TIMEOUT: Duration = Duration::from_secs(150);
 /// Delivery reports of the open transaction: held until it commits.
 #[derive(Default)]
 pub struct Written {
-    acked: Mutex<Vec<Box<Delivery>>>,
-    failed: Mutex<Vec<(Box<Delivery>, String)>>,
+    acked: Mutex<Vec<Delivery>>,
+    failed: Mutex<Vec<(Delivery, String)>>,
 }
 
+/// What [`Written::take`] returns: the acked handles, and the failed ones with their reasons.
+type Reports = (Vec<Delivery>, Vec<(Delivery, String)>);
+
 impl Written {
-    pub fn acked(&self, d: Box<Delivery>) {
+    pub fn acked(&self, d: Delivery) {
         self.acked.lock().unwrap_or_else(|p| p.into_inner()).push(d);
     }
 
-    pub fn failed(&self, d: Box<Delivery>, reason: String) {
+    pub fn failed(&self, d: Delivery, reason: String) {
         self.failed.lock().unwrap_or_else(|p| p.into_inner()).push((d, reason));
     }
 
@@ -79,7 +82,7 @@ impl Written {
     }
 
     /// Take everything reported so far: (acked, failed).
-    fn take(&self) -> (Vec<Box<Delivery>>, Vec<(Box<Delivery>, String)>) {
+    fn take(&self) -> Reports {
         (
             std::mem::take(&mut *self.acked.lock().unwrap_or_else(|p| p.into_inner())),
             std::mem::take(&mut *self.failed.lock().unwrap_or_else(|p| p.into_inner())),
@@ -378,7 +381,6 @@ impl Txns {
                 Err(match classify(&e) {
                     Verdict::Fatal => {
                         metrics.aborted();
-                        self.fatal = true;
                         self.open = false;
                         self.written.disarm_all();
                         SinkError::Transient(self.transient(e))
@@ -420,16 +422,16 @@ impl Txns {
             tracing::warn!(records = had, %reason, "Kafka transaction aborted; the next session resumes from the committed position");
         }
         match r {
-            Err(e) if classify(&e) == Verdict::Fatal => {
-                self.fatal = true;
-                SinkError::Transient(self.transient(e))
-            }
+            Err(e) if classify(&e) == Verdict::Fatal => SinkError::Transient(self.transient(e)),
             _ => SinkError::Transient(Transient::TxnAborted { reason }),
         }
     }
 
     fn transient(&mut self, e: KafkaError) -> Transient {
         if classify(&e) == Verdict::Fatal {
+            if !self.fatal {
+                tracing::warn!(error = %e, transactional_id = %self.cfg.id, "the Kafka producer is fenced or failed for good (another outboxd took over the transactional id?); nothing of its open transaction is committed, and a new producer is built when this process streams again");
+            }
             self.fatal = true;
             if is_fenced(&e) {
                 return Transient::Fenced { reason: e.to_string() };
@@ -580,6 +582,12 @@ pub struct TxnMetrics {
     aborted: metrics::Counter,
     records: metrics::Histogram,
     latency: metrics::Histogram,
+}
+
+impl Default for TxnMetrics {
+    fn default() -> Self {
+        TxnMetrics::new()
+    }
 }
 
 impl TxnMetrics {
