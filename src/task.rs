@@ -49,7 +49,13 @@ impl Failure {
     pub fn watch(&self, what: &'static str, task: JoinHandle<()>) -> tokio::task::AbortHandle {
         let abort = task.abort_handle();
         let me = self.clone();
-        tokio::spawn(async move { me.report(ended(what, task.await)) });
+        tokio::spawn(async move {
+            match task.await {
+                // Stopped through the handle: its owner no longer needs it.
+                Err(e) if e.is_cancelled() => {}
+                r => me.report(ended(what, r)),
+            }
+        });
         abort
     }
 }

@@ -114,9 +114,20 @@ impl Verdict {
     }
 }
 
-/// Read `topic` read_committed (until `written` arrived and a quiet second passed) and
-/// read_uncommitted, and judge.
-fn check(broker: &Broker, written: usize) -> Verdict {
+/// Read `topic` read_committed (until every event in the outbox table arrived and a quiet
+/// second passed) and read_uncommitted, and judge against the table: the truth about what
+/// committed (the harness's PostgreSQL runs with `synchronous_commit = off`, so a commit the
+/// writer saw acknowledged can vanish in a postmaster kill -9).
+fn check(broker: &Broker, pg: &PgCluster, written_by_writer: usize) -> Verdict {
+    let want: std::collections::BTreeSet<i64> =
+        pg.psql("SELECT payload->>'n' FROM outbox").lines().filter_map(|l| l.trim().parse().ok()).collect();
+    if want.len() != written_by_writer {
+        eprintln!(
+            "[check] the table holds {} events; the writer saw {written_by_writer} commits acknowledged",
+            want.len()
+        );
+    }
+    let written = want.len();
     let got = broker.consume_all(TOPIC, 1, written, T);
     let mut seen: HashMap<i64, usize> = HashMap::new();
     let mut last: HashMap<String, i64> = HashMap::new();
@@ -132,7 +143,9 @@ fn check(broker: &Broker, written: usize) -> Verdict {
             }
         }
     }
-    v.lost = (0..written as i64).filter(|n| !seen.contains_key(n)).collect();
+    v.lost = want.iter().copied().filter(|n| !seen.contains_key(n)).collect();
+    let phantoms: Vec<i64> = seen.keys().copied().filter(|n| !want.contains(n)).collect();
+    assert!(phantoms.is_empty(), "events in Kafka that the table does not hold: {phantoms:?}");
     v.duplicates = seen.iter().filter(|(_, c)| **c > 1).map(|(n, _)| *n).collect();
     v.duplicates.sort_unstable();
     v.uncommitted_read = read_uncommitted(broker);
@@ -215,7 +228,7 @@ fn kill9_at_random_points_loses_nothing_and_duplicates_nothing() {
     std::thread::sleep(Duration::from_secs(2));
     let written = writer.finish();
     drained(&pg, &d);
-    let v = check(&broker, written);
+    let v = check(&broker, &pg, written);
     if !v.lost.is_empty() || !v.duplicates.is_empty() {
         eprintln!("{restarts_log}\n--- last ---\n{}", d.log());
     }
@@ -252,7 +265,7 @@ fn a_frozen_instance_is_fenced_by_its_standby_and_nothing_it_held_appears() {
     let written = writer.finish();
     drained(&pg, &b);
     eprintln!("[fenced] frozen at about event {frozen_at}");
-    check(&broker, written).assert_exactly_once("fenced");
+    check(&broker, &pg, written).assert_exactly_once("fenced");
     b.stop_cleanly();
     a.stop_cleanly();
 }
@@ -264,4 +277,83 @@ fn exactly_once_is_refused_with_another_sink_and_with_a_dead_letter_sink() {
     let (code, log) = run_to_exit(&daemon_args_pg_only(&pg, &["--delivery", "exactly-once", "--sink", "stdout"]), T);
     assert_eq!(code, Some(2), "{log}");
     assert!(log.contains("--delivery exactly-once needs --sink kafka"), "{log}");
+}
+
+/// Java's `String.hashCode` of ASCII text (Kafka picks a transactional id's coordinator
+/// partition with it).
+fn java_hash(s: &str) -> i32 {
+    s.bytes().fold(0i32, |h, b| h.wrapping_mul(31).wrapping_add(b as i32))
+}
+
+/// The broker leading `topic`'s `partition`, once it has one.
+fn leader_of(broker: &Broker, topic: &str, partition: i32) -> u32 {
+    let mut leader = -1;
+    let found = wait_until(Duration::from_secs(60), || {
+        leader = broker.replicas(topic).iter().find(|(p, _, _)| *p == partition).map_or(-1, |(_, l, _)| *l);
+        leader > 0
+    });
+    assert!(found, "{topic}[{partition}] has no leader");
+    leader as u32
+}
+
+/// kill -9 of a broker, and a start again once the writer went on for a while without it.
+fn kill_and_restart(broker: &Broker, id: u32, what: &str) {
+    eprintln!("[brokers] kill -9 of broker {id} ({what})");
+    broker.kill_node(id);
+    std::thread::sleep(Duration::from_secs(6));
+    broker.start_node(id);
+    broker.wait_ready();
+    std::thread::sleep(Duration::from_secs(4));
+}
+
+#[test]
+fn killing_the_coordinators_leader_and_the_data_leader_duplicates_nothing() {
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let broker = Broker::options().brokers(3).start();
+    let args = daemon_args(&pg, &broker, &eos_args(&[]));
+    let mut d = Outboxd::spawn_streaming(&args);
+    let writer = Writer::start(&pg);
+    assert!(wait_until(Duration::from_secs(60), || broker.partition_count(TOPIC).is_some()), "{}", d.log());
+    // The transaction coordinator: the leader of __transaction_state's partition for our id
+    // (Kafka: abs(hashCode) % transaction.state.log.num.partitions, 5 in the harness).
+    let sysid = pg.psql("SELECT system_identifier FROM pg_control_system()");
+    let id = format!("outboxd-{sysid}-outboxd");
+    let partition = match java_hash(&id) {
+        i32::MIN => 0,
+        h => h.abs() % 5,
+    };
+    let coordinator = leader_of(&broker, "__transaction_state", partition);
+    kill_and_restart(&broker, coordinator, "the transaction coordinator's leader");
+    let data = leader_of(&broker, TOPIC, 0);
+    kill_and_restart(&broker, data, "the data partition's leader");
+    assert!(d.is_running(), "{}", d.log());
+    let written = writer.finish();
+    drained(&pg, &d);
+    check(&broker, &pg, written).assert_exactly_once("brokers");
+    d.stop_cleanly();
+}
+
+#[test]
+fn postgres_fast_restart_and_postmaster_kill9_duplicate_nothing() {
+    let mut pg = PgCluster::start();
+    pg.apply_all_sql();
+    let broker = Broker::options().brokers(3).start();
+    let args = daemon_args(&pg, &broker, &eos_args(&[]));
+    let mut d = Outboxd::spawn_streaming(&args);
+    let writer = Writer::start(&pg);
+    std::thread::sleep(Duration::from_secs(3));
+    eprintln!("[postgres] fast restart at about event {}", writer.written());
+    pg.restart();
+    std::thread::sleep(Duration::from_secs(4));
+    eprintln!("[postgres] kill -9 of the postmaster at about event {}", writer.written());
+    pg.kill9();
+    std::thread::sleep(Duration::from_secs(1));
+    pg.start_again();
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(d.is_running(), "{}", d.log());
+    let written = writer.finish();
+    drained(&pg, &d);
+    check(&broker, &pg, written).assert_exactly_once("postgres");
+    d.stop_cleanly();
 }

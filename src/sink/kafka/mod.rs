@@ -162,6 +162,18 @@ impl KafkaSink {
         max_in_flight_bytes: usize,
         health: Arc<Health>,
     ) -> Result<KafkaSink, Definite> {
+        KafkaSink::with_failure(cfg, max_in_flight, max_in_flight_bytes, health, crate::task::Failure::default())
+    }
+
+    /// [`KafkaSink::new`], reporting the death of its tasks through `failure` (a rebuilt sink
+    /// keeps the one the loop already waits on).
+    fn with_failure(
+        cfg: &KafkaConfig,
+        max_in_flight: usize,
+        max_in_flight_bytes: usize,
+        health: Arc<Health>,
+        failure: crate::task::Failure,
+    ) -> Result<KafkaSink, Definite> {
         let txns = cfg.transactions.clone().map(|t| txn::Txns::new(t, max_in_flight, max_in_flight_bytes));
         let mut defaults = vec![
             ("enable.idempotence", "true".into()),
@@ -201,7 +213,6 @@ impl KafkaSink {
         let producer = Arc::new(producer);
         let reports = events::spawn(producer.clone())
             .map_err(|e| Definite::Sink(format!("could not set up Kafka delivery reports: {e}")))?;
-        let failure = crate::task::Failure::default();
         let stop_checks = Arc::new(AtomicBool::new(false));
         spawn_metadata_checks(producer.clone(), stop_checks.clone());
         Ok(KafkaSink {
@@ -501,7 +512,13 @@ impl Sink for KafkaSink {
             // Fenced before: this producer is dead for good; a new one takes the id back.
             let b = self.built.clone();
             tracing::info!("exactly-once: building a new transactional producer (the last one was fenced)");
-            *self = KafkaSink::new(&b.cfg, b.max_in_flight, b.max_in_flight_bytes, b.health)?;
+            *self = KafkaSink::with_failure(
+                &b.cfg,
+                b.max_in_flight,
+                b.max_in_flight_bytes,
+                b.health,
+                self.failure.clone(),
+            )?;
         }
         match self.txns.as_deref_mut() {
             Some((t, _)) => t.prepare(&self.producer, &self.admin, &self.built.cfg).await,

@@ -406,6 +406,10 @@ impl Txns {
         let had = self.sent;
         let p = producer.clone();
         let r = blocking(move || {
+            // Let records already on their way land first: aborting while librdkafka is still
+            // registering their partitions with the coordinator can end in INVALID_TXN_STATE,
+            // a fatal producer state (then the producer is rebuilt; correct, but slower).
+            let _ = p.flush(Duration::from_secs(5));
             let r = retrying(|| p.abort_transaction(CALL_TIMEOUT));
             // Reports of purged records come back failed; let them arrive before forgetting.
             let _ = p.flush(Duration::from_secs(5));
