@@ -138,6 +138,10 @@ impl Config {
         push("schema-missing", value_name(r.contracts.as_ref().map_or(SchemaMissing::Allow, |c| c.missing())));
         push("on-bad-event", value_name(self.on_bad_event));
         push("delivery", value_name(self.delivery));
+        if let Some(t) = &self.kafka.transactions {
+            push("transaction-interval", millis(t.interval));
+            push("position-topic", t.position_topic.clone());
+        }
         push("dlq-topic", self.dlq_topic.clone());
         if let Some(k) = self.dlq_sink {
             push("dlq-sink", value_name(k));

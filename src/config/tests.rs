@@ -733,6 +733,9 @@ fn outboxd_config_prints_every_run_flag() {
         "redis-url-file",
         "rabbitmq-url-file",
         "http-url-file",
+        // with --delivery exactly-once only
+        "transaction-interval",
+        "position-topic",
     ];
     let cli = Cli::command();
     let run = cli.find_subcommand("run").expect("run subcommand");
