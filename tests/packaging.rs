@@ -12,7 +12,8 @@ use std::process::Command;
 use outboxd::metrics::NAMES as METRICS;
 
 /// Histograms, which Prometheus exposes as `_bucket`, `_sum` and `_count` series.
-const HISTOGRAMS: &[&str] = &["outboxd_commit_to_ack_seconds"];
+const HISTOGRAMS: &[&str] =
+    &["outboxd_commit_to_ack_seconds", "outboxd_kafka_transaction_records", "outboxd_kafka_transaction_commit_seconds"];
 
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)

@@ -184,6 +184,13 @@ impl Metrics {
             counter!("outboxd_events_failed_total", "reason" => *reason).absolute(0);
             counter!("outboxd_dlq_events_total", "reason" => *reason).absolute(0);
         }
+        // The exactly-once series (recorded by the Kafka sink) exist from the start in every
+        // mode, at zero, like the other series of the catalogue.
+        for outcome in ["committed", "aborted"] {
+            counter!("outboxd_kafka_transactions_total", "outcome" => outcome).absolute(0);
+        }
+        drop(histogram!("outboxd_kafka_transaction_records"));
+        drop(histogram!("outboxd_kafka_transaction_commit_seconds"));
         Metrics {
             in_flight: gauge!("outboxd_events_in_flight"),
             transactions: counter!("outboxd_transactions_total"),
