@@ -304,10 +304,12 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                         .into())
                     }
                 };
+                // Counted before the skip: a position inside a transaction numbers every change at
+                // its LSN (a COPY's rows share one), delivered ones included.
+                self.relay.sink().boundary(Boundary::Change { at });
                 if self.resume.as_mut().is_some_and(|r| r.delivered(at)) {
                     return Ok(());
                 }
-                self.relay.sink().boundary(Boundary::Change { at });
                 let commit_time_us = self
                     .tracker
                     .open_commit_time()
@@ -330,10 +332,10 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             }
             LogicalMessage::Message(m) if self.cfg.messages_prefixes.contains(&m.prefix) => {
                 if m.flags & 1 == 1 {
+                    self.relay.sink().boundary(Boundary::Change { at });
                     if self.resume.as_mut().is_some_and(|r| r.delivered(at)) {
                         return Ok(());
                     }
-                    self.relay.sink().boundary(Boundary::Change { at });
                 }
                 self.on_event_message(at, m).await?;
             }
