@@ -193,6 +193,18 @@ fn eos_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     a
 }
 
+/// `pg` with the outbox, a three-broker cluster, outboxd streaming to it in exactly-once mode
+/// (its arguments, to start it again) and the writer going. Bind in this order so the daemon is
+/// dropped first.
+fn scene(pg: PgCluster) -> (PgCluster, Broker, Vec<String>, Writer, Outboxd) {
+    pg.apply_all_sql();
+    let broker = Broker::options().brokers(3).start();
+    let args = daemon_args(&pg, &broker, &eos_args(&[]));
+    let d = Outboxd::spawn_streaming(&args);
+    let writer = Writer::start(&pg);
+    (pg, broker, args, writer, d)
+}
+
 /// Wait until the slot confirmed the end of the WAL the writer left, with `d` running.
 fn drained(pg: &PgCluster, d: &Outboxd) {
     let end = pg.current_lsn();
@@ -209,12 +221,7 @@ fn kill9_at_random_points_loses_nothing_and_duplicates_nothing() {
     });
     eprintln!("[kill9] seed {seed} (OUTBOXD_EOS_SEED replays it), {kills} kills");
     let mut rng = Lcg(seed);
-    let pg = PgCluster::start();
-    pg.apply_all_sql();
-    let broker = Broker::options().brokers(3).start();
-    let args = daemon_args(&pg, &broker, &eos_args(&[]));
-    let mut d = Outboxd::spawn_streaming(&args);
-    let writer = Writer::start(&pg);
+    let (pg, broker, args, writer, mut d) = scene(PgCluster::start());
     let mut restarts_log = String::new();
     for k in 0..kills {
         std::thread::sleep(Duration::from_millis(300 + rng.next(2500)));
@@ -308,12 +315,7 @@ fn kill_and_restart(broker: &Broker, id: u32, what: &str) {
 
 #[test]
 fn killing_the_coordinators_leader_and_the_data_leader_duplicates_nothing() {
-    let pg = PgCluster::start();
-    pg.apply_all_sql();
-    let broker = Broker::options().brokers(3).start();
-    let args = daemon_args(&pg, &broker, &eos_args(&[]));
-    let mut d = Outboxd::spawn_streaming(&args);
-    let writer = Writer::start(&pg);
+    let (pg, broker, _, writer, mut d) = scene(PgCluster::start());
     assert!(wait_until(Duration::from_secs(60), || broker.partition_count(TOPIC).is_some()), "{}", d.log());
     // The transaction coordinator: the leader of __transaction_state's partition for our id
     // (Kafka: abs(hashCode) % transaction.state.log.num.partitions, 5 in the harness).
@@ -336,12 +338,7 @@ fn killing_the_coordinators_leader_and_the_data_leader_duplicates_nothing() {
 
 #[test]
 fn postgres_fast_restart_and_postmaster_kill9_duplicate_nothing() {
-    let mut pg = PgCluster::start();
-    pg.apply_all_sql();
-    let broker = Broker::options().brokers(3).start();
-    let args = daemon_args(&pg, &broker, &eos_args(&[]));
-    let mut d = Outboxd::spawn_streaming(&args);
-    let writer = Writer::start(&pg);
+    let (mut pg, broker, _, writer, mut d) = scene(PgCluster::start());
     std::thread::sleep(Duration::from_secs(3));
     eprintln!("[postgres] fast restart at about event {}", writer.written());
     pg.restart();
