@@ -55,7 +55,7 @@ fn warm_kafka(b: &Bench, readers: &[Reader]) -> Result<()> {
     }
     b.pg.reset()?;
     let mut warm: Vec<Reader> = Vec::new();
-    for &r in readers.iter().filter(|r| r.kind == Kind::Kafka) {
+    for &r in readers.iter().filter(|r| matches!(r.kind, Kind::Kafka | Kind::KafkaEos)) {
         let flags = readers::kafka_flags(b, r.transport);
         if !warm.iter().any(|w| readers::kafka_flags(b, w.transport) == flags) {
             warm.push(r);
@@ -73,7 +73,7 @@ fn warm_kafka(b: &Bench, readers: &[Reader]) -> Result<()> {
 
 /// Runs one backlog: warm-up, slots, insert, then `reps` rotated rounds; the runs go to `b.raw`.
 pub fn run_backlog(b: &mut Bench, bl: &Backlog) -> Result<()> {
-    if bl.readers.iter().any(|r| matches!(r.kind, Kind::Kafka | Kind::Perf)) {
+    if bl.readers.iter().any(|r| matches!(r.kind, Kind::Kafka | Kind::KafkaEos | Kind::Perf)) {
         warm_kafka(b, bl.readers)?;
     }
     b.pg.reset()?;
@@ -198,6 +198,65 @@ pub fn bigtx(b: &mut Bench) -> Result<()> {
     kafka_targets(b, &sums, &format!("one {}-row txn", k.n_huge));
     rss_targets(b, &sums, &format!("one {}-row txn", k.n_huge));
     Ok(())
+}
+
+/// Exactly-once beside at-least-once: the three backlog shapes drained by pg_recvlogical, outboxd
+/// --sink kafka and outboxd --sink kafka --delivery exactly-once (EOS_INTERVAL), REPS rotated
+/// repetitions each; then the latency rows at 5k/s for at-least-once and each of EOS_INTERVALS.
+pub fn eos(b: &mut Bench) -> Result<()> {
+    let k = b.knobs.clone();
+    let rds = [local(Kind::Recv), local(Kind::Kafka), local(Kind::KafkaEos)];
+    let shapes = [
+        ("eos_drain", k.n, 1, k.reps, format!("{} × 1-row txns", k.n)),
+        ("eos_bigtx", k.n_big, k.big_txn_rows, k.reps, format!("{} rows, {}-row txns", k.n_big, k.big_txn_rows)),
+        ("eos_huge", k.n_huge, k.n_huge, k.reps_huge, format!("1 txn of {} rows", k.n_huge)),
+    ];
+    let mut md = String::new();
+    for (key, rows, per_txn, reps, title) in &shapes {
+        b.new_broker(Listeners::Plaintext)?;
+        run_backlog(b, &Backlog { key, rows: *rows, per_txn: *per_txn, reps: *reps, readers: &rds })?;
+        let (rows_md, sums) = tables::drain_rows(&b.raw, key, *rows, title, &rds, k.http_batch);
+        md.push_str(&rows_md);
+        let ratio = |kind| tables::find(&sums, kind).and_then(|s| s.ratio);
+        let eos_vs_alo = match (ratio(Kind::KafkaEos), ratio(Kind::Kafka)) {
+            (Some(e), Some(a)) if a > 0.0 => Some(e / a),
+            _ => None,
+        };
+        b.report.target(
+            format!("exactly-once drain ≥ 0.8× at-least-once ({title}, --transaction-interval {})", k.eos_interval),
+            times_cell(eos_vs_alo),
+            at_least(eos_vs_alo, 0.8),
+        );
+    }
+    b.report.section(&format!(
+        "### Exactly-once beside at-least-once: drains (median of {}; the one-transaction shape {} run;          --transaction-interval {})
+
+{DRAIN_HEADER}
+{md}
+",
+        k.reps, k.reps_huge, k.eos_interval
+    ));
+    b.new_broker(Listeners::Plaintext)?;
+    b.pg.reset()?;
+    let mut lat = format!(
+        "### Exactly-once beside at-least-once: latency at 5k/s ({} s each, after a {} s warm-up)
+
+         commit→ack is `outboxd_commit_to_ack_seconds`: in exactly-once mode a record is acked when its Kafka          transaction commits, so it includes the wait for the commit. End-to-end is what a read_committed          consumer (librdkafka's default) sees.
+
+         | rate | sink | inserter: achieved, conns, max behind schedule, insert p99 | records consumed | end-to-end p50 | p99 | max | commit→ack p50 | commit→ack p99 | commit→ack ≤ 20 ms | outboxd CPU | outboxd peak RSS |
+         |---|---|---|---|---|---|---|---|---|---|---|---|
+",
+        k.lat_secs, k.warm_secs
+    );
+    lat.push_str(&crate::latency::one_rate(b, 5000, "kafka")?);
+    for interval in &k.eos_intervals {
+        lat.push_str(&crate::latency::one_rate(b, 5000, &format!("eos_{interval}"))?);
+    }
+    b.report.section(&format!(
+        "{lat}
+"
+    ));
+    b.pg.reset()
 }
 
 pub fn backlog(b: &mut Bench) -> Result<()> {

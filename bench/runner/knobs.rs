@@ -20,6 +20,8 @@ pub enum Scenario {
     Profile,
     /// Not in `all`: the race with Debezium (`bench/run debezium`).
     Debezium,
+    /// Not in `all`: exactly-once beside at-least-once (`bench/run eos`).
+    Eos,
 }
 
 impl Scenario {
@@ -32,6 +34,7 @@ impl Scenario {
             Scenario::Backlog => "backlog",
             Scenario::Profile => "profile",
             Scenario::Debezium => "debezium",
+            Scenario::Eos => "eos",
         }
     }
 }
@@ -47,9 +50,9 @@ pub fn scenarios(args: &[String]) -> Result<Vec<Scenario>> {
             out.extend(ALL_SCENARIOS);
             continue;
         }
-        match ALL_SCENARIOS.iter().chain([&Scenario::Debezium]).find(|s| s.name() == a) {
+        match ALL_SCENARIOS.iter().chain([&Scenario::Debezium, &Scenario::Eos]).find(|s| s.name() == a) {
             Some(s) => out.push(*s),
-            None => bail!("unknown scenario '{a}' (drain tls bigtx latency backlog profile debezium all)"),
+            None => bail!("unknown scenario '{a}' (drain tls bigtx latency backlog profile debezium eos all)"),
         }
     }
     Ok(out)
@@ -98,6 +101,10 @@ pub struct Knobs {
     pub http_concurrency: u64,
     /// Extra outboxd flags for drain, bigtx and backlog, split on whitespace as the shell did.
     pub outboxd_extra: String,
+    /// `eos`: the exactly-once drains' `--transaction-interval`.
+    pub eos_interval: String,
+    /// `eos`: the `--transaction-interval`s of the exactly-once latency rows at 5k/s.
+    pub eos_intervals: Vec<String>,
 }
 
 fn raw(name: &str) -> Option<String> {
@@ -166,6 +173,12 @@ impl Knobs {
             http_batch: num("HTTP_BATCH", 100)?,
             http_concurrency: num("HTTP_CONCURRENCY", 8)?,
             outboxd_extra: raw("OUTBOXD_EXTRA").unwrap_or_default(),
+            eos_interval: raw("EOS_INTERVAL").unwrap_or_else(|| "100ms".into()),
+            eos_intervals: raw("EOS_INTERVALS")
+                .unwrap_or_else(|| "10ms 25ms 100ms".into())
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect(),
         })
     }
 

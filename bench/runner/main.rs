@@ -78,6 +78,7 @@ fn run(args: &[String]) -> Result<()> {
             Scenario::Backlog => drain::backlog(&mut b),
             Scenario::Profile => profile::profile(&mut b),
             Scenario::Debezium => debezium::debezium(&mut b),
+            Scenario::Eos => drain::eos(&mut b),
         };
         ran.with_context(|| format!("scenario {}", s.name()))?;
         let (el, la1) = (human_secs(t0.elapsed().as_secs_f64().round() as u64), measure::loadavg());

@@ -28,6 +28,8 @@ pub enum Kind {
     Recv,
     Null,
     Kafka,
+    /// `--sink kafka --delivery exactly-once` (Kafka transactions).
+    KafkaEos,
     /// librdkafka alone (`bench_latency --produce`), no PostgreSQL.
     Broker,
     /// Apache Kafka's `ProducerPerformance` (the Java producer) alone, no PostgreSQL.
@@ -80,6 +82,7 @@ impl Reader {
             Kind::Recv => "recv",
             Kind::Null => "null",
             Kind::Kafka => "kafka",
+            Kind::KafkaEos => "kafka_eos",
             Kind::Broker => "broker",
             Kind::Perf => "perf",
             Kind::Http => "http",
@@ -100,6 +103,7 @@ impl Reader {
             Kind::Recv => "pg_recvlogical".to_owned(),
             Kind::Null => "outboxd --sink null".to_owned(),
             Kind::Kafka => "outboxd --sink kafka".to_owned(),
+            Kind::KafkaEos => "outboxd --sink kafka --delivery exactly-once".to_owned(),
             Kind::Broker => "librdkafka producer alone".to_owned(),
             Kind::Perf => "Kafka ProducerPerformance alone".to_owned(),
             Kind::Http => format!("outboxd --sink http --http-batch {http_batch}"),
@@ -140,7 +144,7 @@ impl Reader {
 
     /// Whether the table shows the far side's CPU (the broker's, or the webhook receiver's).
     pub fn shows_far_side(self) -> bool {
-        matches!(self.kind, Kind::Kafka | Kind::Broker | Kind::Perf | Kind::Http | Kind::Debezium)
+        matches!(self.kind, Kind::Kafka | Kind::KafkaEos | Kind::Broker | Kind::Perf | Kind::Http | Kind::Debezium)
     }
 
     /// The producers alone read no slot.
@@ -274,7 +278,7 @@ pub fn run(b: &Bench, r: Reader, slot: &str, end: &str, rows: u64) -> Result<Sam
             Sample { secs: rows as f64 / rate, cpu: None, hwm_kib: hwm, walsender: None, first_secs: None }
         }
         Kind::Debezium => crate::debezium::run(b, slot, rows)?,
-        Kind::Null | Kind::Kafka | Kind::Http | Kind::Rabbitmq => {
+        Kind::Null | Kind::Kafka | Kind::KafkaEos | Kind::Http | Kind::Rabbitmq => {
             if r.kind == Kind::Rabbitmq {
                 rabbit(b, "purge")?;
             }
@@ -326,6 +330,12 @@ fn sink_flags(b: &Bench, r: Reader) -> Vec<String> {
         Kind::Null | Kind::Kafka => {
             let sink = if r.kind == Kind::Null { "null" } else { "kafka" };
             s(&["--sink", sink]).into_iter().chain(kafka_flags(b, r.transport)).collect()
+        }
+        Kind::KafkaEos => {
+            s(&["--sink", "kafka", "--delivery", "exactly-once", "--transaction-interval", &k.eos_interval])
+                .into_iter()
+                .chain(kafka_flags(b, r.transport))
+                .collect()
         }
         Kind::Recv | Kind::Broker | Kind::Perf | Kind::Debezium => Vec::new(),
     }
