@@ -18,9 +18,11 @@
 //! # Invariants
 //! * A commit happens only where every change the session handed over was produced (nothing held
 //!   by the sink), so the position never covers a record that is not in the transaction.
-//! * Whole PostgreSQL transactions go together while they fit. One past half the in-flight
-//!   budgets (records or bytes) commits inside itself, with the position pointing at its last
-//!   change: otherwise the budget would stop the reading before its commit arrives.
+//! * Whole PostgreSQL transactions go together while they fit. A Kafka transaction commits
+//!   `--transaction-interval` after its first record, at the next PostgreSQL commit, or at once
+//!   when it holds half an in-flight budget (records or bytes): otherwise the budget would stop
+//!   the reading before the timer. A PostgreSQL transaction past half a budget commits inside
+//!   itself, with the position pointing at its last change.
 //! * Delivery handles of an aborted transaction are disarmed, never failed: the session ends with
 //!   a transient error and the next one resumes from the committed position.
 //! * Errors are decided in one place ([`classify`]): fatal (fenced, or another fatal producer
@@ -249,14 +251,13 @@ impl Txns {
         if !self.open || self.sent == 0 {
             return None;
         }
+        // Past half an in-flight budget: now, or the budget stops the reading before the timer.
+        let full = self.sent >= self.max_records || self.bytes >= self.max_bytes;
         match self.in_pg {
+            None if full => Some(tokio::time::Instant::now()),
             None => Some(tokio::time::Instant::from_std(opened + self.cfg.interval)),
-            // Inside a PostgreSQL transaction: only past half a budget, and only after a change.
-            Some(_)
-                if self.last_change.is_some() && (self.sent >= self.max_records || self.bytes >= self.max_bytes) =>
-            {
-                Some(tokio::time::Instant::now())
-            }
+            // Inside a PostgreSQL transaction: only when full, and only after a change.
+            Some(_) if full && self.last_change.is_some() => Some(tokio::time::Instant::now()),
             Some(_) => None,
         }
     }
