@@ -358,15 +358,6 @@ impl Txns {
                 }
                 let (acked, failed) = self.written.take();
                 metrics.committed(acked.len().saturating_sub(1), started.elapsed());
-                if !failed.is_empty() {
-                    // Kafka committed, so these were written: a report said otherwise. The
-                    // position covers them; the next session skips them.
-                    tracing::error!(
-                        count = failed.len(),
-                        "Kafka committed a transaction whose delivery reports had failures"
-                    );
-                    failed.into_iter().for_each(|(d, _)| d.disarm());
-                }
                 acked.into_iter().for_each(|d| d.ack());
                 self.committed = Some(position);
                 self.open = false;
@@ -375,7 +366,20 @@ impl Txns {
                 self.opened_at = None;
                 producer.begin_transaction().map_err(|e| SinkError::Transient(self.transient(e)))?;
                 self.open = true;
-                Ok(())
+                if failed.is_empty() {
+                    return Ok(());
+                }
+                // librdkafka commits only when every record was written, so this should not
+                // happen. If it does, the records are in Kafka and the position covers them:
+                // end the session (their tickets would never complete) and resume past them.
+                let reason = format!(
+                    "Kafka committed a transaction whose delivery reports had {} failure(s), the first: {}",
+                    failed.len(),
+                    failed[0].1
+                );
+                failed.into_iter().for_each(|(d, _)| d.disarm());
+                tracing::error!("{reason}");
+                Err(SinkError::Transient(Transient::TxnAborted { reason }))
             }
             Err(e) => {
                 let reason = client::scrub(&e.to_string(), &[]);
