@@ -8,8 +8,11 @@
 //! retries neither duplicate nor reorder within a partition; `message.timeout.ms=0` (retry forever)
 //! so a broker outage stalls the pipeline instead of failing records; `partitioner=murmur2_random`
 //! so keys land where Kafka's Java producer (Connect, Debezium) puts them. Topics are created through
-//! the admin API before their first record, since many clusters disable auto-creation. The clients
-//! themselves are built by [`client`], like every other Kafka client of outboxd.
+//! the admin API before their first record, since many clusters disable auto-creation, and their
+//! records wait until every partition's leader answers for it ([`partitions_ready`]: Kafka before
+//! 4.5 can lose the first records sent to a partition it has not applied yet). The clients
+//! themselves are built by [`client`], like every other Kafka client of outboxd. Under
+//! `--delivery exactly-once` the producer is transactional ([`txn`]).
 //!
 //! Errors that are about one record for good (too large, invalid topic, policy violation) come back
 //! as rejections with the record's parts, for the bad-event policy. Everything else fails the
