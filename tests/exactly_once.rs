@@ -15,7 +15,10 @@
 //!   commit and the slot's confirmation);
 //! * two instances on one slot: the active one frozen with SIGSTOP, the standby takes over
 //!   (PostgreSQL ends the frozen walsender after `wal_sender_timeout`), and the old one resumed
-//!   with SIGCONT: it is fenced, and nothing it held appears.
+//!   with SIGCONT: it is fenced, and nothing it held appears;
+//! * kill -9 of the coordinator's leader and of the data partition's leader;
+//! * PostgreSQL fast restart and kill -9 of the postmaster;
+//! * rows the router refuses, between kills: each dead-letter copy once in `outboxd.dlq`.
 //!
 //! Every run: 0 lost, 0 duplicates, per-key order held. Figures go to stderr (`--nocapture`).
 
@@ -352,5 +355,36 @@ fn postgres_fast_restart_and_postmaster_kill9_duplicate_nothing() {
     let written = writer.finish();
     drained(&pg, &d);
     check(&broker, &pg, written).assert_exactly_once("postgres");
+    d.stop_cleanly();
+}
+
+/// Rows the router refuses, between the writer's: under the default `--on-bad-event dlq` their
+/// dead-letter copies go in the same Kafka transactions as the events around them, so through
+/// kills each copy is in `outboxd.dlq` once, like each event in its topic.
+#[test]
+fn dead_letter_copies_are_written_once_through_kills() {
+    let (pg, broker, args, writer, mut d) = scene(PgCluster::start());
+    let mut bad = Vec::new();
+    for i in 0..4 {
+        std::thread::sleep(Duration::from_millis(700));
+        let id = format!("00000000-0000-4000-9000-{i:012x}");
+        pg.psql(&format!(
+            "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES ('{id}', 'bad', 'bad-{i}', 'not a topic!', '{{}}')"
+        ));
+        bad.push(id);
+        std::thread::sleep(Duration::from_millis(400));
+        d.kill9();
+        d = Outboxd::spawn(&args);
+    }
+    assert!(d.wait_for_streaming(Duration::from_secs(90)), "{}", d.log());
+    let written = writer.finish();
+    drained(&pg, &d);
+    check(&broker, &pg, written).assert_exactly_once("dead letters");
+    let copies = broker.consume_all("outboxd.dlq", 1, bad.len(), T);
+    let mut ids: Vec<String> = copies.iter().filter_map(|c| c.header_str("id")).collect();
+    ids.sort();
+    eprintln!("[dead letters] {} copies read_committed for {} refused rows", copies.len(), bad.len());
+    assert_eq!(ids, bad, "each refused row's copy once");
     d.stop_cleanly();
 }
