@@ -229,23 +229,19 @@ pub fn eos(b: &mut Bench) -> Result<()> {
         );
     }
     b.report.section(&format!(
-        "### Exactly-once beside at-least-once: drains (median of {}; the one-transaction shape {} run;          --transaction-interval {})
-
-{DRAIN_HEADER}
-{md}
-",
+        "### Exactly-once beside at-least-once: drains (median of {}; the one-transaction shape {} run; \
+         --transaction-interval {})\n\n{DRAIN_HEADER}\n{md}\n",
         k.reps, k.reps_huge, k.eos_interval
     ));
     b.new_broker(Listeners::Plaintext)?;
     b.pg.reset()?;
     let mut lat = format!(
-        "### Exactly-once beside at-least-once: latency at 5k/s ({} s each, after a {} s warm-up)
-
-         commit→ack is `outboxd_commit_to_ack_seconds`: in exactly-once mode a record is acked when its Kafka          transaction commits, so it includes the wait for the commit. End-to-end is what a read_committed          consumer (librdkafka's default) sees.
-
-         | rate | sink | inserter: achieved, conns, max behind schedule, insert p99 | records consumed | end-to-end p50 | p99 | max | commit→ack p50 | commit→ack p99 | commit→ack ≤ 20 ms | outboxd CPU | outboxd peak RSS |
-         |---|---|---|---|---|---|---|---|---|---|---|---|
-",
+        "### Exactly-once beside at-least-once: latency at 5k/s ({} s each, after a {} s warm-up)\n\n\
+         commit→ack is `outboxd_commit_to_ack_seconds`: in exactly-once mode a record is acked when its Kafka \
+         transaction commits, so it includes the wait for the commit. End-to-end is what a read_committed \
+         consumer (librdkafka's default) sees.\n\n\
+         | rate | sink | inserter: achieved, conns, max behind schedule, insert p99 | records consumed | end-to-end p50 | p99 | max | commit→ack p50 | commit→ack p99 | commit→ack ≤ 20 ms | outboxd CPU | outboxd peak RSS |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
         k.lat_secs, k.warm_secs
     );
     lat.push_str(&crate::latency::one_rate(b, 5000, "kafka")?);
