@@ -173,7 +173,7 @@ impl Knobs {
             http_batch: num("HTTP_BATCH", 100)?,
             http_concurrency: num("HTTP_CONCURRENCY", 8)?,
             outboxd_extra: raw("OUTBOXD_EXTRA").unwrap_or_default(),
-            eos_interval: raw("EOS_INTERVAL").unwrap_or_else(|| "100ms".into()),
+            eos_interval: raw("EOS_INTERVAL").unwrap_or_else(|| "25ms".into()),
             eos_intervals: raw("EOS_INTERVALS")
                 .unwrap_or_else(|| "10ms 25ms 100ms".into())
                 .split_whitespace()

@@ -513,7 +513,7 @@ pub struct RunArgs {
     pub delivery: DeliveryMode,
     /// Exactly-once: how long a Kafka transaction stays open before it commits at the next
     /// PostgreSQL commit (acks, and so slot confirmation, wait for it).
-    #[arg(long, env = "OUTBOXD_TRANSACTION_INTERVAL", default_value = "100ms", value_name = "DURATION")]
+    #[arg(long, env = "OUTBOXD_TRANSACTION_INTERVAL", default_value = "25ms", value_name = "DURATION")]
     pub transaction_interval: String,
     /// Exactly-once: the compacted topic holding outboxd's position, written in each Kafka
     /// transaction (keyed by system identifier and slot).
