@@ -96,7 +96,7 @@ pub async fn identify_for_transactions(cfg: &mut Config) -> Result<(), Error> {
     drop(conn);
     if let Some(t) = cfg.kafka.transactions.as_mut() {
         t.identify(&history.system_id);
-        tracing::info!(transactional_id = %t.id, "exactly-once delivery: Kafka transactions under this transactional.id");
+        tracing::info!(transactional_id = %t.id(), "exactly-once delivery: Kafka transactions under this transactional.id");
     }
     Ok(())
 }

@@ -112,12 +112,9 @@ pub struct KafkaConfig {
 /// The exactly-once settings of the Kafka sink.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TxnConfig {
-    /// `transactional.id`: `outboxd-<system identifier>-<slot>`, so a second instance on the same
-    /// slot fences the first. The system identifier is known only once PostgreSQL answered, so
-    /// `run` fills it in ([`TxnConfig::identify`]) before the sink is built.
-    pub id: String,
-    /// The position record's key: `<system identifier>/<slot>`.
-    pub key: String,
+    /// The database's system identifier: known only once PostgreSQL answered, so `run` fills it
+    /// in ([`TxnConfig::identify`]) before the sink is built.
+    pub system_id: String,
     pub slot: String,
     pub position_topic: String,
     /// `--transaction-interval`.
@@ -127,8 +124,18 @@ pub struct TxnConfig {
 impl TxnConfig {
     /// Name the producer after the database (its system identifier) and the slot.
     pub fn identify(&mut self, system_id: &str) {
-        self.id = format!("outboxd-{system_id}-{}", self.slot);
-        self.key = format!("{system_id}/{}", self.slot);
+        self.system_id = system_id.to_owned();
+    }
+
+    /// `transactional.id`: `outboxd-<system identifier>-<slot>`, so a second instance on the same
+    /// slot fences the first.
+    pub fn id(&self) -> String {
+        format!("outboxd-{}-{}", self.system_id, self.slot)
+    }
+
+    /// The position record's key: `<system identifier>/<slot>`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.system_id, self.slot)
     }
 }
 

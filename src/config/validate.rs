@@ -102,7 +102,7 @@ impl Config {
             if a.sink != SinkKind::Kafka {
                 return Err(bad(format!(
                     "--delivery exactly-once needs --sink kafka (Kafka transactions); --sink {} delivers at least once",
-                    format!("{:?}", a.sink).to_lowercase()
+                    super::show::value_name(a.sink)
                 )));
             }
             if dlq_sink.is_some() {
@@ -247,8 +247,7 @@ impl Config {
                 transactions: match a.delivery {
                     DeliveryMode::AtLeastOnce => None,
                     DeliveryMode::ExactlyOnce => Some(super::TxnConfig {
-                        id: String::new(),
-                        key: String::new(),
+                        system_id: String::new(),
                         slot: a.slot.clone(),
                         position_topic: {
                             if a.position_topic.trim().is_empty() {

@@ -188,6 +188,19 @@ pub async fn ensure_topic<C: ClientContext + 'static>(
     retry: Retry,
     props: &[(String, String)],
 ) -> Result<bool, TopicError> {
+    ensure_topic_with(admin, topic, partitions, replication, &[], retry, props).await
+}
+
+/// [`ensure_topic`] with topic `configs` for a topic it creates (an existing topic keeps its own).
+pub async fn ensure_topic_with<C: ClientContext + 'static>(
+    admin: &AdminClient<C>,
+    topic: &str,
+    partitions: i32,
+    replication: i32,
+    configs: &[(&str, &str)],
+    retry: Retry,
+    props: &[(String, String)],
+) -> Result<bool, TopicError> {
     let opts = AdminOptions::new()
         .operation_timeout(Some(Duration::from_secs(10)))
         .request_timeout(Some(Duration::from_secs(15)));
@@ -206,7 +219,9 @@ pub async fn ensure_topic<C: ClientContext + 'static>(
     let mut sizes = (partitions, replication);
     let mut backoff = Duration::from_millis(200);
     loop {
-        let new = NewTopic::new(topic, sizes.0, TopicReplication::Fixed(sizes.1));
+        let new = configs
+            .iter()
+            .fold(NewTopic::new(topic, sizes.0, TopicReplication::Fixed(sizes.1)), |t, (k, v)| t.set(k, v));
         let last_error = match admin.create_topics([&new], &opts).await {
             Ok(results) => match results.into_iter().next() {
                 Some(Ok(_)) => {

@@ -32,7 +32,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -224,7 +224,7 @@ impl Txns {
     /// The producer's settings for transactions.
     pub fn producer_defaults(&self) -> Vec<(&'static str, String)> {
         vec![
-            ("transactional.id", self.cfg.id.clone()),
+            ("transactional.id", self.cfg.id()),
             ("transaction.timeout.ms", TRANSACTION_TIMEOUT.as_millis().to_string()),
             // librdkafka wants it within the transaction timeout; an expired record aborts the
             // transaction (and the session), it is never lost.
@@ -297,7 +297,7 @@ impl Txns {
         kafka: &KafkaConfig,
     ) -> Result<Option<DebeziumOffset>, Error> {
         if !self.ready {
-            ensure_position_topic(admin, &self.cfg.position_topic).await?;
+            ensure_position_topic(admin, &self.cfg.position_topic, kafka).await?;
             super::partitions_ready(producer.clone(), self.cfg.position_topic.clone()).await;
             let p = producer.clone();
             let r = blocking(move || retrying(|| p.init_transactions(CALL_TIMEOUT))).await;
@@ -308,7 +308,7 @@ impl Txns {
                         "cannot start Kafka transactions (init_transactions under transactional.id {:?}): {}; \
                          --delivery exactly-once needs brokers with transactions enabled (transaction.state.log.* \
                          settings, enough brokers for its replication factor)",
-                        self.cfg.id,
+                        self.cfg.id(),
                         client::scrub(&e.to_string(), &kafka.properties)
                     ))
                     .into(),
@@ -318,7 +318,7 @@ impl Txns {
             let stored = tokio::task::spawn_blocking(move || read_position(&k, &t))
                 .await
                 .map_err(|e| Definite::Sink(format!("the position reader task failed: {e}")))??;
-            tracing::info!(position = ?stored, topic = %self.cfg.position_topic, key = %self.cfg.key, "exactly-once: committed position read");
+            tracing::info!(position = ?stored, topic = %self.cfg.position_topic, key = %self.cfg.key(), "exactly-once: committed position read");
             self.committed = stored.clone();
             self.whole = stored;
             self.ready = true;
@@ -355,7 +355,8 @@ impl Txns {
             source,
             self.dummy.clone(),
         ));
-        let record = BaseRecord::with_opaque_to(&self.cfg.position_topic, handle).key(&self.cfg.key).payload(&value);
+        let key = self.cfg.key();
+        let record = BaseRecord::with_opaque_to(&self.cfg.position_topic, handle).key(&key).payload(&value);
         if let Err((e, back)) = producer.send(record) {
             back.delivery_opaque.disarm();
             return Err(self.abort(producer, format!("the position record was refused: {e}"), metrics).await);
@@ -455,7 +456,7 @@ impl Txns {
     fn transient(&mut self, e: KafkaError) -> Transient {
         if classify(&e) == Verdict::Fatal {
             if !self.fatal {
-                tracing::warn!(error = %e, transactional_id = %self.cfg.id, "the Kafka producer is fenced or failed for good (another outboxd took over the transactional id?); nothing of its open transaction is committed, and a new producer is built when this process streams again");
+                tracing::warn!(error = %e, transactional_id = %self.cfg.id(), "the Kafka producer is fenced or failed for good (another outboxd took over the transactional id?); nothing of its open transaction is committed, and a new producer is built when this process streams again");
             }
             self.fatal = true;
             if is_fenced(&e) {
@@ -503,27 +504,16 @@ async fn blocking(f: impl FnOnce() -> Result<(), KafkaError> + Send + 'static) -
 }
 
 /// The position topic: compacted, one partition (a record per slot), the brokers' replication.
-async fn ensure_position_topic(admin: &AdminClient<DefaultClientContext>, topic: &str) -> Result<(), Error> {
-    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    match admin.create_topics([&new], &opts).await {
-        Ok(results) => match results.into_iter().next() {
-            Some(Ok(_)) => {
-                tracing::info!(topic, "created the exactly-once position topic (compacted)");
-                Ok(())
-            }
-            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) | None => Ok(()),
-            // Not allowed to create it: it may exist; the position read says if it does not.
-            Some(Err((
-                _,
-                RDKafkaErrorCode::TopicAuthorizationFailed | RDKafkaErrorCode::ClusterAuthorizationFailed,
-            ))) => Ok(()),
-            Some(Err((_, code))) => Err(Definite::Sink(format!(
-                "cannot create the position topic {topic:?}: {code}; create it (compacted) yourself"
-            ))
-            .into()),
-        },
-        Err(e) => Err(Transient::TxnAborted { reason: format!("creating the position topic {topic:?}: {e}") }.into()),
+/// Not allowed to create it: it may exist; the position read says if it does not.
+async fn ensure_position_topic(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+    kafka: &KafkaConfig,
+) -> Result<(), Error> {
+    let compact = [("cleanup.policy", "compact")];
+    match client::ensure_topic_with(admin, topic, 1, -1, &compact, client::Retry::Forever, &kafka.properties).await {
+        Ok(_) | Err(client::TopicError { refused: Some("topic_authorization_failed"), .. }) => Ok(()),
+        Err(e) => Err(e.error.into()),
     }
 }
 
@@ -533,7 +523,7 @@ fn read_position(kafka: &KafkaConfig, t: &TxnConfig) -> Result<Option<DebeziumOf
         kafka,
         "outboxd-position",
         &[
-            ("group.id", format!("outboxd-position-{}", t.key)),
+            ("group.id", format!("outboxd-position-{}", t.key())),
             ("enable.auto.commit", "false".into()),
             ("isolation.level", "read_committed".into()),
             ("enable.partition.eof", "true".into()),
@@ -541,7 +531,7 @@ fn read_position(kafka: &KafkaConfig, t: &TxnConfig) -> Result<Option<DebeziumOf
     );
     let consumer: BaseConsumer =
         client::create(&cfg, rdkafka::consumer::DefaultConsumerContext, "position reader", kafka)?;
-    let topic = &t.position_topic;
+    let (topic, key) = (&t.position_topic, t.key());
     let unreadable = |what: String| -> Error {
         Transient::TxnAborted { reason: format!("cannot read the position topic {topic:?}: {what}") }.into()
     };
@@ -579,14 +569,14 @@ fn read_position(kafka: &KafkaConfig, t: &TxnConfig) -> Result<Option<DebeziumOf
             )));
         }
         match consumer.poll(Duration::from_millis(100)) {
-            Some(Ok(m)) if m.key() == Some(t.key.as_bytes()) => {
+            Some(Ok(m)) if m.key() == Some(key.as_bytes()) => {
                 let parsed = m.payload().and_then(|v| serde_json::from_slice::<StoredPosition>(v).ok());
                 match parsed.and_then(|s| s.offset()) {
                     Some(o) => latest = Some(o),
                     None => {
                         return Err(Definite::Sink(format!(
                             "the position record for {:?} in {topic:?} at offset {} is not outboxd's; use another --position-topic",
-                            t.key,
+                            key,
                             m.offset()
                         ))
                         .into())
@@ -642,8 +632,7 @@ mod tests {
 
     fn txns() -> Txns {
         let cfg = TxnConfig {
-            id: "outboxd-1-s".into(),
-            key: "1/s".into(),
+            system_id: "1".into(),
             slot: "s".into(),
             position_topic: "outboxd.positions".into(),
             interval: Duration::from_millis(100),
