@@ -162,11 +162,12 @@ impl<'a, S: Sink> Relay<'a, S> {
     /// of a task it depends on. Cancel-safe: nothing is taken before it is returned.
     pub async fn wake(&mut self) -> Wake {
         let blocked = self.sink.blocked();
+        let stepping = blocked || self.sink.settling();
         let due = if blocked { None } else { self.sink.due() };
         tokio::select! {
             biased;
             Some(ack) = self.rx.recv() => Wake::Ack(ack),
-            r = self.sink.unblock(), if blocked => Wake::Unblocked(r),
+            r = self.sink.unblock(), if stepping => Wake::Unblocked(r),
             _ = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)), if due.is_some() => Wake::Due,
             e = self.sink_failure.wait() => Wake::SinkFailed(e.into()),
         }

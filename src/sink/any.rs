@@ -114,6 +114,10 @@ impl Sink for OneSink {
         each!(self, s => s.blocked())
     }
 
+    fn settling(&self) -> bool {
+        each!(self, s => s.settling())
+    }
+
     async fn unblock(&mut self) -> Result<(), SinkError> {
         each!(self, s => s.unblock().await)
     }
@@ -158,6 +162,11 @@ impl Sink for AnySink {
 
     fn blocked(&self) -> bool {
         self.main.blocked() || self.dlq.as_ref().is_some_and(OneSink::blocked)
+    }
+
+    // Exactly-once (the only settling sink) runs without a second sink.
+    fn settling(&self) -> bool {
+        self.main.settling()
     }
 
     async fn unblock(&mut self) -> Result<(), SinkError> {

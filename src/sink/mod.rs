@@ -75,8 +75,15 @@ pub trait Sink {
         false
     }
 
-    /// Make progress on held records; returns after one step, to be called again while
-    /// [`Sink::blocked`]. Must be cancel-safe: dropping the future loses no record.
+    /// True while a step runs in the background that the reading need not wait for, but whose end
+    /// [`Sink::unblock`] must handle: an exactly-once commit, during which sent records are held.
+    fn settling(&self) -> bool {
+        false
+    }
+
+    /// Make progress on held records (or finish what [`Sink::settling`] says runs); returns after
+    /// one step, to be called again while [`Sink::blocked`] or [`Sink::settling`]. Must be
+    /// cancel-safe: dropping the future loses no record.
     async fn unblock(&mut self) -> Result<(), SinkError> {
         std::future::pending().await
     }

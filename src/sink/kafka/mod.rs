@@ -342,6 +342,11 @@ impl KafkaSink {
         }
     }
 
+    /// An exactly-once commit runs in the background.
+    fn committing(&self) -> bool {
+        self.txns.as_deref().is_some_and(|(t, _)| t.committing())
+    }
+
     /// Hand over held records in order until one has to wait again.
     #[allow(clippy::result_large_err)]
     fn flush_held(&mut self) -> Result<(), SinkError> {
@@ -460,8 +465,9 @@ impl Drop for KafkaSink {
 impl Sink for KafkaSink {
     async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
         let held = Held { record, delivery, refreshed: false };
-        // Behind held records: keep send order.
-        if !self.held.is_empty() {
+        // Behind held records: keep send order. During an exactly-once commit, the record waits
+        // for the next transaction (librdkafka takes none while it commits).
+        if !self.held.is_empty() || self.committing() {
             self.held.push_back(held);
             return Ok(());
         }
@@ -472,10 +478,19 @@ impl Sink for KafkaSink {
     }
 
     fn blocked(&self) -> bool {
-        !self.held.is_empty()
+        !self.held.is_empty() && !self.committing()
+    }
+
+    fn settling(&self) -> bool {
+        self.committing()
     }
 
     async fn unblock(&mut self) -> Result<(), SinkError> {
+        if let Some((t, m)) = self.txns.as_deref_mut().filter(|(t, _)| t.committing()) {
+            // The commit ends; what was sent meanwhile goes into the next transaction.
+            t.settle(&self.producer, m).await?;
+            return self.flush_held();
+        }
         if let Some(c) = self.creating.as_mut() {
             // Awaiting `&mut JoinHandle` is cancel-safe: the task keeps running if we are dropped.
             let outcome = (&mut c.task).await;

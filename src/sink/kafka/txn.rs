@@ -18,6 +18,9 @@
 //! # Invariants
 //! * A commit happens only where every change the session handed over was produced (nothing held
 //!   by the sink), so the position never covers a record that is not in the transaction.
+//! * A commit runs in the background ([`Txns::commit`] starts it, [`Txns::settle`] ends it): the
+//!   session reads and routes on, and the sink holds what it sends until the next transaction
+//!   is open. Its position was taken when it started, so the reading ahead never moves it.
 //! * Whole PostgreSQL transactions go together while they fit. A Kafka transaction commits
 //!   `--transaction-interval` after its first record, at the next PostgreSQL commit, or at once
 //!   when it holds half an in-flight budget (records or bytes): otherwise the budget would stop
@@ -170,6 +173,15 @@ fn classify(e: &KafkaError) -> Verdict {
     }
 }
 
+/// A Kafka commit under way: the background task, and what it commits.
+struct Committing {
+    task: tokio::task::JoinHandle<Result<(), KafkaError>>,
+    position: DebeziumOffset,
+    /// Records in the transaction, the position record included.
+    records: usize,
+    started: Instant,
+}
+
 /// The transactional state of the Kafka sink.
 pub struct Txns {
     pub cfg: TxnConfig,
@@ -195,6 +207,8 @@ pub struct Txns {
     whole: Option<DebeziumOffset>,
     /// What the last Kafka commit stored (read at start).
     pub committed: Option<DebeziumOffset>,
+    /// The commit running in the background, if one is.
+    committing: Option<Committing>,
     /// A throwaway ack channel for the position record's handle.
     dummy: tokio::sync::mpsc::UnboundedSender<crate::sink::delivery::Ack>,
 }
@@ -217,6 +231,7 @@ impl Txns {
             last_change: None,
             whole: None,
             committed: None,
+            committing: None,
             dummy,
         }
     }
@@ -334,13 +349,20 @@ impl Txns {
         Ok(self.committed.clone())
     }
 
-    /// Commit the open transaction if it is due; ack its records after Kafka committed them.
+    /// A commit runs in the background ([`Txns::commit`]); [`Txns::settle`] finishes it.
+    pub fn committing(&self) -> bool {
+        self.committing.is_some()
+    }
+
+    /// Start committing the open transaction if it is due: its position record goes in, and a
+    /// background task waits for every record's report and commits. The session reads on
+    /// meanwhile; the sink holds what it sends until [`Txns::settle`] opened the next transaction.
     pub async fn commit(
         &mut self,
         producer: &Arc<BaseProducer<DeliveryContext>>,
         metrics: &TxnMetrics,
     ) -> Result<(), SinkError> {
-        if self.due().is_none_or(|at| at > tokio::time::Instant::now()) {
+        if self.committing.is_some() || self.due().is_none_or(|at| at > tokio::time::Instant::now()) {
             return Ok(());
         }
         let Some(position) = self.position() else {
@@ -361,26 +383,54 @@ impl Txns {
             back.delivery_opaque.disarm();
             return Err(self.abort(producer, format!("the position record was refused: {e}"), metrics).await);
         }
-        self.sent += 1;
-        let started = Instant::now();
-        // Every record's report first, served by the runtime's own pump: the commit's flush then
-        // has nothing left to wait for. (rdkafka's flush polls the queue in 100 ms slices, which
-        // the pump drains first, so letting it wait costs up to 100 ms a commit.)
-        self.written.wait_for(self.sent, CALL_TIMEOUT).await;
-        let p = producer.clone();
-        let r = blocking(move || retrying(|| p.commit_transaction(CALL_TIMEOUT))).await;
+        let records = self.sent + 1;
+        let (p, written) = (producer.clone(), self.written.clone());
+        let task = tokio::spawn(async move {
+            // Every record's report first, served by the runtime's own pump: the commit's flush
+            // then has nothing left to wait for. (rdkafka's flush polls the queue in 100 ms
+            // slices, which the pump drains first, so letting it wait costs up to 100 ms.)
+            written.wait_for(records, CALL_TIMEOUT).await;
+            let r = blocking(move || retrying(|| p.commit_transaction(CALL_TIMEOUT))).await;
+            if r.is_ok() {
+                // Reports served on the runtime thread may still be in their callbacks.
+                written.wait_for(records, Duration::from_secs(5)).await;
+            }
+            r
+        });
+        self.committing = Some(Committing { task, position, records, started: Instant::now() });
+        // The next transaction begins when this one committed ([`Txns::settle`]).
+        self.open = false;
+        self.sent = 0;
+        self.bytes = 0;
+        self.opened_at = None;
+        Ok(())
+    }
+
+    /// Wait for the commit started by [`Txns::commit`] (if any) and finish it: ack its records
+    /// and open the next transaction, or abort. Cancel-safe: awaiting the task's handle takes
+    /// nothing, and everything after it is synchronous (or an abort, which ends the session).
+    pub async fn settle(
+        &mut self,
+        producer: &Arc<BaseProducer<DeliveryContext>>,
+        metrics: &TxnMetrics,
+    ) -> Result<(), SinkError> {
+        let Some(c) = self.committing.as_mut() else { return Ok(()) };
+        let r = match (&mut c.task).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "the Kafka commit task failed");
+                Err(KafkaError::Canceled)
+            }
+        };
+        let Some(Committing { position, records, started, .. }) = self.committing.take() else {
+            return Ok(());
+        };
         match r {
             Ok(()) => {
-                // Reports served on the runtime thread may still be in their callbacks.
-                self.written.wait_for(self.sent, Duration::from_secs(5)).await;
                 let (acked, failed) = self.written.take();
                 metrics.committed(acked.len().saturating_sub(1), started.elapsed());
                 acked.into_iter().for_each(|d| d.ack());
                 self.committed = Some(position);
-                self.open = false;
-                self.sent = 0;
-                self.bytes = 0;
-                self.opened_at = None;
                 producer.begin_transaction().map_err(|e| SinkError::Transient(self.transient(e)))?;
                 self.open = true;
                 if failed.is_empty() {
@@ -403,11 +453,15 @@ impl Txns {
                 Err(match classify(&e) {
                     Verdict::Fatal => {
                         metrics.aborted();
-                        self.open = false;
                         self.written.disarm_all();
                         SinkError::Transient(self.transient(e))
                     }
-                    _ => self.abort(producer, format!("commit failed: {reason}"), metrics).await,
+                    _ => {
+                        // Still open in librdkafka's eyes: abort it.
+                        self.open = true;
+                        self.sent = records;
+                        self.abort(producer, format!("commit failed: {reason}"), metrics).await
+                    }
                 })
             }
         }
@@ -421,6 +475,12 @@ impl Txns {
         reason: String,
         metrics: &TxnMetrics,
     ) -> SinkError {
+        if self.committing.is_some() {
+            // A commit under way ends first; its records are acked if it succeeds.
+            if let Err(e) = Box::pin(self.settle(producer, metrics)).await {
+                return e;
+            }
+        }
         if self.fatal || !self.open {
             self.written.disarm_all();
             return SinkError::Transient(Transient::TxnAborted { reason });
