@@ -388,3 +388,54 @@ fn dead_letter_copies_are_written_once_through_kills() {
     assert_eq!(ids, bad, "each refused row's copy once");
     d.stop_cleanly();
 }
+
+/// The network to the (single, proxied) broker frozen, no RST, for longer than the transaction
+/// timeout: the coordinator aborts the open transaction on its own, the records outboxd had
+/// produced in it time out, and the producer's epoch is bumped. After the thaw, outboxd aborts
+/// (or, fenced by the bump, stands by and takes its slot back) and resumes from the committed
+/// position: nothing of the aborted transaction is visible, nothing is lost or duplicated.
+#[test]
+fn a_network_freeze_longer_than_the_transaction_timeout_loses_and_duplicates_nothing() {
+    use common::netfault::FreezeProxy;
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let proxy = FreezeProxy::start(1);
+    // The coordinator looks for timed-out transactions every second (Kafka's default: 10 s).
+    let broker = Broker::options()
+        .advertise(proxy.port)
+        .prop("transaction.abort.timed.out.transaction.cleanup.interval.ms=1000")
+        .start();
+    proxy.set_target(broker.port());
+    let mut a = daemon_args_pg_only(&pg, &eos_args(&["--standby-retry-interval", "1s"]));
+    a.extend(args(&["--kafka-brokers", &format!("127.0.0.1:{}", proxy.port)]));
+    for p in [
+        "transaction.timeout.ms=6000",
+        "message.timeout.ms=6000",
+        "socket.timeout.ms=6000",
+        "request.timeout.ms=5000",
+        "socket.keepalive.enable=true",
+    ] {
+        a.extend(args(&["--kafka-property", p]));
+    }
+    let mut d = Outboxd::spawn_streaming(&a);
+    let writer = Writer::start(&pg);
+    assert!(wait_until(Duration::from_secs(60), || broker.end_offsets(TOPIC) > 0), "{}", d.log());
+    eprintln!("[freeze] network frozen at about event {}", writer.written());
+    proxy.freeze();
+    // Twice the transaction timeout, plus the coordinator's check.
+    std::thread::sleep(Duration::from_secs(14));
+    proxy.thaw();
+    eprintln!("[freeze] thawed at about event {}", writer.written());
+    std::thread::sleep(Duration::from_secs(5));
+    let written = writer.finish();
+    drained(&pg, &d);
+    assert!(d.is_running(), "{}", d.log());
+    let log = d.log();
+    // The fault was met: the transaction open during the freeze ended without a commit.
+    assert!(
+        log.contains("Kafka transaction aborted") || log.contains("fenced"),
+        "no abort or fencing after a freeze longer than transaction.timeout.ms:\n{log}"
+    );
+    check(&broker, &pg, written).assert_exactly_once("network freeze");
+    d.stop_cleanly();
+}

@@ -52,8 +52,8 @@ use super::link::Link;
 use super::{Boundary, Sink, SinkError};
 use crate::config::debezium::offsets::DebeziumOffset;
 use crate::config::KafkaConfig;
-use crate::error::Definite;
 use crate::error::Error;
+use crate::error::{Definite, Transient};
 use crate::health::Health;
 use crate::router::Record;
 use client::{Retry, TopicError};
@@ -323,6 +323,14 @@ impl KafkaSink {
                     self.start_refreshing(&record.topic);
                 }
                 Ok(Some(Held { record, delivery, refreshed }))
+            }
+            // Exactly-once: the open transaction failed (a timed-out record, the coordinator's
+            // own abort) and takes no more records; the session aborts it and resumes from the
+            // committed position.
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::State), back)) if self.txns.is_some() => {
+                back.delivery_opaque.disarm();
+                let reason = "the open Kafka transaction failed and takes no more records".to_string();
+                Err(SinkError::Transient(Transient::TxnAborted { reason }))
             }
             Err((e, back)) => {
                 let delivery = *back.delivery_opaque;

@@ -509,7 +509,15 @@ impl Txns {
         }
         match r {
             Err(e) if classify(&e) == Verdict::Fatal => SinkError::Transient(self.transient(e)),
-            _ => SinkError::Transient(Transient::TxnAborted { reason }),
+            Err(e) => {
+                // The abort did not go through (the brokers unreachable): a new producer takes
+                // the transactional id back at the next session, which aborts whatever the old
+                // one left open.
+                tracing::warn!(error = %e, "the Kafka transaction could not be aborted; a new producer is built for the next session");
+                self.fatal = true;
+                SinkError::Transient(Transient::TxnAborted { reason })
+            }
+            Ok(()) => SinkError::Transient(Transient::TxnAborted { reason }),
         }
     }
 
