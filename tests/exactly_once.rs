@@ -439,3 +439,41 @@ fn a_network_freeze_longer_than_the_transaction_timeout_loses_and_duplicates_not
     check(&broker, &pg, written).assert_exactly_once("network freeze");
     d.stop_cleanly();
 }
+
+/// A record the broker refuses for good (larger than its topic's `max.message.bytes`, below the
+/// producer's limit) inside a Kafka transaction fails the transaction, which is aborted. outboxd
+/// condemns the record: when the next session meets it again, `--on-bad-event` (dlq) applies to
+/// it first, so the transaction that holds its dead-letter copy commits, and the events around it
+/// arrive once each. Without that, every session would abort on the same record forever.
+#[test]
+fn a_record_the_broker_refuses_inside_a_transaction_is_dead_lettered_not_looped() {
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let broker = Broker::start();
+    broker.create_topic_with("small.v1.events", 1, &[("max.message.bytes", "2000")], false);
+    let mut d = Outboxd::spawn_streaming(&daemon_args(&pg, &broker, &eos_args(&[])));
+    let big = format!("{{\"blob\": \"{}\"}}", "x".repeat(6000));
+    // One transaction each, drained in between, so no good record shares the oversize one's batch.
+    for (key, payload) in [("s-1", "{}"), ("s-big", big.as_str()), ("s-2", "{}")] {
+        pg.psql(&format!(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('rules', '{key}', 'small.v1', '{payload}')"
+        ));
+        drained(&pg, &d);
+    }
+    assert!(d.is_running(), "{}", d.log());
+    let got = broker.consume_all("small.v1.events", 1, 2, T);
+    let keys: Vec<String> = got.iter().filter_map(|c| c.key_str()).collect();
+    assert_eq!(keys, ["s-1", "s-2"], "read_committed events around the refused one:\n{}", d.log());
+    let dead = broker.consume_all("outboxd.dlq", 1, 1, T);
+    let copies: Vec<&Consumed> = dead.iter().filter(|c| c.key_str().as_deref() == Some("s-big")).collect();
+    assert_eq!(copies.len(), 1, "one dead-letter copy of s-big, read_committed: {dead:?}\n{}", d.log());
+    assert_eq!(copies[0].header_str("outboxd.error").as_deref(), Some("too_large"), "{:?}", copies[0]);
+    let log = d.log();
+    assert!(log.contains("the broker refused a record inside a Kafka transaction"), "{log}");
+    // The refused transaction, and at most one after it: librdkafka may fail the next one on the
+    // sequence gap the refused batch left (OUT_OF_ORDER_SEQUENCE_NUMBER, "requires epoch bump").
+    let aborted = log.matches("Kafka transaction aborted; the next session resumes").count();
+    eprintln!("[condemned] aborted transactions: {aborted}, dead-letter copies: {}", copies.len());
+    assert!(aborted <= 2, "the refusal looped ({aborted} aborts):\n{log}");
+    d.stop_cleanly();
+}

@@ -136,6 +136,10 @@ impl Delivery {
         &self.event_id
     }
 
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
     pub fn ack(mut self) {
         self.send(Outcome::Acked);
     }

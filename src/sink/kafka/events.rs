@@ -117,7 +117,7 @@ impl ProducerContext for DeliveryContext {
             // In a transaction, any failure aborts it: the next session sends the records again.
             Err((e, _)) if self.txn.is_some() => {
                 if let Some(held) = &self.txn {
-                    held.failed(*delivery, client::scrub(&e.to_string(), &self.properties));
+                    held.failed(*delivery, client::scrub(&e.to_string(), &self.properties), rejection_code(e));
                 }
             }
             Err((e, msg)) => match rejection_code(e) {

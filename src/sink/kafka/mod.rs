@@ -472,6 +472,11 @@ impl Drop for KafkaSink {
 
 impl Sink for KafkaSink {
     async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
+        if let Some((t, _)) = self.txns.as_deref_mut() {
+            if let Some((code, reason)) = t.condemned(&record.event_id, &record.topic) {
+                return Err(SinkError::Rejected { code, reason, record: Box::new(record), delivery });
+            }
+        }
         let held = Held { record, delivery, refreshed: false };
         // Behind held records: keep send order. During an exactly-once commit, the record waits
         // for the next transaction (librdkafka takes none while it commits).

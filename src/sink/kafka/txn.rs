@@ -66,13 +66,17 @@ const POSITION_READ_TIMEOUT: Duration = Duration::from_secs(150);
 #[derive(Default)]
 pub struct Written {
     acked: Mutex<Vec<Delivery>>,
-    failed: Mutex<Vec<(Delivery, String)>>,
+    failed: Mutex<Vec<Failed>>,
     /// Woken by every report, for the commit that waits for all of them.
     arrived: tokio::sync::Notify,
 }
 
-/// What [`Written::take`] returns: the acked handles, and the failed ones with their reasons.
-type Reports = (Vec<Delivery>, Vec<(Delivery, String)>);
+/// A failed delivery report: the handle, the reason, and the rejection code when the broker
+/// refused this one record ([`super::events::rejection_code`]).
+type Failed = (Delivery, String, Option<&'static str>);
+
+/// What [`Written::take`] returns: the acked handles, and the failed ones.
+type Reports = (Vec<Delivery>, Vec<Failed>);
 
 impl Written {
     pub fn acked(&self, d: Delivery) {
@@ -80,8 +84,8 @@ impl Written {
         self.arrived.notify_one();
     }
 
-    pub fn failed(&self, d: Delivery, reason: String) {
-        self.failed.lock().unwrap_or_else(|p| p.into_inner()).push((d, reason));
+    pub fn failed(&self, d: Delivery, reason: String, code: Option<&'static str>) {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).push((d, reason, code));
         self.arrived.notify_one();
     }
 
@@ -109,11 +113,19 @@ impl Written {
         )
     }
 
-    /// Forget every handle of an aborted transaction (the next session resends them).
-    fn disarm_all(&self) {
+    /// Forget every handle of an aborted transaction (the next session resends them). Records
+    /// the broker refused for good are returned, to be condemned ([`Txns::condemned`]).
+    fn disarm_all(&self) -> Vec<(Delivery, String, &'static str)> {
         let (acked, failed) = self.take();
         acked.into_iter().for_each(|d| d.disarm());
-        failed.into_iter().for_each(|(d, _)| d.disarm());
+        let mut refused = Vec::new();
+        for (d, reason, code) in failed {
+            match code {
+                Some(code) => refused.push((d, reason, code)),
+                None => d.disarm(),
+            }
+        }
+        refused
     }
 }
 
@@ -209,6 +221,9 @@ pub struct Txns {
     pub committed: Option<DebeziumOffset>,
     /// The commit running in the background, if one is.
     committing: Option<Committing>,
+    /// Records the broker refused for good inside an aborted transaction, by event id and
+    /// topic: the next time they come, they go to the bad-event policy ([`Txns::forget`]).
+    condemned: std::collections::HashMap<(String, String), (&'static str, String)>,
     /// A throwaway ack channel for the position record's handle.
     dummy: tokio::sync::mpsc::UnboundedSender<crate::sink::delivery::Ack>,
 }
@@ -232,6 +247,7 @@ impl Txns {
             whole: None,
             committed: None,
             committing: None,
+            condemned: Default::default(),
             dummy,
         }
     }
@@ -444,7 +460,7 @@ impl Txns {
                     failed.len(),
                     failed[0].1
                 );
-                failed.into_iter().for_each(|(d, _)| d.disarm());
+                failed.into_iter().for_each(|(d, _, _)| d.disarm());
                 tracing::error!("{reason}");
                 Err(SinkError::Transient(Transient::TxnAborted { reason }))
             }
@@ -453,7 +469,9 @@ impl Txns {
                 Err(match classify(&e) {
                     Verdict::Fatal => {
                         metrics.aborted();
-                        self.written.disarm_all();
+                        if let Some(d) = self.forget() {
+                            return Err(SinkError::Fatal(d));
+                        }
                         SinkError::Transient(self.transient(e))
                     }
                     _ => {
@@ -482,7 +500,9 @@ impl Txns {
             }
         }
         if self.fatal || !self.open {
-            self.written.disarm_all();
+            if let Some(d) = self.forget() {
+                return SinkError::Fatal(d);
+            }
             return SinkError::Transient(Transient::TxnAborted { reason });
         }
         let had = self.sent;
@@ -498,7 +518,7 @@ impl Txns {
             r
         })
         .await;
-        self.written.disarm_all();
+        let copy_refused = self.forget();
         self.open = false;
         self.sent = 0;
         self.bytes = 0;
@@ -506,6 +526,9 @@ impl Txns {
         if had > 0 {
             metrics.aborted();
             tracing::warn!(records = had, %reason, "Kafka transaction aborted; the next session resumes from the committed position");
+        }
+        if let Some(d) = copy_refused {
+            return SinkError::Fatal(d);
         }
         match r {
             Err(e) if classify(&e) == Verdict::Fatal => SinkError::Transient(self.transient(e)),
@@ -519,6 +542,35 @@ impl Txns {
             }
             Ok(()) => SinkError::Transient(Transient::TxnAborted { reason }),
         }
+    }
+
+    /// Forget the handles of an aborted transaction. A record the broker refused for good is
+    /// condemned: the next session meets it again, and [`Txns::condemned`] hands it to
+    /// `--on-bad-event` before it can abort another transaction. A refused dead-letter copy
+    /// cannot be dead-lettered again: that stops the process, as in at-least-once mode.
+    fn forget(&mut self) -> Option<Definite> {
+        let mut stop = None;
+        for (d, reason, code) in self.written.disarm_all() {
+            let (event_id, topic) = (d.event_id().to_owned(), d.topic().to_owned());
+            let copy = d.is_dead_letter();
+            d.disarm();
+            if copy {
+                stop.get_or_insert_with(|| crate::relay::dead_letter::copy_refused(event_id, topic, &reason));
+            } else if !event_id.is_empty() {
+                tracing::warn!(%event_id, %topic, code, %reason, "the broker refused a record inside a Kafka transaction; the transaction is aborted, and when the record comes again --on-bad-event applies to it first");
+                self.condemned.insert((event_id, topic), (code, reason));
+            }
+        }
+        stop
+    }
+
+    /// Is this record one the broker refused in an aborted transaction? Then it is taken out of
+    /// the set and returned (its code and reason), for the bad-event policy.
+    pub fn condemned(&mut self, event_id: &str, topic: &str) -> Option<(&'static str, String)> {
+        if self.condemned.is_empty() {
+            return None;
+        }
+        self.condemned.remove(&(event_id.to_owned(), topic.to_owned()))
     }
 
     fn transient(&mut self, e: KafkaError) -> Transient {
