@@ -57,7 +57,6 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
 # base64 FileDescriptorProto of format=serialized); private helpers of the pinned 2.16.1.
 from confluent_kafka.schema_registry._sync.protobuf import _resolve_named_schema
 from confluent_kafka.schema_registry.common.protobuf import _init_pool, _str_to_proto
-from confluent_kafka.serialization import MessageField
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format
 from google.protobuf.message_factory import GetMessageClass
 
@@ -245,7 +244,7 @@ def plain_json(data, ctx):
     return {"schema_id": None, "value": json.loads(data.decode("utf-8"))}
 
 
-def deserializer(fmt, client, is_key):
+def deserializer(fmt, client):
     conf = {"subject.name.strategy.type": "TOPIC", "schema.id.deserializer": prefix_schema_id_deserializer}
     if fmt == "string":
         return lambda data, ctx: None if data is None else {"value": data.decode("utf-8")}
@@ -316,8 +315,8 @@ def main():
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
         "isolation.level": a.isolation,
-        "key.deserializer": deserializer(a.key_format, client, True),
-        "value.deserializer": deserializer(a.format, client, False),
+        "key.deserializer": deserializer(a.key_format, client),
+        "value.deserializer": deserializer(a.format, client),
     }
     for kv in a.kafka:
         k, _, v = kv.partition("=")
