@@ -81,7 +81,7 @@ _pg_version_install() {
 }
 
 # Install what a fresh machine of this kind lacks: PostgreSQL server binaries, Apache Kafka's jars,
-# Redis, RabbitMQ and NATS.
+# Debezium, Apicurio Registry, Redis, RabbitMQ and NATS.
 # The mdBook release the manual is built with (crates.io, compiled once by ensure_tools).
 MDBOOK_VERSION=${MDBOOK_VERSION:-0.4.52}
 
@@ -115,6 +115,10 @@ ensure_tools() {
   bash scripts/kafka fetch >/dev/null
   # Kafka Connect's jars and Debezium's PostgreSQL plugin for scripts/debezium (tests/debezium_parity.rs).
   bash scripts/debezium fetch >/dev/null
+  # Apicurio Registry (a Confluent-compatible schema registry, Java 21+) and the Python virtualenv
+  # with confluent-kafka's stock Avro/Protobuf/JSON Schema deserializers, for scripts/registry and
+  # tools/registry/consume.py (the schema-registry value formats' end-to-end tests).
+  bash scripts/registry fetch >/dev/null
   # mdBook renders the manual in docs/ (scripts/test builds it; tests/docs.rs checks its links).
   if ! command -v mdbook >/dev/null 2>&1 || [ "$(mdbook --version)" != "mdbook v$MDBOOK_VERSION" ]; then
     cargo install mdbook --version "$MDBOOK_VERSION" --locked --no-default-features --quiet
