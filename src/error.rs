@@ -31,6 +31,10 @@ pub enum Transient {
     /// resumes from the last committed position.
     #[error("Kafka transaction aborted: {reason}; resuming from the last committed position")]
     TxnAborted { reason: String },
+    /// The schema registry cannot be asked now (`--value-converter avro`): nothing past the event
+    /// waiting for its schema is confirmed, and the next session asks again.
+    #[error("{reason}; nothing after the event waiting for its schema is confirmed, retrying")]
+    Registry { reason: String },
     /// Another instance took over the transactional id (and so the slot): this one stands by.
     #[error("fenced by another outboxd with the same transactional.id ({reason}); standing by")]
     Fenced { reason: String },

@@ -11,6 +11,7 @@
 pub mod app;
 pub mod config;
 pub mod error;
+pub mod format;
 pub mod health;
 pub mod lsn;
 pub mod metrics;

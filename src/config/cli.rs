@@ -497,9 +497,24 @@ pub struct RunArgs {
     /// `bytes` (ByteArrayConverter: a bytea column's bytes).
     #[arg(long, env = "OUTBOXD_KEY_CONVERTER", value_enum, default_value_t = crate::router::Converter::String)]
     pub key_converter: crate::router::Converter,
-    /// How the value is written: `string`, `json` or `bytes`, as for --key-converter.
-    #[arg(long, env = "OUTBOXD_VALUE_CONVERTER", value_enum, default_value_t = crate::router::Converter::String)]
+    /// How the value is written: `string`, `json` or `bytes`, as for --key-converter, or `avro`
+    /// (Confluent's AvroConverter: the JSON payload as an Avro datum of its subject's latest
+    /// schema in --schema-registry-url, in the Confluent wire format). Alias: --value-format.
+    #[arg(long, alias = "value-format", env = "OUTBOXD_VALUE_CONVERTER", value_enum, default_value_t = crate::router::Converter::String)]
     pub value_converter: crate::router::Converter,
+    /// A Confluent-compatible schema registry's API root (Confluent, Karapace, or Apicurio's
+    /// `…/apis/ccompat/v7`) for --value-converter avro; the subject is `<topic>-value`.
+    #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_URL", value_name = "URL")]
+    pub schema_registry_url: Option<String>,
+    /// Basic-auth user for --schema-registry-url.
+    #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_USER", value_name = "USER")]
+    pub schema_registry_user: Option<String>,
+    /// File whose first line is the basic-auth password for --schema-registry-url.
+    #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_PASSWORD_FILE", value_name = "PATH")]
+    pub schema_registry_password_file: Option<std::path::PathBuf>,
+    /// PEM CA certificate to trust for an https --schema-registry-url (besides the system's).
+    #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_CA_FILE", value_name = "PATH")]
+    pub schema_registry_ca_file: Option<std::path::PathBuf>,
     /// jsonb column whose top-level keys become Kafka headers; empty disables. Default: `headers` when the table has it.
     #[arg(long)]
     pub table_field_event_headers: Option<String>,

@@ -92,6 +92,8 @@ pub struct Config {
     pub messages_prefixes: Vec<String>,
     pub publication_autocreate: PublicationAutocreate,
     pub route: RouteConfig,
+    /// `--value-converter avro`: the schema registry ([`crate::format`]).
+    pub registry: Option<crate::format::RegistryConfig>,
     pub op_invalid: InvalidOp,
     pub sink: SinkKind,
     pub kafka: KafkaConfig,

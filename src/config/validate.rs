@@ -208,6 +208,7 @@ impl Config {
                 return Err(bad("--value-converter json with an envelope placement and --mask/--encrypt: the payload inside that envelope is a JSON string the masking rules cannot reach; use --value-converter string with --mask/--encrypt".into()));
             }
         }
+        let registry = registry_config(a)?;
         let status_interval = parse_duration("--status-interval", &a.status_interval)?;
         if status_interval.is_zero() {
             return Err(bad("--status-interval must be greater than 0".into()));
@@ -236,6 +237,7 @@ impl Config {
                 headers_field,
                 contracts,
             },
+            registry,
             op_invalid: a.table_op_invalid_behavior,
             sink: a.sink,
             kafka: KafkaConfig {
@@ -377,4 +379,60 @@ pub fn parse_table(s: &str) -> Result<TableName, Definite> {
         }
         _ => Err(Definite::Config(format!("--table {s:?}: expected SCHEMA.TABLE, e.g. public.outbox"))),
     }
+}
+
+/// `--schema-registry-*`, checked against the converters.
+fn registry_config(a: &RunArgs) -> Result<Option<crate::format::RegistryConfig>, Definite> {
+    use crate::router::Converter;
+    if a.key_converter == Converter::Avro {
+        return Err(Definite::Config(
+            "--key-converter avro: keys are written as strings, JSON or bytes (the EventRouter's key is the aggregate id); use --key-converter string".into(),
+        ));
+    }
+    let avro = a.value_converter == Converter::Avro;
+    let Some(url) = a.schema_registry_url.as_deref() else {
+        if avro {
+            return Err(Definite::Config(
+                "--value-converter avro needs --schema-registry-url (the registry holding each topic's <topic>-value schema)".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    if !avro {
+        return Err(Definite::Config(format!(
+            "--schema-registry-url {} has no effect without --value-converter avro; add it or drop the URL",
+            super::secret::mask_url(url)
+        )));
+    }
+    let parsed = reqwest::Url::parse(url).map_err(|e| {
+        Definite::Config(format!("--schema-registry-url {}: not a URL ({e})", super::secret::mask_url(url)))
+    })?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(Definite::Config(format!(
+            "--schema-registry-url {}: use an http:// or https:// URL",
+            super::secret::mask_url(url)
+        )));
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(Definite::Config(format!(
+            "--schema-registry-url {}: credentials in the URL would show in ps and logs; use --schema-registry-user and --schema-registry-password-file",
+            super::secret::mask_url(url)
+        )));
+    }
+    let password = match &a.schema_registry_password_file {
+        Some(p) => Some(crate::format::Password::read("--schema-registry-password-file", p).map_err(Definite::Config)?),
+        None => None,
+    };
+    if password.is_some() && a.schema_registry_user.is_none() {
+        return Err(Definite::Config("--schema-registry-password-file needs --schema-registry-user".into()));
+    }
+    let cfg = crate::format::RegistryConfig {
+        url: parsed,
+        user: a.schema_registry_user.clone(),
+        password,
+        ca_file: a.schema_registry_ca_file.clone(),
+    };
+    // The CA file is read and parsed now, so a session never meets a bad one.
+    crate::format::registry::Registry::new(&cfg).map_err(Definite::Config)?;
+    Ok(Some(cfg))
 }

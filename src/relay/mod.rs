@@ -41,7 +41,8 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::config::BadEventPolicy;
 use crate::config::Config;
-use crate::error::{Definite, Error};
+use crate::error::{Definite, Error, Transient};
+use crate::format::{Encoder, Failure, RegistryConfig};
 use crate::metrics::Metrics;
 use crate::router::{BadEvent, OutboxRow, Record, Route};
 pub use crate::sink::delivery::{Ack, Delivery, Outcome, Position, Refusal, Source, Ticket};
@@ -79,6 +80,9 @@ pub enum RefusedBy {
     Router,
     /// The destination, for good (too large, a refusal from `send` or in a delivery report).
     Sink,
+    /// The value format: the payload does not fit its registered schema, or its subject has none
+    /// (a fact about the row, the same on every try, like the router's).
+    Format,
 }
 
 /// What a ledger makes of a refusal.
@@ -112,11 +116,13 @@ pub enum Wake {
 pub struct RelayConfig {
     pub on_bad_event: BadEventPolicy,
     pub dlq_topic: String,
+    /// `--value-converter avro`: the registry the values are encoded with ([`crate::format`]).
+    pub registry: Option<RegistryConfig>,
 }
 
 impl RelayConfig {
     pub fn of(cfg: &Config) -> RelayConfig {
-        RelayConfig { on_bad_event: cfg.on_bad_event, dlq_topic: cfg.dlq_topic.clone() }
+        RelayConfig { on_bad_event: cfg.on_bad_event, dlq_topic: cfg.dlq_topic.clone(), registry: cfg.registry.clone() }
     }
 }
 
@@ -131,13 +137,16 @@ pub struct Relay<'a, S: Sink> {
     /// Records handed to the sink and not yet resolved, and their bytes.
     in_flight: usize,
     in_flight_bytes: usize,
+    /// The value encoder (`--value-converter avro`), or why it could not be built.
+    format: Option<Result<Encoder, String>>,
 }
 
 impl<'a, S: Sink> Relay<'a, S> {
     pub fn new(sink: &'a mut S, cfg: RelayConfig, metrics: Metrics) -> Self {
         let (tx, rx) = unbounded_channel();
         let sink_failure = sink.failure().unwrap_or_default();
-        Relay { sink, cfg, metrics, tx, rx, sink_failure, in_flight: 0, in_flight_bytes: 0 }
+        let format = cfg.registry.as_ref().map(Encoder::new);
+        Relay { sink, cfg, metrics, tx, rx, sink_failure, in_flight: 0, in_flight_bytes: 0, format }
     }
 
     pub fn sink(&mut self) -> &mut S {
@@ -215,6 +224,19 @@ impl<'a, S: Sink> Relay<'a, S> {
         record: Record,
         source: Source,
     ) -> Result<(), Error> {
+        let mut record = record;
+        if let Some(format) = self.format.as_mut() {
+            let encoder = format.as_mut().map_err(|e| Definite::Config(e.clone()))?;
+            match encoder.encode(&mut record).await {
+                Ok(()) => {}
+                Err(Failure::Bad { code, reason }) => {
+                    let dl = DeadLetter::from_record(record, code, reason, source);
+                    return self.refused(ledger, t, dl, RefusedBy::Format).await;
+                }
+                Err(Failure::Unavailable(reason)) => return Err(Transient::Registry { reason }.into()),
+                Err(Failure::Definite(reason)) => return Err(Definite::Config(reason).into()),
+            }
+        }
         let size = record_size(record.key.as_ref(), record.payload.as_ref(), &record.headers);
         if let Some(max) = self.sink.max_message_bytes() {
             if size > max {
@@ -337,7 +359,7 @@ impl<'a, S: Sink> Relay<'a, S> {
                 RefusedBy::Router => {
                     Definite::Route { event_id: dl.event_id.unwrap_or_else(|| "(unknown)".into()), reason: dl.message }
                 }
-                RefusedBy::Sink => dl.into_failure(reason),
+                RefusedBy::Sink | RefusedBy::Format => dl.into_failure(reason),
             }
             .into()),
             BadEventPolicy::Skip => {

@@ -41,6 +41,10 @@ pub enum Converter {
     Json,
     /// Connect's ByteArrayConverter: a `bytea` column's raw bytes (the only type it takes).
     Bytes,
+    /// Confluent's AvroConverter (or Apicurio's): a JSON payload encoded as an Avro datum of the
+    /// subject's latest schema in `--schema-registry-url`, in the Confluent wire format (value only;
+    /// the router passes the JSON text on and [`crate::format`] encodes it).
+    Avro,
 }
 
 /// Whether Debezium carries a column of this type as a Connect string (what its EventRouter's
@@ -62,6 +66,7 @@ pub fn supports(converter: Converter, type_oid: u32) -> bool {
         Converter::String => true,
         Converter::Json => json_supports(type_oid),
         Converter::Bytes => type_oid == BYTEA,
+        Converter::Avro => matches!(type_oid, JSON | JSONB | TEXT | VARCHAR),
     }
 }
 
@@ -88,7 +93,7 @@ pub fn type_name(type_oid: u32) -> String {
 /// `bytes` (the routed value of a column of `type_oid`) as `converter` writes it.
 pub fn convert(converter: Converter, type_oid: u32, bytes: Bytes) -> Bytes {
     match converter {
-        Converter::String | Converter::Bytes => bytes,
+        Converter::String | Converter::Bytes | Converter::Avro => bytes,
         Converter::Json => match type_oid {
             INT2 | INT4 | INT8 => bytes,
             BOOL => bytes, // routed as true/false already

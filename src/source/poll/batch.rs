@@ -258,7 +258,7 @@ impl Ledger for Rows<'_> {
             return Refused::Policy { reason: format!("{} ({})", dl.message, dl.code) };
         };
         let tries = match by {
-            RefusedBy::Router => 0,
+            RefusedBy::Router | RefusedBy::Format => 0,
             RefusedBy::Sink => {
                 self.metrics.poll_errors.increment(1);
                 let tries = slot.attempts.saturating_add(1);
