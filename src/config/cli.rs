@@ -504,7 +504,7 @@ pub struct RunArgs {
     pub value_converter: crate::router::Converter,
     /// A Confluent-compatible schema registry's API root (Confluent, Karapace, or Apicurio's
     /// `…/apis/ccompat/v7`) for --value-converter avro; the subject is `<topic>-value`.
-    #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_URL", value_name = "URL")]
+    #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_URL", hide_env_values = true, value_name = "URL")]
     pub schema_registry_url: Option<String>,
     /// Basic-auth user for --schema-registry-url.
     #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_USER", value_name = "USER")]

@@ -200,10 +200,26 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
                 }
                 o.values.push((if side == "key" { "key_converter" } else { "value_converter" }, "json".into()));
             }
+            Some(c @ ("io.confluent.connect.avro.AvroConverter" | "io.apicurio.registry.utils.converter.AvroConverter"))
+                if side == "value" =>
+            {
+                // Confluent's converter names the registry's root; Apicurio's its own API
+                // (…/apis/registry/vN), whose Confluent-compatible twin outboxd speaks.
+                let url = get("value.converter.schema.registry.url")
+                    .or_else(|| get("value.converter.apicurio.registry.url").map(|u| ccompat_url(&u)));
+                let Some(url) = url else {
+                    return Err(format!(
+                        "{class_key}={c} needs value.converter.schema.registry.url (or value.converter.apicurio.registry.url)"
+                    ));
+                };
+                o.values.push(("value_converter", "avro".into()));
+                o.values.push(("schema_registry_url", url.trim().to_owned()));
+            }
             Some(other) => {
                 return Err(format!(
-                    "{class_key}={other}: outboxd writes what StringConverter, JsonConverter (schemas.enable=false) and \
-                     ByteArrayConverter write, not this converter's format; use one of those ({flag} string|json|bytes)"
+                    "{class_key}={other}: outboxd writes what StringConverter, JsonConverter (schemas.enable=false), \
+                     ByteArrayConverter and (values only) AvroConverter write, not this converter's format; use one of \
+                     those ({flag} string|json|bytes, or avro for values)"
                 ))
             }
         }
@@ -493,6 +509,15 @@ fn producer_level(k: &str) -> Option<(u8, &str)> {
         Some((0, k))
     } else {
         None
+    }
+}
+
+/// Apicurio's native API root (`…/apis/registry/v2` or `v3`) as its Confluent-compatible one.
+fn ccompat_url(url: &str) -> String {
+    let u = url.trim().trim_end_matches('/');
+    match u.rfind("/apis/registry/") {
+        Some(i) => format!("{}/apis/ccompat/v7", &u[..i]),
+        None => u.to_owned(),
     }
 }
 
@@ -813,3 +838,4 @@ mod tests {
         assert!(e.contains("has no key") && e.contains("connector.json") && !e.contains('\n'), "{e}");
     }
 }
+

@@ -119,6 +119,19 @@ impl Config {
         push("table-expand-json-payload", r.expand_json_payload.to_string());
         push("key-converter", value_name(r.key_converter));
         push("value-converter", value_name(r.value_converter));
+        if let Some(reg) = &self.registry {
+            push("schema-registry-url", reg.url.to_string());
+            if let Some(u) = &reg.user {
+                push("schema-registry-user", u.clone());
+            }
+            // The password's file, never the password.
+            if let Some(p) = &reg.password {
+                push("schema-registry-password-file", p.path.display().to_string());
+            }
+            if let Some(c) = &reg.ca_file {
+                push("schema-registry-ca-file", c.display().to_string());
+            }
+        }
         match &r.headers_field {
             HeadersField::IfPresent(_) => {}
             HeadersField::Required(c) => push("table-field-event-headers", c.clone()),

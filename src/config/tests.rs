@@ -733,6 +733,11 @@ fn outboxd_config_prints_every_run_flag() {
         "redis-url-file",
         "rabbitmq-url-file",
         "http-url-file",
+        // with --value-converter avro only
+        "schema-registry-url",
+        "schema-registry-user",
+        "schema-registry-password-file",
+        "schema-registry-ca-file",
         // with --delivery exactly-once only
         "transaction-interval",
         "position-topic",
@@ -952,4 +957,89 @@ fn exactly_once_needs_kafka_and_one_sink() {
     let e = cfg(&["--delivery", "exactly-once", "--dlq-sink", "redis"]).unwrap_err().to_string();
     assert!(e.contains("drop --dlq-sink"), "{e}");
     assert!(cfg(&["--delivery", "exactly-once"]).unwrap().to_text().contains("--delivery exactly-once"));
+}
+
+/// `--value-converter avro` and `--schema-registry-*`: each wrong combination is a one-line error
+/// naming the flag and the fix; a good one prints the password's file, never the password, and
+/// reads back to the same configuration.
+#[test]
+fn schema_registry_flags_are_checked_and_print_without_the_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let pw = dir.path().join("registry.pw");
+    std::fs::write(&pw, "hunter2-registry\n").unwrap();
+    let with = |extra: &[&str]| {
+        let mut a: Vec<String> = vec!["--postgres-url".into(), "postgres://u@127.0.0.1/db".into()];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        config_of(&a)
+    };
+    for (extra, says) in [
+        (&["--value-converter", "avro"][..], "needs --schema-registry-url"),
+        (&["--schema-registry-url", "http://r:8081"][..], "has no effect without --value-converter avro"),
+        (&["--value-format", "avro", "--schema-registry-url", "http://u:p@r:8081"][..], "credentials in the URL"),
+        (&["--value-format", "avro", "--schema-registry-url", "ftp://r"][..], "http:// or https://"),
+        (&["--key-converter", "avro"][..], "--key-converter avro"),
+        (
+            &[
+                "--value-format",
+                "avro",
+                "--schema-registry-url",
+                "http://r:8081",
+                "--schema-registry-password-file",
+                pw.to_str().unwrap(),
+            ][..],
+            "needs --schema-registry-user",
+        ),
+    ] {
+        let e = with(extra).unwrap_err();
+        assert!(e.contains(says) && !e.contains('\n'), "{extra:?}: {e}");
+        assert!(!e.contains(":p@"), "{e}");
+    }
+    let good = [
+        "--value-format",
+        "avro",
+        "--schema-registry-url",
+        "https://registry:8081/apis/ccompat/v7",
+        "--schema-registry-user",
+        "outboxd",
+        "--schema-registry-password-file",
+        pw.to_str().unwrap(),
+    ];
+    let c = with(&good).unwrap();
+    let text = c.to_text();
+    assert!(text.contains("schema-registry-password-file") && !text.contains("hunter2"), "{text}");
+    assert!(!format!("{c:?}").contains("hunter2"));
+    assert_eq!(c.registry.as_ref().and_then(|r| r.password.as_ref()).map(|p| p.expose()), Some("hunter2-registry"));
+}
+
+/// Debezium's AvroConverter (Confluent's, or Apicurio's with its native API URL) maps to
+/// `--value-converter avro` with the registry's Confluent-compatible root.
+#[test]
+fn debezium_avro_converters_map_to_the_registry_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let parse = |extra: &str| {
+        let dbz = dir.path().join("connector.json");
+        std::fs::write(
+            &dbz,
+            format!(
+                r#"{{"database.hostname": "127.0.0.1", "database.user": "u", "database.dbname": "d",
+                    "plugin.name": "pgoutput", "key.converter": "org.apache.kafka.connect.storage.StringConverter", {extra}}}"#
+            ),
+        )
+        .unwrap();
+        let argv: Vec<String> =
+            ["outboxd", "run", "--debezium-config", dbz.to_str().unwrap()].iter().map(|s| s.to_string()).collect();
+        let Command::Run(a) = Cli::try_parse_from(&argv).unwrap().command else { unreachable!() };
+        Config::from_args_with_file(&a, &|_| false).map_err(|e| e.to_string())
+    };
+    let c = parse(r#""value.converter": "io.confluent.connect.avro.AvroConverter", "value.converter.schema.registry.url": "http://sr:8081""#)
+        .unwrap();
+    assert_eq!(c.route.value_converter, crate::router::Converter::Avro);
+    assert_eq!(c.registry.as_ref().unwrap().url.as_str(), "http://sr:8081/");
+    let c = parse(
+        r#""value.converter": "io.apicurio.registry.utils.converter.AvroConverter", "value.converter.apicurio.registry.url": "http://ap:8080/apis/registry/v2""#,
+    )
+    .unwrap();
+    assert_eq!(c.registry.as_ref().unwrap().url.as_str(), "http://ap:8080/apis/ccompat/v7");
+    let e = parse(r#""value.converter": "io.confluent.connect.avro.AvroConverter""#).unwrap_err();
+    assert!(e.contains("value.converter.schema.registry.url"), "{e}");
 }

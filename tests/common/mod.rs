@@ -42,6 +42,7 @@ pub mod netfault;
 pub mod pg_tls;
 pub mod postgres;
 pub mod process;
+pub mod registry;
 pub mod secure_kafka;
 pub mod webhook;
 

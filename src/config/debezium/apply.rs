@@ -75,6 +75,7 @@ pub fn apply(a: &mut RunArgs, o: &Overlay, explicit: &dyn Fn(&str) -> bool) -> R
             "slot_failover" => a.slot_failover = boolean(id, &v)?,
             "key_converter" => a.key_converter = Converter::from_str(&v, true).map_err(|_| bad(id, &v))?,
             "value_converter" => a.value_converter = Converter::from_str(&v, true).map_err(|_| bad(id, &v))?,
+            "schema_registry_url" => a.schema_registry_url = Some(v),
             other => return Err(Definite::Bug(format!("debezium overlay names unknown flag {other}"))),
         }
     }
