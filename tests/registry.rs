@@ -163,3 +163,40 @@ fn a_registry_outage_stops_the_pipeline_safely_and_it_resumes() {
     assert_eq!(broker.end_offsets("outboxd.dlq"), 0, "nothing was dead-lettered during the outage");
     d.stop_cleanly();
 }
+
+/// `--value-converter json-schema`: each value is the Confluent header and the payload's JSON,
+/// validated against the subject's latest JSON Schema; confluent-kafka's JSONDeserializer (which
+/// validates too) reads it back. A payload that breaks the schema is dead-lettered with where.
+#[test]
+fn json_schema_values_round_trip_and_a_violation_is_dead_lettered() {
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let broker = Broker::start();
+    let reg = Registry::start();
+    let schema = r#"{"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+        "properties": {"order_id": {"type": "string"}, "amount_cents": {"type": "integer", "minimum": 0}},
+        "required": ["order_id", "amount_cents"]}"#;
+    let id = reg.register("order.placed.v1.events-value", "JSON", schema);
+    let mut d = Outboxd::spawn_streaming(&daemon_args(
+        &pg,
+        &broker,
+        &["--status-interval", "500ms", "--value-converter", "json-schema", "--schema-registry-url", &reg.url],
+    ));
+    let first = insert(&pg, "o-1", "order.placed.v1", r#"{"order_id": "o-1", "amount_cents": 10}"#);
+    let bad = insert(&pg, "o-2", "order.placed.v1", r#"{"order_id": "o-2", "amount_cents": -1}"#);
+    let last = insert(&pg, "o-3", "order.placed.v1", r#"{"order_id": "o-3", "amount_cents": 0, "extra": true}"#);
+    drained(&pg, &d);
+    let got = reg.consume(&broker.bootstrap(), "order.placed.v1.events", "json-schema", 2);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0]["schema_id"].as_u64(), Some(id as u64));
+    assert_eq!(got[0]["value"], serde_json::json!({"order_id": "o-1", "amount_cents": 10}));
+    assert_eq!(got[1]["value"]["extra"], true);
+    assert_eq!(got[0]["headers"]["id"].as_str(), Some(first.as_str()));
+    assert_eq!(got[1]["headers"]["id"].as_str(), Some(last.as_str()));
+    let dead = broker.consume_all("outboxd.dlq", 1, 1, Duration::from_secs(30));
+    let copy = dead.iter().find(|c| c.header_str("id").as_deref() == Some(bad.as_str())).expect("dead letter");
+    assert_eq!(copy.header_str("outboxd.error").as_deref(), Some("schema_mismatch"));
+    let message = copy.header_str("outboxd.error.message").unwrap_or_default();
+    assert!(message.contains("/amount_cents"), "{message}");
+    d.stop_cleanly();
+}

@@ -838,4 +838,3 @@ mod tests {
         assert!(e.contains("has no key") && e.contains("connector.json") && !e.contains('\n'), "{e}");
     }
 }
-

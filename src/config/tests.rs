@@ -973,8 +973,12 @@ fn schema_registry_flags_are_checked_and_print_without_the_password() {
         config_of(&a)
     };
     for (extra, says) in [
-        (&["--value-converter", "avro"][..], "needs --schema-registry-url"),
-        (&["--schema-registry-url", "http://r:8081"][..], "has no effect without --value-converter avro"),
+        (&["--value-converter", "avro"][..], "need --schema-registry-url"),
+        (
+            &["--schema-registry-url", "http://r:8081"][..],
+            "has no effect without --value-converter avro or json-schema",
+        ),
+        (&["--value-converter", "json-schema"][..], "need --schema-registry-url"),
         (&["--value-format", "avro", "--schema-registry-url", "http://u:p@r:8081"][..], "credentials in the URL"),
         (&["--value-format", "avro", "--schema-registry-url", "ftp://r"][..], "http:// or https://"),
         (&["--key-converter", "avro"][..], "--key-converter avro"),

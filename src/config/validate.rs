@@ -384,23 +384,29 @@ pub fn parse_table(s: &str) -> Result<TableName, Definite> {
 /// `--schema-registry-*`, checked against the converters.
 fn registry_config(a: &RunArgs) -> Result<Option<crate::format::RegistryConfig>, Definite> {
     use crate::router::Converter;
-    if a.key_converter == Converter::Avro {
-        return Err(Definite::Config(
-            "--key-converter avro: keys are written as strings, JSON or bytes (the EventRouter's key is the aggregate id); use --key-converter string".into(),
-        ));
+    if matches!(a.key_converter, Converter::Avro | Converter::JsonSchema) {
+        return Err(Definite::Config(format!(
+            "--key-converter {}: keys are written as strings, JSON or bytes (the EventRouter's key is the aggregate id); use --key-converter string",
+            super::show::value_name(a.key_converter)
+        )));
     }
-    let avro = a.value_converter == Converter::Avro;
+    let format = match a.value_converter {
+        Converter::Avro => Some(crate::format::Format::Avro),
+        Converter::JsonSchema => Some(crate::format::Format::JsonSchema),
+        _ => None,
+    };
+    let avro = format.is_some();
     let Some(url) = a.schema_registry_url.as_deref() else {
         if avro {
             return Err(Definite::Config(
-                "--value-converter avro needs --schema-registry-url (the registry holding each topic's <topic>-value schema)".into(),
+                "--value-converter avro and json-schema need --schema-registry-url (the registry holding each topic's <topic>-value schema)".into(),
             ));
         }
         return Ok(None);
     };
     if !avro {
         return Err(Definite::Config(format!(
-            "--schema-registry-url {} has no effect without --value-converter avro; add it or drop the URL",
+            "--schema-registry-url {} has no effect without --value-converter avro or json-schema; add one or drop the URL",
             super::secret::mask_url(url)
         )));
     }
@@ -431,6 +437,7 @@ fn registry_config(a: &RunArgs) -> Result<Option<crate::format::RegistryConfig>,
         user: a.schema_registry_user.clone(),
         password,
         ca_file: a.schema_registry_ca_file.clone(),
+        format: format.unwrap_or(crate::format::Format::Avro),
     };
     // The CA file is read and parsed now, so a session never meets a bad one.
     crate::format::registry::Registry::new(&cfg).map_err(Definite::Config)?;

@@ -1,8 +1,10 @@
-//! Record formats that need a schema registry: `--value-converter avro` (Confluent's, or
-//! Apicurio's, AvroConverter) through `--schema-registry-url`.
+//! Record formats that need a schema registry, through `--schema-registry-url`:
+//! `--value-converter avro` (Confluent's, or Apicurio's, AvroConverter) and `json-schema`
+//! (Confluent's JsonSchemaConverter).
 //!
 //! The router hands on the payload column's JSON text; [`Encoder::encode`] turns it into the
-//! Confluent wire format (byte `0`, the schema id as 4 bytes big-endian, the Avro binary datum),
+//! Confluent wire format (byte `0`, the schema id as 4 bytes big-endian, then the Avro binary
+//! datum, or the JSON validated against its JSON Schema),
 //! with the latest schema registered under the topic's subject (`<topic>-value`, Confluent's
 //! TopicNameStrategy). The relay calls it for every record before the size check; dead-letter
 //! copies are not encoded (their topic has no schema; they carry the original JSON).
@@ -18,6 +20,7 @@
 //! * Nothing here runs when no registry format is configured: the relay checks one `Option`.
 
 pub mod avro;
+pub mod json_schema;
 pub mod registry;
 
 use std::collections::HashMap;
@@ -39,6 +42,8 @@ pub struct RegistryConfig {
     /// `--schema-registry-password-file`'s first line.
     pub password: Option<Password>,
     pub ca_file: Option<PathBuf>,
+    /// What the values are written as.
+    pub format: Format,
 }
 
 /// A password read from a file: shown as the file's path only.
@@ -81,16 +86,56 @@ pub enum Failure {
     Definite(String),
 }
 
+/// The registry formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Avro,
+    JsonSchema,
+}
+
+impl Format {
+    /// The registry's `schemaType` for it.
+    fn schema_type(self) -> &'static str {
+        match self {
+            Format::Avro => "AVRO",
+            Format::JsonSchema => "JSON",
+        }
+    }
+
+    fn flag(self) -> &'static str {
+        match self {
+            Format::Avro => "avro",
+            Format::JsonSchema => "json-schema",
+        }
+    }
+}
+
+/// A subject's schema, ready to write with.
+enum Writer {
+    Avro(avro::Writer),
+    Json(json_schema::Writer),
+}
+
+impl Writer {
+    fn encode(&self, payload: &[u8]) -> Result<Vec<u8>, String> {
+        match self {
+            Writer::Avro(w) => w.encode(payload),
+            Writer::Json(w) => w.encode(payload),
+        }
+    }
+}
+
 /// The value encoder of one session.
 pub struct Encoder {
     registry: Registry,
+    format: Format,
     /// Per topic: the subject's latest schema and its id, or why it has none.
-    schemas: HashMap<String, Result<Arc<avro::Writer>, (&'static str, String)>>,
+    schemas: HashMap<String, Result<Arc<Writer>, (&'static str, String)>>,
 }
 
 impl Encoder {
     pub fn new(cfg: &RegistryConfig) -> Result<Encoder, String> {
-        Ok(Encoder { registry: Registry::new(cfg)?, schemas: HashMap::new() })
+        Ok(Encoder { registry: Registry::new(cfg)?, format: cfg.format, schemas: HashMap::new() })
     }
 
     /// Encode `record`'s value in place (a null value stays null).
@@ -110,18 +155,27 @@ impl Encoder {
         Ok(())
     }
 
-    async fn fetch(&self, topic: &str) -> Result<Result<Arc<avro::Writer>, (&'static str, String)>, Failure> {
+    async fn fetch(&self, topic: &str) -> Result<Result<Arc<Writer>, (&'static str, String)>, Failure> {
         let subject = format!("{topic}-value");
         match self.registry.latest(&subject).await {
             Ok(reg) => {
                 let kind = reg.schema_type.as_deref().unwrap_or("AVRO");
-                if kind != "AVRO" {
+                let want = self.format.schema_type();
+                if kind != want {
                     return Ok(Err((
                         "schema_mismatch",
-                        format!("subject {subject:?} holds a {kind} schema (id {}); --value-converter avro needs an AVRO one", reg.id),
+                        format!(
+                            "subject {subject:?} holds a {kind} schema (id {}); --value-converter {} needs a {want} one",
+                            reg.id,
+                            self.format.flag()
+                        ),
                     )));
                 }
-                match avro::Writer::new(reg.id, &reg.schema) {
+                let writer = match self.format {
+                    Format::Avro => avro::Writer::new(reg.id, &reg.schema).map(Writer::Avro),
+                    Format::JsonSchema => json_schema::Writer::new(reg.id, &reg.schema).map(Writer::Json),
+                };
+                match writer {
                     Ok(w) => {
                         tracing::info!(
                             subject,

@@ -45,6 +45,9 @@ pub enum Converter {
     /// subject's latest schema in `--schema-registry-url`, in the Confluent wire format (value only;
     /// the router passes the JSON text on and [`crate::format`] encodes it).
     Avro,
+    /// Confluent's JsonSchemaConverter: the JSON payload validated against the subject's latest
+    /// JSON Schema, behind the Confluent wire-format header ([`crate::format`]).
+    JsonSchema,
 }
 
 /// Whether Debezium carries a column of this type as a Connect string (what its EventRouter's
@@ -66,7 +69,7 @@ pub fn supports(converter: Converter, type_oid: u32) -> bool {
         Converter::String => true,
         Converter::Json => json_supports(type_oid),
         Converter::Bytes => type_oid == BYTEA,
-        Converter::Avro => matches!(type_oid, JSON | JSONB | TEXT | VARCHAR),
+        Converter::Avro | Converter::JsonSchema => matches!(type_oid, JSON | JSONB | TEXT | VARCHAR),
     }
 }
 
@@ -93,7 +96,7 @@ pub fn type_name(type_oid: u32) -> String {
 /// `bytes` (the routed value of a column of `type_oid`) as `converter` writes it.
 pub fn convert(converter: Converter, type_oid: u32, bytes: Bytes) -> Bytes {
     match converter {
-        Converter::String | Converter::Bytes | Converter::Avro => bytes,
+        Converter::String | Converter::Bytes | Converter::Avro | Converter::JsonSchema => bytes,
         Converter::Json => match type_oid {
             INT2 | INT4 | INT8 => bytes,
             BOOL => bytes, // routed as true/false already

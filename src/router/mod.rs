@@ -277,8 +277,8 @@ impl Route {
         {
             if !converter::supports(conv, col.type_oid) {
                 let (name, ty) = (&rel.columns[col.idx].name, converter::type_name(col.type_oid));
-                return Err(Definite::Setup(if conv == Converter::Avro {
-                    format!("{flag} avro: column {name:?} of {table} is a {ty}; the Avro encoder takes the payload as JSON text: use a json, jsonb or text column")
+                return Err(Definite::Setup(if matches!(conv, Converter::Avro | Converter::JsonSchema) {
+                    format!("{flag} {}: column {name:?} of {table} is a {ty}; the registry formats take the payload as JSON text: use a json, jsonb or text column", if conv == Converter::Avro { "avro" } else { "json-schema" })
                 } else if conv == Converter::Json {
                     format!("{flag} json: column {name:?} of {table} is a {ty}, which Debezium turns into a Connect type whose JSON outboxd does not reproduce; use {flag} string, or a text, uuid, json, integer, boolean or bytea column")
                 } else {
