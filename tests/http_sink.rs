@@ -103,6 +103,7 @@ fn events_arrive_byte_exact_with_cloudevents_headers_and_the_slot_moves() {
     let secret = secret_file();
     let pg = PgCluster::start();
     pg.apply_all_sql();
+    with_trace_context(&pg);
     let mut d = Outboxd::spawn_streaming(&http_args(&pg, &hook, secret.path(), &["--slot", "outboxd"]));
     let mut sent = Vec::new();
     for i in 0..20u64 {
@@ -136,6 +137,8 @@ fn events_arrive_byte_exact_with_cloudevents_headers_and_the_slot_moves() {
         assert_eq!(r.header("ce-type"), Some(&b"order.paid.v1"[..]));
         assert_eq!(r.header("ce-source"), Some(&b"outboxd/outboxd"[..]));
         assert_eq!(r.header_str("trace"), Some(format!("t-{i}")), "a headers-column key as a header");
+        assert_eq!(r.header_str("traceparent").as_deref(), Some(TRACEPARENT), "W3C trace context");
+        assert_eq!(r.header_str("tracestate").as_deref(), Some(TRACESTATE));
         let time = r.header_str("ce-time").unwrap();
         let t: jiff::Timestamp = time.parse().unwrap_or_else(|e| panic!("ce-time {time:?} is not RFC 3339: {e}"));
         assert!(time.ends_with('Z'), "{time}");
@@ -294,6 +297,7 @@ fn batch_mode_posts_cloudevents_batches_and_splits_a_refused_one() {
     let secret = secret_file();
     let pg = PgCluster::start();
     pg.apply_all_sql();
+    with_trace_context(&pg);
     let a = http_args(&pg, &hook, secret.path(), &["--http-batch", "50", "--http-concurrency", "2"]);
     let mut d = Outboxd::spawn_streaming(&a);
     pg.psql(
@@ -322,6 +326,9 @@ fn batch_mode_posts_cloudevents_batches_and_splits_a_refused_one() {
             assert_eq!(e["type"], "load.v1");
             assert_eq!(e["datacontenttype"], "application/json");
             assert_eq!(e["subject"], e["partitionkey"]);
+            // CloudEvents' distributed-tracing extension, from the trace context column.
+            assert_eq!(e["traceparent"], TRACEPARENT);
+            assert_eq!(e["tracestate"], TRACESTATE);
             let n = e["data"]["n"].as_u64().unwrap();
             if n <= 400 {
                 let h: serde_json::Value = serde_json::from_str(e["outboxdheaders"].as_str().unwrap()).unwrap();

@@ -103,6 +103,7 @@ async fn events_reach_jetstream_with_headers_in_order_and_slot_confirmed() {
     let s = TestStream::create(&[">"]).await;
     let pg = PgCluster::start();
     pg.apply_all_sql();
+    with_trace_context(&pg);
     let url = format!("nats://127.0.0.1:{NATS_PORT}");
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
@@ -133,6 +134,8 @@ async fn events_reach_jetstream_with_headers_in_order_and_slot_confirmed() {
         assert_eq!(&m.headers["key"], agg);
         assert_eq!(&m.headers["Nats-Msg-Id"], id);
         assert_eq!(m.headers["traceId"], format!("t-{i}"));
+        assert_eq!(m.headers["traceparent"], TRACEPARENT, "W3C trace context from the column");
+        assert_eq!(m.headers["tracestate"], TRACESTATE);
         let prev = last_n.insert(agg.clone(), *i as i64);
         assert!(prev.is_none_or(|p| p < *i as i64), "{agg}: event {i} after {prev:?}");
     }

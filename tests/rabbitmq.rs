@@ -165,6 +165,7 @@ async fn events_reach_rabbitmq_with_headers_in_order_and_slot_confirmed() {
     let q = r.queue("all", Some("#")).await;
     let pg = PgCluster::start();
     pg.apply_all_sql();
+    with_trace_context(&pg);
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let mut d = Outboxd::spawn_streaming(&rabbit_args(&pg, &local_url(RABBIT_PORT), &r, &["--metrics-addr", &addr]));
@@ -196,6 +197,8 @@ async fn events_reach_rabbitmq_with_headers_in_order_and_slot_confirmed() {
         assert_eq!(m.message_id.as_deref(), Some(id.as_str()));
         assert_eq!(m.delivery_mode, Some(2), "not persistent");
         assert_eq!(m.header("traceId"), format!("t-{i}"));
+        assert_eq!(m.header("traceparent"), TRACEPARENT, "W3C trace context from the column");
+        assert_eq!(m.header("tracestate"), TRACESTATE);
         let prev = last_n.insert(agg.clone(), *i);
         assert!(prev.is_none_or(|p| p < *i), "{agg}: event {i} after {prev:?}");
     }

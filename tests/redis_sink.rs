@@ -98,6 +98,7 @@ fn events_arrive_byte_exact_in_order_and_the_slot_moves() {
     let mut con = redis();
     let pg = PgCluster::start();
     pg.apply_all_sql();
+    with_trace_context(&pg);
     let url = format!("redis://127.0.0.1:{REDIS_PORT}/0");
     let mut d = Outboxd::spawn_streaming(&redis_args(&pg, &prefix, &url, &["--redis-maxlen", "1000"]));
     let mut sent = Vec::new();
@@ -118,6 +119,8 @@ fn events_arrive_byte_exact_in_order_and_the_slot_moves() {
         assert_eq!(f["key"], agg.as_bytes());
         assert_eq!(f["payload"], payload.as_bytes(), "payload byte-exact");
         assert_eq!(f["trace"], trace.as_bytes(), "header as a field");
+        assert_eq!(f["traceparent"], TRACEPARENT.as_bytes(), "W3C trace context from the column");
+        assert_eq!(f["tracestate"], TRACESTATE.as_bytes());
         // key, payload, then the headers with id first.
         assert_eq!(e.1[0], b"key");
         assert_eq!(e.1[2], b"payload");

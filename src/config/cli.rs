@@ -519,6 +519,12 @@ pub struct RunArgs {
     /// jsonb column whose top-level keys become Kafka headers; empty disables. Default: `headers` when the table has it.
     #[arg(long)]
     pub table_field_event_headers: Option<String>,
+    /// Column holding the writer's W3C trace context (a bare traceparent, or Debezium's
+    /// properties text with traceparent= and tracestate= lines); it becomes the `traceparent` and
+    /// `tracestate` headers on every sink (Debezium `tracing.span.context.field`). Empty disables.
+    /// Default: `tracingspancontext` when the table has it.
+    #[arg(long, env = "OUTBOXD_TRACING_SPAN_CONTEXT_FIELD", value_name = "COLUMN")]
+    pub tracing_span_context_field: Option<String>,
     /// Where events go.
     #[arg(long, value_enum, default_value_t = SinkKind::Kafka)]
     pub sink: SinkKind,

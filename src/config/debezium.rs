@@ -429,6 +429,18 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
     if let Some(p) = router_opts.get("table.fields.additional.placement") {
         o.values.push(("table_fields_additional_placement", p.clone()));
     }
+    // Debezium's tracing reads the span context from this column (default tracingspancontext, which
+    // is outboxd's default too); outboxd passes it on as W3C headers.
+    router_used.push("tracing.span.context.field".to_owned());
+    if let Some(c) = router_opts.get("tracing.span.context.field") {
+        o.values.push(("tracing_span_context_field", c.clone()));
+    }
+    for k in ["tracing.operation.name", "tracing.with.context.field.only"] {
+        if router_opts.contains_key(k) {
+            router_used.push(k.to_owned());
+            o.notes.push((false, format!("transforms.*.{k}: outboxd creates no spans of its own; it passes the column's trace context on as traceparent/tracestate headers")));
+        }
+    }
     for k in ["table.field.event.schema.version", "table.field.event.payload.id", "debezium.op.invalid.behavior"] {
         if router_opts.contains_key(k) {
             router_used.push(k.to_owned());

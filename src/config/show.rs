@@ -137,6 +137,11 @@ impl Config {
             HeadersField::Required(c) => push("table-field-event-headers", c.clone()),
             HeadersField::Disabled => push("table-field-event-headers", String::new()),
         }
+        match &r.trace_field {
+            HeadersField::IfPresent(_) => {}
+            HeadersField::Required(c) => push("tracing-span-context-field", c.clone()),
+            HeadersField::Disabled => push("tracing-span-context-field", String::new()),
+        }
         push("max-in-flight", self.max_in_flight.to_string());
         push("max-in-flight-bytes", self.max_in_flight_bytes.to_string());
         push("health-stall-timeout", millis(self.health_stall_timeout));

@@ -714,6 +714,7 @@ fn outboxd_config_prints_every_run_flag() {
         "kafka-property-file",
         "table-fields-additional-placement",
         "table-field-event-headers",
+        "tracing-span-context-field",
         "heartbeat-action-query",
         "schema-dir",
         "mask",

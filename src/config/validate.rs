@@ -179,6 +179,11 @@ impl Config {
             Some("") => HeadersField::Disabled,
             Some(c) => HeadersField::Required(c.into()),
         };
+        let trace_field = match a.tracing_span_context_field.as_deref() {
+            None => HeadersField::IfPresent("tracingspancontext".into()),
+            Some("") => HeadersField::Disabled,
+            Some(c) => HeadersField::Required(c.into()),
+        };
         // Compiled here, once: `run` uses this set, and `outboxd config` proves every file compiles.
         let contracts = match &a.schema_dir {
             Some(dir) => Some(Contracts::load(dir, a.schema_missing).map_err(bad)?),
@@ -235,6 +240,7 @@ impl Config {
                 key_converter: a.key_converter,
                 value_converter: a.value_converter,
                 headers_field,
+                trace_field,
                 contracts,
             },
             registry,

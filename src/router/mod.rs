@@ -33,6 +33,7 @@ pub mod oid;
 pub mod render;
 mod timestamp;
 pub mod topic;
+pub mod trace;
 
 use std::sync::Arc;
 
@@ -181,6 +182,9 @@ pub struct RouteConfig {
     pub tombstone_on_empty_payload: bool,
     pub expand_json_payload: bool,
     pub headers_field: HeadersField,
+    /// `--tracing-span-context-field`: the column holding the writer's W3C trace context
+    /// ([`trace`]); the same three cases as the headers column.
+    pub trace_field: HeadersField,
     /// `--schema-dir`: payload contracts per event type (read from `type_field`).
     pub contracts: Option<Contracts>,
     /// `--key-converter`, `--value-converter`: the bytes Connect's converters would write.
@@ -204,6 +208,9 @@ pub struct Route {
     payload: Col,
     timestamp: Option<Col>,
     headers: Option<Col>,
+    /// The trace context column ([`trace`]), and whether a bad value was logged already.
+    trace: Option<Col>,
+    trace_warned: Arc<std::sync::atomic::AtomicBool>,
     /// The event type column, when the table has it (only `--mask-event-type` reads it).
     event_type: Option<Col>,
     placements: Vec<(Col, PlacementTarget)>,
@@ -256,6 +263,11 @@ impl Route {
         let headers = match &cfg.headers_field {
             HeadersField::IfPresent(c) => find(c),
             HeadersField::Required(c) => Some(need(c, "--table-field-event-headers")?),
+            HeadersField::Disabled => None,
+        };
+        let trace = match &cfg.trace_field {
+            HeadersField::IfPresent(c) => find(c),
+            HeadersField::Required(c) => Some(need(c, "--tracing-span-context-field")?),
             HeadersField::Disabled => None,
         };
         let contract = match &cfg.contracts {
@@ -320,6 +332,8 @@ impl Route {
                 None => None,
             },
             headers,
+            trace,
+            trace_warned: Default::default(),
             event_type: find(&cfg.type_field),
             placements,
             topic: cfg.topic.clone(),
@@ -329,6 +343,26 @@ impl Route {
             envelope,
             table,
         })
+    }
+
+    /// The trace context column's value as `traceparent` and `tracestate` headers (they replace
+    /// any of those names from the headers column). A value that is not trace context is left
+    /// out: the event goes without it, and the first such value per table is logged.
+    fn trace_context(&self, v: &[u8], event_id: &str, headers: &mut Vec<(String, Bytes)>) {
+        match trace::parse(v) {
+            Ok(ctx) => {
+                headers.retain(|(k, _)| k != "traceparent" && k != "tracestate");
+                headers.push(("traceparent".into(), Bytes::from(ctx.traceparent)));
+                if let Some(s) = ctx.tracestate {
+                    headers.push(("tracestate".into(), Bytes::from(s)));
+                }
+            }
+            Err(e) => {
+                if !self.trace_warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::warn!(table = %self.table, %event_id, "the trace context column of this event is not W3C trace context ({e}); events without valid trace context go without traceparent (logged once per table)");
+                }
+            }
+        }
     }
 
     /// Mark the payload column as a decoded JSON value (logical messages).
@@ -459,6 +493,11 @@ impl Route {
         if let Some(c) = self.headers {
             if let Some(h) = value(c).map_err(|e| fail("bad_value", e))? {
                 expand_headers(h, &mut headers).map_err(|e| fail("invalid_json", e))?;
+            }
+        }
+        if let Some(c) = self.trace {
+            if let Some(v) = value(c).map_err(|e| fail("bad_value", e))? {
+                self.trace_context(v, &id, &mut headers);
             }
         }
         let mut envelope: Option<serde_json::Map<String, serde_json::Value>> = None;

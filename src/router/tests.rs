@@ -28,6 +28,7 @@ fn cfg() -> RouteConfig {
         key_converter: Converter::String,
         value_converter: Converter::String,
         headers_field: HeadersField::IfPresent("headers".into()),
+        trace_field: HeadersField::IfPresent("tracingspancontext".into()),
         contracts: None,
     }
 }
@@ -628,4 +629,28 @@ fn an_envelope_under_the_json_converter_is_debeziums_struct_as_json() {
     c.placements = Placement::parse_list("created_at:envelope").unwrap();
     let e = Route::compile(&c, &relation(COLS)).unwrap_err().to_string();
     assert!(e.contains("envelope column \"created_at\"") && e.contains("timestamptz"), "{e}");
+}
+
+/// The trace context column becomes `traceparent` and `tracestate` headers (replacing any from the
+/// headers column); a value that is not trace context leaves them out and the event still goes.
+#[test]
+fn the_trace_context_column_becomes_w3c_headers() {
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut c = cfg();
+    c.trace_field = HeadersField::Required("text_payload".into());
+    let props = format!("#Thu Dec 03 2026\ntraceparent={TP}\ntracestate=rojo\\=1\n");
+    let headers = r#"{"traceparent": "00-11111111111111111111111111111111-2222222222222222-01", "k": "v"}"#;
+    let rec = route_with(&c, &[("text_payload", Some(&props)), ("headers", Some(headers))]).unwrap();
+    let hs = h(&rec);
+    assert_eq!(hs.iter().filter(|(k, _)| *k == "traceparent").collect::<Vec<_>>(), [&("traceparent", TP.to_string())]);
+    assert!(hs.contains(&("tracestate", "rojo=1".to_string())), "{hs:?}");
+    assert!(hs.contains(&("k", "v".to_string())), "{hs:?}");
+    let rec = route_with(&c, &[("text_payload", Some("not trace context")), ("headers", Some("{}"))]).unwrap();
+    assert!(!h(&rec).iter().any(|(k, _)| k.starts_with("trace")), "{:?}", h(&rec));
+    let rec = route_with(&c, &[("text_payload", None)]).unwrap();
+    assert!(!h(&rec).iter().any(|(k, _)| *k == "traceparent"));
+    // The default column name is used only when the table has it (this one does not).
+    assert!(route_with(&cfg(), &[]).is_ok());
+    c.trace_field = HeadersField::Required("nope".into());
+    assert!(Route::compile(&c, &relation(COLS)).unwrap_err().to_string().contains("--tracing-span-context-field"));
 }

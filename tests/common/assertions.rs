@@ -46,3 +46,17 @@ pub fn metric(body: &str, series: &str) -> Option<f64> {
         value.parse().ok()
     })
 }
+
+/// The W3C trace context [`with_trace_context`] puts on every outbox row, as it must arrive.
+pub const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+pub const TRACESTATE: &str = "rojo=00f067aa0ba902b7";
+
+/// Give `outbox` a `tracingspancontext` column (Debezium's name) whose default is the text
+/// Debezium's instrumentation writes there (`java.util.Properties`, `=` escaped): every row
+/// inserted after this carries [`TRACEPARENT`] and [`TRACESTATE`].
+pub fn with_trace_context(pg: &super::PgCluster) {
+    pg.psql(&format!(
+        "ALTER TABLE outbox ADD COLUMN tracingspancontext text \
+         DEFAULT E'#Thu Dec 03 10:00:00 UTC 2026\\ntraceparent={TRACEPARENT}\\ntracestate=rojo\\\\=00f067aa0ba902b7\\n'"
+    ));
+}

@@ -72,6 +72,7 @@ pub fn apply(a: &mut RunArgs, o: &Overlay, explicit: &dyn Fn(&str) -> bool) -> R
             }
             "table_expand_json_payload" => a.table_expand_json_payload = boolean(id, &v)?,
             "table_field_event_headers" => a.table_field_event_headers = Some(v),
+            "tracing_span_context_field" => a.tracing_span_context_field = Some(v),
             "slot_failover" => a.slot_failover = boolean(id, &v)?,
             "key_converter" => a.key_converter = Converter::from_str(&v, true).map_err(|_| bad(id, &v))?,
             "value_converter" => a.value_converter = Converter::from_str(&v, true).map_err(|_| bad(id, &v))?,

@@ -26,7 +26,8 @@
 //! `specversion`, `id`, `source`, `type`, `time`, `subject` and `partitionkey` (the key), then
 //! `datacontenttype: application/json` with the payload verbatim as `data`, or the payload as
 //! `data_base64` when it is not JSON, and no data at all for a tombstone. Record headers go in the
-//! extension attribute `outboxdheaders`, a string holding a JSON object of name → value (a
+//! extension attribute `outboxdheaders`, a string holding a JSON object of name → value (`traceparent`
+//! and `tracestate` also as the distributed-tracing extension's attributes; a
 //! CloudEvents attribute must be a string, so the object is serialized once more). Batch mode
 //! therefore needs UTF-8 keys and header values; others are bad events (`invalid_header`).
 
@@ -233,6 +234,12 @@ pub fn batch_element(event: &Event, source: &str, out: &mut Vec<u8>) -> Result<(
             hm.insert(name.clone(), utf8(value)?.into());
         }
         m.insert("outboxdheaders".into(), serde_json::Value::Object(hm).to_string().into());
+        // W3C trace context as CloudEvents' distributed-tracing extension attributes.
+        for name in ["traceparent", "tracestate"] {
+            if let Some((_, v)) = event.headers.iter().find(|(k, _)| k == name) {
+                m.insert(name.into(), utf8(v)?.into());
+            }
+        }
     }
     // The element without its data, then the payload spliced in verbatim (a JSON payload keeps
     // its exact bytes: no re-serialization).
@@ -381,7 +388,9 @@ mod tests {
     #[test]
     fn batch_elements_are_cloudevents_json() {
         let mut out = b"[".to_vec();
-        batch_element(&event(Some(br#"{"a":  [1]}"#), &[("id", b"e-1")]), "src", &mut out).unwrap();
+        let tp: &[u8] = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        batch_element(&event(Some(br#"{"a":  [1]}"#), &[("id", b"e-1"), ("traceparent", tp)]), "src", &mut out)
+            .unwrap();
         out.push(b',');
         batch_element(&event(Some(b"\x00raw"), &[]), "src", &mut out).unwrap();
         out.push(b',');
@@ -398,6 +407,7 @@ mod tests {
         assert_eq!(v[0]["datacontenttype"], "application/json");
         let hs: serde_json::Value = serde_json::from_str(v[0]["outboxdheaders"].as_str().unwrap()).unwrap();
         assert_eq!(hs["id"], "e-1");
+        assert_eq!(v[0]["traceparent"].as_str().map(str::as_bytes), Some(tp), "distributed-tracing extension");
         assert_eq!(B64.decode(v[1]["data_base64"].as_str().unwrap()).unwrap(), b"\x00raw");
         assert!(v[2].get("data").is_none() && v[2].get("data_base64").is_none());
     }
