@@ -45,6 +45,8 @@ pub struct Far {
     pub webhook: Option<Service>,
     /// The exchange and queue name when RabbitMQ is set up for the drain.
     pub rabbit: Option<String>,
+    /// The avro scenario's schema registry.
+    pub registry: Option<crate::registry::Registry>,
 }
 
 pub struct Bench {

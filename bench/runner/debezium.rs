@@ -32,11 +32,11 @@ use crate::readers::{local, Kind, Sample};
 use crate::tables::{self, DRAIN_HEADER};
 
 /// The event types bench_fill writes (bench/fill.sql): Debezium's topics are `dbz.<type>.events`.
-const TYPES: [&str; 5] =
+pub const EVENT_TYPES: [&str; 5] =
     ["order.created.v1", "order.paid.v1", "order.shipped.v1", "order.delivered.v1", "order.cancelled.v1"];
 
 fn topics() -> Vec<String> {
-    TYPES.iter().map(|t| format!("dbz.{t}.events")).collect()
+    EVENT_TYPES.iter().map(|t| format!("dbz.{t}.events")).collect()
 }
 
 pub fn debezium(b: &mut Bench) -> Result<()> {

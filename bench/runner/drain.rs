@@ -55,7 +55,7 @@ fn warm_kafka(b: &Bench, readers: &[Reader]) -> Result<()> {
     }
     b.pg.reset()?;
     let mut warm: Vec<Reader> = Vec::new();
-    for &r in readers.iter().filter(|r| matches!(r.kind, Kind::Kafka | Kind::KafkaEos)) {
+    for &r in readers.iter().filter(|r| matches!(r.kind, Kind::Kafka | Kind::KafkaEos | Kind::KafkaAvro)) {
         let flags = readers::kafka_flags(b, r.transport);
         if !warm.iter().any(|w| readers::kafka_flags(b, w.transport) == flags) {
             warm.push(r);
@@ -73,7 +73,7 @@ fn warm_kafka(b: &Bench, readers: &[Reader]) -> Result<()> {
 
 /// Runs one backlog: warm-up, slots, insert, then `reps` rotated rounds; the runs go to `b.raw`.
 pub fn run_backlog(b: &mut Bench, bl: &Backlog) -> Result<()> {
-    if bl.readers.iter().any(|r| matches!(r.kind, Kind::Kafka | Kind::KafkaEos | Kind::Perf)) {
+    if bl.readers.iter().any(|r| matches!(r.kind, Kind::Kafka | Kind::KafkaEos | Kind::KafkaAvro | Kind::Perf)) {
         warm_kafka(b, bl.readers)?;
     }
     b.pg.reset()?;
@@ -252,6 +252,52 @@ pub fn eos(b: &mut Bench) -> Result<()> {
         "{lat}
 "
     ));
+    b.pg.reset()
+}
+
+/// Avro through a schema registry beside plain JSON: the single-row and the 1000-row backlogs
+/// drained by pg_recvlogical, outboxd --sink kafka and outboxd --sink kafka --value-converter avro
+/// (the payload encoded with the latest schema of `<topic>-value` in a private Apicurio Registry,
+/// `scripts/registry`), REPS rotated repetitions each.
+pub fn avro(b: &mut Bench) -> Result<()> {
+    let k = b.knobs.clone();
+    let reg = crate::registry::Registry::start(&b.work.join("registry"))?;
+    for ty in crate::debezium::EVENT_TYPES {
+        reg.register(&format!("{ty}.events-value"), crate::registry::BENCH_SCHEMA)?;
+    }
+    b.far.registry = Some(reg);
+    let rds = [local(Kind::Recv), local(Kind::Kafka), local(Kind::KafkaAvro)];
+    let shapes = [
+        ("avro_drain", k.n, 1, format!("{} × 1-row txns", k.n)),
+        ("avro_bigtx", k.n_big, k.big_txn_rows, format!("{} rows, {}-row txns", k.n_big, k.big_txn_rows)),
+    ];
+    let mut md = String::new();
+    for (key, rows, per_txn, title) in &shapes {
+        b.new_broker(Listeners::Plaintext)?;
+        run_backlog(b, &Backlog { key, rows: *rows, per_txn: *per_txn, reps: k.reps, readers: &rds })?;
+        let (rows_md, sums) = tables::drain_rows(&b.raw, key, *rows, title, &rds, k.http_batch);
+        md.push_str(&rows_md);
+        let ratio = |kind| tables::find(&sums, kind).and_then(|s| s.ratio);
+        let avro_vs_json = match (ratio(Kind::KafkaAvro), ratio(Kind::Kafka)) {
+            (Some(a), Some(j)) if j > 0.0 => Some(a / j),
+            _ => None,
+        };
+        b.report.target(
+            format!("Avro drain beside JSON ({title}; for reference, no target)"),
+            times_cell(avro_vs_json),
+            None,
+        );
+    }
+    b.report.section(&format!(
+        "### Avro through a schema registry beside JSON: drains (median of {})\n\n\
+         The Avro row encodes each payload (~300 B of JSON) as an Avro datum of the subject's latest schema \
+         (fetched once per topic from a private Apicurio Registry 3.3.3), behind the Confluent wire-format \
+         header; the JSON row writes the payload's text as it is.\n\n{DRAIN_HEADER}\n{md}\n",
+        k.reps
+    ));
+    if let Some(r) = b.far.registry.take() {
+        r.stop();
+    }
     b.pg.reset()
 }
 

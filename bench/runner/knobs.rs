@@ -22,6 +22,8 @@ pub enum Scenario {
     Debezium,
     /// Not in `all`: exactly-once beside at-least-once (`bench/run eos`).
     Eos,
+    /// Not in `all`: Avro through a schema registry beside JSON (`bench/run avro`).
+    Avro,
 }
 
 impl Scenario {
@@ -35,6 +37,7 @@ impl Scenario {
             Scenario::Profile => "profile",
             Scenario::Debezium => "debezium",
             Scenario::Eos => "eos",
+            Scenario::Avro => "avro",
         }
     }
 }
@@ -50,9 +53,10 @@ pub fn scenarios(args: &[String]) -> Result<Vec<Scenario>> {
             out.extend(ALL_SCENARIOS);
             continue;
         }
-        match ALL_SCENARIOS.iter().chain([&Scenario::Debezium, &Scenario::Eos]).find(|s| s.name() == a) {
+        match ALL_SCENARIOS.iter().chain([&Scenario::Debezium, &Scenario::Eos, &Scenario::Avro]).find(|s| s.name() == a)
+        {
             Some(s) => out.push(*s),
-            None => bail!("unknown scenario '{a}' (drain tls bigtx latency backlog profile debezium eos all)"),
+            None => bail!("unknown scenario '{a}' (drain tls bigtx latency backlog profile debezium eos avro all)"),
         }
     }
     Ok(out)

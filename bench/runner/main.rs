@@ -22,6 +22,7 @@ mod profile;
 mod prom;
 mod race_latency;
 mod readers;
+mod registry;
 mod report;
 mod stats;
 mod tables;
@@ -79,6 +80,7 @@ fn run(args: &[String]) -> Result<()> {
             Scenario::Profile => profile::profile(&mut b),
             Scenario::Debezium => debezium::debezium(&mut b),
             Scenario::Eos => drain::eos(&mut b),
+            Scenario::Avro => drain::avro(&mut b),
         };
         ran.with_context(|| format!("scenario {}", s.name()))?;
         let (el, la1) = (human_secs(t0.elapsed().as_secs_f64().round() as u64), measure::loadavg());

@@ -30,6 +30,8 @@ pub enum Kind {
     Kafka,
     /// `--sink kafka --delivery exactly-once` (Kafka transactions).
     KafkaEos,
+    /// `--sink kafka --value-converter avro` through the scenario's Apicurio Registry.
+    KafkaAvro,
     /// librdkafka alone (`bench_latency --produce`), no PostgreSQL.
     Broker,
     /// Apache Kafka's `ProducerPerformance` (the Java producer) alone, no PostgreSQL.
@@ -83,6 +85,7 @@ impl Reader {
             Kind::Null => "null",
             Kind::Kafka => "kafka",
             Kind::KafkaEos => "kafka_eos",
+            Kind::KafkaAvro => "kafka_avro",
             Kind::Broker => "broker",
             Kind::Perf => "perf",
             Kind::Http => "http",
@@ -104,6 +107,7 @@ impl Reader {
             Kind::Null => "outboxd --sink null".to_owned(),
             Kind::Kafka => "outboxd --sink kafka".to_owned(),
             Kind::KafkaEos => "outboxd --sink kafka --delivery exactly-once".to_owned(),
+            Kind::KafkaAvro => "outboxd --sink kafka --value-converter avro".to_owned(),
             Kind::Broker => "librdkafka producer alone".to_owned(),
             Kind::Perf => "Kafka ProducerPerformance alone".to_owned(),
             Kind::Http => format!("outboxd --sink http --http-batch {http_batch}"),
@@ -144,7 +148,10 @@ impl Reader {
 
     /// Whether the table shows the far side's CPU (the broker's, or the webhook receiver's).
     pub fn shows_far_side(self) -> bool {
-        matches!(self.kind, Kind::Kafka | Kind::KafkaEos | Kind::Broker | Kind::Perf | Kind::Http | Kind::Debezium)
+        matches!(
+            self.kind,
+            Kind::Kafka | Kind::KafkaEos | Kind::KafkaAvro | Kind::Broker | Kind::Perf | Kind::Http | Kind::Debezium
+        )
     }
 
     /// The producers alone read no slot.
@@ -278,7 +285,7 @@ pub fn run(b: &Bench, r: Reader, slot: &str, end: &str, rows: u64) -> Result<Sam
             Sample { secs: rows as f64 / rate, cpu: None, hwm_kib: hwm, walsender: None, first_secs: None }
         }
         Kind::Debezium => crate::debezium::run(b, slot, rows)?,
-        Kind::Null | Kind::Kafka | Kind::KafkaEos | Kind::Http | Kind::Rabbitmq => {
+        Kind::Null | Kind::Kafka | Kind::KafkaEos | Kind::KafkaAvro | Kind::Http | Kind::Rabbitmq => {
             if r.kind == Kind::Rabbitmq {
                 rabbit(b, "purge")?;
             }
@@ -333,6 +340,13 @@ fn sink_flags(b: &Bench, r: Reader) -> Vec<String> {
         }
         Kind::KafkaEos => {
             s(&["--sink", "kafka", "--delivery", "exactly-once", "--transaction-interval", &k.eos_interval])
+                .into_iter()
+                .chain(kafka_flags(b, r.transport))
+                .collect()
+        }
+        Kind::KafkaAvro => {
+            let url = b.far.registry.as_ref().map_or_else(String::new, |r| r.url.clone());
+            s(&["--sink", "kafka", "--value-converter", "avro", "--schema-registry-url", &url])
                 .into_iter()
                 .chain(kafka_flags(b, r.transport))
                 .collect()
