@@ -499,12 +499,13 @@ pub struct RunArgs {
     pub key_converter: crate::router::Converter,
     /// How the value is written: `string`, `json` or `bytes`, as for --key-converter; or, through
     /// --schema-registry-url in the Confluent wire format, `avro` (AvroConverter: the JSON payload
-    /// as an Avro datum of its subject's latest schema) or `json-schema` (JsonSchemaConverter: the
-    /// JSON, validated against the subject's latest JSON Schema). Alias: --value-format.
+    /// as an Avro datum of its subject's latest schema), `json-schema` (JsonSchemaConverter: the
+    /// JSON, validated against the subject's latest JSON Schema) or `protobuf` (ProtobufConverter:
+    /// the JSON as the first message of the subject's latest .proto). Alias: --value-format.
     #[arg(long, alias = "value-format", env = "OUTBOXD_VALUE_CONVERTER", value_enum, default_value_t = crate::router::Converter::String)]
     pub value_converter: crate::router::Converter,
     /// A Confluent-compatible schema registry's API root (Confluent, Karapace, or Apicurio's
-    /// `…/apis/ccompat/v7`) for --value-converter avro and json-schema; the subject is `<topic>-value`.
+    /// `…/apis/ccompat/v7`) for --value-converter avro, json-schema and protobuf; the subject is `<topic>-value`.
     #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_URL", hide_env_values = true, value_name = "URL")]
     pub schema_registry_url: Option<String>,
     /// Basic-auth user for --schema-registry-url.

@@ -200,8 +200,12 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
                 }
                 o.values.push((if side == "key" { "key_converter" } else { "value_converter" }, "json".into()));
             }
-            Some(c @ ("io.confluent.connect.avro.AvroConverter" | "io.apicurio.registry.utils.converter.AvroConverter"))
-                if side == "value" =>
+            Some(
+                c @ ("io.confluent.connect.avro.AvroConverter"
+                | "io.apicurio.registry.utils.converter.AvroConverter"
+                | "io.confluent.connect.json.JsonSchemaConverter"
+                | "io.confluent.connect.protobuf.ProtobufConverter"),
+            ) if side == "value" =>
             {
                 // Confluent's converter names the registry's root; Apicurio's its own API
                 // (…/apis/registry/vN), whose Confluent-compatible twin outboxd speaks.
@@ -212,14 +216,21 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
                         "{class_key}={c} needs value.converter.schema.registry.url (or value.converter.apicurio.registry.url)"
                     ));
                 };
-                o.values.push(("value_converter", "avro".into()));
+                let format = if c.ends_with("JsonSchemaConverter") {
+                    "json-schema"
+                } else if c.ends_with("ProtobufConverter") {
+                    "protobuf"
+                } else {
+                    "avro"
+                };
+                o.values.push(("value_converter", format.into()));
                 o.values.push(("schema_registry_url", url.trim().to_owned()));
             }
             Some(other) => {
                 return Err(format!(
                     "{class_key}={other}: outboxd writes what StringConverter, JsonConverter (schemas.enable=false), \
-                     ByteArrayConverter and (values only) AvroConverter write, not this converter's format; use one of \
-                     those ({flag} string|json|bytes, or avro for values)"
+                     ByteArrayConverter and (values only) the Avro, JSON Schema and Protobuf converters write, not this converter's format; use one of \
+                     those ({flag} string|json|bytes, or avro|json-schema|protobuf for values)"
                 ))
             }
         }

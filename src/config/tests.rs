@@ -977,7 +977,7 @@ fn schema_registry_flags_are_checked_and_print_without_the_password() {
         (&["--value-converter", "avro"][..], "need --schema-registry-url"),
         (
             &["--schema-registry-url", "http://r:8081"][..],
-            "has no effect without --value-converter avro or json-schema",
+            "has no effect without --value-converter avro, json-schema or protobuf",
         ),
         (&["--value-converter", "json-schema"][..], "need --schema-registry-url"),
         (&["--value-format", "avro", "--schema-registry-url", "http://u:p@r:8081"][..], "credentials in the URL"),
@@ -1045,6 +1045,13 @@ fn debezium_avro_converters_map_to_the_registry_flags() {
     )
     .unwrap();
     assert_eq!(c.registry.as_ref().unwrap().url.as_str(), "http://ap:8080/apis/ccompat/v7");
+    let c = parse(r#""value.converter": "io.confluent.connect.protobuf.ProtobufConverter", "value.converter.schema.registry.url": "http://sr:8081""#)
+        .unwrap();
+    assert_eq!(c.route.value_converter, crate::router::Converter::Protobuf);
+    assert_eq!(c.registry.as_ref().unwrap().format, crate::format::Format::Protobuf);
+    let c = parse(r#""value.converter": "io.confluent.connect.json.JsonSchemaConverter", "value.converter.schema.registry.url": "http://sr:8081""#)
+        .unwrap();
+    assert_eq!(c.route.value_converter, crate::router::Converter::JsonSchema);
     let e = parse(r#""value.converter": "io.confluent.connect.avro.AvroConverter""#).unwrap_err();
     assert!(e.contains("value.converter.schema.registry.url"), "{e}");
 }

@@ -390,7 +390,7 @@ pub fn parse_table(s: &str) -> Result<TableName, Definite> {
 /// `--schema-registry-*`, checked against the converters.
 fn registry_config(a: &RunArgs) -> Result<Option<crate::format::RegistryConfig>, Definite> {
     use crate::router::Converter;
-    if matches!(a.key_converter, Converter::Avro | Converter::JsonSchema) {
+    if matches!(a.key_converter, Converter::Avro | Converter::JsonSchema | Converter::Protobuf) {
         return Err(Definite::Config(format!(
             "--key-converter {}: keys are written as strings, JSON or bytes (the EventRouter's key is the aggregate id); use --key-converter string",
             super::show::value_name(a.key_converter)
@@ -399,20 +399,21 @@ fn registry_config(a: &RunArgs) -> Result<Option<crate::format::RegistryConfig>,
     let format = match a.value_converter {
         Converter::Avro => Some(crate::format::Format::Avro),
         Converter::JsonSchema => Some(crate::format::Format::JsonSchema),
+        Converter::Protobuf => Some(crate::format::Format::Protobuf),
         _ => None,
     };
     let avro = format.is_some();
     let Some(url) = a.schema_registry_url.as_deref() else {
         if avro {
             return Err(Definite::Config(
-                "--value-converter avro and json-schema need --schema-registry-url (the registry holding each topic's <topic>-value schema)".into(),
+                "--value-converter avro, json-schema and protobuf need --schema-registry-url (the registry holding each topic's <topic>-value schema)".into(),
             ));
         }
         return Ok(None);
     };
     if !avro {
         return Err(Definite::Config(format!(
-            "--schema-registry-url {} has no effect without --value-converter avro or json-schema; add one or drop the URL",
+            "--schema-registry-url {} has no effect without --value-converter avro, json-schema or protobuf; add one or drop the URL",
             super::secret::mask_url(url)
         )));
     }

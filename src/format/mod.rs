@@ -1,10 +1,11 @@
 //! Record formats that need a schema registry, through `--schema-registry-url`:
-//! `--value-converter avro` (Confluent's, or Apicurio's, AvroConverter) and `json-schema`
-//! (Confluent's JsonSchemaConverter).
+//! `--value-converter avro` (Confluent's, or Apicurio's, AvroConverter), `json-schema`
+//! (Confluent's JsonSchemaConverter) and `protobuf` (Confluent's ProtobufConverter).
 //!
 //! The router hands on the payload column's JSON text; [`Encoder::encode`] turns it into the
 //! Confluent wire format (byte `0`, the schema id as 4 bytes big-endian, then the Avro binary
-//! datum, or the JSON validated against its JSON Schema),
+//! datum, the JSON validated against its JSON Schema, or the message indexes and the Protobuf
+//! message),
 //! with the latest schema registered under the topic's subject (`<topic>-value`, Confluent's
 //! TopicNameStrategy). The relay calls it for every record before the size check; dead-letter
 //! copies are not encoded (their topic has no schema; they carry the original JSON).
@@ -21,6 +22,7 @@
 
 pub mod avro;
 pub mod json_schema;
+pub mod protobuf;
 pub mod registry;
 
 use std::collections::HashMap;
@@ -91,6 +93,7 @@ pub enum Failure {
 pub enum Format {
     Avro,
     JsonSchema,
+    Protobuf,
 }
 
 impl Format {
@@ -99,6 +102,7 @@ impl Format {
         match self {
             Format::Avro => "AVRO",
             Format::JsonSchema => "JSON",
+            Format::Protobuf => "PROTOBUF",
         }
     }
 
@@ -106,6 +110,7 @@ impl Format {
         match self {
             Format::Avro => "avro",
             Format::JsonSchema => "json-schema",
+            Format::Protobuf => "protobuf",
         }
     }
 }
@@ -114,6 +119,7 @@ impl Format {
 enum Writer {
     Avro(avro::Writer),
     Json(json_schema::Writer),
+    Protobuf(protobuf::Writer),
 }
 
 impl Writer {
@@ -121,6 +127,7 @@ impl Writer {
         match self {
             Writer::Avro(w) => w.encode(payload),
             Writer::Json(w) => w.encode(payload),
+            Writer::Protobuf(w) => w.encode(payload),
         }
     }
 }
@@ -174,6 +181,7 @@ impl Encoder {
                 let writer = match self.format {
                     Format::Avro => avro::Writer::new(reg.id, &reg.schema).map(Writer::Avro),
                     Format::JsonSchema => json_schema::Writer::new(reg.id, &reg.schema).map(Writer::Json),
+                    Format::Protobuf => protobuf::Writer::new(reg.id, &reg.schema).map(Writer::Protobuf),
                 };
                 match writer {
                     Ok(w) => {

@@ -48,6 +48,9 @@ pub enum Converter {
     /// Confluent's JsonSchemaConverter: the JSON payload validated against the subject's latest
     /// JSON Schema, behind the Confluent wire-format header ([`crate::format`]).
     JsonSchema,
+    /// Confluent's ProtobufConverter: the JSON payload as the first message of the subject's
+    /// latest `.proto`, behind the Confluent wire-format header ([`crate::format`]).
+    Protobuf,
 }
 
 /// Whether Debezium carries a column of this type as a Connect string (what its EventRouter's
@@ -69,7 +72,9 @@ pub fn supports(converter: Converter, type_oid: u32) -> bool {
         Converter::String => true,
         Converter::Json => json_supports(type_oid),
         Converter::Bytes => type_oid == BYTEA,
-        Converter::Avro | Converter::JsonSchema => matches!(type_oid, JSON | JSONB | TEXT | VARCHAR),
+        Converter::Avro | Converter::JsonSchema | Converter::Protobuf => {
+            matches!(type_oid, JSON | JSONB | TEXT | VARCHAR)
+        }
     }
 }
 
@@ -96,7 +101,7 @@ pub fn type_name(type_oid: u32) -> String {
 /// `bytes` (the routed value of a column of `type_oid`) as `converter` writes it.
 pub fn convert(converter: Converter, type_oid: u32, bytes: Bytes) -> Bytes {
     match converter {
-        Converter::String | Converter::Bytes | Converter::Avro | Converter::JsonSchema => bytes,
+        Converter::String | Converter::Bytes | Converter::Avro | Converter::JsonSchema | Converter::Protobuf => bytes,
         Converter::Json => match type_oid {
             INT2 | INT4 | INT8 => bytes,
             BOOL => bytes, // routed as true/false already

@@ -289,13 +289,15 @@ impl Route {
         {
             if !converter::supports(conv, col.type_oid) {
                 let (name, ty) = (&rel.columns[col.idx].name, converter::type_name(col.type_oid));
-                return Err(Definite::Setup(if matches!(conv, Converter::Avro | Converter::JsonSchema) {
-                    format!("{flag} {}: column {name:?} of {table} is a {ty}; the registry formats take the payload as JSON text: use a json, jsonb or text column", if conv == Converter::Avro { "avro" } else { "json-schema" })
-                } else if conv == Converter::Json {
-                    format!("{flag} json: column {name:?} of {table} is a {ty}, which Debezium turns into a Connect type whose JSON outboxd does not reproduce; use {flag} string, or a text, uuid, json, integer, boolean or bytea column")
-                } else {
-                    format!("{flag} bytes (ByteArrayConverter): column {name:?} of {table} is a {ty}, and the converter takes only bytea (Debezium fails on it too); use {flag} string")
-                }));
+                return Err(Definite::Setup(
+                    if matches!(conv, Converter::Avro | Converter::JsonSchema | Converter::Protobuf) {
+                        format!("{flag} {}: column {name:?} of {table} is a {ty}; the registry formats take the payload as JSON text: use a json, jsonb or text column", match conv { Converter::Avro => "avro", Converter::JsonSchema => "json-schema", _ => "protobuf" })
+                    } else if conv == Converter::Json {
+                        format!("{flag} json: column {name:?} of {table} is a {ty}, which Debezium turns into a Connect type whose JSON outboxd does not reproduce; use {flag} string, or a text, uuid, json, integer, boolean or bytea column")
+                    } else {
+                        format!("{flag} bytes (ByteArrayConverter): column {name:?} of {table} is a {ty}, and the converter takes only bytea (Debezium fails on it too); use {flag} string")
+                    },
+                ));
             }
         }
         let envelope = cfg.placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_)));
