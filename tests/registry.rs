@@ -38,6 +38,37 @@ fn drained(pg: &PgCluster, d: &Outboxd) {
     }
 }
 
+/// A private PostgreSQL, Kafka broker and registry with `schema` (of `kind`) registered for
+/// `order.placed.v1.events`, and outboxd writing `converter` values; the schema's id.
+struct Scene {
+    pg: PgCluster,
+    broker: Broker,
+    reg: Registry,
+    d: Outboxd,
+    id: u32,
+}
+
+fn scene(kind: &str, schema: &str, converter: &str) -> Scene {
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let broker = Broker::start();
+    let reg = Registry::start();
+    let id = reg.register("order.placed.v1.events-value", kind, schema);
+    let d = Outboxd::spawn_streaming(&daemon_args(
+        &pg,
+        &broker,
+        &["--status-interval", "500ms", "--value-converter", converter, "--schema-registry-url", &reg.url],
+    ));
+    Scene { pg, broker, reg, d, id }
+}
+
+/// The one dead-letter copy of `event`: its `outboxd.error` and `outboxd.error.message`.
+fn dead_letter(broker: &Broker, event: &str) -> (String, String) {
+    let dead = broker.consume_all("outboxd.dlq", 1, 1, Duration::from_secs(30));
+    let copy = dead.iter().find(|c| c.header_str("id").as_deref() == Some(event)).expect("dead letter");
+    (copy.header_str("outboxd.error").unwrap_or_default(), copy.header_str("outboxd.error.message").unwrap_or_default())
+}
+
 #[test]
 fn avro_values_round_trip_through_the_registry_to_a_stock_consumer() {
     let pg = PgCluster::start();
@@ -169,19 +200,10 @@ fn a_registry_outage_stops_the_pipeline_safely_and_it_resumes() {
 /// validates too) reads it back. A payload that breaks the schema is dead-lettered with where.
 #[test]
 fn json_schema_values_round_trip_and_a_violation_is_dead_lettered() {
-    let pg = PgCluster::start();
-    pg.apply_all_sql();
-    let broker = Broker::start();
-    let reg = Registry::start();
     let schema = r#"{"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
         "properties": {"order_id": {"type": "string"}, "amount_cents": {"type": "integer", "minimum": 0}},
         "required": ["order_id", "amount_cents"]}"#;
-    let id = reg.register("order.placed.v1.events-value", "JSON", schema);
-    let mut d = Outboxd::spawn_streaming(&daemon_args(
-        &pg,
-        &broker,
-        &["--status-interval", "500ms", "--value-converter", "json-schema", "--schema-registry-url", &reg.url],
-    ));
+    let Scene { pg, broker, reg, mut d, id } = scene("JSON", schema, "json-schema");
     let first = insert(&pg, "o-1", "order.placed.v1", r#"{"order_id": "o-1", "amount_cents": 10}"#);
     let bad = insert(&pg, "o-2", "order.placed.v1", r#"{"order_id": "o-2", "amount_cents": -1}"#);
     let last = insert(&pg, "o-3", "order.placed.v1", r#"{"order_id": "o-3", "amount_cents": 0, "extra": true}"#);
@@ -193,10 +215,8 @@ fn json_schema_values_round_trip_and_a_violation_is_dead_lettered() {
     assert_eq!(got[1]["value"]["extra"], true);
     assert_eq!(got[0]["headers"]["id"].as_str(), Some(first.as_str()));
     assert_eq!(got[1]["headers"]["id"].as_str(), Some(last.as_str()));
-    let dead = broker.consume_all("outboxd.dlq", 1, 1, Duration::from_secs(30));
-    let copy = dead.iter().find(|c| c.header_str("id").as_deref() == Some(bad.as_str())).expect("dead letter");
-    assert_eq!(copy.header_str("outboxd.error").as_deref(), Some("schema_mismatch"));
-    let message = copy.header_str("outboxd.error.message").unwrap_or_default();
+    let (code, message) = dead_letter(&broker, &bad);
+    assert_eq!(code, "schema_mismatch");
     assert!(message.contains("/amount_cents"), "{message}");
     d.stop_cleanly();
 }
@@ -208,17 +228,8 @@ fn json_schema_values_round_trip_and_a_violation_is_dead_lettered() {
 /// message does not have is a bad event.
 #[test]
 fn protobuf_values_round_trip_and_a_misfit_is_dead_lettered() {
-    let pg = PgCluster::start();
-    pg.apply_all_sql();
-    let broker = Broker::start();
-    let reg = Registry::start();
     let proto = "syntax = \"proto3\";\npackage shop.v1;\nmessage OrderPlaced {\n  string order_id = 1;\n  int64 amount_cents = 2;\n  repeated string items = 3;\n}\nmessage Other { string x = 1; }\n";
-    let id = reg.register("order.placed.v1.events-value", "PROTOBUF", proto);
-    let mut d = Outboxd::spawn_streaming(&daemon_args(
-        &pg,
-        &broker,
-        &["--status-interval", "500ms", "--value-converter", "protobuf", "--schema-registry-url", &reg.url],
-    ));
+    let Scene { pg, broker, reg, mut d, id } = scene("PROTOBUF", proto, "protobuf");
     let first =
         insert(&pg, "o-1", "order.placed.v1", r#"{"order_id": "o-1", "amount_cents": 1234, "items": ["a", "b"]}"#);
     let bad = insert(&pg, "o-2", "order.placed.v1", r#"{"order_id": "o-2", "colour": "red"}"#);
@@ -234,8 +245,7 @@ fn protobuf_values_round_trip_and_a_misfit_is_dead_lettered() {
     assert_eq!(got[1]["value"]["order_id"], "o-3", "{}", got[1]);
     assert_eq!(got[0]["headers"]["id"].as_str(), Some(first.as_str()));
     assert_eq!(got[1]["headers"]["id"].as_str(), Some(last.as_str()));
-    let dead = broker.consume_all("outboxd.dlq", 1, 1, Duration::from_secs(30));
-    let copy = dead.iter().find(|c| c.header_str("id").as_deref() == Some(bad.as_str())).expect("dead letter");
-    assert_eq!(copy.header_str("outboxd.error").as_deref(), Some("schema_mismatch"));
+    let (code, message) = dead_letter(&broker, &bad);
+    assert_eq!(code, "schema_mismatch", "{message}");
     d.stop_cleanly();
 }
