@@ -15,6 +15,7 @@ pub mod format;
 pub mod health;
 pub mod lsn;
 pub mod metrics;
+pub mod otlp;
 pub mod pg;
 pub mod relay;
 pub mod retry;

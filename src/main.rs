@@ -185,6 +185,15 @@ fn run(cfg: Config, mode: Mode) -> anyhow::Result<()> {
         spawn_signal_handler(shutdown.clone())?;
         spawn_reload_handler(cfg.route.contracts.clone())?;
         let handles = Handles { health: health.clone(), metrics: metrics.clone(), shutdown };
+        if let Some(endpoint) = &cfg.otlp_endpoint {
+            let task = outboxd::otlp::start(endpoint, "outboxd");
+            tracing::info!(endpoint = %outboxd::config::secret::mask_url(endpoint), "exporting a span per traced event over OTLP/HTTP");
+            // Never silent: the export loop only ends if it panics.
+            tokio::spawn(async move {
+                let ended = task.await;
+                tracing::error!(how = ?ended.err(), "the OTLP export task ended; spans are no longer exported (events are not affected)");
+            });
+        }
         let mut cfg = cfg;
         if let Mode::Run = mode {
             outboxd::app::identify_for_transactions(&mut cfg).await?;

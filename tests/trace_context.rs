@@ -49,3 +49,86 @@ fn the_trace_context_column_becomes_traceparent_and_tracestate_headers() {
     assert_eq!(log.matches("is not W3C trace context").count(), 1, "logged once per table:\n{log}");
     d.stop_cleanly();
 }
+
+/// `--otlp-endpoint` against an OTLP/HTTP receiver built on the official opentelemetry-proto
+/// messages (`tools/otlp/receive.py`): one span per traced event, a child of the row's context,
+/// whose id is the parent in the Kafka record's `traceparent`; a dead-lettered event's span says
+/// so. Writer → outboxd → consumer is one trace.
+#[test]
+fn otlp_spans_sit_between_the_writer_and_the_consumer() {
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    with_trace_context(&pg);
+    let broker = Broker::start();
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("spans.jsonl");
+    let receiver = std::process::Command::new("bash")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/registry"))
+        .arg("python")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/otlp/receive.py"))
+        .args(["--port", &port.to_string(), "--out", out.to_str().unwrap()])
+        .spawn()
+        .expect("receive.py");
+    let _receiver = KillOnDrop(receiver);
+    assert!(wait_until(Duration::from_secs(30), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()));
+    let endpoint = format!("http://127.0.0.1:{port}");
+    // A record over the producer's limit is refused by the sink side and dead-lettered.
+    let args = ["--otlp-endpoint", &endpoint, "--kafka-property", "message.max.bytes=4000"];
+    let mut d = Outboxd::spawn_streaming(&daemon_args(&pg, &broker, &args));
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(pg.psql(&format!(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('t', 'a-{i}', 'traced.v1', '{{}}') RETURNING event_id"
+        )));
+    }
+    let bad = pg.psql(&format!(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('t', 'b', 'traced.v1', '{{\"blob\": \"{}\"}}') RETURNING event_id",
+        "x".repeat(6000)
+    ));
+    let got = broker.consume_all("traced.v1.events", 1, 3, Duration::from_secs(60));
+    assert_eq!(got.len(), 3, "{}", d.log());
+    let read = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&out).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    };
+    assert!(wait_until(Duration::from_secs(30), || read().len() >= 4), "spans: {:?}\n{}", read(), d.log());
+    let spans = read();
+    let (trace, parent) = (&TRACEPARENT[3..35], &TRACEPARENT[36..52]);
+    let span_of = |id: &str| {
+        spans
+            .iter()
+            .find(|s| s["attributes"]["messaging.message.id"] == id)
+            .unwrap_or_else(|| panic!("no span for {id}: {spans:?}"))
+    };
+    for c in &got {
+        let id = c.header_str("id").unwrap();
+        let s = span_of(&id);
+        assert_eq!(s["trace_id"], trace, "{s}");
+        assert_eq!(s["parent_span_id"], parent, "a child of the writer's span: {s}");
+        let span_id = s["span_id"].as_str().unwrap();
+        assert_eq!(
+            c.header_str("traceparent"),
+            Some(format!("00-{trace}-{span_id}-01")),
+            "the consumer's parent is outboxd's span"
+        );
+        assert_eq!(s["attributes"]["outboxd.outcome"], "acked");
+        assert_eq!(s["attributes"]["messaging.destination.name"], "traced.v1.events");
+        assert!(s["attributes"]["outboxd.lsn"].as_str().is_some_and(|l| l.contains('/')), "{s}");
+        assert_eq!(s["kind"], 4, "PRODUCER");
+        assert_eq!(s["service"], "outboxd");
+        assert!(s["end"].as_u64() >= s["start"].as_u64(), "{s}");
+    }
+    assert_eq!(span_of(&bad)["attributes"]["outboxd.outcome"], "dead_lettered");
+    assert_eq!(spans.len(), 4, "one span per event: {spans:?}");
+    d.stop_cleanly();
+}
+
+/// Ends the receiver however the test ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -526,6 +526,11 @@ pub struct RunArgs {
     /// Default: `tracingspancontext` when the table has it.
     #[arg(long, env = "OUTBOXD_TRACING_SPAN_CONTEXT_FIELD", value_name = "COLUMN")]
     pub tracing_span_context_field: Option<String>,
+    /// Export one OpenTelemetry span per traced event (a child of the row's trace context, from
+    /// the event's timestamp to the sink's answer) over OTLP/HTTP to this base URL (e.g.
+    /// http://collector:4318); the record's traceparent then names that span. Off by default.
+    #[arg(long, env = "OUTBOXD_OTLP_ENDPOINT", hide_env_values = true, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     /// Where events go.
     #[arg(long, value_enum, default_value_t = SinkKind::Kafka)]
     pub sink: SinkKind,

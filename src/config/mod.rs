@@ -94,6 +94,8 @@ pub struct Config {
     pub route: RouteConfig,
     /// `--value-converter avro`: the schema registry ([`crate::format`]).
     pub registry: Option<crate::format::RegistryConfig>,
+    /// `--otlp-endpoint`: where spans are exported ([`crate::otlp`]).
+    pub otlp_endpoint: Option<String>,
     pub op_invalid: InvalidOp,
     pub sink: SinkKind,
     pub kafka: KafkaConfig,

@@ -119,6 +119,9 @@ impl Config {
         push("table-expand-json-payload", r.expand_json_payload.to_string());
         push("key-converter", value_name(r.key_converter));
         push("value-converter", value_name(r.value_converter));
+        if let Some(u) = &self.otlp_endpoint {
+            push("otlp-endpoint", super::secret::mask_url(u));
+        }
         if let Some(reg) = &self.registry {
             push("schema-registry-url", reg.url.to_string());
             if let Some(u) = &reg.user {

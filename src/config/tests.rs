@@ -715,6 +715,7 @@ fn outboxd_config_prints_every_run_flag() {
         "table-fields-additional-placement",
         "table-field-event-headers",
         "tracing-span-context-field",
+        "otlp-endpoint",
         "heartbeat-action-query",
         "schema-dir",
         "mask",

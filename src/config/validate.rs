@@ -214,6 +214,18 @@ impl Config {
             }
         }
         let registry = registry_config(a)?;
+        let otlp_endpoint = match a.otlp_endpoint.as_deref() {
+            None | Some("") => None,
+            Some(u) => match reqwest::Url::parse(u) {
+                Ok(p) if matches!(p.scheme(), "http" | "https") => Some(u.trim_end_matches('/').to_owned()),
+                _ => {
+                    return Err(Definite::Config(format!(
+                        "--otlp-endpoint {}: use the collector's OTLP/HTTP base URL, e.g. http://collector:4318",
+                        super::secret::mask_url(u)
+                    )))
+                }
+            },
+        };
         let status_interval = parse_duration("--status-interval", &a.status_interval)?;
         if status_interval.is_zero() {
             return Err(bad("--status-interval must be greater than 0".into()));
@@ -244,6 +256,7 @@ impl Config {
                 contracts,
             },
             registry,
+            otlp_endpoint,
             op_invalid: a.table_op_invalid_behavior,
             sink: a.sink,
             kafka: KafkaConfig {

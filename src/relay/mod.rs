@@ -237,6 +237,13 @@ impl<'a, S: Sink> Relay<'a, S> {
                 Err(Failure::Definite(reason)) => return Err(Definite::Config(reason).into()),
             }
         }
+        if let Some(otlp) = crate::otlp::exporter() {
+            let lsn = match source.position {
+                Position::Lsn(l) => Some(l.to_string()),
+                _ => None,
+            };
+            otlp.begin(&record.event_id, &record.topic, record.timestamp_ms, lsn, &mut record.headers);
+        }
         let size = record_size(record.key.as_ref(), record.payload.as_ref(), &record.headers);
         if let Some(max) = self.sink.max_message_bytes() {
             if size > max {
@@ -307,6 +314,17 @@ impl<'a, S: Sink> Relay<'a, S> {
             if let Some((topic, n)) = run.take_if(|(t, _)| !matches!(ack.outcome, Outcome::Acked) || *t != ack.topic) {
                 self.metrics.acked_n(&topic, n);
             }
+            if let Some(otlp) = crate::otlp::exporter() {
+                let outcome = match (&ack.outcome, ack.dead_letter) {
+                    (Outcome::Acked, false) => "acked",
+                    (Outcome::Acked, true) => "dead_lettered",
+                    (Outcome::Failed { .. }, _) => "failed",
+                    (Outcome::Rejected(_), _) => "",
+                };
+                if !outcome.is_empty() {
+                    otlp.end(&ack.event_id, outcome);
+                }
+            }
             match ack.outcome {
                 Outcome::Acked => {
                     ledger.done(ack.ticket)?;
@@ -363,6 +381,9 @@ impl<'a, S: Sink> Relay<'a, S> {
             }
             .into()),
             BadEventPolicy::Skip => {
+                if let (Some(otlp), Some(id)) = (crate::otlp::exporter(), dl.event_id.as_deref()) {
+                    otlp.end(id, "skipped");
+                }
                 tracing::error!(event_id = ?dl.event_id, reason = dl.code, message = %dl.message, source = %dl.source.position, "skipping bad event (--on-bad-event skip)");
                 ledger.settled(t, Settled::Skipped, &reason);
                 ledger.done(t)
@@ -394,6 +415,16 @@ impl<'a, S: Sink> Relay<'a, S> {
                 }
                 Ok(())
             }
+        }
+    }
+}
+
+impl<S: Sink> Drop for Relay<'_, S> {
+    /// The session ended: spans of records without an outcome will not get one (they are sent
+    /// again by the next session, with spans of their own).
+    fn drop(&mut self) {
+        if let Some(otlp) = crate::otlp::exporter() {
+            otlp.forget_pending();
         }
     }
 }
