@@ -118,6 +118,10 @@ ensure_tools() {
   # Apicurio Registry (a Confluent-compatible schema registry, Java 21+) and the Python virtualenv
   # with confluent-kafka's stock Avro/Protobuf/JSON Schema deserializers, for scripts/registry and
   # tools/registry/consume.py (the schema-registry value formats' end-to-end tests).
+  # (python3 -m venv needs Debian's python3-venv for ensurepip.)
+  if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+  fi
   bash scripts/registry fetch >/dev/null
   # mdBook renders the manual in docs/ (scripts/test builds it; tests/docs.rs checks its links).
   if ! command -v mdbook >/dev/null 2>&1 || [ "$(mdbook --version)" != "mdbook v$MDBOOK_VERSION" ]; then
