@@ -249,3 +249,36 @@ fn protobuf_values_round_trip_and_a_misfit_is_dead_lettered() {
     assert_eq!(code, "schema_mismatch", "{message}");
     d.stop_cleanly();
 }
+
+/// An https registry: outboxd trusts it through `--schema-registry-ca-file` (and, without it,
+/// refuses the unknown certificate: the registry counts as unreachable, nothing is confirmed).
+#[test]
+fn an_https_registry_is_trusted_through_the_ca_file() {
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let broker = Broker::start();
+    let reg = Registry::start_tls();
+    assert!(reg.url.starts_with("https://127.0.0.1:"), "{}", reg.url);
+    let ca = reg.ca.clone().expect("CA file");
+    reg.register("order.placed.v1.events-value", "AVRO", ORDER);
+    let base = ["--status-interval", "500ms", "--value-converter", "avro", "--schema-registry-url", &reg.url];
+    // Without the CA: the certificate is not trusted, so nothing is confirmed.
+    let mut a = daemon_args(&pg, &broker, &base);
+    let mut untrusting = Outboxd::spawn_streaming(&a);
+    insert(&pg, "o-1", "order.placed.v1", r#"{"order_id": "o-1", "amount_cents": 1, "items": []}"#);
+    let waiting = pg.current_lsn();
+    assert!(
+        wait_until(Duration::from_secs(30), || untrusting.log().contains("unavailable")),
+        "an untrusted certificate must not be accepted:\n{}",
+        untrusting.log()
+    );
+    assert!(!pg.slot_confirmed_at_least(&waiting), "{}", untrusting.log());
+    untrusting.stop_cleanly();
+    // With it: the event arrives, encoded.
+    a.extend(["--schema-registry-ca-file".to_owned(), ca.display().to_string()]);
+    let mut d = Outboxd::spawn_streaming(&a);
+    drained(&pg, &d);
+    let got = reg.consume(&broker.bootstrap(), "order.placed.v1.events", "avro", 1);
+    assert_eq!(got[0]["value"]["order_id"], "o-1", "{got:?}");
+    d.stop_cleanly();
+}

@@ -15,6 +15,8 @@ pub struct Registry {
     pub url: String,
     /// `--basic-auth`: the user and the password file.
     pub auth: Option<(String, PathBuf)>,
+    /// `--tls`: the CA that signed the registry's certificate (clients trust it).
+    pub ca: Option<PathBuf>,
     pub port: u16,
 }
 
@@ -25,6 +27,15 @@ impl Registry {
 
     /// With basic auth for `user` and `password` (kept in a file in the registry's directory).
     pub fn start_with(auth: Option<(&str, &str)>) -> Registry {
+        Registry::start_full(auth, None)
+    }
+
+    /// Serving HTTPS only, with a certificate for 127.0.0.1 from a fresh CA (kept beside it).
+    pub fn start_tls() -> Registry {
+        Registry::start_full(None, Some(()))
+    }
+
+    fn start_full(auth: Option<(&str, &str)>, tls: Option<()>) -> Registry {
         let dir = tempfile::Builder::new().prefix("outboxd-registry-").tempdir().expect("tempdir");
         let mut cmd = Command::new("bash");
         cmd.arg(script()).arg("start").arg(dir.path()).arg("--parent").arg(std::process::id().to_string());
@@ -33,6 +44,12 @@ impl Registry {
             std::fs::write(&file, format!("{password}\n")).expect("password file");
             cmd.arg("--basic-auth").arg(format!("{user}:{}", file.display()));
             (user.to_owned(), file)
+        });
+        let ca = tls.map(|()| {
+            let ca = super::certs::TestCa::new("outboxd test registry CA");
+            let files = ca.server(dir.path(), "registry", &["localhost"]);
+            cmd.arg("--tls").arg(&files.cert).arg(&files.key);
+            ca.write_ca(dir.path(), "ca.pem")
         });
         let out = cmd.output().expect("run scripts/registry");
         assert!(
@@ -43,7 +60,7 @@ impl Registry {
         );
         let url = String::from_utf8_lossy(&out.stdout).trim().lines().last().unwrap_or_default().to_owned();
         let port = std::fs::read_to_string(dir.path().join("port")).expect("port").trim().parse().expect("port number");
-        Registry { dir: Some(dir), url, auth, port }
+        Registry { dir: Some(dir), url, auth, ca, port }
     }
 
     /// `url` with another port (the same path): for a proxy in front of the registry.
@@ -60,6 +77,9 @@ impl Registry {
         }
         if let Some(b) = body {
             cmd.arg("--data-binary").arg(b);
+        }
+        if let Some(ca) = &self.ca {
+            cmd.arg("--cacert").arg(ca);
         }
         let out = cmd.arg(format!("{}{path}", self.url)).output().expect("curl");
         let text = String::from_utf8_lossy(&out.stdout).to_string();
@@ -94,6 +114,9 @@ impl Registry {
             .args(["--count", &count.to_string(), "--timeout", "60"]);
         if let Some((user, file)) = &self.auth {
             cmd.arg("--basic-auth").arg(format!("{user}:{}", file.display()));
+        }
+        if let Some(ca) = &self.ca {
+            cmd.arg("--ca").arg(ca);
         }
         let out = cmd.output().expect("consume.py");
         assert!(
