@@ -511,7 +511,7 @@ pub struct RunArgs {
     /// Basic-auth user for --schema-registry-url.
     #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_USER", value_name = "USER")]
     pub schema_registry_user: Option<String>,
-    /// File whose first line is the basic-auth password for --schema-registry-url.
+    /// File holding the basic-auth password for --schema-registry-url (one trailing newline is dropped).
     #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_PASSWORD_FILE", value_name = "PATH")]
     pub schema_registry_password_file: Option<std::path::PathBuf>,
     /// PEM CA certificate to trust for an https --schema-registry-url (besides the system's).

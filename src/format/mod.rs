@@ -41,7 +41,7 @@ pub struct RegistryConfig {
     /// The API root, e.g. `http://registry:8081` or Apicurio's `http://registry:8080/apis/ccompat/v7`.
     pub url: Url,
     pub user: Option<String>,
-    /// `--schema-registry-password-file`'s first line.
+    /// `--schema-registry-password-file`'s content, without one trailing newline.
     pub password: Option<Password>,
     pub ca_file: Option<PathBuf>,
     /// What the values are written as.
@@ -57,11 +57,10 @@ pub struct Password {
 
 impl Password {
     pub fn read(flag: &str, path: &std::path::Path) -> Result<Password, String> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| format!("{flag} {}: cannot read it: {e}", path.display()))?;
-        let value = text.lines().next().unwrap_or_default().to_owned();
+        // The same reading as --postgres-password-file's.
+        let value = crate::config::postgres::read_secret_file(flag, path).map_err(|e| e.to_string())?;
         if value.is_empty() {
-            return Err(format!("{flag} {}: the file's first line is empty; put the password there", path.display()));
+            return Err(format!("{flag} {}: the file is empty; put the password there", path.display()));
         }
         Ok(Password { path: path.to_owned(), value })
     }
