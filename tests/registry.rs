@@ -10,6 +10,10 @@
 //! * Outage: with the registry unreachable (a proxy in front of it pointed at a closed port), the
 //!   session stops before the event that needs a schema: the slot is never confirmed past it;
 //!   once the registry answers again, it is delivered, encoded, and nothing is lost.
+//! * Schema files: `--schema-dir` Avro and JSON Schema files per event type, registered on first
+//!   use (`--schema-auto-register`) or looked up, under the subjects `--subject-name-strategy`
+//!   names; a file the subject's compatibility rule refuses, and one not registered, are bad
+//!   events; keys written as registry strings (`--key-format avro|json-schema`).
 
 mod common;
 
@@ -280,5 +284,155 @@ fn an_https_registry_is_trusted_through_the_ca_file() {
     drained(&pg, &d);
     let got = reg.consume(&broker.bootstrap(), "order.placed.v1.events", "avro", 1);
     assert_eq!(got[0]["value"]["order_id"], "o-1", "{got:?}");
+    d.stop_cleanly();
+}
+
+/// The event types' Avro files in `--schema-dir`, registered on first use under their record
+/// names (RecordNameStrategy), keys as Avro strings under `<topic>-key`: a stock consumer decodes
+/// both with the ids outboxd registered. A file the subject's BACKWARD rule refuses is a bad event
+/// (`schema_incompatible`; the subject keeps its one version, the copy keeps the original key),
+/// and an event type without a file uses the latest version of the subject named after it.
+#[test]
+fn schema_files_register_under_record_names_with_avro_keys() {
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let broker = Broker::start();
+    let reg = Registry::start();
+    let cancelled_v1 = r#"{"type":"record","name":"OrderCancelled","namespace":"shop.v1","fields":[{"name":"order_id","type":"string"}]}"#;
+    let cancelled_v2 = r#"{"type":"record","name":"OrderCancelled","namespace":"shop.v1","fields":[
+        {"name":"order_id","type":"string"},{"name":"reason","type":"string"}]}"#;
+    reg.register("shop.v1.OrderCancelled", "AVRO", cancelled_v1);
+    reg.set_compatibility("shop.v1.OrderCancelled", "BACKWARD");
+    let shipped = r#"{"type":"record","name":"Shipped","fields":[{"name":"order_id","type":"string"},{"name":"carrier","type":"string"}]}"#;
+    let shipped_id = reg.register("order.shipped.v1", "AVRO", shipped);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("order.placed.v1.avsc"), ORDER).unwrap();
+    std::fs::write(dir.path().join("order.cancelled.v1.avsc"), cancelled_v2).unwrap();
+    let mut d = Outboxd::spawn_streaming(&daemon_args(
+        &pg,
+        &broker,
+        &[
+            "--status-interval",
+            "500ms",
+            "--route-by-field",
+            "aggregate_type",
+            "--key-format",
+            "avro",
+            "--value-format",
+            "avro",
+            "--schema-registry-url",
+            &reg.url,
+            "--schema-dir",
+            dir.path().to_str().unwrap(),
+            "--schema-auto-register",
+            "--subject-name-strategy",
+            "record",
+        ],
+    ));
+    let placed = r#"{"order_id": "o-1", "amount_cents": 5, "items": ["a"]}"#;
+    let first = insert(&pg, "o-1", "order.placed.v1", placed);
+    let refused = insert(&pg, "o-2", "order.cancelled.v1", r#"{"order_id": "o-2", "reason": "late"}"#);
+    let second = insert(&pg, "o-3", "order.shipped.v1", r#"{"order_id": "o-3", "carrier": "dhl"}"#);
+    let third = insert(&pg, "o-1", "order.placed.v1", r#"{"order_id": "o-1", "amount_cents": 6, "items": []}"#);
+    drained(&pg, &d);
+    assert!(d.is_running(), "{}", d.log());
+
+    let placed_id = reg.latest_id("shop.v1.OrderPlaced").unwrap_or_else(|| panic!("not registered\n{}", d.log()));
+    let key_id = reg.latest_id("shop.events-key").expect("the key schema registered");
+    assert_eq!(reg.versions("shop.v1.OrderCancelled"), [1], "the incompatible file was not registered");
+    assert!(reg.latest_id("shop.events-value").is_none(), "nothing under the topic's subject");
+
+    let got = reg.consume_keyed(&broker.bootstrap(), "shop.events", "avro", "avro", 3);
+    assert_eq!(got.len(), 3, "{got:?}");
+    let summary: Vec<(&str, &str, u64)> = got
+        .iter()
+        .map(|r| {
+            (
+                r["key"].as_str().unwrap_or("?"),
+                r["headers"]["id"].as_str().unwrap_or("?"),
+                r["schema_id"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("o-1", first.as_str(), placed_id as u64),
+            ("o-3", second.as_str(), shipped_id as u64),
+            ("o-1", third.as_str(), placed_id as u64)
+        ]
+    );
+    assert_eq!(got[0]["key_schema_id"].as_u64(), Some(key_id as u64), "{}", got[0]);
+    assert_eq!(got[1]["value"], serde_json::json!({"order_id": "o-3", "carrier": "dhl"}));
+    assert_eq!(got[2]["value"]["amount_cents"], 6);
+
+    let dead = broker.consume_all("outboxd.dlq", 1, 1, Duration::from_secs(30));
+    let copy = dead.iter().find(|c| c.header_str("id").as_deref() == Some(refused.as_str())).expect("dead letter");
+    assert_eq!(copy.header_str("outboxd.error").as_deref(), Some("schema_incompatible"), "{copy:?}");
+    assert!(
+        copy.header_str("outboxd.error.message").unwrap_or_default().contains("order.cancelled.v1.avsc"),
+        "{copy:?}"
+    );
+    assert_eq!(copy.key_str().as_deref(), Some("o-2"), "the copy keeps the key as routed");
+    d.stop_cleanly();
+}
+
+/// Without `--schema-auto-register`, a JSON Schema file must be registered under its subject
+/// already (TopicRecordNameStrategy: `<topic>-<title>`): outboxd looks its id up and registers
+/// nothing; a file that is not there is a bad event (`schema_missing`, naming the flag). Keys are
+/// JSON Schema strings, with the latest schema of `<topic>-key`, read by the stock JSONDeserializer.
+#[test]
+fn unregistered_schema_files_are_bad_events_without_auto_register() {
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let broker = Broker::start();
+    let reg = Registry::start();
+    let placed = r#"{"title": "OrderPlaced", "type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}"#;
+    let paid = r#"{"title": "OrderPaid", "type": "object", "properties": {"order_id": {"type": "string"}}}"#;
+    let placed_id = reg.register("shop.events-OrderPlaced", "JSON", placed);
+    let key_id = reg.register(
+        "shop.events-key",
+        "JSON",
+        r#"{"$schema": "http://json-schema.org/draft-07/schema#", "type": "string"}"#,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("order.placed.v1.json"), placed).unwrap();
+    std::fs::write(dir.path().join("order.paid.v1.json"), paid).unwrap();
+    let mut d = Outboxd::spawn_streaming(&daemon_args(
+        &pg,
+        &broker,
+        &[
+            "--status-interval",
+            "500ms",
+            "--route-by-field",
+            "aggregate_type",
+            "--key-format",
+            "json-schema",
+            "--value-format",
+            "json-schema",
+            "--schema-registry-url",
+            &reg.url,
+            "--schema-dir",
+            dir.path().to_str().unwrap(),
+            "--subject-name-strategy",
+            "topic-record",
+        ],
+    ));
+    let first = insert(&pg, "o-1", "order.placed.v1", r#"{"order_id": "o-1"}"#);
+    let missing = insert(&pg, "o-1", "order.paid.v1", r#"{"order_id": "o-1"}"#);
+    let second = insert(&pg, "o-2", "order.placed.v1", r#"{"order_id": "o-2"}"#);
+    drained(&pg, &d);
+    let got = reg.consume_keyed(&broker.bootstrap(), "shop.events", "json-schema", "json-schema", 2);
+    assert_eq!(got.len(), 2, "{got:?}");
+    for (record, (id, key)) in got.iter().zip([(&first, "o-1"), (&second, "o-2")]) {
+        assert_eq!(record["headers"]["id"].as_str(), Some(id.as_str()), "{record}");
+        assert_eq!(record["key"].as_str(), Some(key), "{record}");
+        assert_eq!(record["schema_id"].as_u64(), Some(placed_id as u64), "{record}");
+        assert_eq!(record["key_schema_id"].as_u64(), Some(key_id as u64), "{record}");
+    }
+    let (code, message) = dead_letter(&broker, &missing);
+    assert_eq!(code, "schema_missing");
+    assert!(message.contains("--schema-auto-register") && message.contains("shop.events-OrderPaid"), "{message}");
+    assert!(reg.versions("shop.events-OrderPaid").is_empty(), "outboxd registered a schema without being asked");
     d.stop_cleanly();
 }

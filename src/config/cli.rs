@@ -494,8 +494,9 @@ pub struct RunArgs {
     pub table_expand_json_payload: bool,
     /// How the key is written: `string` (Kafka Connect's StringConverter: the column as routed),
     /// `json` (JsonConverter with schemas.enable=false: a JSON string, number or boolean) or
-    /// `bytes` (ByteArrayConverter: a bytea column's bytes).
-    #[arg(long, env = "OUTBOXD_KEY_CONVERTER", value_enum, default_value_t = crate::router::Converter::String)]
+    /// `bytes` (ByteArrayConverter: a bytea column's bytes); or, through --schema-registry-url,
+    /// `avro` or `json-schema` (the key as a string schema under `<topic>-key`). Alias: --key-format.
+    #[arg(long, alias = "key-format", env = "OUTBOXD_KEY_CONVERTER", value_enum, default_value_t = crate::router::Converter::String)]
     pub key_converter: crate::router::Converter,
     /// How the value is written: `string`, `json` or `bytes`, as for --key-converter; or, through
     /// --schema-registry-url in the Confluent wire format, `avro` (AvroConverter: the JSON payload
@@ -505,7 +506,9 @@ pub struct RunArgs {
     #[arg(long, alias = "value-format", env = "OUTBOXD_VALUE_CONVERTER", value_enum, default_value_t = crate::router::Converter::String)]
     pub value_converter: crate::router::Converter,
     /// A Confluent-compatible schema registry's API root (Confluent, Karapace, or Apicurio's
-    /// `…/apis/ccompat/v7`) for --value-converter avro, json-schema and protobuf; the subject is `<topic>-value`.
+    /// `…/apis/ccompat/v7`) for --value-converter avro, json-schema and protobuf (and --key-converter
+    /// avro and json-schema). The value schema is the event type's file in --schema-dir
+    /// (`<type>.avsc`, `.json`, `.proto`), else the latest version of its subject.
     #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_URL", hide_env_values = true, value_name = "URL")]
     pub schema_registry_url: Option<String>,
     /// Basic-auth user for --schema-registry-url.
@@ -517,6 +520,16 @@ pub struct RunArgs {
     /// PEM CA certificate to trust for an https --schema-registry-url (besides the system's).
     #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_CA_FILE", value_name = "PATH")]
     pub schema_registry_ca_file: Option<std::path::PathBuf>,
+    /// The value's registry subject: `topic` (`<topic>-value`), `record` (the record's full name:
+    /// the schema file's, else the event type) or `topic-record` (`<topic>-<record name>`), as
+    /// Confluent's TopicNameStrategy, RecordNameStrategy and TopicRecordNameStrategy.
+    #[arg(long, env = "OUTBOXD_SUBJECT_NAME_STRATEGY", value_enum, default_value_t = crate::format::SubjectStrategy::Topic)]
+    pub subject_name_strategy: crate::format::SubjectStrategy,
+    /// Register --schema-dir schema files (and the key's string schema) under their subjects on
+    /// first use; a schema the subject's compatibility rule refuses is a bad event
+    /// (`schema_incompatible`). Off: they must be registered already (`schema_missing` otherwise).
+    #[arg(long, env = "OUTBOXD_SCHEMA_AUTO_REGISTER", num_args = 0..=1, default_value = "false", default_missing_value = "true", value_name = "BOOL")]
+    pub schema_auto_register: bool,
     /// jsonb column whose top-level keys become Kafka headers; empty disables. Default: `headers` when the table has it.
     #[arg(long)]
     pub table_field_event_headers: Option<String>,

@@ -205,17 +205,33 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
                 | "io.apicurio.registry.utils.converter.AvroConverter"
                 | "io.confluent.connect.json.JsonSchemaConverter"
                 | "io.confluent.connect.protobuf.ProtobufConverter"),
-            ) if side == "value" =>
-            {
+            ) => {
+                if side == "key" && c.ends_with("ProtobufConverter") {
+                    return Err(format!(
+                        "{class_key}={c}: outboxd writes registry keys as Avro or JSON Schema strings; use AvroConverter or JsonSchemaConverter for keys, or StringConverter"
+                    ));
+                }
                 // Confluent's converter names the registry's root; Apicurio's its own API
                 // (…/apis/registry/vN), whose Confluent-compatible twin outboxd speaks.
-                let url = get("value.converter.schema.registry.url")
-                    .or_else(|| get("value.converter.apicurio.registry.url").map(|u| ccompat_url(&u)));
-                let Some(url) = url else {
-                    return Err(format!(
-                        "{class_key}={c} needs value.converter.schema.registry.url (or value.converter.apicurio.registry.url)"
-                    ));
+                let (url_key, apicurio_key) = if side == "key" {
+                    ("key.converter.schema.registry.url", "key.converter.apicurio.registry.url")
+                } else {
+                    ("value.converter.schema.registry.url", "value.converter.apicurio.registry.url")
                 };
+                let url = get(url_key).or_else(|| get(apicurio_key).map(|u| ccompat_url(&u)));
+                let Some(url) = url else {
+                    return Err(format!("{class_key}={c} needs {url_key} (or {apicurio_key})"));
+                };
+                let url = url.trim().to_owned();
+                if let Some((_, other)) = o.values.iter().find(|(k, _)| *k == "schema_registry_url") {
+                    if *other != url {
+                        return Err(format!(
+                            "key.converter and value.converter name different registries ({other} and {url}); outboxd uses one registry for both"
+                        ));
+                    }
+                } else {
+                    o.values.push(("schema_registry_url", url));
+                }
                 let format = if c.ends_with("JsonSchemaConverter") {
                     "json-schema"
                 } else if c.ends_with("ProtobufConverter") {
@@ -223,14 +239,52 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
                 } else {
                     "avro"
                 };
-                o.values.push(("value_converter", format.into()));
-                o.values.push(("schema_registry_url", url.trim().to_owned()));
+                o.values.push((if side == "key" { "key_converter" } else { "value_converter" }, format.into()));
+                // Registration on first use: Confluent's converters default to it, Apicurio's
+                // do not; outboxd registers only --schema-dir files (and key schemas), and only
+                // when asked, so an unset key is noted.
+                let (auto_key, apicurio_auto) = if side == "key" {
+                    ("key.converter.auto.register.schemas", "key.converter.apicurio.registry.auto-register")
+                } else {
+                    ("value.converter.auto.register.schemas", "value.converter.apicurio.registry.auto-register")
+                };
+                match get(auto_key).or_else(|| get(apicurio_auto)).map(|v| v.trim().to_ascii_lowercase()) {
+                    Some(v) if v == "true" || v == "false" => {
+                        if let Some((_, other)) = o.values.iter().find(|(k, _)| *k == "schema_auto_register") {
+                            if *other != v {
+                                return Err(format!(
+                                    "key and value converters disagree on registering schemas ({other} and {v}); outboxd has one --schema-auto-register"
+                                ));
+                            }
+                        } else {
+                            o.values.push(("schema_auto_register", v));
+                        }
+                    }
+                    Some(v) => return Err(format!("{auto_key}={v}: expected true or false")),
+                    None if c.starts_with("io.confluent") => o.notes.push((
+                        false,
+                        format!(
+                            "{auto_key} is not set: Confluent's converter registers the schema it derives by default; outboxd registers nothing unless --schema-auto-register is given (then --schema-dir files and key schemas)"
+                        ),
+                    )),
+                    None => {}
+                }
+                if side == "value" {
+                    if let Some(class) = get("value.converter.value.subject.name.strategy") {
+                        let Some(strategy) = crate::format::SubjectStrategy::from_confluent_class(&class) else {
+                            return Err(format!(
+                                "value.converter.value.subject.name.strategy={class}: outboxd names subjects as TopicNameStrategy, RecordNameStrategy or TopicRecordNameStrategy do; use one of those"
+                            ));
+                        };
+                        o.values.push(("subject_name_strategy", strategy.flag().into()));
+                    }
+                }
             }
             Some(other) => {
                 return Err(format!(
                     "{class_key}={other}: outboxd writes what StringConverter, JsonConverter (schemas.enable=false), \
-                     ByteArrayConverter and (values only) the Avro, JSON Schema and Protobuf converters write, not this converter's format; use one of \
-                     those ({flag} string|json|bytes, or avro|json-schema|protobuf for values)"
+                     ByteArrayConverter and the Avro, JSON Schema and Protobuf converters write, not this converter's format; use one of \
+                     those ({flag} string|json|bytes|avro|json-schema, or protobuf for values)"
                 ))
             }
         }

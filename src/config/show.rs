@@ -134,6 +134,8 @@ impl Config {
             if let Some(c) = &reg.ca_file {
                 push("schema-registry-ca-file", c.display().to_string());
             }
+            push("subject-name-strategy", reg.strategy.flag().to_owned());
+            push("schema-auto-register", reg.auto_register.to_string());
         }
         match &r.headers_field {
             HeadersField::IfPresent(_) => {}

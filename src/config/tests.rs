@@ -735,7 +735,9 @@ fn outboxd_config_prints_every_run_flag() {
         "redis-url-file",
         "rabbitmq-url-file",
         "http-url-file",
-        // with --value-converter avro only
+        // with a registry converter only
+        "subject-name-strategy",
+        "schema-auto-register",
         "schema-registry-url",
         "schema-registry-user",
         "schema-registry-password-file",
@@ -978,12 +980,19 @@ fn schema_registry_flags_are_checked_and_print_without_the_password() {
         (&["--value-converter", "avro"][..], "need --schema-registry-url"),
         (
             &["--schema-registry-url", "http://r:8081"][..],
-            "has no effect without --value-converter avro, json-schema or protobuf",
+            "has no effect without --value-converter (or --key-converter) avro, json-schema or protobuf",
         ),
         (&["--value-converter", "json-schema"][..], "need --schema-registry-url"),
         (&["--value-format", "avro", "--schema-registry-url", "http://u:p@r:8081"][..], "credentials in the URL"),
         (&["--value-format", "avro", "--schema-registry-url", "ftp://r"][..], "http:// or https://"),
-        (&["--key-converter", "avro"][..], "--key-converter avro"),
+        (&["--key-converter", "avro"][..], "need --schema-registry-url"),
+        (&["--key-format", "protobuf", "--schema-registry-url", "http://r:8081"][..], "--key-converter protobuf"),
+        (&["--schema-auto-register"][..], "--schema-auto-register has no effect"),
+        (&["--subject-name-strategy", "record"][..], "--subject-name-strategy record has no effect"),
+        (
+            &["--key-format", "avro", "--schema-registry-url", "http://r:8081", "--subject-name-strategy", "record"][..],
+            "keys use <topic>-key",
+        ),
         (
             &[
                 "--value-format",
@@ -1015,6 +1024,30 @@ fn schema_registry_flags_are_checked_and_print_without_the_password() {
     assert!(text.contains("schema-registry-password-file") && !text.contains("hunter2"), "{text}");
     assert!(!format!("{c:?}").contains("hunter2"));
     assert_eq!(c.registry.as_ref().and_then(|r| r.password.as_ref()).map(|p| p.expose()), Some("hunter2-registry"));
+    // Keys through the registry, file schemas registered under record names.
+    let c = with(&[
+        "--key-format",
+        "avro",
+        "--value-format",
+        "protobuf",
+        "--schema-registry-url",
+        "http://r:8081",
+        "--subject-name-strategy",
+        "topic-record",
+        "--schema-auto-register",
+        "--schema-dir",
+        dir.path().to_str().unwrap(),
+    ])
+    .unwrap();
+    let r = c.registry.as_ref().unwrap();
+    assert_eq!((r.key, r.value), (Some(crate::format::Format::Avro), Some(crate::format::Format::Protobuf)));
+    assert_eq!((r.strategy, r.auto_register), (crate::format::SubjectStrategy::TopicRecord, true));
+    assert_eq!(r.schema_dir.as_deref(), Some(dir.path()));
+    let text = c.to_text();
+    assert!(
+        text.contains("--subject-name-strategy topic-record") && text.contains("--schema-auto-register true"),
+        "{text}"
+    );
 }
 
 /// Debezium's AvroConverter (Confluent's, or Apicurio's with its native API URL) maps to
@@ -1049,10 +1082,65 @@ fn debezium_avro_converters_map_to_the_registry_flags() {
     let c = parse(r#""value.converter": "io.confluent.connect.protobuf.ProtobufConverter", "value.converter.schema.registry.url": "http://sr:8081""#)
         .unwrap();
     assert_eq!(c.route.value_converter, crate::router::Converter::Protobuf);
-    assert_eq!(c.registry.as_ref().unwrap().format, crate::format::Format::Protobuf);
+    assert_eq!(c.registry.as_ref().unwrap().value, Some(crate::format::Format::Protobuf));
     let c = parse(r#""value.converter": "io.confluent.connect.json.JsonSchemaConverter", "value.converter.schema.registry.url": "http://sr:8081""#)
         .unwrap();
     assert_eq!(c.route.value_converter, crate::router::Converter::JsonSchema);
     let e = parse(r#""value.converter": "io.confluent.connect.avro.AvroConverter""#).unwrap_err();
     assert!(e.contains("value.converter.schema.registry.url"), "{e}");
+    // Keys, registration and the subject strategy.
+    let c = parse(
+        r#""value.converter": "io.confluent.connect.avro.AvroConverter", "value.converter.schema.registry.url": "http://sr:8081",
+           "value.converter.auto.register.schemas": "true",
+           "value.converter.value.subject.name.strategy": "io.confluent.kafka.serializers.subject.RecordNameStrategy""#,
+    )
+    .unwrap();
+    let r = c.registry.as_ref().unwrap();
+    assert_eq!((r.strategy, r.auto_register, r.key), (crate::format::SubjectStrategy::Record, true, None));
+    let e = parse(
+        r#""value.converter": "io.confluent.connect.avro.AvroConverter", "value.converter.schema.registry.url": "http://sr:8081",
+           "value.converter.value.subject.name.strategy": "com.example.Mine""#,
+    )
+    .unwrap_err();
+    assert!(e.contains("TopicNameStrategy"), "{e}");
+}
+
+/// Debezium's registry key converters map to `--key-converter avro|json-schema` on the same registry.
+#[test]
+fn debezium_registry_key_converters_map_to_the_key_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let parse = |body: &str| {
+        let dbz = dir.path().join("connector.json");
+        std::fs::write(
+            &dbz,
+            format!(
+                r#"{{"database.hostname": "127.0.0.1", "database.user": "u", "database.dbname": "d", "plugin.name": "pgoutput", {body}}}"#
+            ),
+        )
+        .unwrap();
+        let argv: Vec<String> =
+            ["outboxd", "run", "--debezium-config", dbz.to_str().unwrap()].iter().map(|s| s.to_string()).collect();
+        let Command::Run(a) = Cli::try_parse_from(&argv).unwrap().command else { unreachable!() };
+        Config::from_args_with_file(&a, &|_| false).map_err(|e| e.to_string())
+    };
+    let c = parse(
+        r#""key.converter": "io.confluent.connect.json.JsonSchemaConverter", "key.converter.schema.registry.url": "http://sr:8081",
+           "value.converter": "io.confluent.connect.avro.AvroConverter", "value.converter.schema.registry.url": "http://sr:8081""#,
+    )
+    .unwrap();
+    assert_eq!(c.route.key_converter, crate::router::Converter::JsonSchema);
+    let r = c.registry.as_ref().unwrap();
+    assert_eq!((r.key, r.value), (Some(crate::format::Format::JsonSchema), Some(crate::format::Format::Avro)));
+    let e = parse(
+        r#""key.converter": "io.confluent.connect.avro.AvroConverter", "key.converter.schema.registry.url": "http://a:8081",
+           "value.converter": "io.confluent.connect.avro.AvroConverter", "value.converter.schema.registry.url": "http://b:8081""#,
+    )
+    .unwrap_err();
+    assert!(e.contains("different registries"), "{e}");
+    let e = parse(
+        r#""key.converter": "io.confluent.connect.protobuf.ProtobufConverter", "key.converter.schema.registry.url": "http://a:8081",
+           "value.converter": "org.apache.kafka.connect.storage.StringConverter""#,
+    )
+    .unwrap_err();
+    assert!(e.contains("Avro or JSON Schema strings"), "{e}");
 }

@@ -402,32 +402,55 @@ pub fn parse_table(s: &str) -> Result<TableName, Definite> {
 
 /// `--schema-registry-*`, checked against the converters.
 fn registry_config(a: &RunArgs) -> Result<Option<crate::format::RegistryConfig>, Definite> {
+    use crate::format::Format;
     use crate::router::Converter;
-    if matches!(a.key_converter, Converter::Avro | Converter::JsonSchema | Converter::Protobuf) {
-        return Err(Definite::Config(format!(
-            "--key-converter {}: keys are written as strings, JSON or bytes (the EventRouter's key is the aggregate id); use --key-converter string",
-            super::show::value_name(a.key_converter)
-        )));
-    }
-    let format = match a.value_converter {
-        Converter::Avro => Some(crate::format::Format::Avro),
-        Converter::JsonSchema => Some(crate::format::Format::JsonSchema),
-        Converter::Protobuf => Some(crate::format::Format::Protobuf),
+    let key = match a.key_converter {
+        Converter::Avro => Some(Format::Avro),
+        Converter::JsonSchema => Some(Format::JsonSchema),
+        Converter::Protobuf => {
+            return Err(Definite::Config(
+                "--key-converter protobuf: keys go through the registry as Avro or JSON Schema strings; use --key-converter avro, json-schema or string".into(),
+            ))
+        }
         _ => None,
     };
-    let avro = format.is_some();
+    let value = match a.value_converter {
+        Converter::Avro => Some(Format::Avro),
+        Converter::JsonSchema => Some(Format::JsonSchema),
+        Converter::Protobuf => Some(Format::Protobuf),
+        _ => None,
+    };
+    let uses = value.is_some() || key.is_some();
     let Some(url) = a.schema_registry_url.as_deref() else {
-        if avro {
+        if uses {
             return Err(Definite::Config(
-                "--value-converter avro, json-schema and protobuf need --schema-registry-url (the registry holding each topic's <topic>-value schema)".into(),
+                "--value-converter and --key-converter avro, json-schema and protobuf need --schema-registry-url (the registry holding the subjects' schemas)".into(),
             ));
+        }
+        if a.schema_auto_register {
+            return Err(Definite::Config(
+                "--schema-auto-register has no effect without --schema-registry-url and a registry converter; drop it"
+                    .into(),
+            ));
+        }
+        if a.subject_name_strategy != crate::format::SubjectStrategy::Topic {
+            return Err(Definite::Config(format!(
+                "--subject-name-strategy {} has no effect without --value-converter avro, json-schema or protobuf; drop it",
+                a.subject_name_strategy.flag()
+            )));
         }
         return Ok(None);
     };
-    if !avro {
+    if !uses {
         return Err(Definite::Config(format!(
-            "--schema-registry-url {} has no effect without --value-converter avro, json-schema or protobuf; add one or drop the URL",
+            "--schema-registry-url {} has no effect without --value-converter (or --key-converter) avro, json-schema or protobuf; add one or drop the URL",
             super::secret::mask_url(url)
+        )));
+    }
+    if value.is_none() && a.subject_name_strategy != crate::format::SubjectStrategy::Topic {
+        return Err(Definite::Config(format!(
+            "--subject-name-strategy {} names value subjects (keys use <topic>-key); it needs --value-converter avro, json-schema or protobuf",
+            a.subject_name_strategy.flag()
         )));
     }
     let parsed = reqwest::Url::parse(url).map_err(|e| {
@@ -457,7 +480,11 @@ fn registry_config(a: &RunArgs) -> Result<Option<crate::format::RegistryConfig>,
         user: a.schema_registry_user.clone(),
         password,
         ca_file: a.schema_registry_ca_file.clone(),
-        format: format.unwrap_or(crate::format::Format::Avro),
+        value,
+        key,
+        strategy: a.subject_name_strategy,
+        auto_register: a.schema_auto_register,
+        schema_dir: a.schema_dir.clone(),
     };
     // The CA file is read and parsed now, so a session never meets a bad one.
     crate::format::registry::Registry::new(&cfg).map_err(Definite::Config)?;

@@ -24,6 +24,11 @@ impl Writer {
         Ok(Writer { id, schema })
     }
 
+    /// The schema's full name (`namespace.name`), when it is a named type.
+    pub fn name(&self) -> Option<String> {
+        self.schema.name().map(|n| n.fullname(None))
+    }
+
     /// `payload` (JSON text) as magic byte, schema id and datum.
     pub fn encode(&self, payload: &[u8]) -> Result<Vec<u8>, String> {
         let json: serde_json::Value =

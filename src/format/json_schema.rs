@@ -10,6 +10,8 @@ const MAGIC: u8 = 0;
 pub struct Writer {
     id: u32,
     validator: jsonschema::Validator,
+    /// The schema's `title`: its record name, as Confluent's JsonSchema names it.
+    title: Option<String>,
 }
 
 impl Writer {
@@ -21,7 +23,13 @@ impl Writer {
             .should_validate_formats(true)
             .build(&schema)
             .map_err(|e| format!("the registered schema is not a JSON Schema outboxd can use: {e}"))?;
-        Ok(Writer { id, validator })
+        let title = schema.get("title").and_then(|t| t.as_str()).map(str::to_owned);
+        Ok(Writer { id, validator, title })
+    }
+
+    /// The schema's `title`, if it has one.
+    pub fn name(&self) -> Option<String> {
+        self.title.clone()
     }
 
     /// `payload` (JSON text) as magic byte, schema id and the same text.

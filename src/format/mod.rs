@@ -1,29 +1,33 @@
 //! Record formats that need a schema registry, through `--schema-registry-url`:
 //! `--value-converter avro` (Confluent's, or Apicurio's, AvroConverter), `json-schema`
-//! (Confluent's JsonSchemaConverter) and `protobuf` (Confluent's ProtobufConverter).
+//! (Confluent's JsonSchemaConverter) and `protobuf` (Confluent's ProtobufConverter), and
+//! `--key-converter avro|json-schema` (the key, a string, under `<topic>-key`).
 //!
 //! The router hands on the payload column's JSON text; [`Encoder::encode`] turns it into the
 //! Confluent wire format (byte `0`, the schema id as 4 bytes big-endian, then the Avro binary
 //! datum, the JSON validated against its JSON Schema, or the message indexes and the Protobuf
-//! message),
-//! with the latest schema registered under the topic's subject (`<topic>-value`, Confluent's
-//! TopicNameStrategy). The relay calls it for every record before the size check; dead-letter
-//! copies are not encoded (their topic has no schema; they carry the original JSON).
+//! message). The schema is the event type's file in `--schema-dir`, or the latest version of its
+//! subject; the subject follows `--subject-name-strategy` ([`source`]). The relay calls it for
+//! every record before the size check; dead-letter copies are not encoded (their topic has no
+//! schema; they carry the original key and JSON).
 //!
 //! # Invariants
 //! * What the registry says is classified once ([`registry`]): unreachable is [`Failure::Unavailable`]
 //!   (the session stops before the event, nothing past it is confirmed, and the next session
-//!   asks again), credentials refused is [`Failure::Definite`], and a subject without a schema or a
-//!   payload that does not fit it is [`Failure::Bad`], which `--on-bad-event` handles: never a
-//!   crash loop.
-//! * Schemas are fetched once per topic per session and cached (Confluent's `use.latest.version`
-//!   with its default cache TTL: a schema registered later is used from the next session on).
+//!   asks again), credentials refused is [`Failure::Definite`], and a subject without a schema, a
+//!   schema not registered (or refused as incompatible or invalid when registering) or a payload
+//!   that does not fit is [`Failure::Bad`], which `--on-bad-event` handles: never a crash loop.
+//! * Schemas are resolved once per (topic, event type) per session and cached (Confluent's
+//!   default cache TTL: a schema registered later is used from the next session on).
+//! * A record is changed only when both its key and its value are encoded: a bad event's
+//!   dead-letter copy carries what the router made.
 //! * Nothing here runs when no registry format is configured: the relay checks one `Option`.
 
 pub mod avro;
 pub mod json_schema;
 pub mod protobuf;
 pub mod registry;
+pub mod source;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -34,6 +38,7 @@ use reqwest::Url;
 
 use crate::router::Record;
 use registry::{Registry, RegistryError};
+pub use source::SubjectStrategy;
 
 /// `--schema-registry-*`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,8 +49,16 @@ pub struct RegistryConfig {
     /// `--schema-registry-password-file`'s content, without one trailing newline.
     pub password: Option<Password>,
     pub ca_file: Option<PathBuf>,
-    /// What the values are written as.
-    pub format: Format,
+    /// What the values are written as, when through the registry.
+    pub value: Option<Format>,
+    /// What the keys are written as (Avro or JSON Schema strings), when through the registry.
+    pub key: Option<Format>,
+    /// `--subject-name-strategy` (values).
+    pub strategy: SubjectStrategy,
+    /// `--schema-auto-register`: register file schemas (and the key schema) on first use.
+    pub auto_register: bool,
+    /// `--schema-dir`: schema files per event type.
+    pub schema_dir: Option<PathBuf>,
 }
 
 /// A password read from a file: shown as the file's path only.
@@ -122,6 +135,14 @@ enum Writer {
 }
 
 impl Writer {
+    fn new(format: Format, id: u32, schema: &str) -> Result<Writer, String> {
+        match format {
+            Format::Avro => avro::Writer::new(id, schema).map(Writer::Avro),
+            Format::JsonSchema => json_schema::Writer::new(id, schema).map(Writer::Json),
+            Format::Protobuf => protobuf::Writer::new(id, schema).map(Writer::Protobuf),
+        }
+    }
+
     fn encode(&self, payload: &[u8]) -> Result<Vec<u8>, String> {
         match self {
             Writer::Avro(w) => w.encode(payload),
@@ -129,74 +150,226 @@ impl Writer {
             Writer::Protobuf(w) => w.encode(payload),
         }
     }
+
+    fn name(&self) -> Option<String> {
+        match self {
+            Writer::Avro(w) => w.name(),
+            Writer::Json(w) => w.name(),
+            Writer::Protobuf(w) => w.name(),
+        }
+    }
 }
 
-/// The value encoder of one session.
+/// A resolved schema, or the bad-event code and reason of every record that needs it.
+type Entry = Result<Arc<Writer>, (&'static str, String)>;
+
+/// The key schema of `format` that `--schema-auto-register` registers: a string (the JSON Schema
+/// names its draft, which Apicurio needs to recognize it as one).
+fn key_schema(format: Format) -> &'static str {
+    match format {
+        Format::Avro => "\"string\"",
+        _ => r#"{"$schema":"http://json-schema.org/draft-07/schema#","type":"string"}"#,
+    }
+}
+
+/// The encoder of one session.
 pub struct Encoder {
     registry: Registry,
-    format: Format,
-    /// Per topic: the subject's latest schema and its id, or why it has none.
-    schemas: HashMap<String, Result<Arc<Writer>, (&'static str, String)>>,
+    value: Option<Format>,
+    key: Option<Format>,
+    strategy: SubjectStrategy,
+    auto_register: bool,
+    schema_dir: Option<PathBuf>,
+    /// Whether the value schema depends on the event type (files, or a record strategy).
+    per_type: bool,
+    /// Per topic, per event type (`None` when the schema does not depend on it): the value schema.
+    values: HashMap<String, HashMap<Option<Bytes>, Entry>>,
+    /// Per topic: the key schema.
+    keys: HashMap<String, Entry>,
 }
 
 impl Encoder {
     pub fn new(cfg: &RegistryConfig) -> Result<Encoder, String> {
-        Ok(Encoder { registry: Registry::new(cfg)?, format: cfg.format, schemas: HashMap::new() })
+        Ok(Encoder {
+            registry: Registry::new(cfg)?,
+            value: cfg.value,
+            key: cfg.key,
+            strategy: cfg.strategy,
+            auto_register: cfg.auto_register,
+            schema_dir: cfg.schema_dir.clone(),
+            per_type: cfg.schema_dir.is_some() || cfg.strategy != SubjectStrategy::Topic,
+            values: HashMap::new(),
+            keys: HashMap::new(),
+        })
     }
 
-    /// Encode `record`'s value in place (a null value stays null).
+    /// Encode `record`'s key and value in place (null stays null); on a failure it is unchanged.
     pub async fn encode(&mut self, record: &mut Record) -> Result<(), Failure> {
-        let Some(payload) = record.payload.as_ref() else { return Ok(()) };
-        let writer = match self.schemas.get(&record.topic) {
-            Some(w) => w.clone(),
-            None => {
-                let w = self.fetch(&record.topic).await?;
-                self.schemas.insert(record.topic.clone(), w.clone());
-                w
+        let key = match (self.key, record.key.as_ref()) {
+            (Some(format), Some(key)) => {
+                let writer = match self.keys.get(&record.topic) {
+                    Some(w) => w.clone(),
+                    None => {
+                        let w = self.key_schema(format, &record.topic).await?;
+                        self.keys.insert(record.topic.clone(), w.clone());
+                        w
+                    }
+                };
+                let writer = writer.map_err(|(code, reason)| Failure::Bad { code, reason })?;
+                let text = std::str::from_utf8(key).map_err(|_| Failure::Bad {
+                    code: "schema_mismatch",
+                    reason: "the key is not UTF-8 text, which a string key schema needs".into(),
+                })?;
+                let json = serde_json::to_vec(text).expect("a string serializes");
+                let bytes = writer
+                    .encode(&json)
+                    .map_err(|reason| Failure::Bad { code: "schema_mismatch", reason: format!("key: {reason}") })?;
+                Some(Bytes::from(bytes))
             }
+            _ => None,
         };
-        let writer = writer.map_err(|(code, reason)| Failure::Bad { code, reason })?;
-        let bytes = writer.encode(payload).map_err(|reason| Failure::Bad { code: "schema_mismatch", reason })?;
-        record.payload = Some(Bytes::from(bytes));
+        let value = match (self.value, record.payload.as_ref()) {
+            (Some(format), Some(payload)) => {
+                let event_type = if self.per_type { record.event_type.clone() } else { None };
+                let cached = self.values.get(&record.topic).and_then(|m| m.get(&event_type)).cloned();
+                let writer = match cached {
+                    Some(w) => w,
+                    None => {
+                        let w = self.value_schema(format, &record.topic, event_type.as_ref()).await?;
+                        self.values.entry(record.topic.clone()).or_default().insert(event_type, w.clone());
+                        w
+                    }
+                };
+                let writer = writer.map_err(|(code, reason)| Failure::Bad { code, reason })?;
+                let bytes =
+                    writer.encode(payload).map_err(|reason| Failure::Bad { code: "schema_mismatch", reason })?;
+                Some(Bytes::from(bytes))
+            }
+            _ => None,
+        };
+        if key.is_some() {
+            record.key = key;
+        }
+        if value.is_some() {
+            record.payload = value;
+        }
         Ok(())
     }
 
-    async fn fetch(&self, topic: &str) -> Result<Result<Arc<Writer>, (&'static str, String)>, Failure> {
-        let subject = format!("{topic}-value");
-        match self.registry.latest(&subject).await {
-            Ok(reg) => {
-                let kind = reg.schema_type.as_deref().unwrap_or("AVRO");
-                let want = self.format.schema_type();
-                if kind != want {
-                    return Ok(Err((
-                        "schema_mismatch",
-                        format!(
-                            "subject {subject:?} holds a {kind} schema (id {}); --value-converter {} needs a {want} one",
-                            reg.id,
-                            self.format.flag()
-                        ),
-                    )));
-                }
-                let writer = match self.format {
-                    Format::Avro => avro::Writer::new(reg.id, &reg.schema).map(Writer::Avro),
-                    Format::JsonSchema => json_schema::Writer::new(reg.id, &reg.schema).map(Writer::Json),
-                    Format::Protobuf => protobuf::Writer::new(reg.id, &reg.schema).map(Writer::Protobuf),
-                };
-                match writer {
-                    Ok(w) => {
-                        tracing::info!(
-                            subject,
-                            id = reg.id,
-                            "schema registry: encoding with the subject's latest schema"
-                        );
-                        Ok(Ok(Arc::new(w)))
-                    }
-                    Err(e) => Ok(Err(("schema_mismatch", format!("subject {subject:?} (id {}): {e}", reg.id)))),
-                }
-            }
-            Err(e @ RegistryError::Missing { .. }) => Ok(Err(("schema_missing", e.to_string()))),
-            Err(e @ RegistryError::Refused { .. }) => Err(Failure::Definite(e.to_string())),
-            Err(e @ RegistryError::Unavailable { .. }) => Err(Failure::Unavailable(e.to_string())),
+    /// The key schema of `topic`, under `<topic>-key`: a string schema registered there with
+    /// --schema-auto-register, else the subject's latest version (any schema a string fits).
+    async fn key_schema(&self, format: Format, topic: &str) -> Result<Entry, Failure> {
+        let subject = format!("{topic}-key");
+        if self.auto_register {
+            self.by_content(format, &subject, key_schema(format), "the key schema").await
+        } else {
+            self.latest(format, &subject, "--key-converter").await
         }
+    }
+
+    /// The value schema of records of `topic` and `event_type`.
+    async fn value_schema(&self, format: Format, topic: &str, event_type: Option<&Bytes>) -> Result<Entry, Failure> {
+        let event_type = event_type.and_then(|t| std::str::from_utf8(t).ok());
+        let file = match (&self.schema_dir, event_type) {
+            (Some(dir), Some(t)) => source::read_schema_file(dir, t, format).map_err(Failure::Definite)?,
+            _ => None,
+        };
+        if let Some((path, text)) = file {
+            // Parsed first: a file outboxd cannot use is named as such, before any subject.
+            let parsed = match Writer::new(format, 0, &text) {
+                Ok(w) => w,
+                Err(e) => return Ok(Err(("schema_invalid", format!("schema file {}: {e}", path.display())))),
+            };
+            let name = match (self.strategy, parsed.name()) {
+                (SubjectStrategy::Topic, _) => String::new(),
+                (_, Some(name)) => name,
+                (_, None) => {
+                    return Ok(Err((
+                        "schema_invalid",
+                        format!(
+                            "schema file {}: --subject-name-strategy {} needs a named schema (an Avro record, a Protobuf message, a JSON Schema with a title)",
+                            path.display(),
+                            self.strategy.flag()
+                        ),
+                    )))
+                }
+            };
+            let subject = self.strategy.value_subject(topic, &name);
+            let what = format!("schema file {}", path.display());
+            return self.by_content(format, &subject, &text, &what).await;
+        }
+        let subject = match (self.strategy, event_type) {
+            (SubjectStrategy::Topic, _) => format!("{topic}-value"),
+            (strategy, Some(t)) => strategy.value_subject(topic, t),
+            (strategy, None) => {
+                return Ok(Err((
+                    "schema_missing",
+                    format!(
+                        "--subject-name-strategy {} names the subject after the event type, and this event has none (or it is not UTF-8)",
+                        strategy.flag()
+                    ),
+                )))
+            }
+        };
+        self.latest(format, &subject, "--value-converter").await
+    }
+
+    /// `schema` under `subject`: registered with --schema-auto-register, else looked up.
+    async fn by_content(&self, format: Format, subject: &str, schema: &str, what: &str) -> Result<Entry, Failure> {
+        let kind = format.schema_type();
+        let answer = if self.auto_register {
+            self.registry.register(subject, schema, kind).await
+        } else {
+            self.registry.lookup(subject, schema, kind).await
+        };
+        let id = match answer {
+            Ok(id) => id,
+            Err(e) => return classify(e).map(|(code, reason)| Err((code, format!("{what}: {reason}")))),
+        };
+        match Writer::new(format, id, schema) {
+            Ok(w) => {
+                tracing::info!(subject, id, registered = self.auto_register, "schema registry: encoding with {what}");
+                Ok(Ok(Arc::new(w)))
+            }
+            Err(e) => Ok(Err(("schema_invalid", format!("{what}: {e}")))),
+        }
+    }
+
+    /// The latest version of `subject`, for `flag`'s format.
+    async fn latest(&self, format: Format, subject: &str, flag: &str) -> Result<Entry, Failure> {
+        let reg = match self.registry.latest(subject).await {
+            Ok(reg) => reg,
+            Err(e) => return classify(e).map(Err),
+        };
+        let kind = reg.schema_type.as_deref().unwrap_or("AVRO");
+        let want = format.schema_type();
+        if kind != want {
+            return Ok(Err((
+                "schema_mismatch",
+                format!(
+                    "subject {subject:?} holds a {kind} schema (id {}); {flag} {} needs a {want} one",
+                    reg.id,
+                    format.flag()
+                ),
+            )));
+        }
+        match Writer::new(format, reg.id, &reg.schema) {
+            Ok(w) => {
+                tracing::info!(subject, id = reg.id, "schema registry: encoding with the subject's latest schema");
+                Ok(Ok(Arc::new(w)))
+            }
+            Err(e) => Ok(Err(("schema_mismatch", format!("subject {subject:?} (id {}): {e}", reg.id)))),
+        }
+    }
+}
+
+/// A registry error as a bad event's code and reason, or the failure that stops the session.
+fn classify(e: RegistryError) -> Result<(&'static str, String), Failure> {
+    match e.bad_event_code() {
+        Some(code) => Ok((code, e.to_string())),
+        None => match e {
+            RegistryError::Refused { .. } => Err(Failure::Definite(e.to_string())),
+            _ => Err(Failure::Unavailable(e.to_string())),
+        },
     }
 }

@@ -52,6 +52,11 @@ impl Writer {
         Ok(Writer { id, message })
     }
 
+    /// The message's full name (`package.Message`), as Confluent's ProtobufSchema names it.
+    pub fn name(&self) -> Option<String> {
+        Some(self.message.full_name().to_owned())
+    }
+
     /// `payload` (JSON text) as magic byte, schema id, message index `[0]` and the message.
     pub fn encode(&self, payload: &[u8]) -> Result<Vec<u8>, String> {
         let mut de = serde_json::Deserializer::from_slice(payload);

@@ -4,8 +4,10 @@
 //! Answers are classified here, once: the registry unreachable, timing out or failing (5xx) is
 //! [`RegistryError::Unavailable`] (the session stops, nothing past the event is confirmed, and it
 //! is tried again); credentials refused (401, 403) is [`RegistryError::Refused`] (an operator must
-//! act); a subject with no schema (404, `error_code` 40401) is [`RegistryError::Missing`], a fact
-//! about the events routed to it, which go to `--on-bad-event`.
+//! act); a subject with no schema (404, `error_code` 40401), a schema not registered under its
+//! subject (40403), a schema the subject's compatibility rule refuses (409) and a schema the
+//! registry cannot parse (422) are facts about the events that need it, which go to
+//! `--on-bad-event` ([`RegistryError::bad_event_code`]).
 //!
 //! The password never appears in a URL, a log line or an error: it is sent as `Authorization:
 //! Basic` only, and reqwest's errors are built from the URL without userinfo.
@@ -28,6 +30,31 @@ pub enum RegistryError {
     Refused { url: String, status: u16 },
     #[error("no schema is registered under subject {subject:?} in {url} (register one, e.g. POST {url}/subjects/{subject}/versions)")]
     Missing { url: String, subject: String },
+    #[error("the schema is not registered under subject {subject:?} in {url} (register it, or run with --schema-auto-register)")]
+    NotRegistered { url: String, subject: String },
+    #[error("registry {url} refused the schema for subject {subject:?} as incompatible with the subject's versions: {message}")]
+    Incompatible { url: String, subject: String, message: String },
+    #[error("registry {url} refused the schema for subject {subject:?} as invalid: {message}")]
+    Invalid { url: String, subject: String, message: String },
+}
+
+impl RegistryError {
+    /// The bad-event reason code of an answer about the schema or subject itself; `None` for
+    /// an outage or refused credentials.
+    pub fn bad_event_code(&self) -> Option<&'static str> {
+        match self {
+            RegistryError::Missing { .. } | RegistryError::NotRegistered { .. } => Some("schema_missing"),
+            RegistryError::Incompatible { .. } => Some("schema_incompatible"),
+            RegistryError::Invalid { .. } => Some("schema_invalid"),
+            RegistryError::Unavailable { .. } | RegistryError::Refused { .. } => None,
+        }
+    }
+}
+
+/// What `POST /subjects/{subject}` and `POST /subjects/{subject}/versions` answer: the id.
+#[derive(Deserialize)]
+struct IdAnswer {
+    id: u32,
 }
 
 /// A registered schema: its id (what the wire format carries) and its text.
@@ -78,36 +105,85 @@ impl Registry {
 
     /// The latest version registered under `subject`.
     pub async fn latest(&self, subject: &str) -> Result<Registered, RegistryError> {
+        let body = self.call(reqwest::Method::GET, &["subjects", subject, "versions", "latest"], None, subject).await?;
+        serde_json::from_slice::<Registered>(&body).map_err(|e| self.unavailable(format!("unreadable answer: {e}")))
+    }
+
+    /// The id of `schema` (of the registry's `schema_type`) under `subject`, which must hold it
+    /// already (Confluent's serializers with `auto.register.schemas=false`).
+    pub async fn lookup(&self, subject: &str, schema: &str, schema_type: &str) -> Result<u32, RegistryError> {
+        let req = serde_json::json!({"schema": schema, "schemaType": schema_type});
+        let body = self.call(reqwest::Method::POST, &["subjects", subject], Some(&req), subject).await?;
+        Ok(serde_json::from_slice::<IdAnswer>(&body)
+            .map_err(|e| self.unavailable(format!("unreadable answer: {e}")))?
+            .id)
+    }
+
+    /// Register `schema` under `subject` (a no-op answering the id when it is there already).
+    pub async fn register(&self, subject: &str, schema: &str, schema_type: &str) -> Result<u32, RegistryError> {
+        let req = serde_json::json!({"schema": schema, "schemaType": schema_type});
+        let body = self.call(reqwest::Method::POST, &["subjects", subject, "versions"], Some(&req), subject).await?;
+        Ok(serde_json::from_slice::<IdAnswer>(&body)
+            .map_err(|e| self.unavailable(format!("unreadable answer: {e}")))?
+            .id)
+    }
+
+    /// One call below the API root; the answer's body on success, else the classified error.
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &[&str],
+        json: Option<&serde_json::Value>,
+        subject: &str,
+    ) -> Result<bytes::Bytes, RegistryError> {
         let mut url = self.base.clone();
         url.path_segments_mut()
             .map_err(|_| self.unavailable("the URL cannot have a path".into()))?
             .pop_if_empty()
-            .extend(["subjects", subject, "versions", "latest"]);
-        let mut req = self.client.get(url).header("Accept", "application/vnd.schemaregistry.v1+json, application/json");
+            .extend(path);
+        let mut req = self
+            .client
+            .request(method, url)
+            .header("Accept", "application/vnd.schemaregistry.v1+json, application/json");
+        if let Some(body) = json {
+            req = req.header("Content-Type", "application/vnd.schemaregistry.v1+json").body(body.to_string());
+        }
         if let Some(user) = &self.user {
             req = req.basic_auth(user, self.password.as_ref());
         }
         let resp = req.send().await.map_err(|e| self.unavailable(e.without_url().to_string()))?;
         let status = resp.status();
         if status.is_success() {
-            let body = resp.bytes().await.map_err(|e| self.unavailable(e.without_url().to_string()))?;
-            return serde_json::from_slice::<Registered>(&body)
-                .map_err(|e| self.unavailable(format!("unreadable answer: {e}")));
+            return resp.bytes().await.map_err(|e| self.unavailable(e.without_url().to_string()));
         }
+        let url = self.shown.clone();
+        let subject = subject.to_owned();
         match status {
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                Err(RegistryError::Refused { url: self.shown.clone(), status: status.as_u16() })
+                Err(RegistryError::Refused { url, status: status.as_u16() })
             }
             StatusCode::NOT_FOUND => {
-                let body = error_body(resp).await;
-                match body {
-                    Some(b) if b.error_code == 40401 || b.error_code == 40402 => {
-                        Err(RegistryError::Missing { url: self.shown.clone(), subject: subject.to_owned() })
+                match error_body(resp).await {
+                    // 40401: no such subject; 40402: no such version. A lookup of a schema
+                    // (`json` given) in a missing subject means the schema is not registered.
+                    Some(b) if (b.error_code == 40401 || b.error_code == 40402) && json.is_none() => {
+                        Err(RegistryError::Missing { url, subject })
+                    }
+                    Some(b) if b.error_code == 40401 || b.error_code == 40403 => {
+                        Err(RegistryError::NotRegistered { url, subject })
                     }
                     // A 404 that is not the registry's: a wrong URL path.
                     _ => Err(self
                         .unavailable("HTTP 404 (is the URL the registry's API root, e.g. …/apis/ccompat/v7?)".into())),
                 }
+            }
+            StatusCode::CONFLICT => {
+                let message = error_body(resp).await.map(|b| b.message).unwrap_or_default();
+                Err(RegistryError::Incompatible { url, subject, message: first_line(&message) })
+            }
+            StatusCode::UNPROCESSABLE_ENTITY => {
+                let message = error_body(resp).await.map(|b| b.message).unwrap_or_default();
+                Err(RegistryError::Invalid { url, subject, message: first_line(&message) })
             }
             _ => {
                 let b = error_body(resp).await;
@@ -124,4 +200,13 @@ impl Registry {
 
 async fn error_body(resp: reqwest::Response) -> Option<ErrorBody> {
     serde_json::from_slice(&resp.bytes().await.ok()?).ok()
+}
+
+/// A registry message cut to its first line and 300 bytes (they can quote whole schemas).
+fn first_line(message: &str) -> String {
+    let line = message.lines().next().unwrap_or_default();
+    match line.char_indices().nth(300) {
+        Some((i, _)) => format!("{}…", &line[..i]),
+        None => line.to_owned(),
+    }
 }

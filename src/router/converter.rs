@@ -78,6 +78,15 @@ pub fn supports(converter: Converter, type_oid: u32) -> bool {
     }
 }
 
+/// Whether `converter` can write a key column of this type: as [`supports`], except that the
+/// registry formats write a key as a string schema, so any column does (as its text).
+pub fn supports_key(converter: Converter, type_oid: u32) -> bool {
+    match converter {
+        Converter::Avro | Converter::JsonSchema => true,
+        other => supports(other, type_oid),
+    }
+}
+
 /// A column type name for messages.
 pub fn type_name(type_oid: u32) -> String {
     match type_oid {

@@ -284,10 +284,11 @@ impl Route {
         };
         let key = need(&cfg.key_field, "--table-field-event-key")?;
         let payload = need(&cfg.payload_field, "--table-field-event-payload")?;
-        for (conv, col, flag) in
-            [(cfg.key_converter, key, "--key-converter"), (cfg.value_converter, payload, "--value-converter")]
-        {
-            if !converter::supports(conv, col.type_oid) {
+        for (conv, col, flag, ok) in [
+            (cfg.key_converter, key, "--key-converter", converter::supports_key as fn(Converter, u32) -> bool),
+            (cfg.value_converter, payload, "--value-converter", converter::supports),
+        ] {
+            if !ok(conv, col.type_oid) {
                 let (name, ty) = (&rel.columns[col.idx].name, converter::type_name(col.type_oid));
                 return Err(Definite::Setup(
                     if matches!(conv, Converter::Avro | Converter::JsonSchema | Converter::Protobuf) {

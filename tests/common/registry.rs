@@ -96,6 +96,39 @@ impl Registry {
         v["id"].as_u64().expect("id") as u32
     }
 
+    /// A GET below the API root: the status and the body.
+    pub fn get(&self, path: &str) -> (u16, String) {
+        self.curl("GET", path, None)
+    }
+
+    /// The id of the latest version of `subject`, if it has one.
+    pub fn latest_id(&self, subject: &str) -> Option<u32> {
+        let (code, body) = self.get(&format!("/subjects/{subject}/versions/latest"));
+        if code == 404 {
+            return None;
+        }
+        assert_eq!(code, 200, "latest of {subject}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("latest answer");
+        Some(v["id"].as_u64().expect("id") as u32)
+    }
+
+    /// The versions registered under `subject` (none when it does not exist).
+    pub fn versions(&self, subject: &str) -> Vec<u64> {
+        let (code, body) = self.get(&format!("/subjects/{subject}/versions"));
+        if code == 404 {
+            return Vec::new();
+        }
+        assert_eq!(code, 200, "versions of {subject}: {body}");
+        serde_json::from_str(&body).expect("versions answer")
+    }
+
+    /// Set `subject`'s compatibility rule (BACKWARD, FULL, NONE, …).
+    pub fn set_compatibility(&self, subject: &str, level: &str) {
+        let body = serde_json::json!({ "compatibility": level }).to_string();
+        let (code, answer) = self.curl("PUT", &format!("/config/{subject}"), Some(&body));
+        assert_eq!(code, 200, "compatibility of {subject}: {answer}");
+    }
+
     pub fn log(&self) -> String {
         self.dir
             .as_ref()
@@ -106,11 +139,24 @@ impl Registry {
     /// Read `count` records of `topic` with the stock deserializer for `format`; one JSON value
     /// per record ({topic, partition, offset, key, headers, schema_id, value}).
     pub fn consume(&self, bootstrap: &str, topic: &str, format: &str, count: usize) -> Vec<serde_json::Value> {
+        self.consume_keyed(bootstrap, topic, "string", format, count)
+    }
+
+    /// As [`Registry::consume`], with keys decoded as `key_format`.
+    pub fn consume_keyed(
+        &self,
+        bootstrap: &str,
+        topic: &str,
+        key_format: &str,
+        format: &str,
+        count: usize,
+    ) -> Vec<serde_json::Value> {
         let mut cmd = Command::new("bash");
         cmd.arg(script())
             .arg("python")
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/registry/consume.py"))
             .args(["--bootstrap", bootstrap, "--topic", topic, "--registry", &self.url, "--format", format])
+            .args(["--key-format", key_format])
             .args(["--count", &count.to_string(), "--timeout", "60"]);
         if let Some((user, file)) = &self.auth {
             cmd.arg("--basic-auth").arg(format!("{user}:{}", file.display()));

@@ -6,7 +6,7 @@ Schema Registry deserializers (AvroDeserializer, ProtobufDeserializer, JSONDeser
 which fetch each writer schema by id from the registry (GET /schemas/ids/{id}, for Protobuf with
 ?format=serialized), and prints one JSON line per record:
 
-  {"topic", "partition", "offset", "key", "headers": {...}, "schema_id", "value"}
+  {"topic", "partition", "offset", "key", "key_schema_id", "headers": {...}, "schema_id", "value"}
 
 (Protobuf adds "message_indexes"). Formats:
 
@@ -352,6 +352,7 @@ def main():
                 "partition": msg.partition(),
                 "offset": msg.offset(),
                 "key": None if key is None else key["value"],
+                "key_schema_id": None if key is None else key.get("schema_id"),
                 "headers": headers,
                 "schema_id": None if value is None else value["schema_id"],
             }

@@ -77,6 +77,10 @@ pub fn apply(a: &mut RunArgs, o: &Overlay, explicit: &dyn Fn(&str) -> bool) -> R
             "key_converter" => a.key_converter = Converter::from_str(&v, true).map_err(|_| bad(id, &v))?,
             "value_converter" => a.value_converter = Converter::from_str(&v, true).map_err(|_| bad(id, &v))?,
             "schema_registry_url" => a.schema_registry_url = Some(v),
+            "schema_auto_register" => a.schema_auto_register = boolean(id, &v)?,
+            "subject_name_strategy" => {
+                a.subject_name_strategy = crate::format::SubjectStrategy::from_str(&v, true).map_err(|_| bad(id, &v))?
+            }
             other => return Err(Definite::Bug(format!("debezium overlay names unknown flag {other}"))),
         }
     }
