@@ -13,6 +13,7 @@ pub mod config;
 pub mod error;
 pub mod format;
 pub mod health;
+pub mod hex;
 pub mod lsn;
 pub mod metrics;
 pub mod otlp;

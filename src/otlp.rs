@@ -80,7 +80,7 @@ impl Exporter {
         if openssl::rand::rand_bytes(&mut span_id).is_err() || span_id == [0; 8] {
             return;
         }
-        *tp = Bytes::from(format!("00-{}-{}-{flags:02x}", hex(&trace_id), hex(&span_id)));
+        *tp = Bytes::from(format!("00-{}-{}-{flags:02x}", crate::hex::lower(&trace_id), crate::hex::lower(&span_id)));
         let start_unix_nanos = match timestamp_ms {
             Some(ms) if ms > 0 => ms as u64 * 1_000_000,
             _ => now_nanos(),
@@ -189,10 +189,6 @@ fn kv(key: &str, value: &str) -> pb::KeyValue {
 
 fn now_nanos() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `00-<trace id>-<parent id>-<flags>` (the router validated it).
@@ -309,9 +305,12 @@ mod tests {
         assert_ne!(written, tp, "the header names outboxd's span");
         e.end("e-1", "acked");
         let span = rx.try_recv().unwrap();
-        assert_eq!(hex(&span.trace_id), "4bf92f3577b34da6a3ce929d0e0e4736");
-        assert_eq!(hex(&span.parent_span_id), "00f067aa0ba902b7");
-        assert_eq!(written, format!("00-{}-{}-01", hex(&span.trace_id), hex(&span.span_id)));
+        assert_eq!(crate::hex::lower(&span.trace_id), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(crate::hex::lower(&span.parent_span_id), "00f067aa0ba902b7");
+        assert_eq!(
+            written,
+            format!("00-{}-{}-01", crate::hex::lower(&span.trace_id), crate::hex::lower(&span.span_id))
+        );
         assert_eq!(span.start_time_unix_nano, 1_700_000_000_000_000_000);
         assert!(span.end_time_unix_nano >= span.start_time_unix_nano);
         assert_eq!(span.name, "orders.events publish");

@@ -292,12 +292,26 @@ fn an_https_registry_is_trusted_through_the_ca_file() {
 /// both with the ids outboxd registered. A file the subject's BACKWARD rule refuses is a bad event
 /// (`schema_incompatible`; the subject keeps its one version, the copy keeps the original key),
 /// and an event type without a file uses the latest version of the subject named after it.
-#[test]
-fn schema_files_register_under_record_names_with_avro_keys() {
+/// A private PostgreSQL (every `sql/` file applied), Kafka broker and registry.
+fn services() -> (PgCluster, Broker, Registry) {
     let pg = PgCluster::start();
     pg.apply_all_sql();
-    let broker = Broker::start();
-    let reg = Registry::start();
+    (pg, Broker::start(), Registry::start())
+}
+
+/// outboxd routing every event of the `shop` aggregate to `shop.events` (several event types in
+/// one topic), with schema files from `dir` and `extra` flags.
+fn shop_events(at: (&PgCluster, &Broker, &Registry), dir: &std::path::Path, extra: &[&str]) -> Outboxd {
+    let (pg, broker, reg) = at;
+    let mut args = vec!["--status-interval", "500ms", "--route-by-field", "aggregate_type"];
+    args.extend(["--schema-registry-url", &reg.url, "--schema-dir", dir.to_str().unwrap()]);
+    args.extend(extra);
+    Outboxd::spawn_streaming(&daemon_args(pg, broker, &args))
+}
+
+#[test]
+fn schema_files_register_under_record_names_with_avro_keys() {
+    let (pg, broker, reg) = services();
     let cancelled_v1 = r#"{"type":"record","name":"OrderCancelled","namespace":"shop.v1","fields":[{"name":"order_id","type":"string"}]}"#;
     let cancelled_v2 = r#"{"type":"record","name":"OrderCancelled","namespace":"shop.v1","fields":[
         {"name":"order_id","type":"string"},{"name":"reason","type":"string"}]}"#;
@@ -308,27 +322,19 @@ fn schema_files_register_under_record_names_with_avro_keys() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("order.placed.v1.avsc"), ORDER).unwrap();
     std::fs::write(dir.path().join("order.cancelled.v1.avsc"), cancelled_v2).unwrap();
-    let mut d = Outboxd::spawn_streaming(&daemon_args(
-        &pg,
-        &broker,
+    let mut d = shop_events(
+        (&pg, &broker, &reg),
+        dir.path(),
         &[
-            "--status-interval",
-            "500ms",
-            "--route-by-field",
-            "aggregate_type",
             "--key-format",
             "avro",
             "--value-format",
             "avro",
-            "--schema-registry-url",
-            &reg.url,
-            "--schema-dir",
-            dir.path().to_str().unwrap(),
             "--schema-auto-register",
             "--subject-name-strategy",
             "record",
         ],
-    ));
+    );
     let placed = r#"{"order_id": "o-1", "amount_cents": 5, "items": ["a"]}"#;
     let first = insert(&pg, "o-1", "order.placed.v1", placed);
     let refused = insert(&pg, "o-2", "order.cancelled.v1", r#"{"order_id": "o-2", "reason": "late"}"#);
@@ -383,10 +389,7 @@ fn schema_files_register_under_record_names_with_avro_keys() {
 /// JSON Schema strings, with the latest schema of `<topic>-key`, read by the stock JSONDeserializer.
 #[test]
 fn unregistered_schema_files_are_bad_events_without_auto_register() {
-    let pg = PgCluster::start();
-    pg.apply_all_sql();
-    let broker = Broker::start();
-    let reg = Registry::start();
+    let (pg, broker, reg) = services();
     let placed = r#"{"title": "OrderPlaced", "type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}"#;
     let paid = r#"{"title": "OrderPaid", "type": "object", "properties": {"order_id": {"type": "string"}}}"#;
     let placed_id = reg.register("shop.events-OrderPlaced", "JSON", placed);
@@ -398,26 +401,11 @@ fn unregistered_schema_files_are_bad_events_without_auto_register() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("order.placed.v1.json"), placed).unwrap();
     std::fs::write(dir.path().join("order.paid.v1.json"), paid).unwrap();
-    let mut d = Outboxd::spawn_streaming(&daemon_args(
-        &pg,
-        &broker,
-        &[
-            "--status-interval",
-            "500ms",
-            "--route-by-field",
-            "aggregate_type",
-            "--key-format",
-            "json-schema",
-            "--value-format",
-            "json-schema",
-            "--schema-registry-url",
-            &reg.url,
-            "--schema-dir",
-            dir.path().to_str().unwrap(),
-            "--subject-name-strategy",
-            "topic-record",
-        ],
-    ));
+    let mut d = shop_events(
+        (&pg, &broker, &reg),
+        dir.path(),
+        &["--key-format", "json-schema", "--value-format", "json-schema", "--subject-name-strategy", "topic-record"],
+    );
     let first = insert(&pg, "o-1", "order.placed.v1", r#"{"order_id": "o-1"}"#);
     let missing = insert(&pg, "o-1", "order.paid.v1", r#"{"order_id": "o-1"}"#);
     let second = insert(&pg, "o-2", "order.placed.v1", r#"{"order_id": "o-2"}"#);

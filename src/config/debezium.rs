@@ -222,16 +222,7 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
                 let Some(url) = url else {
                     return Err(format!("{class_key}={c} needs {url_key} (or {apicurio_key})"));
                 };
-                let url = url.trim().to_owned();
-                if let Some((_, other)) = o.values.iter().find(|(k, _)| *k == "schema_registry_url") {
-                    if *other != url {
-                        return Err(format!(
-                            "key.converter and value.converter name different registries ({other} and {url}); outboxd uses one registry for both"
-                        ));
-                    }
-                } else {
-                    o.values.push(("schema_registry_url", url));
-                }
+                shared(&mut o, "schema_registry_url", url.trim().to_owned(), "name different registries")?;
                 let format = if c.ends_with("JsonSchemaConverter") {
                     "json-schema"
                 } else if c.ends_with("ProtobufConverter") {
@@ -250,15 +241,7 @@ fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, String> {
                 };
                 match get(auto_key).or_else(|| get(apicurio_auto)).map(|v| v.trim().to_ascii_lowercase()) {
                     Some(v) if v == "true" || v == "false" => {
-                        if let Some((_, other)) = o.values.iter().find(|(k, _)| *k == "schema_auto_register") {
-                            if *other != v {
-                                return Err(format!(
-                                    "key and value converters disagree on registering schemas ({other} and {v}); outboxd has one --schema-auto-register"
-                                ));
-                            }
-                        } else {
-                            o.values.push(("schema_auto_register", v));
-                        }
+                        shared(&mut o, "schema_auto_register", v, "disagree on registering schemas")?
                     }
                     Some(v) => return Err(format!("{auto_key}={v}: expected true or false")),
                     None if c.starts_with("io.confluent") => o.notes.push((
@@ -590,6 +573,22 @@ fn producer_level(k: &str) -> Option<(u8, &str)> {
 }
 
 /// Apicurio's native API root (`…/apis/registry/v2` or `v3`) as its Confluent-compatible one.
+/// Set `flag`, which the key and value converters share, to `value`; an error naming the
+/// conflict (`differ`) when the other side set it to something else.
+fn shared(o: &mut Overlay, flag: &'static str, value: String, differ: &str) -> Result<(), String> {
+    match o.values.iter().find(|(k, _)| *k == flag) {
+        Some((_, other)) if *other != value => Err(format!(
+            "key.converter and value.converter {differ} ({other} and {value}); outboxd has one --{} for both",
+            flag.replace('_', "-")
+        )),
+        Some(_) => Ok(()),
+        None => {
+            o.values.push((flag, value));
+            Ok(())
+        }
+    }
+}
+
 fn ccompat_url(url: &str) -> String {
     let u = url.trim().trim_end_matches('/');
     match u.rfind("/apis/registry/") {

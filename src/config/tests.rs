@@ -1050,25 +1050,26 @@ fn schema_registry_flags_are_checked_and_print_without_the_password() {
     );
 }
 
+/// `run --debezium-config FILE` with a JSON object of `body`'s keys: the configuration or its error.
+fn debezium_config(body: &str) -> Result<Config, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let dbz = dir.path().join("connector.json");
+    std::fs::write(&dbz, format!("{{{body}}}")).unwrap();
+    let argv: Vec<String> =
+        ["outboxd", "run", "--debezium-config", dbz.to_str().unwrap()].iter().map(|s| s.to_string()).collect();
+    let Command::Run(a) = Cli::try_parse_from(&argv).unwrap().command else { unreachable!() };
+    Config::from_args_with_file(&a, &|_| false).map_err(|e| e.to_string())
+}
+
 /// Debezium's AvroConverter (Confluent's, or Apicurio's with its native API URL) maps to
 /// `--value-converter avro` with the registry's Confluent-compatible root.
 #[test]
 fn debezium_avro_converters_map_to_the_registry_flags() {
-    let dir = tempfile::tempdir().unwrap();
     let parse = |extra: &str| {
-        let dbz = dir.path().join("connector.json");
-        std::fs::write(
-            &dbz,
-            format!(
-                r#"{{"database.hostname": "127.0.0.1", "database.user": "u", "database.dbname": "d",
-                    "plugin.name": "pgoutput", "key.converter": "org.apache.kafka.connect.storage.StringConverter", {extra}}}"#
-            ),
-        )
-        .unwrap();
-        let argv: Vec<String> =
-            ["outboxd", "run", "--debezium-config", dbz.to_str().unwrap()].iter().map(|s| s.to_string()).collect();
-        let Command::Run(a) = Cli::try_parse_from(&argv).unwrap().command else { unreachable!() };
-        Config::from_args_with_file(&a, &|_| false).map_err(|e| e.to_string())
+        debezium_config(&format!(
+            r#""database.hostname": "127.0.0.1", "database.user": "u", "database.dbname": "d",
+               "plugin.name": "pgoutput", "key.converter": "org.apache.kafka.connect.storage.StringConverter", {extra}"#
+        ))
     };
     let c = parse(r#""value.converter": "io.confluent.connect.avro.AvroConverter", "value.converter.schema.registry.url": "http://sr:8081""#)
         .unwrap();
@@ -1108,20 +1109,10 @@ fn debezium_avro_converters_map_to_the_registry_flags() {
 /// Debezium's registry key converters map to `--key-converter avro|json-schema` on the same registry.
 #[test]
 fn debezium_registry_key_converters_map_to_the_key_flags() {
-    let dir = tempfile::tempdir().unwrap();
     let parse = |body: &str| {
-        let dbz = dir.path().join("connector.json");
-        std::fs::write(
-            &dbz,
-            format!(
-                r#"{{"database.hostname": "127.0.0.1", "database.user": "u", "database.dbname": "d", "plugin.name": "pgoutput", {body}}}"#
-            ),
-        )
-        .unwrap();
-        let argv: Vec<String> =
-            ["outboxd", "run", "--debezium-config", dbz.to_str().unwrap()].iter().map(|s| s.to_string()).collect();
-        let Command::Run(a) = Cli::try_parse_from(&argv).unwrap().command else { unreachable!() };
-        Config::from_args_with_file(&a, &|_| false).map_err(|e| e.to_string())
+        debezium_config(&format!(
+            r#""database.hostname": "127.0.0.1", "database.user": "u", "database.dbname": "d", "plugin.name": "pgoutput", {body}"#
+        ))
     };
     let c = parse(
         r#""key.converter": "io.confluent.connect.json.JsonSchemaConverter", "key.converter.schema.registry.url": "http://sr:8081",

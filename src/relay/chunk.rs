@@ -46,11 +46,7 @@ const MAX_COUNT: u32 = 1 << 20;
 pub fn digest_hex(data: &[u8]) -> String {
     let mut h = Sha256::new();
     h.update(data);
-    hex(&h.finish())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::hex::lower(&h.finish())
 }
 
 /// The id shared by the chunks of one copy: the same event, chunked the same way, gets the same id.
@@ -61,7 +57,7 @@ pub fn chunk_id(table: &str, position: Position, event_id: &str, chunk_len: usiz
         h.update(part.as_bytes());
         h.update(&[0]);
     }
-    hex(&h.finish()[..16])
+    crate::hex::lower(&h.finish()[..16])
 }
 
 /// `payload` in slices of at most `chunk_len` bytes (no copies).

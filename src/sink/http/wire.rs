@@ -83,7 +83,7 @@ impl Event {
     pub fn from_record(record: Record, dead_letter: bool) -> Event {
         let ce_id = if dead_letter {
             let digest = Sha256::digest(record.payload.as_deref().unwrap_or_default());
-            format!("{}/dlq/{}", record.event_id, hex(&digest[..8]))
+            format!("{}/dlq/{}", record.event_id, crate::hex::lower(&digest[..8]))
         } else {
             record.event_id
         };
@@ -297,7 +297,7 @@ pub fn signature_v2(
         mac.update(b"\n");
     }
     mac.update(body);
-    (format!("t={unix_seconds},v2={}", hex(&mac.finalize().into_bytes())), names_text)
+    (format!("t={unix_seconds},v2={}", crate::hex::lower(&mac.finalize().into_bytes())), names_text)
 }
 
 /// `v` without the optional whitespace (spaces, tabs) HTTP strips around a field value.
@@ -316,11 +316,7 @@ pub fn signature(key: &[u8], unix_seconds: u64, body: &[u8]) -> String {
     mac.update(unix_seconds.to_string().as_bytes());
     mac.update(b".");
     mac.update(body);
-    format!("t={unix_seconds},v1={}", hex(&mac.finalize().into_bytes()))
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    format!("t={unix_seconds},v1={}", crate::hex::lower(&mac.finalize().into_bytes()))
 }
 
 #[cfg(test)]
@@ -425,7 +421,7 @@ mod tests {
         // printf '1700000000\n/in/t?x=1\nce-id,ce-type,trace\ne-1\norder.paid.v1\na, b\n{}' | openssl dgst -sha256 -hmac 0123456789abcdef
         let mut mac = <Hmac<Sha256> as hmac::KeyInit>::new_from_slice(key).unwrap();
         mac.update(b"1700000000\n/in/t?x=1\nce-id,ce-type,trace\ne-1\norder.paid.v1\na, b\n{}");
-        assert_eq!(sig, format!("t=1700000000,v2={}", hex(&mac.finalize().into_bytes())));
+        assert_eq!(sig, format!("t=1700000000,v2={}", crate::hex::lower(&mac.finalize().into_bytes())));
         // Any covered part changed: another signature.
         let mut other = h.clone();
         other.insert("ce-type", HeaderValue::from_static("order.refunded.v1"));
