@@ -761,9 +761,26 @@ impl Numbered {
         )
     }
 
+    /// The same events as [`Numbered::insert_sql`], emitted as logical messages through
+    /// `sql/06_emit.sql`'s `outbox_emit` (one statement, so one transaction), in order.
+    pub fn emit_sql(&self, first: usize, n: usize) -> String {
+        format!(
+            "SELECT count(public.outbox_emit('{kind}', 'agg-' || (i % {aggs}), '{kind}.v1', jsonb_build_object('n', i))) \
+             FROM generate_series({first}, {last}) AS i",
+            kind = self.kind,
+            aggs = self.aggregates,
+            last = first + n - 1
+        )
+    }
+
     /// Insert events `first..first + n` in one transaction; false when the server refused.
     pub fn insert(&self, first: usize, n: usize) -> bool {
         psql_socket(&self.sock, self.port, &[&self.insert_sql(first, n)]).is_ok_and(|o| o.status.success())
+    }
+
+    /// Emit events `first..first + n` as logical messages in one transaction; false when refused.
+    pub fn emit(&self, first: usize, n: usize) -> bool {
+        psql_socket(&self.sock, self.port, &[&self.emit_sql(first, n)]).is_ok_and(|o| o.status.success())
     }
 }
 

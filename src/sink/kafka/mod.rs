@@ -481,6 +481,9 @@ impl Sink for KafkaSink {
         // Behind held records: keep send order. During an exactly-once commit, the record waits
         // for the next transaction (librdkafka takes none while it commits).
         if !self.held.is_empty() || self.committing() {
+            if let Some((t, _)) = self.txns.as_deref_mut().filter(|(t, _)| t.committing()) {
+                t.holding();
+            }
             self.held.push_back(held);
             return Ok(());
         }

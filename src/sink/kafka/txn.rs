@@ -22,7 +22,8 @@
 //!   session reads and routes on, and the sink holds what it sends until the next transaction
 //!   is open. Its position was taken when it started, so the reading ahead never moves it.
 //! * Whole PostgreSQL transactions go together while they fit. A Kafka transaction commits
-//!   `--transaction-interval` after its first record, at the next PostgreSQL commit, or at once
+//!   `--transaction-interval` after its first record (for records held during the previous
+//!   commit, after the first of them arrived), at the next PostgreSQL commit, or at once
 //!   when it holds half an in-flight budget (records or bytes): otherwise the budget would stop
 //!   the reading before the timer. A PostgreSQL transaction past half a budget commits inside
 //!   itself, with the position pointing at its last change.
@@ -204,8 +205,13 @@ pub struct Txns {
     pub fatal: bool,
     /// A Kafka transaction is open (begin_transaction called).
     open: bool,
-    /// When the open transaction got its first record.
+    /// When the open transaction got its first record (or, for a transaction opened after a
+    /// commit, when the sink began holding the first record meant for it).
     opened_at: Option<Instant>,
+    /// When the sink began holding records during the running commit: the next transaction's
+    /// interval counts from there, so a record that waited for a commit does not wait a whole
+    /// interval more.
+    held_since: Option<Instant>,
     /// Records produced in the open transaction, and their bytes.
     sent: usize,
     bytes: usize,
@@ -238,6 +244,7 @@ impl Txns {
             fatal: false,
             open: false,
             opened_at: None,
+            held_since: None,
             sent: 0,
             bytes: 0,
             max_records: (max_in_flight / 2).max(1),
@@ -289,6 +296,12 @@ impl Txns {
         self.sent += 1;
         self.bytes += bytes;
         self.opened_at.get_or_insert_with(Instant::now);
+    }
+
+    /// The sink holds a record until the running commit ends (the first such record starts the
+    /// next transaction's interval).
+    pub fn holding(&mut self) {
+        self.held_since.get_or_insert_with(Instant::now);
     }
 
     /// When the open transaction should commit.
@@ -356,6 +369,7 @@ impl Txns {
         }
         self.in_pg = None;
         self.last_change = None;
+        self.held_since = None;
         // The session restarts from the slot, which is never past what was committed.
         self.whole = self.committed.clone();
         if !self.open {
@@ -449,6 +463,7 @@ impl Txns {
                 self.committed = Some(position);
                 producer.begin_transaction().map_err(|e| SinkError::Transient(self.transient(e)))?;
                 self.open = true;
+                self.opened_at = self.held_since.take();
                 if failed.is_empty() {
                     return Ok(());
                 }
@@ -523,6 +538,7 @@ impl Txns {
         self.sent = 0;
         self.bytes = 0;
         self.opened_at = None;
+        self.held_since = None;
         if had > 0 {
             metrics.aborted();
             tracing::warn!(records = had, %reason, "Kafka transaction aborted; the next session resumes from the committed position");
