@@ -288,6 +288,74 @@ fn logical_messages_under_kill9_are_delivered_exactly_once() {
     d.stop_cleanly();
 }
 
+/// A shutdown (SIGTERM) while the session is inside a PostgreSQL transaction bigger than the
+/// in-flight budget: what was read of it commits at its last whole change at once (the unit test
+/// `a_shutdown_inside_a_transaction_commits_at_its_last_change_at_once` covers an open transaction
+/// below half the budget, which used to wait out `--shutdown-timeout` and abort), the process
+/// exits promptly, and the next session resumes inside the transaction from the stored position:
+/// every event once, in order per key.
+#[test]
+fn a_shutdown_inside_a_postgres_transaction_commits_at_once_and_resumes_inside_it() {
+    // Bigger than the in-flight budget: the session is inside it, committing every half budget
+    // at a change, when the shutdown comes.
+    const N: usize = 150_000;
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let broker = Broker::start();
+    let port = free_port().to_string();
+    let addr = format!("127.0.0.1:{port}");
+    let args = daemon_args(
+        &pg,
+        &broker,
+        &[
+            "--delivery",
+            "exactly-once",
+            "--max-in-flight",
+            "20000",
+            "--shutdown-timeout",
+            "120s",
+            "--metrics-addr",
+            &addr,
+            // The in-flight gauge is set on each status update.
+            "--status-interval",
+            "100ms",
+        ],
+    );
+    // The slot first (a first run), then one transaction of N events behind it.
+    Outboxd::spawn_streaming(&args).stop_cleanly();
+    pg.psql(&format!(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         SELECT 'eos', 'agg-' || (i % {AGGREGATES}), 'eos.v1', jsonb_build_object('n', i) FROM generate_series(0, {}) AS i",
+        N - 1
+    ));
+    let mut d = Outboxd::spawn(&args);
+    // Inside the transaction: events handed to the sink, its end not read yet.
+    let port: u16 = port.parse().unwrap();
+    let inside = wait_until(Duration::from_secs(90), || {
+        http_get(port, "/metrics")
+            .and_then(|(_, body)| metric(&body, "outboxd_events_in_flight"))
+            .is_some_and(|n| n >= 1000.0)
+    });
+    assert!(inside, "no events in flight:\n{}", d.log());
+    let asked = Instant::now();
+    d.sigterm();
+    let status = d.wait_exit(Duration::from_secs(60));
+    let took = asked.elapsed();
+    let log = d.log();
+    assert!(status.is_some_and(|s| s.success()), "{status:?}\n{log}");
+    assert!(
+        log.contains("shutdown inside a PostgreSQL transaction: what was read of it commits at its last whole change"),
+        "the shutdown did not land inside the {N}-event transaction (it was read too fast?):\n{log}"
+    );
+    assert!(!log.contains("shutdown timeout"), "{log}");
+    eprintln!("[shutdown] exited {took:?} after SIGTERM, inside the transaction");
+    assert!(took < Duration::from_secs(30), "the shutdown took {took:?}\n{log}");
+
+    let d = Outboxd::spawn_streaming(&args);
+    drained(&pg, &d);
+    check(&broker, &pg, N).assert_exactly_once("shutdown");
+}
+
 #[test]
 fn a_frozen_instance_is_fenced_by_its_standby_and_nothing_it_held_appears() {
     let pg = PgCluster::start_with(&["wal_sender_timeout = '4s'"]);

@@ -149,6 +149,11 @@ impl<'a, S: Sink> Relay<'a, S> {
         Relay { sink, cfg, metrics, tx, rx, sink_failure, in_flight: 0, in_flight_bytes: 0, format }
     }
 
+    /// The session reads no more (shutdown): see [`Sink::finishing`].
+    pub fn finishing(&mut self) {
+        self.sink.finishing();
+    }
+
     pub fn sink(&mut self) -> &mut S {
         self.sink
     }

@@ -142,6 +142,10 @@ impl Sink for OneSink {
         each!(self, s => s.boundary(b))
     }
 
+    fn finishing(&mut self) {
+        each!(self, s => s.finishing())
+    }
+
     fn due(&self) -> Option<tokio::time::Instant> {
         each!(self, s => s.due())
     }
@@ -202,6 +206,10 @@ impl Sink for AnySink {
 
     fn boundary(&mut self, b: Boundary) {
         self.main.boundary(b)
+    }
+
+    fn finishing(&mut self) {
+        self.main.finishing()
     }
 
     fn due(&self) -> Option<tokio::time::Instant> {

@@ -124,6 +124,11 @@ pub trait Sink {
         Ok(())
     }
 
+    /// Exactly-once: the session reads no more (shutdown). The open transaction may then commit
+    /// at the last whole change, inside a PostgreSQL transaction, instead of waiting for that
+    /// transaction's end, which will not be read.
+    fn finishing(&mut self) {}
+
     /// The session ended: abort what is open (exactly-once), after [`Sink::discard_held`].
     async fn abandon(&mut self) {}
 

@@ -566,6 +566,12 @@ impl Sink for KafkaSink {
         }
     }
 
+    fn finishing(&mut self) {
+        if let Some((t, _)) = self.txns.as_deref_mut() {
+            t.finishing();
+        }
+    }
+
     fn due(&self) -> Option<tokio::time::Instant> {
         if !self.held.is_empty() {
             return None;

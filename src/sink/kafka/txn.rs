@@ -212,6 +212,8 @@ pub struct Txns {
     /// interval counts from there, so a record that waited for a commit does not wait a whole
     /// interval more.
     held_since: Option<Instant>,
+    /// The session reads no more (shutdown): commit at the last whole change.
+    finishing: bool,
     /// Records produced in the open transaction, and their bytes.
     sent: usize,
     bytes: usize,
@@ -245,6 +247,7 @@ impl Txns {
             open: false,
             opened_at: None,
             held_since: None,
+            finishing: false,
             sent: 0,
             bytes: 0,
             max_records: (max_in_flight / 2).max(1),
@@ -304,6 +307,20 @@ impl Txns {
         self.held_since.get_or_insert_with(Instant::now);
     }
 
+    /// The session reads no more: what is open commits now, at the last whole change when inside
+    /// a PostgreSQL transaction (whose end will not be read), rather than at the shutdown timeout.
+    pub fn finishing(&mut self) {
+        self.finishing = true;
+        if let Some((final_lsn, xid)) = self.in_pg {
+            tracing::info!(
+                open_records = self.sent,
+                %final_lsn,
+                xid,
+                "shutdown inside a PostgreSQL transaction: what was read of it commits at its last whole change"
+            );
+        }
+    }
+
     /// When the open transaction should commit.
     pub fn due(&self) -> Option<tokio::time::Instant> {
         let opened = self.opened_at?;
@@ -311,7 +328,8 @@ impl Txns {
             return None;
         }
         // Past half an in-flight budget: now, or the budget stops the reading before the timer.
-        let full = self.sent >= self.max_records || self.bytes >= self.max_bytes;
+        // Finishing (shutdown): now, as nothing more will come.
+        let full = self.sent >= self.max_records || self.bytes >= self.max_bytes || self.finishing;
         match self.in_pg {
             None if full => Some(tokio::time::Instant::now()),
             None => Some(tokio::time::Instant::from_std(opened + self.cfg.interval)),
@@ -370,6 +388,7 @@ impl Txns {
         self.in_pg = None;
         self.last_change = None;
         self.held_since = None;
+        self.finishing = false;
         // The session restarts from the slot, which is never past what was committed.
         self.whole = self.committed.clone();
         if !self.open {
@@ -808,6 +827,38 @@ mod tests {
                 partial: Some(Partial { xid: 8, lsn_proc: Lsn(104), events_at_proc: 2 })
             })
         );
+    }
+
+    #[test]
+    fn a_shutdown_inside_a_transaction_commits_at_its_last_change_at_once() {
+        let mut t = txns();
+        t.boundary(Boundary::Begin { final_lsn: Lsn(900), xid: 8 });
+        t.boundary(Boundary::Change { at: Lsn(100) });
+        t.produced(1);
+        t.boundary(Boundary::Change { at: Lsn(101) });
+        t.produced(1);
+        assert_eq!(t.due(), None, "inside a small transaction: it waits for the end");
+        t.finishing();
+        assert!(t.due().is_some_and(|d| d <= tokio::time::Instant::now()), "the end will not be read");
+        assert_eq!(
+            t.position(),
+            Some(DebeziumOffset {
+                lsn_commit: Lsn(900),
+                partial: Some(Partial { xid: 8, lsn_proc: Lsn(101), events_at_proc: 1 })
+            })
+        );
+    }
+
+    #[test]
+    fn records_held_during_a_commit_start_the_next_interval() {
+        let mut t = txns();
+        t.holding();
+        let held = t.held_since.expect("held");
+        // The commit returns later; the next transaction's clock began at the first held record.
+        t.opened_at = t.held_since.take();
+        t.produced(1);
+        assert_eq!(t.opened_at, Some(held), "produced() keeps the earlier start");
+        assert_eq!(t.due(), Some(tokio::time::Instant::from_std(held + t.cfg.interval)));
     }
 
     #[test]

@@ -176,6 +176,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                         biased;
                         _ = shutdown.cancelled() => {
                             tracing::info!(in_flight = self.tracker.in_flight(), "shutdown requested; draining in-flight events");
+                            self.relay.finishing();
                             phase = Phase::Draining { deadline: Instant::now() + self.cfg.shutdown_timeout };
                         }
                         w = self.relay.wake() => self.on_relay(w).await?,
