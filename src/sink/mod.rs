@@ -52,17 +52,12 @@ pub enum SinkError {
     Transient(crate::error::Transient),
 }
 
-/// How long ago a transaction must have committed for the session to count as catching up (the
-/// commit time is the server's clock, so a larger skew between the hosts reads as a backlog).
-pub const BEHIND: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// Where the WAL session is in the stream, for a sink that commits in transactions
 /// ([`Sink::boundary`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Boundary {
-    /// A PostgreSQL transaction begins; its commit record is at `final_lsn`. `behind`: it
-    /// committed more than [`BEHIND`] ago, so the session is catching up on a backlog.
-    Begin { final_lsn: Lsn, xid: u32, behind: bool },
+    /// A PostgreSQL transaction begins; its commit record is at `final_lsn`.
+    Begin { final_lsn: Lsn, xid: u32 },
     /// A change of the open transaction at `at` (before its record, if any, is sent).
     Change { at: Lsn },
     /// The open PostgreSQL transaction committed.

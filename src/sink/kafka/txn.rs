@@ -23,8 +23,7 @@
 //!   is open. Its position was taken when it started, so the reading ahead never moves it.
 //! * Whole PostgreSQL transactions go together while they fit. A Kafka transaction commits
 //!   `--transaction-interval` after its first record (for records held during the previous
-//!   commit, after the first of them arrived; [`CATCH_UP`] intervals while the session catches up
-//!   on transactions that committed over a second ago), at the next PostgreSQL commit, or at once
+//!   commit, after the first of them arrived), at the next PostgreSQL commit, or at once
 //!   when it holds half an in-flight budget (records or bytes): otherwise the budget would stop
 //!   the reading before the timer. A PostgreSQL transaction past half a budget commits inside
 //!   itself, with the position pointing at its last change.
@@ -187,11 +186,6 @@ fn classify(e: &KafkaError) -> Verdict {
     }
 }
 
-/// How many intervals a transaction runs while the session catches up on a backlog: fewer
-/// commits (each costs the coordinator a log write and a marker per partition) while the events
-/// are old anyway; half the in-flight budget still commits at once.
-const CATCH_UP: u32 = 8;
-
 /// A Kafka commit under way: the background task, and what it commits.
 struct Committing {
     task: tokio::task::JoinHandle<Result<(), KafkaError>>,
@@ -220,9 +214,6 @@ pub struct Txns {
     held_since: Option<Instant>,
     /// The session reads no more (shutdown): commit at the last whole change.
     finishing: bool,
-    /// The last PostgreSQL transaction begun committed long ago (a backlog): transactions run
-    /// [`CATCH_UP`] times the interval, as latency matters less than the brokers' work then.
-    catching_up: bool,
     /// Records produced in the open transaction, and their bytes.
     sent: usize,
     bytes: usize,
@@ -257,7 +248,6 @@ impl Txns {
             opened_at: None,
             held_since: None,
             finishing: false,
-            catching_up: false,
             sent: 0,
             bytes: 0,
             max_records: (max_in_flight / 2).max(1),
@@ -285,9 +275,8 @@ impl Txns {
 
     pub fn boundary(&mut self, b: Boundary) {
         match b {
-            Boundary::Begin { final_lsn, xid, behind } => {
+            Boundary::Begin { final_lsn, xid } => {
                 self.in_pg = Some((final_lsn, xid));
-                self.catching_up = behind;
                 self.last_change = None;
             }
             Boundary::Change { at } => {
@@ -343,10 +332,7 @@ impl Txns {
         let full = self.sent >= self.max_records || self.bytes >= self.max_bytes || self.finishing;
         match self.in_pg {
             None if full => Some(tokio::time::Instant::now()),
-            None => {
-                let interval = if self.catching_up { self.cfg.interval * CATCH_UP } else { self.cfg.interval };
-                Some(tokio::time::Instant::from_std(opened + interval))
-            }
+            None => Some(tokio::time::Instant::from_std(opened + self.cfg.interval)),
             // Inside a PostgreSQL transaction: only when full, and only after a change.
             Some(_) if full && self.last_change.is_some() => Some(tokio::time::Instant::now()),
             Some(_) => None,
@@ -814,7 +800,7 @@ mod tests {
     #[test]
     fn whole_transactions_commit_after_their_commit_and_store_the_next_lsn() {
         let mut t = txns();
-        t.boundary(Boundary::Begin { final_lsn: Lsn(100), xid: 7, behind: false });
+        t.boundary(Boundary::Begin { final_lsn: Lsn(100), xid: 7 });
         t.boundary(Boundary::Change { at: Lsn(50) });
         t.produced(10);
         assert_eq!(t.due(), None, "not inside a small transaction");
@@ -826,7 +812,7 @@ mod tests {
     #[test]
     fn a_transaction_past_half_the_budget_commits_inside_itself_at_its_last_change() {
         let mut t = txns();
-        t.boundary(Boundary::Begin { final_lsn: Lsn(900), xid: 8, behind: false });
+        t.boundary(Boundary::Begin { final_lsn: Lsn(900), xid: 8 });
         for i in 0..5 {
             t.boundary(Boundary::Change { at: Lsn(100 + i) });
             t.produced(1);
@@ -846,7 +832,7 @@ mod tests {
     #[test]
     fn a_shutdown_inside_a_transaction_commits_at_its_last_change_at_once() {
         let mut t = txns();
-        t.boundary(Boundary::Begin { final_lsn: Lsn(900), xid: 8, behind: false });
+        t.boundary(Boundary::Begin { final_lsn: Lsn(900), xid: 8 });
         t.boundary(Boundary::Change { at: Lsn(100) });
         t.produced(1);
         t.boundary(Boundary::Change { at: Lsn(101) });
@@ -873,19 +859,6 @@ mod tests {
         t.produced(1);
         assert_eq!(t.opened_at, Some(held), "produced() keeps the earlier start");
         assert_eq!(t.due(), Some(tokio::time::Instant::from_std(held + t.cfg.interval)));
-    }
-
-    #[test]
-    fn a_backlog_runs_longer_transactions() {
-        let mut t = txns();
-        for (behind, intervals) in [(false, 1), (true, CATCH_UP), (false, 1)] {
-            t.boundary(Boundary::Begin { final_lsn: Lsn(900), xid: 8, behind });
-            t.boundary(Boundary::Change { at: Lsn(100) });
-            t.produced(1);
-            t.boundary(Boundary::Commit);
-            let opened = t.opened_at.expect("opened");
-            assert_eq!(t.due(), Some(tokio::time::Instant::from_std(opened + t.cfg.interval * intervals)), "{behind}");
-        }
     }
 
     #[test]

@@ -262,8 +262,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         match msg {
             LogicalMessage::Begin(b) => {
                 self.tracker.begin(b.commit_time).map_err(bug)?;
-                let behind = now_pg_us() - b.commit_time > crate::sink::BEHIND.as_micros() as i64;
-                self.relay.sink().boundary(Boundary::Begin { final_lsn: b.final_lsn, xid: b.xid, behind });
+                self.relay.sink().boundary(Boundary::Begin { final_lsn: b.final_lsn, xid: b.xid });
                 if let Some(r) = &mut self.resume {
                     r.begin(b.final_lsn, b.xid);
                 }
