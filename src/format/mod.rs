@@ -18,7 +18,9 @@
 //!   schema not registered (or refused as incompatible or invalid when registering) or a payload
 //!   that does not fit is [`Failure::Bad`], which `--on-bad-event` handles: never a crash loop.
 //! * Schemas are resolved once per (topic, event type) per session and cached (Confluent's
-//!   default cache TTL: a schema registered later is used from the next session on).
+//!   default cache TTL: a newer version registered later is used from the next session on). An
+//!   answer that makes events bad is asked again after [`RETRY_BAD_AFTER`], so registering the
+//!   missing schema (or fixing a file) takes effect without a restart.
 //! * A record is changed only when both its key and its value are encoded: a bad event's
 //!   dead-letter copy carries what the router made.
 //! * Nothing here runs when no registry format is configured: the relay checks one `Option`.
@@ -163,6 +165,29 @@ impl Writer {
 /// A resolved schema, or the bad-event code and reason of every record that needs it.
 type Entry = Result<Arc<Writer>, (&'static str, String)>;
 
+/// How long an answer that makes events bad (no schema, not registered, refused, a file that
+/// cannot be used) is kept before the registry or the file is asked again: a fix takes effect
+/// within it, without a restart. Good answers are kept for the session.
+const RETRY_BAD_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// An [`Entry`] and when it was resolved.
+#[derive(Clone)]
+struct Cached {
+    entry: Entry,
+    at: std::time::Instant,
+}
+
+impl Cached {
+    fn new(entry: Entry) -> Cached {
+        Cached { entry, at: std::time::Instant::now() }
+    }
+
+    /// Still usable: good, or bad and recent (a good entry costs no clock read).
+    fn fresh(&self) -> Option<&Entry> {
+        (self.entry.is_ok() || self.at.elapsed() < RETRY_BAD_AFTER).then_some(&self.entry)
+    }
+}
+
 /// The key schema of `format` that `--schema-auto-register` registers: a string (the JSON Schema
 /// names its draft, which Apicurio needs to recognize it as one).
 fn key_schema(format: Format) -> &'static str {
@@ -183,9 +208,9 @@ pub struct Encoder {
     /// Whether the value schema depends on the event type (files, or a record strategy).
     per_type: bool,
     /// Per topic, per event type (`None` when the schema does not depend on it): the value schema.
-    values: HashMap<String, HashMap<Option<Bytes>, Entry>>,
+    values: HashMap<String, HashMap<Option<Bytes>, Cached>>,
     /// Per topic: the key schema.
-    keys: HashMap<String, Entry>,
+    keys: HashMap<String, Cached>,
 }
 
 impl Encoder {
@@ -207,11 +232,11 @@ impl Encoder {
     pub async fn encode(&mut self, record: &mut Record) -> Result<(), Failure> {
         let key = match (self.key, record.key.as_ref()) {
             (Some(format), Some(key)) => {
-                let writer = match self.keys.get(&record.topic) {
+                let writer = match self.keys.get(&record.topic).and_then(Cached::fresh) {
                     Some(w) => w.clone(),
                     None => {
                         let w = self.key_schema(format, &record.topic).await?;
-                        self.keys.insert(record.topic.clone(), w.clone());
+                        self.keys.insert(record.topic.clone(), Cached::new(w.clone()));
                         w
                     }
                 };
@@ -231,12 +256,12 @@ impl Encoder {
         let value = match (self.value, record.payload.as_ref()) {
             (Some(format), Some(payload)) => {
                 let event_type = if self.per_type { record.event_type.clone() } else { None };
-                let cached = self.values.get(&record.topic).and_then(|m| m.get(&event_type)).cloned();
+                let cached = self.values.get(&record.topic).and_then(|m| m.get(&event_type)).and_then(Cached::fresh);
                 let writer = match cached {
-                    Some(w) => w,
+                    Some(w) => w.clone(),
                     None => {
                         let w = self.value_schema(format, &record.topic, event_type.as_ref()).await?;
-                        self.values.entry(record.topic.clone()).or_default().insert(event_type, w.clone());
+                        self.values.entry(record.topic.clone()).or_default().insert(event_type, Cached::new(w.clone()));
                         w
                     }
                 };
@@ -271,7 +296,10 @@ impl Encoder {
     async fn value_schema(&self, format: Format, topic: &str, event_type: Option<&Bytes>) -> Result<Entry, Failure> {
         let event_type = event_type.and_then(|t| std::str::from_utf8(t).ok());
         let file = match (&self.schema_dir, event_type) {
-            (Some(dir), Some(t)) => source::read_schema_file(dir, t, format).map_err(Failure::Definite)?,
+            (Some(dir), Some(t)) => match source::read_schema_file(dir, t, format) {
+                Ok(file) => file,
+                Err(reason) => return Ok(Err(("schema_invalid", reason))),
+            },
             _ => None,
         };
         if let Some((path, text)) = file {
@@ -371,5 +399,22 @@ fn classify(e: RegistryError) -> Result<(&'static str, String), Failure> {
             RegistryError::Refused { .. } => Err(Failure::Definite(e.to_string())),
             _ => Err(Failure::Unavailable(e.to_string())),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_answers_are_asked_again_after_a_while_good_ones_are_kept() {
+        let old = std::time::Instant::now() - RETRY_BAD_AFTER - std::time::Duration::from_secs(1);
+        let bad = Cached { entry: Err(("schema_missing", "no schema".into())), at: old };
+        assert!(bad.fresh().is_none(), "an old bad answer is asked again");
+        let recent = Cached::new(Err(("schema_missing", "no schema".into())));
+        assert!(recent.fresh().is_some_and(|e| e.is_err()), "a recent one is kept");
+        let writer = Writer::new(Format::Avro, 1, "\"string\"").unwrap();
+        let good = Cached { entry: Ok(Arc::new(writer)), at: old };
+        assert!(good.fresh().is_some_and(|e| e.is_ok()), "a good answer is kept for the session");
     }
 }

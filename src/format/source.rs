@@ -16,7 +16,8 @@
 //!
 //! # Invariants
 //! * A file is read once per event type per session; a changed file takes effect from the next
-//!   session (a restart, or any session the relay starts after an error).
+//!   session (a restart, or any session the relay starts after an error). A file that cannot be
+//!   read or used makes its events bad events (`schema_invalid`), never a stop.
 //! * Only a plain event type names a file (no `/`, no leading `.`, no NUL): a row cannot make
 //!   outboxd read outside the directory.
 
@@ -78,7 +79,8 @@ impl Format {
 }
 
 /// The schema file of `event_type` in `dir` for `format`: `Ok(None)` when there is none (or the
-/// type cannot name a file), an error when it exists and cannot be read.
+/// type cannot name a file), an error (for a bad event, not a stop: it concerns this event type
+/// only) when it exists and cannot be read.
 pub fn read_schema_file(dir: &Path, event_type: &str, format: Format) -> Result<Option<(PathBuf, String)>, String> {
     if event_type.is_empty() || event_type.starts_with('.') || event_type.contains(['/', '\\', '\0']) {
         return Ok(None);
