@@ -170,6 +170,11 @@ type Entry = Result<Arc<Writer>, (&'static str, String)>;
 /// within it, without a restart. Good answers are kept for the session.
 const RETRY_BAD_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Most schemas kept at once (topics × event types): past it the cache starts over, so rows with
+/// ever new event types or topics cannot grow memory without bound (Confluent's clients cap
+/// theirs at 1,000 per client).
+const MAX_CACHED: usize = 10_000;
+
 /// An [`Entry`] and when it was resolved.
 #[derive(Clone)]
 struct Cached {
@@ -211,6 +216,8 @@ pub struct Encoder {
     values: HashMap<String, HashMap<Option<Bytes>, Cached>>,
     /// Per topic: the key schema.
     keys: HashMap<String, Cached>,
+    /// Entries in `values` and `keys` together (bounded by [`MAX_CACHED`]).
+    cached: usize,
 }
 
 impl Encoder {
@@ -225,6 +232,7 @@ impl Encoder {
             per_type: cfg.schema_dir.is_some() || cfg.strategy != SubjectStrategy::Topic,
             values: HashMap::new(),
             keys: HashMap::new(),
+            cached: 0,
         })
     }
 
@@ -236,6 +244,7 @@ impl Encoder {
                     Some(w) => w.clone(),
                     None => {
                         let w = self.key_schema(format, &record.topic).await?;
+                        self.make_room();
                         self.keys.insert(record.topic.clone(), Cached::new(w.clone()));
                         w
                     }
@@ -261,6 +270,7 @@ impl Encoder {
                     Some(w) => w.clone(),
                     None => {
                         let w = self.value_schema(format, &record.topic, event_type.as_ref()).await?;
+                        self.make_room();
                         self.values.entry(record.topic.clone()).or_default().insert(event_type, Cached::new(w.clone()));
                         w
                     }
@@ -279,6 +289,18 @@ impl Encoder {
             record.payload = value;
         }
         Ok(())
+    }
+
+    /// Count one more cached entry, starting over when the cache is full (a replaced stale entry
+    /// counts again: the count only overestimates, so the bound holds).
+    fn make_room(&mut self) {
+        if self.cached >= MAX_CACHED {
+            tracing::info!(entries = self.cached, "schema registry: the schema cache is full; starting it over");
+            self.values.clear();
+            self.keys.clear();
+            self.cached = 0;
+        }
+        self.cached += 1;
     }
 
     /// The key schema of `topic`, under `<topic>-key`: a string schema registered there with
