@@ -52,8 +52,8 @@ use super::link::Link;
 use super::{Boundary, Sink, SinkError};
 use crate::config::debezium::offsets::DebeziumOffset;
 use crate::config::KafkaConfig;
+use crate::error::Definite;
 use crate::error::Error;
-use crate::error::{Definite, Transient};
 use crate::health::Health;
 use crate::router::Record;
 use client::{Retry, TopicError};
@@ -324,13 +324,15 @@ impl KafkaSink {
                 }
                 Ok(Some(Held { record, delivery, refreshed }))
             }
-            // Exactly-once: the open transaction failed (a timed-out record, the coordinator's
-            // own abort) and takes no more records; the session aborts it and resumes from the
-            // committed position.
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::State), back)) if self.txns.is_some() => {
+            // Exactly-once: the producer's transaction state refuses the record (the open
+            // transaction failed, or the producer was fenced); `Txns` decides what that means.
+            Err((KafkaError::MessageProduction(code @ (RDKafkaErrorCode::State | RDKafkaErrorCode::Fatal)), back))
+                if self.txns.is_some() =>
+            {
                 back.delivery_opaque.disarm();
-                let reason = "the open Kafka transaction failed and takes no more records".to_string();
-                Err(SinkError::Transient(Transient::TxnAborted { reason }))
+                let fatal = self.producer.client().fatal_error().map(|(c, _)| c);
+                let (t, _) = self.txns.as_deref_mut().expect("checked above");
+                Err(SinkError::Transient(t.produce_refused(code, fatal)))
             }
             Err((e, back)) => {
                 let delivery = *back.delivery_opaque;

@@ -621,6 +621,29 @@ impl Txns {
         Transient::TxnAborted { reason: e.to_string() }
     }
 
+    /// A record refused at produce time because of the producer's transactional state: `State`
+    /// (the open transaction failed, e.g. a timed-out record or the coordinator's own abort: it
+    /// takes no more records; abort and resume) or `Fatal` (`fatal`: the producer's fatal error,
+    /// e.g. fenced by a newer instance: stand by, and build a new producer for the next session).
+    pub fn produce_refused(&mut self, code: RDKafkaErrorCode, fatal: Option<RDKafkaErrorCode>) -> Transient {
+        if code != RDKafkaErrorCode::Fatal {
+            return Transient::TxnAborted {
+                reason: "the open Kafka transaction failed and takes no more records".into(),
+            };
+        }
+        if !self.fatal {
+            tracing::warn!(?fatal, transactional_id = %self.cfg.id(), "the Kafka producer is fenced or failed for good (another outboxd took over the transactional id?); nothing of its open transaction is committed, and a new producer is built when this process streams again");
+        }
+        self.fatal = true;
+        let reason = format!("the Kafka producer refuses records after a fatal error ({fatal:?})");
+        match fatal {
+            Some(
+                RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch | RDKafkaErrorCode::Fenced,
+            ) => Transient::Fenced { reason },
+            _ => Transient::TxnAborted { reason },
+        }
+    }
+
     fn failure(&mut self, e: KafkaError) -> Error {
         self.transient(e).into()
     }
@@ -859,6 +882,18 @@ mod tests {
         t.produced(1);
         assert_eq!(t.opened_at, Some(held), "produced() keeps the earlier start");
         assert_eq!(t.due(), Some(tokio::time::Instant::from_std(held + t.cfg.interval)));
+    }
+
+    #[test]
+    fn a_produce_refused_by_a_fenced_producer_stands_by_and_rebuilds_it() {
+        let mut t = txns();
+        let r = t.produce_refused(RDKafkaErrorCode::State, None);
+        assert!(matches!(r, Transient::TxnAborted { .. }) && !t.fatal, "{r:?}");
+        let r = t.produce_refused(RDKafkaErrorCode::Fatal, Some(RDKafkaErrorCode::Fenced));
+        assert!(matches!(r, Transient::Fenced { .. }) && t.fatal, "{r:?}");
+        let mut t = txns();
+        let r = t.produce_refused(RDKafkaErrorCode::Fatal, Some(RDKafkaErrorCode::OutOfOrderSequenceNumber));
+        assert!(matches!(r, Transient::TxnAborted { .. }) && t.fatal, "{r:?}");
     }
 
     #[test]
