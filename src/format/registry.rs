@@ -202,7 +202,7 @@ async fn error_body(resp: reqwest::Response) -> Option<ErrorBody> {
     serde_json::from_slice(&resp.bytes().await.ok()?).ok()
 }
 
-/// A registry message cut to its first line and 300 bytes (they can quote whole schemas).
+/// A registry message cut to its first line and 300 characters (they can quote whole schemas).
 fn first_line(message: &str) -> String {
     let line = message.lines().next().unwrap_or_default();
     match line.char_indices().nth(300) {
