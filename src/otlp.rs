@@ -53,7 +53,7 @@ struct Pending {
     flags: u8,
     start_unix_nanos: u64,
     topic: String,
-    lsn: Option<String>,
+    lsn: Option<crate::lsn::Lsn>,
 }
 
 pub struct Exporter {
@@ -71,7 +71,7 @@ impl Exporter {
         event_id: &str,
         topic: &str,
         timestamp_ms: Option<i64>,
-        lsn: Option<String>,
+        lsn: Option<crate::lsn::Lsn>,
         headers: &mut [(String, Bytes)],
     ) {
         let Some((_, tp)) = headers.iter_mut().find(|(k, _)| k == "traceparent") else { return };
@@ -98,8 +98,9 @@ impl Exporter {
             kv("messaging.message.id", event_id),
             kv("outboxd.outcome", outcome),
         ];
-        if let Some(lsn) = &p.lsn {
-            attributes.push(kv("outboxd.lsn", lsn));
+        if let Some(lsn) = p.lsn {
+            // Formatted here, for traced events only, not on every record's way in.
+            attributes.push(kv("outboxd.lsn", &lsn.to_string()));
         }
         let ok = matches!(outcome, "acked");
         let span = pb::Span {
@@ -299,7 +300,7 @@ mod tests {
         let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         let mut headers =
             vec![("id".to_owned(), Bytes::from_static(b"e-1")), ("traceparent".to_owned(), Bytes::from(tp))];
-        e.begin("e-1", "orders.events", Some(1_700_000_000_000), Some("0/16B3748".into()), &mut headers);
+        e.begin("e-1", "orders.events", Some(1_700_000_000_000), Some(crate::lsn::Lsn(0x16B3748)), &mut headers);
         let written = String::from_utf8(headers[1].1.to_vec()).unwrap();
         assert!(written.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-") && written.ends_with("-01"), "{written}");
         assert_ne!(written, tp, "the header names outboxd's span");
@@ -314,6 +315,8 @@ mod tests {
         assert_eq!(span.start_time_unix_nano, 1_700_000_000_000_000_000);
         assert!(span.end_time_unix_nano >= span.start_time_unix_nano);
         assert_eq!(span.name, "orders.events publish");
+        let lsn = span.attributes.iter().find(|a| a.key == "outboxd.lsn").and_then(|a| a.value.clone());
+        assert_eq!(lsn.and_then(|v| v.string_value).as_deref(), Some("0/16B3748"));
         // The wire form decodes back (the field numbers are opentelemetry-proto's).
         let bytes = request("outboxd", vec![span.clone()]).encode_to_vec();
         let back = pb::ExportTraceServiceRequest::decode(bytes.as_slice()).unwrap();

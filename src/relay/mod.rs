@@ -244,7 +244,7 @@ impl<'a, S: Sink> Relay<'a, S> {
         }
         if let Some(otlp) = crate::otlp::exporter() {
             let lsn = match source.position {
-                Position::Lsn(l) => Some(l.to_string()),
+                Position::Lsn(l) => Some(l),
                 _ => None,
             };
             otlp.begin(&record.event_id, &record.topic, record.timestamp_ms, lsn, &mut record.headers);
