@@ -127,6 +127,14 @@ ensure_tools() {
   if ! command -v mdbook >/dev/null 2>&1 || [ "$(mdbook --version)" != "mdbook v$MDBOOK_VERSION" ]; then
     cargo install mdbook --version "$MDBOOK_VERSION" --locked --no-default-features --quiet
   fi
+  # tests/status_page.rs: Debian's Chromium, driven headless by playwright-core (pinned in
+  # tools/browser/package-lock.json) through tools/browser/status_page.mjs.
+  if [ ! -x /usr/bin/chromium ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+  fi
+  if [ ! -d tools/browser/node_modules/playwright-core ]; then
+    (cd tools/browser && npm ci --no-audit --no-fund --silent >/dev/null)
+  fi
   # The message servers the sink tests publish to (started by start_services).
   need=()
   command -v redis-server >/dev/null 2>&1 || need+=(redis-server)

@@ -1,4 +1,5 @@
-//! Process health and the HTTP endpoint: `/metrics` (Prometheus text), `/healthz`, `/readyz`.
+//! Process health and the HTTP endpoint: `/metrics` (Prometheus text), `/healthz`, `/readyz`, and
+//! the status page (`/`, `/status.json`: [`crate::status`]) for `run` and `poll`.
 //!
 //! [`Health`] is a few atomics written where the facts change (session start/end, the sink's
 //! connection state, each status update of the replication loop) and read by the HTTP handler.
@@ -38,6 +39,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use crate::error::Definite;
+use crate::status::{PageSetup, StatusPage};
 
 /// One connection's whole life: reading the request head, rendering, writing the answer.
 const CONN_DEADLINE: Duration = Duration::from_secs(5);
@@ -158,13 +160,16 @@ pub struct Handles {
 
 /// Install the Prometheus recorder and serve the endpoints on `addr`. Returns the bound address
 /// (useful with port 0).
-pub async fn serve(addr: SocketAddr, health: Arc<Health>) -> Result<SocketAddr, Definite> {
+///
+/// With `page`, `/` and `/status.json` serve the status page ([`crate::status`]) too.
+pub async fn serve(addr: SocketAddr, health: Arc<Health>, page: Option<PageSetup>) -> Result<SocketAddr, Definite> {
     let handle = crate::metrics::install_recorder(crate::metrics::UPKEEP_INTERVAL)?;
     let listener = TcpListener::bind(addr).await.map_err(|e| {
         Definite::Config(format!("--metrics-addr {addr}: cannot listen ({e}); pick a free port, or 'off' to disable"))
     })?;
     let bound = listener.local_addr().unwrap_or(addr);
-    tokio::spawn(accept_loop(listener, handle, health));
+    let page = page.map(|p| StatusPage::start(p, handle.clone(), health.clone()));
+    tokio::spawn(accept_loop(listener, handle, health, page));
     Ok(bound)
 }
 
@@ -189,7 +194,12 @@ impl Drop for Forget {
     }
 }
 
-async fn accept_loop(listener: TcpListener, handle: PrometheusHandle, health: Arc<Health>) {
+async fn accept_loop(
+    listener: TcpListener,
+    handle: PrometheusHandle,
+    health: Arc<Health>,
+    page: Option<Arc<StatusPage>>,
+) {
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let waiting: Waiting = Arc::default();
     let mut next_id = 0u64;
@@ -225,13 +235,13 @@ async fn accept_loop(listener: TcpListener, handle: PrometheusHandle, health: Ar
                 }
             }
         };
-        let (handle, health) = (handle.clone(), health.clone());
+        let (handle, health, page) = (handle.clone(), health.clone(), page.clone());
         let id = next_id;
         next_id = next_id.wrapping_add(1);
         let forget = Forget { waiting: waiting.clone(), id };
         let task = tokio::spawn(async move {
             let _permit = permit;
-            let _ = tokio::time::timeout(CONN_DEADLINE, answer(sock, &handle, &health, &forget)).await;
+            let _ = tokio::time::timeout(CONN_DEADLINE, answer(sock, &handle, &health, page.as_ref(), &forget)).await;
         });
         // The task cannot have ended yet on this single-threaded runtime; if it has elsewhere,
         // the entry is stale and ending it later is a no-op.
@@ -242,7 +252,13 @@ async fn accept_loop(listener: TcpListener, handle: PrometheusHandle, health: Ar
 }
 
 /// Read one request head (within [`HEAD_DEADLINE`]) and write one response.
-async fn answer(mut sock: TcpStream, handle: &PrometheusHandle, health: &Health, forget: &Forget) {
+async fn answer(
+    mut sock: TcpStream,
+    handle: &PrometheusHandle,
+    health: &Health,
+    page: Option<&Arc<StatusPage>>,
+    forget: &Forget,
+) {
     // Read the whole request head: closing with unread bytes would reset the connection.
     let mut buf = Vec::with_capacity(1024);
     let head = async {
@@ -263,8 +279,10 @@ async fn answer(mut sock: TcpStream, handle: &PrometheusHandle, health: &Health,
     // Answering now: no longer one to end for room.
     forget.now();
     let req = String::from_utf8_lossy(&buf);
-    let path = req.split_whitespace().nth(1).unwrap_or("/");
-    let (status, body, ctype) = match path.split('?').next().unwrap_or("/") {
+    let target = req.split_whitespace().nth(1).unwrap_or("/");
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let mut extra = "";
+    let (status, body, ctype) = match path {
         "/metrics" => ("200 OK", handle.render(), "text/plain; version=0.0.4"),
         "/healthz" => match health.stalled_for(Instant::now()) {
             None => ("200 OK", "ok\n".to_owned(), "text/plain"),
@@ -281,10 +299,39 @@ async fn answer(mut sock: TcpStream, handle: &PrometheusHandle, health: &Health,
             "text/plain",
         ),
         "/readyz" => ("503 Service Unavailable", "not ready\n".to_owned(), "text/plain"),
+        // Browsers ask for it; an empty answer keeps their consoles clean.
+        "/favicon.ico" if page.is_some() => ("204 No Content", String::new(), "image/x-icon"),
+        "/" | "/status.json" | "/status.js" | "/status.css" if page.is_some() => {
+            let Some(page) = page else { return };
+            let guarded = matches!(path, "/" | "/status.json");
+            if guarded && !page.authorized(&req, query) {
+                extra = "WWW-Authenticate: Bearer\r\n";
+                (
+                    "401 Unauthorized",
+                    "the status page needs its token (--status-page-token-file): send Authorization: Bearer TOKEN or add ?token=TOKEN\n".to_owned(),
+                    "text/plain",
+                )
+            } else {
+                match path {
+                    "/status.json" => {
+                        let json =
+                            serde_json::to_string(&page.status()).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+                        ("200 OK", json, "application/json")
+                    }
+                    "/status.js" => ("200 OK", crate::status::page_js().to_owned(), "text/javascript; charset=utf-8"),
+                    "/status.css" => ("200 OK", crate::status::page_css().to_owned(), "text/css; charset=utf-8"),
+                    _ => {
+                        extra = crate::status::PAGE_HEADERS;
+                        let token = query.split('&').find(|kv| kv.starts_with("token="));
+                        ("200 OK", page.html(token), "text/html; charset=utf-8")
+                    }
+                }
+            }
+        }
         _ => ("404 Not Found", "not found\n".to_owned(), "text/plain"),
     };
     let resp = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer\r\n{extra}Connection: close\r\n\r\n{body}",
         body.len()
     );
     let _ = sock.write_all(resp.as_bytes()).await;

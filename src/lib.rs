@@ -23,5 +23,6 @@ pub mod retry;
 pub mod router;
 pub mod sink;
 pub mod source;
+pub mod status;
 pub mod task;
 pub mod tools;

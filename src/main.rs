@@ -15,6 +15,8 @@ use outboxd::metrics::Metrics;
 use outboxd::router::contract::Contracts;
 use outboxd::sink::AnySink;
 use tokio_util::sync::CancellationToken;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -157,9 +159,11 @@ fn init_logging(format: LogFormat) {
     }
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    // The status page's "last error": the latest WARN or ERROR line.
+    let problems = outboxd::status::board::ProblemLayer;
     match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.finish().with(problems).init(),
+        LogFormat::Json => builder.json().finish().with(problems).init(),
     }
 }
 
@@ -176,8 +180,13 @@ fn run(cfg: Config, mode: Mode) -> anyhow::Result<()> {
     rt.block_on(async move {
         let health = Health::new(cfg.health_stall_timeout);
         if let Some(addr) = cfg.metrics_addr {
-            let bound = outboxd::health::serve(addr, health.clone()).await?;
-            tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
+            let command = match mode {
+                Mode::Run => "run",
+                Mode::Poll => "poll",
+            };
+            let page = outboxd::status::PageSetup { cfg: cfg.clone(), command };
+            let bound = outboxd::health::serve(addr, health.clone(), Some(page)).await?;
+            tracing::info!(%bound, "serving /metrics, /healthz, /readyz and the status page (/ and /status.json)");
         }
         // After the recorder is installed: handles made before it would record nowhere.
         let metrics = Metrics::new();

@@ -105,9 +105,14 @@ fn every_relative_link_resolves_to_a_file_and_a_heading() {
                 None => (target.as_str(), None),
             };
             let dest = if path.is_empty() { file.clone() } else { file.parent().unwrap().join(path) };
-            let Ok(dest_text) =
-                std::fs::read_to_string(&dest).or_else(|e| if dest.is_dir() { Ok(String::new()) } else { Err(e) })
-            else {
+            // Images are files too: read as bytes.
+            let Ok(dest_text) = std::fs::read(&dest).map(|b| String::from_utf8_lossy(&b).into_owned()).or_else(|e| {
+                if dest.is_dir() {
+                    Ok(String::new())
+                } else {
+                    Err(e)
+                }
+            }) else {
                 broken.push(format!("{}:{line}: {target}: no such file", rel(&file)));
                 continue;
             };

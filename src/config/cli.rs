@@ -620,9 +620,15 @@ pub struct RunArgs {
     /// Log format; the level comes from RUST_LOG (default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// Serve /metrics, /healthz and /readyz on this address; `off` disables.
+    /// Serve /metrics, /healthz, /readyz and the status page (/ and /status.json) on this address;
+    /// `off` disables.
     #[arg(long, env = "OUTBOXD_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     pub metrics_addr: String,
+    /// The status page (/ and /status.json) answers only requests that carry the token in this
+    /// file (`Authorization: Bearer TOKEN` or `?token=TOKEN`), for deployments that expose
+    /// --metrics-addr; /metrics and the probes stay open.
+    #[arg(long, env = "OUTBOXD_STATUS_PAGE_TOKEN_FILE", value_name = "FILE")]
+    pub status_page_token_file: Option<PathBuf>,
     /// Directory of JSON Schemas (draft 2020-12), one per event type: `DIR/<event_type>.json` must
     /// accept the payload of that type, or the event is bad (reason `schema`). Reloaded on SIGHUP.
     #[arg(long, env = "OUTBOXD_SCHEMA_DIR", value_name = "DIR")]

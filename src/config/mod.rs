@@ -118,6 +118,8 @@ pub struct Config {
     pub wal_receiver_timeout: Duration,
     pub log_format: LogFormat,
     pub metrics_addr: Option<SocketAddr>,
+    /// `--status-page-token-file`: the status page's token (shown as its file's path only).
+    pub status_page_token: Option<crate::format::Password>,
     pub on_bad_event: BadEventPolicy,
     /// `--delivery`: at-least-once, or exactly-once through Kafka transactions.
     pub delivery: DeliveryMode,

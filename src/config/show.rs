@@ -155,6 +155,9 @@ impl Config {
         push("wal-receiver-timeout", millis(self.wal_receiver_timeout));
         push("log-format", value_name(self.log_format));
         push("metrics-addr", self.metrics_addr.map_or("off".to_owned(), |a| a.to_string()));
+        if let Some(t) = &self.status_page_token {
+            push("status-page-token-file", t.path.display().to_string());
+        }
         if let Some(c) = &r.contracts {
             push("schema-dir", c.dir().display().to_string());
         }

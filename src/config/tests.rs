@@ -716,6 +716,7 @@ fn outboxd_config_prints_every_run_flag() {
         "table-field-event-headers",
         "tracing-span-context-field",
         "otlp-endpoint",
+        "status-page-token-file",
         "heartbeat-action-query",
         "schema-dir",
         "mask",

@@ -309,6 +309,10 @@ impl Config {
                     bad(format!("--metrics-addr {s:?}: expected HOST:PORT like 127.0.0.1:9464, or off"))
                 })?),
             },
+            status_page_token: match &a.status_page_token_file {
+                Some(path) => Some(crate::format::Password::read("--status-page-token-file", path).map_err(bad)?),
+                None => None,
+            },
             on_bad_event: a.on_bad_event,
             delivery: a.delivery,
             dlq_sink,

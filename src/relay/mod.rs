@@ -164,6 +164,11 @@ impl<'a, S: Sink> Relay<'a, S> {
     }
 
     /// May the source hand over more? Not while the sink holds records or a budget is spent.
+    /// Bytes of the records handed to the sink and not yet resolved.
+    pub fn in_flight_bytes(&self) -> usize {
+        self.in_flight_bytes
+    }
+
     pub fn room(&self, max_records: usize, max_bytes: usize) -> bool {
         self.in_flight < max_records && self.in_flight_bytes < max_bytes && !self.sink.blocked()
     }
@@ -396,6 +401,12 @@ impl<'a, S: Sink> Relay<'a, S> {
             BadEventPolicy::Dlq => {
                 tracing::warn!(event_id = ?dl.event_id, reason = dl.code, message = %dl.message, source = %dl.source.position, dlq = %self.cfg.dlq_topic, "sending bad event to the dead-letter topic");
                 self.metrics.dead_lettered(dl.code);
+                crate::status::board().dead_lettered(
+                    dl.event_id.as_deref(),
+                    dl.original_topic.as_deref(),
+                    dl.code,
+                    &dl.message,
+                );
                 let max = self.sink.dead_letter_max_bytes().unwrap_or(usize::MAX);
                 let source = dl.source.clone();
                 let records = dl.into_records(&self.cfg.dlq_topic, max);

@@ -673,7 +673,7 @@ fn expand_headers(json: &[u8], out: &mut Vec<(String, Bytes)>) -> Result<(), Str
 }
 
 /// Kafka's topic rules: 1-249 of `[A-Za-z0-9._-]`, and not `.` or `..`.
-fn check_topic(t: &str) -> Result<(), String> {
+pub(crate) fn check_topic(t: &str) -> Result<(), String> {
     let ok = !t.is_empty()
         && t.len() <= 249
         && t != "."

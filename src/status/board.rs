@@ -1,0 +1,236 @@
+//! The status board: the few facts the status page shows that `/metrics` does not carry, written
+//! where they change and read only when a page or `/status.json` is rendered.
+//!
+//! Invariants:
+//! - Nothing here is written per event. The dead-letter ring is written per dead-lettered event (a
+//!   bad event, already logged), the last problem per WARN or ERROR log line, the in-flight bytes
+//!   per status update of the replication loop (`--status-interval`), the facts once per start.
+//! - Everything is bounded: [`NEWEST_DEAD_LETTERS`] entries, messages cut at [`MAX_TEXT`] bytes.
+//! - Nothing secret enters: the facts are the masked forms `outboxd config` shows, the messages are
+//!   the log lines' own text (which never carry secrets), and no payload is kept.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
+
+use serde::Serialize;
+
+/// Dead-lettered events the page lists, newest first; the DLQ itself holds all of them.
+pub const NEWEST_DEAD_LETTERS: usize = 50;
+/// Longest message or reason kept, in bytes (cut at a character boundary).
+pub const MAX_TEXT: usize = 500;
+
+/// What this process is and where it points: set once at start, before the page is served.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Facts {
+    /// `run` (the replication slot) or `poll` (the polled table).
+    pub command: String,
+    pub slot: String,
+    pub publication: String,
+    /// The PostgreSQL server as `outboxd config` shows it (no password).
+    pub server: String,
+    pub tables: Vec<String>,
+    /// The sink kind (`kafka`, `nats`, ...), and the dead-letter sink when it differs.
+    pub sink: String,
+    pub dead_letter_sink: Option<String>,
+    pub on_bad_event: String,
+    /// The dead-letter destination (a topic, stream, subject or queue name).
+    pub dead_letter_destination: String,
+    pub max_in_flight: u64,
+    pub max_in_flight_bytes: u64,
+    /// `outboxd dlq list` and `outboxd dlq replay` command lines for this deployment's DLQ.
+    pub dlq_list_command: String,
+    pub dlq_replay_command: String,
+}
+
+/// One dead-lettered event, as the page lists it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct DeadLettered {
+    pub event_id: Option<String>,
+    /// The topic the event was routed to, when routing got that far.
+    pub topic: Option<String>,
+    pub reason: String,
+    pub message: String,
+    /// RFC 3339, UTC.
+    pub at: String,
+}
+
+/// The latest WARN or ERROR log line.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Problem {
+    pub level: String,
+    pub message: String,
+    pub at: String,
+}
+
+/// The process-wide board (see the module doc).
+#[derive(Debug, Default)]
+pub struct Board {
+    facts: Mutex<Facts>,
+    dead_letters: Mutex<VecDeque<DeadLettered>>,
+    last_problem: Mutex<Option<Problem>>,
+    in_flight_bytes: AtomicU64,
+    /// Whether the replication loop reports in-flight bytes (`run`); `poll` does not.
+    in_flight_known: std::sync::atomic::AtomicBool,
+}
+
+static BOARD: OnceLock<Board> = OnceLock::new();
+
+/// The board every part of the process writes to.
+pub fn board() -> &'static Board {
+    BOARD.get_or_init(Board::default)
+}
+
+/// Now, as RFC 3339 in UTC with milliseconds.
+pub fn now_text() -> String {
+    let now = jiff::Timestamp::now();
+    jiff::Timestamp::from_millisecond(now.as_millisecond()).unwrap_or(now).to_string()
+}
+
+/// `s` cut to at most `max` bytes at a character boundary, with `…` when cut.
+pub fn cut(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+impl Board {
+    pub fn set_facts(&self, facts: Facts) {
+        *self.facts.lock().unwrap_or_else(PoisonError::into_inner) = facts;
+    }
+
+    pub fn facts(&self) -> Facts {
+        self.facts.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// A bad event went to the dead-letter destination.
+    pub fn dead_lettered(&self, event_id: Option<&str>, topic: Option<&str>, reason: &str, message: &str) {
+        let entry = DeadLettered {
+            event_id: event_id.map(|s| cut(s, MAX_TEXT)),
+            topic: topic.map(|s| cut(s, MAX_TEXT)),
+            reason: reason.to_owned(),
+            message: cut(message, MAX_TEXT),
+            at: now_text(),
+        };
+        let mut ring = self.dead_letters.lock().unwrap_or_else(PoisonError::into_inner);
+        if ring.len() == NEWEST_DEAD_LETTERS {
+            ring.pop_back();
+        }
+        ring.push_front(entry);
+    }
+
+    /// The newest dead-lettered events, newest first.
+    pub fn newest_dead_letters(&self) -> Vec<DeadLettered> {
+        self.dead_letters.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect()
+    }
+
+    pub fn problem(&self, level: &str, message: &str) {
+        let p = Problem { level: level.to_owned(), message: cut(message, MAX_TEXT), at: now_text() };
+        *self.last_problem.lock().unwrap_or_else(PoisonError::into_inner) = Some(p);
+    }
+
+    pub fn last_problem(&self) -> Option<Problem> {
+        self.last_problem.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The replication loop's bytes handed to the sink and not yet resolved (per status update).
+    pub fn set_in_flight_bytes(&self, bytes: usize) {
+        self.in_flight_bytes.store(bytes as u64, Ordering::Relaxed);
+        self.in_flight_known.store(true, Ordering::Relaxed);
+    }
+
+    pub fn in_flight_bytes(&self) -> Option<u64> {
+        self.in_flight_known.load(Ordering::Relaxed).then(|| self.in_flight_bytes.load(Ordering::Relaxed))
+    }
+}
+
+/// A tracing layer that keeps the latest WARN or ERROR line on the [`board`]: the page's "last
+/// error". Lines below WARN cost one level comparison.
+pub struct ProblemLayer;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for ProblemLayer {
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: tracing_subscriber::layer::Context<'_, S>) {
+        let level = *event.metadata().level();
+        if level > tracing::Level::WARN {
+            return;
+        }
+        let mut text = Text::default();
+        event.record(&mut text);
+        board().problem(level.as_str(), &text.0);
+    }
+}
+
+/// The message first, then `field=value` pairs, as the text log shows them.
+#[derive(Default)]
+struct Text(String);
+
+impl tracing::field::Visit for Text {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write;
+        if self.0.len() > MAX_TEXT {
+            return;
+        }
+        if field.name() == "message" {
+            let fields = std::mem::take(&mut self.0);
+            let _ = write!(self.0, "{value:?}");
+            self.0.push_str(&fields);
+        } else {
+            let _ = write!(self.0, " {}={value:?}", field.name());
+        }
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if self.0.len() > MAX_TEXT {
+            return;
+        }
+        if field.name() == "message" {
+            let fields = std::mem::take(&mut self.0);
+            self.0.push_str(value);
+            self.0.push_str(&fields);
+        } else {
+            self.0.push_str(&format!(" {}={value}", field.name()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ring_keeps_the_newest_entries_first_and_is_bounded() {
+        let b = Board::default();
+        for i in 0..(NEWEST_DEAD_LETTERS + 7) {
+            b.dead_lettered(Some(&format!("e{i}")), Some("t"), "null_route", &"x".repeat(2 * MAX_TEXT));
+        }
+        let all = b.newest_dead_letters();
+        assert_eq!(all.len(), NEWEST_DEAD_LETTERS);
+        assert_eq!(all[0].event_id.as_deref(), Some(&*format!("e{}", NEWEST_DEAD_LETTERS + 6)));
+        assert_eq!(all.last().unwrap().event_id.as_deref(), Some("e7"));
+        assert!(all[0].message.len() <= MAX_TEXT + '…'.len_utf8());
+    }
+
+    #[test]
+    fn cut_respects_character_boundaries() {
+        assert_eq!(cut("héllo", 2), "h…");
+        assert_eq!(cut("abc", 3), "abc");
+    }
+
+    #[test]
+    fn the_layer_keeps_warnings_and_errors_with_their_fields() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let sub = tracing_subscriber::registry().with(ProblemLayer);
+        tracing::subscriber::with_default(sub, || {
+            tracing::info!("not a problem");
+            tracing::warn!(error = "broker down", delay = 2, "replication session ended");
+        });
+        let p = board().last_problem().unwrap();
+        assert_eq!(p.level, "WARN");
+        assert_eq!(p.message, "replication session ended error=broker down delay=2");
+    }
+}

@@ -1,0 +1,101 @@
+//! The routing preview: which topics the newest rows of each outbox table route to, through the
+//! same topic rule `run` applies (`outboxd check` shows the same), so a wrong `--route-by-field`
+//! or topic template shows on the page before an event is sent.
+//!
+//! Invariants: read-only; at most one query per table, each bounded by the admin timeout and
+//! reading at most [`SAMPLE_ROWS`] rows; run only when a page asks and the last preview is older
+//! than [`PREVIEW_TTL`], in a task of its own (never inside a request, never in the event path).
+//! The newest rows are those with the latest `--table-field-event-timestamp` value when that
+//! column is configured; otherwise any [`SAMPLE_ROWS`] rows (an outbox whose rows are deleted
+//! after insert is usually near empty anyway).
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::pg::admin::{self, quote_ident, quote_table};
+
+/// Rows read per table.
+pub const SAMPLE_ROWS: i64 = 200;
+/// Distinct routed values shown per table.
+pub const SHOWN_ROUTES: i64 = 20;
+/// A preview is refreshed when a page asks and it is older than this.
+pub const PREVIEW_TTL: Duration = Duration::from_secs(30);
+
+/// The preview of every `--table`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Preview {
+    /// RFC 3339, UTC: when the rows were read.
+    pub checked_at: String,
+    pub tables: Vec<TablePreview>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TablePreview {
+    pub table: String,
+    pub routes: Vec<RoutePreview>,
+    /// Why the table could not be read, if it could not.
+    pub error: Option<String>,
+}
+
+/// One routed value among the sampled rows.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RoutePreview {
+    /// The `--route-by-field` value; `null` for rows without one.
+    pub value: Option<String>,
+    /// The topic the value routes to (`null` for a null value: such rows are bad events).
+    pub topic: Option<String>,
+    /// Sampled rows with this value.
+    pub rows: i64,
+    /// Why rows with this value would be bad events (`null_route`, `invalid_topic`), if so.
+    pub problem: Option<String>,
+}
+
+/// Read the preview (one connection, closed at the end).
+pub async fn read(cfg: &Config) -> Preview {
+    let checked_at = super::board::now_text();
+    let client = match admin::connect(cfg).await {
+        Ok(c) => c,
+        Err(e) => {
+            let tables = cfg
+                .tables
+                .iter()
+                .map(|t| TablePreview { table: t.to_string(), routes: Vec::new(), error: Some(e.to_string()) })
+                .collect();
+            return Preview { checked_at, tables };
+        }
+    };
+    let mut tables = Vec::new();
+    for t in &cfg.tables {
+        let route = quote_ident(&cfg.route.route_by_field);
+        let order = match &cfg.route.timestamp_field {
+            Some(ts) => format!(" ORDER BY {} DESC NULLS LAST", quote_ident(ts)),
+            None => String::new(),
+        };
+        let sql = format!(
+            "SELECT v, count(*)::int8 FROM (SELECT {route}::text AS v FROM {}{order} LIMIT {SAMPLE_ROWS}) s \
+             GROUP BY v ORDER BY count(*) DESC, v NULLS FIRST LIMIT {SHOWN_ROUTES}",
+            quote_table(t)
+        );
+        let preview = match admin::timed("reading the routed values", client.query(&sql, &[])).await {
+            Ok(rows) => TablePreview {
+                table: t.to_string(),
+                routes: rows.iter().map(|r| route_of(cfg, r.get(0), r.get(1))).collect(),
+                error: None,
+            },
+            Err(e) => TablePreview { table: t.to_string(), routes: Vec::new(), error: Some(e.to_string()) },
+        };
+        tables.push(preview);
+    }
+    Preview { checked_at, tables }
+}
+
+fn route_of(cfg: &Config, value: Option<String>, rows: i64) -> RoutePreview {
+    let Some(value) = value else {
+        return RoutePreview { value: None, topic: None, rows, problem: Some("null_route".into()) };
+    };
+    let topic = cfg.route.topic.topic(&value);
+    let problem = crate::router::check_topic(&topic).err().map(|_| "invalid_topic".to_owned());
+    RoutePreview { value: Some(value), topic: Some(topic), rows, problem }
+}
