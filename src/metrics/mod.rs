@@ -59,7 +59,7 @@ pub const COMMIT_TO_ACK_BUCKETS: &[f64] = &[
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
-fn builder() -> Result<PrometheusBuilder, metrics_exporter_prometheus::BuildError> {
+pub(crate) fn builder() -> Result<PrometheusBuilder, metrics_exporter_prometheus::BuildError> {
     PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Full("outboxd_commit_to_ack_seconds".into()), COMMIT_TO_ACK_BUCKETS)?
         .set_buckets_for_metric(

@@ -2,6 +2,9 @@
 //! and the token check.
 
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use super::*;
 
@@ -200,4 +203,55 @@ fn the_token_is_asked_for_only_when_configured() {
     assert!(!authorized(Some("abc"), "GET / HTTP/1.1\r\n\r\n", ""));
     assert!(!authorized(Some("abc"), "GET / HTTP/1.1\r\nAuthorization: Bearer abd\r\n\r\n", "token=ab"));
     assert!(!authorized(Some("abc"), "GET / HTTP/1.1\r\nAuthorization: Basic abc\r\n\r\n", ""));
+}
+
+fn config(extra: &[&str]) -> Config {
+    use clap::Parser;
+    let mut argv = vec!["outboxd", "run", "--postgres-url", "postgres://u@127.0.0.1:1/db"];
+    argv.extend_from_slice(extra);
+    let cli = crate::config::Cli::try_parse_from(argv).unwrap();
+    let crate::config::Command::Run(a) = cli.command else { unreachable!() };
+    Config::from_args(&a).unwrap()
+}
+
+/// 10,000 topics in the exporter and a million dead letters give a page and a JSON document of
+/// the same bounded size, rendered in well under a second.
+#[tokio::test]
+async fn ten_thousand_topics_and_a_million_dead_letters_keep_the_page_bounded() {
+    let recorder = crate::metrics::builder().unwrap().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || {
+        for i in 0..10_000u64 {
+            metrics::counter!("outboxd_events_total", "topic" => format!("topic.{i:05}")).increment(i + 1);
+        }
+        metrics::counter!("outboxd_dlq_events_total", "reason" => "null_route").increment(1_000_000);
+    });
+    for i in 0..1_000_000u32 {
+        board().dead_lettered(Some(&format!("e{i}")), Some("t"), "null_route", "the route-by column is NULL");
+    }
+    let page = Arc::new(StatusPage {
+        handle,
+        health: Health::new(std::time::Duration::ZERO),
+        // A server that is not there: the preview reads nothing, and says why.
+        cfg: config(&[]),
+        started: Instant::now(),
+        started_at: board::now_text(),
+        history: Mutex::default(),
+        preview: Mutex::new(None),
+        previewing: AtomicBool::new(false),
+    });
+    let t0 = Instant::now();
+    let s = page.status();
+    let json = serde_json::to_string(&s).unwrap();
+    let html = page.html(None);
+    let took = t0.elapsed();
+    assert_eq!(s.topics.count, 10_000);
+    assert_eq!(s.topics.top.len(), TOP_TOPICS);
+    assert_eq!(s.topics.top[0].topic, "topic.09999");
+    assert_eq!(s.dead_letters.total, 1_000_000);
+    assert_eq!(s.dead_letters.newest.len(), board::NEWEST_DEAD_LETTERS);
+    assert_eq!(s.dead_letters.newest[0].event_id.as_deref(), Some("e999999"));
+    assert!(json.len() < 64 * 1024, "{} bytes of JSON", json.len());
+    assert!(html.len() < 64 * 1024, "{} bytes of HTML", html.len());
+    assert!(took < std::time::Duration::from_secs(2), "rendering took {took:?}");
 }
