@@ -83,7 +83,7 @@ impl StatusPage {
             previewing: AtomicBool::new(false),
         });
         let p = page.clone();
-        tokio::spawn(async move {
+        let sampler = tokio::spawn(async move {
             let mut tick = tokio::time::interval(sample::SAMPLE_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -92,6 +92,11 @@ impl StatusPage {
                 let t = jiff::Timestamp::now().as_millisecond();
                 p.history.lock().unwrap_or_else(PoisonError::into_inner).add(t, &scrape);
             }
+        });
+        // Never silent: the sampler only ends if it panics.
+        tokio::spawn(async move {
+            let ended = sampler.await;
+            tracing::error!(how = ?ended.err(), "the status page's sampler ended; its charts no longer move (events are not affected)");
         });
         page
     }
@@ -204,10 +209,20 @@ impl StatusPage {
         }
         let page = self.clone();
         tokio::spawn(async move {
+            // Cleared however the read ends (a panic too), so a later page asks again.
+            let _done = Previewed(&page.previewing);
             let p = preview::read(&page.cfg).await;
             *page.preview.lock().unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), p));
-            page.previewing.store(false, Ordering::Release);
         });
+    }
+}
+
+/// Clears the "a preview is being read" flag when dropped.
+struct Previewed<'a>(&'a AtomicBool);
+
+impl Drop for Previewed<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -218,7 +233,14 @@ fn authorized(token: Option<&str>, head: &str, query: &str) -> bool {
     let bearer = head.lines().filter_map(|l| l.split_once(':')).find_map(|(k, v)| {
         k.trim().eq_ignore_ascii_case("authorization").then(|| v.trim().strip_prefix("Bearer ").map(str::trim))?
     });
-    let given = bearer.or_else(|| query.split('&').find_map(|kv| kv.strip_prefix("token=")));
+    let given = match bearer {
+        Some(b) => Some(std::borrow::Cow::Borrowed(b)),
+        // The address carries it percent-encoded, as a browser writes it.
+        None => query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("token="))
+            .map(|v| percent_encoding::percent_decode_str(v).decode_utf8_lossy()),
+    };
     given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
 }
 

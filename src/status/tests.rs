@@ -200,6 +200,7 @@ fn the_token_is_asked_for_only_when_configured() {
     assert!(authorized(None, "GET / HTTP/1.1\r\n\r\n", ""));
     assert!(authorized(Some("abc"), head, ""));
     assert!(authorized(Some("abc"), "GET / HTTP/1.1\r\n\r\n", "x=1&token=abc"));
+    assert!(authorized(Some("a+b/c="), "GET / HTTP/1.1\r\n\r\n", "token=a%2Bb%2Fc%3D"));
     assert!(!authorized(Some("abc"), "GET / HTTP/1.1\r\n\r\n", ""));
     assert!(!authorized(Some("abc"), "GET / HTTP/1.1\r\nAuthorization: Bearer abd\r\n\r\n", "token=ab"));
     assert!(!authorized(Some("abc"), "GET / HTTP/1.1\r\nAuthorization: Basic abc\r\n\r\n", ""));
