@@ -13,7 +13,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::config::Config;
+use tokio_postgres::Client;
+
+use crate::config::{Config, TableName};
+use crate::error::Error;
 use crate::pg::admin::{self, quote_ident, quote_table};
 
 /// Rows read per table.
@@ -68,27 +71,30 @@ pub async fn read(cfg: &Config) -> Preview {
     };
     let mut tables = Vec::new();
     for t in &cfg.tables {
-        let route = quote_ident(&cfg.route.route_by_field);
-        let order = match &cfg.route.timestamp_field {
-            Some(ts) => format!(" ORDER BY {} DESC NULLS LAST", quote_ident(ts)),
-            None => String::new(),
-        };
-        let sql = format!(
-            "SELECT v, count(*)::int8 FROM (SELECT {route}::text AS v FROM {}{order} LIMIT {SAMPLE_ROWS}) s \
-             GROUP BY v ORDER BY count(*) DESC, v NULLS FIRST LIMIT {SHOWN_ROUTES}",
-            quote_table(t)
-        );
-        let preview = match admin::timed("reading the routed values", client.query(&sql, &[])).await {
-            Ok(rows) => TablePreview {
-                table: t.to_string(),
-                routes: rows.iter().map(|r| route_of(cfg, r.get(0), r.get(1))).collect(),
-                error: None,
-            },
+        let preview = match routes(&client, cfg, t).await {
+            Ok(routes) => TablePreview { table: t.to_string(), routes, error: None },
             Err(e) => TablePreview { table: t.to_string(), routes: Vec::new(), error: Some(e.to_string()) },
         };
         tables.push(preview);
     }
     Preview { checked_at, tables }
+}
+
+/// The routed values of `t`'s newest [`SAMPLE_ROWS`] rows, most frequent first, with their topics
+/// (`outboxd check` checks the same topics).
+pub async fn routes(client: &Client, cfg: &Config, t: &TableName) -> Result<Vec<RoutePreview>, Error> {
+    let route = quote_ident(&cfg.route.route_by_field);
+    let order = match &cfg.route.timestamp_field {
+        Some(ts) => format!(" ORDER BY {} DESC NULLS LAST", quote_ident(ts)),
+        None => String::new(),
+    };
+    let sql = format!(
+        "SELECT v, count(*)::int8 FROM (SELECT {route}::text AS v FROM {}{order} LIMIT {SAMPLE_ROWS}) s \
+         GROUP BY v ORDER BY count(*) DESC, v NULLS FIRST LIMIT {SHOWN_ROUTES}",
+        quote_table(t)
+    );
+    let rows = admin::timed("reading the routed values", client.query(&sql, &[])).await?;
+    Ok(rows.iter().map(|r| route_of(cfg, r.get(0), r.get(1))).collect())
 }
 
 fn route_of(cfg: &Config, value: Option<String>, rows: i64) -> RoutePreview {
