@@ -1,8 +1,9 @@
 //! Drain-like scenarios: one backlog, read by several readers, several times.
 //!
-//! The protocol of one backlog (`run_backlog`): if any Kafka reader takes part, a warm-up run
-//! creates the topics on every listener they use (and ProducerPerformance's topic, when it takes
-//! part), before the backlog and outside every measured run;
+//! The protocol of one backlog (`run_backlog`): if any Kafka reader takes part, a warm-up run of
+//! each Kafka reader over `WARM_ROWS` rows creates the topics and lets the broker's JIT compile its
+//! paths (and ProducerPerformance's topic is created, when it takes part), before the backlog and
+//! outside every measured run;
 //! then every slot of every repetition is created, and only then the backlog is inserted, so all
 //! readers read the same WAL. Each repetition runs every reader once, in an order rotated by one
 //! per repetition so that no reader always goes first. The scenarios `drain`, `bigtx` and
@@ -41,8 +42,9 @@ fn slot(key: &str, r: Reader, rep: usize) -> String {
     format!("{key}_{}_{rep}", r.name())
 }
 
-/// Creates the Kafka readers' topics with a short outboxd run on 5 rows, once per listener, and
-/// ProducerPerformance's topic with a short run of its own.
+/// Creates the Kafka readers' topics and warms the broker up: every Kafka reader drains
+/// `WARM_ROWS` single-row transactions once (not measured), and ProducerPerformance's topic gets
+/// a short run of its own.
 fn warm_kafka(b: &Bench, readers: &[Reader]) -> Result<()> {
     if readers.iter().any(|r| r.kind == Kind::Perf) {
         let argv = readers::producer_perf_cmd(b, readers::PERF_TOPIC, 1000, 300)?;
@@ -54,19 +56,17 @@ fn warm_kafka(b: &Bench, readers: &[Reader]) -> Result<()> {
         }
     }
     b.pg.reset()?;
-    let mut warm: Vec<Reader> = Vec::new();
-    for &r in readers.iter().filter(|r| matches!(r.kind, Kind::Kafka | Kind::KafkaEos | Kind::KafkaAvro)) {
-        let flags = readers::kafka_flags(b, r.transport);
-        if !warm.iter().any(|w| readers::kafka_flags(b, w.transport) == flags) {
-            warm.push(r);
-        }
-    }
+    // Every Kafka reader, not one per listener: exactly-once has its own broker paths (the
+    // transaction coordinator, markers, the position topic) to create and compile.
+    let warm: Vec<Reader> =
+        readers.iter().copied().filter(|r| matches!(r.kind, Kind::Kafka | Kind::KafkaEos | Kind::KafkaAvro)).collect();
     let slots: Vec<String> = warm.iter().map(|r| format!("warm_{}", r.name())).collect();
     b.pg.create_slots(&slots)?;
-    b.pg.insert_rows(5, 1, "")?;
+    let rows = b.knobs.warm_rows.max(5);
+    b.pg.insert_rows(rows, 1, "")?;
     let end = b.pg.insert_lsn()?;
     for (r, s) in warm.iter().zip(&slots) {
-        readers::run(b, *r, s, &end, 5)?;
+        readers::run(b, *r, s, &end, rows)?;
     }
     Ok(())
 }

@@ -83,6 +83,9 @@ pub struct Knobs {
     pub rates: Vec<u64>,
     pub lat_secs: u64,
     pub warm_secs: u64,
+    /// Rows each Kafka reader drains once before a backlog's measured runs (the broker is a JVM:
+    /// its produce and transaction paths must be compiled before they are timed).
+    pub warm_rows: u64,
     pub lat_null: bool,
     pub cal_secs: u64,
     pub fetch_wait_ms: u64,
@@ -156,6 +159,7 @@ impl Knobs {
             rates,
             lat_secs: num("LAT_SECS", 30)?,
             warm_secs: num("WARM_SECS", 3)?,
+            warm_rows: num("WARM_ROWS", 20_000)?,
             lat_null: flag("LAT_NULL", true)?,
             cal_secs: num("CAL_SECS", 10)?,
             fetch_wait_ms: num("FETCH_WAIT_MS", 10)?,
@@ -201,7 +205,7 @@ impl Knobs {
         };
         format!(
             "Settings:{extra} N={} REPS={} N_BIG={} BIG_TXN_ROWS={} N_HUGE={} DBZ_HUGE={} RATES=\"{}\" LAT_SECS={} N_BACKLOG={} \
-             BACKLOG_TXN_ROWS={} N_PROFILE={} N_TLS={} TLS_REPS={} TLS_NULL={} TLS_SPLIT={}.",
+             BACKLOG_TXN_ROWS={} N_PROFILE={} N_TLS={} TLS_REPS={} TLS_NULL={} TLS_SPLIT={} WARM_ROWS={}.",
             self.n,
             self.reps,
             self.n_big,
@@ -217,6 +221,7 @@ impl Knobs {
             self.tls_reps,
             b(self.tls_null),
             b(self.tls_split),
+            self.warm_rows,
         )
     }
 }
