@@ -2,7 +2,8 @@
 # bench/eos_probe.sh — where exactly-once's drain cost goes: 100,000 single-row transactions drained by
 # outboxd in each --delivery mode (MODES, alternating, each from its own slot; a trailing digit
 # repeats a mode), printing seconds, the broker's CPU (ticks of 10 ms, from /proc) and outboxd's
-# Kafka transaction count and commit time. BIN (default target/release/outboxd), EXTRA (extra flags).
+# Kafka transaction count and commit time. BIN (default target/release/outboxd), EXTRA (extra flags),
+# PIN=1 (the broker on CPU 1, PostgreSQL and outboxd on CPU 0).
 #   MODES="at-least-once exactly-once at-least-once2 exactly-once2" bench/eos_probe.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,14 @@ source scripts/lib.sh
 dir=$(mktemp -d /tmp/eosprobe.XXXX)
 trap 'stop_all; rm -rf "$dir"' EXIT
 bench_cluster "$dir"
+# PIN=1: the broker on CPU 1, PostgreSQL and outboxd on CPU 0 (the broker on a host of its own, as
+# in production, on a 2-core box).
+pin_others=""
+if [ "${PIN:-0}" = 1 ]; then
+  for p in $(pgrep -f "$dir/kafka"); do taskset -a -p -c 1 "$p" >/dev/null; done
+  for p in $(pgrep -f "$dir/pg/data"); do taskset -a -p -c 0 "$p" >/dev/null; done
+  pin_others="taskset -c 0"
+fi
 for mode in ${MODES:-at-least-once exactly-once}; do
   slot=s_${mode//-/_}
   pg_psql -q -c "SELECT pg_create_logical_replication_slot('$slot', 'pgoutput')" >/dev/null
@@ -25,7 +34,7 @@ for mode in ${MODES:-at-least-once exactly-once}; do
   slot=s_${mode//-/_}
   port=$(free_port 59600 300)
   c0=$(cpu); t0=$(date +%s.%N)
-  "${BIN:-target/release/outboxd}" run --postgres-url "postgres://postgres@127.0.0.1:$PORT/app" --slot "$slot" --kafka-brokers "$KAFKA_BOOTSTRAP" \
+  $pin_others "${BIN:-target/release/outboxd}" run --postgres-url "postgres://postgres@127.0.0.1:$PORT/app" --slot "$slot" --kafka-brokers "$KAFKA_BOOTSTRAP" \
     --delivery "${mode%[23]}" --status-interval 100ms ${EXTRA:-} --metrics-addr "127.0.0.1:$port" > "$dir/$slot.log" 2>&1 &
   pid=$!
   until [ "$(pg_psql -Atc "SELECT confirmed_flush_lsn >= '$end' FROM pg_replication_slots WHERE slot_name='$slot'")" = t ]; do sleep 0.05; done
