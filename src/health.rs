@@ -279,7 +279,9 @@ async fn answer(
     // Answering now: no longer one to end for room.
     forget.now();
     let req = String::from_utf8_lossy(&buf);
-    let target = req.split_whitespace().nth(1).unwrap_or("/");
+    // A connection that sent nothing (a TCP probe, a port scan) gets nothing: no page rendered,
+    // no preview read.
+    let Some(target) = req.split_whitespace().nth(1) else { return };
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let mut extra = "";
     let (status, body, ctype) = match path {

@@ -184,6 +184,16 @@ fn the_token_guards_the_page_and_nothing_secret_is_shown() {
     for path in ["/metrics", "/healthz", "/status.js", "/status.css"] {
         assert_eq!(http_get(port, path).unwrap().0, 200, "{path}");
     }
+    // A connection that sends nothing (a TCP probe) gets nothing back: no page is rendered for it.
+    {
+        use std::io::Read;
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+    }
     // A bearer token works as well as the query.
     let bearer = {
         use std::io::{Read, Write};
@@ -244,6 +254,9 @@ fn poll_mode_shows_the_outbox_signals() {
     assert_eq!(s["facts"]["command"], "poll");
     assert_eq!(s["role"], "polling", "{s:#}");
     assert_eq!(s["poll"]["publish_error_ratio"], 0.0, "{s:#}");
+    // poll's own lag, none of run's figures (their gauges exist, at 0, in every process).
+    assert!(s["lag"]["seconds"].is_number(), "{s:#}");
+    assert!(s["lag"]["bytes"].is_null() && s["in_flight"]["records"].is_null(), "{s:#}");
     let (_, html) = http_get(port, "/").unwrap();
     assert!(html.contains("id=\"poll-unpublished\""), "{html}");
 }

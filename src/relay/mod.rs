@@ -163,12 +163,12 @@ impl<'a, S: Sink> Relay<'a, S> {
         self.in_flight
     }
 
-    /// May the source hand over more? Not while the sink holds records or a budget is spent.
     /// Bytes of the records handed to the sink and not yet resolved.
     pub fn in_flight_bytes(&self) -> usize {
         self.in_flight_bytes
     }
 
+    /// May the source hand over more? Not while the sink holds records or a budget is spent.
     pub fn room(&self, max_records: usize, max_bytes: usize) -> bool {
         self.in_flight < max_records && self.in_flight_bytes < max_bytes && !self.sink.blocked()
     }

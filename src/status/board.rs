@@ -129,8 +129,15 @@ impl Board {
         self.dead_letters.lock().unwrap_or_else(PoisonError::into_inner).iter().cloned().collect()
     }
 
+    /// A WARN or ERROR line. Any URL in it is masked as `outboxd config` masks URLs, in case a
+    /// line ever carries one with credentials (log lines must not, but the page has no token by
+    /// default).
     pub fn problem(&self, level: &str, message: &str) {
-        let p = Problem { level: level.to_owned(), message: cut(message, MAX_TEXT), at: now_text() };
+        let masked: Vec<String> = message
+            .split(' ')
+            .map(|w| if w.contains("://") { crate::config::secret::mask_url(w) } else { w.to_owned() })
+            .collect();
+        let p = Problem { level: level.to_owned(), message: cut(&masked.join(" "), MAX_TEXT), at: now_text() };
         *self.last_problem.lock().unwrap_or_else(PoisonError::into_inner) = Some(p);
     }
 
@@ -161,40 +168,49 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for ProblemLayer {
         }
         let mut text = Text::default();
         event.record(&mut text);
-        board().problem(level.as_str(), &text.0);
+        board().problem(level.as_str(), &text.line());
     }
 }
 
-/// The message first, then `field=value` pairs, as the text log shows them.
+/// The event's fields in order. An event can carry two `message` fields (the format string, which
+/// the macros record first, and an explicit `message = …`): the first one leads, as the text log
+/// shows it, and the others follow as `message=…`.
 #[derive(Default)]
-struct Text(String);
+struct Text {
+    fields: Vec<(&'static str, String)>,
+    bytes: usize,
+}
 
-impl tracing::field::Visit for Text {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        use std::fmt::Write;
-        if self.0.len() > MAX_TEXT {
-            return;
-        }
-        if field.name() == "message" {
-            let fields = std::mem::take(&mut self.0);
-            let _ = write!(self.0, "{value:?}");
-            self.0.push_str(&fields);
-        } else {
-            let _ = write!(self.0, " {}={value:?}", field.name());
+impl Text {
+    fn push(&mut self, name: &'static str, value: String) {
+        if self.bytes <= MAX_TEXT {
+            self.bytes += name.len() + value.len() + 2;
+            self.fields.push((name, value));
         }
     }
 
+    fn line(mut self) -> String {
+        let lead = self.fields.iter().position(|(k, _)| *k == "message").map(|i| self.fields.remove(i).1);
+        let mut out = lead.unwrap_or_default();
+        for (k, v) in self.fields {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(k);
+            out.push('=');
+            out.push_str(&v);
+        }
+        out
+    }
+}
+
+impl tracing::field::Visit for Text {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.push(field.name(), format!("{value:?}"));
+    }
+
     fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        if self.0.len() > MAX_TEXT {
-            return;
-        }
-        if field.name() == "message" {
-            let fields = std::mem::take(&mut self.0);
-            self.0.push_str(value);
-            self.0.push_str(&fields);
-        } else {
-            self.0.push_str(&format!(" {}={value}", field.name()));
-        }
+        self.push(field.name(), value.to_owned());
     }
 }
 
@@ -222,6 +238,15 @@ mod tests {
     }
 
     #[test]
+    fn urls_in_a_problem_are_masked() {
+        let b = Board::default();
+        b.problem("WARN", "export failed endpoint=https://user:s3cret@collector:4318/v1/traces?api_key=k3y retrying");
+        let p = b.last_problem().unwrap();
+        assert!(!p.message.contains("s3cret") && !p.message.contains("k3y"), "{}", p.message);
+        assert!(p.message.contains("user:****@collector:4318"), "{}", p.message);
+    }
+
+    #[test]
     fn the_layer_keeps_warnings_and_errors_with_their_fields() {
         use tracing_subscriber::layer::SubscriberExt;
         let sub = tracing_subscriber::registry().with(ProblemLayer);
@@ -232,5 +257,16 @@ mod tests {
         let p = board().last_problem().unwrap();
         assert_eq!(p.level, "WARN");
         assert_eq!(p.message, "replication session ended error=broker down delay=2");
+        // Two message fields (as the relay's dead-letter line has): the format string leads.
+        let sub = tracing_subscriber::registry().with(ProblemLayer);
+        tracing::subscriber::with_default(sub, || {
+            let why = "the route-by column is NULL";
+            tracing::warn!(event_id = "e1", message = %why, "sending bad event to the dead-letter topic");
+        });
+        let p = board().last_problem().unwrap();
+        assert_eq!(
+            p.message,
+            "sending bad event to the dead-letter topic event_id=e1 message=the route-by column is NULL"
+        );
     }
 }

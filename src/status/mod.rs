@@ -72,6 +72,7 @@ impl StatusPage {
     /// Set the board's facts and start the sampler on the current runtime.
     pub fn start(setup: PageSetup, handle: PrometheusHandle, health: Arc<Health>) -> Arc<StatusPage> {
         board().set_facts(facts(&setup.cfg, setup.command));
+        let poll = setup.command == "poll";
         let page = Arc::new(StatusPage {
             handle,
             health,
@@ -90,7 +91,7 @@ impl StatusPage {
                 tick.tick().await;
                 let scrape = sample::Scrape::parse(&p.handle.render());
                 let t = jiff::Timestamp::now().as_millisecond();
-                p.history.lock().unwrap_or_else(PoisonError::into_inner).add(t, &scrape);
+                p.history.lock().unwrap_or_else(PoisonError::into_inner).add(t, Instant::now(), &scrape, poll);
             }
         });
         // Never silent: the sampler only ends if it panics.
@@ -155,6 +156,7 @@ impl StatusPage {
             }
         });
         let preview = self.preview.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map(|(_, p)| p.clone());
+        let figures = sample::Figures::of(&scrape, facts.command == "poll");
         Status {
             version: concat!("outboxd ", env!("CARGO_PKG_VERSION")),
             role,
@@ -162,18 +164,15 @@ impl StatusPage {
             live: self.health.live(),
             started_at: self.started_at.clone(),
             uptime_seconds: self.started.elapsed().as_secs(),
-            lag: Lag {
-                bytes: scrape.value("outboxd_replication_lag_bytes").map(|v| v as u64),
-                seconds: sample::lag_seconds(&scrape),
-            },
+            lag: Lag { bytes: figures.lag_bytes.map(|v| v as u64), seconds: figures.lag_seconds },
             events_total: sample::events_total(&scrape) as u64,
             events_per_second: rate,
             in_flight: InFlight {
-                records: scrape.value("outboxd_events_in_flight").map(|v| v as u64),
+                records: figures.in_flight.map(|v| v as u64),
                 records_max: facts.max_in_flight,
                 bytes: board().in_flight_bytes(),
                 bytes_max: facts.max_in_flight_bytes,
-                oldest_unacked_age_seconds: scrape.value("outboxd_lag_seconds"),
+                oldest_unacked_age_seconds: figures.oldest_unacked,
             },
             connections,
             last_error: board().last_problem(),
@@ -208,11 +207,16 @@ impl StatusPage {
             return;
         }
         let page = self.clone();
-        tokio::spawn(async move {
+        let read = tokio::spawn(async move {
             // Cleared however the read ends (a panic too), so a later page asks again.
             let _done = Previewed(&page.previewing);
             let p = preview::read(&page.cfg).await;
             *page.preview.lock().unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), p));
+        });
+        tokio::spawn(async move {
+            if let Err(e) = read.await {
+                tracing::error!(error = %e, "the status page's routing preview read failed; the next page view tries again");
+            }
         });
     }
 }
@@ -231,7 +235,9 @@ impl Drop for Previewed<'_> {
 fn authorized(token: Option<&str>, head: &str, query: &str) -> bool {
     let Some(token) = token else { return true };
     let bearer = head.lines().filter_map(|l| l.split_once(':')).find_map(|(k, v)| {
-        k.trim().eq_ignore_ascii_case("authorization").then(|| v.trim().strip_prefix("Bearer ").map(str::trim))?
+        let (scheme, credentials) = v.trim().split_once(' ')?;
+        (k.trim().eq_ignore_ascii_case("authorization") && scheme.eq_ignore_ascii_case("bearer"))
+            .then(|| credentials.trim())
     });
     let given = match bearer {
         Some(b) => Some(std::borrow::Cow::Borrowed(b)),
@@ -244,8 +250,12 @@ fn authorized(token: Option<&str>, head: &str, query: &str) -> bool {
     given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
 }
 
+/// Equal, in a time that says nothing about where they differ or how long the token is (both
+/// sides are hashed first).
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use sha2::{Digest, Sha256};
+    let (a, b) = (Sha256::digest(a), Sha256::digest(b));
+    a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The board's facts for this configuration.
@@ -378,15 +388,15 @@ pub const FIELDS: &[(&str, &str)] = &[
     ("facts.max_in_flight_bytes", "The in-flight byte budget (`--max-in-flight-bytes`)."),
     ("facts.dlq_list_command", "The command that lists the dead-letter queue (add this process's connection flags)."),
     ("facts.dlq_replay_command", "The command that replays it (drop `--dry-run` to publish)."),
-    ("lag.bytes", "`outboxd_replication_lag_bytes`: WAL between the server's position and the slot's confirmed position; null before the first poll."),
-    ("lag.seconds", "`outboxd_lag_seconds` (`run`) or the oldest unpublished row's age (`poll`); null before the first update."),
+    ("lag.bytes", "`outboxd_replication_lag_bytes`: WAL between the server's position and the slot's confirmed position (`run`; 0 before the lag monitor's first poll; null for `poll`)."),
+    ("lag.seconds", "`outboxd_lag_seconds` (`run`) or the oldest unpublished row's age (`poll`)."),
     ("events_total", "Events acked by the sink since start, over every topic."),
     ("events_per_second", "Acked events per second over the last sample interval."),
     ("in_flight.records", "Records handed to the sink and not yet acked (`run`; null for `poll`)."),
     ("in_flight.records_max", "Their budget, `--max-in-flight`."),
     ("in_flight.bytes", "Their bytes, as of the last status update (`run`; null for `poll`)."),
     ("in_flight.bytes_max", "Their budget, `--max-in-flight-bytes`."),
-    ("in_flight.oldest_unacked_age_seconds", "Age of the oldest unacked transaction's commit (0 when caught up)."),
+    ("in_flight.oldest_unacked_age_seconds", "Age of the oldest unacked transaction's commit (0 when caught up; `run`; null for `poll`)."),
     ("connections[].component", "`postgres` or a sink (`kafka`, `nats`, `redis`, `rabbitmq`, `http`)."),
     ("connections[].connected", "Whether it is connected now."),
     ("last_error", "The latest WARN or ERROR log line, or null."),
@@ -414,7 +424,7 @@ pub const FIELDS: &[(&str, &str)] = &[
     ("routing_preview.tables[].routes[].value", "A `--route-by-field` value among its newest 200 rows (null for rows without one)."),
     ("routing_preview.tables[].routes[].topic", "The topic that value routes to (null for a null value)."),
     ("routing_preview.tables[].routes[].rows", "Sampled rows with that value."),
-    ("routing_preview.tables[].routes[].problem", "`null_route` or `invalid_topic` when such rows would be bad events, else null."),
+    ("routing_preview.tables[].routes[].problem", "`null_route` or `invalid_topic` when such rows would be bad events, `too_long_to_preview` for a value over 1000 bytes (shown cut, not routed here), else null."),
     ("routing_preview.tables[].error", "Why the table could not be read, else null."),
     ("poll", "`outboxd poll` only (null for `run`): the outbox's own three signals."),
     ("poll.unpublished_rows", "Rows not yet published, as of the last backlog query."),

@@ -7,7 +7,7 @@
 //! a page request renders it once more for the current figures.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -117,26 +117,29 @@ pub struct Point {
 #[derive(Debug, Default)]
 pub struct History {
     points: VecDeque<Point>,
-    /// The acked-events total and time of the previous sample, for the rate.
-    last_total: Option<(i64, f64)>,
+    /// The acked-events total and the monotonic time of the previous sample, for the rate (a
+    /// wall-clock step must not make one).
+    last_total: Option<(Instant, f64)>,
 }
 
 impl History {
-    /// Add the point for a scrape taken at `t_ms`.
-    pub fn add(&mut self, t_ms: i64, s: &Scrape) {
+    /// Add the point for a scrape taken at wall-clock `t_ms` and monotonic `at`; `poll` says which
+    /// loop's figures apply (see [`Figures`]).
+    pub fn add(&mut self, t_ms: i64, at: Instant, s: &Scrape, poll: bool) {
         let total = events_total(s);
         let rate = match self.last_total {
-            Some((t0, n0)) if t_ms > t0 => ((total - n0) / ((t_ms - t0) as f64 / 1000.0)).max(0.0),
+            Some((t0, n0)) if at > t0 => ((total - n0) / at.duration_since(t0).as_secs_f64()).max(0.0),
             _ => 0.0,
         };
-        self.last_total = Some((t_ms, total));
+        self.last_total = Some((at, total));
         if self.points.len() == HISTORY_POINTS {
             self.points.pop_front();
         }
+        let f = Figures::of(s, poll);
         self.points.push_back(Point {
             t: t_ms,
-            lag_bytes: s.value("outboxd_replication_lag_bytes"),
-            lag_seconds: lag_seconds(s),
+            lag_bytes: f.lag_bytes,
+            lag_seconds: f.lag_seconds,
             events_per_second: rate,
         });
     }
@@ -156,9 +159,30 @@ pub fn events_total(s: &Scrape) -> f64 {
     s.sum("outboxd_events_total")
 }
 
-/// The lag in seconds of whichever loop runs.
-pub fn lag_seconds(s: &Scrape) -> Option<f64> {
-    s.value("outboxd_lag_seconds").or_else(|| s.value("outboxd_poll_oldest_unpublished_age_seconds"))
+/// The figures that depend on which loop runs. Every gauge is registered (at 0) when the process
+/// starts, whichever loop it runs, so `run`'s gauges read 0 under `poll`: they are not taken there.
+#[derive(Debug, Default, PartialEq)]
+pub struct Figures {
+    pub lag_bytes: Option<f64>,
+    /// `outboxd_lag_seconds` (`run`) or the oldest unpublished row's age (`poll`).
+    pub lag_seconds: Option<f64>,
+    pub in_flight: Option<f64>,
+    pub oldest_unacked: Option<f64>,
+}
+
+impl Figures {
+    pub fn of(s: &Scrape, poll: bool) -> Figures {
+        if poll {
+            Figures { lag_seconds: s.value("outboxd_poll_oldest_unpublished_age_seconds"), ..Figures::default() }
+        } else {
+            Figures {
+                lag_bytes: s.value("outboxd_replication_lag_bytes"),
+                lag_seconds: s.value("outboxd_lag_seconds"),
+                in_flight: s.value("outboxd_events_in_flight"),
+                oldest_unacked: s.value("outboxd_lag_seconds"),
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -196,15 +220,29 @@ mod tests {
     #[test]
     fn history_is_bounded_and_rates_come_from_the_counter() {
         let mut h = History::default();
-        for i in 0..(HISTORY_POINTS as i64 + 20) {
+        let t0 = Instant::now();
+        for i in 0..(HISTORY_POINTS as u64 + 20) {
             let text = format!("outboxd_events_total{{topic=\"a\"}} {}\noutboxd_lag_seconds 0.5\n", i * 50);
-            h.add(i * 5000, &Scrape::parse(&text));
+            // The wall clock steps back; the rate follows the monotonic clock.
+            h.add(1_000_000 - i as i64, t0 + Duration::from_secs(5 * i), &Scrape::parse(&text), false);
         }
         let p = h.points();
         assert_eq!(p.len(), HISTORY_POINTS);
-        assert_eq!(p[0].t, 20 * 5000);
+        assert_eq!(p[0].t, 1_000_000 - 20);
         assert_eq!(h.rate(), 10.0);
         assert_eq!(p.last().unwrap().lag_seconds, Some(0.5));
         assert_eq!(p.last().unwrap().lag_bytes, None);
+    }
+
+    #[test]
+    fn poll_takes_its_own_lag_and_none_of_runs_gauges() {
+        // Every gauge is registered at 0 at start, whichever loop runs.
+        let s = Scrape::parse(
+            "outboxd_lag_seconds 0\noutboxd_replication_lag_bytes 0\noutboxd_events_in_flight 0\n\
+             outboxd_poll_oldest_unpublished_age_seconds 42\n",
+        );
+        assert_eq!(Figures::of(&s, true), Figures { lag_seconds: Some(42.0), ..Figures::default() });
+        let run = Figures::of(&s, false);
+        assert_eq!((run.lag_seconds, run.lag_bytes, run.in_flight), (Some(0.0), Some(0.0), Some(0.0)));
     }
 }

@@ -158,11 +158,12 @@ fn row_text_is_escaped_in_the_page() {
     assert!(!html.contains("http://") && !html.contains("https://"), "{html}");
     assert_eq!(html.matches("<script").count(), 1);
     assert!(html.contains("<script src=\"/status.js\">"));
-    assert!(!page::JS.contains("innerHTML"), "the script must set text with textContent only");
-    assert!(
-        !page::JS.contains("http://")
-            || page::JS.matches("http://").all(|_| page::JS.contains("http://www.w3.org/2000/svg"))
-    );
+    for sink in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("] {
+        assert!(!page::JS.contains(sink), "the script must set text with textContent only, not {sink}");
+    }
+    // The SVG namespace is a name, not a request; nothing else may point elsewhere.
+    assert!(!page::JS.replace("http://www.w3.org/2000/svg", "").contains("http"), "the script names another origin");
+    assert!(!page::CSS.contains("http") && !page::CSS.contains("url("), "the stylesheet loads something");
 }
 
 #[test]
@@ -199,6 +200,7 @@ fn the_token_is_asked_for_only_when_configured() {
     let head = "GET / HTTP/1.1\r\nHost: x\r\nauthorization: Bearer abc\r\n\r\n";
     assert!(authorized(None, "GET / HTTP/1.1\r\n\r\n", ""));
     assert!(authorized(Some("abc"), head, ""));
+    assert!(authorized(Some("abc"), "GET / HTTP/1.1\r\nAUTHORIZATION: bearer  abc \r\n\r\n", ""));
     assert!(authorized(Some("abc"), "GET / HTTP/1.1\r\n\r\n", "x=1&token=abc"));
     assert!(authorized(Some("a+b/c="), "GET / HTTP/1.1\r\n\r\n", "token=a%2Bb%2Fc%3D"));
     assert!(!authorized(Some("abc"), "GET / HTTP/1.1\r\n\r\n", ""));
@@ -250,8 +252,11 @@ async fn ten_thousand_topics_and_a_million_dead_letters_keep_the_page_bounded() 
     assert_eq!(s.topics.top.len(), TOP_TOPICS);
     assert_eq!(s.topics.top[0].topic, "topic.09999");
     assert_eq!(s.dead_letters.total, 1_000_000);
+    // The board is the process's, and other tests dead-letter too: most of the newest are ours.
     assert_eq!(s.dead_letters.newest.len(), board::NEWEST_DEAD_LETTERS);
-    assert_eq!(s.dead_letters.newest[0].event_id.as_deref(), Some("e999999"));
+    let ours =
+        s.dead_letters.newest.iter().filter(|e| e.event_id.as_deref().is_some_and(|i| i.starts_with("e9999"))).count();
+    assert!(ours >= board::NEWEST_DEAD_LETTERS - 10, "{:?}", s.dead_letters.newest);
     assert!(json.len() < 64 * 1024, "{} bytes of JSON", json.len());
     assert!(html.len() < 64 * 1024, "{} bytes of HTML", html.len());
     assert!(took < std::time::Duration::from_secs(2), "rendering took {took:?}");

@@ -11,6 +11,9 @@ use crate::config::{Config, PublicationAutocreate, TableName};
 use crate::error::Error;
 use crate::pg::admin::{self, quote_ident, quote_table, ServerVersion};
 
+/// At most this many distinct routed values per table are turned into topics to check.
+const ROUTED_SAMPLE: i64 = 20;
+
 /// Run the PostgreSQL checks; returns the topics that the rows now in the outbox route to.
 pub(super) async fn check(cfg: &Config, out: &mut Checks) -> Vec<String> {
     let client = match admin::connect(cfg).await {
@@ -250,12 +253,22 @@ async fn table(
         return Ok(());
     }
     if select {
-        // The status page's routing preview reads the same rows the same way.
-        for r in crate::status::preview::routes(c, cfg, t).await? {
-            if let Some(topic) = r.topic {
-                if !topics.contains(&topic) {
-                    topics.push(topic);
-                }
+        let route = quote_ident(&cfg.route.route_by_field);
+        let rows = admin::timed(
+            "reading the routed values",
+            c.query(
+                &format!(
+                    "SELECT DISTINCT {route}::text FROM {} WHERE {route} IS NOT NULL LIMIT {ROUTED_SAMPLE}",
+                    quote_table(t)
+                ),
+                &[],
+            ),
+        )
+        .await?;
+        for r in rows {
+            let topic = cfg.route.topic.topic(&r.get::<_, String>(0));
+            if !topics.contains(&topic) {
+                topics.push(topic);
             }
         }
     }
