@@ -301,34 +301,11 @@ async fn answer(
             "text/plain",
         ),
         "/readyz" => ("503 Service Unavailable", "not ready\n".to_owned(), "text/plain"),
-        // Browsers ask for it; an empty answer keeps their consoles clean.
-        "/favicon.ico" if page.is_some() => ("204 No Content", String::new(), "image/x-icon"),
-        "/" | "/status.json" | "/status.js" | "/status.css" if page.is_some() => {
+        "/" | "/status.json" | "/status.js" | "/status.css" | "/favicon.ico" if page.is_some() => {
             let Some(page) = page else { return };
-            let guarded = matches!(path, "/" | "/status.json");
-            if guarded && !page.authorized(&req, query) {
-                extra = "WWW-Authenticate: Bearer\r\n";
-                (
-                    "401 Unauthorized",
-                    "the status page needs its token (--status-page-token-file): send Authorization: Bearer TOKEN or add ?token=TOKEN\n".to_owned(),
-                    "text/plain",
-                )
-            } else {
-                match path {
-                    "/status.json" => {
-                        let json =
-                            serde_json::to_string(&page.status()).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
-                        ("200 OK", json, "application/json")
-                    }
-                    "/status.js" => ("200 OK", crate::status::page_js().to_owned(), "text/javascript; charset=utf-8"),
-                    "/status.css" => ("200 OK", crate::status::page_css().to_owned(), "text/css; charset=utf-8"),
-                    _ => {
-                        extra = crate::status::PAGE_HEADERS;
-                        let token = query.split('&').find(|kv| kv.starts_with("token="));
-                        ("200 OK", page.html(token), "text/html; charset=utf-8")
-                    }
-                }
-            }
+            let (answer, headers) = page_answer(page, path, query, &req);
+            extra = headers;
+            answer
         }
         _ => ("404 Not Found", "not found\n".to_owned(), "text/plain"),
     };
@@ -338,6 +315,37 @@ async fn answer(
     );
     let _ = sock.write_all(resp.as_bytes()).await;
     let _ = sock.shutdown().await;
+}
+
+/// The status page's paths: (status, body, content type) and the extra headers.
+fn page_answer(
+    page: &Arc<StatusPage>,
+    path: &str,
+    query: &str,
+    req: &str,
+) -> ((&'static str, String, &'static str), &'static str) {
+    match path {
+        // Browsers ask for it; an empty answer keeps their consoles clean.
+        "/favicon.ico" => (("204 No Content", String::new(), "image/x-icon"), ""),
+        "/status.js" => (("200 OK", crate::status::page_js().to_owned(), "text/javascript; charset=utf-8"), ""),
+        "/status.css" => (("200 OK", crate::status::page_css().to_owned(), "text/css; charset=utf-8"), ""),
+        _ if !page.authorized(req, query) => (
+            (
+                "401 Unauthorized",
+                "the status page needs its token (--status-page-token-file): send Authorization: Bearer TOKEN or add ?token=TOKEN\n".to_owned(),
+                "text/plain",
+            ),
+            "WWW-Authenticate: Bearer\r\n",
+        ),
+        "/status.json" => {
+            let json = serde_json::to_string(&page.status()).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+            (("200 OK", json, "application/json"), "")
+        }
+        _ => {
+            let token = query.split('&').find(|kv| kv.starts_with("token="));
+            (("200 OK", page.html(token), "text/html; charset=utf-8"), crate::status::PAGE_HEADERS)
+        }
+    }
 }
 
 #[cfg(test)]

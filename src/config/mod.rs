@@ -49,6 +49,7 @@ pub use kafka::{
 pub use nats::{NatsConfig, StreamSpec};
 pub use poll::{PollColumns, PollConfig, MAX_RETRY_BACKOFF};
 pub use postgres::{PgHost, PgTarget, SslMode};
+pub(crate) use show::value_name;
 pub use units::{parse_duration, parse_size};
 pub use validate::parse_table;
 

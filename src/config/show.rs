@@ -261,7 +261,7 @@ fn shell_flag(k: &str, v: &str) -> String {
 }
 
 /// A value enum as its flag spelling (`Dlq` → `dlq`).
-pub(super) fn value_name(v: impl ValueEnum) -> String {
+pub(crate) fn value_name(v: impl ValueEnum) -> String {
     v.to_possible_value().map(|p| p.get_name().to_owned()).unwrap_or_default()
 }
 

@@ -69,9 +69,8 @@ pub struct Board {
     facts: Mutex<Facts>,
     dead_letters: Mutex<VecDeque<DeadLettered>>,
     last_problem: Mutex<Option<Problem>>,
+    /// Written by the replication loop (`run`) only.
     in_flight_bytes: AtomicU64,
-    /// Whether the replication loop reports in-flight bytes (`run`); `poll` does not.
-    in_flight_known: std::sync::atomic::AtomicBool,
 }
 
 static BOARD: OnceLock<Board> = OnceLock::new();
@@ -148,11 +147,10 @@ impl Board {
     /// The replication loop's bytes handed to the sink and not yet resolved (per status update).
     pub fn set_in_flight_bytes(&self, bytes: usize) {
         self.in_flight_bytes.store(bytes as u64, Ordering::Relaxed);
-        self.in_flight_known.store(true, Ordering::Relaxed);
     }
 
-    pub fn in_flight_bytes(&self) -> Option<u64> {
-        self.in_flight_known.load(Ordering::Relaxed).then(|| self.in_flight_bytes.load(Ordering::Relaxed))
+    pub fn in_flight_bytes(&self) -> u64 {
+        self.in_flight_bytes.load(Ordering::Relaxed)
     }
 }
 

@@ -27,7 +27,7 @@ use std::time::Instant;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Serialize;
 
-use crate::config::{Config, SinkKind};
+use crate::config::{value_name, Config};
 use crate::health::Health;
 
 pub use board::{board, Facts};
@@ -48,8 +48,8 @@ pub fn page_css() -> &'static str {
 /// Topics listed by events acked; the rest are counted only.
 pub const TOP_TOPICS: usize = 20;
 
-/// What the server needs to serve the page: the configuration (for the facts and the preview)
-/// and the optional token.
+/// What the server needs to serve the page: the configuration (for the facts, the preview and
+/// the token) and the command that runs.
 pub struct PageSetup {
     pub cfg: Config,
     /// `run` or `poll`.
@@ -170,7 +170,7 @@ impl StatusPage {
             in_flight: InFlight {
                 records: figures.in_flight.map(|v| v as u64),
                 records_max: facts.max_in_flight,
-                bytes: board().in_flight_bytes(),
+                bytes: figures.in_flight.map(|_| board().in_flight_bytes()),
                 bytes_max: facts.max_in_flight_bytes,
                 oldest_unacked_age_seconds: figures.oldest_unacked,
             },
@@ -260,18 +260,17 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// The board's facts for this configuration.
 pub fn facts(cfg: &Config, command: &str) -> Facts {
-    let sink_name = |k: SinkKind| format!("{k:?}").to_lowercase();
     let dlq_sink = cfg.dlq_sink.unwrap_or(cfg.sink);
-    let dlq_flags = format!("--sink {} --dlq-topic {}", sink_name(dlq_sink), cfg.dlq_topic);
+    let dlq_flags = format!("--sink {} --dlq-topic {}", value_name(dlq_sink), cfg.dlq_topic);
     Facts {
         command: command.to_owned(),
         slot: cfg.slot.clone(),
         publication: cfg.publication.clone(),
         server: cfg.postgres.to_string(),
         tables: cfg.tables.iter().map(|t| t.to_string()).collect(),
-        sink: sink_name(cfg.sink),
-        dead_letter_sink: cfg.dlq_sink.filter(|k| *k != cfg.sink).map(sink_name),
-        on_bad_event: format!("{:?}", cfg.on_bad_event).to_lowercase(),
+        sink: value_name(cfg.sink),
+        dead_letter_sink: cfg.dlq_sink.filter(|k| *k != cfg.sink).map(value_name),
+        on_bad_event: value_name(cfg.on_bad_event),
         dead_letter_destination: cfg.dlq_topic.clone(),
         max_in_flight: cfg.max_in_flight as u64,
         max_in_flight_bytes: cfg.max_in_flight_bytes as u64,

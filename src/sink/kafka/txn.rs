@@ -365,7 +365,9 @@ impl Txns {
             let r = blocking(move || retrying(|| p.init_transactions(CALL_TIMEOUT))).await;
             if let Err(e) = r {
                 return Err(match classify(&e) {
-                    Verdict::Fatal if is_fenced(&e) => Transient::Fenced { reason: e.to_string() }.into(),
+                    Verdict::Fatal if is_fenced(e.rdkafka_error_code()) => {
+                        Transient::Fenced { reason: e.to_string() }.into()
+                    }
                     _ => Definite::Sink(format!(
                         "cannot start Kafka transactions (init_transactions under transactional.id {:?}): {}; \
                          --delivery exactly-once needs brokers with transactions enabled (transaction.state.log.* \
@@ -610,15 +612,23 @@ impl Txns {
 
     fn transient(&mut self, e: KafkaError) -> Transient {
         if classify(&e) == Verdict::Fatal {
-            if !self.fatal {
-                tracing::warn!(error = %e, transactional_id = %self.cfg.id(), "the Kafka producer is fenced or failed for good (another outboxd took over the transactional id?); nothing of its open transaction is committed, and a new producer is built when this process streams again");
-            }
-            self.fatal = true;
-            if is_fenced(&e) {
-                return Transient::Fenced { reason: e.to_string() };
-            }
+            return self.gone_fatal(&e, is_fenced(e.rdkafka_error_code()), e.to_string());
         }
         Transient::TxnAborted { reason: e.to_string() }
+    }
+
+    /// The producer failed for good (`error`): logged once, marked for rebuilding, and the session
+    /// ends as a standby when it was fenced, else aborts.
+    fn gone_fatal(&mut self, error: &dyn std::fmt::Display, fenced: bool, reason: String) -> Transient {
+        if !self.fatal {
+            tracing::warn!(error = %error, transactional_id = %self.cfg.id(), "the Kafka producer is fenced or failed for good (another outboxd took over the transactional id?); nothing of its open transaction is committed, and a new producer is built when this process streams again");
+        }
+        self.fatal = true;
+        if fenced {
+            Transient::Fenced { reason }
+        } else {
+            Transient::TxnAborted { reason }
+        }
     }
 
     /// A record refused at produce time because of the producer's transactional state: `State`
@@ -631,17 +641,8 @@ impl Txns {
                 reason: "the open Kafka transaction failed and takes no more records".into(),
             };
         }
-        if !self.fatal {
-            tracing::warn!(?fatal, transactional_id = %self.cfg.id(), "the Kafka producer is fenced or failed for good (another outboxd took over the transactional id?); nothing of its open transaction is committed, and a new producer is built when this process streams again");
-        }
-        self.fatal = true;
         let reason = format!("the Kafka producer refuses records after a fatal error ({fatal:?})");
-        match fatal {
-            Some(
-                RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch | RDKafkaErrorCode::Fenced,
-            ) => Transient::Fenced { reason },
-            _ => Transient::TxnAborted { reason },
-        }
+        self.gone_fatal(&format!("{fatal:?}"), is_fenced(fatal), reason)
     }
 
     fn failure(&mut self, e: KafkaError) -> Error {
@@ -649,9 +650,9 @@ impl Txns {
     }
 }
 
-fn is_fenced(e: &KafkaError) -> bool {
+fn is_fenced(code: Option<RDKafkaErrorCode>) -> bool {
     matches!(
-        e.rdkafka_error_code(),
+        code,
         Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch | RDKafkaErrorCode::Fenced)
     )
 }
