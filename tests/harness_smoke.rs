@@ -297,3 +297,45 @@ fn streaming_line_is_matched_exactly() {
         assert!(!common::streaming_started(other), "{other}");
     }
 }
+
+/// `scripts/kafka start`: a port another process takes between its choice and the broker's bind
+/// (here held by this test from the start) makes the launcher start over on fresh ports instead
+/// of failing, and the launcher writes nothing into the directory it is started from (log4j's
+/// `${sys:kafka.logs.dir}` folder once appeared there).
+#[test]
+fn kafka_launcher_starts_over_when_a_port_is_taken_and_writes_only_into_its_dir() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let taken_port = taken.local_addr().unwrap().port();
+    let (ctrl, client) = (common::free_port(), common::free_port());
+    let cwd = tempfile::tempdir().expect("tempdir");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = dir.path().join("c");
+    let out = std::process::Command::new(common::kafka::kafka_script())
+        .current_dir(cwd.path())
+        .env("KAFKA_QUICK_JVM", "1")
+        // The internal listener's port is the taken one.
+        .env("KAFKA_FIRST_PORTS", format!("{ctrl} {taken_port} {client}"))
+        .arg("start")
+        .arg(&cluster)
+        .args(["--parent", &std::process::id().to_string()])
+        .output()
+        .expect("run scripts/kafka");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stop = || {
+        let _ =
+            std::process::Command::new(common::kafka::kafka_script()).arg("stop").arg(&cluster).arg("--now").output();
+    };
+    if !out.status.success() {
+        stop();
+        panic!("scripts/kafka start failed with a taken port:\n{stderr}");
+    }
+    let bootstrap = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let internal = std::fs::read_to_string(cluster.join("node-1/internal.port")).unwrap_or_default();
+    let left: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    stop();
+    assert!(stderr.contains("starting over on fresh ports"), "no retry was said:\n{stderr}");
+    assert_ne!(internal.trim(), taken_port.to_string(), "the retry kept the taken port");
+    assert!(!bootstrap.is_empty() && !bootstrap.ends_with(&format!(":{taken_port}")), "bootstrap {bootstrap:?}");
+    assert!(left.is_empty(), "scripts/kafka wrote into the directory it was started from: {left:?}");
+    drop(taken);
+}
