@@ -58,7 +58,7 @@ where
         let addrs = match addresses(t, index, host, *port).await {
             Ok(a) => a,
             Err(e) => {
-                tracing::warn!(error = %e, "trying the next host");
+                tracing::warn!(error = %e, "trying the next host, if any");
                 last = Some(e);
                 continue;
             }
@@ -72,7 +72,7 @@ where
                 Ok(Err(e)) => return Err(e),
                 Err(_) => timed_out(t, &shown),
             };
-            tracing::warn!(error = %e, "trying the next address");
+            tracing::warn!(error = %e, "trying the next address or host, if any");
             last = Some(e);
         }
     }

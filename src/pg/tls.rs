@@ -227,3 +227,23 @@ fn signature_digest(cert: &X509Ref) -> Option<Nid> {
     let ok = unsafe { X509_get_signature_info(cert.as_ptr().cast(), &mut md, null, null, std::ptr::null_mut()) };
     (ok == 1 && md != Nid::UNDEF.as_raw()).then(|| Nid::from_raw(md))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cert(pem: &str) -> openssl::x509::X509 {
+        openssl::x509::X509::from_pem(pem.as_bytes()).unwrap()
+    }
+
+    /// The digest comes from the signature's parameters for RSA-PSS (the OID names none), and
+    /// from the OID otherwise; server_end_point then maps SHA-1 to SHA-256.
+    #[test]
+    fn the_signature_digest_is_the_one_postgresql_hashes_with() {
+        let pss = cert(include_str!("../../tests/data/cert-rsa-pss-sha384.pem"));
+        assert_eq!(pss.signature_algorithm().object().nid(), Nid::RSASSAPSS);
+        assert_eq!(signature_digest(&pss), Some(Nid::SHA384));
+        let sha1 = cert(include_str!("../../tests/data/cert-rsa-sha1.pem"));
+        assert_eq!(signature_digest(&sha1), Some(Nid::SHA1));
+    }
+}
