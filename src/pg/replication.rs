@@ -116,30 +116,23 @@ impl ReplicationConn {
                 return Err(Definite::Bug(format!("{}: no address to connect to", a.shown())).into())
             }
         };
-        let port = a.port;
         match t.tls.mode {
             SslMode::Disable => Self::login(t, a, Box::new(tcp_connect(t, a, addr).await?), None).await,
             // libpq's allow: plaintext first, TLS if the server refuses that login.
             SslMode::Allow => match Self::login(t, a, Box::new(tcp_connect(t, a, addr).await?), None).await {
                 Err(Error::Definite(e)) => {
                     tracing::info!(error = %e, "plaintext login refused; retrying over TLS (sslmode=allow)");
-                    Self::login_tls(t, a, h, addr, port).await
+                    Self::login_tls(t, a, h, addr).await
                 }
                 other => other,
             },
-            _ => Self::login_tls(t, a, h, addr, port).await,
+            _ => Self::login_tls(t, a, h, addr).await,
         }
     }
 
-    async fn login_tls(
-        t: &PgTarget,
-        a: &Attempt,
-        h: &str,
-        addr: std::net::IpAddr,
-        port: u16,
-    ) -> Result<ReplicationConn, Error> {
+    async fn login_tls(t: &PgTarget, a: &Attempt, h: &str, addr: std::net::IpAddr) -> Result<ReplicationConn, Error> {
         let tcp = tcp_connect(t, a, addr).await?;
-        match tls::negotiate(tcp, h, port, &t.tls).await {
+        match tls::negotiate(tcp, h, a.port, &t.tls).await {
             Ok(Negotiated::Tls(s)) => {
                 let cb = tls::server_end_point(s.ssl());
                 Self::login(t, a, s, cb).await
