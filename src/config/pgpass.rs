@@ -1,5 +1,5 @@
 //! libpq's password file (`passfile`, `PGPASSFILE`, `~/.pgpass`): `host:port:db:user:password`
-//! lines, `*` matching anything and `\` escaping `:` and `\`.
+//! lines, a field of just `*` matching anything and `\` escaping `:`, `\` and `*`.
 //!
 //! As libpq does, each host of the conninfo is looked up on its own (a multi-host conninfo may
 //! need a different password per server), and a Unix socket directory matches the host field
@@ -16,7 +16,7 @@ pub fn lookup_each(file: &Path, hosts: &[(PgHost, u16)], db: &str, user: &str) -
     let Some(text) = read(file) else {
         return vec![None; hosts.len()];
     };
-    let lines: Vec<Vec<String>> = text
+    let lines: Vec<Vec<Field>> = text
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(split)
@@ -27,11 +27,11 @@ pub fn lookup_each(file: &Path, hosts: &[(PgHost, u16)], db: &str, user: &str) -
         .map(|(host, port)| {
             let name = host_key(host);
             let port = port.to_string();
-            let m = |f: &str, v: &str| f == "*" || f == v;
+            let m = |f: &Field, v: &str| f.any || f.text == v;
             lines
                 .iter()
                 .find(|f| m(&f[0], &name) && m(&f[1], &port) && m(&f[2], db) && m(&f[3], user))
-                .map(|f| f[4].clone())
+                .map(|f| f[4].text.clone())
         })
         .collect()
 }
@@ -60,19 +60,31 @@ fn read(file: &Path) -> Option<String> {
     std::fs::read_to_string(file).ok()
 }
 
-fn split(line: &str) -> Vec<String> {
+/// One field of a line, unescaped; `any` when it was a bare `*` (an escaped `\*` is a star).
+struct Field {
+    text: String,
+    any: bool,
+}
+
+fn split(line: &str) -> Vec<Field> {
     let mut out = Vec::new();
-    let mut field = String::new();
+    let (mut text, mut escaped) = (String::new(), false);
     let mut chars = line.chars();
     while let Some(c) = chars.next() {
         match c {
-            '\\' => field.extend(chars.next()),
+            '\\' => {
+                escaped = true;
+                text.extend(chars.next());
+            }
             // The fifth field, the password, keeps any further colons.
-            ':' if out.len() < 4 => out.push(std::mem::take(&mut field)),
-            c => field.push(c),
+            ':' if out.len() < 4 => {
+                out.push(Field { any: text == "*" && !escaped, text: std::mem::take(&mut text) });
+                escaped = false;
+            }
+            c => text.push(c),
         }
     }
-    out.push(field);
+    out.push(Field { any: false, text });
     out
 }
 
@@ -95,6 +107,14 @@ mod tests {
         let (_d, f) = file("# old primary\na:5432:*:*:pw-a\nb:5433:app:u:pw\\:b\n*:*:*:other:x\n");
         let hosts = [(PgHost::Tcp("a".into()), 5432), (PgHost::Tcp("b".into()), 5433), (PgHost::Tcp("c".into()), 5432)];
         assert_eq!(lookup_each(&f, &hosts, "app", "u"), vec![Some("pw-a".to_owned()), Some("pw:b".to_owned()), None]);
+    }
+
+    /// A bare `*` matches anything; an escaped one is a star (libpq's pwdfMatchesString).
+    #[test]
+    fn only_a_bare_star_is_a_wildcard() {
+        let (_d, f) = file("\\*:*:*:*:star-host\n*:*:*:*:any\n");
+        let hosts = [(PgHost::Tcp("h".into()), 1), (PgHost::Tcp("*".into()), 1)];
+        assert_eq!(lookup_each(&f, &hosts, "d", "u"), vec![Some("any".to_owned()), Some("star-host".to_owned())]);
     }
 
     #[test]
