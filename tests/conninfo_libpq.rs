@@ -92,6 +92,10 @@ const MORE: &[&str] = &[
     "hostaddr=127.0.0.1 port=6543",
     "host=db.example hostaddr=10.0.0.7",
     "host=a,b hostaddr=10.0.0.1,::1",
+    // An empty hostaddr entry: that host is reached by its name (libpq's connectOptions2).
+    "host=a,b hostaddr=,10.0.0.2",
+    "host=a,b,/tmp hostaddr=10.0.0.1,,",
+    "hostaddr=,127.0.0.1",
     "user=u user=v dbname=d",
     "dbname='' user=u",
     "application_name='my app' options='-c search_path=x' host=h",
@@ -168,13 +172,15 @@ fn ours(s: &str) -> Result<PgTarget, String> {
 
 /// Where libpq would connect, from the options it parsed, by libpq's documented defaults (no
 /// environment): one entry per host (or hostaddr) name, an empty one meaning the default socket
-/// directory; a missing port 5432; one port for every host.
-fn libpq_hosts(d: &BTreeMap<String, String>) -> (Vec<(PgHost, u16)>, Vec<std::net::IpAddr>) {
+/// directory; an empty hostaddr entry meaning the host's name; a missing port 5432; one port for
+/// every host.
+#[allow(clippy::type_complexity)]
+fn libpq_hosts(d: &BTreeMap<String, String>) -> (Vec<(PgHost, u16)>, Vec<Option<std::net::IpAddr>>) {
     let list = |k: &str| -> Vec<String> {
         d.get(k).filter(|v| !v.is_empty()).map(|v| v.split(',').map(str::to_owned).collect()).unwrap_or_default()
     };
     let (names, addrs, ports) = (list("host"), list("hostaddr"), list("port"));
-    let addrs: Vec<std::net::IpAddr> = addrs.iter().map(|a| a.parse().unwrap()).collect();
+    let addrs: Vec<Option<std::net::IpAddr>> = addrs.iter().map(|a| a.parse().ok()).collect();
     let n = names.len().max(addrs.len()).max(1);
     let port = |i: usize| -> u16 {
         let p = if ports.len() == 1 { &ports[0] } else { ports.get(i).map(String::as_str).unwrap_or("") };
@@ -188,7 +194,7 @@ fn libpq_hosts(d: &BTreeMap<String, String>) -> (Vec<(PgHost, u16)>, Vec<std::ne
         .map(|i| {
             let name = names.get(i).map(String::as_str).unwrap_or("");
             let h = if name.is_empty() {
-                match addrs.get(i) {
+                match addrs.get(i).copied().flatten() {
                     Some(a) => PgHost::Tcp(a.to_string()),
                     None => PgHost::Unix("/var/run/postgresql".into()),
                 }
@@ -292,10 +298,16 @@ fn what_outboxd_does_not_support_is_refused_by_name() {
 fn hostaddr_is_used_and_round_trips() {
     let t = ours("host=db.example hostaddr=10.0.0.7 port=6000 user=u dbname=d sslmode=disable").unwrap();
     assert_eq!(t.hosts, vec![(PgHost::Tcp("db.example".into()), 6000)]);
-    assert_eq!(t.hostaddrs, vec!["10.0.0.7".parse::<std::net::IpAddr>().unwrap()]);
+    assert_eq!(t.hostaddrs, vec![Some("10.0.0.7".parse::<std::net::IpAddr>().unwrap())]);
     let url = t.to_url_masked();
     assert!(url.contains("hostaddr=10.0.0.7"), "{url}");
     assert!(ours(&url).unwrap() == t, "{url}");
-    let c = t.to_tokio_postgres();
+    let c = t.to_tokio_postgres(0, t.hostaddrs[0]);
     assert_eq!(c.get_hostaddrs(), &["10.0.0.7".parse::<std::net::IpAddr>().unwrap()]);
+    // An empty entry leaves its host to its name, and survives the masked URL too.
+    let t = ours("host=a,b hostaddr=,10.0.0.8 port=6000 user=u dbname=d sslmode=disable").unwrap();
+    assert_eq!(t.hostaddrs, vec![None, Some("10.0.0.8".parse().unwrap())]);
+    let url = t.to_url_masked();
+    assert!(url.contains("hostaddr=%2C10.0.0.8") || url.contains("hostaddr=,10.0.0.8"), "{url}");
+    assert!(ours(&url).unwrap() == t, "{url}");
 }

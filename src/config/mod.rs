@@ -28,6 +28,7 @@ pub mod debezium;
 pub mod http;
 mod kafka;
 mod nats;
+mod pgpass;
 mod poll;
 pub mod postgres;
 pub mod properties;

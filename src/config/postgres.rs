@@ -5,7 +5,8 @@
 //! reads them ([`super::conninfo`]); a libpq keyword outboxd does not support is refused by name.
 //! Missing values fall back to libpq's environment (`PGHOST`, `PGPORT`, ...), then to libpq's
 //! defaults. The password comes, in this order, from the conninfo, `--postgres-password-file`,
-//! `PGPASSWORD`, then the password file (`passfile`, `PGPASSFILE`, `~/.pgpass`).
+//! `PGPASSWORD`, then the password file (`passfile`, `PGPASSFILE`, `~/.pgpass`), which is looked
+//! up for each host on its own, as libpq does.
 //!
 //! Invariants: the replication connection and the admin connection are both derived from the
 //! one `PgTarget`, so they can never disagree; `Display` and `Debug` never show a password or a
@@ -14,6 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::pgpass;
 use crate::error::Definite;
 
 /// libpq's `sslmode`.
@@ -146,11 +148,16 @@ pub enum PasswordSource {
 pub struct PgTarget {
     /// Hosts with their ports, tried in order.
     pub hosts: Vec<(PgHost, u16)>,
-    /// libpq's `hostaddr`: empty, or one address per host (then connections go to the address,
-    /// and the host name is used for TLS and the password file).
-    pub hostaddrs: Vec<std::net::IpAddr>,
+    /// libpq's `hostaddr`: empty, or one entry per host (then connections go to the address,
+    /// and the host name is used for TLS and the password file). An empty entry (`None`) leaves
+    /// its host to be reached by name, as in libpq.
+    pub hostaddrs: Vec<Option<std::net::IpAddr>>,
     pub user: String,
+    /// The password from the conninfo, `--postgres-password-file` or `PGPASSWORD`: every host's.
     pub password: Option<String>,
+    /// Without such a password, each host's from the password file (libpq looks every host up
+    /// on its own), by position in `hosts`; see [`PgTarget::password_for`].
+    pub host_passwords: Vec<Option<String>>,
     pub password_source: Option<PasswordSource>,
     pub dbname: String,
     pub application_name: String,
@@ -220,7 +227,7 @@ const SUPPORTED: &[&str] = &[
 ];
 
 /// libpq's default socket directory on Debian.
-const DEFAULT_SOCKET_DIR: &str = "/var/run/postgresql";
+pub(crate) const DEFAULT_SOCKET_DIR: &str = "/var/run/postgresql";
 
 /// Where a value not in the conninfo comes from.
 pub struct Fallbacks<'a> {
@@ -299,15 +306,19 @@ impl PgTarget {
         } else if let Some(p) = env("PGPASSWORD") {
             (Some(p), Some(PasswordSource::Env))
         } else {
-            let file = given("passfile", "PGPASSFILE").map(PathBuf::from).or_else(default_pgpass);
-            match file.filter(|f| f.exists()) {
-                Some(f) => match pgpass_lookup(&f, &hosts[0], &dbname, &user)? {
-                    Some(p) => (Some(p), Some(PasswordSource::Passfile(f))),
-                    None => (None, None),
-                },
-                None => (None, None),
-            }
+            (None, None)
         };
+        let mut host_passwords = Vec::new();
+        let mut password_source = password_source;
+        if password.is_none() {
+            let file = given("passfile", "PGPASSFILE").map(PathBuf::from).or_else(default_pgpass);
+            if let Some(f) = file.filter(|f| f.exists()) {
+                host_passwords = pgpass::lookup_each(&f, &hosts, &dbname, &user);
+                if host_passwords.iter().any(Option::is_some) {
+                    password_source = Some(PasswordSource::Passfile(f));
+                }
+            }
+        }
 
         let tls = tls_settings(&get, &env)?;
         let channel_binding = match given("channel_binding", "PGCHANNELBINDING").as_deref() {
@@ -351,6 +362,7 @@ impl PgTarget {
             hostaddrs,
             user,
             password,
+            host_passwords,
             password_source,
             dbname,
             application_name,
@@ -363,12 +375,10 @@ impl PgTarget {
         })
     }
 
-    /// The first host, for messages and the pgpass lookup.
-    pub fn first_host(&self) -> String {
-        match &self.hosts[0] {
-            (PgHost::Tcp(h), p) => format!("{h}:{p}"),
-            (PgHost::Unix(d), p) => format!("{}/.s.PGSQL.{p}", d.display()),
-        }
+    /// The password for the host at `index` of `hosts`: the one given for all, or that host's
+    /// password file entry.
+    pub fn password_for(&self, index: usize) -> Option<&str> {
+        self.password.as_deref().or_else(|| self.host_passwords.get(index)?.as_deref())
     }
 
     /// A URL that reconnects to the same place; the password shows as `****`, and only when it
@@ -392,7 +402,7 @@ impl PgTarget {
             }
         }
         if !self.hostaddrs.is_empty() {
-            let a: Vec<String> = self.hostaddrs.iter().map(|a| a.to_string()).collect();
+            let a: Vec<String> = self.hostaddrs.iter().map(|a| a.map(|a| a.to_string()).unwrap_or_default()).collect();
             q.push(("hostaddr".into(), a.join(",")));
         }
         q.push(("sslmode".into(), self.tls.mode_given.as_str().into()));
@@ -439,20 +449,23 @@ impl PgTarget {
         format!("postgres://{auth}@{}/{}?{}", tcp.join(","), enc(&self.dbname), query.join("&"))
     }
 
-    /// The equivalent tokio-postgres configuration for ordinary (non-replication) sessions. TLS
-    /// itself is set up by `pg::tls`; this only carries the mode tokio-postgres understands.
-    pub fn to_tokio_postgres(&self) -> tokio_postgres::Config {
+    /// The equivalent tokio-postgres configuration of an ordinary (non-replication) session to
+    /// the host at `index` of `hosts`, its TCP connection going to `addr` (for a host name, one of
+    /// its addresses). One host at a time: the hosts are tried by `pg::hosts`, as libpq tries
+    /// them, each with its own password. TLS itself is set up by `pg::tls`; this only carries the
+    /// mode tokio-postgres understands.
+    pub fn to_tokio_postgres(&self, index: usize, addr: Option<std::net::IpAddr>) -> tokio_postgres::Config {
         use tokio_postgres::config::{ChannelBinding, SslMode as TpMode};
         let mut c = tokio_postgres::Config::new();
-        for (h, p) in &self.hosts {
+        if let Some((h, p)) = self.hosts.get(index) {
             match h {
                 PgHost::Tcp(h) => c.host(h),
                 PgHost::Unix(d) => c.host_path(d),
             };
             c.port(*p);
         }
-        for a in &self.hostaddrs {
-            c.hostaddr(*a);
+        if let Some(a) = addr {
+            c.hostaddr(a);
         }
         c.user(&self.user)
             .dbname(&self.dbname)
@@ -478,7 +491,7 @@ impl PgTarget {
         if let Some(t) = self.tcp_user_timeout {
             c.tcp_user_timeout(t);
         }
-        if let Some(p) = &self.password {
+        if let Some(p) = self.password_for(index) {
             c.password(p);
         }
         c
@@ -586,78 +599,25 @@ fn default_pgpass() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pgpass"))
 }
 
-/// libpq's password file: `host:port:db:user:password`, `*` matches anything, `\` escapes.
-fn pgpass_lookup(file: &Path, host: &(PgHost, u16), db: &str, user: &str) -> Result<Option<String>, Definite> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        if let Ok(m) = std::fs::metadata(file) {
-            if m.permissions().mode() & 0o077 != 0 {
-                tracing::warn!(file = %file.display(), "password file has group or world access; ignored as libpq does (chmod 0600 it)");
-                return Ok(None);
-            }
-        }
-    }
-    let text = match std::fs::read_to_string(file) {
-        Ok(t) => t,
-        Err(_) => return Ok(None),
-    };
-    let hostname = match &host.0 {
-        PgHost::Tcp(h) => h.clone(),
-        PgHost::Unix(_) => "localhost".into(),
-    };
-    let port = host.1.to_string();
-    for line in text.lines() {
-        if line.starts_with('#') || line.trim().is_empty() {
-            continue;
-        }
-        let fields = split_pgpass(line);
-        if fields.len() < 5 {
-            continue;
-        }
-        let m = |f: &str, v: &str| f == "*" || f == v;
-        if m(&fields[0], &hostname) && m(&fields[1], &port) && m(&fields[2], db) && m(&fields[3], user) {
-            return Ok(Some(fields[4].clone()));
-        }
-    }
-    Ok(None)
-}
-
-fn split_pgpass(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut field = String::new();
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => field.extend(chars.next()),
-            // The fifth field, the password, keeps any further colons.
-            ':' if out.len() < 4 => out.push(std::mem::take(&mut field)),
-            c => field.push(c),
-        }
-    }
-    out.push(field);
-    out
-}
-
 /// libpq's host, hostaddr and port lists, as hosts with ports and addresses. An empty host entry
-/// is the default socket directory; a missing port is 5432; one port serves every host.
+/// is the default socket directory (or its hostaddr); an empty hostaddr entry leaves its host to
+/// be reached by name; a missing port is 5432; one port serves every host.
 #[allow(clippy::type_complexity)]
 fn hosts_of(
     host: Option<String>,
     hostaddr: Option<String>,
     port: Option<String>,
-) -> Result<(Vec<(PgHost, u16)>, Vec<std::net::IpAddr>), String> {
+) -> Result<(Vec<(PgHost, u16)>, Vec<Option<std::net::IpAddr>>), String> {
     let names: Vec<String> = host.map(|h| h.split(',').map(str::to_owned).collect()).unwrap_or_default();
     let mut addrs = Vec::new();
     for a in hostaddr.iter().flat_map(|a| a.split(',')) {
-        let ip = a.trim().parse::<std::net::IpAddr>().map_err(|_| {
-            if a.trim().is_empty() {
-                "hostaddr has an empty entry; give an address for every host (or no hostaddr)".to_owned()
-            } else {
-                format!("hostaddr {a:?} is not a numeric IP address; put a host name in host=")
-            }
-        })?;
-        addrs.push(ip);
+        addrs.push(match a.trim() {
+            "" => None,
+            a => Some(
+                a.parse::<std::net::IpAddr>()
+                    .map_err(|_| format!("hostaddr {a:?} is not a numeric IP address; put a host name in host="))?,
+            ),
+        });
     }
     if !names.is_empty() && !addrs.is_empty() && names.len() != addrs.len() {
         return Err(format!(
@@ -670,7 +630,7 @@ fn hosts_of(
     let mut hosts: Vec<PgHost> = Vec::with_capacity(n);
     for i in 0..n {
         let name = names.get(i).map(String::as_str).unwrap_or("");
-        hosts.push(match (name, addrs.get(i)) {
+        hosts.push(match (name, addrs.get(i).copied().flatten()) {
             ("", Some(ip)) => PgHost::Tcp(ip.to_string()),
             ("", None) => PgHost::Unix(PathBuf::from(DEFAULT_SOCKET_DIR)),
             (n, Some(ip)) if n.starts_with('/') => {
@@ -799,10 +759,13 @@ mod tests {
         std::fs::set_permissions(&pass, std::fs::Permissions::from_mode(0o600)).unwrap();
         let p = pass.display().to_string();
         let t = parse_env("host=h user=u dbname=app", &[("PGPASSFILE", &p)]).unwrap();
-        assert_eq!(t.password.as_deref(), Some("pa:ss:word"));
+        assert_eq!(t.password_for(0), Some("pa:ss:word"));
+        // Each host is looked up on its own, as libpq does.
+        let t = parse_env("host=other,h user=u dbname=app", &[("PGPASSFILE", &p)]).unwrap();
+        assert_eq!((t.password_for(0), t.password_for(1)), (Some("nope"), Some("pa:ss:word")));
         std::fs::set_permissions(&pass, std::fs::Permissions::from_mode(0o644)).unwrap();
         let t = parse_env("host=h user=u dbname=app", &[("PGPASSFILE", &p)]).unwrap();
-        assert_eq!(t.password, None, "a world-readable password file is ignored, as libpq does");
+        assert_eq!(t.password_for(0), None, "a world-readable password file is ignored, as libpq does");
     }
 
     #[test]

@@ -17,6 +17,7 @@ use crate::config::postgres::SessionAttrs;
 use crate::config::{Config, PgTarget, PublicationAutocreate, SslMode, TableName};
 use crate::error::{Definite, Error, Transient};
 use crate::lsn::Lsn;
+use crate::pg::hosts::{self, Attempt};
 use crate::pg::tls;
 use crate::router::{HeadersField, MissingPolicy};
 
@@ -79,44 +80,37 @@ async fn connect_with(
     primary: bool,
     notify: Option<UnboundedSender<tokio_postgres::Notification>>,
 ) -> Result<Client, Error> {
-    let limit = target.connect_timeout * target.hosts.len().max(1) as u32 + Duration::from_secs(5);
-    let client = match tokio::time::timeout(limit, connect_inner(target, primary, notify)).await {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(Transient::PgServer {
-                code: "08001".into(),
-                message: format!("connecting to {target} took over {}s", limit.as_secs()),
-            }
-            .into())
-        }
-    };
+    // Each host and address within its own connect_timeout, as libpq and the replication
+    // connection try them.
+    let client = hosts::each_until_ok(target, |a| connect_one(target, a, primary, notify.clone())).await?;
     let set = format!("SET statement_timeout = {}", ADMIN_TIMEOUT.as_millis() * 2 / 3);
     timed("setting statement_timeout", client.batch_execute(&set)).await?;
     Ok(client)
 }
 
-async fn connect_inner(
+/// One address of one host.
+async fn connect_one(
     target: &PgTarget,
+    a: Attempt,
     primary: bool,
     notify: Option<UnboundedSender<tokio_postgres::Notification>>,
 ) -> Result<Client, Error> {
-    let mut pg = target.to_tokio_postgres();
+    let mut pg = target.to_tokio_postgres(a.index, a.addr);
     // tokio-postgres's read-write check (`SHOW transaction_read_only`) also skips a standby, whose
     // transactions are all read-only; it is the nearest it has to libpq's `primary`.
     if (primary && target.hosts.len() > 1) || target.session_attrs != SessionAttrs::Any {
         pg.target_session_attrs(tokio_postgres::config::TargetSessionAttrs::ReadWrite);
     }
-    // Over Unix sockets only, or with sslmode=disable, no connection can use TLS: skip building the
-    // OpenSSL context, which reads the system CA bundle (tens of milliseconds per connection).
-    let tls_possible =
-        target.tls.mode != SslMode::Disable && target.hosts.iter().any(|(h, _)| matches!(h, PgHost::Tcp(_)));
+    // Over a Unix socket, or with sslmode=disable, the connection cannot use TLS: skip building
+    // the OpenSSL context, which reads the system CA bundle (tens of milliseconds per connection).
+    let tls_possible = target.tls.mode != SslMode::Disable && matches!(a.host, PgHost::Tcp(_));
     if !tls_possible {
         return match pg.connect(tokio_postgres::NoTls).await {
             Ok((client, conn)) => {
                 drive(conn, notify);
                 Ok(client)
             }
-            Err(e) => Err(connect_error(target, e)),
+            Err(e) => Err(connect_error(target, &a, e)),
         };
     }
     let tls = tls::make_tls(&target.tls)?;
@@ -144,7 +138,7 @@ async fn connect_inner(
             drive(conn, notify);
             Ok(client)
         }
-        Err(e) => Err(connect_error(target, e)),
+        Err(e) => Err(connect_error(target, &a, e)),
     }
 }
 
@@ -179,10 +173,10 @@ fn drive<S, T>(
 }
 
 /// One line per way a login can fail; TLS and login problems are definite.
-fn connect_error(target: &PgTarget, e: tokio_postgres::Error) -> Error {
+fn connect_error(target: &PgTarget, a: &Attempt, e: tokio_postgres::Error) -> Error {
     let mode = target.tls.mode_given.as_str();
     let text = full_text(&e);
-    let where_ = target.first_host();
+    let where_ = a.shown();
     if let Some(db) = e.as_db_error() {
         return super::login::refused(target, super::login::Conn::Ordinary, db.code().code(), db.message());
     }

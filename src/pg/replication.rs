@@ -32,6 +32,7 @@ use crate::config::postgres::{ChannelBindingMode, SessionAttrs};
 use crate::config::{PgHost, PgTarget, SslMode};
 use crate::error::{Definite, Error, Transient};
 use crate::lsn::Lsn;
+use crate::pg::hosts::{self, Attempt};
 use crate::pg::tls::{self, Negotiated};
 
 trait Socket: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -82,19 +83,17 @@ pub fn pg_now_us() -> i64 {
 impl ReplicationConn {
     /// Connect with `replication=database` and authenticate (trust, password, md5, SCRAM-SHA-256
     /// with or without channel binding, client certificates), over TLS as `sslmode` says. Hosts
-    /// are tried in order; the whole of it is bounded by `connect_timeout`.
+    /// and their addresses are tried in order, each within its own `connect_timeout`
+    /// ([`hosts`]); the first that logs us in and is a primary wins. A server in recovery (or,
+    /// with `target_session_attrs=read-write`, one whose transactions are read-only) is skipped:
+    /// the slot is only ever used on the primary.
     pub async fn connect(t: &PgTarget) -> Result<ReplicationConn, Error> {
-        match tokio::time::timeout(t.connect_timeout, Self::connect_any(t)).await {
-            Ok(r) => r,
-            Err(_) => Err(Transient::PgIo {
-                target: t.to_string(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("connecting and logging in took over connect_timeout={}s", t.connect_timeout.as_secs()),
-                ),
-            }
-            .into()),
-        }
+        hosts::each_until_ok(t, |a| async move {
+            let mut c = Self::connect_one(t, &a).await?;
+            c.require_primary(t).await?;
+            Ok(c)
+        })
+        .await
     }
 
     /// The walsender's PID, from BackendKeyData.
@@ -102,83 +101,58 @@ impl ReplicationConn {
         self.backend_pid
     }
 
-    /// Hosts in order, as libpq tries them; the first that logs us in and is a primary wins. A
-    /// server in recovery (or, with `target_session_attrs=read-write`, one whose transactions are
-    /// read-only) is skipped: the slot is only ever used on the primary.
-    async fn connect_any(t: &PgTarget) -> Result<ReplicationConn, Error> {
-        let mut last = None;
-        for (i, (host, port)) in t.hosts.iter().enumerate() {
-            let conn = match Self::connect_one(t, host, t.hostaddrs.get(i).copied(), *port).await {
-                Ok(mut c) => c.require_primary(t).await.map(|()| c),
-                Err(e) => Err(e),
-            };
-            match conn {
-                Ok(c) => return Ok(c),
-                Err(e) if e.is_transient() && i + 1 < t.hosts.len() => {
-                    tracing::warn!(error = %e, "trying the next host");
-                    last = Some(e);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| Definite::Config("--postgres-url names no host".into()).into()))
-    }
-
-    /// One host; `addr` (libpq's `hostaddr`) is where the TCP connection goes, the host name is
-    /// still what TLS verifies.
-    async fn connect_one(
-        t: &PgTarget,
-        host: &PgHost,
-        addr: Option<std::net::IpAddr>,
-        port: u16,
-    ) -> Result<ReplicationConn, Error> {
-        let h = match host {
-            PgHost::Unix(dir) => {
-                let path = dir.join(format!(".s.PGSQL.{port}"));
+    /// One address of one host; the host name is still what TLS verifies.
+    async fn connect_one(t: &PgTarget, a: &Attempt) -> Result<ReplicationConn, Error> {
+        let (h, addr) = match (&a.host, a.addr) {
+            (PgHost::Tcp(h), Some(addr)) => (h.as_str(), addr),
+            (PgHost::Unix(dir), _) => {
+                let path = dir.join(format!(".s.PGSQL.{}", a.port));
                 let s = tokio::net::UnixStream::connect(&path)
                     .await
                     .map_err(|source| Transient::PgIo { target: path.display().to_string(), source })?;
-                return Self::login(t, Box::new(s), None).await;
+                return Self::login(t, a, Box::new(s), None).await;
             }
-            PgHost::Tcp(h) => h.as_str(),
+            (PgHost::Tcp(_), None) => {
+                return Err(Definite::Bug(format!("{}: no address to connect to", a.shown())).into())
+            }
         };
         match t.tls.mode {
-            SslMode::Disable => Self::login(t, Box::new(tcp_connect(t, h, addr, port).await?), None).await,
+            SslMode::Disable => Self::login(t, a, Box::new(tcp_connect(t, a, addr).await?), None).await,
             // libpq's allow: plaintext first, TLS if the server refuses that login.
-            SslMode::Allow => match Self::login(t, Box::new(tcp_connect(t, h, addr, port).await?), None).await {
+            SslMode::Allow => match Self::login(t, a, Box::new(tcp_connect(t, a, addr).await?), None).await {
                 Err(Error::Definite(e)) => {
                     tracing::info!(error = %e, "plaintext login refused; retrying over TLS (sslmode=allow)");
-                    Self::login_tls(t, h, addr, port).await
+                    Self::login_tls(t, a, h, addr).await
                 }
                 other => other,
             },
-            _ => Self::login_tls(t, h, addr, port).await,
+            _ => Self::login_tls(t, a, h, addr).await,
         }
     }
 
-    async fn login_tls(
-        t: &PgTarget,
-        h: &str,
-        addr: Option<std::net::IpAddr>,
-        port: u16,
-    ) -> Result<ReplicationConn, Error> {
-        let tcp = tcp_connect(t, h, addr, port).await?;
-        match tls::negotiate(tcp, h, port, &t.tls).await {
+    async fn login_tls(t: &PgTarget, a: &Attempt, h: &str, addr: std::net::IpAddr) -> Result<ReplicationConn, Error> {
+        let tcp = tcp_connect(t, a, addr).await?;
+        match tls::negotiate(tcp, h, a.port, &t.tls).await {
             Ok(Negotiated::Tls(s)) => {
                 let cb = tls::server_end_point(s.ssl());
-                Self::login(t, s, cb).await
+                Self::login(t, a, s, cb).await
             }
-            Ok(Negotiated::Plain(s)) => Self::login(t, Box::new(s), None).await,
+            Ok(Negotiated::Plain(s)) => Self::login(t, a, Box::new(s), None).await,
             // libpq's prefer: a failed handshake falls back to plaintext on a new socket.
             Err(e) if e.is_transient() && t.tls.mode == SslMode::Prefer => {
                 tracing::info!(error = %e, "TLS handshake failed; retrying in plaintext (sslmode=prefer)");
-                Self::login(t, Box::new(tcp_connect(t, h, addr, port).await?), None).await
+                Self::login(t, a, Box::new(tcp_connect(t, a, addr).await?), None).await
             }
             Err(e) => Err(e),
         }
     }
 
-    async fn login(t: &PgTarget, sock: Box<dyn Socket>, cb: Option<Vec<u8>>) -> Result<ReplicationConn, Error> {
+    async fn login(
+        t: &PgTarget,
+        a: &Attempt,
+        sock: Box<dyn Socket>,
+        cb: Option<Vec<u8>>,
+    ) -> Result<ReplicationConn, Error> {
         let target = t.to_string();
         let mut conn = ReplicationConn {
             sock,
@@ -203,11 +177,11 @@ impl ReplicationConn {
         frontend::startup_message(params.iter().copied(), &mut conn.wbuf)
             .map_err(|source| Transient::PgIo { target: target.clone(), source })?;
         conn.flush().await?;
-        conn.authenticate(t, cb).await?;
+        conn.authenticate(t, a.password(t), cb).await?;
         Ok(conn)
     }
 
-    async fn authenticate(&mut self, t: &PgTarget, cb: Option<Vec<u8>>) -> Result<(), Error> {
+    async fn authenticate(&mut self, t: &PgTarget, password: Option<&str>, cb: Option<Vec<u8>>) -> Result<(), Error> {
         let need_password = || {
             Definite::Setup(format!(
                 "PostgreSQL at {t} asks for a password, but none was given: put it in --postgres-url, \
@@ -247,7 +221,7 @@ impl ReplicationConn {
                     if require_cb {
                         return Err(no_cb().into());
                     }
-                    let pw = t.password.as_deref().ok_or_else(need_password)?;
+                    let pw = password.ok_or_else(need_password)?;
                     frontend::password_message(pw.as_bytes(), &mut self.wbuf).map_err(|e| self.io(e))?;
                     self.flush().await?;
                 }
@@ -255,13 +229,13 @@ impl ReplicationConn {
                     if require_cb {
                         return Err(no_cb().into());
                     }
-                    let pw = t.password.as_deref().ok_or_else(need_password)?;
+                    let pw = password.ok_or_else(need_password)?;
                     let hash = postgres_protocol::authentication::md5_hash(t.user.as_bytes(), pw.as_bytes(), body.salt());
                     frontend::password_message(hash.as_bytes(), &mut self.wbuf).map_err(|e| self.io(e))?;
                     self.flush().await?;
                 }
                 backend::Message::AuthenticationSasl(body) => {
-                    let pw = t.password.as_deref().ok_or_else(need_password)?;
+                    let pw = password.ok_or_else(need_password)?;
                     let mut mechs = body.mechanisms();
                     let (mut has_scram, mut has_plus) = (false, false);
                     while let Some(m) = mechs.next().map_err(|e| self.io(e))? {
@@ -508,25 +482,11 @@ impl ReplicationConn {
     }
 }
 
-/// TCP connect with keepalives (and `tcp_user_timeout`) as the conninfo says.
-/// A TCP connection to `host` (to `addr`, libpq's `hostaddr`, when given) with outboxd's socket
-/// options.
-async fn tcp_connect(
-    t: &PgTarget,
-    host: &str,
-    addr: Option<std::net::IpAddr>,
-    port: u16,
-) -> Result<tokio::net::TcpStream, Transient> {
-    let shown = match addr {
-        Some(a) => format!("{host}:{port} (hostaddr {a})"),
-        None => format!("{host}:{port}"),
-    };
-    let io = |source| Transient::PgIo { target: shown.clone(), source };
-    let s = match addr {
-        Some(a) => tokio::net::TcpStream::connect((a, port)).await,
-        None => tokio::net::TcpStream::connect((host, port)).await,
-    }
-    .map_err(io)?;
+/// A TCP connection to `addr` (libpq's `hostaddr`, or an address of the host name) with
+/// keepalives (and `tcp_user_timeout`) as the conninfo says.
+async fn tcp_connect(t: &PgTarget, a: &Attempt, addr: std::net::IpAddr) -> Result<tokio::net::TcpStream, Transient> {
+    let io = |source| Transient::PgIo { target: a.shown(), source };
+    let s = tokio::net::TcpStream::connect((addr, a.port)).await.map_err(io)?;
     s.set_nodelay(true).map_err(io)?;
     let sock = socket2::SockRef::from(&s);
     if t.keepalives.enabled {
@@ -852,7 +812,8 @@ mod tests {
         let t = PgTarget::parse(url).expect("url");
         let (client, server) = tokio::io::duplex(64 * 1024);
         let srv = tokio::spawn(fake_server(server, steps));
-        let login = ReplicationConn::login(&t, Box::new(client), cb);
+        let a = crate::pg::hosts::Attempt { index: 0, host: t.hosts[0].0.clone(), port: t.hosts[0].1, addr: None };
+        let login = ReplicationConn::login(&t, &a, Box::new(client), cb);
         let r = tokio::time::timeout(Duration::from_secs(10), login).await.expect("login hung").map(|_| ());
         srv.abort();
         r

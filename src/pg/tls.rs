@@ -2,8 +2,8 @@
 //!
 //! One OpenSSL stack serves the whole process: librdkafka needs OpenSSL for Kafka TLS anyway, so
 //! the PostgreSQL side uses the same library (one set of CA paths, one `SSL_CERT_FILE`, one thing
-//! to patch), through `tokio-openssl` on the replication connection and `postgres-openssl` on the
-//! admin connection. Both get their connector from [`connector`], so they verify alike:
+//! to patch), through `tokio-openssl` on both connections (tokio-postgres's side is
+//! [`super::admin_tls`]). Both get their connector from [`connector`], so they verify alike:
 //!
 //! | sslmode | chain checked | host name checked |
 //! |---|---|---|
@@ -30,6 +30,7 @@ use openssl::pkey::PKey;
 use openssl::ssl::{SslConnector, SslMethod, SslRef, SslVerifyMode, SslVersion};
 use openssl::x509::store::{X509Lookup, X509StoreBuilder};
 use openssl::x509::verify::X509VerifyFlags;
+use openssl::x509::X509Ref;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio_openssl::SslStream;
@@ -100,15 +101,10 @@ pub fn verify_hostname(tls: &TlsSettings) -> bool {
     tls.mode == SslMode::VerifyFull
 }
 
-/// The admin connection's TLS maker, verifying exactly as the replication connection does.
-pub fn make_tls(tls: &TlsSettings) -> Result<postgres_openssl::MakeTlsConnector, Definite> {
-    let mut m = postgres_openssl::MakeTlsConnector::new(connector(tls)?);
-    let full = verify_hostname(tls);
-    m.set_callback(move |c, _host| {
-        c.set_verify_hostname(full);
-        Ok(())
-    });
-    Ok(m)
+/// The admin connection's TLS maker, verifying exactly as the replication connection does and
+/// binding channels with the same [`server_end_point`].
+pub fn make_tls(tls: &TlsSettings) -> Result<super::admin_tls::MakeTls, Definite> {
+    Ok(super::admin_tls::MakeTls::new(connector(tls)?, verify_hostname(tls)))
 }
 
 /// Outcome of asking a server for TLS on a fresh TCP socket.
@@ -196,13 +192,58 @@ pub fn handshake_failure(where_: &str, tls: &TlsSettings, reason: &str, verify_f
 }
 
 /// `tls-server-end-point` channel-binding data (RFC 5929): the server certificate hashed with
-/// its signature's digest, SHA-256 for MD5 and SHA-1.
+/// the digest of its signature, SHA-256 for MD5 and SHA-1. The digest is found as PostgreSQL's
+/// server finds it (`be_tls_get_certificate_hash`, with `X509_get_signature_info`), so an RSA-PSS
+/// signature hashes with the digest in its parameters. `None` when the signature has no digest
+/// PostgreSQL could use (Ed25519): the server cannot bind such a channel either.
 pub fn server_end_point(ssl: &SslRef) -> Option<Vec<u8>> {
     let cert = ssl.peer_certificate()?;
-    let algo = cert.signature_algorithm().object().nid();
-    let digest = match algo.signature_algorithms().map(|a| a.digest) {
-        Some(Nid::MD5) | Some(Nid::SHA1) | None => MessageDigest::sha256(),
-        Some(nid) => MessageDigest::from_nid(nid).unwrap_or_else(MessageDigest::sha256),
+    let digest = match signature_digest(&cert)? {
+        Nid::MD5 | Nid::SHA1 => MessageDigest::sha256(),
+        nid => MessageDigest::from_nid(nid)?,
     };
     cert.digest(digest).ok().map(|d| d.to_vec())
+}
+
+extern "C" {
+    // OpenSSL 1.1.1 and later; openssl-sys has no binding for it.
+    fn X509_get_signature_info(
+        x: *mut std::ffi::c_void,
+        mdnid: *mut std::ffi::c_int,
+        pknid: *mut std::ffi::c_int,
+        secbits: *mut std::ffi::c_int,
+        flags: *mut u32,
+    ) -> std::ffi::c_int;
+}
+
+/// The digest of a certificate's signature; for RSA-PSS the one its parameters name, which
+/// `Nid::signature_algorithms` cannot see (it knows only OIDs that imply a digest).
+fn signature_digest(cert: &X509Ref) -> Option<Nid> {
+    use foreign_types::ForeignTypeRef;
+    let mut md: std::ffi::c_int = 0;
+    let null = std::ptr::null_mut();
+    // SAFETY: `cert` is a live X509 for the call; OpenSSL only reads it (and fills its internal,
+    // locked extension cache); the out pointers are either valid or null, which it allows.
+    let ok = unsafe { X509_get_signature_info(cert.as_ptr().cast(), &mut md, null, null, std::ptr::null_mut()) };
+    (ok == 1 && md != Nid::UNDEF.as_raw()).then(|| Nid::from_raw(md))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cert(pem: &str) -> openssl::x509::X509 {
+        openssl::x509::X509::from_pem(pem.as_bytes()).unwrap()
+    }
+
+    /// The digest comes from the signature's parameters for RSA-PSS (the OID names none), and
+    /// from the OID otherwise; server_end_point then maps SHA-1 to SHA-256.
+    #[test]
+    fn the_signature_digest_is_the_one_postgresql_hashes_with() {
+        let pss = cert(include_str!("../../tests/data/cert-rsa-pss-sha384.pem"));
+        assert_eq!(pss.signature_algorithm().object().nid(), Nid::RSASSAPSS);
+        assert_eq!(signature_digest(&pss), Some(Nid::SHA384));
+        let sha1 = cert(include_str!("../../tests/data/cert-rsa-sha1.pem"));
+        assert_eq!(signature_digest(&sha1), Some(Nid::SHA1));
+    }
 }
