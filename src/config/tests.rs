@@ -717,6 +717,7 @@ fn outboxd_config_prints_every_run_flag() {
         "tracing-span-context-field",
         "otlp-endpoint",
         "status-page-token-file",
+        "status-page-allowed-hosts",
         "heartbeat-action-query",
         "schema-dir",
         "mask",

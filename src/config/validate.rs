@@ -313,6 +313,12 @@ impl Config {
                 Some(path) => Some(crate::format::Password::read("--status-page-token-file", path).map_err(bad)?),
                 None => None,
             },
+            status_page_allowed_hosts: a
+                .status_page_allowed_hosts
+                .iter()
+                .map(|h| crate::status::host::check_entry(h))
+                .collect::<Result<_, _>>()
+                .map_err(bad)?,
             on_bad_event: a.on_bad_event,
             delivery: a.delivery,
             dlq_sink,
