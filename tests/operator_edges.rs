@@ -95,7 +95,7 @@ fn outboxd_config_masks_registry_keys_and_webhook_paths_and_warns_of_cleartext_c
     );
     assert_config_masks(
         &["--sink", "http", "--http-url", "https://hooks.slack.com/services/T0AB12/B0CD34/hunter2xyz"],
-        &["--http-url https://hooks.slack.com/services/****/****/****"],
+        &["--http-url 'https://hooks.slack.com/services/****/****/****'"],
         "hunter2",
     );
     let dir = tempfile::tempdir().unwrap();
