@@ -38,17 +38,12 @@ fn the_status_page_answers_known_hosts_only_and_its_last_error_reads_for_people(
     pg.psql("ALTER TABLE outbox ALTER COLUMN event_type DROP NOT NULL");
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let d = Outboxd::spawn_streaming(&daemon_args_pg_only(
-        &pg,
-        &[
-            "--sink",
-            "stdout",
-            "--metrics-addr",
-            &addr,
-            "--status-page-allowed-hosts",
-            "status.example.com,.ops.example",
-        ],
-    ));
+    let daemon = |extra: &[&str]| {
+        let mut a = vec!["--sink", "stdout", "--metrics-addr", &addr];
+        a.extend_from_slice(extra);
+        Outboxd::spawn_streaming(&daemon_args_pg_only(&pg, &a))
+    };
+    let mut d = daemon(&[]);
     // No route: dead-lettered, with the WARN line the page shows as its last error.
     let bad = pg.insert_event("t", "b", None, "{\"n\": 2}", None);
     let mut s = serde_json::Value::Null;
@@ -58,9 +53,6 @@ fn the_status_page_answers_known_hosts_only_and_its_last_error_reads_for_people(
         code == 200 && s["last_error"]["message"].as_str().is_some_and(|m| m.contains(bad.as_str()))
     });
     assert!(shown, "{s:#}\n{}", d.log());
-    let message = s["last_error"]["message"].as_str().unwrap();
-    assert!(message.contains(&format!("event_id={bad} ")), "{message}");
-    assert!(!message.contains("Some(") && !message.contains('"'), "Rust's Debug on the page: {message}");
 
     // A name pointed at 127.0.0.1 by someone else's DNS: refused, with the fix in one line.
     for path in ["/", "/status.json"] {
@@ -69,20 +61,32 @@ fn the_status_page_answers_known_hosts_only_and_its_last_error_reads_for_people(
         assert!(body.contains("--status-page-allowed-hosts") && body.trim_end().lines().count() == 1, "{body}");
         assert!(!body.contains(bad.as_str()), "{body}");
     }
-    // Loopback by name or address, any IP address (a pod's), and the listed names: answered.
-    for host in [
-        "localhost".to_owned(),
-        format!("localhost:{port}"),
-        format!("[::1]:{port}"),
-        "10.1.2.3:9464".to_owned(),
-        "status.example.com".to_owned(),
-        format!("a.ops.example:{port}"),
-    ] {
+    // Loopback by name or address, and any IP address (a pod's): answered.
+    for host in
+        ["localhost".to_owned(), format!("localhost:{port}"), format!("[::1]:{port}"), "10.1.2.3:9464".to_owned()]
+    {
         assert_eq!(get_as(port, &host, "/status.json").0, 200, "{host}");
     }
     // Probes and scrapes answer whatever Host they come with.
     for path in ["/metrics", "/healthz"] {
         assert_eq!(get_as(port, "rebind.attacker.example", path).0, 200, "{path}");
+    }
+    assert_eq!(get_as(port, "status.example.com", "/status.json").0, 403);
+    // The last error as people write it.
+    let message = s["last_error"]["message"].as_str().unwrap();
+    assert!(message.contains(&format!("event_id={bad} ")), "{message}");
+    assert!(!message.contains("Some(") && !message.contains('"'), "Rust's Debug on the page: {message}");
+    d.stop_cleanly();
+
+    // The operator's names: answered once listed, and only they.
+    let _d = daemon(&["--status-page-allowed-hosts", "status.example.com,.ops.example"]);
+    for (host, code) in [
+        ("status.example.com".to_owned(), 200),
+        (format!("a.ops.example:{port}"), 200),
+        ("localhost".to_owned(), 200),
+        ("rebind.attacker.example".to_owned(), 403),
+    ] {
+        assert_eq!(get_as(port, &host, "/status.json").0, code, "{host}");
     }
 }
 
