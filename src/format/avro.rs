@@ -33,12 +33,16 @@ impl Writer {
     pub fn encode(&self, payload: &[u8]) -> Result<Vec<u8>, String> {
         let json: serde_json::Value =
             serde_json::from_slice(payload).map_err(|e| format!("the payload is not JSON: {e}"))?;
-        // The library decides what fits; the explainer says why not, in words, where it can.
-        let refused = |e: apache_avro::Error| match super::avro_fit::explain(&self.schema, &json) {
-            Some(m) => format!("the payload does not fit the schema (id {}): {m}", self.id),
-            None => format!("the payload does not fit the schema (id {}): {e}", self.id),
+        // The library decides what fits; the explainer says why not, in words, where it can. It
+        // reads the payload again: a refusal is rare, and the good path keeps its one parse.
+        let refused = |e: apache_avro::Error| {
+            let why = serde_json::from_slice(payload)
+                .ok()
+                .and_then(|json| super::avro_fit::explain(&self.schema, &json))
+                .map_or_else(|| e.to_string(), |m| m.to_string());
+            format!("the payload does not fit the schema (id {}): {why}", self.id)
         };
-        let value = Value::try_from(json.clone()).and_then(|v| v.resolve(&self.schema)).map_err(refused)?;
+        let value = Value::try_from(json).and_then(|v| v.resolve(&self.schema)).map_err(refused)?;
         let mut out = Vec::with_capacity(5 + payload.len());
         out.push(MAGIC);
         out.extend_from_slice(&self.id.to_be_bytes());

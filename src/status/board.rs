@@ -225,10 +225,27 @@ fn for_people(debug: &str) -> Option<String> {
     if v == "None" {
         return None;
     }
-    while let Some(inner) = v.strip_prefix("Some(").and_then(|r| r.strip_suffix(')')) {
+    // `Some(a), Some(b)` is not one `Some`: only a wrapper whose parentheses pair up is taken off.
+    while let Some(inner) = v.strip_prefix("Some(").and_then(|r| r.strip_suffix(')')).filter(|i| balanced(i)) {
         v = inner;
     }
     Some(unquote(v).unwrap_or_else(|| v.to_owned()))
+}
+
+/// Whether every `)` in `s` closes an earlier `(` (quotes aside: good enough for `Debug` text).
+fn balanced(s: &str) -> bool {
+    let mut depth = 0i32;
+    for c in s.chars() {
+        depth += match c {
+            '(' => 1,
+            ')' => -1,
+            _ => 0,
+        };
+        if depth < 0 {
+            return false;
+        }
+    }
+    depth == 0
 }
 
 /// The text of a string literal as `Debug` writes it (`"say \"hi\""`), or `None` when `v` is not
@@ -269,6 +286,7 @@ mod tests {
             ("Some(Some(\"x\"))", Some("x")),
             ("Duration { secs: 1 }", Some("Duration { secs: 1 }")),
             (r#""a" "b""#, Some(r#""a" "b""#)),
+            ("Some(1), Some(2)", Some("Some(1), Some(2)")),
         ] {
             assert_eq!(for_people(debug).as_deref(), want, "{debug}");
         }
