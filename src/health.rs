@@ -1,5 +1,7 @@
 //! Process health and the HTTP endpoint: `/metrics` (Prometheus text), `/healthz`, `/readyz`, and
-//! the status page (`/`, `/status.json`: [`crate::status`]) for `run` and `poll`.
+//! the status page (`/`, `/status.json`: [`crate::status`]) for `run` and `poll`. The page's paths
+//! answer only the `Host` names [`crate::status::host`] allows (DNS rebinding); the probes and
+//! `/metrics` answer any.
 //!
 //! [`Health`] is a few atomics written where the facts change (session start/end, the sink's
 //! connection state, each status update of the replication loop) and read by the HTTP handler.
@@ -324,6 +326,9 @@ fn page_answer(
     query: &str,
     req: &str,
 ) -> ((&'static str, String, &'static str), &'static str) {
+    if let Err(refusal) = page.host_allowed(req) {
+        return (("403 Forbidden", refusal, "text/plain"), "");
+    }
     match path {
         // Browsers ask for it; an empty answer keeps their consoles clean.
         "/favicon.ico" => (("204 No Content", String::new(), "image/x-icon"), ""),

@@ -77,6 +77,9 @@ fn log_notes(cfg: &Config) {
             tracing::warn!(dir = %c.dir().display(), "--schema-dir has no <event_type>.json schema: no payload is checked{}", if c.missing() == outboxd::router::contract::SchemaMissing::Reject { ", and --schema-missing reject makes every event bad" } else { "" });
         }
     }
+    if let Some(w) = cfg.registry.as_ref().and_then(outboxd::format::registry::cleartext_credentials) {
+        tracing::warn!("{w}");
+    }
     for (warning, note) in &cfg.notes {
         if *warning {
             tracing::warn!("--debezium-config: {note}");
@@ -91,6 +94,9 @@ fn print_config(args: &RunArgs, explicit: &dyn Fn(&str) -> bool) -> ExitCode {
         Ok(cfg) => {
             for (warning, note) in &cfg.notes {
                 eprintln!("outboxd: {}: {note}", if *warning { "warning" } else { "note" });
+            }
+            if let Some(w) = cfg.registry.as_ref().and_then(outboxd::format::registry::cleartext_credentials) {
+                eprintln!("outboxd: warning: {w}");
             }
             if cfg.require_empty_tables {
                 eprintln!("outboxd: note: the Debezium file's snapshot.mode also requires empty outbox tables at start; the flags below do not");

@@ -629,6 +629,12 @@ pub struct RunArgs {
     /// --metrics-addr; /metrics and the probes stay open.
     #[arg(long, env = "OUTBOXD_STATUS_PAGE_TOKEN_FILE", value_name = "FILE")]
     pub status_page_token_file: Option<PathBuf>,
+    /// Host names the status page (/ and /status.json) answers besides localhost and IP
+    /// addresses, comma-separated: `name`, `.domain` (it and its subdomains) or `*` (any). Others
+    /// get 403, so a web page cannot read it through DNS rebinding; /metrics and the probes
+    /// answer any Host.
+    #[arg(long, env = "OUTBOXD_STATUS_PAGE_ALLOWED_HOSTS", value_name = "HOSTS", value_delimiter = ',')]
+    pub status_page_allowed_hosts: Vec<String>,
     /// Directory of JSON Schemas (draft 2020-12), one per event type: `DIR/<event_type>.json` must
     /// accept the payload of that type, or the event is bad (reason `schema`). Reloaded on SIGHUP.
     #[arg(long, env = "OUTBOXD_SCHEMA_DIR", value_name = "DIR")]

@@ -154,9 +154,10 @@ impl HttpConfig {
         self.bad_event_status.contains(&status)
     }
 
-    /// The URL template with any password replaced by `****`.
+    /// The URL template with any password, secret query value and the path after its first
+    /// segment (a webhook's key, commonly) replaced by `****` ([`super::secret::mask_webhook_url`]).
     pub fn url_masked(&self) -> String {
-        super::secret::mask_url(&self.url)
+        super::secret::mask_webhook_url(&self.url)
     }
 
     /// The URL for `topic`: the template with `${topic}` replaced by the topic, percent-encoded
@@ -174,7 +175,7 @@ const SEGMENT: &percent_encoding::AsciiSet =
 
 /// Check the template and move its userinfo into basic-auth credentials.
 fn split_userinfo(url: &str) -> Result<(String, Option<BasicAuth>), Definite> {
-    let masked = super::secret::mask_url(url);
+    let masked = super::secret::mask_webhook_url(url);
     let bad = |why: String| {
         Definite::Config(format!(
             "--http-url {masked:?}: {why}; give http(s)://[user:password@]host[:port]/path, optionally with ${{topic}}"

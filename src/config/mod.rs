@@ -122,6 +122,8 @@ pub struct Config {
     pub metrics_addr: Option<SocketAddr>,
     /// `--status-page-token-file`: the status page's token (shown as its file's path only).
     pub status_page_token: Option<crate::format::Password>,
+    /// `--status-page-allowed-hosts`: the names besides localhost and addresses the page answers.
+    pub status_page_allowed_hosts: Vec<String>,
     pub on_bad_event: BadEventPolicy,
     /// `--delivery`: at-least-once, or exactly-once through Kafka transactions.
     pub delivery: DeliveryMode,

@@ -5,6 +5,8 @@
 //! Invariants of [`mask_url`]: a userinfo password, a lone userinfo where it is a credential (a
 //! NATS token, a Redis password; not an AMQP or HTTP user name) and the value of every query parameter whose name says secret ([`is_secret_name`])
 //! come out as `****`; nothing else changes, so a masked URL still says where outboxd connects.
+//! A webhook URL is a capability: its path often is the secret (`/services/T…/B…/XXXX`), so
+//! [`mask_webhook_url`] masks too every path segment after the first, except `${topic}`.
 //! A URL read from a file is shown by its file's path only (each config's `url_file`).
 
 use std::path::Path;
@@ -33,6 +35,25 @@ pub fn mask_url(url: &str) -> String {
         None => authority.to_owned(),
     };
     format!("{scheme}{authority}{}", mask_query(tail))
+}
+
+/// A webhook URL (`--http-url`) masked as [`mask_url`] masks it, and with every path segment after
+/// the first shown as `****`, except a `${topic}` segment: `https://hooks.slack.com/services/****/
+/// ****/****`. The first segment says which receiver it is; the rest of a webhook's path is
+/// commonly its key, and outboxd cannot tell a key from a name.
+pub fn mask_webhook_url(url: &str) -> String {
+    let masked = mask_url(url);
+    let start = masked.find("://").map_or(0, |i| i + 3);
+    let Some(slash) = masked[start..].find('/').map(|i| start + i) else { return masked };
+    // Only the path: a `?` or `#` ends it (a `/` inside the query is not a segment).
+    let end = masked[slash..].find(['?', '#']).map_or(masked.len(), |i| slash + i);
+    let segments: Vec<&str> = masked[slash + 1..end].split('/').collect();
+    let path: Vec<&str> = segments
+        .iter()
+        .enumerate()
+        .map(|(i, seg)| if i == 0 || seg.is_empty() || *seg == "${topic}" { seg } else { MASK })
+        .collect();
+    format!("{}/{}{}", &masked[..slash], path.join("/"), &masked[end..])
 }
 
 /// Whether a userinfo without `:` is a credential under `scheme` (`nats://TOKEN@`, where redis-rs
@@ -103,6 +124,25 @@ mod tests {
             assert_eq!(mask_url(url), want, "{url}");
         }
         assert_eq!(mask_url_list("nats://a:b@h1,tls://h2,nats://tok@h3"), "nats://a:****@h1,tls://h2,nats://****@h3");
+    }
+
+    #[test]
+    fn a_webhook_path_shows_its_first_segment_and_topic_only() {
+        for (url, want) in [
+            (
+                "https://hooks.slack.com/services/T0123/B4567/XXXXsecretXXXX",
+                "https://hooks.slack.com/services/****/****/****",
+            ),
+            ("https://u:pw@h:8443/in/${topic}?token=abc&v=1", "https://u:****@h:8443/in/${topic}?token=****&v=1"),
+            ("https://discord.com/api/webhooks/123/s3cr3t/", "https://discord.com/api/****/****/****/"),
+            ("http://127.0.0.1:8080/in/${topic}", "http://127.0.0.1:8080/in/${topic}"),
+            ("https://h/outbox?t=${topic}&x=/a/b", "https://h/outbox?t=${topic}&x=/a/b"),
+            ("https://h", "https://h"),
+            ("https://h/", "https://h/"),
+            ("https://h/in/s3cr3t#frag/x", "https://h/in/****#frag/x"),
+        ] {
+            assert_eq!(mask_webhook_url(url), want, "{url}");
+        }
     }
 
     #[test]

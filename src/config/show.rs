@@ -123,7 +123,7 @@ impl Config {
             push("otlp-endpoint", super::secret::mask_url(u));
         }
         if let Some(reg) = &self.registry {
-            push("schema-registry-url", reg.url.to_string());
+            push("schema-registry-url", super::secret::mask_url(reg.url.as_str()));
             if let Some(u) = &reg.user {
                 push("schema-registry-user", u.clone());
             }
@@ -157,6 +157,9 @@ impl Config {
         push("metrics-addr", self.metrics_addr.map_or("off".to_owned(), |a| a.to_string()));
         if let Some(t) = &self.status_page_token {
             push("status-page-token-file", t.path.display().to_string());
+        }
+        if !self.status_page_allowed_hosts.is_empty() {
+            push("status-page-allowed-hosts", self.status_page_allowed_hosts.join(","));
         }
         if let Some(c) = &r.contracts {
             push("schema-dir", c.dir().display().to_string());

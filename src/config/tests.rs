@@ -717,6 +717,7 @@ fn outboxd_config_prints_every_run_flag() {
         "tracing-span-context-field",
         "otlp-endpoint",
         "status-page-token-file",
+        "status-page-allowed-hosts",
         "heartbeat-action-query",
         "schema-dir",
         "mask",
@@ -1135,4 +1136,28 @@ fn debezium_registry_key_converters_map_to_the_key_flags() {
     )
     .unwrap_err();
     assert!(e.contains("Avro or JSON Schema strings"), "{e}");
+}
+
+/// `--status-page-allowed-hosts`: names, `.domain` and `*` are kept and printed back; anything
+/// else (a port, a scheme, a space) is a one-line error naming the flag.
+#[test]
+fn status_page_allowed_hosts_are_checked_and_round_trip() {
+    let with = |hosts: &str| {
+        config_of(&[
+            "--postgres-url".into(),
+            "postgres://u@127.0.0.1/db".into(),
+            "--status-page-allowed-hosts".into(),
+            hosts.into(),
+        ])
+    };
+    let c = with("status.example.com,.ops.example,host-1").unwrap();
+    assert_eq!(c.status_page_allowed_hosts, ["status.example.com", ".ops.example", "host-1"]);
+    assert!(c.to_text().contains("--status-page-allowed-hosts status.example.com,.ops.example,host-1"));
+    assert_eq!(config_of(&c.to_argv()).unwrap(), c);
+    assert_eq!(with("*").unwrap().status_page_allowed_hosts, ["*"]);
+    for bad in ["http://h", "h:9464", "..x", "a b", "ok,"] {
+        let e = with(bad).unwrap_err();
+        assert!(e.contains("--status-page-allowed-hosts") && e.contains("without port or scheme"), "{bad}: {e}");
+        assert!(!e.trim_end().contains('\n'), "{e}");
+    }
 }

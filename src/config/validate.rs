@@ -313,6 +313,12 @@ impl Config {
                 Some(path) => Some(crate::format::Password::read("--status-page-token-file", path).map_err(bad)?),
                 None => None,
             },
+            status_page_allowed_hosts: a
+                .status_page_allowed_hosts
+                .iter()
+                .map(|h| allowed_host(h))
+                .collect::<Result<_, _>>()
+                .map_err(bad)?,
             on_bad_event: a.on_bad_event,
             delivery: a.delivery,
             dlq_sink,
@@ -493,4 +499,21 @@ fn registry_config(a: &RunArgs) -> Result<Option<crate::format::RegistryConfig>,
     // The CA file is read and parsed now, so a session never meets a bad one.
     crate::format::registry::Registry::new(&cfg).map_err(Definite::Config)?;
     Ok(Some(cfg))
+}
+
+/// A `--status-page-allowed-hosts` entry, checked: a name, `.domain` or `*`; no port, no scheme.
+fn allowed_host(entry: &str) -> Result<String, String> {
+    let e = entry.trim();
+    let name = e.strip_prefix('.').unwrap_or(e);
+    let ok = e == "*"
+        || !name.is_empty()
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+            && !name.starts_with('.');
+    if ok {
+        Ok(e.to_owned())
+    } else {
+        Err(format!(
+            "--status-page-allowed-hosts {entry:?}: give host names (status.example.com), a domain with its subdomains (.example.com) or *, comma-separated, without port or scheme"
+        ))
+    }
 }

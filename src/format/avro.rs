@@ -4,7 +4,7 @@
 //! fields take their defaults) or a map, a number an int, long, float or double as the schema
 //! says, a string a string, enum symbol, or bytes; a union takes the first branch the value fits,
 //! so `null` or a bare value for `["null", "string"]`. Anything else is a mismatch, reported with
-//! the reason, never a panic.
+//! the field and what the schema expects there ([`super::avro_fit`]), never a panic.
 
 use apache_avro::types::Value;
 use apache_avro::Schema;
@@ -33,17 +33,23 @@ impl Writer {
     pub fn encode(&self, payload: &[u8]) -> Result<Vec<u8>, String> {
         let json: serde_json::Value =
             serde_json::from_slice(payload).map_err(|e| format!("the payload is not JSON: {e}"))?;
-        let value = Value::try_from(json).map_err(|e| format!("the payload has no Avro value: {e}"))?;
-        let value = value
-            .resolve(&self.schema)
-            .map_err(|e| format!("the payload does not fit the schema (id {}): {e}", self.id))?;
+        // The library decides what fits; the explainer says why not, in words, where it can. It
+        // reads the payload again: a refusal is rare, and the good path keeps its one parse.
+        let refused = |e: apache_avro::Error| {
+            let why = serde_json::from_slice(payload)
+                .ok()
+                .and_then(|json| super::avro_fit::explain(&self.schema, &json))
+                .map_or_else(|| e.to_string(), |m| m.to_string());
+            format!("the payload does not fit the schema (id {}): {why}", self.id)
+        };
+        let value = Value::try_from(json).and_then(|v| v.resolve(&self.schema)).map_err(refused)?;
         let mut out = Vec::with_capacity(5 + payload.len());
         out.push(MAGIC);
         out.extend_from_slice(&self.id.to_be_bytes());
         apache_avro::writer::datum::GenericDatumWriter::builder(&self.schema)
             .build()
             .and_then(|w| w.write_value_ref(&mut out, &value))
-            .map_err(|e| format!("the payload does not fit the schema (id {}): {e}", self.id))?;
+            .map_err(refused)?;
         Ok(out)
     }
 }
@@ -80,6 +86,12 @@ mod tests {
             let e = w.encode(bad).unwrap_err();
             assert!(e.contains("not JSON") || e.contains("does not fit the schema (id 7)"), "{e}");
         }
+        // In words, naming the field (the cases are in `avro_fit`).
+        let e = w.encode(br#"{"id":"o-1","amount_cents":"twelve"}"#).unwrap_err();
+        assert_eq!(
+            e,
+            r#"the payload does not fit the schema (id 7): field "amount_cents": expected a long (64-bit integer), got a string "twelve""#
+        );
         assert!(Writer::new(1, "{\"type\":\"recordx\"}").is_err());
     }
 }

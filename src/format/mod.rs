@@ -26,7 +26,10 @@
 //! * Nothing here runs when no registry format is configured: the relay checks one `Option`.
 
 pub mod avro;
+mod avro_fit;
 pub mod json_schema;
+mod mismatch;
+mod proto_fit;
 pub mod protobuf;
 pub mod registry;
 pub mod source;
@@ -42,8 +45,8 @@ use crate::router::Record;
 use registry::{Registry, RegistryError};
 pub use source::SubjectStrategy;
 
-/// `--schema-registry-*`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// `--schema-registry-*`. Its `Debug` shows the URL masked (a secret query value as `****`).
+#[derive(Clone, PartialEq, Eq)]
 pub struct RegistryConfig {
     /// The API root, e.g. `http://registry:8081` or Apicurio's `http://registry:8080/apis/ccompat/v7`.
     pub url: Url,
@@ -61,6 +64,22 @@ pub struct RegistryConfig {
     pub auto_register: bool,
     /// `--schema-dir`: schema files per event type.
     pub schema_dir: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for RegistryConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryConfig")
+            .field("url", &crate::config::secret::mask_url(self.url.as_str()))
+            .field("user", &self.user)
+            .field("password", &self.password)
+            .field("ca_file", &self.ca_file)
+            .field("value", &self.value)
+            .field("key", &self.key)
+            .field("strategy", &self.strategy)
+            .field("auto_register", &self.auto_register)
+            .field("schema_dir", &self.schema_dir)
+            .finish()
+    }
 }
 
 /// A password read from a file: shown as the file's path only.

@@ -6,7 +6,8 @@
 //! The registry holds `.proto` text; it is compiled here at run time (protox, no `protoc`), with
 //! Google's well-known types available to `import`. The payload is read with Protobuf's JSON
 //! mapping (field names as written or in lowerCamelCase, 64-bit integers as numbers or strings,
-//! enums by name); a field the message does not have is a mismatch, reported with the reason.
+//! enums by name); a field the message does not have is a mismatch. A mismatch is reported with
+//! the field and what the message expects there, in words ([`super::proto_fit`]).
 
 use prost::Message as _;
 use prost_reflect::{DynamicMessage, MessageDescriptor};
@@ -63,7 +64,12 @@ impl Writer {
         let msg = DynamicMessage::deserialize(self.message.clone(), &mut de)
             .and_then(|m| de.end().map(|()| m))
             .map_err(|e| {
-                format!("the payload does not fit message {} (schema id {}): {e}", self.message.full_name(), self.id)
+                // The library decides what fits; the explainer says why not, where it can.
+                let why = serde_json::from_slice(payload)
+                    .ok()
+                    .and_then(|json| super::proto_fit::explain(&self.message, &json))
+                    .map_or_else(|| e.to_string(), |m| m.to_string());
+                format!("the payload does not fit message {} (schema id {}): {why}", self.message.full_name(), self.id)
             })?;
         let mut out = Vec::with_capacity(6 + payload.len());
         out.push(MAGIC);

@@ -10,7 +10,12 @@
 //! `--on-bad-event` ([`RegistryError::bad_event_code`]).
 //!
 //! The password never appears in a URL, a log line or an error: it is sent as `Authorization:
-//! Basic` only, and reqwest's errors are built from the URL without userinfo.
+//! Basic` only, and reqwest's errors are built from the URL without userinfo. The URL in errors is
+//! masked as `outboxd config` shows it (a secret query value, e.g. `?apikey=`, as `****`).
+//!
+//! Every answer is read to at most [`MAX_ANSWER`] bytes: a registry (or whatever answers at its
+//! URL) cannot make outboxd hold an unbounded body. A longer answer is
+//! [`RegistryError::Unavailable`], naming the limit.
 
 use std::time::Duration;
 
@@ -21,6 +26,8 @@ use super::RegistryConfig;
 
 /// How long one registry call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest answer read. Schemas are kilobytes; a few MiB leaves room for very large ones.
+pub const MAX_ANSWER: usize = 4 << 20;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RegistryError {
@@ -49,6 +56,19 @@ impl RegistryError {
             RegistryError::Unavailable { .. } | RegistryError::Refused { .. } => None,
         }
     }
+}
+
+/// The warning for credentials sent in clear text: a user (and password) with an `http://`
+/// registry URL, which anyone on the path can read from every call's `Authorization` header.
+/// Logged once at start; `None` with `https://` or without a user.
+pub fn cleartext_credentials(cfg: &RegistryConfig) -> Option<String> {
+    let user = cfg.user.as_ref()?;
+    (cfg.url.scheme() == "http").then(|| {
+        format!(
+            "--schema-registry-url {} is http://: the basic-auth credentials of --schema-registry-user {user:?} cross the network in clear text on every call; use https:// (with --schema-registry-ca-file for a private CA)",
+            crate::config::secret::mask_url(cfg.url.as_str())
+        )
+    })
 }
 
 /// What `POST /subjects/{subject}` and `POST /subjects/{subject}/versions` answer: the id.
@@ -96,7 +116,7 @@ impl Registry {
         let client = builder.build().map_err(|e| format!("cannot build the schema registry client: {e}"))?;
         Ok(Registry {
             base: cfg.url.clone(),
-            shown: cfg.url.as_str().trim_end_matches('/').to_owned(),
+            shown: crate::config::secret::mask_url(cfg.url.as_str().trim_end_matches('/')),
             client,
             user: cfg.user.clone(),
             password: cfg.password.as_ref().map(|p| p.expose().to_owned()),
@@ -154,7 +174,7 @@ impl Registry {
         let resp = req.send().await.map_err(|e| self.unavailable(e.without_url().to_string()))?;
         let status = resp.status();
         if status.is_success() {
-            return resp.bytes().await.map_err(|e| self.unavailable(e.without_url().to_string()));
+            return self.body(resp).await;
         }
         let url = self.shown.clone();
         let subject = subject.to_owned();
@@ -163,7 +183,7 @@ impl Registry {
                 Err(RegistryError::Refused { url, status: status.as_u16() })
             }
             StatusCode::NOT_FOUND => {
-                match error_body(resp).await {
+                match self.error_body(resp).await {
                     // 40401: no such subject; 40402: no such version. A lookup of a schema
                     // (`json` given) in a missing subject means the schema is not registered.
                     Some(b) if (b.error_code == 40401 || b.error_code == 40402) && json.is_none() => {
@@ -178,15 +198,15 @@ impl Registry {
                 }
             }
             StatusCode::CONFLICT => {
-                let message = error_body(resp).await.map(|b| b.message).unwrap_or_default();
+                let message = self.error_body(resp).await.map(|b| b.message).unwrap_or_default();
                 Err(RegistryError::Incompatible { url, subject, message: first_line(&message) })
             }
             StatusCode::UNPROCESSABLE_ENTITY => {
-                let message = error_body(resp).await.map(|b| b.message).unwrap_or_default();
+                let message = self.error_body(resp).await.map(|b| b.message).unwrap_or_default();
                 Err(RegistryError::Invalid { url, subject, message: first_line(&message) })
             }
             _ => {
-                let b = error_body(resp).await;
+                let b = self.error_body(resp).await;
                 let detail = b.map(|b| format!(": {} (error_code {})", b.message, b.error_code)).unwrap_or_default();
                 Err(self.unavailable(format!("HTTP {}{detail}", status.as_u16())))
             }
@@ -196,10 +216,30 @@ impl Registry {
     fn unavailable(&self, reason: String) -> RegistryError {
         RegistryError::Unavailable { url: self.shown.clone(), reason }
     }
-}
 
-async fn error_body(resp: reqwest::Response) -> Option<ErrorBody> {
-    serde_json::from_slice(&resp.bytes().await.ok()?).ok()
+    /// The answer's body, read to at most [`MAX_ANSWER`] bytes: a longer one (by its
+    /// Content-Length, or once that many bytes arrived) is an error, not memory.
+    async fn body(&self, mut resp: reqwest::Response) -> Result<bytes::Bytes, RegistryError> {
+        let too_long = || {
+            self.unavailable(format!("the answer is longer than {} MiB; is the URL the registry's?", MAX_ANSWER >> 20))
+        };
+        if resp.content_length().is_some_and(|n| n > MAX_ANSWER as u64) {
+            return Err(too_long());
+        }
+        let mut body = bytes::BytesMut::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| self.unavailable(e.without_url().to_string()))? {
+            if body.len() + chunk.len() > MAX_ANSWER {
+                return Err(too_long());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body.freeze())
+    }
+
+    /// A refusal's `{error_code, message}`, when its body (bounded too) is one.
+    async fn error_body(&self, resp: reqwest::Response) -> Option<ErrorBody> {
+        serde_json::from_slice(&self.body(resp).await.ok()?).ok()
+    }
 }
 
 /// A registry message cut to its first line and 300 characters (they can quote whole schemas).
@@ -208,5 +248,100 @@ fn first_line(message: &str) -> String {
     match line.char_indices().nth(300) {
         Some((i, _)) => format!("{}…", &line[..i]),
         None => line.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use super::*;
+    use crate::format::{Format, SubjectStrategy};
+
+    /// A real HTTP server on loopback answering every request with `status` and `body`, with a
+    /// Content-Length or (`chunked`) without one; its URL.
+    fn server(status: u16, body: Vec<u8>, chunked: bool) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().take(8) {
+                let Ok(mut conn) = conn else { continue };
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).is_ok_and(|n| n == 1) {
+                    head.push(byte[0]);
+                }
+                let _ = if chunked {
+                    write!(conn, "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+                        .and_then(|()| {
+                            for part in body.chunks(64 << 10) {
+                                write!(conn, "{:x}\r\n", part.len())?;
+                                conn.write_all(part)?;
+                                conn.write_all(b"\r\n")?;
+                            }
+                            conn.write_all(b"0\r\n\r\n")
+                        })
+                } else {
+                    write!(conn, "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len())
+                        .and_then(|()| conn.write_all(&body))
+                };
+            }
+        });
+        format!("http://{addr}/api?apikey=s3cr3t-key")
+    }
+
+    fn registry(url: &str) -> Registry {
+        Registry::new(&cfg(url)).unwrap()
+    }
+
+    fn cfg(url: &str) -> RegistryConfig {
+        RegistryConfig {
+            url: Url::parse(url).unwrap(),
+            user: None,
+            password: None,
+            ca_file: None,
+            value: Some(Format::Avro),
+            key: None,
+            strategy: SubjectStrategy::Topic,
+            auto_register: false,
+            schema_dir: None,
+        }
+    }
+
+    /// A schema answer as JSON, padded with spaces to `len` bytes.
+    fn answer(len: usize) -> Vec<u8> {
+        let mut b = br#"{"id": 7, "schema": "\"string\""}"#.to_vec();
+        b.resize(len, b' ');
+        b
+    }
+
+    #[tokio::test]
+    async fn answers_are_read_to_a_bound_and_the_url_is_masked() {
+        // Just under the bound: read.
+        let r = registry(&server(200, answer(MAX_ANSWER), false));
+        assert_eq!(r.latest("s").await.unwrap().id, 7);
+        // Over it, said by Content-Length or only by the bytes: refused, with the limit named.
+        for chunked in [false, true] {
+            for status in [200, 500] {
+                let r = registry(&server(status, answer(MAX_ANSWER + 1), chunked));
+                let e = r.latest("s").await.unwrap_err().to_string();
+                if status == 200 {
+                    assert!(e.contains("longer than 4 MiB"), "{e}");
+                }
+                assert!(e.contains("apikey=****") && !e.contains("s3cr3t"), "{e}");
+                assert!(!e.contains('\n') && e.len() < 400, "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn credentials_over_http_are_warned_of_once_https_not() {
+        let mut cfg = cfg("http://r:8081");
+        assert_eq!(cleartext_credentials(&cfg), None, "no user, no warning");
+        cfg.user = Some("outboxd".into());
+        let w = cleartext_credentials(&cfg).unwrap();
+        assert!(w.contains("clear text") && w.contains("https://"), "{w}");
+        cfg.url = Url::parse("https://r:8081?token=abc").unwrap();
+        assert_eq!(cleartext_credentials(&cfg), None);
     }
 }

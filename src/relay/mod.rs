@@ -394,12 +394,12 @@ impl<'a, S: Sink> Relay<'a, S> {
                 if let (Some(otlp), Some(id)) = (crate::otlp::exporter(), dl.event_id.as_deref()) {
                     otlp.end(id, "skipped");
                 }
-                tracing::error!(event_id = ?dl.event_id, reason = dl.code, message = %dl.message, source = %dl.source.position, "skipping bad event (--on-bad-event skip)");
+                tracing::error!(event_id = dl.event_id.as_deref(), reason = dl.code, message = %dl.message, source = %dl.source.position, "skipping bad event (--on-bad-event skip)");
                 ledger.settled(t, Settled::Skipped, &reason);
                 ledger.done(t)
             }
             BadEventPolicy::Dlq => {
-                tracing::warn!(event_id = ?dl.event_id, reason = dl.code, message = %dl.message, source = %dl.source.position, dlq = %self.cfg.dlq_topic, "sending bad event to the dead-letter topic");
+                tracing::warn!(event_id = dl.event_id.as_deref(), reason = dl.code, message = %dl.message, source = %dl.source.position, dlq = %self.cfg.dlq_topic, "sending bad event to the dead-letter topic");
                 self.metrics.dead_lettered(dl.code);
                 crate::status::board().dead_lettered(
                     dl.event_id.as_deref(),

@@ -204,7 +204,13 @@ impl Text {
 
 impl tracing::field::Visit for Text {
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        self.push(field.name(), format!("{value:?}"));
+        let text = format!("{value:?}");
+        // The format string arrives as `Arguments`, whose Debug is its text already.
+        if field.name() == "message" {
+            self.push(field.name(), text);
+        } else if let Some(v) = for_people(&text) {
+            self.push(field.name(), v);
+        }
     }
 
     fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
@@ -212,9 +218,79 @@ impl tracing::field::Visit for Text {
     }
 }
 
+/// A field recorded with `?` (Rust's `Debug`) as a person reads it: `Some(x)` as `x`, a quoted
+/// string as its text, `None` as no field at all. Anything else is kept.
+fn for_people(debug: &str) -> Option<String> {
+    let mut v = debug;
+    if v == "None" {
+        return None;
+    }
+    // `Some(a), Some(b)` is not one `Some`: only a wrapper whose parentheses pair up is taken off.
+    while let Some(inner) = v.strip_prefix("Some(").and_then(|r| r.strip_suffix(')')).filter(|i| balanced(i)) {
+        v = inner;
+    }
+    Some(unquote(v).unwrap_or_else(|| v.to_owned()))
+}
+
+/// Whether every `)` in `s` closes an earlier `(` (quotes aside: good enough for `Debug` text).
+fn balanced(s: &str) -> bool {
+    let mut depth = 0i32;
+    for c in s.chars() {
+        depth += match c {
+            '(' => 1,
+            ')' => -1,
+            _ => 0,
+        };
+        if depth < 0 {
+            return false;
+        }
+    }
+    depth == 0
+}
+
+/// The text of a string literal as `Debug` writes it (`"say \"hi\""`), or `None` when `v` is not
+/// exactly one. Escapes of control characters (`\n`, `\u{1b}`) stay escaped: a log line is one
+/// line.
+fn unquote(v: &str) -> Option<String> {
+    let body = v.strip_prefix('"')?.strip_suffix('"')?;
+    let mut out = String::with_capacity(body.len());
+    let mut chars = body.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return None,
+            '\\' => match chars.next()? {
+                c @ ('"' | '\\' | '\'') => out.push(c),
+                c => {
+                    out.push('\\');
+                    out.push(c);
+                }
+            },
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_fields_read_as_people_write_them() {
+        for (debug, want) in [
+            (r#"Some("e-1")"#, Some("e-1")),
+            (r#""plain""#, Some("plain")),
+            (r#"Some("say \"hi\"\n\u{1b} \\")"#, Some(r#"say "hi"\n\u{1b} \"#)),
+            ("None", None),
+            ("Some(42)", Some("42")),
+            ("Some(Some(\"x\"))", Some("x")),
+            ("Duration { secs: 1 }", Some("Duration { secs: 1 }")),
+            (r#""a" "b""#, Some(r#""a" "b""#)),
+            ("Some(1), Some(2)", Some("Some(1), Some(2)")),
+        ] {
+            assert_eq!(for_people(debug).as_deref(), want, "{debug}");
+        }
+    }
 
     #[test]
     fn the_ring_keeps_the_newest_entries_first_and_is_bounded() {
@@ -266,5 +342,12 @@ mod tests {
             p.message,
             "sending bad event to the dead-letter topic event_id=e1 message=the route-by column is NULL"
         );
+        // Fields given with `?`, as Options: for people, not Rust's Debug.
+        let sub = tracing_subscriber::registry().with(ProblemLayer);
+        tracing::subscriber::with_default(sub, || {
+            let (id, topic): (Option<String>, Option<&str>) = (Some("e-7".into()), None);
+            tracing::warn!(event_id = ?id, topic = ?topic, reason = "schema", "sending bad event");
+        });
+        assert_eq!(board().last_problem().unwrap().message, "sending bad event event_id=e-7 reason=schema");
     }
 }

@@ -16,6 +16,7 @@
 //! generated from it.
 
 pub mod board;
+pub mod host;
 mod page;
 pub mod preview;
 pub mod sample;
@@ -100,6 +101,16 @@ impl StatusPage {
             tracing::error!(how = ?ended.err(), "the status page's sampler ended; its charts no longer move (events are not affected)");
         });
         page
+    }
+
+    /// Whether the page answers this request head's `Host` ([`host`]).
+    pub fn host_allowed(&self, head: &str) -> Result<(), String> {
+        let h = host::header(head);
+        if host::allowed(h, &self.cfg.status_page_allowed_hosts) {
+            Ok(())
+        } else {
+            Err(host::refusal(h.unwrap_or_default()))
+        }
     }
 
     /// Whether a request may see the page: always without `--status-page-token-file`, else with

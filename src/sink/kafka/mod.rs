@@ -34,6 +34,7 @@
 
 pub mod client;
 mod events;
+pub mod reader;
 pub mod txn;
 
 use std::collections::{HashMap, VecDeque};

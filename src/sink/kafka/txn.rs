@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -708,8 +708,8 @@ fn read_position(kafka: &KafkaConfig, t: &TxnConfig) -> Result<Option<DebeziumOf
             ("enable.partition.eof", "true".into()),
         ],
     );
-    let consumer: BaseConsumer =
-        client::create(&cfg, rdkafka::consumer::DefaultConsumerContext, "position reader", kafka)?;
+    let consumer: super::reader::BaseReader =
+        client::create(&cfg, super::reader::ReaderContext::new(kafka), "position reader", kafka)?;
     let (topic, key) = (&t.position_topic, t.key());
     let unreadable = |what: String| -> Error {
         Transient::TxnAborted { reason: format!("cannot read the position topic {topic:?}: {what}") }.into()

@@ -105,7 +105,7 @@ pub async fn backfill<S: Sink>(cfg: &Config, range: &Range, sink: &mut S) -> Res
                         run.send(record, source.clone()).await?;
                     }
                     Err(bad) => {
-                        tracing::error!(table = %route.table(), event_id = ?bad.event_id, reason = bad.code, message = %bad.message, "row not re-published: the router refuses it");
+                        tracing::error!(table = %route.table(), event_id = bad.event_id.as_deref(), reason = bad.code, message = %bad.message, "row not re-published: the router refuses it");
                         run.summary.bad += 1;
                     }
                 }

@@ -18,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::types::RDKafkaRespErr;
@@ -27,6 +27,7 @@ use rdkafka::{Offset, Timestamp, TopicPartitionList};
 use super::chunk::Piece;
 use super::{H_ERROR, H_PAYLOAD_DROPPED, H_SIZE, H_TOPIC};
 use crate::error::{Definite, Error};
+use crate::sink::kafka::reader::StreamReader;
 
 /// After the watermarks: stop when this passes without a record.
 pub const SETTLE: Duration = Duration::from_secs(1);
@@ -125,7 +126,7 @@ impl Piece for DlqRecord {
 }
 
 /// Partition count of `topic`, `None` when the broker does not know it.
-pub fn partition_count(consumer: &StreamConsumer, topic: &str, brokers: &str) -> Result<Option<i32>, Definite> {
+pub fn partition_count(consumer: &StreamReader, topic: &str, brokers: &str) -> Result<Option<i32>, Definite> {
     let md = consumer.fetch_metadata(Some(topic), METADATA_TIMEOUT).map_err(|e| {
         Definite::Setup(format!("cannot read metadata of topic {topic:?} from {brokers}: {e}; check --kafka-brokers"))
     })?;
@@ -144,7 +145,7 @@ pub fn partition_count(consumer: &StreamConsumer, topic: &str, brokers: &str) ->
 
 /// Reads the DLQ to its end; see the module doc.
 pub struct DlqReader {
-    consumer: StreamConsumer,
+    consumer: StreamReader,
     topic: String,
     timeout: Duration,
     watch: EndWatch,
@@ -156,7 +157,7 @@ impl DlqReader {
     /// The consumer must have `enable.partition.eof` on, or a partition whose last offsets are
     /// not records (transaction markers) can only end by timing out.
     pub fn open(
-        consumer: StreamConsumer,
+        consumer: StreamReader,
         topic: &str,
         brokers: &str,
         timeout: Duration,
@@ -169,7 +170,7 @@ impl DlqReader {
     /// their time index, which may start a little early (tansu answers with the time a batch was
     /// stored, or offset 0); callers that need an exact cut filter by timestamp as well.
     pub fn open_from(
-        consumer: StreamConsumer,
+        consumer: StreamReader,
         topic: &str,
         brokers: &str,
         timeout: Duration,

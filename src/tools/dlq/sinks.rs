@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{DefaultConsumerContext, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
@@ -28,6 +27,7 @@ use crate::config::secret::read_url_file;
 use crate::config::{parse_duration, DlqCommonArgs, KafkaConfig, NatsConfig, SinkKind};
 use crate::error::{Definite, Error};
 use crate::sink::kafka::client::{self as kafka_client, Retry};
+use crate::sink::kafka::reader::{ReaderContext, StreamReader};
 
 /// The sink whose dead letters are read, with its validated connection settings.
 pub(super) enum Via {
@@ -185,7 +185,7 @@ impl Common {
         })
     }
 
-    pub(super) fn consumer(&self) -> Result<StreamConsumer, Definite> {
+    pub(super) fn consumer(&self) -> Result<StreamReader, Definite> {
         let defaults = [
             ("group.id", "outboxd-dlq-tool".to_owned()),
             ("enable.auto.commit", "false".into()),
@@ -198,7 +198,7 @@ impl Common {
             ("enable.partition.eof", "true".into()),
         ];
         let c = kafka_client::consumer_config(&self.kafka, "outboxd-dlq-tool", &defaults);
-        kafka_client::create(&c, DefaultConsumerContext, "consumer", &self.kafka)
+        kafka_client::create(&c, ReaderContext::new(&self.kafka), "consumer", &self.kafka)
     }
 
     /// The DLQ reader; `None` when the topic does not exist.
@@ -263,7 +263,7 @@ pub(super) async fn send(producer: &FutureProducer, r: &DlqRecord, dest: &str) -
 /// the first send does not race the creation.
 pub(super) async fn ensure_topic(
     admin: &AdminClient<DefaultClientContext>,
-    consumer: &StreamConsumer,
+    consumer: &StreamReader,
     common: &Common,
     topic: &str,
 ) -> Result<(), String> {

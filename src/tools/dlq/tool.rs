@@ -31,7 +31,6 @@ use std::collections::BTreeMap;
 
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::StreamConsumer;
 use rdkafka::producer::FutureProducer;
 
 use super::chunk;
@@ -42,6 +41,7 @@ use super::state::State;
 use super::{H_LSN, H_MESSAGE, H_PAYLOAD_DROPPED, H_SEQ, H_SIZE, H_TABLE};
 use crate::config::{DlqCommand, DlqListArgs, DlqReplayArgs};
 use crate::error::{Definite, Error};
+use crate::sink::kafka::reader::StreamReader;
 
 /// Events sent before waiting for their acks and saving progress.
 const BATCH: usize = 1000;
@@ -419,7 +419,7 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
 /// Sends batches; its clients are made at the first batch.
 struct Publisher<'a> {
     common: &'a Common,
-    clients: Option<(FutureProducer, AdminClient<DefaultClientContext>, StreamConsumer)>,
+    clients: Option<(FutureProducer, AdminClient<DefaultClientContext>, StreamReader)>,
     /// Destination topic → whether it exists (or why it cannot be used).
     topics: BTreeMap<String, Result<(), String>>,
     /// The client for the sinks other than Kafka, made at the first batch.

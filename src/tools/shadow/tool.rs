@@ -20,7 +20,6 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use metrics::{gauge, Gauge};
-use rdkafka::consumer::{DefaultConsumerContext, StreamConsumer};
 use serde_json::json;
 
 use super::diff::{Ignore, Payload};
@@ -29,6 +28,7 @@ use super::MatchBy;
 use crate::config::{parse_duration, KafkaConfig, ShadowCommand, ShadowCompareArgs};
 use crate::error::{Definite, Error};
 use crate::sink::kafka::client as kafka_client;
+use crate::sink::kafka::reader::{ReaderContext, StreamReader};
 use crate::tools::dlq::read::{DlqReader, DlqRecord};
 
 /// With `--follow`: a topic without a record for this long is caught up, so the clock stands in
@@ -141,7 +141,8 @@ impl Settings {
             ("enable.partition.eof", "true".into()),
         ];
         let c = kafka_client::consumer_config(&self.kafka, "outboxd-shadow-compare", &defaults);
-        let consumer: StreamConsumer = kafka_client::create(&c, DefaultConsumerContext, "consumer", &self.kafka)?;
+        let consumer: StreamReader =
+            kafka_client::create(&c, ReaderContext::new(&self.kafka), "consumer", &self.kafka)?;
         let topic = &self.topics[side as usize];
         DlqReader::open_from(consumer, topic, &self.kafka.brokers, self.read_timeout, from_ms)?.ok_or_else(|| {
             Definite::Setup(format!(
