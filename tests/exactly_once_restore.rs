@@ -1,0 +1,173 @@
+//! `--delivery exactly-once` after a point-in-time restore: the position stored in Kafka names
+//! LSNs of a history the server no longer has, and the new timeline reuses them.
+//!
+//! The scene: outboxd delivers some events, a base backup is taken (`pg_basebackup -X stream`),
+//! 300 more events are delivered (the position in Kafka moves past them), then the cluster is
+//! restored from the backup (`recovery_target = 'immediate'`: it ends recovery at the backup's
+//! end and continues on timeline 2). The 300 events are gone from the database; 50 new ones are
+//! written on timeline 2, at LSNs below the stored position. Every one of them must reach Kafka
+//! once, and the log must say why the position was cut back to the branch point. (Before the
+//! position carried its timeline, all 50 were skipped as delivered, and nothing was logged.)
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+const TOPIC: &str = "restore.v1.events";
+const T: Duration = Duration::from_secs(120);
+
+/// `bindir/prog` as the `postgres` OS user when the tests run as root (as the harness runs
+/// servers).
+fn as_postgres(bindir: &Path, prog: &str) -> Command {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if root {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(bindir.join(prog));
+        c
+    } else {
+        Command::new(bindir.join(prog))
+    }
+}
+
+/// A base backup of `pg` into `dir`, with the WAL it needs (`-X stream`), as an operator takes one.
+fn base_backup(pg: &PgCluster, dir: &Path) {
+    let out = as_postgres(pg.bindir(), "pg_basebackup")
+        .arg("-D")
+        .arg(dir)
+        .args(["-X", "stream", "-c", "fast", "-U", "postgres", "-p", &pg.port().to_string(), "-h"])
+        .arg(pg.socket_dir())
+        .output()
+        .expect("spawn pg_basebackup");
+    assert!(out.status.success(), "pg_basebackup failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Stop `pg`, put `backup` in place of its data directory, and start it with a recovery that ends
+/// as soon as the backup is consistent: it then continues on a new timeline.
+fn restore(pg: &mut PgCluster, backup: &Path) {
+    pg.stop("fast");
+    let data = pg.data_dir().to_path_buf();
+    std::fs::rename(&data, data.with_extension("lost")).expect("move the data directory away");
+    std::fs::rename(backup, &data).expect("put the backup in place");
+    std::fs::write(data.join("recovery.signal"), "").expect("write recovery.signal");
+    let conf = "\n# --- restore ---\nrecovery_target = 'immediate'\nrecovery_target_action = 'promote'\n\
+                restore_command = 'false'\n";
+    let mut f = std::fs::OpenOptions::new().append(true).open(data.join("postgresql.conf")).expect("postgresql.conf");
+    std::io::Write::write_all(&mut f, conf.as_bytes()).expect("append to postgresql.conf");
+    pg.start_again();
+    let promoted = wait_until(T, || pg.psql("SELECT pg_is_in_recovery()") == "f");
+    assert!(promoted, "the restored cluster did not leave recovery:\n{}", pg.server_log());
+}
+
+/// How often each event number (payload `n`) is in the topic, read with `read_committed`.
+fn counts(broker: &Broker, at_least: usize) -> HashMap<i64, usize> {
+    let mut seen = HashMap::new();
+    for c in broker.consume_all(TOPIC, 1, at_least, T) {
+        *seen.entry(c.payload_json()["n"].as_i64().expect("payload n")).or_default() += 1;
+    }
+    seen
+}
+
+/// The events before and after the restore: 20, then (after the backup or snapshot) 300 more,
+/// all read back from Kafka; returns where the WAL ended (near the stored position).
+fn deliver(
+    pg: &mut PgCluster,
+    broker: &Broker,
+    mut d: Outboxd,
+    events: &Numbered,
+    backup: impl FnOnce(&mut PgCluster),
+) -> String {
+    assert!(events.insert(0, 20), "insert 0..20");
+    assert!(pg.wait_slot_confirms(&pg.current_lsn(), T), "{}", d.log());
+    backup(pg);
+    for first in (20..320).step_by(30) {
+        assert!(events.insert(first, 30), "insert {first}..");
+    }
+    let before = counts(broker, 320);
+    assert_eq!(before.len(), 320, "before the restore:\n{}", d.log());
+    d.stop_cleanly();
+    pg.current_lsn()
+}
+
+/// 50 new events after the restore, with outboxd started on the restored cluster: each reaches
+/// Kafka once, and the log has `why`.
+fn new_events_arrive(pg: &PgCluster, broker: &Broker, args: &[String], events: &Numbered, why: &str) {
+    let d = Outboxd::spawn_streaming(args);
+    assert!(events.insert(1000, 50), "insert 1000..1050");
+    eprintln!("[restore] the new events end at {}", pg.current_lsn());
+    let after = counts(broker, 370);
+    let log = d.log();
+    let missing: Vec<i64> = (1000..1050).filter(|n| !after.contains_key(n)).collect();
+    assert!(missing.is_empty(), "{} of 50 new events never reached Kafka: {missing:?}\n{log}", missing.len());
+    let twice: Vec<(&i64, &usize)> = after.iter().filter(|(n, c)| **n >= 1000 && **c > 1).collect();
+    assert!(twice.is_empty(), "new events read more than once: {twice:?}");
+    let again = after.values().filter(|c| **c > 1).count();
+    eprintln!("[restore] {} events in Kafka, {again} of the earlier ones sent again", after.len());
+    assert!(log.contains(why), "the log does not say why the position was not skipped by ({why:?}):\n{log}");
+}
+
+#[test]
+fn after_a_restore_to_before_delivered_events_every_new_event_reaches_kafka() {
+    let mut pg = PgCluster::start();
+    pg.apply_all_sql();
+    let broker = Broker::start();
+    let args = daemon_args(&pg, &broker, &["--delivery", "exactly-once", "--status-interval", "1s"]);
+    let events = Numbered::new(&pg, "restore", 7);
+    let backup = pg.data_dir().with_extension("backup");
+    let stored_at = deliver(&mut pg, &broker, Outboxd::spawn_streaming(&args), &events, |pg| base_backup(pg, &backup));
+
+    restore(&mut pg, &backup);
+    let history = std::fs::read_to_string(pg.data_dir().join("pg_wal/00000002.history")).unwrap_or_default();
+    let kept = pg.psql("SELECT count(*) FROM outbox");
+    eprintln!(
+        "[restore] position stored near {stored_at} on timeline 1; restored: {kept} rows, WAL at {}, timeline 2's history {history:?}",
+        pg.current_lsn()
+    );
+    assert!(history.starts_with('1'), "the restore did not start timeline 2:\n{}", pg.server_log());
+    assert_eq!(kept, "20", "the restore keeps only the events before the backup");
+    // The slot was not in the backup: outboxd makes a new one; the new events follow on the new
+    // timeline, below the stored position.
+    new_events_arrive(
+        &pg,
+        &broker,
+        &args,
+        &events,
+        "the committed position lies past the point where this server's history left its timeline",
+    );
+}
+
+/// A restore that keeps the timeline: a copy of the data directory (with its slot) taken while
+/// the server was stopped, put back later. Nothing in the server's history shows it; the stored
+/// position lies beyond the server's WAL end, which no position of this history can.
+#[test]
+fn after_a_snapshot_restore_on_the_same_timeline_every_new_event_reaches_kafka() {
+    let mut pg = PgCluster::start();
+    pg.apply_all_sql();
+    let broker = Broker::start();
+    let args = daemon_args(&pg, &broker, &["--delivery", "exactly-once", "--status-interval", "1s"]);
+    let events = Numbered::new(&pg, "restore", 7);
+    let data = pg.data_dir().to_path_buf();
+    let snapshot = data.with_extension("snapshot");
+    let copy = || {
+        let st = Command::new("cp").arg("-a").arg(&data).arg(&snapshot).status().expect("cp");
+        assert!(st.success(), "copying the data directory failed");
+    };
+    let snap = |pg: &mut PgCluster| {
+        pg.stop("fast");
+        copy();
+        pg.start_again();
+    };
+    let stored_at = deliver(&mut pg, &broker, Outboxd::spawn_streaming(&args), &events, snap);
+    pg.stop("fast");
+    std::fs::rename(&data, data.with_extension("lost")).expect("move the data directory away");
+    std::fs::rename(&snapshot, &data).expect("put the snapshot in place");
+    let _ = std::fs::remove_file(data.join("postmaster.pid"));
+    pg.start_again();
+    eprintln!("[snapshot] position stored near {stored_at}; restored: WAL at {}", pg.current_lsn());
+    assert_eq!(pg.psql("SELECT count(*) FROM outbox"), "20", "the snapshot holds only the events before it");
+    new_events_arrive(&pg, &broker, &args, &events, "the committed position lies beyond the server's WAL end");
+}
