@@ -12,7 +12,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -99,6 +99,11 @@ fn new_events_arrive(pg: &PgCluster, broker: &Broker, args: &[String], events: &
     let d = Outboxd::spawn_streaming(args);
     assert!(events.insert(1000, 50), "insert 1000..1050");
     eprintln!("[restore] the new events end at {}", pg.current_lsn());
+    all_new_once(broker, &d, why);
+}
+
+/// Events 1000..1050 are each in Kafka once, and `d`'s log has `why`.
+fn all_new_once(broker: &Broker, d: &Outboxd, why: &str) {
     let after = counts(broker, 370);
     let log = d.log();
     let missing: Vec<i64> = (1000..1050).filter(|n| !after.contains_key(n)).collect();
@@ -108,6 +113,35 @@ fn new_events_arrive(pg: &PgCluster, broker: &Broker, args: &[String], events: &
     let again = after.values().filter(|c| **c > 1).count();
     eprintln!("[restore] {} events in Kafka, {again} of the earlier ones sent again", after.len());
     assert!(log.contains(why), "the log does not say why the position was not skipped by ({why:?}):\n{log}");
+}
+
+/// Stop `pg`, put the copy `snapshot` in place of its data directory, start it (same timeline).
+fn put_back(pg: &mut PgCluster, snapshot: &Path) {
+    let data = pg.data_dir().to_path_buf();
+    pg.stop("fast");
+    std::fs::rename(&data, data.with_extension("lost")).expect("move the data directory away");
+    std::fs::rename(snapshot, &data).expect("put the snapshot in place");
+    let _ = std::fs::remove_file(data.join("postmaster.pid"));
+    pg.start_again();
+}
+
+/// Events 0..320 delivered, a cold copy of the data directory taken after the first 20; returns
+/// where the copy is and the WAL position near the stored one.
+fn snapshot_scene(pg: &mut PgCluster, broker: &Broker, args: &[String], events: &Numbered) -> (PathBuf, String) {
+    let snapshot = pg.data_dir().with_extension("snapshot");
+    let snap = |pg: &mut PgCluster| {
+        pg.stop("fast");
+        let st = Command::new("cp").arg("-a").arg(pg.data_dir()).arg(&snapshot).status().expect("cp");
+        assert!(st.success(), "copying the data directory failed");
+        pg.start_again();
+    };
+    let stored_at = deliver(pg, broker, Outboxd::spawn_streaming(args), events, snap);
+    (snapshot, stored_at)
+}
+
+fn lsn(text: &str) -> u64 {
+    let (hi, lo) = text.trim().split_once('/').expect("an LSN");
+    (u64::from_str_radix(hi, 16).expect("hex") << 32) | u64::from_str_radix(lo, 16).expect("hex")
 }
 
 #[test]
@@ -150,24 +184,45 @@ fn after_a_snapshot_restore_on_the_same_timeline_every_new_event_reaches_kafka()
     let broker = Broker::start();
     let args = daemon_args(&pg, &broker, &["--delivery", "exactly-once", "--status-interval", "1s"]);
     let events = Numbered::new(&pg, "restore", 7);
-    let data = pg.data_dir().to_path_buf();
-    let snapshot = data.with_extension("snapshot");
-    let copy = || {
-        let st = Command::new("cp").arg("-a").arg(&data).arg(&snapshot).status().expect("cp");
-        assert!(st.success(), "copying the data directory failed");
-    };
-    let snap = |pg: &mut PgCluster| {
-        pg.stop("fast");
-        copy();
-        pg.start_again();
-    };
-    let stored_at = deliver(&mut pg, &broker, Outboxd::spawn_streaming(&args), &events, snap);
-    pg.stop("fast");
-    std::fs::rename(&data, data.with_extension("lost")).expect("move the data directory away");
-    std::fs::rename(&snapshot, &data).expect("put the snapshot in place");
-    let _ = std::fs::remove_file(data.join("postmaster.pid"));
-    pg.start_again();
+    let (snapshot, stored_at) = snapshot_scene(&mut pg, &broker, &args, &events);
+    put_back(&mut pg, &snapshot);
     eprintln!("[snapshot] position stored near {stored_at}; restored: WAL at {}", pg.current_lsn());
     assert_eq!(pg.psql("SELECT count(*) FROM outbox"), "20", "the snapshot holds only the events before it");
     new_events_arrive(&pg, &broker, &args, &events, "the committed position lies beyond the server's WAL end");
+}
+
+/// The same restore, but the server wrote past the stored position before outboxd started: the
+/// reused LSNs cannot be told apart any more, so the guarantees chapter says to remove the
+/// position with a tombstone (Kafka's console producer, as written there). outboxd then skips
+/// nothing: the 50 events written after the restore, below the stored position, all arrive.
+#[test]
+fn a_tombstone_removes_the_position_after_a_restore_outboxd_cannot_recognise() {
+    let mut pg = PgCluster::start();
+    pg.apply_all_sql();
+    let broker = Broker::start();
+    let args = daemon_args(&pg, &broker, &["--delivery", "exactly-once", "--status-interval", "1s"]);
+    let events = Numbered::new(&pg, "restore", 7);
+    let (snapshot, stored_at) = snapshot_scene(&mut pg, &broker, &args, &events);
+    put_back(&mut pg, &snapshot);
+    assert!(events.insert(1000, 50), "insert 1000..1050");
+    assert!(lsn(&pg.current_lsn()) < lsn(&stored_at), "the new events are not below the stored position");
+    // The application writes on while outboxd is down, past the stored position.
+    while lsn(&pg.current_lsn()) <= lsn(&stored_at) {
+        pg.psql("SELECT pg_switch_wal(); CREATE TABLE IF NOT EXISTS filler (x int); INSERT INTO filler VALUES (1)");
+    }
+    let system_id = pg.psql("SELECT system_identifier FROM pg_control_system()");
+    let mut producer = Command::new(common::kafka::kafka_script())
+        .args(["tool", "ConsoleProducer", "--bootstrap-server", &broker.bootstrap(), "--topic", "outboxd.positions"])
+        .args(["--property", "parse.key=true", "--property", "key.separator=|", "--property", "null.marker=NULL"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the console producer");
+    let mut stdin = producer.stdin.take().expect("stdin");
+    std::io::Write::write_all(&mut stdin, format!("{system_id}/outboxd|NULL\n").as_bytes())
+        .expect("write the tombstone");
+    drop(stdin);
+    assert!(producer.wait().expect("console producer").success(), "the console producer failed");
+
+    let d = Outboxd::spawn_streaming(&args);
+    all_new_once(&broker, &d, "committed position read position=None");
 }
