@@ -226,3 +226,72 @@ fn a_tombstone_removes_the_position_after_a_restore_outboxd_cannot_recognise() {
     let d = Outboxd::spawn_streaming(&args);
     all_new_once(&broker, &d, "committed position read position=None");
 }
+
+/// The other side of the rule: a failover to a standby that had every WAL record outboxd read
+/// (PostgreSQL 17, a synchronized failover slot, `synchronized_standby_slots`) keeps the position
+/// whole. The standby's copy of the slot is left behind on purpose (slot sync turned off, then
+/// more events delivered), so after the promotion the slot starts before the position, on a new
+/// timeline: what the position covers is skipped as after a restart, and nothing is sent twice.
+#[test]
+fn after_a_failover_to_a_caught_up_standby_nothing_is_sent_twice() {
+    let mut primary = PgCluster::start_version(17);
+    primary.apply_sql_file(sql_dir().join("01_outbox.sql"));
+    let standby = PgCluster::start_standby_of(
+        &mut primary,
+        &StandbyOptions { physical_slot: "standby1", sync_slots: true, synchronized_standby_slots: true },
+    );
+    let broker = Broker::start();
+    let url = format!(
+        "postgres://{USER}:{PASSWORD}@127.0.0.1:{},127.0.0.1:{}/{DB}?sslmode=disable&target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    let mut a = args(&["run", "--postgres-url", &url, "--kafka-brokers", &broker.bootstrap(), "--slot-failover"]);
+    a.extend(args(&["--delivery", "exactly-once", "--status-interval", "500ms", "--reconnect-max-backoff", "1s"]));
+    a.extend(args(&["--metrics-addr", "127.0.0.1:0"]));
+    let d = Outboxd::spawn_streaming(&a);
+    let events = Numbered::new(&primary, "restore", 7);
+    let mut n = 0;
+    let synced = wait_until(T, || {
+        assert!(events.insert(n, 10), "insert {n}..");
+        n += 10;
+        standby.psql(
+            "SELECT coalesce(bool_and(synced AND NOT temporary AND NOT conflicting), false) \
+             FROM pg_replication_slots WHERE slot_name = 'outboxd'",
+        ) == "t"
+    });
+    assert!(synced, "the standby never synchronized the slot:\n{}", standby.server_log());
+    // The standby's copy stays where it is now; the position in Kafka moves on.
+    standby.psql("ALTER SYSTEM SET sync_replication_slots = off");
+    standby.psql("SELECT pg_reload_conf()");
+    std::thread::sleep(Duration::from_secs(2));
+    let copy = standby.psql("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'outboxd'");
+    assert!(events.insert(n, 200), "insert {n}..");
+    n += 200;
+    assert_eq!(counts(&broker, n).len(), n, "before the failover:\n{}", d.log());
+    assert!(primary.wait_slot_reaches_wal_end(T), "{}", d.log());
+    // A clean switchover: a fast stop sends the standby every WAL record first.
+    primary.stop("fast");
+    standby.promote();
+    let on_standby = Numbered::new(&standby, "restore", 7);
+    assert!(on_standby.insert(100_000, 50), "insert on the new primary");
+    let total = n + 50;
+    let got = counts(&broker, total);
+    let log = d.log();
+    let twice: Vec<(&i64, &usize)> = got.iter().filter(|(_, c)| **c > 1).collect();
+    let missing = (0..n as i64).chain(100_000..100_050).filter(|k| !got.contains_key(k)).count();
+    eprintln!(
+        "[failover] the standby's slot copy at {copy}; {n} events before, 50 after; read {} distinct, {} twice, {missing} missing",
+        got.len(),
+        twice.len()
+    );
+    let skipped = log.lines().filter(|l| l.contains("already delivered were not sent again")).last().unwrap_or("");
+    eprintln!("[failover] {skipped}");
+    assert_eq!(missing, 0, "events missing:\n{log}");
+    assert!(twice.is_empty(), "events sent twice after a failover to a caught-up standby: {twice:?}\n{log}");
+    assert!(!log.contains("lies past the point"), "the position was cut back:\n{log}");
+    assert!(
+        skipped.contains("skipped=") && !skipped.contains("skipped=0"),
+        "nothing was skipped by the position:\n{log}"
+    );
+}
