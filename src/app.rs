@@ -246,6 +246,7 @@ async fn session<S: Sink>(
             Err(_) => return Err(stalled("TIMELINE_HISTORY")),
         }
     } else {
+        // Only the exactly-once sink reads it; nothing to ask the server for.
         Lineage::unknown(history.timeline, wal_end)
     };
     if slot.enable_failover {
