@@ -213,7 +213,14 @@ fn a_tombstone_removes_the_position_after_a_restore_outboxd_cannot_recognise() {
     let system_id = pg.psql("SELECT system_identifier FROM pg_control_system()");
     let mut producer = Command::new(common::kafka::kafka_script())
         .args(["tool", "ConsoleProducer", "--bootstrap-server", &broker.bootstrap(), "--topic", "outboxd.positions"])
-        .args(["--property", "parse.key=true", "--property", "key.separator=|", "--property", "null.marker=NULL"])
+        .args([
+            "--reader-property",
+            "parse.key=true",
+            "--reader-property",
+            "key.separator=|",
+            "--reader-property",
+            "null.marker=NULL",
+        ])
         .stdin(std::process::Stdio::piped())
         .spawn()
         .expect("spawn the console producer");
