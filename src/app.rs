@@ -26,6 +26,7 @@ use crate::error::{Definite, Error, Transient};
 use crate::health::Health;
 use crate::lsn::Lsn;
 use crate::pg::admin;
+use crate::pg::lineage::Lineage;
 use crate::pg::replication::{ReplicationConn, WalHistory};
 use crate::retry::backoff;
 use crate::sink::Sink;
@@ -233,9 +234,20 @@ async fn session<S: Sink>(
         None => None,
     };
     drop(client);
-    let history = match tokio::time::timeout(admin::ADMIN_TIMEOUT, conn.identify_system()).await {
+    let (history, wal_end) = match tokio::time::timeout(admin::ADMIN_TIMEOUT, conn.identify()).await {
         Ok(r) => r?,
         Err(_) => return Err(stalled("IDENTIFY_SYSTEM")),
+    };
+    // Exactly-once skips by a position stored in Kafka: only as much of it as holds on the
+    // server's WAL history now (a restore or a failover reuses LSNs past the branch point).
+    let lineage = if cfg.kafka.transactions.is_some() {
+        match tokio::time::timeout(admin::ADMIN_TIMEOUT, Lineage::read(&mut conn, history.timeline, wal_end)).await {
+            Ok(r) => r?,
+            Err(_) => return Err(stalled("TIMELINE_HISTORY")),
+        }
+    } else {
+        // Only the exactly-once sink reads it; nothing to ask the server for.
+        Lineage::unknown(history.timeline, wal_end)
     };
     if slot.enable_failover {
         match tokio::time::timeout(admin::ADMIN_TIMEOUT, conn.enable_failover(&cfg.slot)).await {
@@ -251,7 +263,7 @@ async fn session<S: Sink>(
     let from = resume_point(&slot, state.confirmed.as_ref(), &history);
     // Exactly-once: the Kafka producer takes its transactional id (fencing any other holder) and
     // reads the position committed with the records; the session skips what it covers.
-    let committed = match tokio::time::timeout(EXACTLY_ONCE_PREPARE_TIMEOUT, sink.prepare()).await {
+    let committed = match tokio::time::timeout(EXACTLY_ONCE_PREPARE_TIMEOUT, sink.prepare(&lineage)).await {
         Ok(r) => r?,
         Err(_) => return Err(stalled("the Kafka transactional producer's start (init_transactions, position read)")),
     };

@@ -303,14 +303,37 @@ impl ReplicationConn {
     /// name the WAL history an LSN belongs to (a promoted standby has a new timeline; a different
     /// cluster behind the same address has another system identifier).
     pub async fn identify_system(&mut self) -> Result<WalHistory, Error> {
+        self.identify().await.map(|(history, _)| history)
+    }
+
+    /// [`identify_system`](Self::identify_system), and the server's WAL position (`xlogpos`: on a
+    /// primary, the end of the flushed WAL).
+    pub async fn identify(&mut self) -> Result<(WalHistory, Lsn), Error> {
         let rows = self.simple_query("IDENTIFY_SYSTEM", stream_error).await?;
         let fields = rows.first().ok_or_else(|| self.protocol("IDENTIFY_SYSTEM returned no row"))?;
         let system_id = fields.first().cloned().flatten().unwrap_or_default();
         let timeline = fields.get(1).cloned().flatten().and_then(|t| t.parse::<u32>().ok());
-        match timeline {
-            Some(timeline) if !system_id.is_empty() => Ok(WalHistory { system_id, timeline }),
+        let xlogpos = fields.get(2).cloned().flatten().and_then(|l| l.parse::<Lsn>().ok());
+        match (timeline, xlogpos) {
+            (Some(timeline), Some(xlogpos)) if !system_id.is_empty() => {
+                Ok((WalHistory { system_id, timeline }, xlogpos))
+            }
             _ => Err(self.protocol("unreadable IDENTIFY_SYSTEM row").into()),
         }
+    }
+
+    /// `TIMELINE_HISTORY tli`: the history file of timeline `tli` (2 or later; timeline 1 has
+    /// none) as text, for [`crate::pg::lineage`].
+    pub async fn timeline_history(&mut self, timeline: u32) -> Result<String, Error> {
+        let failed = |e: ServerError| -> Error {
+            if crate::error::sqlstate_is_transient(&e.code) {
+                return Transient::PgServer { code: e.code, message: e.message }.into();
+            }
+            Definite::Setup(format!("TIMELINE_HISTORY {timeline} failed: {} ({})", e.message, e.code)).into()
+        };
+        let rows = self.simple_query(&format!("TIMELINE_HISTORY {timeline}"), failed).await?;
+        let file = rows.first().and_then(|r| r.get(1)).cloned().flatten();
+        file.ok_or_else(|| self.protocol("TIMELINE_HISTORY returned no file").into())
     }
 
     /// Fail with a transient error unless this server is a primary (and, for

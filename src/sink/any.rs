@@ -20,6 +20,7 @@ use crate::config::debezium::offsets::DebeziumOffset;
 use crate::config::{Config, SinkKind};
 use crate::error::{Definite, Error};
 use crate::health::Health;
+use crate::pg::lineage::Lineage;
 use crate::router::Record;
 
 /// The sink `--sink` chose, and the one `--dlq-sink` chose for dead letters, if another.
@@ -134,8 +135,8 @@ impl Sink for OneSink {
         each!(self, s => s.failure())
     }
 
-    async fn prepare(&mut self) -> Result<Option<DebeziumOffset>, Error> {
-        each!(self, s => s.prepare().await)
+    async fn prepare(&mut self, lineage: &Lineage) -> Result<Option<DebeziumOffset>, Error> {
+        each!(self, s => s.prepare(lineage).await)
     }
 
     fn boundary(&mut self, b: Boundary) {
@@ -200,8 +201,8 @@ impl Sink for AnySink {
     }
 
     // Exactly-once runs without a second sink (validation refuses --dlq-sink with it).
-    async fn prepare(&mut self) -> Result<Option<DebeziumOffset>, Error> {
-        self.main.prepare().await
+    async fn prepare(&mut self, lineage: &Lineage) -> Result<Option<DebeziumOffset>, Error> {
+        self.main.prepare(lineage).await
     }
 
     fn boundary(&mut self, b: Boundary) {

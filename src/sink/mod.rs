@@ -37,6 +37,7 @@ pub use simple::{record_json, NullSink, StdoutSink};
 use crate::config::debezium::offsets::DebeziumOffset;
 use crate::error::{Definite, Error};
 use crate::lsn::Lsn;
+use crate::pg::lineage::Lineage;
 use crate::router::Record;
 use delivery::Delivery;
 
@@ -103,10 +104,11 @@ pub trait Sink {
         self.max_message_bytes()
     }
 
-    /// Exactly-once: called at the start of every session, before the first record. Returns the
-    /// position committed with the records (a Debezium-shaped offset: the transactions and
-    /// changes at or before it were delivered), which the session skips.
-    async fn prepare(&mut self) -> Result<Option<DebeziumOffset>, Error> {
+    /// Exactly-once: called at the start of every session, before the first record, with the
+    /// server's WAL history now. Returns the part of the position committed with the records
+    /// that holds on that history (a Debezium-shaped offset: the transactions and changes at or
+    /// before it were delivered; [`crate::pg::lineage`]), which the session skips.
+    async fn prepare(&mut self, _lineage: &Lineage) -> Result<Option<DebeziumOffset>, Error> {
         Ok(None)
     }
 

@@ -56,6 +56,7 @@ use crate::config::KafkaConfig;
 use crate::error::Definite;
 use crate::error::Error;
 use crate::health::Health;
+use crate::pg::lineage::Lineage;
 use crate::router::Record;
 use client::{Retry, TopicError};
 use events::{rejection_code, DeliveryContext};
@@ -544,7 +545,7 @@ impl Sink for KafkaSink {
         self.retry_at = None;
     }
 
-    async fn prepare(&mut self) -> Result<Option<DebeziumOffset>, Error> {
+    async fn prepare(&mut self, lineage: &Lineage) -> Result<Option<DebeziumOffset>, Error> {
         if self.txns.as_deref().is_some_and(|(t, _)| t.fatal) {
             // Fenced before: this producer is dead for good; a new one takes the id back.
             let b = self.built.clone();
@@ -558,7 +559,7 @@ impl Sink for KafkaSink {
             )?;
         }
         match self.txns.as_deref_mut() {
-            Some((t, _)) => t.prepare(&self.producer, &self.admin, &self.built.cfg).await,
+            Some((t, _)) => t.prepare(&self.producer, &self.admin, &self.built.cfg, lineage).await,
             None => Ok(None),
         }
     }

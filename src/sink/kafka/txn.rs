@@ -13,7 +13,10 @@
 //! whose commit record is before `lsn_commit` are delivered whole, and in the transaction it may
 //! stop inside, the changes up to `lsn_proc`. A new session reads it with `read_committed` and
 //! skips what it covers, even when the slot is behind (a crash between the Kafka commit and the
-//! slot's confirmation).
+//! slot's confirmation). The position is stamped with the WAL history it was written on (its
+//! timeline, and where that timeline began), and only the part of it that holds on the server's
+//! history now is skipped by ([`crate::pg::lineage`]): after a restore or a failover to a
+//! lagging replica, the reused LSNs past the branch point are new events, not delivered ones.
 //!
 //! # Invariants
 //! * A commit happens only where every change the session handed over was produced (nothing held
@@ -52,6 +55,7 @@ use crate::config::KafkaConfig;
 use crate::config::TxnConfig;
 use crate::error::{Definite, Error, Transient};
 use crate::lsn::Lsn;
+use crate::pg::lineage::{Lineage, Stamp, Stored};
 use crate::sink::delivery::{Delivery, Position, Source, Ticket};
 use crate::sink::{Boundary, SinkError};
 
@@ -141,25 +145,38 @@ struct StoredPosition {
     lsn_proc: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     events_at_proc: Option<u64>,
+    /// The timeline the LSNs are on; absent in positions of an outboxd before it was stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    timeline: Option<u32>,
+    /// Where that timeline began (its switch point; `0/0` for timeline 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    timeline_began: Option<String>,
 }
 
 impl StoredPosition {
-    fn of(o: &DebeziumOffset) -> StoredPosition {
+    fn of(o: &DebeziumOffset, stamp: Option<Stamp>) -> StoredPosition {
         StoredPosition {
             lsn_commit: o.lsn_commit.to_string(),
             xid: o.partial.map(|p| p.xid),
             lsn_proc: o.partial.map(|p| p.lsn_proc.to_string()),
             events_at_proc: o.partial.map(|p| p.events_at_proc),
+            timeline: stamp.map(|s| s.timeline),
+            timeline_began: stamp.and_then(|s| s.begins).map(|l| l.to_string()),
         }
     }
 
-    fn offset(&self) -> Option<DebeziumOffset> {
+    fn stored(&self) -> Option<Stored> {
         let lsn_commit = self.lsn_commit.parse::<Lsn>().ok()?;
         let partial = match (self.xid, self.lsn_proc.as_deref(), self.events_at_proc) {
             (Some(xid), Some(p), Some(n)) => Some(Partial { xid, lsn_proc: p.parse().ok()?, events_at_proc: n }),
             _ => None,
         };
-        Some(DebeziumOffset { lsn_commit, partial })
+        let begins = match self.timeline_began.as_deref() {
+            Some(l) => Some(l.parse::<Lsn>().ok()?),
+            None => None,
+        };
+        let stamp = self.timeline.map(|timeline| Stamp { timeline, begins });
+        Some(Stored { offset: DebeziumOffset { lsn_commit, partial }, stamp })
     }
 }
 
@@ -225,8 +242,10 @@ pub struct Txns {
     last_change: Option<(Lsn, u64)>,
     /// The position after the last PostgreSQL transaction that committed.
     whole: Option<DebeziumOffset>,
-    /// What the last Kafka commit stored (read at start).
-    pub committed: Option<DebeziumOffset>,
+    /// What the last Kafka commit stored (read at start), with the history it was written on.
+    committed: Option<Stored>,
+    /// The history this session's positions are written on.
+    stamp: Option<Stamp>,
     /// The commit running in the background, if one is.
     committing: Option<Committing>,
     /// Records the broker refused for good inside an aborted transaction, by event id and
@@ -256,6 +275,7 @@ impl Txns {
             last_change: None,
             whole: None,
             committed: None,
+            stamp: None,
             committing: None,
             condemned: Default::default(),
             dummy,
@@ -352,11 +372,13 @@ impl Txns {
 
     /// Start: create the position topic, take the transactional id (fencing any other holder,
     /// and waiting out its open transaction), read the committed position, open a transaction.
+    /// Returns the part of the position that holds on the server's history now (`lineage`).
     pub async fn prepare(
         &mut self,
         producer: &Arc<BaseProducer<DeliveryContext>>,
         admin: &Arc<AdminClient<DefaultClientContext>>,
         kafka: &KafkaConfig,
+        lineage: &Lineage,
     ) -> Result<Option<DebeziumOffset>, Error> {
         if !self.ready {
             ensure_position_topic(admin, &self.cfg.position_topic, kafka).await?;
@@ -383,21 +405,23 @@ impl Txns {
                 .await
                 .map_err(|e| Definite::Sink(format!("the position reader task failed: {e}")))??;
             tracing::info!(position = ?stored, topic = %self.cfg.position_topic, key = %self.cfg.key(), "exactly-once: committed position read");
-            self.committed = stored.clone();
-            self.whole = stored;
+            self.committed = stored;
             self.ready = true;
         }
         self.in_pg = None;
         self.last_change = None;
         self.held_since = None;
         self.finishing = false;
+        // Every session: the server may be another one now (a failover), on another history.
+        let holds = self.committed.as_ref().and_then(|s| lineage.admit(s));
+        self.stamp = Some(lineage.stamp());
         // The session restarts from the slot, which is never past what was committed.
-        self.whole = self.committed.clone();
+        self.whole = holds.clone();
         if !self.open {
             producer.begin_transaction().map_err(|e| self.failure(e))?;
             self.open = true;
         }
-        Ok(self.committed.clone())
+        Ok(holds)
     }
 
     /// A commit runs in the background ([`Txns::commit`]); [`Txns::settle`] finishes it.
@@ -419,7 +443,7 @@ impl Txns {
         let Some(position) = self.position() else {
             return Err(SinkError::Fatal(Definite::Bug("an exactly-once commit without a position".into())));
         };
-        let value = serde_json::to_vec(&StoredPosition::of(&position)).unwrap_or_default();
+        let value = serde_json::to_vec(&StoredPosition::of(&position, self.stamp)).unwrap_or_default();
         let source = Source { position: Position::Unknown, table: Arc::from("") };
         let handle = Box::new(Delivery::new(
             Ticket(0),
@@ -481,7 +505,7 @@ impl Txns {
                 let (acked, failed) = self.written.take();
                 metrics.committed(acked.len().saturating_sub(1), started.elapsed());
                 acked.into_iter().for_each(|d| d.ack());
-                self.committed = Some(position);
+                self.committed = Some(Stored { offset: position, stamp: self.stamp });
                 producer.begin_transaction().map_err(|e| SinkError::Transient(self.transient(e)))?;
                 self.open = true;
                 self.opened_at = self.held_since.take();
@@ -697,7 +721,7 @@ async fn ensure_position_topic(
 }
 
 /// The last committed position for our key, read with `read_committed` up to the end.
-fn read_position(kafka: &KafkaConfig, t: &TxnConfig) -> Result<Option<DebeziumOffset>, Error> {
+fn read_position(kafka: &KafkaConfig, t: &TxnConfig) -> Result<Option<Stored>, Error> {
     let cfg = client::consumer_config(
         kafka,
         "outboxd-position",
@@ -728,7 +752,7 @@ fn read_position(kafka: &KafkaConfig, t: &TxnConfig) -> Result<Option<DebeziumOf
         tpl.add_partition_offset(topic, p, Offset::Beginning).map_err(|e| unreadable(e.to_string()))?;
     }
     consumer.assign(&tpl).map_err(|e| unreadable(e.to_string()))?;
-    let mut latest: Option<DebeziumOffset> = None;
+    let mut latest: Option<Stored> = None;
     let started = Instant::now();
     loop {
         let done = consumer.position().ok().is_some_and(|pos| {
@@ -748,9 +772,12 @@ fn read_position(kafka: &KafkaConfig, t: &TxnConfig) -> Result<Option<DebeziumOf
             )));
         }
         match consumer.poll(Duration::from_millis(100)) {
+            // A tombstone: the operator removed the position (after a restore outboxd cannot
+            // recognise, see the guarantees chapter); nothing is skipped.
+            Some(Ok(m)) if m.key() == Some(key.as_bytes()) && m.payload().is_none() => latest = None,
             Some(Ok(m)) if m.key() == Some(key.as_bytes()) => {
                 let parsed = m.payload().and_then(|v| serde_json::from_slice::<StoredPosition>(v).ok());
-                match parsed.and_then(|s| s.offset()) {
+                match parsed.and_then(|s| s.stored()) {
                     Some(o) => latest = Some(o),
                     None => {
                         return Err(Definite::Sink(format!(
@@ -898,7 +925,8 @@ mod tests {
     }
 
     #[test]
-    fn the_stored_position_round_trips() {
+    fn the_stored_position_round_trips_with_its_history_and_reads_an_unstamped_one() {
+        let stamp = Some(Stamp { timeline: 2, begins: Some(Lsn(0x3000028)) });
         for o in [
             DebeziumOffset { lsn_commit: Lsn(0x1_0000_0010), partial: None },
             DebeziumOffset {
@@ -906,9 +934,19 @@ mod tests {
                 partial: Some(Partial { xid: 3, lsn_proc: Lsn(4), events_at_proc: 2 }),
             },
         ] {
-            let json = serde_json::to_vec(&StoredPosition::of(&o)).unwrap();
+            let json = serde_json::to_vec(&StoredPosition::of(&o, stamp)).unwrap();
             let back: StoredPosition = serde_json::from_slice(&json).unwrap();
-            assert_eq!(back.offset(), Some(o));
+            assert_eq!(back.stored(), Some(Stored { offset: o, stamp }));
         }
+        // Written by an outboxd that did not stamp positions: read, without a stamp.
+        let old: StoredPosition = serde_json::from_str(r#"{"lsn_commit":"0/16B3F40"}"#).unwrap();
+        let want = DebeziumOffset { lsn_commit: Lsn(0x16B3F40), partial: None };
+        assert_eq!(old.stored(), Some(Stored { offset: want, stamp: None }));
+        let json = String::from_utf8(
+            serde_json::to_vec(&StoredPosition::of(&DebeziumOffset { lsn_commit: Lsn(1), partial: None }, stamp))
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(json, r#"{"lsn_commit":"0/1","timeline":2,"timeline_began":"0/3000028"}"#);
     }
 }

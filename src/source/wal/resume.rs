@@ -1,7 +1,8 @@
 //! Taking over from Debezium (`--debezium-offsets`): the events of the stream that Debezium's
 //! committed offset says it delivered are not sent again. The same rule resumes exactly-once
 //! delivery from the position committed in Kafka with the records (`--delivery exactly-once`),
-//! which has the same shape.
+//! which has the same shape: the part of it that holds on the server's WAL history now
+//! ([`crate::pg::lineage`]).
 //!
 //! The rule ([`crate::config::debezium::offsets`] explains the offset's keys): a transaction whose
 //! commit record starts before `lsn_commit` is skipped whole; in the transaction Debezium was in
