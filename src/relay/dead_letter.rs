@@ -8,11 +8,14 @@
 //! it ([`super::chunk`]), so the payload is always kept: the event counts as delivered only when
 //! every chunk is acked, and `outboxd dlq replay` ([`crate::tools::dlq`]) joins them again. (Copies written
 //! by older versions may carry no payload and an `outboxd.payload.size` header instead; the tools
-//! report those as not replayable.)
+//! report those as not replayable.) What the copy's sink cannot carry as it is (a header, the key,
+//! the id) is escaped into headers it takes ([`super::escape`]), so a copy is never refused for
+//! the bytes that made its event bad.
 
 use bytes::Bytes;
 
 use super::chunk::{self, ChunkInfo};
+use super::escape::{self, Limits};
 use crate::error::Definite;
 use crate::router::{BadEvent, Record};
 use crate::sink::delivery::{Position, Refusal, Source};
@@ -111,10 +114,16 @@ impl DeadLetter {
         }
     }
 
+    /// [`DeadLetter::into_copy`] for a sink that carries any bytes (Kafka, Redis).
+    pub fn into_records(self, dlq_topic: &str, max_bytes: usize) -> Vec<Record> {
+        self.into_copy(dlq_topic, max_bytes, &Limits::ANY)
+    }
+
     /// The records to send to `dlq_topic`: one, or when the copy would not fit in `max_bytes`,
     /// chunks of the payload under it (see [`super::chunk`]). Keyless chunks all go to partition 0, since
-    /// the partitioner would scatter them.
-    pub fn into_records(self, dlq_topic: &str, max_bytes: usize) -> Vec<Record> {
+    /// the partitioner would scatter them. What the sink cannot carry (`limits`) is escaped first
+    /// ([`super::escape`]), so the sizes count the escaped form.
+    pub fn into_copy(mut self, dlq_topic: &str, max_bytes: usize, limits: &Limits) -> Vec<Record> {
         let mut headers = self.headers;
         if headers.iter().all(|(k, _)| k != "id") {
             if let Some(id) = &self.event_id {
@@ -141,6 +150,7 @@ impl DeadLetter {
             Position::Unknown => {}
         }
         headers.push((H_TABLE.into(), Bytes::copy_from_slice(self.source.table.as_bytes())));
+        self.key = escape::make_writable(&mut headers, self.key, limits);
         let event_id = self.event_id.unwrap_or_else(|| "(unknown)".into());
         let record = |payload: Option<Bytes>, headers: Vec<(String, Bytes)>, partition: Option<i32>| Record {
             topic: dlq_topic.to_owned(),

@@ -36,6 +36,7 @@
 
 pub mod chunk;
 pub mod dead_letter;
+pub mod escape;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
@@ -409,7 +410,7 @@ impl<'a, S: Sink> Relay<'a, S> {
                 );
                 let max = self.sink.dead_letter_max_bytes().unwrap_or(usize::MAX);
                 let source = dl.source.clone();
-                let records = dl.into_records(&self.cfg.dlq_topic, max);
+                let records = dl.into_copy(&self.cfg.dlq_topic, max, &self.sink.dead_letter_limits());
                 ledger.settled(t, Settled::DeadLettered, &reason);
                 // Every chunk counts before the original resolves and before any is sent.
                 ledger.add(t, records.len())?;

@@ -20,6 +20,7 @@ use crate::config::debezium::offsets::DebeziumOffset;
 use crate::config::{Config, SinkKind};
 use crate::error::{Definite, Error};
 use crate::health::Health;
+use crate::relay::escape::Limits;
 use crate::router::Record;
 
 /// The sink `--sink` chose, and the one `--dlq-sink` chose for dead letters, if another.
@@ -130,6 +131,10 @@ impl Sink for OneSink {
         each!(self, s => s.max_message_bytes())
     }
 
+    fn copy_limits(&self) -> Limits {
+        each!(self, s => s.copy_limits())
+    }
+
     fn failure(&self) -> Option<crate::task::Failure> {
         each!(self, s => s.failure())
     }
@@ -193,6 +198,14 @@ impl Sink for AnySink {
 
     fn dead_letter_max_bytes(&self) -> Option<usize> {
         self.dlq.as_ref().unwrap_or(&self.main).max_message_bytes()
+    }
+
+    fn copy_limits(&self) -> Limits {
+        self.main.copy_limits()
+    }
+
+    fn dead_letter_limits(&self) -> Limits {
+        self.dlq.as_ref().unwrap_or(&self.main).copy_limits()
     }
 
     fn failure(&self) -> Option<crate::task::Failure> {

@@ -37,6 +37,7 @@ pub use simple::{record_json, NullSink, StdoutSink};
 use crate::config::debezium::offsets::DebeziumOffset;
 use crate::error::{Definite, Error};
 use crate::lsn::Lsn;
+use crate::relay::escape::Limits;
 use crate::router::Record;
 use delivery::Delivery;
 
@@ -101,6 +102,18 @@ pub trait Sink {
     /// dead letters go elsewhere (`--dlq-sink`).
     fn dead_letter_max_bytes(&self) -> Option<usize> {
         self.max_message_bytes()
+    }
+
+    /// What the destination carries in a dead-letter copy as it is; the rest is escaped
+    /// ([`crate::relay::escape`]).
+    fn copy_limits(&self) -> Limits {
+        Limits::ANY
+    }
+
+    /// The limits dead-letter copies are made under: the same, unless dead letters go elsewhere
+    /// (`--dlq-sink`).
+    fn dead_letter_limits(&self) -> Limits {
+        self.copy_limits()
     }
 
     /// Exactly-once: called at the start of every session, before the first record. Returns the

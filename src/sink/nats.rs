@@ -39,7 +39,6 @@ use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::{self, ErrorCode};
 use async_nats::{connection::State, HeaderMap};
 use bytes::Bytes;
-use sha2::Digest;
 use tokio::sync::mpsc;
 
 use super::delivery::Delivery;
@@ -49,6 +48,7 @@ use super::{Sink, SinkError};
 use crate::config::NatsConfig;
 use crate::error::Definite;
 use crate::health::Health;
+use crate::relay::escape::{copy_id, plain_text, Limits};
 use crate::router::Record;
 
 /// Publish acks outstanding at once, and the channel's capacity.
@@ -137,7 +137,26 @@ impl Sink for NatsSink {
     fn max_message_bytes(&self) -> Option<usize> {
         Some(self.max_payload.saturating_sub(HEADER_SLACK).max(1))
     }
+
+    fn copy_limits(&self) -> Limits {
+        COPY_LIMITS
+    }
 }
+
+/// What a dead-letter copy carries as it is ([`crate::relay::escape`]): header names NATS takes,
+/// except `key` (the record key's header) and `Nats-*` (JetStream reads those: a stray
+/// `Nats-Expected-Stream` would make it refuse the copy); values, key and `Nats-Msg-Id` as
+/// [`plain_text`], since the client trims a value's surrounding whitespace when reading.
+const COPY_LIMITS: Limits = Limits {
+    header: |name, value| {
+        HeaderName::from_str(name).is_ok()
+            && name != "key"
+            && !name.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("nats-"))
+            && plain_text(value)
+    },
+    key: plain_text,
+    id: |id| plain_text(id.as_bytes()),
+};
 
 /// Build the NATS message for `record`, or the rejection that it can never be one.
 fn job(record: Record, delivery: Delivery, max_payload: usize) -> Result<Job, Box<SinkError>> {
@@ -169,10 +188,8 @@ fn job(record: Record, delivery: Delivery, max_payload: usize) -> Result<Job, Bo
         added = add("key", key);
     }
     let msg_id = if delivery.is_dead_letter() {
-        // Dead-letter chunks share the event id; each chunk is deduplicated on its own bytes.
-        let digest = sha2::Sha256::digest(record.payload.as_deref().unwrap_or_default());
-        let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-        format!("{}/dlq/{hex}", record.event_id)
+        // Dead-letter chunks share the event id; each chunk gets its own (its index in it).
+        copy_id(&record, &COPY_LIMITS)
     } else {
         record.event_id.clone()
     };

@@ -80,6 +80,10 @@ pub struct Collector {
 
 impl Collector {
     pub fn feed(&mut self, r: DlqRecord) -> Fed {
+        if let Some(name) = r.escape_left() {
+            let why = format!("{name} does not decode to the original header or key");
+            return Fed::Unreadable(r, why);
+        }
         let info = match ChunkInfo::parse(|k| r.header(k)) {
             Ok(None) => return Fed::Entry(Entry::single(r)),
             Ok(Some(info)) => info,
