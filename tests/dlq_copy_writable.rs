@@ -162,7 +162,7 @@ async fn nats_copies_escape_what_nats_refuses_and_replay_gets_the_original_back(
     let first = pg.insert_event("notes", "k1", Some("e.v1"), "{\"n\": 1}", None);
     let newline =
         pg.insert_event("notes", "k2", Some("e.v1"), "{\"n\": 2}", Some(r#"{"note": "line1\nline2", "trace": "t-2"}"#));
-    let topic_row = pg.insert_event("bad\ntopic", "k3", Some("e.v1"), "{\"n\": 3}", Some(r#"{"trace": "t-3"}"#));
+    let topic_row = pg.insert_event("bad\ntopic", "k3", Some("e.v1"), "{\"n\": 3}", None);
     let last = pg.insert_event("notes", "k4", Some("e.v1"), "{\"n\": 4}", None);
 
     assert!(s.wait_on(&dlq, 2).await, "two dead-letter copies\n{}", d.log());
@@ -187,8 +187,9 @@ async fn nats_copies_escape_what_nats_refuses_and_replay_gets_the_original_back(
     assert_eq!(c.header("outboxd.error"), Some(&b"invalid_header"[..]));
     assert_eq!(c.payload, b"{\"n\": 2}");
     let c = copy(&topic_row);
-    assert_eq!(unescaped(&c.headers)["outboxd.original.topic"], format!("{p}.bad\ntopic").as_bytes());
-    assert_eq!(c.header("outboxd.error"), Some(&b"invalid_subject"[..]));
+    // The route value's line break leaves the topic as it is, which the router refuses.
+    assert_eq!(unescaped(&c.headers)["outboxd.original.topic"], b"bad\ntopic");
+    assert_eq!(c.header("outboxd.error"), Some(&b"invalid_topic"[..]));
 
     let sink = ["--sink", "nats", "--nats-url", NATS_URL];
     let (code, out) = dlq_cmd(&sink, &dlq, "list", &["--json"]);
@@ -196,7 +197,7 @@ async fn nats_copies_escape_what_nats_refuses_and_replay_gets_the_original_back(
     let rows = records_by_id(&out);
     assert_eq!(rows.len(), 2, "{out}");
     assert_eq!(rows[&newline]["reason"], "invalid_header", "{out}");
-    assert_eq!(rows[&topic_row]["original_topic"], format!("{p}.bad\ntopic"), "{out}");
+    assert_eq!(rows[&topic_row]["original_topic"], "bad\ntopic", "{out}");
     assert_eq!(rows[&topic_row]["key"], "k3", "{out}");
 
     let state = tempfile::tempdir().unwrap();
@@ -210,10 +211,9 @@ async fn nats_copies_escape_what_nats_refuses_and_replay_gets_the_original_back(
     assert_eq!(sent.len(), 1, "exactly once");
     let mut names: Vec<&str> = sent[0].headers.iter().map(|(n, _)| n.as_str()).collect();
     names.sort();
-    assert_eq!(names, ["Nats-Msg-Id", "id", "key", "trace"], "the original headers, nothing of the copy's");
+    assert_eq!(names, ["Nats-Msg-Id", "id", "key"], "the original headers, nothing of the copy's");
     assert_eq!(sent[0].header("id"), Some(topic_row.as_bytes()));
     assert_eq!(sent[0].header("key"), Some(&b"k3"[..]));
-    assert_eq!(sent[0].header("trace"), Some(&b"t-3"[..]));
     assert_eq!(sent[0].payload, b"{\"n\": 3}");
 
     // The other event's original header still cannot be a NATS header: the replay says so and
