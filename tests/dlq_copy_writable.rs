@@ -22,7 +22,7 @@ use common::*;
 use lapin::options::{BasicGetOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{Channel, Connection, ConnectionProperties};
-use outboxd::relay::escape::{is_escaped, unescape_header, unescape_key, H_ESCAPED_KEY};
+use outboxd::sink::escape::{is_escaped, unescape_header, unescape_key, H_ESCAPED_KEY};
 
 const WAIT: Duration = Duration::from_secs(30);
 

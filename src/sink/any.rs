@@ -15,12 +15,12 @@
 use std::sync::Arc;
 
 use super::delivery::Delivery;
+use super::escape::Limits;
 use super::{Boundary, HttpSink, KafkaSink, NatsSink, NullSink, RabbitSink, RedisSink, Sink, SinkError, StdoutSink};
 use crate::config::debezium::offsets::DebeziumOffset;
 use crate::config::{Config, SinkKind};
 use crate::error::{Definite, Error};
 use crate::health::Health;
-use crate::relay::escape::Limits;
 use crate::router::Record;
 
 /// The sink `--sink` chose, and the one `--dlq-sink` chose for dead letters, if another.

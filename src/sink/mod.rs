@@ -17,6 +17,7 @@
 
 mod any;
 pub mod delivery;
+pub mod escape;
 mod handoff;
 mod http;
 pub mod kafka;
@@ -37,9 +38,9 @@ pub use simple::{record_json, NullSink, StdoutSink};
 use crate::config::debezium::offsets::DebeziumOffset;
 use crate::error::{Definite, Error};
 use crate::lsn::Lsn;
-use crate::relay::escape::Limits;
 use crate::router::Record;
 use delivery::Delivery;
+use escape::Limits;
 
 /// Why `send` did not take a record.
 #[derive(Debug)]
@@ -105,7 +106,7 @@ pub trait Sink {
     }
 
     /// What the destination carries in a dead-letter copy as it is; the rest is escaped
-    /// ([`crate::relay::escape`]).
+    /// ([`crate::sink::escape`]).
     fn copy_limits(&self) -> Limits {
         Limits::ANY
     }

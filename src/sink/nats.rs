@@ -48,8 +48,8 @@ use super::{Sink, SinkError};
 use crate::config::NatsConfig;
 use crate::error::Definite;
 use crate::health::Health;
-use crate::relay::escape::{copy_id, plain_text, Limits};
 use crate::router::Record;
+use crate::sink::escape::{copy_id, plain_text, Limits};
 
 /// Publish acks outstanding at once, and the channel's capacity.
 const WINDOW: usize = 4096;
@@ -143,7 +143,7 @@ impl Sink for NatsSink {
     }
 }
 
-/// What a dead-letter copy carries as it is ([`crate::relay::escape`]): header names NATS takes,
+/// What a dead-letter copy carries as it is ([`crate::sink::escape`]): header names NATS takes,
 /// except `key` (the record key's header) and `Nats-*` (JetStream reads those: a stray
 /// `Nats-Expected-Stream` would make it refuse the copy); values, key and `Nats-Msg-Id` as
 /// [`plain_text`], since the client trims a value's surrounding whitespace when reading.
@@ -187,11 +187,10 @@ fn job(record: Record, delivery: Delivery, max_payload: usize) -> Result<Job, Bo
     if let (Ok(()), Some(key)) = (&added, &record.key) {
         added = add("key", key);
     }
-    let msg_id = if delivery.is_dead_letter() {
-        // Dead-letter chunks share the event id; each chunk gets its own (its index in it).
-        copy_id(&record, &COPY_LIMITS)
-    } else {
-        record.event_id.clone()
+    // Dead-letter chunks share the event id; each gets its own (its chunk index in it).
+    let msg_id = match delivery.copy_part() {
+        Some(part) => copy_id(&record.event_id, part, &COPY_LIMITS),
+        None => record.event_id.clone(),
     };
     if added.is_ok() {
         added = add("Nats-Msg-Id", msg_id.as_bytes());

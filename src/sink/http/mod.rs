@@ -61,8 +61,8 @@ use super::{Sink, SinkError};
 use crate::config::http::HttpConfig;
 use crate::error::Definite;
 use crate::health::Health;
-use crate::relay::escape::Limits;
 use crate::router::Record;
+use crate::sink::escape::Limits;
 use wire::Event;
 
 /// Records queued per lane beyond the request in flight.
@@ -157,7 +157,7 @@ impl Sink for HttpSink {
             }
         };
         let lane = lane_of(record.key.as_deref(), self.handoff.lanes());
-        let ce_id = Event::ce_id(&record, delivery.is_dead_letter());
+        let ce_id = Event::ce_id(&record, delivery.copy_part());
         if let Err(reason) = wire::check(&record, &ce_id, self.cfg.batch > 1) {
             return Err(SinkError::Rejected { code: "invalid_header", reason, record: Box::new(record), delivery });
         }

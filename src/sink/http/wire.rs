@@ -14,7 +14,7 @@
 //!   names are case-insensitive and travel lower-cased.
 //!
 //! A dead-letter copy's `ce-id` and `Idempotency-Key` are its copy id
-//! ([`crate::relay::escape::copy_id`]: `<event id>/dlq/<chunk id>/<index>` for a chunk):
+//! ([`crate::sink::escape::copy_id`]: `<event id>/dlq/<chunk id>/<index>` for a chunk):
 //! dead-letter chunks share their event's id, and a receiver deduplicating by it would drop all
 //! but the first.
 //!
@@ -40,8 +40,8 @@ use hmac::{Hmac, Mac};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use sha2::Sha256;
 
-use crate::relay::escape::{copy_id, plain_text, Limits};
 use crate::router::Record;
+use crate::sink::escape::{copy_id, plain_text, Limits};
 
 pub const BATCH_CONTENT_TYPE: &str = "application/cloudevents-batch+json";
 pub const SIGNATURE_HEADER: &str = "outboxd-signature";
@@ -83,12 +83,11 @@ pub struct Event {
 }
 
 impl Event {
-    /// The event id as `ce-id`, or a dead-letter copy's own ([`copy_id`]).
-    pub fn ce_id(record: &Record, dead_letter: bool) -> String {
-        if dead_letter {
-            copy_id(record, &COPY_LIMITS)
-        } else {
-            record.event_id.clone()
+    /// The event id as `ce-id`, or a dead-letter copy's own ([`copy_id`]) for `copy_part`.
+    pub fn ce_id(record: &Record, copy_part: Option<&str>) -> String {
+        match copy_part {
+            Some(part) => copy_id(&record.event_id, part, &COPY_LIMITS),
+            None => record.event_id.clone(),
         }
     }
 
@@ -141,7 +140,7 @@ pub fn check(record: &Record, ce_id: &str, batch: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// What a dead-letter copy carries as it is ([`crate::relay::escape`]): header names [`check`]
+/// What a dead-letter copy carries as it is ([`crate::sink::escape`]): header names [`check`]
 /// takes, values, key and `ce-id` as [`plain_text`] (UTF-8 for batch mode; no control characters;
 /// no surrounding whitespace, which HTTP strips).
 pub const COPY_LIMITS: Limits = Limits {
@@ -323,7 +322,7 @@ mod tests {
 
     fn event(payload: Option<&'static [u8]>, headers: &[(&str, &'static [u8])]) -> Event {
         let r = record(payload, headers);
-        let id = Event::ce_id(&r, false);
+        let id = Event::ce_id(&r, None);
         Event::from_record(r, id)
     }
 
@@ -426,14 +425,14 @@ mod tests {
 
     #[test]
     fn dead_letter_copies_escape_what_cannot_travel() {
-        use crate::relay::escape::make_writable;
+        use crate::sink::escape::make_writable;
         let mut r = record(Some(b"{}"), &[("id", b"e\n1"), ("Content-Length", b"9"), ("x", b"a\r\nb"), ("y", b" pad")]);
         r.event_id = "e\n1".into();
         r.key = Some(Bytes::from_static(b"k\n1"));
         r.event_type = None;
         assert!(check(&r, &r.event_id, true).is_err());
         r.key = make_writable(&mut r.headers, r.key.take(), &COPY_LIMITS);
-        let ce_id = Event::ce_id(&r, true);
+        let ce_id = Event::ce_id(&r, Some("0123456789abcdef"));
         check(&r, &ce_id, true).unwrap();
         check(&r, &ce_id, false).unwrap();
         assert!(ce_id.starts_with("sha256.") && ce_id.contains("/dlq/"), "{ce_id}");
@@ -463,8 +462,8 @@ mod tests {
             event_id: "e-9".into(),
             event_type: None,
         };
-        let id = Event::ce_id(&r, true);
-        assert!(id.starts_with("e-9/dlq/") && id.len() == "e-9/dlq/".len() + 16, "{id}");
-        assert_eq!(Event::ce_id(&r, false), "e-9");
+        let id = Event::ce_id(&r, Some("c0ffee/2"));
+        assert_eq!(id, "e-9/dlq/c0ffee/2");
+        assert_eq!(Event::ce_id(&r, None), "e-9");
     }
 }

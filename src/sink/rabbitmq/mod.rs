@@ -33,8 +33,8 @@ use super::{Sink, SinkError};
 use crate::config::rabbitmq::{RabbitConfig, SHORTSTR_MAX};
 use crate::error::Definite;
 use crate::health::Health;
-use crate::relay::escape::{copy_id, Limits};
 use crate::router::Record;
+use crate::sink::escape::{copy_id, Limits};
 use publisher::{Job, MAX_MESSAGE_SIZE, WINDOW};
 
 /// AMQP's persistent delivery mode: the broker writes the message to disk in a durable queue.
@@ -83,7 +83,7 @@ impl Sink for RabbitSink {
     }
 }
 
-/// What a dead-letter copy carries as it is ([`crate::relay::escape`]): header names up to
+/// What a dead-letter copy carries as it is ([`crate::sink::escape`]): header names up to
 /// [`SHORTSTR_MAX`] bytes except `key` (the record key's header would overwrite it) and
 /// `x-stream-offset` (a stream queue sets it on delivery); any value and key (long strings); a
 /// message-id up to [`SHORTSTR_MAX`] bytes.
@@ -107,7 +107,7 @@ fn job(record: Record, delivery: Delivery) -> Result<Job, Box<SinkError>> {
         return Err(refuse("invalid_routing_key", reason, record, delivery));
     }
     // A dead-letter copy's message-id is its copy id, made to fit; its `id` header has no limit.
-    let message_id = delivery.is_dead_letter().then(|| copy_id(&record, &COPY_LIMITS));
+    let message_id = delivery.copy_part().map(|part| copy_id(&record.event_id, part, &COPY_LIMITS));
     if message_id.is_none() && record.event_id.len() > SHORTSTR_MAX {
         let reason =
             format!("event id is {} bytes; an AMQP message-id is at most {SHORTSTR_MAX}", record.event_id.len());

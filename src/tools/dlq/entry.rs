@@ -146,9 +146,9 @@ mod tests {
 
     use super::*;
     use crate::lsn::Lsn;
-    use crate::relay::escape::{plain_text, Limits};
     use crate::relay::{Position, Source};
     use crate::router::Record;
+    use crate::sink::escape::{plain_text, Limits};
     use crate::tools::dlq::DeadLetter;
 
     /// Line-based headers with a short id, like NATS.

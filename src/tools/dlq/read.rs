@@ -27,7 +27,7 @@ use rdkafka::{Offset, Timestamp, TopicPartitionList};
 use super::chunk::Piece;
 use super::{H_ERROR, H_PAYLOAD_DROPPED, H_SIZE, H_TOPIC};
 use crate::error::{Definite, Error};
-use crate::relay::escape;
+use crate::sink::escape;
 
 /// After the watermarks: stop when this passes without a record.
 pub const SETTLE: Duration = Duration::from_secs(1);
@@ -114,7 +114,7 @@ impl DlqRecord {
         self.event_id().unwrap_or_else(|| "-".into())
     }
 
-    /// Undo what made the copy writable ([`crate::relay::escape`]): each escaped header back to
+    /// Undo what made the copy writable ([`crate::sink::escape`]): each escaped header back to
     /// its name and bytes, in its place, and an escaped key back to the key. An entry that does
     /// not decode stays as it is ([`DlqRecord::escape_left`]).
     pub fn restore_escaped(&mut self) {

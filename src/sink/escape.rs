@@ -5,9 +5,9 @@
 //! (a NATS header value holding a line break, a RabbitMQ header name over 255 bytes, an event id
 //! with control characters for HTTP). A refused copy stops the relay, and since every restart meets
 //! that row first, the slot would hold WAL for good. So each sink states what it cannot carry
-//! ([`Limits`], from [`crate::sink::Sink::copy_limits`]), [`super::dead_letter::DeadLetter`]
-//! applies the rules below to the copy before sizing and chunking it, and the sink's writer names
-//! the copy with [`copy_id`]:
+//! ([`Limits`], from [`super::Sink::copy_limits`]), the relay's
+//! [`crate::relay::dead_letter::DeadLetter::into_copy`] applies the rules below to the copy before
+//! sizing and chunking it, and the sink's writer names each copy record with [`copy_id`]:
 //!
 //! * a header the sink cannot carry as it is, name or value, becomes
 //!   `outboxd.escaped-header.<n>: <name>=<value>` (`n` counts from 0 within the copy), both
@@ -16,12 +16,13 @@
 //! * a key it cannot carry moves to `outboxd.escaped-key: <percent-encoded key>`, and the copy
 //!   has no key;
 //! * the sink's own message id (`Nats-Msg-Id`, AMQP `message-id`, HTTP `ce-id` and
-//!   `Idempotency-Key`) is [`copy_id`]: the event id followed by `/dlq/<chunk id>/<chunk index>`
-//!   for a chunk and `/dlq/<16 hex digits of the payload's SHA-256>` otherwise, so no two chunks
-//!   of a copy share it (a deduplicating broker or receiver would drop one) while a copy written
-//!   again after a crash gets the same ids. When the sink cannot take that text (a line break, over
-//!   255 bytes), the event id part is `sha256.<32 hex digits>` of it instead; the event id itself
-//!   is always in the `id` header, escaped like any header when needed.
+//!   `Idempotency-Key`) is [`copy_id`]: `<event id>/dlq/<part>`, where the relay names the part
+//!   ([`super::delivery::Delivery::copy_part`]: `<chunk id>/<chunk index>` for a chunk, 16 hex
+//!   digits of the payload's SHA-256 otherwise), so no two chunks of a copy share it (a
+//!   deduplicating broker or receiver would drop one) while a copy written again after a crash
+//!   gets the same ids. When the sink cannot take that text (a line break, over 255 bytes), the
+//!   event id part is `sha256.<32 hex digits>` of it instead; the event id itself is always in the
+//!   `id` header, escaped like any header when needed.
 //!
 //! Escaping never loses a byte, so deciding conservatively costs only readability: a sink's
 //! limits also count as "cannot carry" what it would change on the way (NATS and HTTP trim the
@@ -31,9 +32,6 @@
 use bytes::Bytes;
 use percent_encoding::{percent_decode, percent_encode, NON_ALPHANUMERIC};
 use sha2::{Digest, Sha256};
-
-use super::chunk;
-use crate::router::Record;
 
 /// Escaped headers are named `outboxd.escaped-header.<n>`.
 pub const H_ESCAPED_HEADER: &str = "outboxd.escaped-header";
@@ -122,22 +120,14 @@ pub fn unescape_key(value: &[u8]) -> Vec<u8> {
     percent_decode(value).collect()
 }
 
-/// The id a sink gives a dead-letter record (see the module doc): distinct per chunk, the same
-/// when the copy is written again, and text the sink takes (`limits.id`).
-pub fn copy_id(record: &Record, limits: &Limits) -> String {
-    let header = |k: &str| record.headers.iter().find(|(n, _)| n == k).map(|(_, v)| String::from_utf8_lossy(v));
-    let suffix = match (header(chunk::H_ID), header(chunk::H_INDEX)) {
-        (Some(id), Some(index)) => format!("/dlq/{id}/{index}"),
-        _ => {
-            let digest = Sha256::digest(record.payload.as_deref().unwrap_or_default());
-            format!("/dlq/{}", crate::hex::lower(&digest[..8]))
-        }
-    };
-    let whole = format!("{}{suffix}", record.event_id);
+/// The id a sink gives a dead-letter record (see the module doc): `<event id>/dlq/<part>`, with
+/// the event id hashed when the sink cannot take the whole as it is (`limits.id`).
+pub fn copy_id(event_id: &str, part: &str, limits: &Limits) -> String {
+    let whole = format!("{event_id}/dlq/{part}");
     if (limits.id)(&whole) {
         return whole;
     }
-    format!("sha256.{}{suffix}", crate::hex::lower(&Sha256::digest(record.event_id.as_bytes())[..16]))
+    format!("sha256.{}/dlq/{part}", crate::hex::lower(&Sha256::digest(event_id.as_bytes())[..16]))
 }
 
 #[cfg(test)]
@@ -197,31 +187,14 @@ mod tests {
         assert_eq!(unescape_header(b"%FF=x"), None, "a name must be UTF-8");
     }
 
-    fn record(id: &str, headers: &[(&str, &str)]) -> Record {
-        Record {
-            topic: "dlq".into(),
-            key: None,
-            payload: Some(Bytes::from_static(b"aaaa")),
-            headers: headers.iter().map(|(k, v)| (k.to_string(), Bytes::from(v.to_string()))).collect(),
-            partition: None,
-            timestamp_ms: None,
-            event_id: id.into(),
-            event_type: None,
-        }
-    }
-
     #[test]
-    fn copy_ids_differ_per_chunk_and_fit_the_sink() {
-        let chunk = |i: &str| record("e-1", &[(chunk::H_ID, "c0ffee"), (chunk::H_INDEX, i)]);
-        // Identical payloads (the same byte repeated): the index keeps the ids apart.
-        assert_eq!(copy_id(&chunk("0"), &Limits::ANY), "e-1/dlq/c0ffee/0");
-        assert_eq!(copy_id(&chunk("1"), &Limits::ANY), "e-1/dlq/c0ffee/1");
-        let single = copy_id(&record("e-1", &[]), &Limits::ANY);
-        assert!(single.starts_with("e-1/dlq/") && single.len() == "e-1/dlq/".len() + 16, "{single}");
-        // An id the sink cannot take is replaced by its digest, the suffix kept.
-        let bad = copy_id(&record("e\n1", &[(chunk::H_ID, "c0ffee"), (chunk::H_INDEX, "3")]), &strict());
+    fn copy_ids_fit_the_sink() {
+        assert_eq!(copy_id("e-1", "c0ffee/0", &Limits::ANY), "e-1/dlq/c0ffee/0");
+        // An id the sink cannot take is replaced by its digest, the part kept.
+        let bad = copy_id("e\n1", "c0ffee/3", &strict());
         assert!(bad.starts_with("sha256.") && bad.ends_with("/dlq/c0ffee/3") && plain_text(bad.as_bytes()), "{bad}");
-        let long = copy_id(&record(&"x".repeat(300), &[]), &strict());
+        assert_eq!(bad, copy_id("e\n1", "c0ffee/3", &strict()), "the same copy, the same id");
+        let long = copy_id(&"x".repeat(300), "0123456789abcdef", &strict());
         assert!((strict().id)(&long), "{long}");
     }
 }
