@@ -363,4 +363,16 @@ mod tests {
             assert!(!valid_subject(bad), "{bad:?}");
         }
     }
+    #[test]
+    fn escaped_parts_are_writable_and_what_nats_changes_is_not() {
+        use super::COPY_LIMITS as L;
+        assert!((L.header)("outboxd.escaped-header.12", b"note=line1%0Aline2"));
+        assert!((L.header)("outboxd.escaped-key", b"k%0A1") && (L.header)("trace", b"t 1"));
+        for (name, value) in
+            [("note", &b"a\nb"[..]), ("x", b" pad"), ("key", b"k"), ("nats-msg-id", b"x"), ("a:b", b"x")]
+        {
+            assert!(!(L.header)(name, value), "{name:?}: {value:?}");
+        }
+        assert!(!(L.key)(b"k\r") && !(L.id)("e\n1/dlq/0"));
+    }
 }

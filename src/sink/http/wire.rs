@@ -448,6 +448,7 @@ mod tests {
             ]
         );
         assert_eq!(r.key, None);
+        assert!(r.headers.iter().all(|(n, v)| (COPY_LIMITS.header)(n, v)), "every escaped header is writable");
     }
 
     #[test]

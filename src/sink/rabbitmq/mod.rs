@@ -194,4 +194,13 @@ mod tests {
         let p = properties(&record(Some(b"real"), vec![("key", b"col")]));
         assert_eq!(header(&p, "key"), Some(&b"real"[..]));
     }
+    #[test]
+    fn escaped_parts_are_writable_and_what_amqp_cannot_carry_is_not() {
+        let l = COPY_LIMITS;
+        assert!((l.header)("outboxd.escaped-header.3", b"x") && (l.header)("note", b"a\nb\x00"));
+        assert!(
+            !(l.header)(&"n".repeat(256), b"v") && !(l.header)("key", b"k") && !(l.header)("x-stream-offset", b"1")
+        );
+        assert!((l.key)(b"\xff\n") && (l.id)(&"i".repeat(255)) && !(l.id)(&"i".repeat(256)));
+    }
 }
