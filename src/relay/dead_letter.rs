@@ -8,7 +8,9 @@
 //! it ([`super::chunk`]), so the payload is always kept: the event counts as delivered only when
 //! every chunk is acked, and `outboxd dlq replay` ([`crate::tools::dlq`]) joins them again. (Copies written
 //! by older versions may carry no payload and an `outboxd.payload.size` header instead; the tools
-//! report those as not replayable.)
+//! report those as not replayable.) What the copy's sink cannot carry as it is (a header, the key,
+//! the id) is escaped into headers it takes ([`crate::sink::escape`]), so a copy is never refused for
+//! the bytes that made its event bad.
 
 use bytes::Bytes;
 
@@ -16,6 +18,7 @@ use super::chunk::{self, ChunkInfo};
 use crate::error::Definite;
 use crate::router::{BadEvent, Record};
 use crate::sink::delivery::{Position, Refusal, Source};
+use crate::sink::escape::{self, Limits};
 
 /// Header names of dead-letter records (and [`chunk`]'s). Replay strips every header with the
 /// `outboxd.` prefix. `H_SIZE` only appears on copies written before chunking existed.
@@ -111,10 +114,16 @@ impl DeadLetter {
         }
     }
 
+    /// [`DeadLetter::into_copy`] for a sink that carries any bytes (Kafka, Redis).
+    pub fn into_records(self, dlq_topic: &str, max_bytes: usize) -> Vec<Record> {
+        self.into_copy(dlq_topic, max_bytes, &Limits::ANY)
+    }
+
     /// The records to send to `dlq_topic`: one, or when the copy would not fit in `max_bytes`,
     /// chunks of the payload under it (see [`super::chunk`]). Keyless chunks all go to partition 0, since
-    /// the partitioner would scatter them.
-    pub fn into_records(self, dlq_topic: &str, max_bytes: usize) -> Vec<Record> {
+    /// the partitioner would scatter them. What the sink cannot carry (`limits`) is escaped first
+    /// ([`crate::sink::escape`]), so the sizes count the escaped form.
+    pub fn into_copy(mut self, dlq_topic: &str, max_bytes: usize, limits: &Limits) -> Vec<Record> {
         let mut headers = self.headers;
         if headers.iter().all(|(k, _)| k != "id") {
             if let Some(id) = &self.event_id {
@@ -141,6 +150,7 @@ impl DeadLetter {
             Position::Unknown => {}
         }
         headers.push((H_TABLE.into(), Bytes::copy_from_slice(self.source.table.as_bytes())));
+        self.key = escape::make_writable(&mut headers, self.key, limits);
         let event_id = self.event_id.unwrap_or_else(|| "(unknown)".into());
         let record = |payload: Option<Bytes>, headers: Vec<(String, Bytes)>, partition: Option<i32>| Record {
             topic: dlq_topic.to_owned(),
@@ -179,6 +189,17 @@ impl DeadLetter {
                 record(Some(slice), h, partition)
             })
             .collect()
+    }
+}
+
+/// Which part of its copy a dead-letter record is, for the sink's message id
+/// ([`crate::sink::escape::copy_id`]): `<chunk id>/<chunk index>` for a chunk, 16 hex digits of the
+/// payload's SHA-256 for a whole copy. The same copy written again gets the same parts.
+pub fn copy_part(record: &Record) -> String {
+    let header = |k: &str| record.headers.iter().find(|(n, _)| n == k).map(|(_, v)| String::from_utf8_lossy(v));
+    match (header(chunk::H_ID), header(chunk::H_INDEX)) {
+        (Some(id), Some(index)) => format!("{id}/{index}"),
+        _ => chunk::digest_hex(record.payload.as_deref().unwrap_or_default())[..16].to_owned(),
     }
 }
 
@@ -265,6 +286,19 @@ mod tests {
         assert_eq!(header(&r, H_SEQ), Some(&b"42"[..]));
         assert_eq!(header(&r, H_LSN), None);
         assert_eq!(header(&r, H_TABLE), Some(&b"public.outbox"[..]));
+    }
+
+    #[test]
+    fn chunks_of_identical_bytes_are_told_apart() {
+        let rs = dl(&[b'a'; 20_000]).into_records("outboxd.dlq", 3000);
+        assert!(rs.len() > 3);
+        assert_eq!(rs[1].payload, rs[2].payload, "the same bytes");
+        let parts: std::collections::HashSet<String> = rs.iter().map(copy_part).collect();
+        assert_eq!(parts.len(), rs.len(), "a part each");
+        let id = String::from_utf8_lossy(header(&rs[1], chunk::H_ID).unwrap()).into_owned();
+        assert_eq!(copy_part(&rs[1]), format!("{id}/1"));
+        let whole = dl(b"{}").into_records("outboxd.dlq", 1_000_000).remove(0);
+        assert_eq!(copy_part(&whole), chunk::digest_hex(b"{}")[..16]);
     }
 
     #[test]

@@ -47,7 +47,7 @@ use crate::metrics::Metrics;
 use crate::router::{BadEvent, OutboxRow, Record, Route};
 pub use crate::sink::delivery::{Ack, Delivery, Outcome, Position, Refusal, Source, Ticket};
 use crate::sink::{Sink, SinkError};
-use dead_letter::{copy_refused, record_size, DeadLetter};
+use dead_letter::{copy_part, copy_refused, record_size, DeadLetter};
 
 /// Where a source keeps the fate of its records: what a [`Ticket`] means is its own business.
 pub trait Ledger {
@@ -409,14 +409,14 @@ impl<'a, S: Sink> Relay<'a, S> {
                 );
                 let max = self.sink.dead_letter_max_bytes().unwrap_or(usize::MAX);
                 let source = dl.source.clone();
-                let records = dl.into_records(&self.cfg.dlq_topic, max);
+                let records = dl.into_copy(&self.cfg.dlq_topic, max, &self.sink.dead_letter_limits());
                 ledger.settled(t, Settled::DeadLettered, &reason);
                 // Every chunk counts before the original resolves and before any is sent.
                 ledger.add(t, records.len())?;
                 ledger.done(t)?;
                 for record in records {
                     let bytes = record_size(record.key.as_ref(), record.payload.as_ref(), &record.headers);
-                    let delivery = self.delivery(t, &record, bytes, source.clone()).for_dead_letter();
+                    let delivery = self.delivery(t, &record, bytes, source.clone()).for_dead_letter(copy_part(&record));
                     // Chunks not sent stay counted, so a refusal never lets the ticket complete.
                     match self.sink.send(record, delivery).await {
                         Ok(()) => {}

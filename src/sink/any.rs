@@ -15,6 +15,7 @@
 use std::sync::Arc;
 
 use super::delivery::Delivery;
+use super::escape::Limits;
 use super::{Boundary, HttpSink, KafkaSink, NatsSink, NullSink, RabbitSink, RedisSink, Sink, SinkError, StdoutSink};
 use crate::config::debezium::offsets::DebeziumOffset;
 use crate::config::{Config, SinkKind};
@@ -131,6 +132,10 @@ impl Sink for OneSink {
         each!(self, s => s.max_message_bytes())
     }
 
+    fn copy_limits(&self) -> Limits {
+        each!(self, s => s.copy_limits())
+    }
+
     fn failure(&self) -> Option<crate::task::Failure> {
         each!(self, s => s.failure())
     }
@@ -194,6 +199,14 @@ impl Sink for AnySink {
 
     fn dead_letter_max_bytes(&self) -> Option<usize> {
         self.dlq.as_ref().unwrap_or(&self.main).max_message_bytes()
+    }
+
+    fn copy_limits(&self) -> Limits {
+        self.main.copy_limits()
+    }
+
+    fn dead_letter_limits(&self) -> Limits {
+        self.dlq.as_ref().unwrap_or(&self.main).copy_limits()
     }
 
     fn failure(&self) -> Option<crate::task::Failure> {

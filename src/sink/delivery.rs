@@ -93,14 +93,15 @@ pub struct Delivery {
     event_id: String,
     topic: String,
     source: Source,
-    dead_letter: bool,
+    /// On a dead-letter copy: which part of the copy it is ([`Delivery::copy_part`]).
+    copy_part: Option<String>,
     bytes: usize,
     tx: Option<UnboundedSender<Ack>>,
 }
 
 impl Delivery {
     pub fn new(ticket: Ticket, event_id: String, topic: String, source: Source, tx: UnboundedSender<Ack>) -> Self {
-        Delivery { ticket, event_id, topic, source, dead_letter: false, bytes: 0, tx: Some(tx) }
+        Delivery { ticket, event_id, topic, source, copy_part: None, bytes: 0, tx: Some(tx) }
     }
 
     /// Count `bytes` for this record against the in-flight byte budget until it resolves.
@@ -117,9 +118,10 @@ impl Delivery {
         &self.source
     }
 
-    /// Mark this delivery as carrying a dead-letter copy.
-    pub fn for_dead_letter(mut self) -> Self {
-        self.dead_letter = true;
+    /// Mark this delivery as carrying `part` of a dead-letter copy: what tells its records apart
+    /// in the sink's own message id ([`super::escape::copy_id`]).
+    pub fn for_dead_letter(mut self, part: String) -> Self {
+        self.copy_part = Some(part);
         self
     }
 
@@ -129,7 +131,13 @@ impl Delivery {
 
     /// This handle carries a dead-letter copy.
     pub fn is_dead_letter(&self) -> bool {
-        self.dead_letter
+        self.copy_part.is_some()
+    }
+
+    /// On a dead-letter copy, which part of it this record is: `<chunk id>/<chunk index>` for a
+    /// chunk, 16 hex digits of the payload's SHA-256 for a whole copy.
+    pub fn copy_part(&self) -> Option<&str> {
+        self.copy_part.as_deref()
     }
 
     pub fn event_id(&self) -> &str {
@@ -173,7 +181,7 @@ impl Delivery {
                 event_id: std::mem::take(&mut self.event_id),
                 topic: std::mem::take(&mut self.topic),
                 source: self.source.clone(),
-                dead_letter: self.dead_letter,
+                dead_letter: self.copy_part.is_some(),
                 bytes: self.bytes,
                 outcome,
             });

@@ -17,6 +17,7 @@
 
 mod any;
 pub mod delivery;
+pub mod escape;
 mod handoff;
 mod http;
 pub mod kafka;
@@ -40,6 +41,7 @@ use crate::lsn::Lsn;
 use crate::pg::lineage::Lineage;
 use crate::router::Record;
 use delivery::Delivery;
+use escape::Limits;
 
 /// Why `send` did not take a record.
 #[derive(Debug)]
@@ -102,6 +104,18 @@ pub trait Sink {
     /// dead letters go elsewhere (`--dlq-sink`).
     fn dead_letter_max_bytes(&self) -> Option<usize> {
         self.max_message_bytes()
+    }
+
+    /// What the destination carries in a dead-letter copy as it is; the rest is escaped
+    /// ([`crate::sink::escape`]).
+    fn copy_limits(&self) -> Limits {
+        Limits::ANY
+    }
+
+    /// The limits dead-letter copies are made under: the same, unless dead letters go elsewhere
+    /// (`--dlq-sink`).
+    fn dead_letter_limits(&self) -> Limits {
+        self.copy_limits()
     }
 
     /// Exactly-once: called at the start of every session, before the first record, with the

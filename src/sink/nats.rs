@@ -39,7 +39,6 @@ use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::{self, ErrorCode};
 use async_nats::{connection::State, HeaderMap};
 use bytes::Bytes;
-use sha2::Digest;
 use tokio::sync::mpsc;
 
 use super::delivery::Delivery;
@@ -50,6 +49,7 @@ use crate::config::NatsConfig;
 use crate::error::Definite;
 use crate::health::Health;
 use crate::router::Record;
+use crate::sink::escape::{copy_id, plain_text, Limits};
 
 /// Publish acks outstanding at once, and the channel's capacity.
 const WINDOW: usize = 4096;
@@ -137,7 +137,26 @@ impl Sink for NatsSink {
     fn max_message_bytes(&self) -> Option<usize> {
         Some(self.max_payload.saturating_sub(HEADER_SLACK).max(1))
     }
+
+    fn copy_limits(&self) -> Limits {
+        COPY_LIMITS
+    }
 }
+
+/// What a dead-letter copy carries as it is ([`crate::sink::escape`]): header names NATS takes,
+/// except `key` (the record key's header) and `Nats-*` (JetStream reads those: a stray
+/// `Nats-Expected-Stream` would make it refuse the copy); values, key and `Nats-Msg-Id` as
+/// [`plain_text`], since the client trims a value's surrounding whitespace when reading.
+const COPY_LIMITS: Limits = Limits {
+    header: |name, value| {
+        HeaderName::from_str(name).is_ok()
+            && name != "key"
+            && !name.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("nats-"))
+            && plain_text(value)
+    },
+    key: plain_text,
+    id: |id| plain_text(id.as_bytes()),
+};
 
 /// Build the NATS message for `record`, or the rejection that it can never be one.
 fn job(record: Record, delivery: Delivery, max_payload: usize) -> Result<Job, Box<SinkError>> {
@@ -168,13 +187,10 @@ fn job(record: Record, delivery: Delivery, max_payload: usize) -> Result<Job, Bo
     if let (Ok(()), Some(key)) = (&added, &record.key) {
         added = add("key", key);
     }
-    let msg_id = if delivery.is_dead_letter() {
-        // Dead-letter chunks share the event id; each chunk is deduplicated on its own bytes.
-        let digest = sha2::Sha256::digest(record.payload.as_deref().unwrap_or_default());
-        let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-        format!("{}/dlq/{hex}", record.event_id)
-    } else {
-        record.event_id.clone()
+    // Dead-letter chunks share the event id; each gets its own (its chunk index in it).
+    let msg_id = match delivery.copy_part() {
+        Some(part) => copy_id(&record.event_id, part, &COPY_LIMITS),
+        None => record.event_id.clone(),
     };
     if added.is_ok() {
         added = add("Nats-Msg-Id", msg_id.as_bytes());
@@ -346,5 +362,17 @@ mod tests {
         for bad in ["", ".a", "a.", "a..b", "a b", "a.*", "a.>", "a\tb"] {
             assert!(!valid_subject(bad), "{bad:?}");
         }
+    }
+    #[test]
+    fn escaped_parts_are_writable_and_what_nats_changes_is_not() {
+        use super::COPY_LIMITS as L;
+        assert!((L.header)("outboxd.escaped-header.12", b"note=line1%0Aline2"));
+        assert!((L.header)("outboxd.escaped-key", b"k%0A1") && (L.header)("trace", b"t 1"));
+        for (name, value) in
+            [("note", &b"a\nb"[..]), ("x", b" pad"), ("key", b"k"), ("nats-msg-id", b"x"), ("a:b", b"x")]
+        {
+            assert!(!(L.header)(name, value), "{name:?}: {value:?}");
+        }
+        assert!(!(L.key)(b"k\r") && !(L.id)("e\n1/dlq/0"));
     }
 }

@@ -62,6 +62,7 @@ use crate::config::http::HttpConfig;
 use crate::error::Definite;
 use crate::health::Health;
 use crate::router::Record;
+use crate::sink::escape::Limits;
 use wire::Event;
 
 /// Records queued per lane beyond the request in flight.
@@ -156,19 +157,20 @@ impl Sink for HttpSink {
             }
         };
         let lane = lane_of(record.key.as_deref(), self.handoff.lanes());
-        let mut record = record;
-        if delivery.is_dead_letter() {
-            wire::escape_dead_letter(&mut record, self.cfg.batch > 1);
-        }
-        if let Err(reason) = wire::check(&record, self.cfg.batch > 1) {
+        let ce_id = Event::ce_id(&record, delivery.copy_part());
+        if let Err(reason) = wire::check(&record, &ce_id, self.cfg.batch > 1) {
             return Err(SinkError::Rejected { code: "invalid_header", reason, record: Box::new(record), delivery });
         }
-        let event = Event::from_record(record, delivery.is_dead_letter());
+        let event = Event::from_record(record, ce_id);
         let job = Job { url, event, delivery };
         self.handoff.push(lane, job)
     }
 
     held_in_handoff!();
+
+    fn copy_limits(&self) -> Limits {
+        wire::COPY_LIMITS
+    }
 }
 
 /// One lane: requests strictly one at a time, in arrival order (see the module doc).

@@ -13,13 +13,15 @@
 //!   the router's `id` first, then the expanded headers column and header placements. HTTP header
 //!   names are case-insensitive and travel lower-cased.
 //!
-//! A dead-letter copy's `ce-id` and `Idempotency-Key` are `<event id>/dlq/<16 hex of the chunk's
-//! SHA-256>`: dead-letter chunks share their event's id, and a receiver deduplicating by it would
-//! drop all but the first.
+//! A dead-letter copy's `ce-id` and `Idempotency-Key` are its copy id
+//! ([`crate::sink::escape::copy_id`]: `<event id>/dlq/<chunk id>/<index>` for a chunk):
+//! dead-letter chunks share their event's id, and a receiver deduplicating by it would drop all
+//! but the first.
 //!
 //! A record header whose name is not an HTTP token, or one outboxd sets itself or that frames the
 //! request ([`RESERVED`]), or whose value holds control characters (CR, LF, NUL, ...), cannot be
-//! sent faithfully: the record is a bad event (`invalid_header`), never silently renamed.
+//! sent faithfully: the record is a bad event (`invalid_header`), never silently renamed. Its
+//! dead-letter copy carries such parts escaped ([`COPY_LIMITS`]).
 //!
 //! # Batch mode (`--http-batch N`, N > 1)
 //! The body is a JSON array, `Content-Type: application/cloudevents-batch+json`; each element holds
@@ -36,9 +38,10 @@ use base64::Engine as _;
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 
 use crate::router::Record;
+use crate::sink::escape::{copy_id, plain_text, Limits};
 
 pub const BATCH_CONTENT_TYPE: &str = "application/cloudevents-batch+json";
 pub const SIGNATURE_HEADER: &str = "outboxd-signature";
@@ -80,13 +83,15 @@ pub struct Event {
 }
 
 impl Event {
-    pub fn from_record(record: Record, dead_letter: bool) -> Event {
-        let ce_id = if dead_letter {
-            let digest = Sha256::digest(record.payload.as_deref().unwrap_or_default());
-            format!("{}/dlq/{}", record.event_id, crate::hex::lower(&digest[..8]))
-        } else {
-            record.event_id
-        };
+    /// The event id as `ce-id`, or a dead-letter copy's own ([`copy_id`]) for `copy_part`.
+    pub fn ce_id(record: &Record, copy_part: Option<&str>) -> String {
+        match copy_part {
+            Some(part) => copy_id(&record.event_id, part, &COPY_LIMITS),
+            None => record.event_id.clone(),
+        }
+    }
+
+    pub fn from_record(record: Record, ce_id: String) -> Event {
         Event {
             key: record.key,
             payload: record.payload,
@@ -98,9 +103,10 @@ impl Event {
     }
 }
 
-/// Why `record` cannot be sent faithfully, if it cannot. `batch`: it goes in a JSON batch body,
-/// which also needs UTF-8 (it may be sent alone too, after a batch was refused).
-pub fn check(record: &Record, batch: bool) -> Result<(), String> {
+/// Why `record` cannot be sent faithfully with `ce_id` ([`Event::ce_id`]), if it cannot. `batch`:
+/// it goes in a JSON batch body, which also needs UTF-8 (it may be sent alone too, after a batch
+/// was refused).
+pub fn check(record: &Record, ce_id: &str, batch: bool) -> Result<(), String> {
     for (name, value) in &record.headers {
         let lower = name.to_ascii_lowercase();
         if HeaderName::from_bytes(name.as_bytes()).is_err() {
@@ -128,48 +134,26 @@ pub fn check(record: &Record, batch: bool) -> Result<(), String> {
         }
     }
     // The id goes into headers verbatim too.
-    if HeaderValue::from_str(&record.event_id).is_err() {
+    if HeaderValue::from_str(ce_id).is_err() {
         return Err("the event id holds control characters, which HTTP headers cannot carry".into());
     }
     Ok(())
 }
 
-/// Header name under which a dead-letter copy carries a header that could not travel as it was.
-pub const ESCAPED_HEADER: &str = "outboxd.escaped-header";
-
-/// Make a dead-letter copy sendable: it must never be refused (its refusal stops the pipeline),
-/// yet it may carry the very header that made its event bad. Each record header that [`check`]
-/// would refuse becomes `outboxd.escaped-header: <name>=<value>`, both percent-encoded (visible
-/// ASCII, so it travels in any mode and decodes to the exact bytes); a key or event type that
-/// cannot travel is percent-encoded in place.
-pub fn escape_dead_letter(record: &mut Record, batch: bool) {
-    let enc = |b: &[u8]| percent_encoding::percent_encode(b, percent_encoding::NON_ALPHANUMERIC).to_string();
-    for (name, value) in record.headers.iter_mut() {
-        let one = Record { headers: vec![(name.clone(), value.clone())], key: None, event_type: None, ..empty() };
-        if check(&one, batch).is_err() {
-            *value = Bytes::from(format!("{}={}", enc(name.as_bytes()), enc(value)));
-            *name = ESCAPED_HEADER.to_owned();
-        }
-    }
-    for v in [&mut record.key, &mut record.event_type].into_iter().flatten() {
-        if HeaderValue::from_bytes(v).is_err() || (batch && std::str::from_utf8(v).is_err()) {
-            *v = Bytes::from(enc(v));
-        }
-    }
-}
-
-fn empty() -> Record {
-    Record {
-        topic: String::new(),
-        key: None,
-        payload: None,
-        headers: Vec::new(),
-        partition: None,
-        timestamp_ms: None,
-        event_id: String::new(),
-        event_type: None,
-    }
-}
+/// What a dead-letter copy carries as it is ([`crate::sink::escape`]): header names [`check`]
+/// takes, values, key and `ce-id` as [`plain_text`] (UTF-8 for batch mode; no control characters;
+/// no surrounding whitespace, which HTTP strips).
+pub const COPY_LIMITS: Limits = Limits {
+    header: |name, value| {
+        let lower = name.to_ascii_lowercase();
+        HeaderName::from_bytes(name.as_bytes()).is_ok()
+            && !RESERVED.contains(&lower.as_str())
+            && !lower.starts_with("ce-")
+            && plain_text(value)
+    },
+    key: plain_text,
+    id: |id| plain_text(id.as_bytes()),
+};
 
 /// RFC 3339 in UTC, e.g. `2026-12-03T12:58:42.123Z`.
 pub fn rfc3339(ms: i64) -> Option<String> {
@@ -337,12 +321,14 @@ mod tests {
     }
 
     fn event(payload: Option<&'static [u8]>, headers: &[(&str, &'static [u8])]) -> Event {
-        Event::from_record(record(payload, headers), false)
+        let r = record(payload, headers);
+        let id = Event::ce_id(&r, None);
+        Event::from_record(r, id)
     }
 
     #[test]
     fn binary_mode_headers_and_body() {
-        check(&record(Some(br#"{"a": 1}"#), &[("id", b"e-1"), ("traceId", b"t 1")]), false).unwrap();
+        check(&record(Some(br#"{"a": 1}"#), &[("id", b"e-1"), ("traceId", b"t 1")]), "e-1", false).unwrap();
         let e = event(Some(br#"{"a": 1}"#), &[("id", b"e-1"), ("traceId", b"t 1")]);
         let (h, body) = single(&e, "outboxd/s").unwrap();
         assert_eq!(&body[..], br#"{"a": 1}"#);
@@ -375,10 +361,11 @@ mod tests {
             ("x", b"a\0"),
         ] {
             let r = Record { headers: vec![(name.to_owned(), Bytes::copy_from_slice(value))], ..record(None, &[]) };
-            assert!(check(&r, false).is_err(), "{name:?}: {value:?}");
+            assert!(check(&r, "e-1", false).is_err(), "{name:?}: {value:?}");
         }
         let latin1 = record(None, &[("x", b"\xe9")]);
-        assert!(check(&latin1, false).is_ok() && check(&latin1, true).is_err());
+        assert!(check(&latin1, "e-1", false).is_ok() && check(&latin1, "e-1", true).is_err());
+        assert!(check(&record(None, &[]), "e\n1", false).is_err(), "an id with control characters");
     }
 
     #[test]
@@ -438,17 +425,30 @@ mod tests {
 
     #[test]
     fn dead_letter_copies_escape_what_cannot_travel() {
-        let mut r = record(Some(b"{}"), &[("id", b"e-1"), ("Content-Length", b"9"), ("x", b"a\r\nb")]);
+        use crate::sink::escape::make_writable;
+        let mut r = record(Some(b"{}"), &[("id", b"e\n1"), ("Content-Length", b"9"), ("x", b"a\r\nb"), ("y", b" pad")]);
+        r.event_id = "e\n1".into();
         r.key = Some(Bytes::from_static(b"k\n1"));
-        assert!(check(&r, true).is_err());
-        escape_dead_letter(&mut r, true);
-        check(&r, true).unwrap();
+        r.event_type = None;
+        assert!(check(&r, &r.event_id, true).is_err());
+        r.key = make_writable(&mut r.headers, r.key.take(), &COPY_LIMITS);
+        let ce_id = Event::ce_id(&r, Some("0123456789abcdef"));
+        check(&r, &ce_id, true).unwrap();
+        check(&r, &ce_id, false).unwrap();
+        assert!(ce_id.starts_with("sha256.") && ce_id.contains("/dlq/"), "{ce_id}");
         let got: Vec<(&str, &[u8])> = r.headers.iter().map(|(k, v)| (k.as_str(), &v[..])).collect();
         assert_eq!(
             got,
-            vec![("id", &b"e-1"[..]), (ESCAPED_HEADER, b"Content%2DLength=9"), (ESCAPED_HEADER, b"x=a%0D%0Ab")]
+            vec![
+                ("outboxd.escaped-header.0", &b"id=e%0A1"[..]),
+                ("outboxd.escaped-header.1", b"Content%2DLength=9"),
+                ("outboxd.escaped-header.2", b"x=a%0D%0Ab"),
+                ("outboxd.escaped-header.3", b"y=%20pad"),
+                ("outboxd.escaped-key", b"k%0A1"),
+            ]
         );
-        assert_eq!(r.key.as_deref(), Some(&b"k%0A1"[..]));
+        assert_eq!(r.key, None);
+        assert!(r.headers.iter().all(|(n, v)| (COPY_LIMITS.header)(n, v)), "every escaped header is writable");
     }
 
     #[test]
@@ -463,8 +463,8 @@ mod tests {
             event_id: "e-9".into(),
             event_type: None,
         };
-        let e = Event::from_record(r.clone(), true);
-        assert!(e.ce_id.starts_with("e-9/dlq/") && e.ce_id.len() == "e-9/dlq/".len() + 16, "{}", e.ce_id);
-        assert_eq!(Event::from_record(r, false).ce_id, "e-9");
+        let id = Event::ce_id(&r, Some("c0ffee/2"));
+        assert_eq!(id, "e-9/dlq/c0ffee/2");
+        assert_eq!(Event::ce_id(&r, None), "e-9");
     }
 }

@@ -9,7 +9,8 @@
 //! the record does not say whether its payload column held JSON, text or bytes.
 //!
 //! `send` refuses what AMQP can never carry (a routing key, event id or header name over 255
-//! bytes, a body over the server's message size limit) as a bad event; everything else goes as a
+//! bytes, a body over the server's message size limit) as a bad event; a dead-letter copy has
+//! those escaped ([`COPY_LIMITS`]) and a message-id that fits. Everything else goes as a
 //! [`Job`] through a bounded channel to the publisher task ([`publisher`]). A full
 //! channel holds the record here, in order, and reports [`Sink::blocked`] ([`Handoff`]).
 //!
@@ -33,6 +34,7 @@ use crate::config::rabbitmq::{RabbitConfig, SHORTSTR_MAX};
 use crate::error::Definite;
 use crate::health::Health;
 use crate::router::Record;
+use crate::sink::escape::{copy_id, Limits};
 use publisher::{Job, MAX_MESSAGE_SIZE, WINDOW};
 
 /// AMQP's persistent delivery mode: the broker writes the message to disk in a durable queue.
@@ -75,7 +77,21 @@ impl Sink for RabbitSink {
     fn max_message_bytes(&self) -> Option<usize> {
         Some(self.limit.load(Ordering::Relaxed).saturating_sub(HEADER_SLACK).max(1))
     }
+
+    fn copy_limits(&self) -> Limits {
+        COPY_LIMITS
+    }
 }
+
+/// What a dead-letter copy carries as it is ([`crate::sink::escape`]): header names up to
+/// [`SHORTSTR_MAX`] bytes except `key` (the record key's header would overwrite it) and
+/// `x-stream-offset` (a stream queue sets it on delivery); any value and key (long strings); a
+/// message-id up to [`SHORTSTR_MAX`] bytes.
+const COPY_LIMITS: Limits = Limits {
+    header: |name, _| name.len() <= SHORTSTR_MAX && !matches!(name, "key" | "x-stream-offset"),
+    key: |_| true,
+    id: |id| id.len() <= SHORTSTR_MAX,
+};
 
 /// Build the AMQP message for `record`, or the rejection that it can never be one.
 fn job(record: Record, delivery: Delivery) -> Result<Job, Box<SinkError>> {
@@ -90,7 +106,9 @@ fn job(record: Record, delivery: Delivery) -> Result<Job, Box<SinkError>> {
         );
         return Err(refuse("invalid_routing_key", reason, record, delivery));
     }
-    if record.event_id.len() > SHORTSTR_MAX {
+    // A dead-letter copy's message-id is its copy id, made to fit; its `id` header has no limit.
+    let message_id = delivery.copy_part().map(|part| copy_id(&record.event_id, part, &COPY_LIMITS));
+    if message_id.is_none() && record.event_id.len() > SHORTSTR_MAX {
         let reason =
             format!("event id is {} bytes; an AMQP message-id is at most {SHORTSTR_MAX}", record.event_id.len());
         return Err(refuse("invalid_id", reason, record, delivery));
@@ -104,7 +122,10 @@ fn job(record: Record, delivery: Delivery) -> Result<Job, Box<SinkError>> {
         let reason = format!("message body of {size} bytes exceeds RabbitMQ's max_message_size {MAX_MESSAGE_SIZE}");
         return Err(refuse("too_large", reason, record, delivery));
     }
-    let properties = properties(&record);
+    let mut properties = properties(&record);
+    if let Some(id) = message_id {
+        properties = properties.with_message_id(ShortString::from(id));
+    }
     let Record { topic, key, payload, headers, .. } = record;
     Ok(Job { routing_key: topic, properties, key, payload, headers, delivery })
 }
@@ -172,5 +193,14 @@ mod tests {
         assert_eq!(header(&p, "key"), Some(&b"col"[..]));
         let p = properties(&record(Some(b"real"), vec![("key", b"col")]));
         assert_eq!(header(&p, "key"), Some(&b"real"[..]));
+    }
+    #[test]
+    fn escaped_parts_are_writable_and_what_amqp_cannot_carry_is_not() {
+        let l = COPY_LIMITS;
+        assert!((l.header)("outboxd.escaped-header.3", b"x") && (l.header)("note", b"a\nb\x00"));
+        assert!(
+            !(l.header)(&"n".repeat(256), b"v") && !(l.header)("key", b"k") && !(l.header)("x-stream-offset", b"1")
+        );
+        assert!((l.key)(b"\xff\n") && (l.id)(&"i".repeat(255)) && !(l.id)(&"i".repeat(256)));
     }
 }

@@ -80,6 +80,10 @@ pub struct Collector {
 
 impl Collector {
     pub fn feed(&mut self, r: DlqRecord) -> Fed {
+        if let Some(name) = r.escape_left() {
+            let why = format!("{name} does not decode to the original header or key");
+            return Fed::Unreadable(r, why);
+        }
         let info = match ChunkInfo::parse(|k| r.header(k)) {
             Ok(None) => return Fed::Entry(Entry::single(r)),
             Ok(Some(info)) => info,
@@ -131,5 +135,107 @@ impl Leftover {
             self.state,
             if self.duplicate { " (a partial duplicate: a complete copy exists)" } else { "" }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::lsn::Lsn;
+    use crate::relay::{Position, Source};
+    use crate::router::Record;
+    use crate::sink::escape::{plain_text, Limits};
+    use crate::tools::dlq::DeadLetter;
+
+    /// Line-based headers with a short id, like NATS.
+    const STRICT: Limits =
+        Limits { header: |n, v| n.len() <= 32 && plain_text(v), key: plain_text, id: |s| plain_text(s.as_bytes()) };
+
+    fn read_back(r: Record, offset: i64) -> DlqRecord {
+        let mut d = DlqRecord {
+            partition: 0,
+            offset,
+            key: r.key.map(|k| k.to_vec()),
+            payload_len: r.payload.as_ref().map(Bytes::len),
+            payload: r.payload.map(|p| p.to_vec()),
+            headers: r.headers.into_iter().map(|(k, v)| (k, Some(v.to_vec()))).collect(),
+            timestamp_ms: None,
+            time_ms: None,
+            label: None,
+        };
+        d.restore_escaped();
+        d
+    }
+
+    #[test]
+    fn an_escaped_chunked_copy_reads_back_as_the_original_event() {
+        let long = "n".repeat(40);
+        let payload: Vec<u8> = std::iter::repeat_n(b'a', 20_000).collect();
+        let dl = DeadLetter {
+            event_id: Some("e\n1".into()),
+            code: "invalid_header",
+            message: "header note holds a line break".into(),
+            original_topic: Some("bad\ntopic".into()),
+            key: Some(Bytes::from_static(b"k\r1")),
+            payload: Some(Bytes::from(payload.clone())),
+            headers: vec![
+                ("note".into(), Bytes::from_static(b"line1\nline2")),
+                (long.clone(), Bytes::from_static(b"v")),
+                ("trace".into(), Bytes::from_static(b"t-1")),
+            ],
+            source: Source { position: Position::Lsn(Lsn(0x10)), table: Arc::from("public.outbox") },
+        };
+        let records = dl.into_copy("dlq", 4000, &STRICT);
+        assert!(records.len() > 4, "chunked");
+        for r in &records {
+            assert!(r.key.is_none(), "the key moved to a header");
+            assert!(r.headers.iter().all(|(n, v)| (STRICT.header)(n, v)), "every header writable: {:?}", r.headers);
+            assert!(
+                crate::relay::dead_letter::record_size(r.key.as_ref(), r.payload.as_ref(), &r.headers) <= 4000,
+                "sized after escaping"
+            );
+        }
+        let mut c = Collector::default();
+        let mut got = None;
+        for (i, r) in records.into_iter().enumerate() {
+            if let Fed::Entry(e) = c.feed(read_back(r, i as i64)) {
+                got = Some(e);
+            }
+        }
+        let e = got.expect("a complete event");
+        assert_eq!(e.head.payload.as_deref(), Some(&payload[..]), "joined byte for byte");
+        assert_eq!(e.head.key.as_deref(), Some(&b"k\r1"[..]));
+        assert_eq!(e.head.event_id().as_deref(), Some("e\n1"));
+        assert_eq!(e.head.original_topic().as_deref(), Some("bad\ntopic"));
+        let h = |n: &str| e.head.headers.iter().find(|(k, _)| k == n).and_then(|(_, v)| v.clone());
+        assert_eq!(h("note").as_deref(), Some(&b"line1\nline2"[..]));
+        assert_eq!(h(&long).as_deref(), Some(&b"v"[..]));
+        assert_eq!(h("trace").as_deref(), Some(&b"t-1"[..]));
+        assert!(e.head.escape_left().is_none());
+    }
+
+    #[test]
+    fn an_escape_that_does_not_decode_is_unreadable() {
+        let r = Record {
+            topic: "dlq".into(),
+            key: None,
+            payload: Some(Bytes::from_static(b"{}")),
+            headers: vec![
+                ("id".into(), Bytes::from_static(b"e-1")),
+                ("outboxd.escaped-header.0".into(), Bytes::from_static(b"no-equals-sign")),
+            ],
+            partition: None,
+            timestamp_ms: None,
+            event_id: "e-1".into(),
+            event_type: None,
+        };
+        match Collector::default().feed(read_back(r, 0)) {
+            Fed::Unreadable(_, why) => assert!(why.contains("outboxd.escaped-header.0"), "{why}"),
+            _ => panic!("an undecodable escape must not be replayed"),
+        }
     }
 }

@@ -2,7 +2,9 @@
 //! names (`sinks`): Kafka (`read`), NATS JetStream (`nats`), Redis Streams (`redis`) or a RabbitMQ
 //! stream queue (`rabbitmq`), and list, inspect and replay what is there. The copies themselves are
 //! written by the relay ([`crate::relay::dead_letter`], [`crate::relay::chunk`]); their header names
-//! and chunk format are re-exported here for the tools.
+//! and chunk format are re-exported here for the tools. What a sink could not carry in a copy
+//! travels escaped ([`crate::sink::escape`]); every source's records are restored before use
+//! ([`read::DlqRecord::restore_escaped`]).
 
 mod entry;
 mod nats;

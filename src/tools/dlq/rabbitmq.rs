@@ -225,6 +225,11 @@ async fn send_one(chan: &Channel, exchange: &str, r: &Record) -> Result<String, 
     if r.topic.len() > SHORTSTR_MAX || r.event_id.len() > SHORTSTR_MAX {
         return Err(format!("routing key or event id over AMQP's {SHORTSTR_MAX} bytes"));
     }
+    // The sink refused such an event too; its copy kept the name escaped, and an AMQP frame
+    // cannot carry it as it is (the length would wrap).
+    if let Some((name, _)) = r.headers.iter().find(|(k, _)| k.len() > SHORTSTR_MAX) {
+        return Err(format!("header name of {} bytes is over AMQP's {SHORTSTR_MAX}: {:.40}...", name.len(), name));
+    }
     let opts = BasicPublishOptions { mandatory: true, immediate: false };
     let body = r.payload.clone().unwrap_or_default();
     let confirm = async { chan.basic_publish(exchange, &r.topic, opts, &body, properties(r)).await?.await };

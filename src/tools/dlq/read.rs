@@ -27,6 +27,7 @@ use rdkafka::{Offset, Timestamp, TopicPartitionList};
 use super::chunk::Piece;
 use super::{H_ERROR, H_PAYLOAD_DROPPED, H_SIZE, H_TOPIC};
 use crate::error::{Definite, Error};
+use crate::sink::escape;
 use crate::sink::kafka::reader::StreamReader;
 
 /// After the watermarks: stop when this passes without a record.
@@ -112,6 +113,30 @@ impl DlqRecord {
 
     pub fn id_shown(&self) -> String {
         self.event_id().unwrap_or_else(|| "-".into())
+    }
+
+    /// Undo what made the copy writable ([`crate::sink::escape`]): each escaped header back to
+    /// its name and bytes, in its place, and an escaped key back to the key. An entry that does
+    /// not decode stays as it is ([`DlqRecord::escape_left`]).
+    pub fn restore_escaped(&mut self) {
+        for (name, value) in self.headers.iter_mut() {
+            if name == escape::H_ESCAPED_KEY {
+                if self.key.is_none() {
+                    self.key = value.take().map(|v| escape::unescape_key(&v));
+                }
+            } else if escape::is_escaped(name) {
+                if let Some((n, v)) = value.as_deref().and_then(escape::unescape_header) {
+                    *name = n;
+                    *value = Some(v);
+                }
+            }
+        }
+        self.headers.retain(|(n, v)| !(n == escape::H_ESCAPED_KEY && v.is_none()));
+    }
+
+    /// An escaped entry [`DlqRecord::restore_escaped`] could not decode, if any.
+    pub fn escape_left(&self) -> Option<&str> {
+        self.headers.iter().map(|(n, _)| n.as_str()).find(|n| escape::is_escaped(n))
     }
 }
 

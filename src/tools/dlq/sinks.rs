@@ -55,13 +55,19 @@ pub(super) enum Source {
 }
 
 impl Source {
+    /// The next copy, with what was escaped to make it writable restored
+    /// ([`DlqRecord::restore_escaped`]), so filters, listing and replay see the original event.
     pub(super) async fn next(&mut self) -> Result<Option<DlqRecord>, Error> {
-        match self {
+        let mut r = match self {
             Source::Kafka(r) => r.next().await,
             Source::Nats(r) => r.next().await,
             Source::Redis(r) => r.next().await,
             Source::Rabbitmq(r) => r.next().await,
+        }?;
+        if let Some(r) = &mut r {
+            r.restore_escaped();
         }
+        Ok(r)
     }
 }
 
