@@ -96,6 +96,22 @@ impl Health {
         self.last_tick_ms.store(ms, Ordering::Relaxed);
     }
 
+    /// Await `step`, ticking every second meanwhile. For a step that waits on a destination with a
+    /// bound of its own (the exactly-once producer's start, which waits for Kafka up to a
+    /// timeout; aborting its transaction): a broker outage is readiness, not a wedge. The ticks
+    /// come from the runtime's thread, so a blocked runtime still goes quiet.
+    pub async fn ticking<F: std::future::Future>(&self, step: F) -> F::Output {
+        tokio::pin!(step);
+        let mut every = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut step => return out,
+                _ = every.tick() => self.loop_tick(),
+            }
+        }
+    }
+
     /// Not wedged: the loop ticked within the stall timeout.
     pub fn live(&self) -> bool {
         self.stalled_for(Instant::now()).is_none()

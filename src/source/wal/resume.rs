@@ -72,6 +72,16 @@ impl Resume {
         yes
     }
 
+    /// Whether a logical message decoded outside any transaction at `at` (its record's end) was
+    /// handled before: a stored position past it says so. Such a message ends where the next
+    /// record begins, at most at the commit record of a transaction after it, so `at` equal to
+    /// `lsn_commit` is the message the position was stored for, never a later one.
+    pub fn standalone(&mut self, at: Lsn) -> bool {
+        let yes = at <= self.offset.lsn_commit;
+        self.skipped += yes as u64;
+        yes
+    }
+
     /// At a commit: once a transaction past Debezium's position ends, say how many were skipped.
     pub fn commit(&mut self) {
         if !self.whole && !self.reported {
@@ -128,6 +138,17 @@ mod tests {
         r.begin(Lsn(30), 7);
         let got: Vec<bool> = (0..3).map(|_| r.delivered(Lsn(20))).collect();
         assert_eq!(got, [true, true, false]);
+    }
+
+    #[test]
+    fn a_message_outside_any_transaction_counts_as_handled_up_to_the_commit_lsn() {
+        // Stored after the message that ended at 500: it, and what came before, were handled.
+        let mut r = Resume::committed(DebeziumOffset { lsn_commit: Lsn(500), partial: None });
+        assert!(r.standalone(Lsn(400)) && r.standalone(Lsn(500)));
+        assert!(!r.standalone(Lsn(501)));
+        // A transaction committing where that message ended came after it: not delivered.
+        r.begin(Lsn(500), 3);
+        assert!(!r.delivered(Lsn(450)));
     }
 
     #[test]
