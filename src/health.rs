@@ -7,8 +7,9 @@
 //! - Live (`/healthz`) means the replication loop (or the supervisor between sessions) turned
 //!   within `--health-stall-timeout`. The session loop turns at least once per
 //!   `--status-interval` even when saturated or idle (its status timer is an arm of the loop), and
-//!   the supervisor ticks through every backoff, so only a loop blocked inside one step, a wedge,
-//!   goes quiet. That is the one failure a restart fixes, so it is the only one `/healthz` reports:
+//!   the supervisor ticks through every backoff and through the bounded waits for Kafka of
+//!   exactly-once ([`Health::ticking`]), so only a loop blocked inside one step, a wedge, goes
+//!   quiet. That is the one failure a restart fixes, so it is the only one `/healthz` reports:
 //!   a broker outage or a reconnecting PostgreSQL link is readiness, not liveness.
 //! - Ready (`/readyz`) means streaming (so PostgreSQL is connected) and the sink reaches its
 //!   destination (Kafka: the last delivery or metadata check succeeded; the others: their

@@ -5,7 +5,9 @@
 //!
 //! The rule ([`crate::config::debezium::offsets`] explains the offset's keys): a transaction whose
 //! commit record starts before `lsn_commit` is skipped whole; in the transaction Debezium was in
-//! the middle of (its xid), the changes up to `lsn_proc` are skipped; everything else is sent.
+//! the middle of (its xid), the changes up to `lsn_proc` are skipped; everything else is sent. A
+//! logical message decoded outside any transaction is skipped when it ends at or before
+//! `lsn_commit` (an exactly-once position stored for such a message is its end).
 //! Skipped events are never handed to the sink, but their transactions still pass through the ack
 //! tracker, so the slot's confirmed position moves over them as over any transaction without
 //! events. The rule depends on the stream only, so a new session (a reconnect, a restart with the
