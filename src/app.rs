@@ -262,8 +262,11 @@ async fn session<S: Sink>(
         (!cfg.heartbeat_interval.is_zero() && version.decodes_messages()) || !cfg.messages_prefixes.is_empty();
     let from = resume_point(&slot, state.confirmed.as_ref(), &history);
     // Exactly-once: the Kafka producer takes its transactional id (fencing any other holder) and
-    // reads the position committed with the records; the session skips what it covers.
-    let committed = match tokio::time::timeout(EXACTLY_ONCE_PREPARE_TIMEOUT, sink.prepare(&lineage)).await {
+    // reads the position committed with the records; the session skips what it covers (the part
+    // of it that holds on the server's WAL history now). While Kafka is unreachable this waits (up
+    // to the timeout, then the supervisor retries): the process is live, only not ready.
+    let prepare = ctx.health.ticking(sink.prepare(&lineage));
+    let committed = match tokio::time::timeout(EXACTLY_ONCE_PREPARE_TIMEOUT, prepare).await {
         Ok(r) => r?,
         Err(_) => return Err(stalled("the Kafka transactional producer's start (init_transactions, position read)")),
     };

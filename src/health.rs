@@ -9,8 +9,9 @@
 //! - Live (`/healthz`) means the replication loop (or the supervisor between sessions) turned
 //!   within `--health-stall-timeout`. The session loop turns at least once per
 //!   `--status-interval` even when saturated or idle (its status timer is an arm of the loop), and
-//!   the supervisor ticks through every backoff, so only a loop blocked inside one step, a wedge,
-//!   goes quiet. That is the one failure a restart fixes, so it is the only one `/healthz` reports:
+//!   the supervisor ticks through every backoff and through the bounded waits for Kafka of
+//!   exactly-once ([`Health::ticking`]), so only a loop blocked inside one step, a wedge, goes
+//!   quiet. That is the one failure a restart fixes, so it is the only one `/healthz` reports:
 //!   a broker outage or a reconnecting PostgreSQL link is readiness, not liveness.
 //! - Ready (`/readyz`) means streaming (so PostgreSQL is connected) and the sink reaches its
 //!   destination (Kafka: the last delivery or metadata check succeeded; the others: their
@@ -96,6 +97,22 @@ impl Health {
     fn tick_at(&self, now: Instant) {
         let ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
         self.last_tick_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Await `step`, ticking every second meanwhile. For a step that waits on a destination with a
+    /// bound of its own (the exactly-once producer's start, which waits for Kafka up to a
+    /// timeout; aborting its transaction): a broker outage is readiness, not a wedge. The ticks
+    /// come from the runtime's thread, so a blocked runtime still goes quiet.
+    pub async fn ticking<F: std::future::Future>(&self, step: F) -> F::Output {
+        tokio::pin!(step);
+        let mut every = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut step => return out,
+                _ = every.tick() => self.loop_tick(),
+            }
+        }
     }
 
     /// Not wedged: the loop ticked within the stall timeout.

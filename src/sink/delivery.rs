@@ -96,12 +96,26 @@ pub struct Delivery {
     /// On a dead-letter copy: which part of the copy it is ([`Delivery::copy_part`]).
     copy_part: Option<String>,
     bytes: usize,
+    /// Which of the changes at its LSN the record came from (1 for the first; a COPY's rows share
+    /// one LSN); 0 when not known. With the LSN it names the record by its place in the stream.
+    nth: u64,
     tx: Option<UnboundedSender<Ack>>,
 }
 
 impl Delivery {
     pub fn new(ticket: Ticket, event_id: String, topic: String, source: Source, tx: UnboundedSender<Ack>) -> Self {
-        Delivery { ticket, event_id, topic, source, copy_part: None, bytes: 0, tx: Some(tx) }
+        Delivery { ticket, event_id, topic, source, copy_part: None, bytes: 0, nth: 0, tx: Some(tx) }
+    }
+
+    /// The record came from the `nth` change at its LSN (see [`Delivery::nth`]).
+    pub fn at_change(mut self, nth: u64) -> Self {
+        self.nth = nth;
+        self
+    }
+
+    /// Which of the changes at its LSN the record came from (1 for the first); 0 when not known.
+    pub fn nth(&self) -> u64 {
+        self.nth
     }
 
     /// Count `bytes` for this record against the in-flight byte budget until it resolves.

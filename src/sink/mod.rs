@@ -65,6 +65,9 @@ pub enum Boundary {
     Change { at: Lsn },
     /// The open PostgreSQL transaction committed.
     Commit,
+    /// A logical message decoded outside any transaction, at `at`, was handled (its dead-letter
+    /// copy, if any, sent): a position stored from now on covers it.
+    Standalone { at: Lsn },
 }
 
 #[allow(async_fn_in_trait)]

@@ -33,6 +33,7 @@
 //! Once down with records outstanding, only an ack marks it up again, so `/readyz` does not flap.
 
 pub mod client;
+mod condemned;
 mod events;
 pub mod reader;
 pub mod txn;
@@ -475,9 +476,10 @@ impl Drop for KafkaSink {
 }
 
 impl Sink for KafkaSink {
-    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
+    async fn send(&mut self, record: Record, mut delivery: Delivery) -> Result<(), SinkError> {
         if let Some((t, _)) = self.txns.as_deref_mut() {
-            if let Some((code, reason)) = t.condemned(&record.event_id, &record.topic) {
+            delivery = t.placed(delivery);
+            if let Some((code, reason)) = t.condemned(&delivery) {
                 return Err(SinkError::Rejected { code, reason, record: Box::new(record), delivery });
             }
         }
@@ -550,6 +552,7 @@ impl Sink for KafkaSink {
             // Fenced before: this producer is dead for good; a new one takes the id back.
             let b = self.built.clone();
             tracing::info!("exactly-once: building a new transactional producer (the last one was fenced)");
+            let condemned = self.txns.as_deref_mut().map(|(t, _)| t.take_condemned()).unwrap_or_default();
             *self = KafkaSink::with_failure(
                 &b.cfg,
                 b.max_in_flight,
@@ -557,6 +560,9 @@ impl Sink for KafkaSink {
                 b.health,
                 self.failure.clone(),
             )?;
+            if let Some((t, _)) = self.txns.as_deref_mut() {
+                t.keep_condemned(condemned);
+            }
         }
         match self.txns.as_deref_mut() {
             Some((t, _)) => t.prepare(&self.producer, &self.admin, &self.built.cfg, lineage).await,

@@ -49,6 +49,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use super::client;
+use super::condemned::{Condemned, Place};
 use super::events::DeliveryContext;
 use crate::config::debezium::offsets::{DebeziumOffset, Partial};
 use crate::config::KafkaConfig;
@@ -248,9 +249,9 @@ pub struct Txns {
     stamp: Option<Stamp>,
     /// The commit running in the background, if one is.
     committing: Option<Committing>,
-    /// Records the broker refused for good inside an aborted transaction, by event id and
-    /// topic: the next time they come, they go to the bad-event policy ([`Txns::forget`]).
-    condemned: std::collections::HashMap<(String, String), (&'static str, String)>,
+    /// Records the broker refused for good inside an aborted transaction, by their place in the
+    /// stream: the next time they come, they go to the bad-event policy ([`Txns::forget`]).
+    condemned: Condemned,
     /// A throwaway ack channel for the position record's handle.
     dummy: tokio::sync::mpsc::UnboundedSender<crate::sink::delivery::Ack>,
 }
@@ -311,6 +312,14 @@ impl Txns {
                 }
                 self.last_change = None;
             }
+            // Its LSN (the message record's end) is at most the commit record of any transaction
+            // after it, so storing it covers the message but none of those (the session's resume
+            // passes over a message at or before `lsn_commit`). Without it, a message ahead of any
+            // transaction left no position to commit, and its copy was sent again after a crash.
+            Boundary::Standalone { at } if self.in_pg.is_none() => {
+                self.whole = Some(DebeziumOffset { lsn_commit: at, partial: None });
+            }
+            Boundary::Standalone { .. } => {}
         }
     }
 
@@ -613,25 +622,42 @@ impl Txns {
         let mut stop = None;
         for (d, reason, code) in self.written.disarm_all() {
             let (event_id, topic) = (d.event_id().to_owned(), d.topic().to_owned());
-            let copy = d.is_dead_letter();
+            let (copy, place) = (d.is_dead_letter(), Place::of(&d));
             d.disarm();
             if copy {
                 stop.get_or_insert_with(|| crate::relay::dead_letter::copy_refused(event_id, topic, &reason));
-            } else if !event_id.is_empty() {
-                tracing::warn!(%event_id, %topic, code, %reason, "the broker refused a record inside a Kafka transaction; the transaction is aborted, and when the record comes again --on-bad-event applies to it first");
-                self.condemned.insert((event_id, topic), (code, reason));
+            } else if let Some(place) = place {
+                tracing::warn!(%event_id, %topic, %place, code, %reason, "the broker refused a record inside a Kafka transaction; the transaction is aborted, and when the record comes again --on-bad-event applies to it first");
+                self.condemned.insert(place, code, reason);
+            } else {
+                tracing::error!(%event_id, %topic, code, %reason, "the broker refused a record inside a Kafka transaction, and the record has no place in the stream to be known by; the transaction is aborted");
             }
         }
         stop
     }
 
+    /// Name a record the session hands over now by its place: the change it came from is the
+    /// last one the session reported ([`Boundary::Change`]).
+    pub fn placed(&self, d: Delivery) -> Delivery {
+        match (d.source().position, self.last_change) {
+            (Position::Lsn(at), Some((last, nth))) if at == last && !d.is_dead_letter() => d.at_change(nth),
+            _ => d,
+        }
+    }
+
     /// Is this record one the broker refused in an aborted transaction? Then it is taken out of
     /// the set and returned (its code and reason), for the bad-event policy.
-    pub fn condemned(&mut self, event_id: &str, topic: &str) -> Option<(&'static str, String)> {
-        if self.condemned.is_empty() {
-            return None;
-        }
-        self.condemned.remove(&(event_id.to_owned(), topic.to_owned()))
+    pub fn condemned(&mut self, d: &Delivery) -> Option<(&'static str, String)> {
+        self.condemned.take(d)
+    }
+
+    /// The condemned records, for the producer built after this one failed for good.
+    pub fn take_condemned(&mut self) -> Condemned {
+        std::mem::take(&mut self.condemned)
+    }
+
+    pub fn keep_condemned(&mut self, c: Condemned) {
+        self.condemned = c;
     }
 
     fn transient(&mut self, e: KafkaError) -> Transient {
@@ -878,6 +904,20 @@ mod tests {
                 partial: Some(Partial { xid: 8, lsn_proc: Lsn(104), events_at_proc: 2 })
             })
         );
+    }
+
+    #[test]
+    fn a_message_outside_any_transaction_is_covered_by_the_next_position_even_on_a_fresh_start() {
+        let mut t = txns();
+        assert_eq!(t.position(), None, "nothing stored yet");
+        t.produced(10);
+        t.boundary(Boundary::Standalone { at: Lsn(200) });
+        assert_eq!(t.position(), Some(DebeziumOffset { lsn_commit: Lsn(200), partial: None }));
+        // A transaction whose commit record starts where the message ended is not covered.
+        t.boundary(Boundary::Begin { final_lsn: Lsn(200), xid: 9 });
+        t.boundary(Boundary::Standalone { at: Lsn(150) });
+        t.boundary(Boundary::Commit);
+        assert_eq!(t.position(), Some(DebeziumOffset { lsn_commit: Lsn(201), partial: None }));
     }
 
     #[test]

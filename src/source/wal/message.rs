@@ -9,7 +9,9 @@
 //! A non-transactional message is decoded as soon as it is written, even when the transaction that
 //! wrote it aborts later, so it is never published. It is a bad event `non_transactional` handled
 //! by `--on-bad-event` in a transaction of its own, confirmed at its LSN only once the policy is
-//! done with it (for `dlq`: once the copy is acked).
+//! done with it (for `dlq`: once the copy is acked). Under `--delivery exactly-once` the position
+//! committed with the copy covers the message ([`Boundary::Standalone`]), and a new session that
+//! meets it again behind that position passes over it, so its copy is written once.
 //!
 //! A message's content is the whole event object, not just its payload: `--mask`/`--encrypt` rules
 //! cannot be applied to it, so when rules are configured a bad message's dead-letter copy leaves
@@ -87,7 +89,13 @@ impl<S: Sink, W: WalSource> Session<'_, S, W> {
         }
         let bug = |e: crate::source::wal::tracker::AckError| Definite::Bug(format!("{e} (at {at})"));
         self.tracker.begin(now_pg_us()).map_err(bug)?;
-        self.emit(Err(bad), source).await?;
+        // Handled before this session (an exactly-once position past it was committed with its
+        // copy): an empty transaction, so the slot moves over it.
+        if !self.resume.as_mut().is_some_and(|r| r.standalone(at)) {
+            self.emit(Err(bad), source).await?;
+            // Exactly-once: the next Kafka commit, which holds the copy, stores a position past it.
+            self.relay.sink().boundary(Boundary::Standalone { at });
+        }
         self.tracker.commit_standalone(at).map_err(bug)?;
         self.record_completed();
         Ok(())

@@ -128,7 +128,8 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         self.metrics.pg_connected.set(1.0);
         let result = self.run_inner(shutdown).await;
         self.relay.sink().discard_held();
-        self.relay.sink().abandon().await;
+        // Exactly-once: aborting waits for Kafka (bounded); an outage is not a wedge.
+        self.health.ticking(self.relay.sink().abandon()).await;
         self.health.set_streaming(false);
         self.metrics.pg_connected.set(0.0);
         // Acks that arrived after the loop ended still count.

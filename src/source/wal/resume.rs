@@ -6,7 +6,9 @@
 //!
 //! The rule ([`crate::config::debezium::offsets`] explains the offset's keys): a transaction whose
 //! commit record starts before `lsn_commit` is skipped whole; in the transaction Debezium was in
-//! the middle of (its xid), the changes up to `lsn_proc` are skipped; everything else is sent.
+//! the middle of (its xid), the changes up to `lsn_proc` are skipped; everything else is sent. A
+//! logical message decoded outside any transaction is skipped when it ends at or before
+//! `lsn_commit` (an exactly-once position stored for such a message is its end).
 //! Skipped events are never handed to the sink, but their transactions still pass through the ack
 //! tracker, so the slot's confirmed position moves over them as over any transaction without
 //! events. The rule depends on the stream only, so a new session (a reconnect, a restart with the
@@ -73,6 +75,16 @@ impl Resume {
         yes
     }
 
+    /// Whether a logical message decoded outside any transaction at `at` (its record's end) was
+    /// handled before: a stored position past it says so. Such a message ends where the next
+    /// record begins, at most at the commit record of a transaction after it, so `at` equal to
+    /// `lsn_commit` is the message the position was stored for, never a later one.
+    pub fn standalone(&mut self, at: Lsn) -> bool {
+        let yes = at <= self.offset.lsn_commit;
+        self.skipped += yes as u64;
+        yes
+    }
+
     /// At a commit: once a transaction past Debezium's position ends, say how many were skipped.
     pub fn commit(&mut self) {
         if !self.whole && !self.reported {
@@ -129,6 +141,17 @@ mod tests {
         r.begin(Lsn(30), 7);
         let got: Vec<bool> = (0..3).map(|_| r.delivered(Lsn(20))).collect();
         assert_eq!(got, [true, true, false]);
+    }
+
+    #[test]
+    fn a_message_outside_any_transaction_counts_as_handled_up_to_the_commit_lsn() {
+        // Stored after the message that ended at 500: it, and what came before, were handled.
+        let mut r = Resume::committed(DebeziumOffset { lsn_commit: Lsn(500), partial: None });
+        assert!(r.standalone(Lsn(400)) && r.standalone(Lsn(500)));
+        assert!(!r.standalone(Lsn(501)));
+        // A transaction committing where that message ended came after it: not delivered.
+        r.begin(Lsn(500), 3);
+        assert!(!r.delivered(Lsn(450)));
     }
 
     #[test]
