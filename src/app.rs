@@ -260,7 +260,7 @@ async fn session<S: Sink>(
     // before 14 rejects it (heartbeats then move the slot by keepalives; prefixes are refused there).
     let messages =
         (!cfg.heartbeat_interval.is_zero() && version.decodes_messages()) || !cfg.messages_prefixes.is_empty();
-    let from = resume_point(&slot, state.confirmed.as_ref(), &history);
+    let from = resume_point(&slot, state.confirmed.as_ref(), &history, wal_end);
     // Exactly-once: the Kafka producer takes its transactional id (fencing any other holder) and
     // reads the position committed with the records; the session skips what it covers (the part
     // of it that holds on the server's WAL history now). While Kafka is unreachable this waits (up
@@ -291,15 +291,17 @@ async fn session<S: Sink>(
 /// the server has not persisted it yet. Ours counts only on the same WAL history (system
 /// identifier and timeline) and for a slot that existed before: after a failover, a promoted
 /// standby's slot or a recreated one, our LSN names another history's position, and skipping to
-/// it could skip events.
-fn resume_point(slot: &admin::SlotState, ours: Option<&(Lsn, WalHistory)>, now: &WalHistory) -> Lsn {
+/// it could skip events. Nor when it lies past the server's WAL end (`wal_end`): no position of
+/// this history can, so the server was put back to an earlier point of it (a disk snapshot, a
+/// copied data directory) while this process ran, and the LSNs from the slot on are reused.
+fn resume_point(slot: &admin::SlotState, ours: Option<&(Lsn, WalHistory)>, now: &WalHistory, wal_end: Lsn) -> Lsn {
     match ours {
-        Some((lsn, seen)) if *lsn > slot.confirmed_flush && !slot.created && seen == now => {
+        Some((lsn, seen)) if *lsn > slot.confirmed_flush && !slot.created && seen == now && *lsn <= wal_end => {
             tracing::info!(slot_lsn = %slot.confirmed_flush, ours = %lsn, "the slot is behind what this process confirmed (not yet persisted by the server); resuming from ours");
             *lsn
         }
         Some((lsn, seen)) if *lsn > slot.confirmed_flush => {
-            tracing::warn!(slot_lsn = %slot.confirmed_flush, ours = %lsn, before = ?seen, now = ?now, created = slot.created, "the server's WAL history or the slot changed since this process confirmed; resuming from the slot (events after it are sent again)");
+            tracing::warn!(slot_lsn = %slot.confirmed_flush, ours = %lsn, before = ?seen, now = ?now, created = slot.created, %wal_end, "the server's WAL history or the slot changed since this process confirmed (or the server's WAL ends before what it confirmed: restored to an earlier point); resuming from the slot (events after it are sent again)");
             slot.confirmed_flush
         }
         _ => slot.confirmed_flush,
@@ -420,6 +422,8 @@ async fn monitor(cfg: Config, handles: Handles) {
 mod tests {
     use super::*;
 
+    const END: Lsn = Lsn(10_000);
+
     fn history(system_id: &str, timeline: u32) -> WalHistory {
         WalHistory { system_id: system_id.into(), timeline }
     }
@@ -429,14 +433,18 @@ mod tests {
         let slot = |lsn, created| admin::SlotState { confirmed_flush: Lsn(lsn), created, enable_failover: false };
         let ours = (Lsn(500), history("7300", 1));
         // Same server, slot behind (not persisted yet): ours.
-        assert_eq!(resume_point(&slot(100, false), Some(&ours), &history("7300", 1)), Lsn(500));
+        assert_eq!(resume_point(&slot(100, false), Some(&ours), &history("7300", 1), END), Lsn(500));
         // Slot ahead of ours: the slot.
-        assert_eq!(resume_point(&slot(900, false), Some(&ours), &history("7300", 1)), Lsn(900));
+        assert_eq!(resume_point(&slot(900, false), Some(&ours), &history("7300", 1), END), Lsn(900));
         // A promoted standby (new timeline), another cluster, a recreated slot: the slot.
-        assert_eq!(resume_point(&slot(100, false), Some(&ours), &history("7300", 2)), Lsn(100));
-        assert_eq!(resume_point(&slot(100, false), Some(&ours), &history("9999", 1)), Lsn(100));
-        assert_eq!(resume_point(&slot(100, true), Some(&ours), &history("7300", 1)), Lsn(100));
+        assert_eq!(resume_point(&slot(100, false), Some(&ours), &history("7300", 2), END), Lsn(100));
+        assert_eq!(resume_point(&slot(100, false), Some(&ours), &history("9999", 1), END), Lsn(100));
+        assert_eq!(resume_point(&slot(100, true), Some(&ours), &history("7300", 1), END), Lsn(100));
         // First session: the slot.
-        assert_eq!(resume_point(&slot(100, false), None, &history("7300", 1)), Lsn(100));
+        assert_eq!(resume_point(&slot(100, false), None, &history("7300", 1), END), Lsn(100));
+        // The server's WAL ends before ours (put back to an earlier point of the same history
+        // while this process ran): the slot, or the reused LSNs below ours would be skipped.
+        assert_eq!(resume_point(&slot(100, false), Some(&ours), &history("7300", 1), Lsn(499)), Lsn(100));
+        assert_eq!(resume_point(&slot(100, false), Some(&ours), &history("7300", 1), Lsn(500)), Lsn(500));
     }
 }

@@ -302,3 +302,36 @@ fn after_a_failover_to_a_caught_up_standby_nothing_is_sent_twice() {
         "nothing was skipped by the position:\n{log}"
     );
 }
+
+/// outboxd stays up (at-least-once here; exactly-once resumes from the same frontier) while the
+/// server is put back to a copy of its data directory taken earlier, on the same timeline. The
+/// process's own frontier is then past the server's WAL end: resuming from it, as it does when
+/// the server merely has not persisted the slot yet, would skip the new events at the reused LSNs
+/// below it. It resumes from the slot instead, and says why.
+#[test]
+fn a_process_that_stays_up_through_a_snapshot_restore_sends_every_new_event() {
+    let mut pg = PgCluster::start();
+    pg.apply_all_sql();
+    let broker = Broker::start();
+    let args = daemon_args(&pg, &broker, &["--status-interval", "1s"]);
+    let events = Numbered::new(&pg, "restore", 7);
+    let snapshot = pg.data_dir().with_extension("snapshot");
+    let d = Outboxd::spawn_streaming(&args);
+    assert!(events.insert(0, 20), "insert 0..20");
+    assert!(pg.wait_slot_confirms(&pg.current_lsn(), T), "{}", d.log());
+    pg.stop("fast");
+    let st = Command::new("cp").arg("-a").arg(pg.data_dir()).arg(&snapshot).status().expect("cp");
+    assert!(st.success(), "copying the data directory failed");
+    pg.start_again();
+    for first in (20..320).step_by(30) {
+        assert!(events.insert(first, 30), "insert {first}..");
+    }
+    assert_eq!(counts(&broker, 320).len(), 320, "before the restore:\n{}", d.log());
+    let frontier = pg.current_lsn();
+    assert!(pg.wait_slot_confirms(&frontier, T), "{}", d.log());
+    put_back(&mut pg, &snapshot);
+    eprintln!("[in-process snapshot] outboxd confirmed {frontier}; restored: WAL at {}", pg.current_lsn());
+    assert!(lsn(&pg.current_lsn()) < lsn(&frontier), "the restored WAL must end before the frontier");
+    assert!(events.insert(1000, 50), "insert 1000..1050");
+    all_new_once(&broker, &d, "the server's WAL ends before what it confirmed");
+}
