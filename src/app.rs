@@ -217,7 +217,10 @@ async fn session<S: Sink>(
         let slot = take_slot(&client, cfg, state.own_walsender.as_ref(), missing).await?;
         Ok::<_, Error>((slot, version, client))
     };
-    let (slot, version, client) = match tokio::time::timeout(admin::ADMIN_TIMEOUT * 2, checks).await {
+    // The connection may try every host (and address) for up to connect_timeout each first.
+    let hosts = u32::try_from(cfg.postgres.hosts.len()).unwrap_or(u32::MAX);
+    let bound = admin::ADMIN_TIMEOUT * 2 + cfg.postgres.connect_timeout.saturating_mul(hosts.saturating_mul(2));
+    let (slot, version, client) = match tokio::time::timeout(bound, checks).await {
         Ok(r) => r?,
         Err(_) => return Err(stalled("the slot and publication checks")),
     };

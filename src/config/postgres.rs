@@ -162,6 +162,8 @@ pub struct PgTarget {
     pub dbname: String,
     pub application_name: String,
     pub options: Option<String>,
+    /// Each host and address attempt's bound (libpq's `connect_timeout`, 10 s when not given);
+    /// zero: no bound of its own, as in libpq ([`PgTarget::attempt_limit`]).
     pub connect_timeout: Duration,
     pub tcp_user_timeout: Option<Duration>,
     pub keepalives: Keepalives,
@@ -245,6 +247,13 @@ impl Fallbacks<'_> {
 }
 
 impl PgTarget {
+    /// How long one host or address attempt may take (connect, TLS, login, the primary check):
+    /// `connect_timeout`, or no bound of its own when it is 0 (libpq: wait indefinitely; the
+    /// supervisor's own bound on the set-up checks still ends a wait that never does).
+    pub fn attempt_limit(&self) -> Option<Duration> {
+        (!self.connect_timeout.is_zero()).then_some(self.connect_timeout)
+    }
+
     /// Parse with the process environment as libpq's fallbacks.
     pub fn parse(conninfo: &str) -> Result<PgTarget, Definite> {
         PgTarget::parse_with(conninfo, &Fallbacks::process())
@@ -280,8 +289,7 @@ impl PgTarget {
                 v.trim().parse::<u64>().map_err(|_| bad(format!("connect_timeout {v:?} is not whole seconds")))?,
             ),
             None => Duration::from_secs(10),
-        }
-        .max(Duration::from_secs(1));
+        };
         // libpq reads tcp_user_timeout in milliseconds; 0 leaves the system default.
         let tcp_user_timeout = match get("tcp_user_timeout").filter(|v| !v.is_empty()) {
             Some(v) => Some(Duration::from_millis(
@@ -467,10 +475,12 @@ impl PgTarget {
         if let Some(a) = addr {
             c.hostaddr(a);
         }
+        if let Some(limit) = self.attempt_limit() {
+            c.connect_timeout(limit);
+        }
         c.user(&self.user)
             .dbname(&self.dbname)
             .application_name(&self.application_name)
-            .connect_timeout(self.connect_timeout)
             .keepalives(self.keepalives.enabled)
             .keepalives_idle(self.keepalives.idle)
             .keepalives_interval(self.keepalives.interval)
@@ -736,6 +746,11 @@ mod tests {
         assert_eq!(t.password.as_deref(), Some("envpw"));
         assert_eq!(t.password_source, Some(PasswordSource::Env));
         assert_eq!(t.connect_timeout, Duration::from_secs(3));
+        assert_eq!(t.attempt_limit(), Some(Duration::from_secs(3)));
+        // 0: no bound of its own, as in libpq (it was raised to 1 s).
+        let zero = PgTarget::parse("postgres://u@h/db?connect_timeout=0").expect("url");
+        assert_eq!(zero.attempt_limit(), None);
+        assert_eq!(PgTarget::parse("postgres://u@h/db").expect("url").attempt_limit(), Some(Duration::from_secs(10)));
         assert_eq!(t.tls.mode, SslMode::Disable);
         let t = parse_env("host=h port=1 user=u dbname=d password=p sslmode=prefer", &env).unwrap();
         assert_eq!(t.hosts, vec![(PgHost::Tcp("h".into()), 1)]);

@@ -7,7 +7,7 @@
 //! `connect_timeout`). Both PostgreSQL connections pick their server through [`each_until_ok`], so
 //! they reach the same one.
 //!
-//! Invariants: no attempt outlives `connect_timeout`; a transient failure moves on to the next
+//! Invariants: no attempt outlives `connect_timeout` (0: no bound of its own, as in libpq); a transient failure moves on to the next
 //! attempt, a definite one (a refused login, a certificate that does not verify) ends the search,
 //! as libpq stops at a failed authentication; the error returned is the last attempt's.
 
@@ -66,7 +66,7 @@ where
         for addr in addrs {
             let a = Attempt { index, host: host.clone(), port: *port, addr };
             let shown = a.shown();
-            let e = match tokio::time::timeout(t.connect_timeout, attempt(a)).await {
+            let e = match bounded(t, attempt(a)).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) if e.is_transient() => e,
                 Ok(Err(e)) => return Err(e),
@@ -93,7 +93,7 @@ async fn addresses(t: &PgTarget, index: usize, host: &PgHost, port: u16) -> Resu
         return Ok(vec![Some(a)]);
     }
     let io = |source| Transient::PgIo { target: format!("{name}:{port}"), source };
-    let found = match tokio::time::timeout(t.connect_timeout, tokio::net::lookup_host((name.as_str(), port))).await {
+    let found = match bounded(t, tokio::net::lookup_host((name.as_str(), port))).await {
         Ok(r) => r.map_err(io)?,
         Err(_) => return Err(timed_out(t, &format!("{name}:{port} (resolving the name)"))),
     };
@@ -107,6 +107,14 @@ async fn addresses(t: &PgTarget, index: usize, host: &PgHost, port: u16) -> Resu
         return Err(io(std::io::Error::new(std::io::ErrorKind::NotFound, "the name has no address")).into());
     }
     Ok(out)
+}
+
+/// `f` within [`PgTarget::attempt_limit`] (`Err(())` when that passed), or unbounded.
+async fn bounded<T>(t: &PgTarget, f: impl Future<Output = T>) -> Result<T, ()> {
+    match t.attempt_limit() {
+        Some(limit) => tokio::time::timeout(limit, f).await.map_err(|_| ()),
+        None => Ok(f.await),
+    }
 }
 
 fn timed_out(t: &PgTarget, shown: &str) -> Error {

@@ -148,7 +148,10 @@ impl Lineage {
             Some(spans) => spans.iter().find(|s| s.timeline == stamp.timeline),
         };
         match span {
-            Some(s) if stamp.begins.is_none_or(|b| b == s.begins) => match s.ends {
+            // A stamp without its begin (its writer could not read the history file) names its
+            // timeline by number only: that number may be another branch's among the ancestors,
+            // so it counts only for the current timeline (with the WAL-end check).
+            Some(s) if stamp.begins.map_or(s.ends.is_none(), |b| b == s.begins) => match s.ends {
                 None => self.within_end(&stored.offset),
                 Some(branch) if before(&stored.offset, branch) => Fit::Holds,
                 Some(branch) => Fit::UpTo(branch),
@@ -273,9 +276,14 @@ mod tests {
         // Timeline 2 of another branch (it began elsewhere): a number reused after a restore.
         assert_eq!(l.fit(&whole(0x200, Some((2, 0x180)))), Fit::OffHistory);
         assert_eq!(l.fit(&whole(0x200, Some((3, 0x280)))), Fit::OffHistory);
-        // A stamp written without its history file: the timeline's number only.
+        // A stamp written without its history file: the timeline's number only, which counts for
+        // the current timeline and never for an ancestor (the number may be another branch's).
         assert_eq!(
             l.fit(&Stored { stamp: Some(Stamp { timeline: 2, begins: None }), ..whole(0x200, None) }),
+            Fit::OffHistory
+        );
+        assert_eq!(
+            l.fit(&Stored { stamp: Some(Stamp { timeline: 3, begins: None }), ..whole(0x200, None) }),
             Fit::Holds
         );
         // The history unreadable now: only the current timeline's positions count.

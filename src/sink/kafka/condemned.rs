@@ -50,6 +50,14 @@ impl Condemned {
         self.0.insert(place, (code, reason));
     }
 
+    /// Forget every condemned record: their places name another WAL history's changes (the
+    /// server is another one now), where the same LSN may hold a different record.
+    pub fn forget_all(&mut self) -> usize {
+        let n = self.0.len();
+        self.0.clear();
+        n
+    }
+
     /// Was this record condemned? Then it leaves the set, and its code and reason come back.
     pub fn take(&mut self, d: &Delivery) -> Option<(&'static str, String)> {
         if self.0.is_empty() {
@@ -70,6 +78,14 @@ mod tests {
         let (tx, _) = tokio::sync::mpsc::unbounded_channel();
         let source = Source { position: Position::Lsn(Lsn(at)), table: Arc::from("public.outbox") };
         Delivery::new(Ticket(1), id.into(), "t".into(), source, tx).at_change(nth)
+    }
+
+    #[test]
+    fn a_changed_history_forgets_every_place() {
+        let mut c = Condemned::default();
+        c.insert(Place::of(&record("e", 100, 1)).unwrap(), "msg_size_too_large", "too big".into());
+        assert_eq!(c.forget_all(), 1);
+        assert_eq!(c.take(&record("e", 100, 1)), None, "the same place on the new history is another record");
     }
 
     #[test]

@@ -423,7 +423,14 @@ impl Txns {
         self.finishing = false;
         // Every session: the server may be another one now (a failover), on another history.
         let holds = self.committed.as_ref().and_then(|s| lineage.admit(s));
-        self.stamp = Some(lineage.stamp());
+        let stamp = lineage.stamp();
+        if self.stamp.is_some_and(|was| was != stamp) {
+            let n = self.condemned.forget_all();
+            if n > 0 {
+                tracing::info!(records = n, "exactly-once: the server's WAL history changed; the records refused on the previous one are forgotten (their places name that history's changes)");
+            }
+        }
+        self.stamp = Some(stamp);
         // The session restarts from the slot, which is never past what was committed.
         self.whole = holds.clone();
         if !self.open {
