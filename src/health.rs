@@ -104,13 +104,20 @@ impl Health {
     /// timeout; aborting its transaction): a broker outage is readiness, not a wedge. The ticks
     /// come from the runtime's thread, so a blocked runtime still goes quiet.
     pub async fn ticking<F: std::future::Future>(&self, step: F) -> F::Output {
+        self.ticking_for(Duration::MAX, step).await
+    }
+
+    /// [`Health::ticking`] for at most `limit`: a step that takes longer still runs, but the loop
+    /// goes quiet, so a wait that never ends (a hung call) shows as a stall.
+    pub async fn ticking_for<F: std::future::Future>(&self, limit: Duration, step: F) -> F::Output {
         tokio::pin!(step);
         let mut every = tokio::time::interval(Duration::from_secs(1));
+        let started = Instant::now();
         loop {
             tokio::select! {
                 biased;
                 out = &mut step => return out,
-                _ = every.tick() => self.loop_tick(),
+                _ = every.tick(), if started.elapsed() < limit => self.loop_tick(),
             }
         }
     }
@@ -295,6 +302,8 @@ async fn answer(
     if !matches!(tokio::time::timeout(HEAD_DEADLINE, head).await, Ok(true)) {
         return;
     }
+    // A head cut at 8 KiB (or by the client) may have lost its Host line: the page refuses it.
+    let complete = buf.windows(4).any(|w| w == b"\r\n\r\n");
     // Answering now: no longer one to end for room.
     forget.now();
     let req = String::from_utf8_lossy(&buf);
@@ -322,7 +331,7 @@ async fn answer(
         "/readyz" => ("503 Service Unavailable", "not ready\n".to_owned(), "text/plain"),
         "/" | "/status.json" | "/status.js" | "/status.css" | "/favicon.ico" if page.is_some() => {
             let Some(page) = page else { return };
-            let (answer, headers) = page_answer(page, path, query, &req);
+            let (answer, headers) = page_answer(page, path, query, &req, complete);
             extra = headers;
             answer
         }
@@ -342,9 +351,11 @@ fn page_answer(
     path: &str,
     query: &str,
     req: &str,
+    complete: bool,
 ) -> ((&'static str, String, &'static str), &'static str) {
-    if let Err(refusal) = page.host_allowed(req) {
-        return (("403 Forbidden", refusal, "text/plain"), "");
+    if let Err(refusal) = page.host_allowed(req, complete) {
+        let status = if complete { "403 Forbidden" } else { "431 Request Header Fields Too Large" };
+        return ((status, refusal, "text/plain"), "");
     }
     match path {
         // Browsers ask for it; an empty answer keeps their consoles clean.

@@ -103,9 +103,21 @@ impl StatusPage {
         page
     }
 
-    /// Whether the page answers this request head's `Host` ([`host`]).
-    pub fn host_allowed(&self, head: &str) -> Result<(), String> {
+    /// Whether the page answers this request head's `Host` ([`host`]). `complete`: the head
+    /// ended (a blank line) within what was read; a cut head may have lost its `Host` line, so it
+    /// is never answered.
+    pub fn host_allowed(&self, head: &str, complete: bool) -> Result<(), String> {
+        if !complete {
+            return Err(
+                "the request head is over 8 KiB or ended early; the status page answers only a whole head\n".into()
+            );
+        }
         let h = host::header(head);
+        // HTTP/1.1 requires Host; only an HTTP/1.0 request may come without one.
+        let http10 = head.lines().next().is_some_and(|l| l.trim_end().ends_with("HTTP/1.0"));
+        if h.is_none() && !http10 {
+            return Err("the request has no Host header; HTTP/1.1 requires one\n".into());
+        }
         if host::allowed(h, &self.cfg.status_page_allowed_hosts) {
             Ok(())
         } else {

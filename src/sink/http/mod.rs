@@ -412,7 +412,8 @@ async fn classify(cfg: &HttpConfig, resp: reqwest::Response) -> Answer {
         );
     }
     if status.is_redirection() {
-        let to = crate::config::secret::mask_url(&location.unwrap_or_default());
+        // A redirect to a webhook's secret path (a Slack or Teams URL) is masked like --http-url.
+        let to = crate::config::secret::mask_webhook_url(&location.unwrap_or_default());
         return Answer::Retry(
             format!("{what} (a redirect to {to:?}; fix --http-url, redirects are not followed)"),
             None,

@@ -74,6 +74,10 @@ enum Phase {
 }
 
 /// Shared handles a session reports to.
+/// How long an exactly-once abort at a session's end counts as live: beyond its calls' own
+/// bounds (the flushes, the abort's retries, a commit under way settling first).
+const ABANDON_LIVE_FOR: std::time::Duration = std::time::Duration::from_secs(600);
+
 pub struct Context<'a> {
     pub cfg: &'a Config,
     pub metrics: Metrics,
@@ -128,8 +132,9 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         self.metrics.pg_connected.set(1.0);
         let result = self.run_inner(shutdown).await;
         self.relay.sink().discard_held();
-        // Exactly-once: aborting waits for Kafka (bounded); an outage is not a wedge.
-        self.health.ticking(self.relay.sink().abandon()).await;
+        // Exactly-once: aborting waits for Kafka; an outage is not a wedge, but an abort (with the
+        // commit it may wait for) that outlasts every bound of its calls is: the loop goes quiet.
+        self.health.ticking_for(ABANDON_LIVE_FOR, self.relay.sink().abandon()).await;
         self.health.set_streaming(false);
         self.metrics.pg_connected.set(0.0);
         // Acks that arrived after the loop ended still count.
