@@ -193,13 +193,19 @@ impl DeadLetter {
 }
 
 /// Which part of its copy a dead-letter record is, for the sink's message id
-/// ([`crate::sink::escape::copy_id`]): `<chunk id>/<chunk index>` for a chunk, 16 hex digits of the
-/// payload's SHA-256 for a whole copy. The same copy written again gets the same parts.
-pub fn copy_part(record: &Record) -> String {
+/// ([`crate::sink::escape::copy_id`]): `<chunk id>/<chunk index>` for a chunk, and for a whole
+/// copy the same kind of id a chunk set gets ([`chunk::chunk_id`]: table, position, event id and
+/// the payload's digest). The position keeps two bad rows with one event id (empty, or shared)
+/// and the same payload apart, so a deduplicating broker does not drop the second copy; the same
+/// copy written again after a crash gets the same part.
+pub fn copy_part(record: &Record, source: &Source) -> String {
     let header = |k: &str| record.headers.iter().find(|(n, _)| n == k).map(|(_, v)| String::from_utf8_lossy(v));
     match (header(chunk::H_ID), header(chunk::H_INDEX)) {
         (Some(id), Some(index)) => format!("{id}/{index}"),
-        _ => chunk::digest_hex(record.payload.as_deref().unwrap_or_default())[..16].to_owned(),
+        _ => {
+            let digest = chunk::digest_hex(record.payload.as_deref().unwrap_or_default());
+            chunk::chunk_id(&source.table, source.position, &record.event_id, 0, &digest)
+        }
     }
 }
 
@@ -293,12 +299,24 @@ mod tests {
         let rs = dl(&[b'a'; 20_000]).into_records("outboxd.dlq", 3000);
         assert!(rs.len() > 3);
         assert_eq!(rs[1].payload, rs[2].payload, "the same bytes");
-        let parts: std::collections::HashSet<String> = rs.iter().map(copy_part).collect();
+        let src = dl(b"").source;
+        let parts: std::collections::HashSet<String> = rs.iter().map(|r| copy_part(r, &src)).collect();
         assert_eq!(parts.len(), rs.len(), "a part each");
         let id = String::from_utf8_lossy(header(&rs[1], chunk::H_ID).unwrap()).into_owned();
-        assert_eq!(copy_part(&rs[1]), format!("{id}/1"));
-        let whole = dl(b"{}").into_records("outboxd.dlq", 1_000_000).remove(0);
-        assert_eq!(copy_part(&whole), chunk::digest_hex(b"{}")[..16]);
+        assert_eq!(copy_part(&rs[1], &src), format!("{id}/1"));
+    }
+
+    #[test]
+    fn whole_copies_of_rows_with_one_id_and_payload_are_told_apart_by_position() {
+        let copy = |lsn: u64| {
+            let mut d = dl(b"{}");
+            d.event_id = Some(String::new());
+            d.source.position = Position::Lsn(Lsn(lsn));
+            let src = d.source.clone();
+            copy_part(&d.into_records("outboxd.dlq", 1_000_000).remove(0), &src)
+        };
+        assert_ne!(copy(0x10), copy(0x20), "two rows, two parts");
+        assert_eq!(copy(0x10), copy(0x10), "the same row written again, the same part");
     }
 
     #[test]

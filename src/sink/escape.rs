@@ -17,10 +17,10 @@
 //!   has no key;
 //! * the sink's own message id (`Nats-Msg-Id`, AMQP `message-id`, HTTP `ce-id` and
 //!   `Idempotency-Key`) is [`copy_id`]: `<event id>/dlq/<part>`, where the relay names the part
-//!   ([`super::delivery::Delivery::copy_part`]: `<chunk id>/<chunk index>` for a chunk, 16 hex
-//!   digits of the payload's SHA-256 otherwise), so no two chunks of a copy share it (a
-//!   deduplicating broker or receiver would drop one) while a copy written again after a crash
-//!   gets the same ids. When the sink cannot take that text (a line break, over 255 bytes), the
+//!   ([`super::delivery::Delivery::copy_part`]: `<chunk id>/<chunk index>` for a chunk, and for a
+//!   whole copy 32 hex digits hashed, like a chunk id, from the table, position, event id and
+//!   payload), so no two chunks of a copy, and no two copies, share it (a deduplicating broker or
+//!   receiver would drop one) while a copy written again after a crash gets the same ids. When the sink cannot take that text (a line break, over 255 bytes), the
 //!   event id part is `sha256.<32 hex digits>` of it instead; the event id itself is always in the
 //!   `id` header, escaped like any header when needed.
 //!

@@ -166,6 +166,7 @@ mod tests {
             timestamp_ms: None,
             time_ms: None,
             label: None,
+            undecoded: Vec::new(),
         };
         d.restore_escaped();
         d
@@ -216,6 +217,38 @@ mod tests {
         assert_eq!(h(&long).as_deref(), Some(&b"v"[..]));
         assert_eq!(h("trace").as_deref(), Some(&b"t-1"[..]));
         assert!(e.head.escape_left().is_none());
+    }
+
+    #[test]
+    fn a_row_header_named_like_an_escaped_one_reads_back_as_itself() {
+        for limits in [STRICT, Limits::ANY] {
+            let dl = DeadLetter {
+                event_id: Some("e-1".into()),
+                code: "invalid_header",
+                message: "m".into(),
+                original_topic: Some("t".into()),
+                key: Some(Bytes::from_static(b"k\n1")),
+                payload: Some(Bytes::from_static(b"{}")),
+                headers: vec![
+                    ("outboxd.escaped-header.7".into(), Bytes::from_static(b"x")),
+                    ("outboxd.escaped-key".into(), Bytes::from_static(b"not=the key")),
+                    ("note".into(), Bytes::from_static(b"a\nb")),
+                ],
+                source: Source { position: Position::Lsn(Lsn(0x10)), table: Arc::from("public.outbox") },
+            };
+            let mut records = dl.into_copy("dlq", 1 << 20, &limits);
+            let e = match Collector::default().feed(read_back(records.remove(0), 0)) {
+                Fed::Entry(e) => e,
+                Fed::Unreadable(_, why) => panic!("a lookalike made the copy unreadable: {why}"),
+                Fed::Pending => panic!("not chunked"),
+            };
+            let h = |n: &str| e.head.headers.iter().find(|(k, _)| k == n).and_then(|(_, v)| v.clone());
+            assert_eq!(h("outboxd.escaped-header.7").as_deref(), Some(&b"x"[..]));
+            assert_eq!(h("outboxd.escaped-key").as_deref(), Some(&b"not=the key"[..]));
+            assert_eq!(h("note").as_deref(), Some(&b"a\nb"[..]));
+            assert_eq!(e.head.key.as_deref(), Some(&b"k\n1"[..]), "the real key, not the lookalike");
+            assert!(e.head.undecoded.is_empty());
+        }
     }
 
     #[test]

@@ -186,6 +186,7 @@ fn record(offset: i64, table: &FieldTable, body: Vec<u8>) -> DlqRecord {
         timestamp_ms: None,
         time_ms: None,
         label: None,
+        undecoded: Vec::new(),
     }
 }
 

@@ -53,6 +53,9 @@ pub struct DlqRecord {
     /// How [`DlqRecord::position`] shows it when `partition/offset` would not mean anything to the
     /// reader (a Redis entry id); `None` for Kafka and NATS.
     pub label: Option<String>,
+    /// The escaped entries [`DlqRecord::restore_escaped`] could not decode, by name. Kept apart
+    /// because a restored header may itself be named like an escaped one (a row's own header).
+    pub undecoded: Vec<String>,
 }
 
 impl DlqRecord {
@@ -76,6 +79,7 @@ impl DlqRecord {
             timestamp_ms,
             time_ms,
             label: None,
+            undecoded: Vec::new(),
         }
     }
 
@@ -117,7 +121,9 @@ impl DlqRecord {
 
     /// Undo what made the copy writable ([`crate::sink::escape`]): each escaped header back to
     /// its name and bytes, in its place, and an escaped key back to the key. An entry that does
-    /// not decode stays as it is ([`DlqRecord::escape_left`]).
+    /// not decode stays as it is and is named in [`DlqRecord::undecoded`]. Names are looked at
+    /// once, before anything is restored: a restored header named like an escaped one (the row's
+    /// own) is the original, not something left to decode.
     pub fn restore_escaped(&mut self) {
         for (name, value) in self.headers.iter_mut() {
             if name == escape::H_ESCAPED_KEY {
@@ -125,9 +131,12 @@ impl DlqRecord {
                     self.key = value.take().map(|v| escape::unescape_key(&v));
                 }
             } else if escape::is_escaped(name) {
-                if let Some((n, v)) = value.as_deref().and_then(escape::unescape_header) {
-                    *name = n;
-                    *value = Some(v);
+                match value.as_deref().and_then(escape::unescape_header) {
+                    Some((n, v)) => {
+                        *name = n;
+                        *value = Some(v);
+                    }
+                    None => self.undecoded.push(name.clone()),
                 }
             }
         }
@@ -136,7 +145,7 @@ impl DlqRecord {
 
     /// An escaped entry [`DlqRecord::restore_escaped`] could not decode, if any.
     pub fn escape_left(&self) -> Option<&str> {
-        self.headers.iter().map(|(n, _)| n.as_str()).find(|n| escape::is_escaped(n))
+        self.undecoded.first().map(String::as_str)
     }
 }
 
