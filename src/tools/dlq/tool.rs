@@ -163,6 +163,10 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
                     "source_lsn": r.header(H_LSN),
                     "source_seq": r.header(H_SEQ).and_then(|s| s.parse::<i64>().ok()),
                     "source_table": r.header(H_TABLE),
+                    // As restored (the original names and values), text shown lossily.
+                    "headers": r.headers.iter().map(|(k, v)| {
+                        serde_json::json!([k, v.as_deref().map(|v| String::from_utf8_lossy(v).into_owned())])
+                    }).collect::<Vec<_>>(),
                 })
             })
             .collect();
