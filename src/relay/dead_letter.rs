@@ -9,8 +9,9 @@
 //! every chunk is acked, and `outboxd dlq replay` ([`crate::tools::dlq`]) joins them again. (Copies written
 //! by older versions may carry no payload and an `outboxd.payload.size` header instead; the tools
 //! report those as not replayable.) What the copy's sink cannot carry as it is (a header, the key,
-//! the id) is escaped into headers it takes ([`crate::sink::escape`]), so a copy is never refused for
-//! the bytes that made its event bad.
+//! the id) is escaped into headers it takes ([`crate::sink::escape`]), and headers too large for it
+//! move into the body ([`crate::sink::moved`]), so a copy is never refused for the bytes that made
+//! its event bad.
 
 use bytes::Bytes;
 
@@ -19,6 +20,7 @@ use crate::error::Definite;
 use crate::router::{BadEvent, Record};
 use crate::sink::delivery::{Position, Refusal, Source};
 use crate::sink::escape::{self, Limits};
+use crate::sink::moved;
 
 /// Header names of dead-letter records (and [`chunk`]'s). Replay strips every header with the
 /// `outboxd.` prefix. `H_SIZE` only appears on copies written before chunking existed.
@@ -122,7 +124,8 @@ impl DeadLetter {
     /// The records to send to `dlq_topic`: one, or when the copy would not fit in `max_bytes`,
     /// chunks of the payload under it (see [`super::chunk`]). Keyless chunks all go to partition 0, since
     /// the partitioner would scatter them. What the sink cannot carry (`limits`) is escaped first
-    /// ([`crate::sink::escape`]), so the sizes count the escaped form.
+    /// ([`crate::sink::escape`]), so the sizes count the escaped form; headers that would still not
+    /// fit move into the body ([`crate::sink::moved`]).
     pub fn into_copy(mut self, dlq_topic: &str, max_bytes: usize, limits: &Limits) -> Vec<Record> {
         let mut headers = self.headers;
         if headers.iter().all(|(k, _)| k != "id") {
@@ -151,6 +154,9 @@ impl DeadLetter {
         }
         headers.push((H_TABLE.into(), Bytes::copy_from_slice(self.source.table.as_bytes())));
         self.key = escape::make_writable(&mut headers, self.key, limits);
+        // What does not fit next to a chunk moves into the body (see crate::sink::moved).
+        let room = max_bytes.saturating_sub(chunk::HEADER_ALLOWANCE + chunk::MIN_LEN + 64);
+        moved::fit(&mut headers, &mut self.key, &mut self.payload, room.min(limits.header_bytes));
         let event_id = self.event_id.unwrap_or_else(|| "(unknown)".into());
         let record = |payload: Option<Bytes>, headers: Vec<(String, Bytes)>, partition: Option<i32>| Record {
             topic: dlq_topic.to_owned(),

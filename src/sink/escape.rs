@@ -48,6 +48,9 @@ pub struct Limits {
     pub key: fn(&[u8]) -> bool,
     /// The text of the sink's own message id ([`copy_id`]).
     pub id: fn(&str) -> bool,
+    /// The most bytes of key and headers a copy record carries; past it, headers move into the
+    /// body ([`super::moved`]). `usize::MAX` when only the whole record's size is limited.
+    pub header_bytes: usize,
 }
 
 fn any_header(_: &str, _: &[u8]) -> bool {
@@ -64,7 +67,7 @@ fn any_id(_: &str) -> bool {
 
 impl Limits {
     /// A sink that carries any bytes (Kafka, Redis).
-    pub const ANY: Limits = Limits { header: any_header, key: any_bytes, id: any_id };
+    pub const ANY: Limits = Limits { header: any_header, key: any_bytes, id: any_id, header_bytes: usize::MAX };
 }
 
 /// Text a line-based header carries unchanged: UTF-8 without control characters and without
@@ -85,8 +88,9 @@ fn encode(b: &[u8]) -> String {
 pub fn make_writable(headers: &mut Vec<(String, Bytes)>, key: Option<Bytes>, limits: &Limits) -> Option<Bytes> {
     let mut n = 0;
     for (name, value) in headers.iter_mut() {
-        // A row's own header that looks escaped is escaped too, so reading back is unambiguous.
-        if (limits.header)(name, value) && !is_escaped(name) {
+        // A row's own header that looks escaped (or moved, see super::moved) is escaped too, so
+        // reading back is unambiguous.
+        if (limits.header)(name, value) && !is_escaped(name) && name != super::moved::H_MOVED {
             continue;
         }
         *value = Bytes::from(format!("{}={}", encode(name.as_bytes()), encode(value)));
@@ -140,6 +144,7 @@ mod tests {
             header: |n, v| n.len() <= 8 && plain_text(v),
             key: plain_text,
             id: |s| s.len() <= 80 && plain_text(s.as_bytes()),
+            header_bytes: usize::MAX,
         }
     }
 

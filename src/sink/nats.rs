@@ -156,6 +156,8 @@ const COPY_LIMITS: Limits = Limits {
     },
     key: plain_text,
     id: |id| plain_text(id.as_bytes()),
+    // The header block counts in max_payload, which the copy's size is checked against.
+    header_bytes: usize::MAX,
 };
 
 /// Build the NATS message for `record`, or the rejection that it can never be one.

@@ -94,6 +94,9 @@ const COPY_LIMITS: Limits = Limits {
     },
     key: |_| true,
     id: |id| id.len() <= SHORTSTR_MAX,
+    // The headers travel in one content-header frame, which must fit RabbitMQ's frame_max
+    // (128 KiB by default).
+    header_bytes: 64 * 1024,
 };
 
 /// RabbitMQ's sender-selected distribution headers (`CC`, `BCC`, matched as written): the broker

@@ -157,6 +157,7 @@ fn record(sequence: u64, h: &HeaderMap, payload: Bytes) -> DlqRecord {
         time_ms: None,
         label: None,
         undecoded: Vec::new(),
+        moved_later: false,
     }
 }
 

@@ -187,6 +187,7 @@ fn record(offset: i64, table: &FieldTable, body: Vec<u8>) -> DlqRecord {
         time_ms: None,
         label: None,
         undecoded: Vec::new(),
+        moved_later: false,
     }
 }
 

@@ -27,8 +27,8 @@ use rdkafka::{Offset, Timestamp, TopicPartitionList};
 use super::chunk::Piece;
 use super::{H_ERROR, H_PAYLOAD_DROPPED, H_SIZE, H_TOPIC};
 use crate::error::{Definite, Error};
-use crate::sink::escape;
 use crate::sink::kafka::reader::StreamReader;
+use crate::sink::{escape, moved};
 
 /// After the watermarks: stop when this passes without a record.
 pub const SETTLE: Duration = Duration::from_secs(1);
@@ -56,6 +56,9 @@ pub struct DlqRecord {
     /// The escaped entries [`DlqRecord::restore_escaped`] could not decode, by name. Kept apart
     /// because a restored header may itself be named like an escaped one (a row's own header).
     pub undecoded: Vec<String>,
+    /// A chunk of a copy whose headers partly moved into its body ([`crate::sink::moved`]): it is
+    /// restored once its chunks are joined ([`DlqRecord::restore`]), not record by record.
+    pub moved_later: bool,
 }
 
 impl DlqRecord {
@@ -80,6 +83,7 @@ impl DlqRecord {
             time_ms,
             label: None,
             undecoded: Vec::new(),
+            moved_later: false,
         }
     }
 
@@ -117,6 +121,22 @@ impl DlqRecord {
 
     pub fn id_shown(&self) -> String {
         self.event_id().unwrap_or_else(|| "-".into())
+    }
+
+    /// Undo what made the copy writable: headers moved into the body ([`moved::restore`]) back in
+    /// their places, then [`DlqRecord::restore_escaped`]. A section that does not decode is named
+    /// in [`DlqRecord::undecoded`].
+    pub fn restore(&mut self) {
+        self.moved_later = false;
+        match moved::restore(&mut self.headers, &mut self.key, &mut self.payload) {
+            Ok(moved) => {
+                if moved {
+                    self.payload_len = self.payload.as_ref().map(Vec::len);
+                }
+                self.restore_escaped();
+            }
+            Err(why) => self.undecoded.push(format!("{} ({why})", moved::H_MOVED)),
+        }
     }
 
     /// Undo what made the copy writable ([`crate::sink::escape`]): each escaped header back to

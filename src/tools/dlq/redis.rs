@@ -219,6 +219,7 @@ fn record(id: &str, fields: Vec<Vec<u8>>) -> Result<DlqRecord, String> {
         time_ms: None,
         label: Some(id.to_owned()),
         undecoded: Vec::new(),
+        moved_later: false,
     })
 }
 
