@@ -262,3 +262,62 @@ async fn rabbitmq_cc_and_bcc_headers_are_dead_lettered_and_escaped_in_the_copy()
         let _ = chan.queue_delete(q, QueueDeleteOptions::default()).await;
     }
 }
+
+/// Item 3: a header of 400 KB of punctuation with a line break (refused by NATS as
+/// `invalid_header`; escaped, 1.2 MB, more than the server's 1 MiB `max_payload`): the copy is
+/// written with the header moved into its body (`outboxd.moved`), every record under
+/// `max_payload`; the row after it is delivered, outboxd stays up and the slot moves on. `dlq
+/// list` shows the original header byte for byte and the payload's own size. Before, the copy was
+/// refused as `too_large` and outboxd stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_a_header_too_large_once_escaped_moves_into_the_copys_body() {
+    let s = NatsStream::create().await;
+    let p = s.prefix.clone();
+    let dlq = format!("{p}.dlq");
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let mut d = Outboxd::spawn_streaming(&s.run_args(&pg));
+    let n = 400_000;
+    let bad = pg.psql(&format!(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) \
+         VALUES ('notes', 'k1', 'e.v1', '{{\"n\": 1}}', jsonb_build_object('note', repeat('-', {n}) || E'\\n', 'trace', 't-1')) \
+         RETURNING event_id"
+    ));
+    let after = pg.insert_event("notes", "k2", Some("e.v1"), "{\"n\": 2}", None);
+    assert!(s.wait_on(&format!("{p}.notes"), 1).await, "the row after it is delivered\n{}", d.log());
+    assert!(s.wait_on(&dlq, 1).await, "the copy is written\n{}", d.log());
+    assert!(pg.wait_slot_reaches_wal_end(WAIT), "the slot moves past it\n{}", d.log());
+    assert!(d.is_running(), "outboxd stays up\n{}", d.log());
+    d.stop_cleanly();
+    let delivered = s.on(&format!("{p}.notes")).await;
+    assert!(delivered[0].iter().any(|(n, v)| n == "id" && *v == after), "{delivered:?}");
+    let copies = s.on(&dlq).await;
+    assert!(!copies.is_empty());
+    for c in &copies {
+        assert!(
+            c.iter().any(|(n, _)| n == "outboxd.moved"),
+            "the header moved: {:?}",
+            c.iter().map(|(n, _)| n).collect::<Vec<_>>()
+        );
+        assert!(c.iter().all(|(_, v)| v.len() < 4096), "no large header left");
+    }
+
+    let sink = ["--sink", "nats", "--nats-url", NATS_URL];
+    let (code, out) = dlq_cmd(&sink, &dlq, "list", &["--json"]);
+    assert_eq!(code, Some(0), "{}", &out[..out.len().min(4000)]);
+    let j = json_line(&out);
+    assert_eq!(j["unreadable"].as_array().map(Vec::len), Some(0), "{}", &out[..out.len().min(4000)]);
+    assert_eq!(j["incomplete"].as_array().map(Vec::len), Some(0), "{}", &out[..out.len().min(4000)]);
+    let rows = listed(&out);
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!(r["event_id"], bad.as_str());
+    assert_eq!(r["reason"], "invalid_header");
+    assert_eq!(r["key"], "k1");
+    assert_eq!(r["payload_bytes"], "{\"n\": 1}".len(), "the payload alone");
+    let note = listed_header(r, "note").expect("the original header");
+    assert!(note.len() == n + 1 && note.ends_with('\n') && note.bytes().take(n).all(|b| b == b'-'), "byte for byte");
+    assert_eq!(listed_header(r, "trace"), Some("t-1"));
+    assert!(listed_header(r, "outboxd.moved").is_none());
+    s.delete().await;
+}
