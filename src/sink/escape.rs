@@ -24,6 +24,9 @@
 //!   event id part is `sha256.<32 hex digits>` of it instead; the event id itself is always in the
 //!   `id` header, escaped like any header when needed.
 //!
+//! Escaping can triple a header; what then no longer fits the sink moves into the copy's body
+//! ([`super::moved`]), so a row's own header named `outboxd.moved` is escaped like a lookalike.
+//!
 //! Escaping never loses a byte, so deciding conservatively costs only readability: a sink's
 //! limits also count as "cannot carry" what it would change on the way (NATS and HTTP trim the
 //! whitespace around a header value). [`unescape_header`] and [`unescape_key`] are the inverse,
