@@ -9,8 +9,9 @@
 //! every chunk is acked, and `outboxd dlq replay` ([`crate::tools::dlq`]) joins them again. (Copies written
 //! by older versions may carry no payload and an `outboxd.payload.size` header instead; the tools
 //! report those as not replayable.) What the copy's sink cannot carry as it is (a header, the key,
-//! the id) is escaped into headers it takes ([`crate::sink::escape`]), so a copy is never refused for
-//! the bytes that made its event bad.
+//! the id) is escaped into headers it takes ([`crate::sink::escape`]), and headers too large for it
+//! move into the body ([`crate::sink::moved`]), so a copy is never refused for the bytes that made
+//! its event bad.
 
 use bytes::Bytes;
 
@@ -19,6 +20,7 @@ use crate::error::Definite;
 use crate::router::{BadEvent, Record};
 use crate::sink::delivery::{Position, Refusal, Source};
 use crate::sink::escape::{self, Limits};
+use crate::sink::moved;
 
 /// Header names of dead-letter records (and [`chunk`]'s). Replay strips every header with the
 /// `outboxd.` prefix. `H_SIZE` only appears on copies written before chunking existed.
@@ -122,7 +124,8 @@ impl DeadLetter {
     /// The records to send to `dlq_topic`: one, or when the copy would not fit in `max_bytes`,
     /// chunks of the payload under it (see [`super::chunk`]). Keyless chunks all go to partition 0, since
     /// the partitioner would scatter them. What the sink cannot carry (`limits`) is escaped first
-    /// ([`crate::sink::escape`]), so the sizes count the escaped form.
+    /// ([`crate::sink::escape`]), so the sizes count the escaped form; headers that would still not
+    /// fit move into the body ([`crate::sink::moved`]).
     pub fn into_copy(mut self, dlq_topic: &str, max_bytes: usize, limits: &Limits) -> Vec<Record> {
         let mut headers = self.headers;
         if headers.iter().all(|(k, _)| k != "id") {
@@ -151,6 +154,9 @@ impl DeadLetter {
         }
         headers.push((H_TABLE.into(), Bytes::copy_from_slice(self.source.table.as_bytes())));
         self.key = escape::make_writable(&mut headers, self.key, limits);
+        // What does not fit next to a chunk moves into the body (see crate::sink::moved).
+        let room = max_bytes.saturating_sub(chunk::HEADER_ALLOWANCE + chunk::MIN_LEN + 64);
+        moved::fit(&mut headers, &mut self.key, &mut self.payload, room.min(limits.header_bytes));
         let event_id = self.event_id.unwrap_or_else(|| "(unknown)".into());
         let record = |payload: Option<Bytes>, headers: Vec<(String, Bytes)>, partition: Option<i32>| Record {
             topic: dlq_topic.to_owned(),
@@ -193,13 +199,19 @@ impl DeadLetter {
 }
 
 /// Which part of its copy a dead-letter record is, for the sink's message id
-/// ([`crate::sink::escape::copy_id`]): `<chunk id>/<chunk index>` for a chunk, 16 hex digits of the
-/// payload's SHA-256 for a whole copy. The same copy written again gets the same parts.
-pub fn copy_part(record: &Record) -> String {
+/// ([`crate::sink::escape::copy_id`]): `<chunk id>/<chunk index>` for a chunk, and for a whole
+/// copy the same kind of id a chunk set gets ([`chunk::chunk_id`]: table, position, event id and
+/// the payload's digest). The position keeps two bad rows with one event id (empty, or shared)
+/// and the same payload apart, so a deduplicating broker does not drop the second copy; the same
+/// copy written again after a crash gets the same part.
+pub fn copy_part(record: &Record, source: &Source) -> String {
     let header = |k: &str| record.headers.iter().find(|(n, _)| n == k).map(|(_, v)| String::from_utf8_lossy(v));
     match (header(chunk::H_ID), header(chunk::H_INDEX)) {
         (Some(id), Some(index)) => format!("{id}/{index}"),
-        _ => chunk::digest_hex(record.payload.as_deref().unwrap_or_default())[..16].to_owned(),
+        _ => {
+            let digest = chunk::digest_hex(record.payload.as_deref().unwrap_or_default());
+            chunk::chunk_id(&source.table, source.position, &record.event_id, 0, &digest)
+        }
     }
 }
 
@@ -293,12 +305,24 @@ mod tests {
         let rs = dl(&[b'a'; 20_000]).into_records("outboxd.dlq", 3000);
         assert!(rs.len() > 3);
         assert_eq!(rs[1].payload, rs[2].payload, "the same bytes");
-        let parts: std::collections::HashSet<String> = rs.iter().map(copy_part).collect();
+        let src = dl(b"").source;
+        let parts: std::collections::HashSet<String> = rs.iter().map(|r| copy_part(r, &src)).collect();
         assert_eq!(parts.len(), rs.len(), "a part each");
         let id = String::from_utf8_lossy(header(&rs[1], chunk::H_ID).unwrap()).into_owned();
-        assert_eq!(copy_part(&rs[1]), format!("{id}/1"));
-        let whole = dl(b"{}").into_records("outboxd.dlq", 1_000_000).remove(0);
-        assert_eq!(copy_part(&whole), chunk::digest_hex(b"{}")[..16]);
+        assert_eq!(copy_part(&rs[1], &src), format!("{id}/1"));
+    }
+
+    #[test]
+    fn whole_copies_of_rows_with_one_id_and_payload_are_told_apart_by_position() {
+        let copy = |lsn: u64| {
+            let mut d = dl(b"{}");
+            d.event_id = Some(String::new());
+            d.source.position = Position::Lsn(Lsn(lsn));
+            let src = d.source.clone();
+            copy_part(&d.into_records("outboxd.dlq", 1_000_000).remove(0), &src)
+        };
+        assert_ne!(copy(0x10), copy(0x20), "two rows, two parts");
+        assert_eq!(copy(0x10), copy(0x10), "the same row written again, the same part");
     }
 
     #[test]

@@ -416,7 +416,8 @@ impl<'a, S: Sink> Relay<'a, S> {
                 ledger.done(t)?;
                 for record in records {
                     let bytes = record_size(record.key.as_ref(), record.payload.as_ref(), &record.headers);
-                    let delivery = self.delivery(t, &record, bytes, source.clone()).for_dead_letter(copy_part(&record));
+                    let delivery =
+                        self.delivery(t, &record, bytes, source.clone()).for_dead_letter(copy_part(&record, &source));
                     // Chunks not sent stay counted, so a refusal never lets the ticket complete.
                     match self.sink.send(record, delivery).await {
                         Ok(()) => {}

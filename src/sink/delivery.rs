@@ -149,7 +149,8 @@ impl Delivery {
     }
 
     /// On a dead-letter copy, which part of it this record is: `<chunk id>/<chunk index>` for a
-    /// chunk, 16 hex digits of the payload's SHA-256 for a whole copy.
+    /// chunk, for a whole copy an id from its table, position, event id and payload
+    /// ([`crate::relay::dead_letter::copy_part`]).
     pub fn copy_part(&self) -> Option<&str> {
         self.copy_part.as_deref()
     }

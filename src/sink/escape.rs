@@ -17,12 +17,15 @@
 //!   has no key;
 //! * the sink's own message id (`Nats-Msg-Id`, AMQP `message-id`, HTTP `ce-id` and
 //!   `Idempotency-Key`) is [`copy_id`]: `<event id>/dlq/<part>`, where the relay names the part
-//!   ([`super::delivery::Delivery::copy_part`]: `<chunk id>/<chunk index>` for a chunk, 16 hex
-//!   digits of the payload's SHA-256 otherwise), so no two chunks of a copy share it (a
-//!   deduplicating broker or receiver would drop one) while a copy written again after a crash
-//!   gets the same ids. When the sink cannot take that text (a line break, over 255 bytes), the
+//!   ([`super::delivery::Delivery::copy_part`]: `<chunk id>/<chunk index>` for a chunk, and for a
+//!   whole copy 32 hex digits hashed, like a chunk id, from the table, position, event id and
+//!   payload), so no two chunks of a copy, and no two copies, share it (a deduplicating broker or
+//!   receiver would drop one) while a copy written again after a crash gets the same ids. When the sink cannot take that text (a line break, over 255 bytes), the
 //!   event id part is `sha256.<32 hex digits>` of it instead; the event id itself is always in the
 //!   `id` header, escaped like any header when needed.
+//!
+//! Escaping can triple a header; what then no longer fits the sink moves into the copy's body
+//! ([`super::moved`]), so a row's own header named `outboxd.moved` is escaped like a lookalike.
 //!
 //! Escaping never loses a byte, so deciding conservatively costs only readability: a sink's
 //! limits also count as "cannot carry" what it would change on the way (NATS and HTTP trim the
@@ -48,6 +51,9 @@ pub struct Limits {
     pub key: fn(&[u8]) -> bool,
     /// The text of the sink's own message id ([`copy_id`]).
     pub id: fn(&str) -> bool,
+    /// The most bytes of key and headers a copy record carries; past it, headers move into the
+    /// body ([`super::moved`]). `usize::MAX` when only the whole record's size is limited.
+    pub header_bytes: usize,
 }
 
 fn any_header(_: &str, _: &[u8]) -> bool {
@@ -64,7 +70,7 @@ fn any_id(_: &str) -> bool {
 
 impl Limits {
     /// A sink that carries any bytes (Kafka, Redis).
-    pub const ANY: Limits = Limits { header: any_header, key: any_bytes, id: any_id };
+    pub const ANY: Limits = Limits { header: any_header, key: any_bytes, id: any_id, header_bytes: usize::MAX };
 }
 
 /// Text a line-based header carries unchanged: UTF-8 without control characters and without
@@ -85,8 +91,9 @@ fn encode(b: &[u8]) -> String {
 pub fn make_writable(headers: &mut Vec<(String, Bytes)>, key: Option<Bytes>, limits: &Limits) -> Option<Bytes> {
     let mut n = 0;
     for (name, value) in headers.iter_mut() {
-        // A row's own header that looks escaped is escaped too, so reading back is unambiguous.
-        if (limits.header)(name, value) && !is_escaped(name) {
+        // A row's own header that looks escaped (or moved, see super::moved) is escaped too, so
+        // reading back is unambiguous.
+        if (limits.header)(name, value) && !is_escaped(name) && name != super::moved::H_MOVED {
             continue;
         }
         *value = Bytes::from(format!("{}={}", encode(name.as_bytes()), encode(value)));
@@ -140,6 +147,7 @@ mod tests {
             header: |n, v| n.len() <= 8 && plain_text(v),
             key: plain_text,
             id: |s| s.len() <= 80 && plain_text(s.as_bytes()),
+            header_bytes: usize::MAX,
         }
     }
 

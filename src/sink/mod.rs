@@ -22,6 +22,7 @@ mod handoff;
 mod http;
 pub mod kafka;
 pub mod link;
+pub mod moved;
 pub(crate) mod nats;
 pub(crate) mod rabbitmq;
 pub(crate) mod redis;

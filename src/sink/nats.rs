@@ -156,6 +156,8 @@ const COPY_LIMITS: Limits = Limits {
     },
     key: plain_text,
     id: |id| plain_text(id.as_bytes()),
+    // The header block counts in max_payload, which the copy's size is checked against.
+    header_bytes: usize::MAX,
 };
 
 /// Build the NATS message for `record`, or the rejection that it can never be one.
@@ -269,8 +271,14 @@ async fn publish_loop(js: jetstream::Context, mut rx: mpsc::Receiver<Job>) {
             res = async { (&mut window.front_mut().expect("guarded").1).await }, if !window.is_empty() => {
                 let (job, _) = window.pop_front().expect("guarded");
                 let done = match res {
-                    Ok(_) => {
+                    Ok(ack) => {
                         attempt = 0;
+                        // A copy's Nats-Msg-Id is its own (see escape::copy_id): a duplicate
+                        // means this copy was stored before (a retry), or that another message
+                        // took its id, and JetStream kept that one instead. Worth a look.
+                        if ack.duplicate && job.delivery.is_dead_letter() {
+                            tracing::warn!(subject = %job.subject, stream = %ack.stream, sequence = ack.sequence, event_id = job.delivery.event_id(), "JetStream took a dead-letter copy as a duplicate of a message it stored before (a retry, or another message with its Nats-Msg-Id); the copy is not stored again");
+                        }
                         let l = lane(&job);
                         job.delivery.ack();
                         Some(l)

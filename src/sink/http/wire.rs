@@ -153,7 +153,13 @@ pub const COPY_LIMITS: Limits = Limits {
     },
     key: plain_text,
     id: |id| plain_text(id.as_bytes()),
+    header_bytes: COPY_HEADER_BYTES,
 };
+
+/// The most bytes of headers a dead-letter copy sends: receivers limit the header section (Node's
+/// default is 16 KiB in all, nginx's 8 KiB a line), and the copy adds `ce-*` headers of its own.
+/// Past it, headers move into the body ([`crate::sink::moved`]).
+pub const COPY_HEADER_BYTES: usize = 8 * 1024;
 
 /// RFC 3339 in UTC, e.g. `2026-12-03T12:58:42.123Z`.
 pub fn rfc3339(ms: i64) -> Option<String> {

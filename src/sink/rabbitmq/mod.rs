@@ -9,7 +9,8 @@
 //! the record does not say whether its payload column held JSON, text or bytes.
 //!
 //! `send` refuses what AMQP can never carry (a routing key, event id or header name over 255
-//! bytes, a body over the server's message size limit) as a bad event; a dead-letter copy has
+//! bytes, a `CC` or `BCC` header, which RabbitMQ only takes as an array, a body over the server's
+//! message size limit) as a bad event; a dead-letter copy has
 //! those escaped ([`COPY_LIMITS`]) and a message-id that fits. Everything else goes as a
 //! [`Job`] through a bounded channel to the publisher task ([`publisher`]). A full
 //! channel holds the record here, in order, and reports [`Sink::blocked`] ([`Handoff`]).
@@ -86,12 +87,25 @@ impl Sink for RabbitSink {
 /// What a dead-letter copy carries as it is ([`crate::sink::escape`]): header names up to
 /// [`SHORTSTR_MAX`] bytes except `key` (the record key's header would overwrite it) and
 /// `x-stream-offset` (a stream queue sets it on delivery); any value and key (long strings); a
-/// message-id up to [`SHORTSTR_MAX`] bytes.
+/// message-id up to [`SHORTSTR_MAX`] bytes. `CC` and `BCC` are escaped ([`is_routing_header`]).
 const COPY_LIMITS: Limits = Limits {
-    header: |name, _| name.len() <= SHORTSTR_MAX && !matches!(name, "key" | "x-stream-offset"),
+    header: |name, _| {
+        name.len() <= SHORTSTR_MAX && !matches!(name, "key" | "x-stream-offset") && !is_routing_header(name)
+    },
     key: |_| true,
     id: |id| id.len() <= SHORTSTR_MAX,
+    // The headers travel in one content-header frame, which must fit RabbitMQ's frame_max
+    // (128 KiB by default).
+    header_bytes: 64 * 1024,
 };
+
+/// RabbitMQ's sender-selected distribution headers (`CC`, `BCC`, matched as written): the broker
+/// reads them as an array of extra routing keys and closes the channel on any other value type
+/// (`unacceptable_type_in_header`). outboxd sends every header as a string, so such a record
+/// could never be confirmed: it is refused as a bad event instead of being retried for good.
+pub(crate) fn is_routing_header(name: &str) -> bool {
+    matches!(name, "CC" | "BCC")
+}
 
 /// Build the AMQP message for `record`, or the rejection that it can never be one.
 fn job(record: Record, delivery: Delivery) -> Result<Job, Box<SinkError>> {
@@ -115,6 +129,12 @@ fn job(record: Record, delivery: Delivery) -> Result<Job, Box<SinkError>> {
     }
     if let Some((name, _)) = record.headers.iter().find(|(k, _)| k.len() > SHORTSTR_MAX) {
         let reason = format!("header name {name:?} is over {SHORTSTR_MAX} bytes, the AMQP limit");
+        return Err(refuse("invalid_header", reason, record, delivery));
+    }
+    if let Some((name, _)) = record.headers.iter().find(|(k, _)| is_routing_header(k)) {
+        let reason = format!(
+            "header {name} is RabbitMQ's sender-selected distribution header, which must be an array of routing keys, and outboxd sends header values as strings; rename it in the headers column"
+        );
         return Err(refuse("invalid_header", reason, record, delivery));
     }
     let size = record.payload.as_ref().map_or(0, Bytes::len);
@@ -202,5 +222,9 @@ mod tests {
             !(l.header)(&"n".repeat(256), b"v") && !(l.header)("key", b"k") && !(l.header)("x-stream-offset", b"1")
         );
         assert!((l.key)(b"\xff\n") && (l.id)(&"i".repeat(255)) && !(l.id)(&"i".repeat(256)));
+        // Sender-selected distribution, matched as RabbitMQ matches it.
+        assert!(
+            !(l.header)("CC", b"x") && !(l.header)("BCC", b"x") && (l.header)("cc", b"x") && (l.header)("Bcc", b"x")
+        );
     }
 }

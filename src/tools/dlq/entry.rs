@@ -39,7 +39,16 @@ impl Entry {
         };
         let mut head = first(parts);
         head.payload = Some(payload);
-        Fed::Entry(Entry { payload_len: Some(info.size as usize), chunks: info.count, positions, head })
+        let mut payload_len = Some(info.size as usize);
+        if head.moved_later {
+            head.restore();
+            if let Some(name) = head.escape_left() {
+                let why = format!("{name} does not decode to the original header or key");
+                return Fed::Unreadable(head, why);
+            }
+            payload_len = head.payload.as_ref().map(Vec::len);
+        }
+        Fed::Entry(Entry { payload_len, chunks: info.count, positions, head })
     }
 }
 
@@ -152,8 +161,12 @@ mod tests {
     use crate::tools::dlq::DeadLetter;
 
     /// Line-based headers with a short id, like NATS.
-    const STRICT: Limits =
-        Limits { header: |n, v| n.len() <= 32 && plain_text(v), key: plain_text, id: |s| plain_text(s.as_bytes()) };
+    const STRICT: Limits = Limits {
+        header: |n, v| n.len() <= 32 && plain_text(v),
+        key: plain_text,
+        id: |s| plain_text(s.as_bytes()),
+        header_bytes: usize::MAX,
+    };
 
     fn read_back(r: Record, offset: i64) -> DlqRecord {
         let mut d = DlqRecord {
@@ -166,8 +179,15 @@ mod tests {
             timestamp_ms: None,
             time_ms: None,
             label: None,
+            undecoded: Vec::new(),
+            moved_later: false,
         };
-        d.restore_escaped();
+        // As the tools' reader does (tools::dlq::sinks::Source::next).
+        if d.header(chunk::H_ID).is_some() && d.header(crate::sink::moved::H_MOVED).is_some() {
+            d.moved_later = true;
+        } else {
+            d.restore();
+        }
         d
     }
 
@@ -216,6 +236,82 @@ mod tests {
         assert_eq!(h(&long).as_deref(), Some(&b"v"[..]));
         assert_eq!(h("trace").as_deref(), Some(&b"t-1"[..]));
         assert!(e.head.escape_left().is_none());
+    }
+
+    #[test]
+    fn a_row_header_named_like_an_escaped_one_reads_back_as_itself() {
+        for limits in [STRICT, Limits::ANY] {
+            let dl = DeadLetter {
+                event_id: Some("e-1".into()),
+                code: "invalid_header",
+                message: "m".into(),
+                original_topic: Some("t".into()),
+                key: Some(Bytes::from_static(b"k\n1")),
+                payload: Some(Bytes::from_static(b"{}")),
+                headers: vec![
+                    ("outboxd.escaped-header.7".into(), Bytes::from_static(b"x")),
+                    ("outboxd.escaped-key".into(), Bytes::from_static(b"not=the key")),
+                    ("note".into(), Bytes::from_static(b"a\nb")),
+                ],
+                source: Source { position: Position::Lsn(Lsn(0x10)), table: Arc::from("public.outbox") },
+            };
+            let mut records = dl.into_copy("dlq", 1 << 20, &limits);
+            let e = match Collector::default().feed(read_back(records.remove(0), 0)) {
+                Fed::Entry(e) => e,
+                Fed::Unreadable(_, why) => panic!("a lookalike made the copy unreadable: {why}"),
+                Fed::Pending => panic!("not chunked"),
+            };
+            let h = |n: &str| e.head.headers.iter().find(|(k, _)| k == n).and_then(|(_, v)| v.clone());
+            assert_eq!(h("outboxd.escaped-header.7").as_deref(), Some(&b"x"[..]));
+            assert_eq!(h("outboxd.escaped-key").as_deref(), Some(&b"not=the key"[..]));
+            assert_eq!(h("note").as_deref(), Some(&b"a\nb"[..]));
+            assert_eq!(e.head.key.as_deref(), Some(&b"k\n1"[..]), "the real key, not the lookalike");
+            assert!(e.head.undecoded.is_empty());
+        }
+    }
+
+    #[test]
+    fn headers_that_do_not_fit_once_escaped_move_into_the_body_and_read_back() {
+        let big = [&[b'-'; 30_000][..], b"\n"].concat();
+        for (payload, max) in [(vec![b'a'; 20_000], 16_000), (b"{}".to_vec(), 200_000)] {
+            let dl = DeadLetter {
+                event_id: Some("e-1".into()),
+                code: "invalid_header",
+                message: "header note holds a line break".into(),
+                original_topic: Some("t".into()),
+                key: Some(Bytes::from(big.clone())),
+                payload: Some(Bytes::from(payload.clone())),
+                headers: vec![("note".into(), Bytes::from(big.clone())), ("trace".into(), Bytes::from_static(b"t-1"))],
+                source: Source { position: Position::Lsn(Lsn(0x10)), table: Arc::from("public.outbox") },
+            };
+            let limits = Limits { header_bytes: 8192, ..STRICT };
+            let records = dl.into_copy("dlq", max, &limits);
+            for r in &records {
+                assert!(r.headers.iter().all(|(n, v)| (STRICT.header)(n, v)), "every header writable");
+                let size = crate::relay::dead_letter::record_size(r.key.as_ref(), r.payload.as_ref(), &r.headers);
+                assert!(size <= max, "{size} over {max}");
+                let h = crate::relay::dead_letter::record_size(r.key.as_ref(), None, &r.headers);
+                assert!(h <= 8192 + crate::relay::chunk::HEADER_ALLOWANCE, "headers {h}");
+            }
+            let mut c = Collector::default();
+            let mut got = None;
+            for (i, r) in records.into_iter().enumerate() {
+                match c.feed(read_back(r, i as i64)) {
+                    Fed::Entry(e) => got = Some(e),
+                    Fed::Pending => {}
+                    Fed::Unreadable(_, why) => panic!("{why}"),
+                }
+            }
+            let e = got.expect("a complete event");
+            assert_eq!(e.head.payload.as_deref(), Some(&payload[..]), "the payload alone, byte for byte");
+            assert_eq!(e.payload_len, Some(payload.len()));
+            assert_eq!(e.head.key.as_deref(), Some(&big[..]));
+            let h = |n: &str| e.head.headers.iter().find(|(k, _)| k == n).and_then(|(_, v)| v.clone());
+            assert_eq!(h("note").as_deref(), Some(&big[..]));
+            assert_eq!(h("trace").as_deref(), Some(&b"t-1"[..]));
+            assert_eq!(e.head.event_id().as_deref(), Some("e-1"));
+            assert!(h(crate::sink::moved::H_MOVED).is_none());
+        }
     }
 
     #[test]

@@ -156,6 +156,8 @@ fn record(sequence: u64, h: &HeaderMap, payload: Bytes) -> DlqRecord {
         timestamp_ms: None,
         time_ms: None,
         label: None,
+        undecoded: Vec::new(),
+        moved_later: false,
     }
 }
 

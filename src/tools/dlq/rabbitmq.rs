@@ -186,6 +186,8 @@ fn record(offset: i64, table: &FieldTable, body: Vec<u8>) -> DlqRecord {
         timestamp_ms: None,
         time_ms: None,
         label: None,
+        undecoded: Vec::new(),
+        moved_later: false,
     }
 }
 
@@ -229,6 +231,12 @@ async fn send_one(chan: &Channel, exchange: &str, r: &Record) -> Result<String, 
     // cannot carry it as it is (the length would wrap).
     if let Some((name, _)) = r.headers.iter().find(|(k, _)| k.len() > SHORTSTR_MAX) {
         return Err(format!("header name of {} bytes is over AMQP's {SHORTSTR_MAX}: {:.40}...", name.len(), name));
+    }
+    // RabbitMQ would close the channel on it (see the sink's is_routing_header).
+    if let Some((name, _)) = r.headers.iter().find(|(k, _)| crate::sink::rabbitmq::is_routing_header(k)) {
+        return Err(format!(
+            "header {name} is RabbitMQ's sender-selected distribution header, which takes only an array"
+        ));
     }
     let opts = BasicPublishOptions { mandatory: true, immediate: false };
     let body = r.payload.clone().unwrap_or_default();

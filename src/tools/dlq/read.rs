@@ -27,8 +27,8 @@ use rdkafka::{Offset, Timestamp, TopicPartitionList};
 use super::chunk::Piece;
 use super::{H_ERROR, H_PAYLOAD_DROPPED, H_SIZE, H_TOPIC};
 use crate::error::{Definite, Error};
-use crate::sink::escape;
 use crate::sink::kafka::reader::StreamReader;
+use crate::sink::{escape, moved};
 
 /// After the watermarks: stop when this passes without a record.
 pub const SETTLE: Duration = Duration::from_secs(1);
@@ -53,6 +53,12 @@ pub struct DlqRecord {
     /// How [`DlqRecord::position`] shows it when `partition/offset` would not mean anything to the
     /// reader (a Redis entry id); `None` for Kafka and NATS.
     pub label: Option<String>,
+    /// The escaped entries [`DlqRecord::restore_escaped`] could not decode, by name. Kept apart
+    /// because a restored header may itself be named like an escaped one (a row's own header).
+    pub undecoded: Vec<String>,
+    /// A chunk of a copy whose headers partly moved into its body ([`crate::sink::moved`]): it is
+    /// restored once its chunks are joined ([`DlqRecord::restore`]), not record by record.
+    pub moved_later: bool,
 }
 
 impl DlqRecord {
@@ -76,6 +82,8 @@ impl DlqRecord {
             timestamp_ms,
             time_ms,
             label: None,
+            undecoded: Vec::new(),
+            moved_later: false,
         }
     }
 
@@ -115,9 +123,27 @@ impl DlqRecord {
         self.event_id().unwrap_or_else(|| "-".into())
     }
 
+    /// Undo what made the copy writable: headers moved into the body ([`moved::restore`]) back in
+    /// their places, then [`DlqRecord::restore_escaped`]. A section that does not decode is named
+    /// in [`DlqRecord::undecoded`].
+    pub fn restore(&mut self) {
+        self.moved_later = false;
+        match moved::restore(&mut self.headers, &mut self.key, &mut self.payload) {
+            Ok(moved) => {
+                if moved {
+                    self.payload_len = self.payload.as_ref().map(Vec::len);
+                }
+                self.restore_escaped();
+            }
+            Err(why) => self.undecoded.push(format!("{} ({why})", moved::H_MOVED)),
+        }
+    }
+
     /// Undo what made the copy writable ([`crate::sink::escape`]): each escaped header back to
     /// its name and bytes, in its place, and an escaped key back to the key. An entry that does
-    /// not decode stays as it is ([`DlqRecord::escape_left`]).
+    /// not decode stays as it is and is named in [`DlqRecord::undecoded`]. Names are looked at
+    /// once, before anything is restored: a restored header named like an escaped one (the row's
+    /// own) is the original, not something left to decode.
     pub fn restore_escaped(&mut self) {
         for (name, value) in self.headers.iter_mut() {
             if name == escape::H_ESCAPED_KEY {
@@ -125,9 +151,12 @@ impl DlqRecord {
                     self.key = value.take().map(|v| escape::unescape_key(&v));
                 }
             } else if escape::is_escaped(name) {
-                if let Some((n, v)) = value.as_deref().and_then(escape::unescape_header) {
-                    *name = n;
-                    *value = Some(v);
+                match value.as_deref().and_then(escape::unescape_header) {
+                    Some((n, v)) => {
+                        *name = n;
+                        *value = Some(v);
+                    }
+                    None => self.undecoded.push(name.clone()),
                 }
             }
         }
@@ -136,7 +165,7 @@ impl DlqRecord {
 
     /// An escaped entry [`DlqRecord::restore_escaped`] could not decode, if any.
     pub fn escape_left(&self) -> Option<&str> {
-        self.headers.iter().map(|(n, _)| n.as_str()).find(|n| escape::is_escaped(n))
+        self.undecoded.first().map(String::as_str)
     }
 }
 

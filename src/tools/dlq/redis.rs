@@ -218,6 +218,8 @@ fn record(id: &str, fields: Vec<Vec<u8>>) -> Result<DlqRecord, String> {
         timestamp_ms: None,
         time_ms: None,
         label: Some(id.to_owned()),
+        undecoded: Vec::new(),
+        moved_later: false,
     })
 }
 

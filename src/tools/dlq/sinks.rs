@@ -16,6 +16,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 
+use super::chunk;
 use super::nats::NatsReader;
 use super::rabbitmq::RabbitReader;
 use super::read::{partition_count, DlqReader, DlqRecord};
@@ -28,6 +29,7 @@ use crate::config::{parse_duration, DlqCommonArgs, KafkaConfig, NatsConfig, Sink
 use crate::error::{Definite, Error};
 use crate::sink::kafka::client::{self as kafka_client, Retry};
 use crate::sink::kafka::reader::{ReaderContext, StreamReader};
+use crate::sink::moved;
 
 /// The sink whose dead letters are read, with its validated connection settings.
 pub(super) enum Via {
@@ -55,8 +57,9 @@ pub(super) enum Source {
 }
 
 impl Source {
-    /// The next copy, with what was escaped to make it writable restored
-    /// ([`DlqRecord::restore_escaped`]), so filters, listing and replay see the original event.
+    /// The next copy, with what was escaped or moved to make it writable restored
+    /// ([`DlqRecord::restore`]), so filters, listing and replay see the original event; a chunk
+    /// with moved headers is restored once joined ([`DlqRecord::moved_later`]).
     pub(super) async fn next(&mut self) -> Result<Option<DlqRecord>, Error> {
         let mut r = match self {
             Source::Kafka(r) => r.next().await,
@@ -65,7 +68,12 @@ impl Source {
             Source::Rabbitmq(r) => r.next().await,
         }?;
         if let Some(r) = &mut r {
-            r.restore_escaped();
+            // A chunk's moved headers are in the joined body only.
+            if r.header(chunk::H_ID).is_some() && r.header(moved::H_MOVED).is_some() {
+                r.moved_later = true;
+            } else {
+                r.restore();
+            }
         }
         Ok(r)
     }

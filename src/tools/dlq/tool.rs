@@ -163,6 +163,10 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
                     "source_lsn": r.header(H_LSN),
                     "source_seq": r.header(H_SEQ).and_then(|s| s.parse::<i64>().ok()),
                     "source_table": r.header(H_TABLE),
+                    // As restored (the original names and values), text shown lossily.
+                    "headers": r.headers.iter().map(|(k, v)| {
+                        serde_json::json!([k, v.as_deref().map(|v| String::from_utf8_lossy(v).into_owned())])
+                    }).collect::<Vec<_>>(),
                 })
             })
             .collect();
@@ -328,12 +332,14 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
         println!("replayed 0, skipped 0 (no destination), already done 0");
         return Ok(0);
     };
+    let unwanted = |r: &DlqRecord| {
+        a.filter_reason.as_ref().is_some_and(|want| *want != r.reason())
+            || a.event_id.as_ref().is_some_and(|want| Some(want) != r.event_id().as_ref())
+    };
     while let Some(r) = reader.next().await? {
-        // Every chunk carries the event's headers, so filters apply record by record.
-        if a.filter_reason.as_ref().is_some_and(|want| *want != r.reason()) {
-            continue;
-        }
-        if a.event_id.as_ref().is_some_and(|want| Some(want) != r.event_id().as_ref()) {
+        // Every chunk carries the event's headers, so filters apply record by record; a chunk
+        // whose headers partly moved into the body is judged once joined.
+        if !r.moved_later && unwanted(&r) {
             continue;
         }
         if state.contains(r.partition, r.offset) {
@@ -343,6 +349,7 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
             continue;
         }
         let e = match collector.feed(r) {
+            Fed::Entry(e) if unwanted(&e.head) => continue,
             Fed::Entry(e) => e,
             Fed::Pending => continue,
             Fed::Unreadable(r, why) => {
