@@ -19,7 +19,7 @@ mod any;
 pub mod delivery;
 pub mod escape;
 mod handoff;
-mod http;
+pub(crate) mod http;
 pub mod kafka;
 pub mod link;
 pub(crate) mod nats;

@@ -30,9 +30,9 @@ use bytes::Bytes;
 use super::entry::Entry;
 use super::read::DlqRecord;
 use super::PREFIX;
-use crate::config::NatsConfig;
 use crate::error::{Definite, Error};
 use crate::sink::nats::valid_subject;
+use crate::sink::nats::NatsConfig;
 
 /// Connects for the tool: no retry at start (a tool should say the server is down, not hang).
 pub async fn connect(cfg: &NatsConfig) -> Result<Context, Definite> {

@@ -34,9 +34,9 @@ use lapin::{Channel, Connection, ConnectionProperties, Consumer};
 use super::entry::Entry;
 use super::read::DlqRecord;
 use super::PREFIX;
-use crate::config::rabbitmq::{RabbitConfig, SHORTSTR_MAX};
 use crate::error::{Definite, Error};
 use crate::router::Record;
+use crate::sink::rabbitmq::config::{RabbitConfig, SHORTSTR_MAX};
 use crate::sink::rabbitmq::properties;
 
 /// Copies delivered ahead of the reader (stream queues need a prefetch).

@@ -28,9 +28,9 @@ use redis::{AsyncConnectionConfig, Client, Value};
 use super::entry::Entry;
 use super::read::DlqRecord;
 use super::PREFIX;
-use crate::config::redis::RedisConfig;
 use crate::error::{Definite, Error};
 use crate::router::Record;
+use crate::sink::redis::RedisConfig;
 use crate::sink::redis::{describe, xadd};
 
 /// An entry as read: its id and its fields, name and value alternating.

@@ -21,13 +21,14 @@ use super::rabbitmq::RabbitReader;
 use super::read::{partition_count, DlqReader, DlqRecord};
 use super::redis::RedisReader;
 use super::PREFIX;
-use crate::config::rabbitmq::RabbitConfig;
-use crate::config::redis::RedisConfig;
 use crate::config::secret::read_url_file;
-use crate::config::{parse_duration, DlqCommonArgs, KafkaConfig, NatsConfig, SinkKind};
+use crate::config::{parse_duration, DlqCommonArgs, KafkaConfig, SinkKind};
 use crate::error::{Definite, Error};
 use crate::sink::kafka::client::{self as kafka_client, Retry};
 use crate::sink::kafka::reader::{ReaderContext, StreamReader};
+use crate::sink::nats::NatsConfig;
+use crate::sink::rabbitmq::config::RabbitConfig;
+use crate::sink::redis::RedisConfig;
 
 /// The sink whose dead letters are read, with its validated connection settings.
 pub(super) enum Via {

@@ -26,6 +26,10 @@
 //! Health: `/readyz` and `outboxd_connected{component="nats"}` follow the client's connection
 //! state, checked every second.
 
+pub mod config;
+
+pub use config::NatsConfig;
+
 use std::collections::{HashMap, VecDeque};
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -45,7 +49,7 @@ use super::delivery::Delivery;
 use super::handoff::{held_in_handoff, Handoff};
 use super::link::Link;
 use super::{Sink, SinkError};
-use crate::config::NatsConfig;
+
 use crate::error::Definite;
 use crate::health::Health;
 use crate::router::Record;
