@@ -27,6 +27,7 @@
 //! state, checked every second.
 
 pub mod config;
+pub(crate) mod dlq;
 
 pub use config::NatsConfig;
 

@@ -18,6 +18,7 @@
 //! ack, a rejection and a retry are.
 
 pub mod config;
+pub(crate) mod dlq;
 mod publisher;
 
 use std::sync::atomic::{AtomicUsize, Ordering};

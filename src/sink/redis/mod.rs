@@ -26,6 +26,7 @@
 //! a key ahead of its retried predecessor; consumers that dedupe by `id` keep the first copy.
 
 pub mod config;
+pub(crate) mod dlq;
 
 pub use config::RedisConfig;
 

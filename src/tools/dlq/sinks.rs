@@ -16,18 +16,18 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 
-use super::nats::NatsReader;
-use super::rabbitmq::RabbitReader;
 use super::read::{partition_count, DlqReader, DlqRecord};
-use super::redis::RedisReader;
 use super::PREFIX;
 use crate::config::secret::read_url_file;
 use crate::config::{parse_duration, DlqCommonArgs, KafkaConfig, SinkKind};
 use crate::error::{Definite, Error};
 use crate::sink::kafka::client::{self as kafka_client, Retry};
 use crate::sink::kafka::reader::{ReaderContext, StreamReader};
+use crate::sink::nats::dlq::NatsReader;
 use crate::sink::nats::NatsConfig;
 use crate::sink::rabbitmq::config::RabbitConfig;
+use crate::sink::rabbitmq::dlq::RabbitReader;
+use crate::sink::redis::dlq::RedisReader;
 use crate::sink::redis::RedisConfig;
 
 /// The sink whose dead letters are read, with its validated connection settings.
@@ -166,11 +166,11 @@ impl Common {
         Ok(match &self.via {
             Via::Kafka => self.reader()?.map(Source::Kafka),
             Via::Nats(c) => {
-                let js = super::nats::connect(c).await?;
+                let js = crate::sink::nats::dlq::connect(c).await?;
                 NatsReader::open(&js, &self.topic, self.read_timeout).await?.map(Source::Nats)
             }
             Via::Redis(c) => {
-                let conn = super::redis::connect(c).await?;
+                let conn = crate::sink::redis::dlq::connect(c).await?;
                 RedisReader::open(conn, &self.topic, self.read_timeout).await?.map(Source::Redis)
             }
             Via::Rabbitmq(c, queue) => {
@@ -183,10 +183,10 @@ impl Common {
     pub(super) async fn target(&self) -> Result<Option<Target>, Definite> {
         Ok(match &self.via {
             Via::Kafka => None,
-            Via::Nats(c) => Some(Target::Nats(super::nats::connect(c).await?)),
-            Via::Redis(c) => Some(Target::Redis(super::redis::connect(c).await?)),
+            Via::Nats(c) => Some(Target::Nats(crate::sink::nats::dlq::connect(c).await?)),
+            Via::Redis(c) => Some(Target::Redis(crate::sink::redis::dlq::connect(c).await?)),
             Via::Rabbitmq(c, _) => {
-                let (conn, chan) = super::rabbitmq::connect(c).await?;
+                let (conn, chan) = crate::sink::rabbitmq::dlq::connect(c).await?;
                 Some(Target::Rabbitmq { _conn: Box::new(conn), chan: Box::new(chan), exchange: c.exchange.clone() })
             }
         })
