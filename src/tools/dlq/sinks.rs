@@ -39,6 +39,11 @@ pub(super) enum Via {
     Rabbitmq(RabbitConfig, String),
 }
 
+/// What a replay state's file name keeps of a Redis key or RabbitMQ queue name as it is; the rest
+/// is percent-encoded, so any name gives a plain file name.
+const FILE_NAME_KEEPS: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'.').remove(b'-').remove(b'_');
+
 /// Validated common flags.
 pub(super) struct Common {
     pub(super) kafka: KafkaConfig,
@@ -136,15 +141,9 @@ impl Common {
         match &self.via {
             Via::Kafka => self.topic.clone(),
             Via::Nats(_) => format!("nats.{}", self.topic),
-            Via::Redis(_) => {
-                const KEEP: &percent_encoding::AsciiSet =
-                    &percent_encoding::NON_ALPHANUMERIC.remove(b'.').remove(b'-').remove(b'_');
-                format!("redis.{}", percent_encoding::utf8_percent_encode(&self.topic, KEEP))
-            }
+            Via::Redis(_) => format!("redis.{}", percent_encoding::utf8_percent_encode(&self.topic, FILE_NAME_KEEPS)),
             Via::Rabbitmq(_, queue) => {
-                const KEEP: &percent_encoding::AsciiSet =
-                    &percent_encoding::NON_ALPHANUMERIC.remove(b'.').remove(b'-').remove(b'_');
-                format!("rabbitmq.{}", percent_encoding::utf8_percent_encode(queue, KEEP))
+                format!("rabbitmq.{}", percent_encoding::utf8_percent_encode(queue, FILE_NAME_KEEPS))
             }
         }
     }
