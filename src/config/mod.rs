@@ -96,9 +96,9 @@ pub struct Config {
     pub op_invalid: InvalidOp,
     pub sink: SinkKind,
     pub kafka: KafkaConfig,
-    pub nats: crate::sink::nats::NatsConfig,
+    pub nats: crate::sink::nats::config::NatsConfig,
     /// `--redis-url`, `--redis-maxlen` (used by `--sink redis`).
-    pub redis: crate::sink::redis::RedisConfig,
+    pub redis: crate::sink::redis::config::RedisConfig,
     /// `--rabbitmq-url`, `--rabbitmq-exchange` (used by `--sink rabbitmq`).
     pub rabbitmq: crate::sink::rabbitmq::config::RabbitConfig,
     /// `--http-*` (used by `--sink http`).

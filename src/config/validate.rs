@@ -14,9 +14,9 @@ use crate::router::contract::{Contracts, SchemaMissing};
 use crate::router::mask::{MaskSpec, Masking};
 use crate::router::{HeadersField, Placement, PlacementTarget, RouteConfig, TopicRule};
 use crate::sink::http::config::{HttpArgs, HttpConfig};
-use crate::sink::nats::NatsConfig;
+use crate::sink::nats::config::NatsConfig;
 use crate::sink::rabbitmq::config::RabbitConfig;
-use crate::sink::redis::RedisConfig;
+use crate::sink::redis::config::RedisConfig;
 
 impl Config {
     /// Like [`Config::from_args`], first merging `--debezium-config` under the flags for which

@@ -27,8 +27,8 @@ use async_nats::jetstream::{self, Context};
 use async_nats::HeaderMap;
 use bytes::Bytes;
 
+use super::config::NatsConfig;
 use super::valid_subject;
-use super::NatsConfig;
 use crate::error::{Definite, Error};
 use crate::relay::dead_letter::PREFIX;
 use crate::tools::dlq::entry::Entry;

@@ -29,8 +29,6 @@
 pub mod config;
 pub(crate) mod dlq;
 
-pub use config::NatsConfig;
-
 use std::collections::{HashMap, VecDeque};
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -55,6 +53,7 @@ use crate::error::Definite;
 use crate::health::Health;
 use crate::router::Record;
 use crate::sink::escape::{copy_id, plain_text, Limits};
+use config::NatsConfig;
 
 /// Publish acks outstanding at once, and the channel's capacity.
 const WINDOW: usize = 4096;

@@ -25,7 +25,7 @@ use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Value};
 
-use super::RedisConfig;
+use super::config::RedisConfig;
 use super::{describe, xadd};
 use crate::error::{Definite, Error};
 use crate::relay::dead_letter::PREFIX;

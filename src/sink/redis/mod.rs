@@ -28,8 +28,6 @@
 pub mod config;
 pub(crate) mod dlq;
 
-pub use config::RedisConfig;
-
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +45,7 @@ use super::{Sink, SinkError};
 use crate::error::Definite;
 use crate::health::Health;
 use crate::router::Record;
+use config::RedisConfig;
 
 /// XADDs per pipeline.
 pub const BATCH: usize = 512;

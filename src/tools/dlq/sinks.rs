@@ -23,12 +23,12 @@ use crate::config::{parse_duration, DlqCommonArgs, KafkaConfig, SinkKind};
 use crate::error::{Definite, Error};
 use crate::sink::kafka::client::{self as kafka_client, Retry};
 use crate::sink::kafka::reader::{ReaderContext, StreamReader};
+use crate::sink::nats::config::NatsConfig;
 use crate::sink::nats::dlq::NatsReader;
-use crate::sink::nats::NatsConfig;
 use crate::sink::rabbitmq::config::RabbitConfig;
 use crate::sink::rabbitmq::dlq::RabbitReader;
+use crate::sink::redis::config::RedisConfig;
 use crate::sink::redis::dlq::RedisReader;
-use crate::sink::redis::RedisConfig;
 
 /// The sink whose dead letters are read, with its validated connection settings.
 pub(super) enum Via {
