@@ -221,7 +221,7 @@ pub struct NatsConnArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct RedisConnArgs {
     /// Redis for --sink redis: redis://[user:password@]host:6379/0, rediss:// for TLS.
-    #[arg(long, env = "OUTBOXD_REDIS_URL", hide_env_values = true, default_value = crate::config::redis::DEFAULT_URL)]
+    #[arg(long, env = "OUTBOXD_REDIS_URL", hide_env_values = true, default_value = crate::sink::redis::config::DEFAULT_URL)]
     pub redis_url: String,
     /// Read --redis-url from FILE (one line) instead, so its credentials stay out of argv and the
     /// environment (`ps`); only the file's path is ever shown.
@@ -233,7 +233,7 @@ pub struct RedisConnArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct RabbitConnArgs {
     /// RabbitMQ for --sink rabbitmq: amqp://[user:password@]host:5672/%2f, amqps:// for TLS.
-    #[arg(long, env = "OUTBOXD_RABBITMQ_URL", hide_env_values = true, default_value = crate::config::rabbitmq::DEFAULT_URL)]
+    #[arg(long, env = "OUTBOXD_RABBITMQ_URL", hide_env_values = true, default_value = crate::sink::rabbitmq::config::DEFAULT_URL)]
     pub rabbitmq_url: String,
     /// Read --rabbitmq-url from FILE (one line) instead, so its credentials stay out of argv and the
     /// environment (`ps`); only the file's path is ever shown.

@@ -11,13 +11,13 @@
 //! * `show.rs`: `Config` back to flags;
 //! * `kafka.rs`: brokers and merged librdkafka properties;
 //! * `poll.rs`: `outboxd poll`'s batch, wake-up, retry and column settings;
-//! * `redis.rs`: the Redis Streams sink's URL (password masked when shown) and trimming;
-//! * `rabbitmq.rs`: the RabbitMQ sink's URL (password masked when shown) and exchange;
-//! * `http.rs`: the webhook sink's URL template (credentials moved to basic auth, masked when
-//!   shown), signing secret, batching and lanes;
 //! * `postgres.rs`: the conninfo, parsed into a [`PgTarget`] whose `Display` never shows the
 //!   password, so it can be logged and put into errors safely;
 //! * `debezium.rs`: `--debezium-config`, translated into flag values and merged under the flags.
+//!
+//! The settings of a sink other than Kafka (NATS, Redis, RabbitMQ, HTTP) are validated, masked
+//! and defaulted in that sink's own folder (`crate::sink::<name>::config`); this module keeps
+//! what is shared, including masking of URLs (`secret.rs`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -25,15 +25,11 @@ use std::time::Duration;
 mod cli;
 pub mod conninfo;
 pub mod debezium;
-pub mod http;
 mod kafka;
-mod nats;
 mod pgpass;
 mod poll;
 pub mod postgres;
 pub mod properties;
-pub mod rabbitmq;
-pub mod redis;
 pub mod secret;
 mod show;
 mod units;
@@ -47,7 +43,6 @@ pub use cli::{
 pub use kafka::{
     is_secret, parse_property_flags, read_property_file, shown, KafkaConfig, LoadedProperties, PropertyFile, TxnConfig,
 };
-pub use nats::{NatsConfig, StreamSpec};
 pub use poll::{PollColumns, PollConfig, MAX_RETRY_BACKOFF};
 pub use postgres::{PgHost, PgTarget, SslMode};
 pub(crate) use show::value_name;
@@ -101,13 +96,13 @@ pub struct Config {
     pub op_invalid: InvalidOp,
     pub sink: SinkKind,
     pub kafka: KafkaConfig,
-    pub nats: NatsConfig,
+    pub nats: crate::sink::nats::config::NatsConfig,
     /// `--redis-url`, `--redis-maxlen` (used by `--sink redis`).
-    pub redis: redis::RedisConfig,
+    pub redis: crate::sink::redis::config::RedisConfig,
     /// `--rabbitmq-url`, `--rabbitmq-exchange` (used by `--sink rabbitmq`).
-    pub rabbitmq: rabbitmq::RabbitConfig,
+    pub rabbitmq: crate::sink::rabbitmq::config::RabbitConfig,
     /// `--http-*` (used by `--sink http`).
-    pub http: http::HttpConfig,
+    pub http: crate::sink::http::config::HttpConfig,
     /// The `--*-url-file` options given: those URLs are shown by path only.
     pub url_files: UrlFiles,
     pub max_in_flight: usize,

@@ -4,19 +4,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::http::{HttpArgs, HttpConfig};
-use super::rabbitmq::RabbitConfig;
-use super::redis::RedisConfig;
 use super::secret::read_url_file;
 use super::units::{parse_duration, parse_size};
 use super::{
-    debezium, postgres, Config, DeliveryMode, KafkaConfig, NatsConfig, PgTarget, PollConfig, RunArgs, SinkKind,
-    TableName, UrlFiles,
+    debezium, postgres, Config, DeliveryMode, KafkaConfig, PgTarget, PollConfig, RunArgs, SinkKind, TableName, UrlFiles,
 };
 use crate::error::Definite;
 use crate::router::contract::{Contracts, SchemaMissing};
 use crate::router::mask::{MaskSpec, Masking};
 use crate::router::{HeadersField, Placement, PlacementTarget, RouteConfig, TopicRule};
+use crate::sink::http::config::{HttpArgs, HttpConfig};
+use crate::sink::nats::config::NatsConfig;
+use crate::sink::rabbitmq::config::RabbitConfig;
+use crate::sink::redis::config::RedisConfig;
 
 impl Config {
     /// Like [`Config::from_args`], first merging `--debezium-config` under the flags for which

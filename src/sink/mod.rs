@@ -14,12 +14,21 @@
 //! transaction holding them commits. The WAL session tells it where it is ([`Sink::boundary`]),
 //! the relay calls [`Sink::commit`] when [`Sink::due`] says, and a session starts with
 //! [`Sink::prepare`] (the committed position to skip to) and ends with [`Sink::abandon`].
+//!
+//! Each sink with settings of its own is a folder, `src/sink/<name>/`, holding everything it owns:
+//! `mod.rs` (the [`Sink`] and its health: the `connected` gauge and `/readyz` through its
+//! [`link::Link`]), `config.rs` (its validated settings, their defaults and masking), and, when
+//! `outboxd dlq` can read its dead letters back, `dlq.rs` (the reader and the replay writer).
+//! Besides its folder, a new sink is added to the lists that dispatch on `--sink`
+//! ([`crate::config::SinkKind`]): its flags and their validation (`config/cli.rs`,
+//! `config/validate.rs`, `config/show.rs`), [`AnySink`] (`any.rs`), `outboxd check`'s broker
+//! probe (`tools/check/sink.rs`) and, with a `dlq.rs`, the dead-letter tool's `tools/dlq/sinks.rs`.
 
 mod any;
 pub mod delivery;
 pub mod escape;
 mod handoff;
-mod http;
+pub(crate) mod http;
 pub mod kafka;
 pub mod link;
 pub mod moved;

@@ -43,6 +43,7 @@
 //!
 //! Response bodies are read up to [`MAX_BODY_READ`] bytes (a refusal quotes [`REASON_BODY`]).
 
+pub mod config;
 mod wire;
 
 use std::collections::{HashMap, VecDeque};
@@ -58,11 +59,11 @@ use super::delivery::Delivery;
 use super::handoff::{held_in_handoff, Handoff};
 use super::link::Link;
 use super::{Sink, SinkError};
-use crate::config::http::HttpConfig;
 use crate::error::Definite;
 use crate::health::Health;
 use crate::router::Record;
 use crate::sink::escape::Limits;
+use config::HttpConfig;
 use wire::Event;
 
 /// Records queued per lane beyond the request in flight.

@@ -18,6 +18,8 @@
 //! The publisher owns the connection and every unconfirmed message; its module doc says what an
 //! ack, a rejection and a retry are.
 
+pub mod config;
+pub(crate) mod dlq;
 mod publisher;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,11 +33,11 @@ use tokio::sync::mpsc;
 use super::delivery::Delivery;
 use super::handoff::{held_in_handoff, Handoff};
 use super::{Sink, SinkError};
-use crate::config::rabbitmq::{RabbitConfig, SHORTSTR_MAX};
 use crate::error::Definite;
 use crate::health::Health;
 use crate::router::Record;
 use crate::sink::escape::{copy_id, Limits};
+use config::{RabbitConfig, SHORTSTR_MAX};
 use publisher::{Job, MAX_MESSAGE_SIZE, WINDOW};
 
 /// AMQP's persistent delivery mode: the broker writes the message to disk in a durable queue.

@@ -51,7 +51,7 @@ use lapin::{Channel, Connection, ConnectionProperties, ErrorKind, ExchangeKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::config::rabbitmq::RabbitConfig;
+use super::config::RabbitConfig;
 use crate::error::Definite;
 use crate::health::Health;
 use crate::sink::delivery::Delivery;

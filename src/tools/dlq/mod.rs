@@ -1,16 +1,14 @@
 //! The `outboxd dlq` tools ([`tool`]), which read the dead-letter queue of the sink `--sink`
-//! names (`sinks`): Kafka (`read`), NATS JetStream (`nats`), Redis Streams (`redis`) or a RabbitMQ
-//! stream queue (`rabbitmq`), and list, inspect and replay what is there. The copies themselves are
+//! names (`sinks`): Kafka (`read`), NATS JetStream, Redis Streams or a RabbitMQ stream queue (each
+//! read and written by the `dlq` module in its sink's folder, e.g. [`crate::sink::nats::dlq`]), and
+//! list, inspect and replay what is there. The copies themselves are
 //! written by the relay ([`crate::relay::dead_letter`], [`crate::relay::chunk`]); their header names
 //! and chunk format are re-exported here for the tools. What a sink could not carry in a copy
 //! travels escaped ([`crate::sink::escape`]); every source's records are restored before use
 //! ([`read::DlqRecord::restore_escaped`]).
 
-mod entry;
-mod nats;
-mod rabbitmq;
+pub(crate) mod entry;
 pub(crate) mod read;
-mod redis;
 mod sinks;
 mod state;
 pub mod tool;

@@ -17,19 +17,20 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 
 use super::chunk;
-use super::nats::NatsReader;
-use super::rabbitmq::RabbitReader;
 use super::read::{partition_count, DlqReader, DlqRecord};
-use super::redis::RedisReader;
 use super::PREFIX;
-use crate::config::rabbitmq::RabbitConfig;
-use crate::config::redis::RedisConfig;
 use crate::config::secret::read_url_file;
-use crate::config::{parse_duration, DlqCommonArgs, KafkaConfig, NatsConfig, SinkKind};
+use crate::config::{parse_duration, DlqCommonArgs, KafkaConfig, SinkKind};
 use crate::error::{Definite, Error};
 use crate::sink::kafka::client::{self as kafka_client, Retry};
 use crate::sink::kafka::reader::{ReaderContext, StreamReader};
 use crate::sink::moved;
+use crate::sink::nats::config::NatsConfig;
+use crate::sink::nats::dlq::NatsReader;
+use crate::sink::rabbitmq::config::RabbitConfig;
+use crate::sink::rabbitmq::dlq::RabbitReader;
+use crate::sink::redis::config::RedisConfig;
+use crate::sink::redis::dlq::RedisReader;
 
 /// The sink whose dead letters are read, with its validated connection settings.
 pub(super) enum Via {
@@ -39,6 +40,11 @@ pub(super) enum Via {
     /// The settings and the stream queue to read.
     Rabbitmq(RabbitConfig, String),
 }
+
+/// What a replay state's file name keeps of a Redis key or RabbitMQ queue name as it is; the rest
+/// is percent-encoded, so any name gives a plain file name.
+const FILE_NAME_KEEPS: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'.').remove(b'-').remove(b'_');
 
 /// Validated common flags.
 pub(super) struct Common {
@@ -143,15 +149,9 @@ impl Common {
         match &self.via {
             Via::Kafka => self.topic.clone(),
             Via::Nats(_) => format!("nats.{}", self.topic),
-            Via::Redis(_) => {
-                const KEEP: &percent_encoding::AsciiSet =
-                    &percent_encoding::NON_ALPHANUMERIC.remove(b'.').remove(b'-').remove(b'_');
-                format!("redis.{}", percent_encoding::utf8_percent_encode(&self.topic, KEEP))
-            }
+            Via::Redis(_) => format!("redis.{}", percent_encoding::utf8_percent_encode(&self.topic, FILE_NAME_KEEPS)),
             Via::Rabbitmq(_, queue) => {
-                const KEEP: &percent_encoding::AsciiSet =
-                    &percent_encoding::NON_ALPHANUMERIC.remove(b'.').remove(b'-').remove(b'_');
-                format!("rabbitmq.{}", percent_encoding::utf8_percent_encode(queue, KEEP))
+                format!("rabbitmq.{}", percent_encoding::utf8_percent_encode(queue, FILE_NAME_KEEPS))
             }
         }
     }
@@ -173,11 +173,11 @@ impl Common {
         Ok(match &self.via {
             Via::Kafka => self.reader()?.map(Source::Kafka),
             Via::Nats(c) => {
-                let js = super::nats::connect(c).await?;
+                let js = crate::sink::nats::dlq::connect(c).await?;
                 NatsReader::open(&js, &self.topic, self.read_timeout).await?.map(Source::Nats)
             }
             Via::Redis(c) => {
-                let conn = super::redis::connect(c).await?;
+                let conn = crate::sink::redis::dlq::connect(c).await?;
                 RedisReader::open(conn, &self.topic, self.read_timeout).await?.map(Source::Redis)
             }
             Via::Rabbitmq(c, queue) => {
@@ -190,10 +190,10 @@ impl Common {
     pub(super) async fn target(&self) -> Result<Option<Target>, Definite> {
         Ok(match &self.via {
             Via::Kafka => None,
-            Via::Nats(c) => Some(Target::Nats(super::nats::connect(c).await?)),
-            Via::Redis(c) => Some(Target::Redis(super::redis::connect(c).await?)),
+            Via::Nats(c) => Some(Target::Nats(crate::sink::nats::dlq::connect(c).await?)),
+            Via::Redis(c) => Some(Target::Redis(crate::sink::redis::dlq::connect(c).await?)),
             Via::Rabbitmq(c, _) => {
-                let (conn, chan) = super::rabbitmq::connect(c).await?;
+                let (conn, chan) = crate::sink::rabbitmq::dlq::connect(c).await?;
                 Some(Target::Rabbitmq { _conn: Box::new(conn), chan: Box::new(chan), exchange: c.exchange.clone() })
             }
         })

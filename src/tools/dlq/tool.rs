@@ -19,7 +19,7 @@
 //! `--kafka-property` and `--kafka-property-file` mean here what they mean for `outboxd run`.
 //!
 //! `--sink` picks where the DLQ lives, as for `outboxd run`: Kafka (the default, as above), NATS
-//! JetStream ([`super::nats`]) or Redis Streams ([`super::redis`]), with that sink's own
+//! JetStream ([`crate::sink::nats::dlq`]) or Redis Streams ([`crate::sink::redis::dlq`]), with that sink's own
 //! connection flags. Only the record source ([`Source`]) and the republishing client ([`Target`])
 //! differ; collecting, chunk joining, filters, batching and the progress state are the same code
 //! for all three, so the guarantees are too: a batch is recorded only after every event in it was
@@ -511,9 +511,11 @@ impl Publisher<'_> {
             self.target = self.common.target().await?;
         }
         let results = match &mut self.target {
-            Some(Target::Nats(js)) => super::nats::send_batch(js, &batch).await,
-            Some(Target::Redis(conn)) => super::redis::send_batch(conn, &batch).await,
-            Some(Target::Rabbitmq { chan, exchange, .. }) => super::rabbitmq::send_batch(chan, exchange, &batch).await,
+            Some(Target::Nats(js)) => crate::sink::nats::dlq::send_batch(js, &batch).await,
+            Some(Target::Redis(conn)) => crate::sink::redis::dlq::send_batch(conn, &batch).await,
+            Some(Target::Rabbitmq { chan, exchange, .. }) => {
+                crate::sink::rabbitmq::dlq::send_batch(chan, exchange, &batch).await
+            }
             None => return Err(Definite::Bug("no replay client for this sink".into()).into()),
         };
         let mut acked = 0usize;

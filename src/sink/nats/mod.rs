@@ -26,6 +26,9 @@
 //! Health: `/readyz` and `outboxd_connected{component="nats"}` follow the client's connection
 //! state, checked every second.
 
+pub mod config;
+pub(crate) mod dlq;
+
 use std::collections::{HashMap, VecDeque};
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -45,11 +48,12 @@ use super::delivery::Delivery;
 use super::handoff::{held_in_handoff, Handoff};
 use super::link::Link;
 use super::{Sink, SinkError};
-use crate::config::NatsConfig;
+
 use crate::error::Definite;
 use crate::health::Health;
 use crate::router::Record;
 use crate::sink::escape::{copy_id, plain_text, Limits};
+use config::NatsConfig;
 
 /// Publish acks outstanding at once, and the channel's capacity.
 const WINDOW: usize = 4096;

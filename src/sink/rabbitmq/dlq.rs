@@ -31,13 +31,13 @@ use lapin::publisher_confirm::Confirmation;
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{Channel, Connection, ConnectionProperties, Consumer};
 
-use super::entry::Entry;
-use super::read::DlqRecord;
-use super::PREFIX;
-use crate::config::rabbitmq::{RabbitConfig, SHORTSTR_MAX};
+use super::config::{RabbitConfig, SHORTSTR_MAX};
+use super::properties;
 use crate::error::{Definite, Error};
+use crate::relay::dead_letter::PREFIX;
 use crate::router::Record;
-use crate::sink::rabbitmq::properties;
+use crate::tools::dlq::entry::Entry;
+use crate::tools::dlq::read::DlqRecord;
 
 /// Copies delivered ahead of the reader (stream queues need a prefetch).
 const PREFETCH: u16 = 256;

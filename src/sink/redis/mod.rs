@@ -25,6 +25,9 @@
 //! answered for one XADD while later ones in the same pipeline succeeded can put a later event of
 //! a key ahead of its retried predecessor; consumers that dedupe by `id` keep the first copy.
 
+pub mod config;
+pub(crate) mod dlq;
+
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,10 +41,11 @@ use super::delivery::Delivery;
 use super::handoff::{held_in_handoff, Handoff};
 use super::link::Link;
 use super::{Sink, SinkError};
-use crate::config::redis::RedisConfig;
+
 use crate::error::Definite;
 use crate::health::Health;
 use crate::router::Record;
+use config::RedisConfig;
 
 /// XADDs per pipeline.
 pub const BATCH: usize = 512;

@@ -11,7 +11,7 @@
 //! neither key nor payload whose first header is named `key` or `payload` reads back wrongly; the
 //! router's first header is `id`, so outboxd never writes one.)
 //!
-//! Replay progress ([`super::state`]) keeps a record's position as partition 0 and an offset made
+//! Replay progress ([`crate::tools::dlq`]) keeps a record's position as partition 0 and an offset made
 //! from the entry id `MS-SEQ`: `MS << 20 | SEQ`, which keeps the stream's order. Ids out of that
 //! range (`SEQ` of 2^20 or more, or `MS` past the year 2248; only explicit ids can be such) are
 //! reported and never replayed. `list` and `replay` show the entry id itself.
@@ -25,13 +25,13 @@ use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Value};
 
-use super::entry::Entry;
-use super::read::DlqRecord;
-use super::PREFIX;
-use crate::config::redis::RedisConfig;
+use super::config::RedisConfig;
+use super::{describe, xadd};
 use crate::error::{Definite, Error};
+use crate::relay::dead_letter::PREFIX;
 use crate::router::Record;
-use crate::sink::redis::{describe, xadd};
+use crate::tools::dlq::entry::Entry;
+use crate::tools::dlq::read::DlqRecord;
 
 /// An entry as read: its id and its fields, name and value alternating.
 type RawEntry = (String, Vec<Vec<u8>>);

@@ -38,7 +38,7 @@ impl RedisConfig {
 
     /// The URL with any password replaced by `****`.
     pub fn url_masked(&self) -> String {
-        super::secret::mask_url(&self.url)
+        crate::config::secret::mask_url(&self.url)
     }
 }
 

@@ -5,7 +5,7 @@
 //! stream's message-get API (`STREAM.MSG.GET`, "next message on this subject from sequence N"),
 //! from sequence 1 up to the last sequence the subject had when reading began (asked for once, at
 //! open). A record's position is `0/<stream sequence>`, which is what replay progress
-//! ([`super::state`]) keeps. A failed request is retried until `--read-timeout` passes without an
+//! ([`crate::tools::dlq`]) keeps. A failed request is retried until `--read-timeout` passes without an
 //! answer; reading then fails rather than returning a shortened DLQ.
 //!
 //! The sink carries the record key in a `key` header and adds `Nats-Msg-Id`; the reader turns the
@@ -27,12 +27,12 @@ use async_nats::jetstream::{self, Context};
 use async_nats::HeaderMap;
 use bytes::Bytes;
 
-use super::entry::Entry;
-use super::read::DlqRecord;
-use super::PREFIX;
-use crate::config::NatsConfig;
+use super::config::NatsConfig;
+use super::valid_subject;
 use crate::error::{Definite, Error};
-use crate::sink::nats::valid_subject;
+use crate::relay::dead_letter::PREFIX;
+use crate::tools::dlq::entry::Entry;
+use crate::tools::dlq::read::DlqRecord;
 
 /// Connects for the tool: no retry at start (a tool should say the server is down, not hang).
 pub async fn connect(cfg: &NatsConfig) -> Result<Context, Definite> {
