@@ -37,6 +37,7 @@ mod condemned;
 mod events;
 pub mod reader;
 pub mod txn;
+mod written;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -106,7 +107,7 @@ pub struct KafkaSink {
     /// other arms (acks arrive often) cannot keep restarting the wait.
     retry_at: Option<tokio::time::Instant>,
     /// `--delivery exactly-once`: the transactions ([`txn`]).
-    txns: Option<Box<(txn::Txns, txn::TxnMetrics)>>,
+    txns: Option<Box<(txn::Txns, crate::metrics::TxnMetrics)>>,
     /// What built this sink, to build it again after the producer was fenced.
     built: Built,
 }
@@ -235,7 +236,7 @@ impl KafkaSink {
             held: VecDeque::new(),
             creating: None,
             retry_at: None,
-            txns: txns.map(|t| Box::new((t, txn::TxnMetrics::new()))),
+            txns: txns.map(|t| Box::new((t, crate::metrics::TxnMetrics::new()))),
             built,
         })
     }

@@ -36,173 +36,37 @@
 //!   state) ends the session as a standby and rebuilds the producer before the next one; abortable
 //!   ones abort and resume; retriable ones retry the same call.
 
-use std::sync::{Arc, Mutex};
+mod call;
+mod position;
+
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{Offset, TopicPartitionList};
-use serde::{Deserialize, Serialize};
 
 use super::client;
 use super::condemned::{Condemned, Place};
 use super::events::DeliveryContext;
+use super::written::Written;
 use crate::config::debezium::offsets::{DebeziumOffset, Partial};
 use crate::config::KafkaConfig;
 use crate::config::TxnConfig;
 use crate::error::{Definite, Error, Transient};
 use crate::lsn::Lsn;
+use crate::metrics::TxnMetrics;
 use crate::pg::lineage::{Lineage, Stamp, Stored};
 use crate::sink::delivery::{Delivery, Position, Source, Ticket};
 use crate::sink::{Boundary, SinkError};
+use call::{blocking, classify, is_fenced, retrying, Verdict};
+use position::{ensure_position_topic, read_position, StoredPosition};
 
 /// How long a Kafka transaction may stay open (`transaction.timeout.ms`, unless the user sets it).
 pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a blocking transaction call may take before it counts as failed.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long reading the committed position may wait (other writers' open transactions hold the
-/// read back until they end, at most their transaction timeout).
-const POSITION_READ_TIMEOUT: Duration = Duration::from_secs(150);
-
-/// Delivery reports of the open transaction: held until it commits.
-#[derive(Default)]
-pub struct Written {
-    acked: Mutex<Vec<Delivery>>,
-    failed: Mutex<Vec<Failed>>,
-    /// Woken by every report, for the commit that waits for all of them.
-    arrived: tokio::sync::Notify,
-}
-
-/// A failed delivery report: the handle, the reason, and the rejection code when the broker
-/// refused this one record ([`super::events::rejection_code`]).
-type Failed = (Delivery, String, Option<&'static str>);
-
-/// What [`Written::take`] returns: the acked handles, and the failed ones.
-type Reports = (Vec<Delivery>, Vec<Failed>);
-
-impl Written {
-    pub fn acked(&self, d: Delivery) {
-        self.acked.lock().unwrap_or_else(|p| p.into_inner()).push(d);
-        self.arrived.notify_one();
-    }
-
-    pub fn failed(&self, d: Delivery, reason: String, code: Option<&'static str>) {
-        self.failed.lock().unwrap_or_else(|p| p.into_inner()).push((d, reason, code));
-        self.arrived.notify_one();
-    }
-
-    /// Wait, without blocking the runtime (whose thread serves the reports), until `n` reports
-    /// arrived or `limit` passed.
-    async fn wait_for(&self, n: usize, limit: Duration) {
-        let deadline = tokio::time::Instant::now() + limit;
-        while self.count() < n {
-            if tokio::time::timeout_at(deadline, self.arrived.notified()).await.is_err() {
-                return;
-            }
-        }
-    }
-
-    fn count(&self) -> usize {
-        self.acked.lock().unwrap_or_else(|p| p.into_inner()).len()
-            + self.failed.lock().unwrap_or_else(|p| p.into_inner()).len()
-    }
-
-    /// Take everything reported so far: (acked, failed).
-    fn take(&self) -> Reports {
-        (
-            std::mem::take(&mut *self.acked.lock().unwrap_or_else(|p| p.into_inner())),
-            std::mem::take(&mut *self.failed.lock().unwrap_or_else(|p| p.into_inner())),
-        )
-    }
-
-    /// Forget every handle of an aborted transaction (the next session resends them). Records
-    /// the broker refused for good are returned, to be condemned ([`Txns::condemned`]).
-    fn disarm_all(&self) -> Vec<(Delivery, String, &'static str)> {
-        let (acked, failed) = self.take();
-        acked.into_iter().for_each(|d| d.disarm());
-        let mut refused = Vec::new();
-        for (d, reason, code) in failed {
-            match code {
-                Some(code) => refused.push((d, reason, code)),
-                None => d.disarm(),
-            }
-        }
-        refused
-    }
-}
-
-/// The position record's value.
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-struct StoredPosition {
-    /// Transactions whose commit record starts before this were delivered whole.
-    lsn_commit: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    xid: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    lsn_proc: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    events_at_proc: Option<u64>,
-    /// The timeline the LSNs are on; absent in positions of an outboxd before it was stored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    timeline: Option<u32>,
-    /// Where that timeline began (its switch point; `0/0` for timeline 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    timeline_began: Option<String>,
-}
-
-impl StoredPosition {
-    fn of(o: &DebeziumOffset, stamp: Option<Stamp>) -> StoredPosition {
-        StoredPosition {
-            lsn_commit: o.lsn_commit.to_string(),
-            xid: o.partial.map(|p| p.xid),
-            lsn_proc: o.partial.map(|p| p.lsn_proc.to_string()),
-            events_at_proc: o.partial.map(|p| p.events_at_proc),
-            timeline: stamp.map(|s| s.timeline),
-            timeline_began: stamp.and_then(|s| s.begins).map(|l| l.to_string()),
-        }
-    }
-
-    fn stored(&self) -> Option<Stored> {
-        let lsn_commit = self.lsn_commit.parse::<Lsn>().ok()?;
-        let partial = match (self.xid, self.lsn_proc.as_deref(), self.events_at_proc) {
-            (Some(xid), Some(p), Some(n)) => Some(Partial { xid, lsn_proc: p.parse().ok()?, events_at_proc: n }),
-            _ => None,
-        };
-        let begins = match self.timeline_began.as_deref() {
-            Some(l) => Some(l.parse::<Lsn>().ok()?),
-            None => None,
-        };
-        let stamp = self.timeline.map(|timeline| Stamp { timeline, begins });
-        Some(Stored { offset: DebeziumOffset { lsn_commit, partial }, stamp })
-    }
-}
-
-/// What one blocking transaction call's error means.
-#[derive(Debug, PartialEq, Eq)]
-enum Verdict {
-    Retry,
-    Abort,
-    Fatal,
-}
-
-/// The one place that decides what a transaction error means.
-fn classify(e: &KafkaError) -> Verdict {
-    match e {
-        KafkaError::Transaction(t) if t.is_fatal() => Verdict::Fatal,
-        KafkaError::Transaction(t) if t.txn_requires_abort() => Verdict::Abort,
-        KafkaError::Transaction(t) if t.is_retriable() => Verdict::Retry,
-        // The flush before a commit timed out: the records are not all written; abort them.
-        KafkaError::Flush(_) => Verdict::Abort,
-        _ => match e.rdkafka_error_code() {
-            Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch) => Verdict::Fatal,
-            _ => Verdict::Abort,
-        },
-    }
-}
 
 /// A Kafka commit under way: the background task, and what it commits.
 struct Committing {
@@ -700,164 +564,6 @@ impl Txns {
     }
 }
 
-fn is_fenced(code: Option<RDKafkaErrorCode>) -> bool {
-    matches!(
-        code,
-        Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch | RDKafkaErrorCode::Fenced)
-    )
-}
-
-/// Retry a transaction call while librdkafka says the same call may succeed.
-fn retrying(mut call: impl FnMut() -> Result<(), KafkaError>) -> Result<(), KafkaError> {
-    let mut tries = 0;
-    loop {
-        match call() {
-            Err(e) if classify(&e) == Verdict::Retry && tries < 5 => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(200 * tries));
-            }
-            other => return other,
-        }
-    }
-}
-
-/// A blocking librdkafka call, off the runtime's only thread.
-async fn blocking(f: impl FnOnce() -> Result<(), KafkaError> + Send + 'static) -> Result<(), KafkaError> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!(error = %e, "a Kafka transaction call's task failed");
-            Err(KafkaError::Canceled)
-        }
-    }
-}
-
-/// The position topic: compacted, one partition (a record per slot), the brokers' replication.
-/// Not allowed to create it: it may exist; the position read says if it does not.
-async fn ensure_position_topic(
-    admin: &AdminClient<DefaultClientContext>,
-    topic: &str,
-    kafka: &KafkaConfig,
-) -> Result<(), Error> {
-    let compact = [("cleanup.policy", "compact")];
-    match client::ensure_topic_with(admin, topic, 1, -1, &compact, client::Retry::Forever, &kafka.properties).await {
-        Ok(_) | Err(client::TopicError { refused: Some("topic_authorization_failed"), .. }) => Ok(()),
-        Err(e) => Err(e.error.into()),
-    }
-}
-
-/// The last committed position for our key, read with `read_committed` up to the end.
-fn read_position(kafka: &KafkaConfig, t: &TxnConfig) -> Result<Option<Stored>, Error> {
-    let cfg = client::consumer_config(
-        kafka,
-        "outboxd-position",
-        &[
-            ("group.id", format!("outboxd-position-{}", t.key())),
-            ("enable.auto.commit", "false".into()),
-            ("isolation.level", "read_committed".into()),
-            ("enable.partition.eof", "true".into()),
-        ],
-    );
-    let consumer: super::reader::BaseReader =
-        client::create(&cfg, super::reader::ReaderContext::new(kafka), "position reader", kafka)?;
-    let (topic, key) = (&t.position_topic, t.key());
-    let unreadable = |what: String| -> Error {
-        Transient::TxnAborted { reason: format!("cannot read the position topic {topic:?}: {what}") }.into()
-    };
-    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).map_err(|e| unreadable(e.to_string()))?;
-    let partitions = md.topics().iter().find(|m| m.name() == topic).map_or(0, |m| m.partitions().len()) as i32;
-    if partitions == 0 {
-        return Err(unreadable("it has no partitions (does it exist?)".into()));
-    }
-    let mut ends = Vec::new();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        let (_, high) =
-            consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).map_err(|e| unreadable(e.to_string()))?;
-        ends.push(high);
-        tpl.add_partition_offset(topic, p, Offset::Beginning).map_err(|e| unreadable(e.to_string()))?;
-    }
-    consumer.assign(&tpl).map_err(|e| unreadable(e.to_string()))?;
-    let mut latest: Option<Stored> = None;
-    let started = Instant::now();
-    loop {
-        let done = consumer.position().ok().is_some_and(|pos| {
-            (0..partitions).all(|p| {
-                let end = ends[p as usize];
-                end == 0
-                    || matches!(pos.find_partition(topic, p).map(|e| e.offset()), Some(Offset::Offset(o)) if o >= end)
-            })
-        });
-        if done {
-            return Ok(latest);
-        }
-        if started.elapsed() > POSITION_READ_TIMEOUT {
-            return Err(unreadable(format!(
-                "its end was not reached in {}s (an open transaction of another writer?)",
-                POSITION_READ_TIMEOUT.as_secs()
-            )));
-        }
-        match consumer.poll(Duration::from_millis(100)) {
-            // A tombstone: the operator removed the position (after a restore outboxd cannot
-            // recognise, see the guarantees chapter); nothing is skipped.
-            Some(Ok(m)) if m.key() == Some(key.as_bytes()) && m.payload().is_none() => latest = None,
-            Some(Ok(m)) if m.key() == Some(key.as_bytes()) => {
-                let parsed = m.payload().and_then(|v| serde_json::from_slice::<StoredPosition>(v).ok());
-                match parsed.and_then(|s| s.stored()) {
-                    Some(o) => latest = Some(o),
-                    None => {
-                        return Err(Definite::Sink(format!(
-                            "the position record for {:?} in {topic:?} at offset {} is not outboxd's; use another --position-topic",
-                            key,
-                            m.offset()
-                        ))
-                        .into())
-                    }
-                }
-            }
-            Some(Ok(_)) | None => {}
-            Some(Err(KafkaError::PartitionEOF(_))) => {}
-            Some(Err(e)) => tracing::warn!(error = %e, "reading the position topic"),
-        }
-    }
-}
-
-/// The exactly-once metrics.
-#[derive(Clone)]
-pub struct TxnMetrics {
-    committed: metrics::Counter,
-    aborted: metrics::Counter,
-    records: metrics::Histogram,
-    latency: metrics::Histogram,
-}
-
-impl Default for TxnMetrics {
-    fn default() -> Self {
-        TxnMetrics::new()
-    }
-}
-
-impl TxnMetrics {
-    pub fn new() -> TxnMetrics {
-        TxnMetrics {
-            committed: metrics::counter!("outboxd_kafka_transactions_total", "outcome" => "committed"),
-            aborted: metrics::counter!("outboxd_kafka_transactions_total", "outcome" => "aborted"),
-            records: metrics::histogram!("outboxd_kafka_transaction_records"),
-            latency: metrics::histogram!("outboxd_kafka_transaction_commit_seconds"),
-        }
-    }
-
-    fn committed(&self, records: usize, took: Duration) {
-        self.committed.increment(1);
-        self.records.record(records as f64);
-        self.latency.record(took.as_secs_f64());
-    }
-
-    fn aborted(&self) {
-        self.aborted.increment(1);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -962,31 +668,5 @@ mod tests {
         let mut t = txns();
         let r = t.produce_refused(RDKafkaErrorCode::Fatal, Some(RDKafkaErrorCode::OutOfOrderSequenceNumber));
         assert!(matches!(r, Transient::TxnAborted { .. }) && t.fatal, "{r:?}");
-    }
-
-    #[test]
-    fn the_stored_position_round_trips_with_its_history_and_reads_an_unstamped_one() {
-        let stamp = Some(Stamp { timeline: 2, begins: Some(Lsn(0x3000028)) });
-        for o in [
-            DebeziumOffset { lsn_commit: Lsn(0x1_0000_0010), partial: None },
-            DebeziumOffset {
-                lsn_commit: Lsn(5),
-                partial: Some(Partial { xid: 3, lsn_proc: Lsn(4), events_at_proc: 2 }),
-            },
-        ] {
-            let json = serde_json::to_vec(&StoredPosition::of(&o, stamp)).unwrap();
-            let back: StoredPosition = serde_json::from_slice(&json).unwrap();
-            assert_eq!(back.stored(), Some(Stored { offset: o, stamp }));
-        }
-        // Written by an outboxd that did not stamp positions: read, without a stamp.
-        let old: StoredPosition = serde_json::from_str(r#"{"lsn_commit":"0/16B3F40"}"#).unwrap();
-        let want = DebeziumOffset { lsn_commit: Lsn(0x16B3F40), partial: None };
-        assert_eq!(old.stored(), Some(Stored { offset: want, stamp: None }));
-        let json = String::from_utf8(
-            serde_json::to_vec(&StoredPosition::of(&DebeziumOffset { lsn_commit: Lsn(1), partial: None }, stamp))
-                .unwrap(),
-        )
-        .unwrap();
-        assert_eq!(json, r#"{"lsn_commit":"0/1","timeline":2,"timeline_began":"0/3000028"}"#);
     }
 }
