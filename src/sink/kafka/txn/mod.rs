@@ -38,6 +38,7 @@
 
 mod call;
 mod position;
+mod state;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,43 +63,22 @@ use crate::sink::delivery::{Delivery, Position, Source, Ticket};
 use crate::sink::{Boundary, SinkError};
 use call::{blocking, classify, is_fenced, retrying, Verdict};
 use position::{ensure_position_topic, read_position, StoredPosition};
+use state::{Batch, Committing, Machine};
 
 /// How long a Kafka transaction may stay open (`transaction.timeout.ms`, unless the user sets it).
 pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a blocking transaction call may take before it counts as failed.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A Kafka commit under way: the background task, and what it commits.
-struct Committing {
-    task: tokio::task::JoinHandle<Result<(), KafkaError>>,
-    position: DebeziumOffset,
-    /// Records in the transaction, the position record included.
-    records: usize,
-    started: Instant,
-}
-
 /// The transactional state of the Kafka sink.
 pub struct Txns {
     pub cfg: TxnConfig,
     pub written: Arc<Written>,
-    /// init_transactions done on this producer, and the position read.
-    ready: bool,
-    /// The producer is in a fatal state (fenced): the next session rebuilds it.
-    pub fatal: bool,
-    /// A Kafka transaction is open (begin_transaction called).
-    open: bool,
-    /// When the open transaction got its first record (or, for a transaction opened after a
-    /// commit, when the sink began holding the first record meant for it).
-    opened_at: Option<Instant>,
-    /// When the sink began holding records during the running commit: the next transaction's
-    /// interval counts from there, so a record that waited for a commit does not wait a whole
-    /// interval more.
-    held_since: Option<Instant>,
+    /// The producer's transaction: unprepared, idle, open, committing, or failed for good; it
+    /// changes only through [`Machine`]'s transitions.
+    state: Machine,
     /// The session reads no more (shutdown): commit at the last whole change.
     finishing: bool,
-    /// Records produced in the open transaction, and their bytes.
-    sent: usize,
-    bytes: usize,
     /// Limits past which a PostgreSQL transaction commits inside itself.
     max_records: usize,
     max_bytes: usize,
@@ -111,8 +91,6 @@ pub struct Txns {
     committed: Option<Stored>,
     /// The history this session's positions are written on.
     stamp: Option<Stamp>,
-    /// The commit running in the background, if one is.
-    committing: Option<Committing>,
     /// Records the broker refused for good inside an aborted transaction, by their place in the
     /// stream: the next time they come, they go to the bad-event policy ([`Txns::forget`]).
     condemned: Condemned,
@@ -126,14 +104,8 @@ impl Txns {
         Txns {
             cfg,
             written: Arc::new(Written::default()),
-            ready: false,
-            fatal: false,
-            open: false,
-            opened_at: None,
-            held_since: None,
+            state: Machine::default(),
             finishing: false,
-            sent: 0,
-            bytes: 0,
             max_records: (max_in_flight / 2).max(1),
             max_bytes: (max_in_flight_bytes / 2).max(1),
             in_pg: None,
@@ -141,7 +113,6 @@ impl Txns {
             whole: None,
             committed: None,
             stamp: None,
-            committing: None,
             condemned: Default::default(),
             dummy,
         }
@@ -189,15 +160,13 @@ impl Txns {
 
     /// A record went into the open transaction.
     pub fn produced(&mut self, bytes: usize) {
-        self.sent += 1;
-        self.bytes += bytes;
-        self.opened_at.get_or_insert_with(Instant::now);
+        self.state.produced(bytes);
     }
 
     /// The sink holds a record until the running commit ends (the first such record starts the
     /// next transaction's interval).
     pub fn holding(&mut self) {
-        self.held_since.get_or_insert_with(Instant::now);
+        self.state.holding();
     }
 
     /// The session reads no more: what is open commits now, at the last whole change when inside
@@ -206,7 +175,7 @@ impl Txns {
         self.finishing = true;
         if let Some((final_lsn, xid)) = self.in_pg {
             tracing::info!(
-                open_records = self.sent,
+                open_records = self.state.open().map_or(0, |b| b.sent),
                 %final_lsn,
                 xid,
                 "shutdown inside a PostgreSQL transaction: what was read of it commits at its last whole change"
@@ -216,13 +185,13 @@ impl Txns {
 
     /// When the open transaction should commit.
     pub fn due(&self) -> Option<tokio::time::Instant> {
-        let opened = self.opened_at?;
-        if !self.open || self.sent == 0 {
+        let Batch { since: Some(opened), sent, bytes } = self.state.open()? else { return None };
+        if sent == 0 {
             return None;
         }
         // Past half an in-flight budget: now, or the budget stops the reading before the timer.
         // Finishing (shutdown): now, as nothing more will come.
-        let full = self.sent >= self.max_records || self.bytes >= self.max_bytes || self.finishing;
+        let full = sent >= self.max_records || bytes >= self.max_bytes || self.finishing;
         match self.in_pg {
             None if full => Some(tokio::time::Instant::now()),
             None => Some(tokio::time::Instant::from_std(opened + self.cfg.interval)),
@@ -253,9 +222,16 @@ impl Txns {
         kafka: &KafkaConfig,
         lineage: &Lineage,
     ) -> Result<Option<DebeziumOffset>, Error> {
-        if !self.ready {
+        if self.state.is_fatal() {
+            // The sink builds a new producer (and a new `Txns`) before preparing again.
+            return Err(Transient::TxnAborted { reason: "the Kafka producer failed for good".into() }.into());
+        }
+        if self.state.is_committing() {
+            return Err(Definite::Bug("an exactly-once session prepared while a commit runs".into()).into());
+        }
+        if !self.state.is_ready() {
             ensure_position_topic(admin, &self.cfg.position_topic, kafka).await?;
-            super::partitions_ready(producer.clone(), self.cfg.position_topic.clone()).await;
+            super::topics::partitions_ready(producer.clone(), self.cfg.position_topic.clone()).await;
             let p = producer.clone();
             let r = blocking(move || retrying(|| p.init_transactions(CALL_TIMEOUT))).await;
             if let Err(e) = r {
@@ -279,27 +255,31 @@ impl Txns {
                 .map_err(|e| Definite::Sink(format!("the position reader task failed: {e}")))??;
             tracing::info!(position = ?stored, topic = %self.cfg.position_topic, key = %self.cfg.key(), "exactly-once: committed position read");
             self.committed = stored;
-            self.ready = true;
+            self.state.prepared();
         }
         self.in_pg = None;
         self.last_change = None;
-        self.held_since = None;
         self.finishing = false;
         // Every session: the server may be another one now (a failover), on another history.
         let holds = self.committed.as_ref().and_then(|s| lineage.admit(s));
         self.stamp = Some(lineage.stamp());
         // The session restarts from the slot, which is never past what was committed.
         self.whole = holds.clone();
-        if !self.open {
+        if self.state.open().is_none() {
             producer.begin_transaction().map_err(|e| self.failure(e))?;
-            self.open = true;
+            self.state.began(None);
         }
         Ok(holds)
     }
 
+    /// The producer failed for good (fenced): the sink builds a new one before the next session.
+    pub fn is_fatal(&self) -> bool {
+        self.state.is_fatal()
+    }
+
     /// A commit runs in the background ([`Txns::commit`]); [`Txns::settle`] finishes it.
     pub fn committing(&self) -> bool {
-        self.committing.is_some()
+        self.state.is_committing()
     }
 
     /// Start committing the open transaction if it is due: its position record goes in, and a
@@ -310,7 +290,7 @@ impl Txns {
         producer: &Arc<BaseProducer<DeliveryContext>>,
         metrics: &TxnMetrics,
     ) -> Result<(), SinkError> {
-        if self.committing.is_some() || self.due().is_none_or(|at| at > tokio::time::Instant::now()) {
+        if self.state.is_committing() || self.due().is_none_or(|at| at > tokio::time::Instant::now()) {
             return Ok(());
         }
         let Some(position) = self.position() else {
@@ -331,7 +311,7 @@ impl Txns {
             back.delivery_opaque.disarm();
             return Err(self.abort(producer, format!("the position record was refused: {e}"), metrics).await);
         }
-        let records = self.sent + 1;
+        let records = self.state.open().map_or(0, |b| b.sent) + 1;
         let (p, written) = (producer.clone(), self.written.clone());
         let task = tokio::spawn(async move {
             // Every record's report first, served by the runtime's own pump: the commit's flush
@@ -345,12 +325,8 @@ impl Txns {
             }
             r
         });
-        self.committing = Some(Committing { task, position, records, started: Instant::now() });
         // The next transaction begins when this one committed ([`Txns::settle`]).
-        self.open = false;
-        self.sent = 0;
-        self.bytes = 0;
-        self.opened_at = None;
+        self.state.commit_started(Committing { task, position, records, started: Instant::now() });
         Ok(())
     }
 
@@ -362,15 +338,15 @@ impl Txns {
         producer: &Arc<BaseProducer<DeliveryContext>>,
         metrics: &TxnMetrics,
     ) -> Result<(), SinkError> {
-        let Some(c) = self.committing.as_mut() else { return Ok(()) };
-        let r = match (&mut c.task).await {
+        let Some(task) = self.state.commit_task() else { return Ok(()) };
+        let r = match task.await {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(error = %e, "the Kafka commit task failed");
                 Err(KafkaError::Canceled)
             }
         };
-        let Some(Committing { position, records, started, .. }) = self.committing.take() else {
+        let Some((Committing { position, records, started, .. }, held_since)) = self.state.commit_ended() else {
             return Ok(());
         };
         match r {
@@ -380,8 +356,7 @@ impl Txns {
                 acked.into_iter().for_each(|d| d.ack());
                 self.committed = Some(Stored { offset: position, stamp: self.stamp });
                 producer.begin_transaction().map_err(|e| SinkError::Transient(self.transient(e)))?;
-                self.open = true;
-                self.opened_at = self.held_since.take();
+                self.state.began(held_since);
                 if failed.is_empty() {
                     return Ok(());
                 }
@@ -409,8 +384,7 @@ impl Txns {
                     }
                     _ => {
                         // Still open in librdkafka's eyes: abort it.
-                        self.open = true;
-                        self.sent = records;
+                        self.state.still_open(records);
                         self.abort(producer, format!("commit failed: {reason}"), metrics).await
                     }
                 })
@@ -426,19 +400,18 @@ impl Txns {
         reason: String,
         metrics: &TxnMetrics,
     ) -> SinkError {
-        if self.committing.is_some() {
+        if self.state.is_committing() {
             // A commit under way ends first; its records are acked if it succeeds.
             if let Err(e) = Box::pin(self.settle(producer, metrics)).await {
                 return e;
             }
         }
-        if self.fatal || !self.open {
+        let Some(Batch { sent: had, .. }) = self.state.open() else {
             if let Some(d) = self.forget() {
                 return SinkError::Fatal(d);
             }
             return SinkError::Transient(Transient::TxnAborted { reason });
-        }
-        let had = self.sent;
+        };
         let p = producer.clone();
         let r = blocking(move || {
             // Let records already on their way land first: aborting while librdkafka is still
@@ -452,11 +425,7 @@ impl Txns {
         })
         .await;
         let copy_refused = self.forget();
-        self.open = false;
-        self.sent = 0;
-        self.bytes = 0;
-        self.opened_at = None;
-        self.held_since = None;
+        self.state.aborted();
         if had > 0 {
             metrics.aborted();
             tracing::warn!(records = had, %reason, "Kafka transaction aborted; the next session resumes from the committed position");
@@ -471,7 +440,7 @@ impl Txns {
                 // the transactional id back at the next session, which aborts whatever the old
                 // one left open.
                 tracing::warn!(error = %e, "the Kafka transaction could not be aborted; a new producer is built for the next session");
-                self.fatal = true;
+                self.state.failed();
                 SinkError::Transient(Transient::TxnAborted { reason })
             }
             Ok(()) => SinkError::Transient(Transient::TxnAborted { reason }),
@@ -534,10 +503,9 @@ impl Txns {
     /// The producer failed for good (`error`): logged once, marked for rebuilding, and the session
     /// ends as a standby when it was fenced, else aborts.
     fn gone_fatal(&mut self, error: &dyn std::fmt::Display, fenced: bool, reason: String) -> Transient {
-        if !self.fatal {
+        if !self.state.failed() {
             tracing::warn!(error = %error, transactional_id = %self.cfg.id(), "the Kafka producer is fenced or failed for good (another outboxd took over the transactional id?); nothing of its open transaction is committed, and a new producer is built when this process streams again");
         }
-        self.fatal = true;
         if fenced {
             Transient::Fenced { reason }
         } else {
@@ -576,7 +544,8 @@ mod tests {
             interval: Duration::from_millis(100),
         };
         let mut t = Txns::new(cfg, 10, 1 << 20);
-        t.open = true;
+        t.state.prepared();
+        t.state.began(None);
         t
     }
 
@@ -646,15 +615,19 @@ mod tests {
         );
     }
 
-    #[test]
-    fn records_held_during_a_commit_start_the_next_interval() {
+    #[tokio::test]
+    async fn records_held_during_a_commit_start_the_next_interval() {
         let mut t = txns();
-        t.holding();
-        let held = t.held_since.expect("held");
-        // The commit returns later; the next transaction's clock began at the first held record.
-        t.opened_at = t.held_since.take();
         t.produced(1);
-        assert_eq!(t.opened_at, Some(held), "produced() keeps the earlier start");
+        let (task, position) = (tokio::spawn(async { Ok(()) }), DebeziumOffset { lsn_commit: Lsn(1), partial: None });
+        t.state.commit_started(Committing { task, position, records: 2, started: Instant::now() });
+        t.holding();
+        let held = t.state.held_since().expect("held");
+        // The commit returns later; the next transaction's clock began at the first held record.
+        let (_, since) = t.state.commit_ended().expect("a commit ran");
+        t.state.began(since);
+        t.produced(1);
+        assert_eq!(t.state.open().and_then(|b| b.since), Some(held), "produced() keeps the earlier start");
         assert_eq!(t.due(), Some(tokio::time::Instant::from_std(held + t.cfg.interval)));
     }
 
@@ -662,11 +635,11 @@ mod tests {
     fn a_produce_refused_by_a_fenced_producer_stands_by_and_rebuilds_it() {
         let mut t = txns();
         let r = t.produce_refused(RDKafkaErrorCode::State, None);
-        assert!(matches!(r, Transient::TxnAborted { .. }) && !t.fatal, "{r:?}");
+        assert!(matches!(r, Transient::TxnAborted { .. }) && !t.is_fatal(), "{r:?}");
         let r = t.produce_refused(RDKafkaErrorCode::Fatal, Some(RDKafkaErrorCode::Fenced));
-        assert!(matches!(r, Transient::Fenced { .. }) && t.fatal, "{r:?}");
+        assert!(matches!(r, Transient::Fenced { .. }) && t.is_fatal(), "{r:?}");
         let mut t = txns();
         let r = t.produce_refused(RDKafkaErrorCode::Fatal, Some(RDKafkaErrorCode::OutOfOrderSequenceNumber));
-        assert!(matches!(r, Transient::TxnAborted { .. }) && t.fatal, "{r:?}");
+        assert!(matches!(r, Transient::TxnAborted { .. }) && t.is_fatal(), "{r:?}");
     }
 }
