@@ -35,6 +35,13 @@
 //! * Errors are decided in one place ([`classify`]): fatal (fenced, or another fatal producer
 //!   state) ends the session as a standby and rebuilds the producer before the next one; abortable
 //!   ones abort and resume; retriable ones retry the same call.
+//!
+//! # Layout
+//! [`Txns`] (here) follows the WAL session and drives the producer's calls; where the producer's
+//! transaction is (unprepared, idle, open, committing, failed for good) is `state.rs`'s
+//! one enum, changed only by its transitions. `call.rs` judges and retries one blocking call;
+//! `position.rs` is the position record and its read-back; the held delivery reports are
+//! [`super::written`], shared with the delivery-report callback.
 
 mod call;
 mod position;

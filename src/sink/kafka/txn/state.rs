@@ -182,3 +182,30 @@ impl Machine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_count_only_in_an_open_transaction_and_fatal_is_final() {
+        let mut m = Machine::default();
+        m.produced(5);
+        m.began(None);
+        assert!(m.open().is_none() && !m.is_ready(), "nothing opens before the producer is prepared");
+        m.prepared();
+        m.began(None);
+        m.produced(5);
+        assert_eq!(m.open().map(|b| (b.sent, b.bytes)), Some((1, 5)));
+        m.aborted();
+        assert!(m.open().is_none() && m.is_ready());
+        assert!(!m.failed(), "the first failure is new");
+        assert!(m.failed(), "and the second is not");
+        for step in [Machine::prepared, Machine::aborted] {
+            step(&mut m);
+        }
+        m.began(None);
+        m.still_open(3);
+        assert!(m.is_fatal() && m.open().is_none(), "no transition leaves Fatal");
+    }
+}
