@@ -3,10 +3,11 @@
 //!
 //! ```text
 //!  Unprepared ──prepared──▶ Idle ──began──▶ Open ──commit_started──▶ Committing
-//!                            ▲  ◀──aborted──┘  ▲                        │
-//!                            │                 └────────began───────────┤ (commit_ended, then
-//!                            └───────────────────commit_ended───────────┘  began if it committed)
-//!  any state ──failed──▶ Fatal (the producer is rebuilt before the next session)
+//!                            ▲ ▲              │                          │
+//!                            │ └───aborted────┘                          │
+//!                            └───────────────commit_ended────────────────┘
+//!  Idle ──still_open──▶ Open   (a commit failed; librdkafka holds it open, to be aborted)
+//!  any ──failed──▶ Fatal       (final: a new producer is built before the next session)
 //! ```
 //!
 //! # Invariants
