@@ -24,6 +24,9 @@ use crate::error::Definite;
 use crate::lsn::Lsn;
 
 pub mod catalog;
+mod txn;
+
+pub use txn::TxnMetrics;
 
 /// Distinct `topic` label values `outboxd_events_total` gets before the rest share [`OTHER_TOPIC`].
 pub const MAX_TOPIC_SERIES: usize = 1000;

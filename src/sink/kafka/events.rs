@@ -70,7 +70,7 @@ pub struct DeliveryContext {
     /// the per-record path).
     pub(super) acks: AtomicU64,
     /// `--delivery exactly-once`: reports are held here until the transaction commits.
-    pub(super) txn: Option<Arc<super::txn::Written>>,
+    pub(super) txn: Option<Arc<super::written::Written>>,
 }
 
 impl DeliveryContext {

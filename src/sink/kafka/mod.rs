@@ -9,7 +9,7 @@
 //! so a broker outage stalls the pipeline instead of failing records; `partitioner=murmur2_random`
 //! so keys land where Kafka's Java producer (Connect, Debezium) puts them. Topics are created through
 //! the admin API before their first record, since many clusters disable auto-creation, and their
-//! records wait until every partition's leader answers for it ([`partitions_ready`]: Kafka before
+//! records wait until every partition's leader answers for it ([`topics::partitions_ready`]: Kafka before
 //! 4.5 can lose the first records sent to a partition it has not applied yet). The clients
 //! themselves are built by [`client`], like every other Kafka client of outboxd. Under
 //! `--delivery exactly-once` the producer is transactional ([`txn`]).
@@ -36,9 +36,11 @@ pub mod client;
 mod condemned;
 mod events;
 pub mod reader;
+mod topics;
 pub mod txn;
+mod written;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,14 +63,12 @@ use crate::pg::lineage::Lineage;
 use crate::router::Record;
 use client::{Retry, TopicError};
 use events::{rejection_code, DeliveryContext};
+use topics::{partitions_ready, topic_exists};
+pub use topics::{TopicCache, TOPIC_CACHE};
 
 const METADATA_CHECK_EVERY: Duration = Duration::from_secs(3);
 /// Records outstanding this long without a single ack: Kafka counts as down.
 const DELIVERY_STALL: Duration = Duration::from_secs(10);
-/// Topics remembered as existing. Beyond it the least recently used is forgotten.
-pub const TOPIC_CACHE: usize = 10_000;
-/// How long a new topic's partitions may take to answer before records go anyway.
-const PARTITIONS_READY_WAIT: Duration = Duration::from_secs(30);
 /// How long a full producer queue is left to drain before the next try.
 const QUEUE_FULL_WAIT: Duration = Duration::from_millis(5);
 
@@ -106,7 +106,7 @@ pub struct KafkaSink {
     /// other arms (acks arrive often) cannot keep restarting the wait.
     retry_at: Option<tokio::time::Instant>,
     /// `--delivery exactly-once`: the transactions ([`txn`]).
-    txns: Option<Box<(txn::Txns, txn::TxnMetrics)>>,
+    txns: Option<Box<(txn::Txns, crate::metrics::TxnMetrics)>>,
     /// What built this sink, to build it again after the producer was fenced.
     built: Built,
 }
@@ -117,48 +117,6 @@ struct Built {
     max_in_flight: usize,
     max_in_flight_bytes: usize,
     health: Arc<Health>,
-}
-
-/// Least-recently-used set of topic names known to exist.
-#[derive(Debug, Default)]
-pub struct TopicCache {
-    cap: usize,
-    clock: u64,
-    used: HashMap<String, u64>,
-}
-
-impl TopicCache {
-    pub fn new(cap: usize) -> Self {
-        TopicCache { cap: cap.max(1), clock: 0, used: HashMap::new() }
-    }
-
-    /// True if `topic` is known; marks it used.
-    pub fn touch(&mut self, topic: &str) -> bool {
-        self.clock += 1;
-        match self.used.get_mut(topic) {
-            Some(t) => {
-                *t = self.clock;
-                true
-            }
-            None => false,
-        }
-    }
-
-    pub fn insert(&mut self, topic: String) {
-        if self.used.len() >= self.cap && !self.used.contains_key(&topic) {
-            // Linear, but only on a miss past the cap, which already costs an admin round trip.
-            if let Some(oldest) = self.used.iter().min_by_key(|(_, &t)| t).map(|(k, _)| k.clone()) {
-                self.used.remove(&oldest);
-            }
-        }
-        self.clock += 1;
-        self.used.insert(topic, self.clock);
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.used.len()
-    }
 }
 
 impl KafkaSink {
@@ -235,7 +193,7 @@ impl KafkaSink {
             held: VecDeque::new(),
             creating: None,
             retry_at: None,
-            txns: txns.map(|t| Box::new((t, txn::TxnMetrics::new()))),
+            txns: txns.map(|t| Box::new((t, crate::metrics::TxnMetrics::new()))),
             built,
         })
     }
@@ -373,58 +331,6 @@ impl KafkaSink {
     }
 }
 
-/// Whether the cluster knows `topic` with at least one partition. A blocking client call, so off
-/// the runtime's thread.
-async fn topic_exists(admin: Arc<AdminClient<DefaultClientContext>>, topic: String) -> bool {
-    tokio::task::spawn_blocking(move || {
-        admin
-            .inner()
-            .fetch_metadata(Some(&topic), Duration::from_secs(10))
-            .map(|m| m.topics().iter().any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
-            .unwrap_or(false)
-    })
-    .await
-    .unwrap_or(false)
-}
-
-/// Wait until the leader of every partition of `topic` answers for it (ListOffsets), at most
-/// [`PARTITIONS_READY_WAIT`]. Before that, the first records to a just-created partition can be
-/// lost without an error: the broker refuses a first produce request with NOT_LEADER while it has
-/// not applied the partition yet, accepts the next one (a later sequence, with no producer state
-/// to check it against), and the retried first request then looks already written (KAFKA-15591,
-/// fixed in Kafka 4.5; seen here as 1497 of 1500 records acked and stored). Past the wait the
-/// records go anyway, with a warning: the probe is a guard, not a gate.
-pub(super) async fn partitions_ready(producer: Arc<BaseProducer<DeliveryContext>>, topic: String) {
-    let started = std::time::Instant::now();
-    let ready = tokio::task::spawn_blocking(move || {
-        let client = producer.client();
-        while started.elapsed() < PARTITIONS_READY_WAIT {
-            let partitions = client
-                .fetch_metadata(Some(&topic), Duration::from_secs(5))
-                .ok()
-                .and_then(|m| {
-                    m.topics().iter().find(|t| t.name() == topic && t.error().is_none()).map(|t| t.partitions().len())
-                })
-                .unwrap_or(0);
-            let answered = partitions > 0
-                && (0..partitions as i32).all(|p| client.fetch_watermarks(&topic, p, Duration::from_secs(5)).is_ok());
-            if answered {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Err(topic)
-    })
-    .await;
-    if let Ok(Err(topic)) = ready {
-        tracing::warn!(
-            topic,
-            secs = PARTITIONS_READY_WAIT.as_secs(),
-            "a partition leader of the topic has not answered for it yet; producing anyway"
-        );
-    }
-}
-
 /// Ask the cluster for metadata every few seconds, and look at delivery progress: both make
 /// broker health (see the module doc).
 fn spawn_metadata_checks(producer: Arc<BaseProducer<DeliveryContext>>, stop: Arc<AtomicBool>) {
@@ -548,7 +454,7 @@ impl Sink for KafkaSink {
     }
 
     async fn prepare(&mut self, lineage: &Lineage) -> Result<Option<DebeziumOffset>, Error> {
-        if self.txns.as_deref().is_some_and(|(t, _)| t.fatal) {
+        if self.txns.as_deref().is_some_and(|(t, _)| t.is_fatal()) {
             // Fenced before: this producer is dead for good; a new one takes the id back.
             let b = self.built.clone();
             tracing::info!("exactly-once: building a new transactional producer (the last one was fenced)");
@@ -639,22 +545,5 @@ mod tests {
         ] {
             assert_eq!(rejection_code(&produce(c)), None, "{c:?}");
         }
-    }
-
-    #[test]
-    fn topic_cache_forgets_the_least_recently_used() {
-        let mut c = TopicCache::new(3);
-        for t in ["a", "b", "c"] {
-            c.insert(t.into());
-        }
-        assert!(c.touch("a"));
-        c.insert("d".into());
-        assert_eq!(c.len(), 3);
-        assert!(!c.touch("b"), "b was least recently used");
-        assert!(c.touch("a") && c.touch("c") && c.touch("d"));
-        for i in 0..10_000 {
-            c.insert(format!("t{i}"));
-        }
-        assert_eq!(c.len(), 3, "bounded whatever the number of distinct topics");
     }
 }

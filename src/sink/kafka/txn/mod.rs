@@ -35,206 +35,57 @@
 //! * Errors are decided in one place ([`classify`]): fatal (fenced, or another fatal producer
 //!   state) ends the session as a standby and rebuilds the producer before the next one; abortable
 //!   ones abort and resume; retriable ones retry the same call.
+//!
+//! # Layout
+//! [`Txns`] (here) follows the WAL session and drives the producer's calls; where the producer's
+//! transaction is (unprepared, idle, open, committing, failed for good) is `state.rs`'s
+//! one enum, changed only by its transitions. `call.rs` judges and retries one blocking call;
+//! `position.rs` is the position record and its read-back; the held delivery reports are
+//! [`super::written`], shared with the delivery-report callback.
 
-use std::sync::{Arc, Mutex};
+mod call;
+mod position;
+mod state;
+
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{Offset, TopicPartitionList};
-use serde::{Deserialize, Serialize};
 
 use super::client;
 use super::condemned::{Condemned, Place};
 use super::events::DeliveryContext;
+use super::written::Written;
 use crate::config::debezium::offsets::{DebeziumOffset, Partial};
 use crate::config::KafkaConfig;
 use crate::config::TxnConfig;
 use crate::error::{Definite, Error, Transient};
 use crate::lsn::Lsn;
+use crate::metrics::TxnMetrics;
 use crate::pg::lineage::{Lineage, Stamp, Stored};
 use crate::sink::delivery::{Delivery, Position, Source, Ticket};
 use crate::sink::{Boundary, SinkError};
+use call::{blocking, classify, is_fenced, retrying, Verdict};
+use position::{ensure_position_topic, read_position, StoredPosition};
+use state::{Batch, Committing, Machine};
 
 /// How long a Kafka transaction may stay open (`transaction.timeout.ms`, unless the user sets it).
 pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a blocking transaction call may take before it counts as failed.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long reading the committed position may wait (other writers' open transactions hold the
-/// read back until they end, at most their transaction timeout).
-const POSITION_READ_TIMEOUT: Duration = Duration::from_secs(150);
-
-/// Delivery reports of the open transaction: held until it commits.
-#[derive(Default)]
-pub struct Written {
-    acked: Mutex<Vec<Delivery>>,
-    failed: Mutex<Vec<Failed>>,
-    /// Woken by every report, for the commit that waits for all of them.
-    arrived: tokio::sync::Notify,
-}
-
-/// A failed delivery report: the handle, the reason, and the rejection code when the broker
-/// refused this one record ([`super::events::rejection_code`]).
-type Failed = (Delivery, String, Option<&'static str>);
-
-/// What [`Written::take`] returns: the acked handles, and the failed ones.
-type Reports = (Vec<Delivery>, Vec<Failed>);
-
-impl Written {
-    pub fn acked(&self, d: Delivery) {
-        self.acked.lock().unwrap_or_else(|p| p.into_inner()).push(d);
-        self.arrived.notify_one();
-    }
-
-    pub fn failed(&self, d: Delivery, reason: String, code: Option<&'static str>) {
-        self.failed.lock().unwrap_or_else(|p| p.into_inner()).push((d, reason, code));
-        self.arrived.notify_one();
-    }
-
-    /// Wait, without blocking the runtime (whose thread serves the reports), until `n` reports
-    /// arrived or `limit` passed.
-    async fn wait_for(&self, n: usize, limit: Duration) {
-        let deadline = tokio::time::Instant::now() + limit;
-        while self.count() < n {
-            if tokio::time::timeout_at(deadline, self.arrived.notified()).await.is_err() {
-                return;
-            }
-        }
-    }
-
-    fn count(&self) -> usize {
-        self.acked.lock().unwrap_or_else(|p| p.into_inner()).len()
-            + self.failed.lock().unwrap_or_else(|p| p.into_inner()).len()
-    }
-
-    /// Take everything reported so far: (acked, failed).
-    fn take(&self) -> Reports {
-        (
-            std::mem::take(&mut *self.acked.lock().unwrap_or_else(|p| p.into_inner())),
-            std::mem::take(&mut *self.failed.lock().unwrap_or_else(|p| p.into_inner())),
-        )
-    }
-
-    /// Forget every handle of an aborted transaction (the next session resends them). Records
-    /// the broker refused for good are returned, to be condemned ([`Txns::condemned`]).
-    fn disarm_all(&self) -> Vec<(Delivery, String, &'static str)> {
-        let (acked, failed) = self.take();
-        acked.into_iter().for_each(|d| d.disarm());
-        let mut refused = Vec::new();
-        for (d, reason, code) in failed {
-            match code {
-                Some(code) => refused.push((d, reason, code)),
-                None => d.disarm(),
-            }
-        }
-        refused
-    }
-}
-
-/// The position record's value.
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-struct StoredPosition {
-    /// Transactions whose commit record starts before this were delivered whole.
-    lsn_commit: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    xid: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    lsn_proc: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    events_at_proc: Option<u64>,
-    /// The timeline the LSNs are on; absent in positions of an outboxd before it was stored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    timeline: Option<u32>,
-    /// Where that timeline began (its switch point; `0/0` for timeline 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    timeline_began: Option<String>,
-}
-
-impl StoredPosition {
-    fn of(o: &DebeziumOffset, stamp: Option<Stamp>) -> StoredPosition {
-        StoredPosition {
-            lsn_commit: o.lsn_commit.to_string(),
-            xid: o.partial.map(|p| p.xid),
-            lsn_proc: o.partial.map(|p| p.lsn_proc.to_string()),
-            events_at_proc: o.partial.map(|p| p.events_at_proc),
-            timeline: stamp.map(|s| s.timeline),
-            timeline_began: stamp.and_then(|s| s.begins).map(|l| l.to_string()),
-        }
-    }
-
-    fn stored(&self) -> Option<Stored> {
-        let lsn_commit = self.lsn_commit.parse::<Lsn>().ok()?;
-        let partial = match (self.xid, self.lsn_proc.as_deref(), self.events_at_proc) {
-            (Some(xid), Some(p), Some(n)) => Some(Partial { xid, lsn_proc: p.parse().ok()?, events_at_proc: n }),
-            _ => None,
-        };
-        let begins = match self.timeline_began.as_deref() {
-            Some(l) => Some(l.parse::<Lsn>().ok()?),
-            None => None,
-        };
-        let stamp = self.timeline.map(|timeline| Stamp { timeline, begins });
-        Some(Stored { offset: DebeziumOffset { lsn_commit, partial }, stamp })
-    }
-}
-
-/// What one blocking transaction call's error means.
-#[derive(Debug, PartialEq, Eq)]
-enum Verdict {
-    Retry,
-    Abort,
-    Fatal,
-}
-
-/// The one place that decides what a transaction error means.
-fn classify(e: &KafkaError) -> Verdict {
-    match e {
-        KafkaError::Transaction(t) if t.is_fatal() => Verdict::Fatal,
-        KafkaError::Transaction(t) if t.txn_requires_abort() => Verdict::Abort,
-        KafkaError::Transaction(t) if t.is_retriable() => Verdict::Retry,
-        // The flush before a commit timed out: the records are not all written; abort them.
-        KafkaError::Flush(_) => Verdict::Abort,
-        _ => match e.rdkafka_error_code() {
-            Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch) => Verdict::Fatal,
-            _ => Verdict::Abort,
-        },
-    }
-}
-
-/// A Kafka commit under way: the background task, and what it commits.
-struct Committing {
-    task: tokio::task::JoinHandle<Result<(), KafkaError>>,
-    position: DebeziumOffset,
-    /// Records in the transaction, the position record included.
-    records: usize,
-    started: Instant,
-}
 
 /// The transactional state of the Kafka sink.
 pub struct Txns {
     pub cfg: TxnConfig,
     pub written: Arc<Written>,
-    /// init_transactions done on this producer, and the position read.
-    ready: bool,
-    /// The producer is in a fatal state (fenced): the next session rebuilds it.
-    pub fatal: bool,
-    /// A Kafka transaction is open (begin_transaction called).
-    open: bool,
-    /// When the open transaction got its first record (or, for a transaction opened after a
-    /// commit, when the sink began holding the first record meant for it).
-    opened_at: Option<Instant>,
-    /// When the sink began holding records during the running commit: the next transaction's
-    /// interval counts from there, so a record that waited for a commit does not wait a whole
-    /// interval more.
-    held_since: Option<Instant>,
+    /// The producer's transaction: unprepared, idle, open, committing, or failed for good; it
+    /// changes only through [`Machine`]'s transitions.
+    state: Machine,
     /// The session reads no more (shutdown): commit at the last whole change.
     finishing: bool,
-    /// Records produced in the open transaction, and their bytes.
-    sent: usize,
-    bytes: usize,
     /// Limits past which a PostgreSQL transaction commits inside itself.
     max_records: usize,
     max_bytes: usize,
@@ -247,8 +98,6 @@ pub struct Txns {
     committed: Option<Stored>,
     /// The history this session's positions are written on.
     stamp: Option<Stamp>,
-    /// The commit running in the background, if one is.
-    committing: Option<Committing>,
     /// Records the broker refused for good inside an aborted transaction, by their place in the
     /// stream: the next time they come, they go to the bad-event policy ([`Txns::forget`]).
     condemned: Condemned,
@@ -262,14 +111,8 @@ impl Txns {
         Txns {
             cfg,
             written: Arc::new(Written::default()),
-            ready: false,
-            fatal: false,
-            open: false,
-            opened_at: None,
-            held_since: None,
+            state: Machine::default(),
             finishing: false,
-            sent: 0,
-            bytes: 0,
             max_records: (max_in_flight / 2).max(1),
             max_bytes: (max_in_flight_bytes / 2).max(1),
             in_pg: None,
@@ -277,7 +120,6 @@ impl Txns {
             whole: None,
             committed: None,
             stamp: None,
-            committing: None,
             condemned: Default::default(),
             dummy,
         }
@@ -325,15 +167,13 @@ impl Txns {
 
     /// A record went into the open transaction.
     pub fn produced(&mut self, bytes: usize) {
-        self.sent += 1;
-        self.bytes += bytes;
-        self.opened_at.get_or_insert_with(Instant::now);
+        self.state.produced(bytes);
     }
 
     /// The sink holds a record until the running commit ends (the first such record starts the
     /// next transaction's interval).
     pub fn holding(&mut self) {
-        self.held_since.get_or_insert_with(Instant::now);
+        self.state.holding();
     }
 
     /// The session reads no more: what is open commits now, at the last whole change when inside
@@ -342,7 +182,7 @@ impl Txns {
         self.finishing = true;
         if let Some((final_lsn, xid)) = self.in_pg {
             tracing::info!(
-                open_records = self.sent,
+                open_records = self.state.open().map_or(0, |b| b.sent),
                 %final_lsn,
                 xid,
                 "shutdown inside a PostgreSQL transaction: what was read of it commits at its last whole change"
@@ -352,13 +192,13 @@ impl Txns {
 
     /// When the open transaction should commit.
     pub fn due(&self) -> Option<tokio::time::Instant> {
-        let opened = self.opened_at?;
-        if !self.open || self.sent == 0 {
+        let Batch { since: Some(opened), sent, bytes } = self.state.open()? else { return None };
+        if sent == 0 {
             return None;
         }
         // Past half an in-flight budget: now, or the budget stops the reading before the timer.
         // Finishing (shutdown): now, as nothing more will come.
-        let full = self.sent >= self.max_records || self.bytes >= self.max_bytes || self.finishing;
+        let full = sent >= self.max_records || bytes >= self.max_bytes || self.finishing;
         match self.in_pg {
             None if full => Some(tokio::time::Instant::now()),
             None => Some(tokio::time::Instant::from_std(opened + self.cfg.interval)),
@@ -389,9 +229,16 @@ impl Txns {
         kafka: &KafkaConfig,
         lineage: &Lineage,
     ) -> Result<Option<DebeziumOffset>, Error> {
-        if !self.ready {
+        if self.state.is_fatal() {
+            // The sink builds a new producer (and a new `Txns`) before preparing again.
+            return Err(Transient::TxnAborted { reason: "the Kafka producer failed for good".into() }.into());
+        }
+        if self.state.is_committing() {
+            return Err(Definite::Bug("an exactly-once session prepared while a commit runs".into()).into());
+        }
+        if !self.state.is_ready() {
             ensure_position_topic(admin, &self.cfg.position_topic, kafka).await?;
-            super::partitions_ready(producer.clone(), self.cfg.position_topic.clone()).await;
+            super::topics::partitions_ready(producer.clone(), self.cfg.position_topic.clone()).await;
             let p = producer.clone();
             let r = blocking(move || retrying(|| p.init_transactions(CALL_TIMEOUT))).await;
             if let Err(e) = r {
@@ -415,11 +262,10 @@ impl Txns {
                 .map_err(|e| Definite::Sink(format!("the position reader task failed: {e}")))??;
             tracing::info!(position = ?stored, topic = %self.cfg.position_topic, key = %self.cfg.key(), "exactly-once: committed position read");
             self.committed = stored;
-            self.ready = true;
+            self.state.prepared();
         }
         self.in_pg = None;
         self.last_change = None;
-        self.held_since = None;
         self.finishing = false;
         // Every session: the server may be another one now (a failover), on another history.
         let holds = self.committed.as_ref().and_then(|s| lineage.admit(s));
@@ -433,16 +279,21 @@ impl Txns {
         self.stamp = Some(stamp);
         // The session restarts from the slot, which is never past what was committed.
         self.whole = holds.clone();
-        if !self.open {
+        if self.state.open().is_none() {
             producer.begin_transaction().map_err(|e| self.failure(e))?;
-            self.open = true;
+            self.state.began(None);
         }
         Ok(holds)
     }
 
+    /// The producer failed for good (fenced): the sink builds a new one before the next session.
+    pub fn is_fatal(&self) -> bool {
+        self.state.is_fatal()
+    }
+
     /// A commit runs in the background ([`Txns::commit`]); [`Txns::settle`] finishes it.
     pub fn committing(&self) -> bool {
-        self.committing.is_some()
+        self.state.is_committing()
     }
 
     /// Start committing the open transaction if it is due: its position record goes in, and a
@@ -453,7 +304,7 @@ impl Txns {
         producer: &Arc<BaseProducer<DeliveryContext>>,
         metrics: &TxnMetrics,
     ) -> Result<(), SinkError> {
-        if self.committing.is_some() || self.due().is_none_or(|at| at > tokio::time::Instant::now()) {
+        if self.state.is_committing() || self.due().is_none_or(|at| at > tokio::time::Instant::now()) {
             return Ok(());
         }
         let Some(position) = self.position() else {
@@ -474,7 +325,7 @@ impl Txns {
             back.delivery_opaque.disarm();
             return Err(self.abort(producer, format!("the position record was refused: {e}"), metrics).await);
         }
-        let records = self.sent + 1;
+        let records = self.state.open().map_or(0, |b| b.sent) + 1;
         let (p, written) = (producer.clone(), self.written.clone());
         let task = tokio::spawn(async move {
             // Every record's report first, served by the runtime's own pump: the commit's flush
@@ -488,12 +339,8 @@ impl Txns {
             }
             r
         });
-        self.committing = Some(Committing { task, position, records, started: Instant::now() });
         // The next transaction begins when this one committed ([`Txns::settle`]).
-        self.open = false;
-        self.sent = 0;
-        self.bytes = 0;
-        self.opened_at = None;
+        self.state.commit_started(Committing { task, position, records, started: Instant::now() });
         Ok(())
     }
 
@@ -505,15 +352,15 @@ impl Txns {
         producer: &Arc<BaseProducer<DeliveryContext>>,
         metrics: &TxnMetrics,
     ) -> Result<(), SinkError> {
-        let Some(c) = self.committing.as_mut() else { return Ok(()) };
-        let r = match (&mut c.task).await {
+        let Some(task) = self.state.commit_task() else { return Ok(()) };
+        let r = match task.await {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(error = %e, "the Kafka commit task failed");
                 Err(KafkaError::Canceled)
             }
         };
-        let Some(Committing { position, records, started, .. }) = self.committing.take() else {
+        let Some((Committing { position, records, started, .. }, held_since)) = self.state.commit_ended() else {
             return Ok(());
         };
         match r {
@@ -523,8 +370,7 @@ impl Txns {
                 acked.into_iter().for_each(|d| d.ack());
                 self.committed = Some(Stored { offset: position, stamp: self.stamp });
                 producer.begin_transaction().map_err(|e| SinkError::Transient(self.transient(e)))?;
-                self.open = true;
-                self.opened_at = self.held_since.take();
+                self.state.began(held_since);
                 if failed.is_empty() {
                     return Ok(());
                 }
@@ -552,8 +398,7 @@ impl Txns {
                     }
                     _ => {
                         // Still open in librdkafka's eyes: abort it.
-                        self.open = true;
-                        self.sent = records;
+                        self.state.still_open(records);
                         self.abort(producer, format!("commit failed: {reason}"), metrics).await
                     }
                 })
@@ -569,19 +414,18 @@ impl Txns {
         reason: String,
         metrics: &TxnMetrics,
     ) -> SinkError {
-        if self.committing.is_some() {
+        if self.state.is_committing() {
             // A commit under way ends first; its records are acked if it succeeds.
             if let Err(e) = Box::pin(self.settle(producer, metrics)).await {
                 return e;
             }
         }
-        if self.fatal || !self.open {
+        let Some(Batch { sent: had, .. }) = self.state.open() else {
             if let Some(d) = self.forget() {
                 return SinkError::Fatal(d);
             }
             return SinkError::Transient(Transient::TxnAborted { reason });
-        }
-        let had = self.sent;
+        };
         let p = producer.clone();
         let r = blocking(move || {
             // Let records already on their way land first: aborting while librdkafka is still
@@ -595,11 +439,7 @@ impl Txns {
         })
         .await;
         let copy_refused = self.forget();
-        self.open = false;
-        self.sent = 0;
-        self.bytes = 0;
-        self.opened_at = None;
-        self.held_since = None;
+        self.state.aborted();
         if had > 0 {
             metrics.aborted();
             tracing::warn!(records = had, %reason, "Kafka transaction aborted; the next session resumes from the committed position");
@@ -614,7 +454,7 @@ impl Txns {
                 // the transactional id back at the next session, which aborts whatever the old
                 // one left open.
                 tracing::warn!(error = %e, "the Kafka transaction could not be aborted; a new producer is built for the next session");
-                self.fatal = true;
+                self.state.failed();
                 SinkError::Transient(Transient::TxnAborted { reason })
             }
             Ok(()) => SinkError::Transient(Transient::TxnAborted { reason }),
@@ -677,10 +517,9 @@ impl Txns {
     /// The producer failed for good (`error`): logged once, marked for rebuilding, and the session
     /// ends as a standby when it was fenced, else aborts.
     fn gone_fatal(&mut self, error: &dyn std::fmt::Display, fenced: bool, reason: String) -> Transient {
-        if !self.fatal {
+        if !self.state.failed() {
             tracing::warn!(error = %error, transactional_id = %self.cfg.id(), "the Kafka producer is fenced or failed for good (another outboxd took over the transactional id?); nothing of its open transaction is committed, and a new producer is built when this process streams again");
         }
-        self.fatal = true;
         if fenced {
             Transient::Fenced { reason }
         } else {
@@ -707,164 +546,6 @@ impl Txns {
     }
 }
 
-fn is_fenced(code: Option<RDKafkaErrorCode>) -> bool {
-    matches!(
-        code,
-        Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch | RDKafkaErrorCode::Fenced)
-    )
-}
-
-/// Retry a transaction call while librdkafka says the same call may succeed.
-fn retrying(mut call: impl FnMut() -> Result<(), KafkaError>) -> Result<(), KafkaError> {
-    let mut tries = 0;
-    loop {
-        match call() {
-            Err(e) if classify(&e) == Verdict::Retry && tries < 5 => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(200 * tries));
-            }
-            other => return other,
-        }
-    }
-}
-
-/// A blocking librdkafka call, off the runtime's only thread.
-async fn blocking(f: impl FnOnce() -> Result<(), KafkaError> + Send + 'static) -> Result<(), KafkaError> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!(error = %e, "a Kafka transaction call's task failed");
-            Err(KafkaError::Canceled)
-        }
-    }
-}
-
-/// The position topic: compacted, one partition (a record per slot), the brokers' replication.
-/// Not allowed to create it: it may exist; the position read says if it does not.
-async fn ensure_position_topic(
-    admin: &AdminClient<DefaultClientContext>,
-    topic: &str,
-    kafka: &KafkaConfig,
-) -> Result<(), Error> {
-    let compact = [("cleanup.policy", "compact")];
-    match client::ensure_topic_with(admin, topic, 1, -1, &compact, client::Retry::Forever, &kafka.properties).await {
-        Ok(_) | Err(client::TopicError { refused: Some("topic_authorization_failed"), .. }) => Ok(()),
-        Err(e) => Err(e.error.into()),
-    }
-}
-
-/// The last committed position for our key, read with `read_committed` up to the end.
-fn read_position(kafka: &KafkaConfig, t: &TxnConfig) -> Result<Option<Stored>, Error> {
-    let cfg = client::consumer_config(
-        kafka,
-        "outboxd-position",
-        &[
-            ("group.id", format!("outboxd-position-{}", t.key())),
-            ("enable.auto.commit", "false".into()),
-            ("isolation.level", "read_committed".into()),
-            ("enable.partition.eof", "true".into()),
-        ],
-    );
-    let consumer: super::reader::BaseReader =
-        client::create(&cfg, super::reader::ReaderContext::new(kafka), "position reader", kafka)?;
-    let (topic, key) = (&t.position_topic, t.key());
-    let unreadable = |what: String| -> Error {
-        Transient::TxnAborted { reason: format!("cannot read the position topic {topic:?}: {what}") }.into()
-    };
-    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).map_err(|e| unreadable(e.to_string()))?;
-    let partitions = md.topics().iter().find(|m| m.name() == topic).map_or(0, |m| m.partitions().len()) as i32;
-    if partitions == 0 {
-        return Err(unreadable("it has no partitions (does it exist?)".into()));
-    }
-    let mut ends = Vec::new();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        let (_, high) =
-            consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).map_err(|e| unreadable(e.to_string()))?;
-        ends.push(high);
-        tpl.add_partition_offset(topic, p, Offset::Beginning).map_err(|e| unreadable(e.to_string()))?;
-    }
-    consumer.assign(&tpl).map_err(|e| unreadable(e.to_string()))?;
-    let mut latest: Option<Stored> = None;
-    let started = Instant::now();
-    loop {
-        let done = consumer.position().ok().is_some_and(|pos| {
-            (0..partitions).all(|p| {
-                let end = ends[p as usize];
-                end == 0
-                    || matches!(pos.find_partition(topic, p).map(|e| e.offset()), Some(Offset::Offset(o)) if o >= end)
-            })
-        });
-        if done {
-            return Ok(latest);
-        }
-        if started.elapsed() > POSITION_READ_TIMEOUT {
-            return Err(unreadable(format!(
-                "its end was not reached in {}s (an open transaction of another writer?)",
-                POSITION_READ_TIMEOUT.as_secs()
-            )));
-        }
-        match consumer.poll(Duration::from_millis(100)) {
-            // A tombstone: the operator removed the position (after a restore outboxd cannot
-            // recognise, see the guarantees chapter); nothing is skipped.
-            Some(Ok(m)) if m.key() == Some(key.as_bytes()) && m.payload().is_none() => latest = None,
-            Some(Ok(m)) if m.key() == Some(key.as_bytes()) => {
-                let parsed = m.payload().and_then(|v| serde_json::from_slice::<StoredPosition>(v).ok());
-                match parsed.and_then(|s| s.stored()) {
-                    Some(o) => latest = Some(o),
-                    None => {
-                        return Err(Definite::Sink(format!(
-                            "the position record for {:?} in {topic:?} at offset {} is not outboxd's; use another --position-topic",
-                            key,
-                            m.offset()
-                        ))
-                        .into())
-                    }
-                }
-            }
-            Some(Ok(_)) | None => {}
-            Some(Err(KafkaError::PartitionEOF(_))) => {}
-            Some(Err(e)) => tracing::warn!(error = %e, "reading the position topic"),
-        }
-    }
-}
-
-/// The exactly-once metrics.
-#[derive(Clone)]
-pub struct TxnMetrics {
-    committed: metrics::Counter,
-    aborted: metrics::Counter,
-    records: metrics::Histogram,
-    latency: metrics::Histogram,
-}
-
-impl Default for TxnMetrics {
-    fn default() -> Self {
-        TxnMetrics::new()
-    }
-}
-
-impl TxnMetrics {
-    pub fn new() -> TxnMetrics {
-        TxnMetrics {
-            committed: metrics::counter!("outboxd_kafka_transactions_total", "outcome" => "committed"),
-            aborted: metrics::counter!("outboxd_kafka_transactions_total", "outcome" => "aborted"),
-            records: metrics::histogram!("outboxd_kafka_transaction_records"),
-            latency: metrics::histogram!("outboxd_kafka_transaction_commit_seconds"),
-        }
-    }
-
-    fn committed(&self, records: usize, took: Duration) {
-        self.committed.increment(1);
-        self.records.record(records as f64);
-        self.latency.record(took.as_secs_f64());
-    }
-
-    fn aborted(&self) {
-        self.aborted.increment(1);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -877,7 +558,8 @@ mod tests {
             interval: Duration::from_millis(100),
         };
         let mut t = Txns::new(cfg, 10, 1 << 20);
-        t.open = true;
+        t.state.prepared();
+        t.state.began(None);
         t
     }
 
@@ -947,15 +629,19 @@ mod tests {
         );
     }
 
-    #[test]
-    fn records_held_during_a_commit_start_the_next_interval() {
+    #[tokio::test]
+    async fn records_held_during_a_commit_start_the_next_interval() {
         let mut t = txns();
-        t.holding();
-        let held = t.held_since.expect("held");
-        // The commit returns later; the next transaction's clock began at the first held record.
-        t.opened_at = t.held_since.take();
         t.produced(1);
-        assert_eq!(t.opened_at, Some(held), "produced() keeps the earlier start");
+        let (task, position) = (tokio::spawn(async { Ok(()) }), DebeziumOffset { lsn_commit: Lsn(1), partial: None });
+        t.state.commit_started(Committing { task, position, records: 2, started: Instant::now() });
+        t.holding();
+        let held = t.state.held_since().expect("held");
+        // The commit returns later; the next transaction's clock began at the first held record.
+        let (_, since) = t.state.commit_ended().expect("a commit ran");
+        t.state.began(since);
+        t.produced(1);
+        assert_eq!(t.state.open().and_then(|b| b.since), Some(held), "produced() keeps the earlier start");
         assert_eq!(t.due(), Some(tokio::time::Instant::from_std(held + t.cfg.interval)));
     }
 
@@ -963,37 +649,11 @@ mod tests {
     fn a_produce_refused_by_a_fenced_producer_stands_by_and_rebuilds_it() {
         let mut t = txns();
         let r = t.produce_refused(RDKafkaErrorCode::State, None);
-        assert!(matches!(r, Transient::TxnAborted { .. }) && !t.fatal, "{r:?}");
+        assert!(matches!(r, Transient::TxnAborted { .. }) && !t.is_fatal(), "{r:?}");
         let r = t.produce_refused(RDKafkaErrorCode::Fatal, Some(RDKafkaErrorCode::Fenced));
-        assert!(matches!(r, Transient::Fenced { .. }) && t.fatal, "{r:?}");
+        assert!(matches!(r, Transient::Fenced { .. }) && t.is_fatal(), "{r:?}");
         let mut t = txns();
         let r = t.produce_refused(RDKafkaErrorCode::Fatal, Some(RDKafkaErrorCode::OutOfOrderSequenceNumber));
-        assert!(matches!(r, Transient::TxnAborted { .. }) && t.fatal, "{r:?}");
-    }
-
-    #[test]
-    fn the_stored_position_round_trips_with_its_history_and_reads_an_unstamped_one() {
-        let stamp = Some(Stamp { timeline: 2, begins: Some(Lsn(0x3000028)) });
-        for o in [
-            DebeziumOffset { lsn_commit: Lsn(0x1_0000_0010), partial: None },
-            DebeziumOffset {
-                lsn_commit: Lsn(5),
-                partial: Some(Partial { xid: 3, lsn_proc: Lsn(4), events_at_proc: 2 }),
-            },
-        ] {
-            let json = serde_json::to_vec(&StoredPosition::of(&o, stamp)).unwrap();
-            let back: StoredPosition = serde_json::from_slice(&json).unwrap();
-            assert_eq!(back.stored(), Some(Stored { offset: o, stamp }));
-        }
-        // Written by an outboxd that did not stamp positions: read, without a stamp.
-        let old: StoredPosition = serde_json::from_str(r#"{"lsn_commit":"0/16B3F40"}"#).unwrap();
-        let want = DebeziumOffset { lsn_commit: Lsn(0x16B3F40), partial: None };
-        assert_eq!(old.stored(), Some(Stored { offset: want, stamp: None }));
-        let json = String::from_utf8(
-            serde_json::to_vec(&StoredPosition::of(&DebeziumOffset { lsn_commit: Lsn(1), partial: None }, stamp))
-                .unwrap(),
-        )
-        .unwrap();
-        assert_eq!(json, r#"{"lsn_commit":"0/1","timeline":2,"timeline_began":"0/3000028"}"#);
+        assert!(matches!(r, Transient::TxnAborted { .. }) && t.is_fatal(), "{r:?}");
     }
 }
