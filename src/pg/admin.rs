@@ -18,6 +18,8 @@ use crate::config::{Config, PgTarget, PublicationAutocreate, SslMode, TableName}
 use crate::error::{Definite, Error, Transient};
 use crate::lsn::Lsn;
 use crate::pg::hosts::{self, Attempt};
+use crate::pg::ident::{quote_ident, quote_table};
+use crate::pg::sqlstate::query_error as db;
 use crate::pg::tls;
 use crate::router::{HeadersField, MissingPolicy};
 
@@ -298,29 +300,6 @@ pub async fn terminate_own_walsender(client: &Client, slot: &str, own: &Walsende
     Ok(rows.first().is_some_and(|r| r.get::<_, bool>(0)))
 }
 
-/// What a connection through a transaction-mode pooler is told: outboxd needs its connection to
-/// stay one server session (named prepared statements, and `outboxd poll`'s session locks).
-pub const POOLER_HINT: &str = "the connection goes through a transaction-mode pooler (PgBouncer \
-     pool_mode=transaction, Supabase's pooler port 6543), which hands statements to any server session; \
-     point --postgres-url at PostgreSQL itself or at a session-mode pool";
-
-/// A failed query: transient or definite by SQLSTATE class ([`crate::error::sqlstate_is_transient`]).
-/// 26000 (a prepared statement this connection made is gone) can only mean a pooler moved the
-/// connection to another server session: definite, with [`POOLER_HINT`].
-pub(crate) fn db(what: &str, e: tokio_postgres::Error) -> Error {
-    let msg = e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_else(|| e.to_string());
-    match e.code() {
-        None => Transient::PgServer { code: "08006".into(), message: format!("{what}: {msg}") }.into(),
-        Some(c) if *c == SqlState::INVALID_SQL_STATEMENT_NAME => {
-            Definite::Setup(format!("{what}: {msg}: {POOLER_HINT}")).into()
-        }
-        Some(c) if crate::error::sqlstate_is_transient(c.code()) => {
-            Transient::PgServer { code: c.code().to_owned(), message: format!("{what}: {msg}") }.into()
-        }
-        Some(_) => Definite::Setup(format!("{what}: {msg}")).into(),
-    }
-}
-
 /// The oldest PostgreSQL major version outboxd runs on.
 pub const MIN_SERVER_MAJOR: u32 = 13;
 /// The first major version whose pgoutput takes the `messages` option, so heartbeats
@@ -485,14 +464,6 @@ pub async fn check_empty(client: &Client, cfg: &Config) -> Result<(), Error> {
         }
     }
     Ok(())
-}
-
-pub(crate) fn quote_ident(s: &str) -> String {
-    format!("\"{}\"", s.replace('"', "\"\""))
-}
-
-pub(crate) fn quote_table(t: &TableName) -> String {
-    format!("{}.{}", quote_ident(&t.schema), quote_ident(&t.name))
 }
 
 /// The publication exists (created per `--publication-autocreate`) and publishes every table's inserts.

@@ -365,7 +365,7 @@ impl ReplicationConn {
     /// `ALTER_REPLICATION_SLOT "slot" (FAILOVER true)` (PostgreSQL 17+): a replication command
     /// with no SQL function equivalent.
     pub async fn enable_failover(&mut self, slot: &str) -> Result<(), Error> {
-        let sql = format!("ALTER_REPLICATION_SLOT \"{}\" (FAILOVER true)", slot.replace('"', "\"\""));
+        let sql = format!("ALTER_REPLICATION_SLOT {} (FAILOVER true)", super::ident::quote_ident(slot));
         let failed = |e: ServerError| -> Error {
             if crate::error::sqlstate_is_transient(&e.code) {
                 return Transient::PgServer { code: e.code, message: e.message }.into();
@@ -423,11 +423,13 @@ impl ReplicationConn {
         messages: bool,
         receiver_timeout: Duration,
     ) -> Result<ReplicationStream, Error> {
-        let pubs = publication.replace('"', "\"\"").replace('\'', "''");
+        // The publication list is a string literal holding quoted identifiers.
+        let pubs = super::ident::quote_ident(publication).replace('\'', "''");
+        let slot = super::ident::quote_ident(slot);
         // `messages` (PostgreSQL 14+) lets our heartbeat messages through.
         let messages = if messages { ", messages 'true'" } else { "" };
         let sql = format!(
-            "START_REPLICATION SLOT \"{slot}\" LOGICAL {start} (proto_version '1', publication_names '\"{pubs}\"'{messages})"
+            "START_REPLICATION SLOT {slot} LOGICAL {start} (proto_version '1', publication_names '{pubs}'{messages})"
         );
         frontend::query(&sql, &mut self.wbuf).map_err(|e| self.io(e))?;
         self.flush().await?;
