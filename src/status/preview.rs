@@ -17,7 +17,8 @@ use tokio_postgres::Client;
 
 use crate::config::{Config, TableName};
 use crate::error::Error;
-use crate::pg::admin::{self, quote_ident, quote_table};
+use crate::pg::admin;
+use crate::pg::ident::{quote_ident, quote_table};
 
 /// Rows read per table.
 pub const SAMPLE_ROWS: i64 = 200;

@@ -133,20 +133,16 @@ async fn check_tables<W: Write>(a: &SchemaCheckArgs, report: &mut Report<'_, W>)
     let tables = a.tables.iter().map(|t| crate::config::parse_table(t)).collect::<Result<Vec<_>, _>>()?;
     let client = crate::pg::admin::connect_target(&target).await?;
     let target = &target;
-    // The server's own message ("column \"kind\" does not exist"), not the driver's "db error".
-    let q = |what: String| {
-        move |e: tokio_postgres::Error| {
-            let msg = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned());
-            Definite::Setup(format!("{what} at {target}: {msg}"))
-        }
-    };
+    // The server's own message ("column \"kind\" does not exist"), not the driver's "db error";
+    // transient or definite by SQLSTATE.
+    let q = |what: String| move |e| crate::pg::sqlstate::query_error(&format!("{what} at {target}"), e);
     client
         .batch_execute(&format!("SET statement_timeout = {TABLE_TIMEOUT_MS}"))
         .await
         .map_err(q("setting statement_timeout".into()))?;
-    let col = crate::pg::admin::quote_ident;
+    let col = crate::pg::ident::quote_ident;
     for t in &tables {
-        let table = crate::pg::admin::quote_table(t);
+        let table = crate::pg::ident::quote_table(t);
         let (id, ty, payload) =
             (col(&a.table_field_event_id), col(&a.table_field_event_type), col(&a.table_field_event_payload));
         // The payload's type decides how its text becomes bytes (bytea is hex), as in the router.

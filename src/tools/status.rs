@@ -80,7 +80,8 @@ pub async fn run(args: &StatusArgs) -> Result<u8, Error> {
 
 async fn collect(target: &PgTarget, slot: &str, publication: &str) -> Result<Report, Error> {
     let client = crate::pg::admin::connect_target(target).await?;
-    let q = |what: &'static str| move |e: tokio_postgres::Error| Definite::Setup(format!("{what} at {target}: {e}"));
+    // By SQLSTATE: a server shutting down or a dropped link is transient, not a setup error.
+    let q = |what: &'static str| move |e| crate::pg::sqlstate::query_error(&format!("{what} at {target}"), e);
 
     let row = client
         .query_one(

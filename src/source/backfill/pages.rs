@@ -22,8 +22,10 @@ use tokio_postgres::Client;
 
 use super::range::Range;
 use crate::config::{Config, TableName};
-use crate::error::{Definite, Error, Transient};
+use crate::error::{Definite, Error};
+use crate::pg::ident::quote_ident;
 use crate::pg::pgoutput::{Column, Relation, TupleData, TupleValue};
+use crate::pg::sqlstate::query_error as db;
 use crate::router::render::{INT4, INT8, TIMESTAMP, TIMESTAMPTZ};
 
 /// One outbox table, described once, with its page query.
@@ -43,21 +45,6 @@ pub struct Pages {
     /// The last key read, as text; `None` before the first page.
     last: Option<Vec<String>>,
     done: bool,
-}
-
-fn db(what: &str, e: tokio_postgres::Error) -> Error {
-    let msg = e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_else(|| e.to_string());
-    match e.code() {
-        Some(c) if !crate::error::sqlstate_is_transient(c.code()) => Definite::Setup(format!("{what}: {msg}")).into(),
-        c => {
-            Transient::PgServer { code: c.map_or("08006", |c| c.code()).to_owned(), message: format!("{what}: {msg}") }
-                .into()
-        }
-    }
-}
-
-fn quote_ident(s: &str) -> String {
-    format!("\"{}\"", s.replace('"', "\"\""))
 }
 
 /// Pin the session to the text forms pgoutput uses.

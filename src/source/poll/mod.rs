@@ -277,7 +277,7 @@ fn moved(before: i32, after: i32) -> Error {
 fn pooled(what: String) -> Error {
     Definite::Setup(format!(
         "outboxd poll: {what}, so its session locks would not keep aggregates to one poller: {}",
-        admin::POOLER_HINT
+        crate::pg::sqlstate::POOLER_HINT
     ))
     .into()
 }

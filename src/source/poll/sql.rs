@@ -10,21 +10,15 @@ use tokio_postgres::{Client, Row, Statement};
 
 use crate::config::{Config, TableName};
 use crate::error::{Definite, Error};
-use crate::pg::admin::{db, timed};
+use crate::pg::admin::timed;
 use crate::pg::pgoutput::{Column, Relation, TupleData, TupleValue};
+use crate::pg::sqlstate::query_error as db;
 use crate::router::Route;
 
 /// Rows `--retention` deletes per statement: short transactions, little lock time.
 pub const RETENTION_CHUNK: i64 = 1000;
 
-/// `"name"` with embedded quotes doubled.
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-fn quote_table(t: &TableName) -> String {
-    format!("{}.{}", quote_ident(&t.schema), quote_ident(&t.name))
-}
+pub use crate::pg::ident::{quote_ident, quote_table};
 
 /// The prepared statements of one poller connection.
 pub struct Queries {
@@ -238,15 +232,4 @@ pub async fn execute(
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<u64, Error> {
     timed(what, client.execute(stmt, params)).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn identifiers_are_quoted() {
-        assert_eq!(quote_ident("published_at"), "\"published_at\"");
-        assert_eq!(quote_ident("we\"ird"), "\"we\"\"ird\"");
-    }
 }

@@ -9,7 +9,8 @@ use tokio_postgres::Client;
 use super::Checks;
 use crate::config::{Config, PublicationAutocreate, TableName};
 use crate::error::Error;
-use crate::pg::admin::{self, quote_ident, quote_table, ServerVersion};
+use crate::pg::admin::{self, ServerVersion};
+use crate::pg::ident::{quote_ident, quote_table};
 
 /// At most this many distinct routed values per table are turned into topics to check.
 const ROUTED_SAMPLE: i64 = 20;

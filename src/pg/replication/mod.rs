@@ -24,16 +24,14 @@ use tokio::time::Instant;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use fallible_iterator::FallibleIterator;
-use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256, SCRAM_SHA_256_PLUS};
 use postgres_protocol::message::{backend, frontend};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::config::postgres::{ChannelBindingMode, SessionAttrs};
-use crate::config::{PgHost, PgTarget, SslMode};
 use crate::error::{Definite, Error, Transient};
 use crate::lsn::Lsn;
-use crate::pg::hosts::{self, Attempt};
-use crate::pg::tls::{self, Negotiated};
+
+mod commands;
+mod login;
 
 trait Socket: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Socket for T {}
@@ -81,337 +79,9 @@ pub fn pg_now_us() -> i64 {
 }
 
 impl ReplicationConn {
-    /// Connect with `replication=database` and authenticate (trust, password, md5, SCRAM-SHA-256
-    /// with or without channel binding, client certificates), over TLS as `sslmode` says. Hosts
-    /// and their addresses are tried in order, each within its own `connect_timeout`
-    /// ([`hosts`]); the first that logs us in and is a primary wins. A server in recovery (or,
-    /// with `target_session_attrs=read-write`, one whose transactions are read-only) is skipped:
-    /// the slot is only ever used on the primary.
-    pub async fn connect(t: &PgTarget) -> Result<ReplicationConn, Error> {
-        hosts::each_until_ok(t, |a| async move {
-            let mut c = Self::connect_one(t, &a).await?;
-            c.require_primary(t).await?;
-            Ok(c)
-        })
-        .await
-    }
-
     /// The walsender's PID, from BackendKeyData.
     pub fn backend_pid(&self) -> Option<i32> {
         self.backend_pid
-    }
-
-    /// One address of one host; the host name is still what TLS verifies.
-    async fn connect_one(t: &PgTarget, a: &Attempt) -> Result<ReplicationConn, Error> {
-        let (h, addr) = match (&a.host, a.addr) {
-            (PgHost::Tcp(h), Some(addr)) => (h.as_str(), addr),
-            (PgHost::Unix(dir), _) => {
-                let path = dir.join(format!(".s.PGSQL.{}", a.port));
-                let s = tokio::net::UnixStream::connect(&path)
-                    .await
-                    .map_err(|source| Transient::PgIo { target: path.display().to_string(), source })?;
-                return Self::login(t, a, Box::new(s), None).await;
-            }
-            (PgHost::Tcp(_), None) => {
-                return Err(Definite::Bug(format!("{}: no address to connect to", a.shown())).into())
-            }
-        };
-        match t.tls.mode {
-            SslMode::Disable => Self::login(t, a, Box::new(tcp_connect(t, a, addr).await?), None).await,
-            // libpq's allow: plaintext first, TLS if the server refuses that login.
-            SslMode::Allow => match Self::login(t, a, Box::new(tcp_connect(t, a, addr).await?), None).await {
-                Err(Error::Definite(e)) => {
-                    tracing::info!(error = %e, "plaintext login refused; retrying over TLS (sslmode=allow)");
-                    Self::login_tls(t, a, h, addr).await
-                }
-                other => other,
-            },
-            _ => Self::login_tls(t, a, h, addr).await,
-        }
-    }
-
-    async fn login_tls(t: &PgTarget, a: &Attempt, h: &str, addr: std::net::IpAddr) -> Result<ReplicationConn, Error> {
-        let tcp = tcp_connect(t, a, addr).await?;
-        match tls::negotiate(tcp, h, a.port, &t.tls).await {
-            Ok(Negotiated::Tls(s)) => {
-                let cb = tls::server_end_point(s.ssl());
-                Self::login(t, a, s, cb).await
-            }
-            Ok(Negotiated::Plain(s)) => Self::login(t, a, Box::new(s), None).await,
-            // libpq's prefer: a failed handshake falls back to plaintext on a new socket.
-            Err(e) if e.is_transient() && t.tls.mode == SslMode::Prefer => {
-                tracing::info!(error = %e, "TLS handshake failed; retrying in plaintext (sslmode=prefer)");
-                Self::login(t, a, Box::new(tcp_connect(t, a, addr).await?), None).await
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    async fn login(
-        t: &PgTarget,
-        a: &Attempt,
-        sock: Box<dyn Socket>,
-        cb: Option<Vec<u8>>,
-    ) -> Result<ReplicationConn, Error> {
-        let target = t.to_string();
-        let mut conn = ReplicationConn {
-            sock,
-            rbuf: BytesMut::with_capacity(64 * 1024),
-            wbuf: BytesMut::new(),
-            target: target.clone(),
-            backend_pid: None,
-            last_rx: Instant::now(),
-        };
-        let mut params = vec![
-            ("user", t.user.as_str()),
-            ("database", t.dbname.as_str()),
-            ("replication", "database"),
-            ("application_name", t.application_name.as_str()),
-            // pgoutput prints timestamptz in the walsender's settings; pin them for the router.
-            ("DateStyle", "ISO"),
-            ("TimeZone", "UTC"),
-        ];
-        if let Some(o) = &t.options {
-            params.push(("options", o.as_str()));
-        }
-        frontend::startup_message(params.iter().copied(), &mut conn.wbuf)
-            .map_err(|source| Transient::PgIo { target: target.clone(), source })?;
-        conn.flush().await?;
-        conn.authenticate(t, a.password(t), cb).await?;
-        Ok(conn)
-    }
-
-    async fn authenticate(&mut self, t: &PgTarget, password: Option<&str>, cb: Option<Vec<u8>>) -> Result<(), Error> {
-        let need_password = || {
-            Definite::Setup(format!(
-                "PostgreSQL at {t} asks for a password, but none was given: put it in --postgres-url, \
-                 --postgres-password-file, PGPASSWORD or ~/.pgpass"
-            ))
-        };
-        let require_cb = t.channel_binding == ChannelBindingMode::Require;
-        let no_cb = || {
-            Definite::Config(format!(
-                "PostgreSQL at {t} logged us in without SCRAM channel binding, but channel_binding=require: \
-                 use scram-sha-256 in pg_hba.conf over TLS, or channel_binding=prefer"
-            ))
-        };
-        let mut scram: Option<ScramSha256> = None;
-        let mut bound = false;
-        // The server proved it knows the password (SCRAM server signature verified). Once a SCRAM
-        // exchange started, AuthenticationOk counts only after that: otherwise anyone in the path
-        // could answer "OK" and serve forged WAL (libpq and tokio-postgres refuse it too).
-        let mut scram_verified = false;
-        loop {
-            match self.read_message().await? {
-                backend::Message::AuthenticationOk => {
-                    if scram.is_some() && !scram_verified {
-                        return Err(Definite::Setup(format!(
-                            "PostgreSQL at {t} said the login succeeded before completing SCRAM authentication \
-                             (no server signature): refusing the connection; check for something between outboxd \
-                             and the server"
-                        ))
-                        .into());
-                    }
-                    // A bound exchange got here only verified (just above).
-                    if require_cb && !bound {
-                        return Err(no_cb().into());
-                    }
-                }
-                backend::Message::AuthenticationCleartextPassword => {
-                    if require_cb {
-                        return Err(no_cb().into());
-                    }
-                    let pw = password.ok_or_else(need_password)?;
-                    frontend::password_message(pw.as_bytes(), &mut self.wbuf).map_err(|e| self.io(e))?;
-                    self.flush().await?;
-                }
-                backend::Message::AuthenticationMd5Password(body) => {
-                    if require_cb {
-                        return Err(no_cb().into());
-                    }
-                    let pw = password.ok_or_else(need_password)?;
-                    let hash = postgres_protocol::authentication::md5_hash(t.user.as_bytes(), pw.as_bytes(), body.salt());
-                    frontend::password_message(hash.as_bytes(), &mut self.wbuf).map_err(|e| self.io(e))?;
-                    self.flush().await?;
-                }
-                backend::Message::AuthenticationSasl(body) => {
-                    let pw = password.ok_or_else(need_password)?;
-                    let mut mechs = body.mechanisms();
-                    let (mut has_scram, mut has_plus) = (false, false);
-                    while let Some(m) = mechs.next().map_err(|e| self.io(e))? {
-                        has_scram |= m == SCRAM_SHA_256;
-                        has_plus |= m == SCRAM_SHA_256_PLUS;
-                    }
-                    let use_cb = t.channel_binding != ChannelBindingMode::Disable;
-                    let (mech, binding) = match (&cb, has_plus) {
-                        (Some(data), true) if use_cb => (SCRAM_SHA_256_PLUS, ChannelBinding::tls_server_end_point(data.clone())),
-                        _ if require_cb => {
-                            return Err(Definite::Config(format!(
-                                "channel_binding=require, but PostgreSQL at {t} offers no SCRAM-SHA-256-PLUS{}: \
-                                 it needs TLS and PostgreSQL 11+, or use channel_binding=prefer",
-                                if cb.is_none() { " (this connection is not TLS)" } else { "" }
-                            ))
-                            .into())
-                        }
-                        (Some(_), _) if use_cb && has_scram => (SCRAM_SHA_256, ChannelBinding::unrequested()),
-                        _ if has_scram => (SCRAM_SHA_256, ChannelBinding::unsupported()),
-                        _ => {
-                            return Err(Definite::Setup(format!(
-                                "PostgreSQL at {t} offers no SASL mechanism outboxd supports (SCRAM-SHA-256, SCRAM-SHA-256-PLUS)"
-                            ))
-                            .into())
-                        }
-                    };
-                    bound = mech == SCRAM_SHA_256_PLUS;
-                    let s = ScramSha256::new(pw.as_bytes(), binding);
-                    frontend::sasl_initial_response(mech, s.message(), &mut self.wbuf).map_err(|e| self.io(e))?;
-                    self.flush().await?;
-                    scram = Some(s);
-                }
-                backend::Message::AuthenticationSaslContinue(body) => {
-                    let s = scram.as_mut().ok_or_else(|| self.protocol("SASL continue before SASL start"))?;
-                    s.update(body.data()).map_err(|e| Definite::Setup(format!("SCRAM exchange with {t} failed: {e}")))?;
-                    frontend::sasl_response(s.message(), &mut self.wbuf).map_err(|e| self.io(e))?;
-                    self.flush().await?;
-                }
-                backend::Message::AuthenticationSaslFinal(body) => {
-                    let s = scram.as_mut().ok_or_else(|| self.protocol("SASL final before SASL start"))?;
-                    s.finish(body.data())
-                        .map_err(|e| Definite::Setup(format!("SCRAM server signature from {t} did not verify: {e}")))?;
-                    scram_verified = true;
-                }
-                backend::Message::ErrorResponse(body) => return Err(classify(t, server_error(&body))),
-                backend::Message::BackendKeyData(k) => self.backend_pid = Some(k.process_id()),
-                backend::Message::ParameterStatus(_) => {}
-                backend::Message::NoticeResponse(_) => {}
-                backend::Message::ReadyForQuery(_) => return Ok(()),
-                backend::Message::AuthenticationGss
-                | backend::Message::AuthenticationSspi
-                | backend::Message::AuthenticationKerberosV5
-                | backend::Message::AuthenticationScmCredential => {
-                    return Err(Definite::Setup(format!(
-                        "PostgreSQL at {t} wants an authentication method outboxd does not support; use trust, md5, scram-sha-256 or cert in pg_hba.conf"
-                    ))
-                    .into())
-                }
-                _ => return Err(self.protocol("unexpected message during startup").into()),
-            }
-        }
-    }
-
-    /// `IDENTIFY_SYSTEM`: the server's system identifier and current timeline, which together
-    /// name the WAL history an LSN belongs to (a promoted standby has a new timeline; a different
-    /// cluster behind the same address has another system identifier).
-    pub async fn identify_system(&mut self) -> Result<WalHistory, Error> {
-        self.identify().await.map(|(history, _)| history)
-    }
-
-    /// [`identify_system`](Self::identify_system), and the server's WAL position (`xlogpos`: on a
-    /// primary, the end of the flushed WAL).
-    pub async fn identify(&mut self) -> Result<(WalHistory, Lsn), Error> {
-        let rows = self.simple_query("IDENTIFY_SYSTEM", stream_error).await?;
-        let fields = rows.first().ok_or_else(|| self.protocol("IDENTIFY_SYSTEM returned no row"))?;
-        let system_id = fields.first().cloned().flatten().unwrap_or_default();
-        let timeline = fields.get(1).cloned().flatten().and_then(|t| t.parse::<u32>().ok());
-        let xlogpos = fields.get(2).cloned().flatten().and_then(|l| l.parse::<Lsn>().ok());
-        match (timeline, xlogpos) {
-            (Some(timeline), Some(xlogpos)) if !system_id.is_empty() => {
-                Ok((WalHistory { system_id, timeline }, xlogpos))
-            }
-            _ => Err(self.protocol("unreadable IDENTIFY_SYSTEM row").into()),
-        }
-    }
-
-    /// `TIMELINE_HISTORY tli`: the history file of timeline `tli` (2 or later; timeline 1 has
-    /// none) as text, for [`crate::pg::lineage`].
-    pub async fn timeline_history(&mut self, timeline: u32) -> Result<String, Error> {
-        let failed = |e: ServerError| -> Error {
-            if crate::error::sqlstate_is_transient(&e.code) {
-                return Transient::PgServer { code: e.code, message: e.message }.into();
-            }
-            Definite::Setup(format!("TIMELINE_HISTORY {timeline} failed: {} ({})", e.message, e.code)).into()
-        };
-        let rows = self.simple_query(&format!("TIMELINE_HISTORY {timeline}"), failed).await?;
-        let file = rows.first().and_then(|r| r.get(1)).cloned().flatten();
-        file.ok_or_else(|| self.protocol("TIMELINE_HISTORY returned no file").into())
-    }
-
-    /// Fail with a transient error unless this server is a primary (and, for
-    /// `target_session_attrs=read-write`, accepts writes). A walsender of `replication=database`
-    /// runs plain SQL too.
-    async fn require_primary(&mut self, t: &PgTarget) -> Result<(), Error> {
-        let rows = self
-            .simple_query("SELECT pg_is_in_recovery()::text, current_setting('transaction_read_only')", |e| {
-                Transient::PgServer { code: e.code, message: e.message }.into()
-            })
-            .await?;
-        let field = |i: usize| rows.first().and_then(|r| r.get(i)).cloned().flatten();
-        let in_recovery = field(0).as_deref() == Some("true");
-        let read_only = field(1).as_deref() == Some("on");
-        if in_recovery || (read_only && t.session_attrs == SessionAttrs::ReadWrite) {
-            return Err(Transient::PgServer {
-                code: "25006".into(),
-                message: format!(
-                    "{} is {}; the slot is used only on the primary",
-                    self.target,
-                    if in_recovery { "in recovery (a standby)" } else { "read-only (target_session_attrs=read-write)" }
-                ),
-            }
-            .into());
-        }
-        Ok(())
-    }
-
-    /// `ALTER_REPLICATION_SLOT "slot" (FAILOVER true)` (PostgreSQL 17+): a replication command
-    /// with no SQL function equivalent.
-    pub async fn enable_failover(&mut self, slot: &str) -> Result<(), Error> {
-        let sql = format!("ALTER_REPLICATION_SLOT \"{}\" (FAILOVER true)", slot.replace('"', "\"\""));
-        let failed = |e: ServerError| -> Error {
-            if crate::error::sqlstate_is_transient(&e.code) {
-                return Transient::PgServer { code: e.code, message: e.message }.into();
-            }
-            Definite::Setup(format!(
-                "--slot-failover: turning FAILOVER on for slot {slot:?} failed: {} ({}); the role needs REPLICATION \
-                 and the server PostgreSQL 17+",
-                e.message, e.code
-            ))
-            .into()
-        };
-        self.simple_query(&sql, failed).await.map(|_| ())
-    }
-
-    /// One simple-protocol command; its rows as text fields (NULL as `None`).
-    async fn simple_query(
-        &mut self,
-        sql: &str,
-        on_error: impl FnOnce(ServerError) -> Error,
-    ) -> Result<Vec<Vec<Option<String>>>, Error> {
-        frontend::query(sql, &mut self.wbuf).map_err(|e| self.io(e))?;
-        self.flush().await?;
-        let mut rows = Vec::new();
-        let mut failed = None;
-        loop {
-            match self.read_message().await? {
-                backend::Message::DataRow(row) => {
-                    let buf = row.buffer();
-                    let mut fields = Vec::new();
-                    let mut ranges = row.ranges();
-                    while let Some(r) = ranges.next().map_err(|e| self.io(e))? {
-                        fields.push(r.and_then(|r| buf.get(r)).map(|b| String::from_utf8_lossy(b).into_owned()));
-                    }
-                    rows.push(fields);
-                }
-                // Read on to ReadyForQuery so the connection stays usable after an error.
-                backend::Message::ErrorResponse(body) => failed = Some(server_error(&body)),
-                backend::Message::ReadyForQuery(_) => {
-                    return match failed {
-                        Some(e) => Err(on_error(e)),
-                        None => Ok(rows),
-                    }
-                }
-                _ => {}
-            }
-        }
     }
 
     /// `START_REPLICATION ... LOGICAL` with pgoutput protocol 1. Consumes `self` into a stream.
@@ -423,11 +93,13 @@ impl ReplicationConn {
         messages: bool,
         receiver_timeout: Duration,
     ) -> Result<ReplicationStream, Error> {
-        let pubs = publication.replace('"', "\"\"").replace('\'', "''");
+        // The publication list is a string literal holding quoted identifiers.
+        let pubs = super::ident::quote_ident(publication).replace('\'', "''");
+        let slot = super::ident::quote_ident(slot);
         // `messages` (PostgreSQL 14+) lets our heartbeat messages through.
         let messages = if messages { ", messages 'true'" } else { "" };
         let sql = format!(
-            "START_REPLICATION SLOT \"{slot}\" LOGICAL {start} (proto_version '1', publication_names '\"{pubs}\"'{messages})"
+            "START_REPLICATION SLOT {slot} LOGICAL {start} (proto_version '1', publication_names '{pubs}'{messages})"
         );
         frontend::query(&sql, &mut self.wbuf).map_err(|e| self.io(e))?;
         self.flush().await?;
@@ -505,26 +177,6 @@ impl ReplicationConn {
     }
 }
 
-/// A TCP connection to `addr` (libpq's `hostaddr`, or an address of the host name) with
-/// keepalives (and `tcp_user_timeout`) as the conninfo says.
-async fn tcp_connect(t: &PgTarget, a: &Attempt, addr: std::net::IpAddr) -> Result<tokio::net::TcpStream, Transient> {
-    let io = |source| Transient::PgIo { target: a.shown(), source };
-    let s = tokio::net::TcpStream::connect((addr, a.port)).await.map_err(io)?;
-    s.set_nodelay(true).map_err(io)?;
-    let sock = socket2::SockRef::from(&s);
-    if t.keepalives.enabled {
-        let k = socket2::TcpKeepalive::new()
-            .with_time(t.keepalives.idle)
-            .with_interval(t.keepalives.interval)
-            .with_retries(t.keepalives.count);
-        sock.set_tcp_keepalive(&k).map_err(io)?;
-    }
-    if let Some(ut) = t.tcp_user_timeout {
-        sock.set_tcp_user_timeout(Some(ut)).map_err(io)?;
-    }
-    Ok(s)
-}
-
 /// Tag and body length (excluding the tag) of the frame at the start of `buf`, if its header is in.
 fn frame_header(buf: &[u8]) -> Option<(u8, usize)> {
     if buf.len() < 5 {
@@ -545,12 +197,6 @@ fn server_error(body: &backend::ErrorResponseBody) -> ServerError {
         }
     }
     ServerError { code, message }
-}
-
-/// Startup errors: login problems are definite (the operator must fix them), the rest transient
-/// ([`super::login`], shared with the ordinary connections).
-fn classify(t: &PgTarget, e: ServerError) -> Error {
-    super::login::refused(t, super::login::Conn::Replication, &e.code, &e.message)
 }
 
 /// Parse the body of one CopyData frame of the replication stream (`w` XLogData or `k` keepalive).
@@ -783,6 +429,7 @@ impl WalSource for ReplicationStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::PgTarget;
     use tokio::io::DuplexStream;
 
     /// One step of a fake server: read one client message, or send raw backend bytes.

@@ -1,0 +1,35 @@
+//! What a failed statement on an ordinary connection means: the one mapping from a
+//! [`tokio_postgres::Error`] to our two classes, used by the catalog checks, `poll`, `backfill`
+//! and the tools (`status`, `check`, `schema check`).
+//!
+//! The class is decided by the SQLSTATE alone ([`crate::error::sqlstate_is_transient`], shared with
+//! the walsender connection), never by the message text, which `lc_messages` may translate. An
+//! error with no SQLSTATE is the connection itself failing (closed, reset): transient. The server's
+//! message is quoted as it wrote it, after what we were doing.
+
+use tokio_postgres::error::SqlState;
+
+use crate::error::{Definite, Error, Transient};
+
+/// What a connection through a transaction-mode pooler is told: outboxd needs its connection to
+/// stay one server session (named prepared statements, and `outboxd poll`'s session locks).
+pub const POOLER_HINT: &str = "the connection goes through a transaction-mode pooler (PgBouncer \
+     pool_mode=transaction, Supabase's pooler port 6543), which hands statements to any server session; \
+     point --postgres-url at PostgreSQL itself or at a session-mode pool";
+
+/// A failed statement while doing `what`: transient or definite by SQLSTATE class.
+/// 26000 (a prepared statement this connection made is gone) can only mean a pooler moved the
+/// connection to another server session: definite, with [`POOLER_HINT`].
+pub fn query_error(what: &str, e: tokio_postgres::Error) -> Error {
+    let msg = e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_else(|| e.to_string());
+    match e.code() {
+        None => Transient::PgServer { code: "08006".into(), message: format!("{what}: {msg}") }.into(),
+        Some(c) if *c == SqlState::INVALID_SQL_STATEMENT_NAME => {
+            Definite::Setup(format!("{what}: {msg}: {POOLER_HINT}")).into()
+        }
+        Some(c) if crate::error::sqlstate_is_transient(c.code()) => {
+            Transient::PgServer { code: c.code().to_owned(), message: format!("{what}: {msg}") }.into()
+        }
+        Some(_) => Definite::Setup(format!("{what}: {msg}")).into(),
+    }
+}
