@@ -259,5 +259,7 @@ async fn ten_thousand_topics_and_a_million_dead_letters_keep_the_page_bounded() 
     assert!(ours >= board::NEWEST_DEAD_LETTERS - 10, "{:?}", s.dead_letters.newest);
     assert!(json.len() < 64 * 1024, "{} bytes of JSON", json.len());
     assert!(html.len() < 64 * 1024, "{} bytes of HTML", html.len());
-    assert!(took < std::time::Duration::from_secs(2), "rendering took {took:?}");
+    // A bound against a rendering that grows with the dead letters or topics (quadratic work
+    // takes minutes here), not a timing: a debug build on a loaded 2-core CI machine took 2.1 s.
+    assert!(took < std::time::Duration::from_secs(30), "rendering took {took:?}");
 }
