@@ -156,7 +156,8 @@ impl DeadLetter {
         self.key = escape::make_writable(&mut headers, self.key, limits);
         // What does not fit next to a chunk moves into the body (see crate::sink::moved).
         let room = max_bytes.saturating_sub(chunk::HEADER_ALLOWANCE + chunk::MIN_LEN + 64);
-        moved::fit(&mut headers, &mut self.key, &mut self.payload, room.min(limits.header_bytes));
+        let kept = [H_ERROR, H_MESSAGE, H_LSN, H_SEQ, H_TABLE, H_SIZE, H_PAYLOAD_DROPPED];
+        moved::fit(&mut headers, &mut self.key, &mut self.payload, room.min(limits.header_bytes), &kept);
         let event_id = self.event_id.unwrap_or_else(|| "(unknown)".into());
         let record = |payload: Option<Bytes>, headers: Vec<(String, Bytes)>, partition: Option<i32>| Record {
             topic: dlq_topic.to_owned(),

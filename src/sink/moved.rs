@@ -46,15 +46,29 @@ fn size(headers: &[(String, Bytes)], key: Option<&Bytes>) -> usize {
 }
 
 /// Move headers (largest first) and, when it is the larger, the key into the body until the key
-/// and headers take at most `budget` bytes; see the module doc. Does nothing when they fit.
-pub fn fit(headers: &mut Vec<(String, Bytes)>, key: &mut Option<Bytes>, payload: &mut Option<Bytes>, budget: usize) {
+/// and headers take at most `budget` bytes; see the module doc. Headers named in `kept` (the
+/// copy's own bounded facts: its reason, its source position) never move. Does nothing when they
+/// fit, or when the kept headers alone leave no room (then moving cannot make the copy fit, and
+/// the copy is written as it is).
+pub fn fit(
+    headers: &mut Vec<(String, Bytes)>,
+    key: &mut Option<Bytes>,
+    payload: &mut Option<Bytes>,
+    budget: usize,
+    kept: &[&str],
+) {
     let mut total = size(headers, key.as_ref());
     if total <= budget {
         return;
     }
+    let stays = |name: &str| kept.contains(&name);
+    let kept_size: usize = headers.iter().filter(|(n, _)| stays(n)).map(|(n, v)| n.len() + v.len() + 8).sum();
     // Room for the `outboxd.moved` header itself.
     let budget = budget.saturating_sub(H_MOVED.len() + 20 + 8);
-    let mut order: Vec<usize> = (0..headers.len()).collect();
+    if kept_size >= budget {
+        return;
+    }
+    let mut order: Vec<usize> = (0..headers.len()).filter(|&i| !stays(&headers[i].0)).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(headers[i].0.len() + headers[i].1.len()));
     let mut moving = vec![false; headers.len()];
     let mut section = Section::default();
@@ -148,7 +162,7 @@ mod tests {
             (None, Some(Bytes::new())),
         ] {
             let (mut h, mut k, mut p) = (original.clone(), key.clone(), payload.clone());
-            fit(&mut h, &mut k, &mut p, 8192);
+            fit(&mut h, &mut k, &mut p, 8192, &[]);
             assert!(size(&h, k.as_ref()) <= 8192, "fits: {}", size(&h, k.as_ref()));
             let names: Vec<&str> = h.iter().map(|(n, _)| n.as_str()).collect();
             assert_eq!(names, ["id", "trace", "outboxd.error", H_MOVED], "the small ones stay, in order");
@@ -164,7 +178,7 @@ mod tests {
     fn a_copy_that_fits_is_left_alone_and_a_bad_section_is_an_error() {
         let mut h = vec![("id".to_owned(), Bytes::from_static(b"e-1"))];
         let (mut k, mut p) = (None, Some(Bytes::from_static(b"{}")));
-        fit(&mut h, &mut k, &mut p, 8192);
+        fit(&mut h, &mut k, &mut p, 8192, &[]);
         assert_eq!((h.len(), p.as_deref()), (1, Some(&b"{}"[..])));
         let (mut rh, mut rk, mut rp) = (read_back(&h), None, Some(b"{}".to_vec()));
         assert_eq!(restore(&mut rh, &mut rk, &mut rp), Ok(false));
