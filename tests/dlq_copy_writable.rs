@@ -16,7 +16,6 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use async_nats::jetstream;
 use common::dlq_copies::*;
 use common::*;
 use lapin::options::{BasicGetOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions};
@@ -62,89 +61,6 @@ fn records_by_id(out: &str) -> HashMap<String, serde_json::Value> {
 // ---------------------------------------------------------------------------------------------
 // NATS
 // ---------------------------------------------------------------------------------------------
-
-struct NatsMsg {
-    subject: String,
-    headers: Vec<(String, Vec<u8>)>,
-    payload: Vec<u8>,
-}
-
-impl NatsMsg {
-    fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_slice())
-    }
-}
-
-struct NatsStream {
-    js: jetstream::Context,
-    name: String,
-    prefix: String,
-    max_payload: usize,
-}
-
-impl NatsStream {
-    /// A stream of its own binding `<prefix>.>`.
-    async fn create() -> NatsStream {
-        let client = async_nats::connect(NATS_URL).await.expect("NATS on 127.0.0.1:4222");
-        let max_payload = client.server_info().max_payload;
-        let js = jetstream::new(client);
-        let name = unique_name("obxcopy").replace('-', "_");
-        let prefix = name.replace('_', "-");
-        let subjects = vec![format!("{prefix}.>")];
-        js.create_stream(jetstream::stream::Config { name: name.clone(), subjects, ..Default::default() })
-            .await
-            .expect("create stream");
-        NatsStream { js, name, prefix, max_payload }
-    }
-
-    async fn messages(&self) -> Vec<NatsMsg> {
-        let mut s = self.js.get_stream(&self.name).await.expect("stream");
-        let last = s.info().await.unwrap().state.last_sequence;
-        let mut out = Vec::new();
-        for seq in 1..=last {
-            let Ok(m) = s.get_raw_message(seq).await else { continue };
-            let headers = m
-                .headers
-                .iter()
-                .flat_map(|(k, vs)| vs.iter().map(move |v| (k.to_string(), v.to_string().into_bytes())))
-                .collect();
-            out.push(NatsMsg { subject: m.subject.to_string(), headers, payload: m.payload.to_vec() });
-        }
-        out
-    }
-
-    async fn on(&self, subject: &str) -> Vec<NatsMsg> {
-        self.messages().await.into_iter().filter(|m| m.subject == subject).collect()
-    }
-
-    async fn wait_on(&self, subject: &str, n: usize) -> bool {
-        wait_until_async(WAIT, || async { self.on(subject).await.len() >= n }).await
-    }
-
-    fn run_args(&self, pg: &PgCluster) -> Vec<String> {
-        let replacement = format!("{}.${{routedByValue}}", self.prefix);
-        let dlq = format!("{}.dlq", self.prefix);
-        daemon_args_pg_only(
-            pg,
-            &[
-                "--sink",
-                "nats",
-                "--nats-url",
-                NATS_URL,
-                "--route-by-field",
-                "aggregate_type",
-                "--route-topic-replacement",
-                &replacement,
-                "--dlq-topic",
-                &dlq,
-            ],
-        )
-    }
-
-    async fn delete(self) {
-        let _ = self.js.delete_stream(&self.name).await;
-    }
-}
 
 /// A header value with a line break (refused by NATS) and a topic with one (not a subject, and
 /// carried in the copy's `outboxd.original.topic`): both rows are dead-lettered, the rows around

@@ -1,7 +1,8 @@
 //! Dead-letter copies for the `outboxd dlq` tests of the sinks other than Kafka
 //! (`tests/dlq_sinks.rs`, `tests/dlq_sinks_rabbitmq_http.rs`): copies made by the pipeline's own
 //! [`DeadLetter::into_records`] (a plain one, a chunked one, a chunked one missing a chunk), the
-//! tool's runs and output, and the Redis helpers both files use.
+//! tool's runs and output, the Redis helpers both files use, and a JetStream stream of a test's
+//! own ([`NatsStream`], `tests/dlq_copy_writable*.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +13,9 @@ use outboxd::relay::{Position, Source};
 use outboxd::router::Record;
 use outboxd::tools::dlq::DeadLetter;
 
-use super::{args, run_to_exit};
+use async_nats::jetstream;
+
+use super::{args, daemon_args_pg_only, run_to_exit, unique_name, wait_until_async, PgCluster};
 
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 pub const NATS_URL: &str = "nats://127.0.0.1:4222";
@@ -135,4 +138,89 @@ pub fn replay_in_three_runs(sink: &[&str], dlq: &str, st: &str, stray: &str, to:
     assert_eq!(code, Some(0), "{out}");
     assert!(summary(&out).starts_with("replayed 0, skipped 0 (no destination), already done 3"), "{out}");
     rest
+}
+
+/// A message read back from a JetStream stream.
+pub struct NatsMsg {
+    pub subject: String,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub payload: Vec<u8>,
+}
+
+impl NatsMsg {
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_slice())
+    }
+}
+
+/// A JetStream stream of a test's own, binding `<prefix>.>`, and `outboxd run` into it.
+pub struct NatsStream {
+    pub js: jetstream::Context,
+    pub name: String,
+    pub prefix: String,
+    pub max_payload: usize,
+}
+
+impl NatsStream {
+    /// A stream of its own binding `<prefix>.>`.
+    pub async fn create() -> NatsStream {
+        let client = async_nats::connect(NATS_URL).await.expect("NATS on 127.0.0.1:4222");
+        let max_payload = client.server_info().max_payload;
+        let js = jetstream::new(client);
+        let name = unique_name("obxcopy").replace('-', "_");
+        let prefix = name.replace('_', "-");
+        let subjects = vec![format!("{prefix}.>")];
+        js.create_stream(jetstream::stream::Config { name: name.clone(), subjects, ..Default::default() })
+            .await
+            .expect("create stream");
+        NatsStream { js, name, prefix, max_payload }
+    }
+
+    pub async fn messages(&self) -> Vec<NatsMsg> {
+        let mut s = self.js.get_stream(&self.name).await.expect("stream");
+        let last = s.info().await.unwrap().state.last_sequence;
+        let mut out = Vec::new();
+        for seq in 1..=last {
+            let Ok(m) = s.get_raw_message(seq).await else { continue };
+            let headers = m
+                .headers
+                .iter()
+                .flat_map(|(k, vs)| vs.iter().map(move |v| (k.to_string(), v.to_string().into_bytes())))
+                .collect();
+            out.push(NatsMsg { subject: m.subject.to_string(), headers, payload: m.payload.to_vec() });
+        }
+        out
+    }
+
+    pub async fn on(&self, subject: &str) -> Vec<NatsMsg> {
+        self.messages().await.into_iter().filter(|m| m.subject == subject).collect()
+    }
+
+    pub async fn wait_on(&self, subject: &str, n: usize) -> bool {
+        wait_until_async(Duration::from_secs(30), || async { self.on(subject).await.len() >= n }).await
+    }
+
+    pub fn run_args(&self, pg: &PgCluster) -> Vec<String> {
+        let replacement = format!("{}.${{routedByValue}}", self.prefix);
+        let dlq = format!("{}.dlq", self.prefix);
+        daemon_args_pg_only(
+            pg,
+            &[
+                "--sink",
+                "nats",
+                "--nats-url",
+                NATS_URL,
+                "--route-by-field",
+                "aggregate_type",
+                "--route-topic-replacement",
+                &replacement,
+                "--dlq-topic",
+                &dlq,
+            ],
+        )
+    }
+
+    pub async fn delete(self) {
+        let _ = self.js.delete_stream(&self.name).await;
+    }
 }
