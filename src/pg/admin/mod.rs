@@ -16,10 +16,10 @@ use tokio_postgres::Client;
 use crate::config::postgres::PgHost;
 use crate::config::postgres::SessionAttrs;
 use crate::config::{Config, PgTarget, SslMode};
-use crate::error::{Definite, Error, Transient};
+use crate::error::{Error, Transient};
+use crate::pg::admin_tls;
 use crate::pg::hosts::{self, Attempt};
 use crate::pg::sqlstate::query_error as db;
-use crate::pg::tls;
 
 /// Client-side bound on one admin step (connect and login, or one catalog query): a frozen link
 /// must become a transient error, never a hang. The server-side `statement_timeout` is shorter.
@@ -96,50 +96,54 @@ async fn connect_one(
     notify: Option<UnboundedSender<tokio_postgres::Notification>>,
 ) -> Result<Client, Error> {
     let mut pg = target.to_tokio_postgres(a.index, a.addr);
-    // tokio-postgres's read-write check (`SHOW transaction_read_only`) also skips a standby, whose
-    // transactions are all read-only; it is the nearest it has to libpq's `primary`.
-    if (primary && target.hosts.len() > 1) || target.session_attrs != SessionAttrs::Any {
-        pg.target_session_attrs(tokio_postgres::config::TargetSessionAttrs::ReadWrite);
-    }
     // Over a Unix socket, or with sslmode=disable, the connection cannot use TLS: skip building
     // the OpenSSL context, which reads the system CA bundle (tens of milliseconds per connection).
     let tls_possible = target.tls.mode != SslMode::Disable && matches!(a.host, PgHost::Tcp(_));
-    if !tls_possible {
-        return match pg.connect(tokio_postgres::NoTls).await {
+    let client = if !tls_possible {
+        match pg.connect(tokio_postgres::NoTls).await {
             Ok((client, conn)) => {
                 drive(conn, notify);
-                Ok(client)
+                client
             }
-            Err(e) => Err(connect_error(target, &a, e)),
+            Err(e) => return Err(refused::connect_error(target, &a, &pg, None, e)),
+        }
+    } else {
+        let tls = admin_tls::MakeTls::new(&target.tls)?;
+        let result = match pg.connect(tls.clone()).await {
+            // libpq's allow: plaintext first, TLS when the server refuses that login.
+            Err(e)
+                if target.tls.mode == SslMode::Allow
+                    && e.code() == Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION) =>
+            {
+                pg.ssl_mode(tokio_postgres::config::SslMode::Require);
+                pg.connect(tls.clone()).await
+            }
+            // libpq's prefer: a TLS attempt that failed before the server said anything (a failed
+            // handshake) is tried again in plaintext, as the replication connection does.
+            Err(e) if target.tls.mode == SslMode::Prefer && e.as_db_error().is_none() => {
+                tracing::info!(error = %refused::full_text(&e), "TLS handshake failed; retrying in plaintext (sslmode=prefer)");
+                pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                pg.connect(tls.clone()).await
+            }
+            other => other,
         };
-    }
-    let tls = tls::make_tls(&target.tls)?;
-    let first = pg.connect(tls.clone()).await;
-    let result = match first {
-        // libpq's allow: plaintext first, TLS when the server refuses that login.
-        Err(e)
-            if target.tls.mode == SslMode::Allow
-                && e.code() == Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION) =>
-        {
-            pg.ssl_mode(tokio_postgres::config::SslMode::Require);
-            pg.connect(tls).await
+        match result {
+            Ok((client, conn)) => {
+                drive(conn, notify);
+                client
+            }
+            Err(e) => return Err(refused::connect_error(target, &a, &pg, Some(&tls), e)),
         }
-        // libpq's prefer: a TLS attempt that failed before the server said anything (a failed
-        // handshake) is tried again in plaintext, as the replication connection does.
-        Err(e) if target.tls.mode == SslMode::Prefer && e.as_db_error().is_none() => {
-            tracing::info!(error = %full_text(&e), "TLS handshake failed; retrying in plaintext (sslmode=prefer)");
-            pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
-            pg.connect(tls).await
-        }
-        other => other,
     };
-    match result {
-        Ok((client, conn)) => {
-            drive(conn, notify);
-            Ok(client)
+    // libpq's read-write check, ours (as the replication connection's): a server whose
+    // transactions are read-only (a standby) is passed over for the next host.
+    if (primary && target.hosts.len() > 1) || target.session_attrs != SessionAttrs::Any {
+        let row = timed("asking transaction_read_only", client.query_one("SHOW transaction_read_only", &[])).await?;
+        if row.get::<_, String>(0) == "on" {
+            return Err(in_recovery(target));
         }
-        Err(e) => Err(connect_error(target, &a, e)),
     }
+    Ok(client)
 }
 
 /// Run an admin connection in the background; with `notify`, forward its notifications.
@@ -172,73 +176,6 @@ fn drive<S, T>(
     });
 }
 
-/// One line per way a login can fail; TLS and login problems are definite.
-fn connect_error(target: &PgTarget, a: &Attempt, e: tokio_postgres::Error) -> Error {
-    let mode = target.tls.mode_given.as_str();
-    let text = full_text(&e);
-    let where_ = a.shown();
-    if let Some(db) = e.as_db_error() {
-        return super::login::refused(target, super::login::Conn::Ordinary, db.code().code(), db.message());
-    }
-    let lower = text.to_ascii_lowercase();
-    if lower.contains("does not allow writes") {
-        return in_recovery(target);
-    }
-    if lower.contains("password missing") {
-        return Definite::Setup(format!(
-            "PostgreSQL at {target} asks for a password, but none was given: put it in --postgres-url, \
-             --postgres-password-file, PGPASSWORD or ~/.pgpass"
-        ))
-        .into();
-    }
-    if lower.contains("server does not support tls") {
-        return Definite::Config(format!(
-            "PostgreSQL at {where_} does not accept TLS (sslmode={mode}): turn ssl on in postgresql.conf, \
-             or use sslmode=prefer to allow plaintext"
-        ))
-        .into();
-    }
-    if lower.contains("channel binding") {
-        return Definite::Config(format!(
-            "channel_binding=require, but PostgreSQL at {where_} did not log us in with SCRAM-SHA-256-PLUS \
-             ({text}): use TLS with scram-sha-256 in pg_hba.conf, or channel_binding=prefer"
-        ))
-        .into();
-    }
-    if lower.contains("certificate verify failed") || lower.contains("tls handshake") || lower.contains("ssl routines")
-    {
-        let verify = lower.contains("certificate verify failed");
-        let reason = if verify {
-            text.rsplit_once('(').map(|(_, r)| r.trim_end_matches(')').to_owned()).unwrap_or_else(|| text.clone())
-        } else {
-            text.clone()
-        };
-        return tls::handshake_failure(&where_, &target.tls, &reason, verify);
-    }
-    Transient::PgServer {
-        code: "08001".into(),
-        message: format!(
-            "cannot reach PostgreSQL at {target}: {text}; check host, port and that the server is running"
-        ),
-    }
-    .into()
-}
-
-/// The error and its sources on one line (tokio-postgres keeps the OpenSSL reason in a source).
-fn full_text(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(x) = src {
-        let t = x.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        src = x.source();
-    }
-    s
-}
-
 /// Bound one admin step by [`ADMIN_TIMEOUT`].
 pub async fn timed<T>(
     what: &str,
@@ -255,6 +192,7 @@ pub async fn timed<T>(
 }
 
 pub mod catalog;
+mod refused;
 pub mod slot;
 
 pub use catalog::*;
