@@ -67,7 +67,10 @@ pub async fn run(args: &StatusArgs) -> Result<u8, Error> {
         ..crate::config::postgres::Fallbacks::process()
     };
     let target = PgTarget::parse_with(&args.postgres_url, &fallbacks)?;
-    let report = collect(&target, &args.slot, &args.publication).await?;
+    // A server restarting or a dropped link is said to be transient, naming the server (exit 1
+    // all the same: the slot's state is unknown).
+    let report =
+        collect(&target, &args.slot, &args.publication).await.map_err(|e| crate::pg::sqlstate::for_tool(&target, e))?;
     if args.json {
         let text = serde_json::to_string_pretty(&report)
             .map_err(|e| Definite::Bug(format!("serializing the status report: {e}")))?;
