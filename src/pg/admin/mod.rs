@@ -1,8 +1,10 @@
 //! Ordinary (non-replication) connections and what runs over them before streaming starts.
 //!
-//! This file owns the connection: which host (the primary only, where the slot lives), TLS per
+//! This file owns the connection: which host (through [`crate::pg::hosts`], as the walsender
+//! connection; the primary only, where the slot lives, checked by us in each attempt), TLS per
 //! `sslmode` with libpq's fallbacks, a `statement_timeout`, and [`ADMIN_TIMEOUT`] on every step so
-//! a frozen link becomes a transient error, never a hang. The catalog checks are in [`catalog`],
+//! a frozen link becomes a transient error, never a hang. What a failed connect means is decided
+//! in [`refused`], by type and SQLSTATE. The catalog checks are in [`catalog`],
 //! the publication and the slot in [`slot`]; each failure becomes one line that says what is wrong
 //! and what to change. We create the publication (per `--publication-autocreate`) and the slot when
 //! they are missing, but never drop, recreate or take over a slot.
@@ -36,12 +38,7 @@ pub async fn connect(cfg: &Config) -> Result<Client, Error> {
 /// server reached is asked `pg_is_in_recovery()`. The slot lives on the primary, so a standby is
 /// never used for it; a server still in recovery is a transient error (a promotion may be under way).
 pub async fn connect_primary(target: &PgTarget) -> Result<Client, Error> {
-    let client = connect_with(target, true, None).await?;
-    let row = timed("asking pg_is_in_recovery()", client.query_one("SELECT pg_is_in_recovery()", &[])).await?;
-    if row.get::<_, bool>(0) {
-        return Err(in_recovery(target));
-    }
-    Ok(client)
+    connect_with(target, true, None).await
 }
 
 /// No host of `target` is a primary right now.
@@ -67,12 +64,7 @@ pub async fn connect_listening(
     target: &PgTarget,
     notify: UnboundedSender<tokio_postgres::Notification>,
 ) -> Result<Client, Error> {
-    let client = connect_with(target, true, Some(notify)).await?;
-    let row = timed("asking pg_is_in_recovery()", client.query_one("SELECT pg_is_in_recovery()", &[])).await?;
-    if row.get::<_, bool>(0) {
-        return Err(in_recovery(target));
-    }
-    Ok(client)
+    connect_with(target, true, Some(notify)).await
 }
 
 async fn connect_with(
@@ -80,8 +72,8 @@ async fn connect_with(
     primary: bool,
     notify: Option<UnboundedSender<tokio_postgres::Notification>>,
 ) -> Result<Client, Error> {
-    // Each host and address within its own connect_timeout, as libpq and the replication
-    // connection try them.
+    // Each host and address within its own connect_timeout, the primary check included, as libpq
+    // and the replication connection try them.
     let client = hosts::each_until_ok(target, |a| connect_one(target, a, primary, notify.clone())).await?;
     let set = format!("SET statement_timeout = {}", ADMIN_TIMEOUT.as_millis() * 2 / 3);
     timed("setting statement_timeout", client.batch_execute(&set)).await?;
@@ -135,11 +127,14 @@ async fn connect_one(
             Err(e) => return Err(refused::connect_error(target, &a, &pg, Some(&tls), e)),
         }
     };
-    // libpq's read-write check, ours (as the replication connection's): a server whose
-    // transactions are read-only (a standby) is passed over for the next host.
-    if (primary && target.hosts.len() > 1) || target.session_attrs != SessionAttrs::Any {
-        let row = timed("asking transaction_read_only", client.query_one("SHOW transaction_read_only", &[])).await?;
-        if row.get::<_, String>(0) == "on" {
+    // The primary check, ours (as the replication connection's, not tokio-postgres's): with
+    // `primary`, a server in recovery; with several hosts or target_session_attrs, also one whose
+    // transactions are read-only (libpq's read-write check). Either is passed over for the next host.
+    let read_write = (primary && target.hosts.len() > 1) || target.session_attrs != SessionAttrs::Any;
+    if primary || read_write {
+        let sql = "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'";
+        let row = timed("asking pg_is_in_recovery()", client.query_one(sql, &[])).await?;
+        if (primary && row.get::<_, bool>(0)) || (read_write && row.get::<_, bool>(1)) {
             return Err(in_recovery(target));
         }
     }
