@@ -92,3 +92,34 @@ fn a_stopped_server_is_a_transient_failure_for_every_tool() {
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("is missing") && !out.contains("outboxd: error:"), "{out}");
 }
+
+/// The ordinary connection's refusals, decided by type and by what was asked (not by the error's
+/// text): each keeps its one line and its class. (`channel_binding=require` against a server that
+/// does not bind is tests/pg_tls.rs, `every_sslmode_behaves_as_libpq_says`.)
+#[test]
+fn ordinary_connection_refusals_keep_their_line_and_class() {
+    let mut pg = PgCluster::start();
+    let port = pg.port();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let connect = |conninfo: String| {
+        let t = outboxd::config::PgTarget::parse(&conninfo).expect("conninfo");
+        rt.block_on(outboxd::pg::admin::connect_target(&t)).map(|_| ())
+    };
+    let base = format!("host=127.0.0.1 port={port} dbname={DB} user={USER}");
+    connect(format!("{base} password={PASSWORD} sslmode=disable")).expect("the plain login works");
+    for (extra, want) in [
+        // The server has no TLS: no handshake began.
+        (format!("password={PASSWORD} sslmode=require"), "does not accept TLS (sslmode=require)"),
+        // SCRAM asks for a password and none was given (nor PGPASSWORD, nor a password file).
+        ("sslmode=disable passfile=/nonexistent".to_owned(), "asks for a password, but none was given"),
+    ] {
+        let e = connect(format!("{base} {extra}")).expect_err(&extra);
+        assert!(!e.is_transient(), "{extra}: {e}");
+        assert!(e.to_string().contains(want), "{extra}: {e}");
+        assert!(!e.to_string().contains(PASSWORD), "{e}");
+    }
+    pg.stop("fast");
+    let e = connect(format!("{base} password={PASSWORD} sslmode=disable")).expect_err("stopped");
+    assert!(e.is_transient(), "{e}");
+    assert!(e.to_string().contains("cannot reach PostgreSQL at"), "{e}");
+}
