@@ -2,7 +2,9 @@
 //! their columns, the publication, the slot's WAL and who holds it, failover readiness.
 //!
 //! Read-only catalog queries over one ordinary connection. When the server cannot be reached or
-//! is too old, the rest is skipped (its catalogs may lack what the queries read).
+//! is too old, the rest is skipped (its catalogs may lack what the queries read). A failure that
+//! may pass by itself (by SQLSTATE, [`crate::pg::sqlstate::for_tool`]) is a fail marked transient,
+//! whose fix is to run `check` again, not to change a flag.
 
 use tokio_postgres::Client;
 
