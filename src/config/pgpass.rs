@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use super::postgres::{PgHost, DEFAULT_SOCKET_DIR};
+use super::postgres::host::{PgHost, DEFAULT_SOCKET_DIR};
 
 /// Each host's password from `file`, by position in `hosts`; `None` where no line matches.
 pub fn lookup_each(file: &Path, hosts: &[(PgHost, u16)], db: &str, user: &str) -> Vec<Option<String>> {

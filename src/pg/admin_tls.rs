@@ -5,13 +5,16 @@
 //! postgres-openssl would do the same but hashes the certificate for `tls-server-end-point` only
 //! when its signature OID implies a digest, so a server with an RSA-PSS certificate could not be
 //! reached with `channel_binding=require`; PostgreSQL hashes with the digest in the signature's
-//! parameters. Error texts keep postgres-openssl's form (the OpenSSL error, then the verify
-//! result), which [`super::admin`] reads.
+//! parameters. A failed handshake is a typed [`HandshakeError`] (the OpenSSL error and the verify
+//! result), which [`super::admin`] finds in the error's source chain; [`MakeTls::handshake_started`]
+//! says whether the server agreed to TLS at all, so a refusal needs no reading of error text.
 
 use std::fmt;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use openssl::error::ErrorStack;
@@ -21,16 +24,35 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader, ReadBuf};
 use tokio_openssl::SslStream;
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
 
+use super::tls;
+use crate::config::postgres::TlsSettings;
+use crate::error::Definite;
+
 /// Makes a [`Connector`] per host.
 #[derive(Clone)]
 pub struct MakeTls {
     connector: SslConnector,
     verify_hostname: bool,
+    /// Set once a connector made here (or by a clone) begins a handshake, which tokio-postgres
+    /// does only after the server answered SSLRequest with `S`.
+    started: Arc<AtomicBool>,
 }
 
 impl MakeTls {
-    pub fn new(connector: SslConnector, verify_hostname: bool) -> MakeTls {
-        MakeTls { connector, verify_hostname }
+    /// The admin connection's TLS maker, verifying exactly as the replication connection does
+    /// ([`tls::connector`], [`tls::verify_hostname`]) and binding channels with the same
+    /// [`tls::server_end_point`].
+    pub fn new(settings: &TlsSettings) -> Result<MakeTls, Definite> {
+        Ok(MakeTls {
+            connector: tls::connector(settings)?,
+            verify_hostname: tls::verify_hostname(settings),
+            started: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Whether the server agreed to TLS on a connection made with this maker (a handshake began).
+    pub fn handshake_started(&self) -> bool {
+        self.started.load(Ordering::Relaxed)
     }
 }
 
@@ -45,7 +67,7 @@ where
     fn make_tls_connect(&mut self, domain: &str) -> Result<Connector, ErrorStack> {
         let mut ssl = self.connector.configure()?;
         ssl.set_verify_hostname(self.verify_hostname);
-        Ok(Connector { ssl, domain: domain.to_owned() })
+        Ok(Connector { ssl, domain: domain.to_owned(), started: self.started.clone() })
     }
 }
 
@@ -53,6 +75,7 @@ where
 pub struct Connector {
     ssl: ConnectConfiguration,
     domain: String,
+    started: Arc<AtomicBool>,
 }
 
 impl<S> TlsConnect<S> for Connector
@@ -66,6 +89,7 @@ where
 
     fn connect(self, stream: S) -> Self::Future {
         Box::pin(async move {
+            self.started.store(true, Ordering::Relaxed);
             let ssl = self.ssl.into_ssl(&self.domain)?;
             // Buffered as the replication connection is: many small TLS records per `recv`.
             let mut s = SslStream::new(ssl, BufReader::with_capacity(8192, stream))?;
@@ -79,9 +103,17 @@ where
 
 /// A failed handshake: OpenSSL's error, then why the certificate did not verify (if it did not).
 #[derive(Debug)]
-struct HandshakeError {
+pub struct HandshakeError {
     error: openssl::ssl::Error,
     verify: X509VerifyResult,
+}
+
+impl HandshakeError {
+    /// Why the server's certificate did not verify; `None` when it did (or was not checked) and
+    /// the handshake failed for another reason.
+    pub fn verify_failure(&self) -> Option<&'static str> {
+        (self.verify != X509VerifyResult::OK).then(|| self.verify.error_string())
+    }
 }
 
 impl fmt::Display for HandshakeError {
@@ -125,7 +157,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Stream<S> {
 
 impl<S: AsyncRead + AsyncWrite + Unpin> TlsStream for Stream<S> {
     fn channel_binding(&self) -> ChannelBinding {
-        match super::tls::server_end_point(self.0.ssl()) {
+        match tls::server_end_point(self.0.ssl()) {
             Some(data) => ChannelBinding::tls_server_end_point(data),
             None => ChannelBinding::none(),
         }

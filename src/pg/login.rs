@@ -66,3 +66,12 @@ pub fn refused(t: &PgTarget, conn: Conn, code: &str, message: &str) -> Error {
         c => Definite::Setup(format!("PostgreSQL at {t} refused the connection: {message} ({c})")).into(),
     }
 }
+
+/// The server asked for a password and none was given (none in the conninfo, the password file
+/// flag, `PGPASSWORD` or the password file): known before the login, so no server text is read.
+pub fn password_missing(t: &PgTarget) -> Definite {
+    Definite::Setup(format!(
+        "PostgreSQL at {t} asks for a password, but none was given: put it in --postgres-url, \
+         --postgres-password-file, PGPASSWORD or ~/.pgpass"
+    ))
+}

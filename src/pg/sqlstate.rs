@@ -33,3 +33,25 @@ pub fn query_error(what: &str, e: tokio_postgres::Error) -> Error {
         Some(_) => Definite::Setup(format!("{what}: {msg}")).into(),
     }
 }
+
+/// For a command that runs once and exits (`status`, `check`, `schema check`): a transient failure
+/// said to be one, in a line naming the server and that running the command again may pass. A server that
+/// cannot be reached, is shutting down or starting up (class 08, 57P01-57P05, a socket error) is
+/// "not reachable now"; another transient failure (a cancelled statement, a deadlock) keeps its
+/// text. The SQLSTATE stays. Definite errors are returned as they are.
+pub fn for_tool(target: &crate::config::PgTarget, e: Error) -> Error {
+    let Error::Transient(t) = e else { return e };
+    let (code, detail) = match t {
+        Transient::PgServer { code, message } => (code, message),
+        other => ("08006".to_owned(), other.to_string()),
+    };
+    let message = if code.starts_with("08") || code.starts_with("57P0") {
+        format!(
+            "PostgreSQL at {target} is not reachable now ({detail}); retry: this passes once the server is back \
+             (a restart, a failover or a dropped connection)"
+        )
+    } else {
+        format!("{detail}; this may pass by itself: retry")
+    };
+    Transient::PgServer { code, message }.into()
+}

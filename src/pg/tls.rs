@@ -3,7 +3,7 @@
 //! One OpenSSL stack serves the whole process: librdkafka needs OpenSSL for Kafka TLS anyway, so
 //! the PostgreSQL side uses the same library (one set of CA paths, one `SSL_CERT_FILE`, one thing
 //! to patch), through `tokio-openssl` on both connections (tokio-postgres's side is
-//! [`super::admin_tls`]). Both get their connector from [`connector`], so they verify alike:
+//! [`super::admin_tls`], which builds on this module; nothing here uses it). Both get their connector from [`connector`], so they verify alike:
 //!
 //! | sslmode | chain checked | host name checked |
 //! |---|---|---|
@@ -101,12 +101,6 @@ pub fn verify_hostname(tls: &TlsSettings) -> bool {
     tls.mode == SslMode::VerifyFull
 }
 
-/// The admin connection's TLS maker, verifying exactly as the replication connection does and
-/// binding channels with the same [`server_end_point`].
-pub fn make_tls(tls: &TlsSettings) -> Result<super::admin_tls::MakeTls, Definite> {
-    Ok(super::admin_tls::MakeTls::new(connector(tls)?, verify_hostname(tls)))
-}
-
 /// Outcome of asking a server for TLS on a fresh TCP socket.
 pub enum Negotiated {
     /// TLS over a read-buffered socket: the walsender sends each message as its own small TLS
@@ -130,14 +124,7 @@ pub async fn negotiate(mut tcp: TcpStream, host: &str, port: u16, tls: &TlsSetti
     match answer[0] {
         b'S' => {}
         b'N' if tls.mode <= SslMode::Prefer => return Ok(Negotiated::Plain(tcp)),
-        b'N' => {
-            return Err(Definite::Config(format!(
-                "PostgreSQL at {where_} does not accept TLS (sslmode={}): turn ssl on in postgresql.conf, \
-                 or use sslmode=prefer to allow plaintext",
-                tls.mode_given.as_str()
-            ))
-            .into())
-        }
+        b'N' => return Err(not_offered(&where_, tls).into()),
         // An ErrorResponse here is a pre-7.x server or not PostgreSQL at all.
         other => {
             return Err(Definite::Config(format!(
@@ -161,6 +148,15 @@ pub async fn negotiate(mut tcp: TcpStream, host: &str, port: u16, tls: &TlsSetti
         return Err(handshake_failure(&where_, tls, &reason, verify != openssl::x509::X509VerifyResult::OK));
     }
     Ok(Negotiated::Tls(Box::new(stream)))
+}
+
+/// The server said no to TLS, and `sslmode` requires it.
+pub fn not_offered(where_: &str, tls: &TlsSettings) -> Definite {
+    Definite::Config(format!(
+        "PostgreSQL at {where_} does not accept TLS (sslmode={}): turn ssl on in postgresql.conf, or use \
+         sslmode=prefer to allow plaintext",
+        tls.mode_given.as_str()
+    ))
 }
 
 /// A failed handshake: a certificate problem is definite and says what to pass; anything else

@@ -131,11 +131,16 @@ async fn check_tables<W: Write>(a: &SchemaCheckArgs, report: &mut Report<'_, W>)
     };
     let target = PgTarget::parse_with(&a.postgres_url, &fallbacks)?;
     let tables = a.tables.iter().map(|t| crate::config::parse_table(t)).collect::<Result<Vec<_>, _>>()?;
-    let client = crate::pg::admin::connect_target(&target).await?;
     let target = &target;
+    let client =
+        crate::pg::admin::connect_target(target).await.map_err(|e| crate::pg::sqlstate::for_tool(target, e))?;
     // The server's own message ("column \"kind\" does not exist"), not the driver's "db error";
-    // transient or definite by SQLSTATE.
-    let q = |what: String| move |e| crate::pg::sqlstate::query_error(&format!("{what} at {target}"), e);
+    // transient (said so, see `for_tool`) or definite by SQLSTATE.
+    let q = |what: String| {
+        move |e| {
+            crate::pg::sqlstate::for_tool(target, crate::pg::sqlstate::query_error(&format!("{what} at {target}"), e))
+        }
+    };
     client
         .batch_execute(&format!("SET statement_timeout = {TABLE_TIMEOUT_MS}"))
         .await

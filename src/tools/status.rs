@@ -2,8 +2,10 @@
 //!
 //! Read-only: one ordinary connection, a few catalog queries, one report on stdout. The exit code
 //! answers "can `outboxd run` resume without losing events?": 0 when the slot exists and still has
-//! its WAL, 1 when it is missing or lost. Everything else worth knowing (wrong `wal_level`, missing
-//! publication, a slot held by someone, WAL about to be removed) is reported as a warning.
+//! its WAL, 1 when it is missing or lost, and 1 when it cannot tell (an error line instead of the
+//! report: a transient one, classed by [`crate::pg::sqlstate`], says the server is not reachable now
+//! and to retry). Everything else worth knowing (wrong `wal_level`, missing publication, a slot held
+//! by someone, WAL about to be removed) is reported as a warning.
 
 use serde::Serialize;
 
@@ -67,7 +69,10 @@ pub async fn run(args: &StatusArgs) -> Result<u8, Error> {
         ..crate::config::postgres::Fallbacks::process()
     };
     let target = PgTarget::parse_with(&args.postgres_url, &fallbacks)?;
-    let report = collect(&target, &args.slot, &args.publication).await?;
+    // A server restarting or a dropped link is said to be transient, naming the server (exit 1
+    // all the same: the slot's state is unknown).
+    let report =
+        collect(&target, &args.slot, &args.publication).await.map_err(|e| crate::pg::sqlstate::for_tool(&target, e))?;
     if args.json {
         let text = serde_json::to_string_pretty(&report)
             .map_err(|e| Definite::Bug(format!("serializing the status report: {e}")))?;

@@ -18,8 +18,11 @@ use std::time::Duration;
 use super::pgpass;
 use crate::error::Definite;
 
+pub(crate) mod host;
 mod tls;
 
+pub use host::PgHost;
+pub(crate) use host::DEFAULT_SOCKET_DIR;
 use tls::tls_settings;
 pub use tls::{ChannelBindingMode, RootCert, SslMode, TlsSettings};
 
@@ -57,14 +60,6 @@ impl SessionAttrs {
             SessionAttrs::ReadWrite => "read-write",
         }
     }
-}
-
-/// One host to try.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PgHost {
-    Tcp(String),
-    /// Directory holding `.s.PGSQL.<port>`.
-    Unix(PathBuf),
 }
 
 /// Where the password came from; decides how `outboxd config` shows it.
@@ -160,9 +155,6 @@ const SUPPORTED: &[&str] = &[
     "sslcrl",
     "target_session_attrs",
 ];
-
-/// libpq's default socket directory on Debian.
-pub(crate) const DEFAULT_SOCKET_DIR: &str = "/var/run/postgresql";
 
 /// Where a value not in the conninfo comes from.
 pub struct Fallbacks<'a> {

@@ -1,8 +1,10 @@
 //! Ordinary (non-replication) connections and what runs over them before streaming starts.
 //!
-//! This file owns the connection: which host (the primary only, where the slot lives), TLS per
+//! This file owns the connection: which host (through [`crate::pg::hosts`], as the walsender
+//! connection; the primary only, where the slot lives, checked by us in each attempt), TLS per
 //! `sslmode` with libpq's fallbacks, a `statement_timeout`, and [`ADMIN_TIMEOUT`] on every step so
-//! a frozen link becomes a transient error, never a hang. The catalog checks are in [`catalog`],
+//! a frozen link becomes a transient error, never a hang. What a failed connect means is decided
+//! in [`refused`], by type and SQLSTATE. The catalog checks are in [`catalog`],
 //! the publication and the slot in [`slot`]; each failure becomes one line that says what is wrong
 //! and what to change. We create the publication (per `--publication-autocreate`) and the slot when
 //! they are missing, but never drop, recreate or take over a slot.
@@ -16,10 +18,10 @@ use tokio_postgres::Client;
 use crate::config::postgres::PgHost;
 use crate::config::postgres::SessionAttrs;
 use crate::config::{Config, PgTarget, SslMode};
-use crate::error::{Definite, Error, Transient};
+use crate::error::{Error, Transient};
+use crate::pg::admin_tls;
 use crate::pg::hosts::{self, Attempt};
 use crate::pg::sqlstate::query_error as db;
-use crate::pg::tls;
 
 /// Client-side bound on one admin step (connect and login, or one catalog query): a frozen link
 /// must become a transient error, never a hang. The server-side `statement_timeout` is shorter.
@@ -36,12 +38,7 @@ pub async fn connect(cfg: &Config) -> Result<Client, Error> {
 /// server reached is asked `pg_is_in_recovery()`. The slot lives on the primary, so a standby is
 /// never used for it; a server still in recovery is a transient error (a promotion may be under way).
 pub async fn connect_primary(target: &PgTarget) -> Result<Client, Error> {
-    let client = connect_with(target, true, None).await?;
-    let row = timed("asking pg_is_in_recovery()", client.query_one("SELECT pg_is_in_recovery()", &[])).await?;
-    if row.get::<_, bool>(0) {
-        return Err(in_recovery(target));
-    }
-    Ok(client)
+    connect_with(target, true, None).await
 }
 
 /// No host of `target` is a primary right now.
@@ -67,12 +64,7 @@ pub async fn connect_listening(
     target: &PgTarget,
     notify: UnboundedSender<tokio_postgres::Notification>,
 ) -> Result<Client, Error> {
-    let client = connect_with(target, true, Some(notify)).await?;
-    let row = timed("asking pg_is_in_recovery()", client.query_one("SELECT pg_is_in_recovery()", &[])).await?;
-    if row.get::<_, bool>(0) {
-        return Err(in_recovery(target));
-    }
-    Ok(client)
+    connect_with(target, true, Some(notify)).await
 }
 
 async fn connect_with(
@@ -80,8 +72,8 @@ async fn connect_with(
     primary: bool,
     notify: Option<UnboundedSender<tokio_postgres::Notification>>,
 ) -> Result<Client, Error> {
-    // Each host and address within its own connect_timeout, as libpq and the replication
-    // connection try them.
+    // Each host and address within its own connect_timeout, the primary check included, as libpq
+    // and the replication connection try them.
     let client = hosts::each_until_ok(target, |a| connect_one(target, a, primary, notify.clone())).await?;
     let set = format!("SET statement_timeout = {}", ADMIN_TIMEOUT.as_millis() * 2 / 3);
     timed("setting statement_timeout", client.batch_execute(&set)).await?;
@@ -96,50 +88,57 @@ async fn connect_one(
     notify: Option<UnboundedSender<tokio_postgres::Notification>>,
 ) -> Result<Client, Error> {
     let mut pg = target.to_tokio_postgres(a.index, a.addr);
-    // tokio-postgres's read-write check (`SHOW transaction_read_only`) also skips a standby, whose
-    // transactions are all read-only; it is the nearest it has to libpq's `primary`.
-    if (primary && target.hosts.len() > 1) || target.session_attrs != SessionAttrs::Any {
-        pg.target_session_attrs(tokio_postgres::config::TargetSessionAttrs::ReadWrite);
-    }
     // Over a Unix socket, or with sslmode=disable, the connection cannot use TLS: skip building
     // the OpenSSL context, which reads the system CA bundle (tens of milliseconds per connection).
     let tls_possible = target.tls.mode != SslMode::Disable && matches!(a.host, PgHost::Tcp(_));
-    if !tls_possible {
-        return match pg.connect(tokio_postgres::NoTls).await {
+    let client = if !tls_possible {
+        match pg.connect(tokio_postgres::NoTls).await {
             Ok((client, conn)) => {
                 drive(conn, notify);
-                Ok(client)
+                client
             }
-            Err(e) => Err(connect_error(target, &a, e)),
+            Err(e) => return Err(refused::connect_error(target, &a, &pg, None, e)),
+        }
+    } else {
+        let tls = admin_tls::MakeTls::new(&target.tls)?;
+        let result = match pg.connect(tls.clone()).await {
+            // libpq's allow: plaintext first, TLS when the server refuses that login.
+            Err(e)
+                if target.tls.mode == SslMode::Allow
+                    && e.code() == Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION) =>
+            {
+                pg.ssl_mode(tokio_postgres::config::SslMode::Require);
+                pg.connect(tls.clone()).await
+            }
+            // libpq's prefer: a TLS attempt that failed before the server said anything (a failed
+            // handshake) is tried again in plaintext, as the replication connection does.
+            Err(e) if target.tls.mode == SslMode::Prefer && e.as_db_error().is_none() => {
+                tracing::info!(error = %refused::full_text(&e), "TLS handshake failed; retrying in plaintext (sslmode=prefer)");
+                pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                pg.connect(tls.clone()).await
+            }
+            other => other,
         };
-    }
-    let tls = tls::make_tls(&target.tls)?;
-    let first = pg.connect(tls.clone()).await;
-    let result = match first {
-        // libpq's allow: plaintext first, TLS when the server refuses that login.
-        Err(e)
-            if target.tls.mode == SslMode::Allow
-                && e.code() == Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION) =>
-        {
-            pg.ssl_mode(tokio_postgres::config::SslMode::Require);
-            pg.connect(tls).await
+        match result {
+            Ok((client, conn)) => {
+                drive(conn, notify);
+                client
+            }
+            Err(e) => return Err(refused::connect_error(target, &a, &pg, Some(&tls), e)),
         }
-        // libpq's prefer: a TLS attempt that failed before the server said anything (a failed
-        // handshake) is tried again in plaintext, as the replication connection does.
-        Err(e) if target.tls.mode == SslMode::Prefer && e.as_db_error().is_none() => {
-            tracing::info!(error = %full_text(&e), "TLS handshake failed; retrying in plaintext (sslmode=prefer)");
-            pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
-            pg.connect(tls).await
-        }
-        other => other,
     };
-    match result {
-        Ok((client, conn)) => {
-            drive(conn, notify);
-            Ok(client)
+    // The primary check, ours (as the replication connection's, not tokio-postgres's): with
+    // `primary`, a server in recovery; with several hosts or target_session_attrs, also one whose
+    // transactions are read-only (libpq's read-write check). Either is passed over for the next host.
+    let read_write = (primary && target.hosts.len() > 1) || target.session_attrs != SessionAttrs::Any;
+    if primary || read_write {
+        let sql = "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'";
+        let row = timed("asking pg_is_in_recovery()", client.query_one(sql, &[])).await?;
+        if (primary && row.get::<_, bool>(0)) || (read_write && row.get::<_, bool>(1)) {
+            return Err(in_recovery(target));
         }
-        Err(e) => Err(connect_error(target, &a, e)),
     }
+    Ok(client)
 }
 
 /// Run an admin connection in the background; with `notify`, forward its notifications.
@@ -172,73 +171,6 @@ fn drive<S, T>(
     });
 }
 
-/// One line per way a login can fail; TLS and login problems are definite.
-fn connect_error(target: &PgTarget, a: &Attempt, e: tokio_postgres::Error) -> Error {
-    let mode = target.tls.mode_given.as_str();
-    let text = full_text(&e);
-    let where_ = a.shown();
-    if let Some(db) = e.as_db_error() {
-        return super::login::refused(target, super::login::Conn::Ordinary, db.code().code(), db.message());
-    }
-    let lower = text.to_ascii_lowercase();
-    if lower.contains("does not allow writes") {
-        return in_recovery(target);
-    }
-    if lower.contains("password missing") {
-        return Definite::Setup(format!(
-            "PostgreSQL at {target} asks for a password, but none was given: put it in --postgres-url, \
-             --postgres-password-file, PGPASSWORD or ~/.pgpass"
-        ))
-        .into();
-    }
-    if lower.contains("server does not support tls") {
-        return Definite::Config(format!(
-            "PostgreSQL at {where_} does not accept TLS (sslmode={mode}): turn ssl on in postgresql.conf, \
-             or use sslmode=prefer to allow plaintext"
-        ))
-        .into();
-    }
-    if lower.contains("channel binding") {
-        return Definite::Config(format!(
-            "channel_binding=require, but PostgreSQL at {where_} did not log us in with SCRAM-SHA-256-PLUS \
-             ({text}): use TLS with scram-sha-256 in pg_hba.conf, or channel_binding=prefer"
-        ))
-        .into();
-    }
-    if lower.contains("certificate verify failed") || lower.contains("tls handshake") || lower.contains("ssl routines")
-    {
-        let verify = lower.contains("certificate verify failed");
-        let reason = if verify {
-            text.rsplit_once('(').map(|(_, r)| r.trim_end_matches(')').to_owned()).unwrap_or_else(|| text.clone())
-        } else {
-            text.clone()
-        };
-        return tls::handshake_failure(&where_, &target.tls, &reason, verify);
-    }
-    Transient::PgServer {
-        code: "08001".into(),
-        message: format!(
-            "cannot reach PostgreSQL at {target}: {text}; check host, port and that the server is running"
-        ),
-    }
-    .into()
-}
-
-/// The error and its sources on one line (tokio-postgres keeps the OpenSSL reason in a source).
-fn full_text(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(x) = src {
-        let t = x.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        src = x.source();
-    }
-    s
-}
-
 /// Bound one admin step by [`ADMIN_TIMEOUT`].
 pub async fn timed<T>(
     what: &str,
@@ -255,6 +187,7 @@ pub async fn timed<T>(
 }
 
 pub mod catalog;
+mod refused;
 pub mod slot;
 
 pub use catalog::*;

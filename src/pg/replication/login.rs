@@ -117,12 +117,7 @@ impl ReplicationConn {
     }
 
     async fn authenticate(&mut self, t: &PgTarget, password: Option<&str>, cb: Option<Vec<u8>>) -> Result<(), Error> {
-        let need_password = || {
-            Definite::Setup(format!(
-                "PostgreSQL at {t} asks for a password, but none was given: put it in --postgres-url, \
-                 --postgres-password-file, PGPASSWORD or ~/.pgpass"
-            ))
-        };
+        let need_password = || crate::pg::login::password_missing(t);
         let require_cb = t.channel_binding == ChannelBindingMode::Require;
         let no_cb = || {
             Definite::Config(format!(

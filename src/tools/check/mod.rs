@@ -45,6 +45,10 @@ pub struct Check {
     /// What to change; set on every warn and fail.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fix: Option<String>,
+    /// A fail that may pass by itself (the server restarting, a dropped connection): `check`
+    /// could not look, rather than found something wrong. Only in `--json` when true.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub transient: bool,
 }
 
 /// Everything `check` prints; `--json` prints this.
@@ -63,7 +67,7 @@ pub(crate) struct Checks(Vec<Check>);
 
 impl Checks {
     fn push(&mut self, name: impl Into<String>, status: Status, detail: impl Into<String>, fix: Option<String>) {
-        self.0.push(Check { name: name.into(), status, detail: detail.into(), fix });
+        self.0.push(Check { name: name.into(), status, detail: detail.into(), fix, transient: false });
     }
 
     pub(crate) fn ok(&mut self, name: impl Into<String>, detail: impl Into<String>) {
@@ -80,6 +84,19 @@ impl Checks {
 
     pub(crate) fn fail(&mut self, name: impl Into<String>, detail: impl Into<String>, fix: impl Into<String>) {
         self.push(name, Status::Fail, detail, Some(fix.into()));
+    }
+
+    /// A fail that may pass by itself (see [`Check::transient`]).
+    pub(crate) fn fail_transient(
+        &mut self,
+        name: impl Into<String>,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) {
+        self.push(name, Status::Fail, detail, Some(fix.into()));
+        if let Some(c) = self.0.last_mut() {
+            c.transient = true;
+        }
     }
 
     fn into_report(self) -> Report {

@@ -2,7 +2,9 @@
 //! their columns, the publication, the slot's WAL and who holds it, failover readiness.
 //!
 //! Read-only catalog queries over one ordinary connection. When the server cannot be reached or
-//! is too old, the rest is skipped (its catalogs may lack what the queries read).
+//! is too old, the rest is skipped (its catalogs may lack what the queries read). A failure that
+//! may pass by itself (by SQLSTATE, [`crate::pg::sqlstate::for_tool`]) is a fail marked transient,
+//! whose fix is to run `check` again, not to change a flag.
 
 use tokio_postgres::Client;
 
@@ -11,6 +13,7 @@ use crate::config::{Config, PublicationAutocreate, TableName};
 use crate::error::Error;
 use crate::pg::admin::{self, ServerVersion};
 use crate::pg::ident::{quote_ident, quote_table};
+use crate::pg::sqlstate;
 
 /// At most this many distinct routed values per table are turned into topics to check.
 const ROUTED_SAMPLE: i64 = 20;
@@ -21,6 +24,10 @@ pub(super) async fn check(cfg: &Config, out: &mut Checks) -> Vec<String> {
         Ok(c) => {
             out.ok("connection", format!("connected to {}", cfg.postgres));
             c
+        }
+        Err(e) if e.is_transient() => {
+            out.fail_transient("connection", sqlstate::for_tool(&cfg.postgres, e).to_string(), AGAIN);
+            return Vec::new();
         }
         Err(e) => {
             out.fail(
@@ -33,6 +40,10 @@ pub(super) async fn check(cfg: &Config, out: &mut Checks) -> Vec<String> {
     };
     match checks(cfg, &client, out).await {
         Ok(topics) => topics,
+        Err(e) if e.is_transient() => {
+            out.fail_transient("catalog query", sqlstate::for_tool(&cfg.postgres, e).to_string(), AGAIN);
+            Vec::new()
+        }
         Err(e) => {
             out.fail(
                 "catalog query",
@@ -43,6 +54,10 @@ pub(super) async fn check(cfg: &Config, out: &mut Checks) -> Vec<String> {
         }
     }
 }
+
+/// The fix of a transient failure: nothing to change, only to wait.
+const AGAIN: &str = "this may pass by itself: run `outboxd check` again once the server is back (the other \
+     PostgreSQL checks were skipped)";
 
 async fn checks(cfg: &Config, c: &Client, out: &mut Checks) -> Result<Vec<String>, Error> {
     let version = admin::server_version(c).await?;
