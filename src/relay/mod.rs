@@ -12,8 +12,8 @@
 //! owns what they all share, once:
 //! * the ack channel, and the count and bytes of records handed to the sink and not yet resolved;
 //! * the budgets (`--max-in-flight`, `--max-in-flight-bytes`) every source checks before handing
-//!   over more ([`Relay::room`]), and the loops a source waits in for room, for the sink's held
-//!   records, or for its acks ([`wait`]);
+//!   over more ([`budget`], [`Relay::room`]), and the loops a source waits in for room, for the
+//!   sink's held records, or for its acks ([`wait`]);
 //! * the size check against the sink's limit before a record is sent;
 //! * the sink's held records ([`Sink::blocked`] / [`Sink::unblock`]) and its background tasks'
 //!   failure, as one cancel-safe [`Relay::wake`] a source puts in its own `select!` beside its own
@@ -36,6 +36,7 @@
 //! * Nothing here waits on the destination: `send` hands over or the sink holds the record, and
 //!   the source stops reading while [`Relay::room`] says no.
 
+pub mod budget;
 pub mod chunk;
 pub mod dead_letter;
 pub mod wait;
@@ -50,8 +51,8 @@ use crate::metrics::Metrics;
 use crate::router::{BadEvent, OutboxRow, Record, Route};
 pub use crate::sink::delivery::{Ack, Delivery, Outcome, Position, Refusal, Source, Ticket};
 use crate::sink::{Sink, SinkError};
+pub use budget::Budget;
 use dead_letter::{copy_part, copy_refused, record_size, DeadLetter};
-pub use wait::Budget;
 
 /// Where a source keeps the fate of its records: what a [`Ticket`] means is its own business.
 pub trait Ledger {

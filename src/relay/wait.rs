@@ -1,18 +1,17 @@
-//! The budgets and the waiting: how much a source may have handed to the sink and not yet
-//! resolved, and the loops a source waits in until that changes.
+//! The waiting: the loops a source waits in until the relay has room for its next record, the
+//! sink holds nothing, or its records are acked.
 //!
-//! Every source (the WAL session, a poll batch, a backfill) asks the same question before it hands
-//! over the next record, [`Relay::room`], against the same [`Budget`] (`--max-in-flight` records
-//! and `--max-in-flight-bytes` bytes). A source with a `select!` of its own (the WAL session,
-//! beside its WAL stream and status timer) reads no more while `room` says no; a source that only
-//! waits for acks uses [`Relay::wait_for_room`].
+//! Every source (the WAL session, a poll batch, a backfill) asks the same question before it
+//! hands over the next record, [`Relay::room`]: the sink holds nothing and the [`super::Budget`]
+//! (`--max-in-flight` records, `--max-in-flight-bytes` bytes) admits one more. A source with a
+//! `select!` of its own (the WAL session, beside its WAL stream and status timer) reads no more
+//! while `room` says no; a source that only waits for acks uses [`Relay::wait_for_room`].
 //!
 //! # Invariants
-//! * A source that asks before every record never has more than `Budget::records` records in
-//!   flight. Bytes may overshoot by one record: a record always fits when nothing is in flight,
-//!   however large, so a budget delays a record but never refuses it (the size check against the
-//!   sink's own limit is the relay's `send`). A dead-letter copy's chunks are handed over together
-//!   when the policy settles a refusal (they complete one ticket), so they may overshoot too.
+//! * A source that asks before every record never has more than the budget's records in flight,
+//!   and its bytes pass the budget by one record at most. A dead-letter copy's chunks are handed
+//!   over together when the policy settles a refusal (they complete one ticket), so they may
+//!   overshoot too.
 //! * Waiting never reorders: the source hands its records over in its own order, it only pauses.
 //! * Every loop here handles acks and the sink's held records as they come (through
 //!   [`Relay::wake`] and [`Relay::handle`]), and calls the source's `tick` about once a second, so
@@ -24,31 +23,11 @@ use tokio::time::{interval_at, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::{Ledger, Relay};
-use crate::config::Config;
 use crate::error::Error;
 use crate::sink::Sink;
 
 /// How often a waiting source's `tick` runs.
 pub const TICK: Duration = Duration::from_secs(1);
-
-/// `--max-in-flight` and `--max-in-flight-bytes`: what may be handed to the sink and not yet
-/// resolved.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Budget {
-    pub records: usize,
-    pub bytes: usize,
-}
-
-impl Budget {
-    pub fn of(cfg: &Config) -> Budget {
-        Budget { records: cfg.max_in_flight, bytes: cfg.max_in_flight_bytes }
-    }
-
-    /// Is there room for one more record beside `records` records of `bytes` bytes?
-    pub fn admits(&self, records: usize, bytes: usize) -> bool {
-        records < self.records && bytes < self.bytes
-    }
-}
 
 impl<S: Sink> Relay<'_, S> {
     /// May the source hand over one more record? Not while the sink holds records or a budget is
@@ -161,27 +140,4 @@ fn ticker() -> tokio::time::Interval {
     let mut t = interval_at(Instant::now() + TICK, TICK);
     t.set_missed_tick_behavior(MissedTickBehavior::Delay);
     t
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Budget;
-
-    #[test]
-    fn a_budget_admits_below_both_limits_only() {
-        let b = Budget { records: 3, bytes: 100 };
-        assert!(b.admits(0, 0));
-        assert!(b.admits(2, 99));
-        assert!(!b.admits(3, 0), "the record budget is spent");
-        assert!(!b.admits(0, 100), "the byte budget is spent");
-    }
-
-    #[test]
-    fn one_record_of_any_size_fits_when_nothing_is_in_flight() {
-        // The budget is checked before a record, against what is already in flight: a record
-        // larger than the byte budget still goes when it would be alone.
-        let b = Budget { records: 1, bytes: 1024 };
-        assert!(b.admits(0, 0));
-        assert!(!b.admits(1, 0));
-    }
 }
