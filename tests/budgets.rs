@@ -1,7 +1,8 @@
 //! `--max-in-flight` holds for `poll` and `backfill` as for `run`, against a real PostgreSQL and
 //! Apache Kafka: with the broker stalled (SIGSTOP, or a proxy holding the produce traffic) and a
 //! backlog many times the budget, no more than the budget is ever handed to the sink unacked;
-//! once the broker answers again every row arrives once, in order per aggregate.
+//! once the broker answers again every row arrives once, in order per aggregate. A poll batch
+//! waiting for room still stops on SIGTERM.
 
 mod common;
 
@@ -118,4 +119,40 @@ fn backfill_never_has_more_than_max_in_flight_unacked() {
     let (order, dups) = first_occurrences(&got);
     assert_complete_in_order(&order, 10, 30, &log);
     assert_eq!(dups, 0, "{log}");
+}
+
+/// A poll batch waiting for room when SIGTERM comes: it sends nothing more and exits within
+/// `--shutdown-timeout` although the broker is still stopped; the next poller sends every row.
+#[test]
+fn poll_waiting_for_room_still_stops_on_sigterm() {
+    let pg = PgCluster::start();
+    poll_outbox(&pg);
+    let broker = Broker::start();
+    broker.create_topic("ps.events", 1);
+    let budget = BUDGET.to_string();
+    let flags =
+        ["--max-in-flight", &budget, "--poll-batch", "200", "--poll-interval", "100ms", "--shutdown-timeout", "2s"];
+    let mut d = spawn_polling(&poll_args(&pg, &broker, &flags));
+    pg.insert_event("t", "warm", Some("ps"), "{\"agg\": \"warm\", \"n\": 0}", None);
+    assert!(wait_until(Duration::from_secs(30), || count(&pg, "published_at IS NULL") == 0), "{}", d.log());
+
+    broker.pause();
+    insert_series(&pg, "ps", 10, 0, 20);
+    // The batch is claimed and waits for room (its first 20 records are in flight).
+    std::thread::sleep(Duration::from_secs(3));
+    let asked = Instant::now();
+    d.sigterm();
+    let status = d.wait_exit(Duration::from_secs(20));
+    let took = asked.elapsed();
+    broker.resume();
+    assert!(status.is_some(), "SIGTERM ignored while the batch waited for room:\n{}", d.log());
+    assert!(took < Duration::from_secs(10), "exit took {took:?} with --shutdown-timeout 2s:\n{}", d.log());
+
+    let mut d = spawn_polling(&poll_args(&pg, &broker, &flags));
+    assert!(wait_until(Duration::from_secs(60), || count(&pg, "published_at IS NULL") == 0), "{}", d.log());
+    let got = broker.consume_all("ps.events", 1, 201, Duration::from_secs(30));
+    let (mut order, _) = first_occurrences(&got);
+    order.remove("warm");
+    assert_complete_in_order(&order, 10, 20, &d.log());
+    d.stop_cleanly();
 }
