@@ -17,8 +17,8 @@
 //! Memory is bounded by one page (`--batch-size` rows) plus the records awaiting acks: before each
 //! record the relay waits for room in its budgets (`--max-in-flight`, `--max-in-flight-bytes`, as
 //! for `run` and `poll`), and the next page is read only once the last one was handed over. A
-//! progress line goes to stderr every second, and a summary at
-//! the end. A broker outage stalls the run (the sink retries), it does not fail rows.
+//! progress line goes to stderr every second, and a summary at the end. A broker outage stalls
+//! the run (the sink retries), it does not fail rows.
 
 mod pages;
 pub mod range;

@@ -128,7 +128,8 @@ impl<'a, S: Sink> Batch<'a, S> {
     pub async fn run(&mut self, rows: Vec<Claimed>) -> Result<(), Error> {
         let now_us = pg_now_us();
         for row in rows {
-            // After a shutdown request the rows not handed over yet are left as they are (claimed again).
+            // After a shutdown request the rows not handed over yet are left as they are: the
+            // next claim takes them again.
             if !self.relay.wait_for_room_or(self.shutdown, &mut self.rows, Rows::tick).await? {
                 break;
             }
