@@ -54,7 +54,7 @@ pub const ALL: &[Metric] = &[
     m("outboxd_events_total", Counter, &["topic"], "both", "Events acked by the sink, per topic (the first 1000 topics; later ones count under topic=\"(other)\")."),
     m("outboxd_events_failed_total", Counter, &["reason"], "both", "Bad events and delivery failures, per reason."),
     m("outboxd_dlq_events_total", Counter, &["reason"], "both", "Events sent to the dead-letter destination, per reason."),
-    m("outboxd_events_in_flight", Gauge, &[], "run", "Events handed to the sink and not yet acked."),
+    m("outboxd_events_in_flight", Gauge, &[], "both", "Events handed to the sink and not yet acked."),
     m("outboxd_transactions_total", Counter, &[], "run", "Source transactions whose events were all acked."),
     m("outboxd_received_lsn", Gauge, &[], "run", "The last WAL position received from the server (bytes of WAL)."),
     m("outboxd_confirmed_flush_lsn", Gauge, &[], "run", "The last flush LSN confirmed to the server (bytes of WAL)."),

@@ -10,8 +10,10 @@
 //! the WAL session's ledger is the LSN tracker (a ticket is a transaction), poll's is its batch's
 //! row fates (a ticket is a row), backfill's is its summary (one ticket for everything). The relay
 //! owns what they all share, once:
-//! * the ack channel, and the count and bytes of records handed to the sink and not yet resolved
-//!   (the budgets a source checks before reading more, [`Relay::room`]);
+//! * the ack channel, and the count and bytes of records handed to the sink and not yet resolved;
+//! * the budgets (`--max-in-flight`, `--max-in-flight-bytes`) every source checks before handing
+//!   over more ([`budget`], [`Relay::room`]), and the loops a source waits in for room, for the
+//!   sink's held records, or for its acks ([`wait`]);
 //! * the size check against the sink's limit before a record is sent;
 //! * the sink's held records ([`Sink::blocked`] / [`Sink::unblock`]) and its background tasks'
 //!   failure, as one cancel-safe [`Relay::wake`] a source puts in its own `select!` beside its own
@@ -34,8 +36,10 @@
 //! * Nothing here waits on the destination: `send` hands over or the sink holds the record, and
 //!   the source stops reading while [`Relay::room`] says no.
 
+pub mod budget;
 pub mod chunk;
 pub mod dead_letter;
+pub mod wait;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
@@ -47,6 +51,7 @@ use crate::metrics::Metrics;
 use crate::router::{BadEvent, OutboxRow, Record, Route};
 pub use crate::sink::delivery::{Ack, Delivery, Outcome, Position, Refusal, Source, Ticket};
 use crate::sink::{Sink, SinkError};
+pub use budget::Budget;
 use dead_letter::{copy_part, copy_refused, record_size, DeadLetter};
 
 /// Where a source keeps the fate of its records: what a [`Ticket`] means is its own business.
@@ -118,11 +123,18 @@ pub struct RelayConfig {
     pub dlq_topic: String,
     /// `--value-converter avro`: the registry the values are encoded with ([`crate::format`]).
     pub registry: Option<RegistryConfig>,
+    /// What may be in flight at once ([`Relay::room`]).
+    pub budget: Budget,
 }
 
 impl RelayConfig {
     pub fn of(cfg: &Config) -> RelayConfig {
-        RelayConfig { on_bad_event: cfg.on_bad_event, dlq_topic: cfg.dlq_topic.clone(), registry: cfg.registry.clone() }
+        RelayConfig {
+            on_bad_event: cfg.on_bad_event,
+            dlq_topic: cfg.dlq_topic.clone(),
+            registry: cfg.registry.clone(),
+            budget: Budget::of(cfg),
+        }
     }
 }
 
@@ -137,6 +149,8 @@ pub struct Relay<'a, S: Sink> {
     /// Records handed to the sink and not yet resolved, and their bytes.
     in_flight: usize,
     in_flight_bytes: usize,
+    /// `outboxd_events_in_flight`, when this relay's source reports it through the relay (poll).
+    in_flight_gauge: Option<metrics::Gauge>,
     /// The value encoder (`--value-converter avro`), or why it could not be built.
     format: Option<Result<Encoder, String>>,
 }
@@ -146,7 +160,25 @@ impl<'a, S: Sink> Relay<'a, S> {
         let (tx, rx) = unbounded_channel();
         let sink_failure = sink.failure().unwrap_or_default();
         let format = cfg.registry.as_ref().map(Encoder::new);
-        Relay { sink, cfg, metrics, tx, rx, sink_failure, in_flight: 0, in_flight_bytes: 0, format }
+        Relay {
+            sink,
+            cfg,
+            metrics,
+            tx,
+            rx,
+            sink_failure,
+            in_flight: 0,
+            in_flight_bytes: 0,
+            in_flight_gauge: None,
+            format,
+        }
+    }
+
+    /// Keep `outboxd_events_in_flight` at this relay's count (for a source that has no count of
+    /// its own to report: the WAL session reports its tracker's).
+    pub fn reporting_in_flight(mut self) -> Self {
+        self.in_flight_gauge = Some(self.metrics.in_flight.clone());
+        self
     }
 
     /// The session reads no more (shutdown): see [`Sink::finishing`].
@@ -166,11 +198,6 @@ impl<'a, S: Sink> Relay<'a, S> {
     /// Bytes of the records handed to the sink and not yet resolved.
     pub fn in_flight_bytes(&self) -> usize {
         self.in_flight_bytes
-    }
-
-    /// May the source hand over more? Not while the sink holds records or a budget is spent.
-    pub fn room(&self, max_records: usize, max_bytes: usize) -> bool {
-        self.in_flight < max_records && self.in_flight_bytes < max_bytes && !self.sink.blocked()
     }
 
     pub fn blocked(&self) -> bool {
@@ -215,15 +242,6 @@ impl<'a, S: Sink> Relay<'a, S> {
                 break;
             }
         }
-    }
-
-    /// Wait until the sink holds nothing, handling acks meanwhile.
-    pub async fn until_unblocked(&mut self, ledger: &mut impl Ledger) -> Result<(), Error> {
-        while self.sink.blocked() {
-            let w = self.wake().await;
-            self.handle(ledger, w).await?;
-        }
-        Ok(())
     }
 
     /// Send a record counted under `t`, checking its size first.
@@ -281,6 +299,7 @@ impl<'a, S: Sink> Relay<'a, S> {
     fn delivery(&mut self, t: Ticket, record: &Record, bytes: usize, source: Source) -> Delivery {
         self.in_flight += 1;
         self.in_flight_bytes += bytes;
+        self.report_in_flight();
         Delivery::new(t, record.event_id.clone(), record.topic.clone(), source, self.tx.clone()).with_bytes(bytes)
     }
 
@@ -288,6 +307,13 @@ impl<'a, S: Sink> Relay<'a, S> {
     fn resolved(&mut self, bytes: usize) {
         self.in_flight = self.in_flight.saturating_sub(1);
         self.in_flight_bytes = self.in_flight_bytes.saturating_sub(bytes);
+        self.report_in_flight();
+    }
+
+    fn report_in_flight(&self) {
+        if let Some(g) = &self.in_flight_gauge {
+            g.set(self.in_flight as f64);
+        }
     }
 
     /// What `send` or `unblock` said: a refusal of one record goes to the ledger and the policy.
@@ -442,6 +468,10 @@ impl<S: Sink> Drop for Relay<'_, S> {
     fn drop(&mut self) {
         if let Some(otlp) = crate::otlp::exporter() {
             otlp.forget_pending();
+        }
+        // Nothing counts what this relay handed over any more; the source's next relay starts at 0.
+        if let Some(g) = &self.in_flight_gauge {
+            g.set(0.0);
         }
     }
 }

@@ -40,6 +40,7 @@ pub mod dlq_copies;
 pub mod kafka;
 pub mod netfault;
 pub mod pg_tls;
+pub mod poll;
 pub mod postgres;
 pub mod process;
 pub mod registry;

@@ -14,9 +14,11 @@
 //! relay's ledger is the [`Summary`] (one ticket for every record): no refusal reaches the
 //! bad-event policy, since a backfill dead-letters nothing.
 //!
-//! Memory is bounded by one page (`--batch-size` rows) plus the records awaiting acks, which stop
-//! the reading at `--max-in-flight`. A progress line goes to stderr every second, and a summary at
-//! the end. A broker outage stalls the run (the sink retries), it does not fail rows.
+//! Memory is bounded by one page (`--batch-size` rows) plus the records awaiting acks: before each
+//! record the relay waits for room in its budgets (`--max-in-flight`, `--max-in-flight-bytes`, as
+//! for `run` and `poll`), and the next page is read only once the last one was handed over. A
+//! progress line goes to stderr every second, and a summary at the end. A broker outage stalls
+//! the run (the sink retries), it does not fail rows.
 
 mod pages;
 pub mod range;
@@ -90,8 +92,6 @@ pub async fn backfill<S: Sink>(cfg: &Config, range: &Range, sink: &mut S) -> Res
         let route = Route::compile(&cfg.route, &pages.relation)?;
         let source = Source { position: Position::Unknown, table: Arc::from(route.table()) };
         loop {
-            // Room for a whole page before reading it: memory stays at one page plus the window.
-            run.wait_until_at_most(cfg.max_in_flight.saturating_sub(range.batch_size)).await?;
             let page = pages.next(&client).await?;
             if page.is_empty() {
                 break;
@@ -118,7 +118,7 @@ pub async fn backfill<S: Sink>(cfg: &Config, range: &Range, sink: &mut S) -> Res
     let s = run.summary.clone();
     eprintln!(
         "outboxd backfill: done in {:.1}s: {} rows read, {} delivered, {} bad (refused by the router), {} undelivered",
-        run.started.elapsed().as_secs_f64(),
+        run.progress.started.elapsed().as_secs_f64(),
         s.read,
         s.delivered,
         s.bad,
@@ -164,8 +164,7 @@ fn undelivered(summary: &mut Summary, event_id: &str, topic: &str, code: &str, r
 struct Backfill<'a, S: Sink> {
     relay: Relay<'a, S>,
     summary: Summary,
-    started: Instant,
-    last_progress: Instant,
+    progress: Progress,
 }
 
 impl<'a, S: Sink> Backfill<'a, S> {
@@ -175,41 +174,46 @@ impl<'a, S: Sink> Backfill<'a, S> {
         Backfill {
             relay: Relay::new(sink, RelayConfig::of(cfg), Metrics::new()),
             summary: Summary::default(),
-            started: now,
-            last_progress: now,
+            progress: Progress { started: now, last: now },
         }
     }
 
+    /// Hand one record over once the relay has room for it, printing progress while it waits.
     async fn send(&mut self, record: crate::router::Record, source: Source) -> Result<(), Error> {
-        self.relay.send(&mut self.summary, Ticket(0), record, source).await?;
-        self.relay.until_unblocked(&mut self.summary).await
+        let Backfill { relay, summary, progress } = self;
+        relay.wait_for_room(summary, |s, in_flight| progress.line(s, in_flight, false)).await?;
+        relay.send(summary, Ticket(0), record, source).await
     }
 
     /// Wait for acks until at most `limit` records are in flight, printing progress meanwhile.
     async fn wait_until_at_most(&mut self, limit: usize) -> Result<(), Error> {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        while self.relay.in_flight() > limit {
-            tokio::select! {
-                biased;
-                w = self.relay.wake() => self.relay.handle(&mut self.summary, w).await?,
-                _ = tick.tick() => self.progress(false),
-            }
-        }
-        Ok(())
+        let Backfill { relay, summary, progress } = self;
+        relay.wait_until_at_most(summary, limit, |s, in_flight| progress.line(s, in_flight, false)).await
     }
 
-    /// One line on stderr at most every second (and always when `force`).
     fn progress(&mut self, force: bool) {
-        if !force && self.last_progress.elapsed() < Duration::from_secs(1) {
+        self.progress.line(&self.summary, self.relay.in_flight(), force);
+    }
+}
+
+/// The progress line's clock.
+struct Progress {
+    started: Instant,
+    last: Instant,
+}
+
+impl Progress {
+    /// One line on stderr at most every second (and always when `force`).
+    fn line(&mut self, s: &Summary, in_flight: usize, force: bool) {
+        if !force && self.last.elapsed() < Duration::from_secs(1) {
             return;
         }
-        self.last_progress = Instant::now();
-        let s = &self.summary;
+        self.last = Instant::now();
         eprintln!(
             "outboxd backfill: {} read, {} delivered, {} in flight, {} bad, {} undelivered ({:.0}s)",
             s.read,
             s.delivered,
-            self.relay.in_flight(),
+            in_flight,
             s.bad,
             s.undelivered,
             self.started.elapsed().as_secs_f64()

@@ -16,6 +16,11 @@
 //! A refusal by the sink is one failed try (`Retry`) while tries remain; after the last, and for a
 //! row the router refuses (trying again cannot change it), `--on-bad-event` applies in the relay.
 //!
+//! The batch holds the relay's budgets like every source: before each record it waits for
+//! [`Relay::room`] (`--max-in-flight`, `--max-in-flight-bytes`), so a batch larger than the budget
+//! sends its rows as the acks of its earlier ones make room, in claim order (waiting never
+//! reorders, so each aggregate's order holds).
+//!
 //! Nothing here waits for a broker that is down: the records stay in flight (the sink retries
 //! them) and the batch waits, so an outage costs time, never a try.
 
@@ -23,7 +28,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
@@ -106,7 +110,7 @@ impl<'a, S: Sink> Batch<'a, S> {
             route: ctx.route,
             table: ctx.table,
             shutdown: ctx.shutdown,
-            relay: Relay::new(sink, RelayConfig::of(ctx.cfg), ctx.metrics.clone()),
+            relay: Relay::new(sink, RelayConfig::of(ctx.cfg), ctx.metrics.clone()).reporting_in_flight(),
             rows: Rows {
                 cfg: ctx.cfg,
                 metrics: ctx.metrics,
@@ -124,6 +128,11 @@ impl<'a, S: Sink> Batch<'a, S> {
     pub async fn run(&mut self, rows: Vec<Claimed>) -> Result<(), Error> {
         let now_us = pg_now_us();
         for row in rows {
+            // After a shutdown request the rows not handed over yet are left as they are: the
+            // next claim takes them again.
+            if !self.relay.wait_for_room_or(self.shutdown, &mut self.rows, Rows::tick).await? {
+                break;
+            }
             let i = self.rows.slots.len();
             self.rows.slots.push(Slot {
                 seq: row.seq,
@@ -132,10 +141,21 @@ impl<'a, S: Sink> Batch<'a, S> {
                 fate: Fate::Open { pending: 1, dead_letter: None },
                 tries: 0,
             });
-            self.until_unblocked().await?;
             self.send_row(i, &row, now_us).await?;
         }
         self.collect().await
+    }
+
+    /// Wait until every record resolved; after a shutdown request, at most `--shutdown-timeout`.
+    async fn collect(&mut self) -> Result<(), Error> {
+        let stop = (self.shutdown, self.rows.cfg.shutdown_timeout);
+        let waiting = |rows: &Rows| {
+            tracing::info!(open = rows.open(), "shutdown requested; waiting for the batch's acks");
+        };
+        if !self.relay.collect(&mut self.rows, Rows::open, stop, waiting, Rows::tick).await? {
+            tracing::warn!(open = self.rows.open(), "shutdown timeout: leaving the batch's unacked rows unpublished; they are claimed again on the next start");
+        }
+        Ok(())
     }
 
     /// Row `i`'s place: poll reads no WAL, so dead-letter copies carry the row's seq.
@@ -165,45 +185,6 @@ impl<'a, S: Sink> Batch<'a, S> {
             }
         }
     }
-
-    /// Before a send: while the sink holds records it could not hand over, make it progress
-    /// (acks still count meanwhile), ticking liveness every second.
-    async fn until_unblocked(&mut self) -> Result<(), Error> {
-        while self.relay.blocked() {
-            tokio::select! {
-                biased;
-                w = self.relay.wake() => self.relay.handle(&mut self.rows, w).await?,
-                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => self.rows.health.loop_tick(),
-            }
-        }
-        Ok(())
-    }
-
-    /// Wait until every record resolved; after a shutdown request, at most `--shutdown-timeout`.
-    async fn collect(&mut self) -> Result<(), Error> {
-        let mut deadline: Option<Instant> = None;
-        loop {
-            if self.rows.open() == 0 {
-                break;
-            }
-            if deadline.is_none() && self.shutdown.is_cancelled() {
-                tracing::info!(open = self.rows.open(), "shutdown requested; waiting for the batch's acks");
-                deadline = Some(Instant::now() + self.rows.cfg.shutdown_timeout);
-            }
-            let until = deadline.unwrap_or_else(|| Instant::now() + std::time::Duration::from_secs(3600));
-            tokio::select! {
-                biased;
-                w = self.relay.wake() => self.relay.handle(&mut self.rows, w).await?,
-                _ = self.shutdown.cancelled(), if deadline.is_none() => {}
-                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => self.rows.health.loop_tick(),
-                _ = tokio::time::sleep_until(until), if deadline.is_some() => {
-                    tracing::warn!(open = self.rows.open(), "shutdown timeout: leaving the batch's unacked rows unpublished; they are claimed again on the next start");
-                    return Ok(());
-                }
-            }
-        }
-        Ok(())
-    }
 }
 
 impl Rows<'_> {
@@ -214,6 +195,11 @@ impl Rows<'_> {
             self.slots[i].fate = Fate::Held;
         }
         held
+    }
+
+    /// About once a second while the batch waits in the relay: liveness.
+    fn tick(&mut self, _in_flight: usize) {
+        self.health.loop_tick();
     }
 
     fn open(&self) -> usize {

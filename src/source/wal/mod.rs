@@ -150,7 +150,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
 
     /// May the loop read more WAL? Not while the sink holds records or a budget is spent.
     fn can_read(&self) -> bool {
-        self.relay.room(self.cfg.max_in_flight, self.cfg.max_in_flight_bytes)
+        self.relay.room()
     }
 
     /// Act on what woke the relay, then count what it completed.
