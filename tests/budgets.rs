@@ -51,7 +51,16 @@ fn poll_never_has_more_than_max_in_flight_unacked() {
     insert_series(&pg, "pb", 10, 0, 20);
     let peak = peak_in_flight(port, Duration::from_secs(6));
     let stuck = count(&pg, "published_at IS NULL");
+    // The status page shows poll's in-flight records and their bytes too.
+    let page: serde_json::Value =
+        http_get(port, "/status.json").and_then(|(_, b)| serde_json::from_str(&b).ok()).unwrap_or_default();
     broker.resume();
+    let (records, bytes) = (page["in_flight"]["records"].as_f64(), page["in_flight"]["bytes"].as_f64());
+    assert!(
+        records.is_some_and(|r| r > 0.0 && r <= BUDGET as f64) && bytes.is_some_and(|b| b > 0.0),
+        "the status page's in_flight under a stalled poll: {:#}",
+        page["in_flight"]
+    );
     eprintln!("peak in flight with the broker stopped: {peak}");
     assert!(peak >= BUDGET as f64 / 2.0, "the stalled batch should fill the budget, saw {peak}\n{}", d.log());
     assert!(peak <= BUDGET as f64, "--max-in-flight {BUDGET} exceeded: {peak} records in flight\n{}", d.log());

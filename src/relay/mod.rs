@@ -310,9 +310,12 @@ impl<'a, S: Sink> Relay<'a, S> {
         self.report_in_flight();
     }
 
+    /// The in-flight gauge and the status page's in-flight bytes, for the loops that export them
+    /// (`run` and `poll`), as they change.
     fn report_in_flight(&self) {
         if let Some(g) = &self.in_flight_gauge {
             g.set(self.in_flight as f64);
+            crate::status::board().set_in_flight_bytes(self.in_flight_bytes);
         }
     }
 

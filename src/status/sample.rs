@@ -161,6 +161,7 @@ pub fn events_total(s: &Scrape) -> f64 {
 
 /// The figures that depend on which loop runs. Every gauge is registered (at 0) when the process
 /// starts, whichever loop it runs, so `run`'s gauges read 0 under `poll`: they are not taken there.
+/// `outboxd_events_in_flight` is both loops' (the relay's budget counts it for each).
 #[derive(Debug, Default, PartialEq)]
 pub struct Figures {
     pub lag_bytes: Option<f64>,
@@ -173,7 +174,11 @@ pub struct Figures {
 impl Figures {
     pub fn of(s: &Scrape, poll: bool) -> Figures {
         if poll {
-            Figures { lag_seconds: s.value("outboxd_poll_oldest_unpublished_age_seconds"), ..Figures::default() }
+            Figures {
+                lag_seconds: s.value("outboxd_poll_oldest_unpublished_age_seconds"),
+                in_flight: s.value("outboxd_events_in_flight"),
+                ..Figures::default()
+            }
         } else {
             Figures {
                 lag_bytes: s.value("outboxd_replication_lag_bytes"),
@@ -235,14 +240,17 @@ mod tests {
     }
 
     #[test]
-    fn poll_takes_its_own_lag_and_none_of_runs_gauges() {
+    fn poll_takes_its_own_lag_and_in_flight_and_none_of_runs_wal_gauges() {
         // Every gauge is registered at 0 at start, whichever loop runs.
         let s = Scrape::parse(
-            "outboxd_lag_seconds 0\noutboxd_replication_lag_bytes 0\noutboxd_events_in_flight 0\n\
+            "outboxd_lag_seconds 0\noutboxd_replication_lag_bytes 0\noutboxd_events_in_flight 7\n\
              outboxd_poll_oldest_unpublished_age_seconds 42\n",
         );
-        assert_eq!(Figures::of(&s, true), Figures { lag_seconds: Some(42.0), ..Figures::default() });
+        assert_eq!(
+            Figures::of(&s, true),
+            Figures { lag_seconds: Some(42.0), in_flight: Some(7.0), ..Figures::default() }
+        );
         let run = Figures::of(&s, false);
-        assert_eq!((run.lag_seconds, run.lag_bytes, run.in_flight), (Some(0.0), Some(0.0), Some(0.0)));
+        assert_eq!((run.lag_seconds, run.lag_bytes, run.in_flight), (Some(0.0), Some(0.0), Some(7.0)));
     }
 }
