@@ -7,7 +7,7 @@
 //! nothing from another origin (no CDN, no fonts), and its Content-Security-Policy
 //! ([`HEADERS`]) forbids it.
 
-use super::Status;
+use super::{DeadLetters, Status};
 
 /// The stylesheet and script, served at `/status.css` and `/status.js`.
 pub const CSS: &str = include_str!("page.css");
@@ -134,8 +134,25 @@ pub fn render(s: &Status, token_query: Option<&str>) -> String {
          <figure><figcaption>lag (seconds)</figcaption><svg id=\"chart-lag-seconds\" viewBox=\"0 0 600 120\" data-points=\"0\"></svg></figure>\
          <figure><figcaption>events per second</figcaption><svg id=\"chart-rate\" viewBox=\"0 0 600 120\" data-points=\"0\"></svg></figure></section>\n",
     );
-    // The dead-letter queue.
-    let d = &s.dead_letters;
+    dead_letter_section(&mut h, &s.dead_letters);
+    topics_and_preview(&mut h, s);
+    if let Some(p) = &s.poll {
+        h.push_str(&format!(
+            "<section id=\"poll\"><h2>Polling</h2><div class=\"cards\">{}{}{}</div></section>\n",
+            figure("poll-unpublished", "unpublished rows", opt(p.unpublished_rows, |v| v.to_string())),
+            figure("poll-oldest", "oldest unpublished", opt(p.oldest_unpublished_age_seconds, secs)),
+            figure("poll-error-ratio", "publish error ratio", format!("{:.4}", p.publish_error_ratio)),
+        ));
+    }
+    h.push_str(&format!(
+        "</main><footer>The same data: <a href=\"/status.json{q}\">/status.json</a> · <a href=\"/metrics\">/metrics</a> · updated <span id=\"updated\">now</span></footer>\n\
+         <script src=\"/status.js\"></script></body></html>\n"
+    ));
+    h
+}
+
+/// The dead-letter queue: its reasons, its newest entries, and the commands that list and replay it.
+fn dead_letter_section(h: &mut String, d: &DeadLetters) {
     h.push_str(&format!(
         "<section><h2>Dead-letter queue <span id=\"dlq-total\">{}</span></h2><p>destination <code id=\"dlq-destination\">{}</code>, --on-bad-event <code>{}</code></p>\
          <table><thead><tr><th>reason</th><th>events</th></tr></thead><tbody id=\"dlq-reasons\">",
@@ -164,7 +181,10 @@ pub fn render(s: &Status, token_query: Option<&str>) -> String {
         esc(&d.list_command),
         esc(&d.replay_command)
     ));
-    // Topics and the routing preview.
+}
+
+/// The topics written to, and what the newest rows would be routed to.
+fn topics_and_preview(h: &mut String, s: &Status) {
     h.push_str(&format!(
         "<section><h2>Topics <span id=\"topic-count\">{}</span></h2><table><thead><tr><th>topic</th><th>events</th></tr></thead><tbody id=\"topics\">",
         s.topics.count
@@ -196,17 +216,4 @@ pub fn render(s: &Status, token_query: Option<&str>) -> String {
         }
     }
     h.push_str("</div></section>\n");
-    if let Some(p) = &s.poll {
-        h.push_str(&format!(
-            "<section id=\"poll\"><h2>Polling</h2><div class=\"cards\">{}{}{}</div></section>\n",
-            figure("poll-unpublished", "unpublished rows", opt(p.unpublished_rows, |v| v.to_string())),
-            figure("poll-oldest", "oldest unpublished", opt(p.oldest_unpublished_age_seconds, secs)),
-            figure("poll-error-ratio", "publish error ratio", format!("{:.4}", p.publish_error_ratio)),
-        ));
-    }
-    h.push_str(&format!(
-        "</main><footer>The same data: <a href=\"/status.json{q}\">/status.json</a> · <a href=\"/metrics\">/metrics</a> · updated <span id=\"updated\">now</span></footer>\n\
-         <script src=\"/status.js\"></script></body></html>\n"
-    ));
-    h
 }

@@ -144,32 +144,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
     rows.truncate(a.limit);
 
     if a.json {
-        let records: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|e| {
-                let r = &e.head;
-                serde_json::json!({
-                    "partition": r.partition,
-                    "offset": r.offset,
-                    "position": r.position(),
-                    "event_id": r.event_id(),
-                    "reason": r.reason(),
-                    "original_topic": r.original_topic(),
-                    "message": r.header(H_MESSAGE),
-                    "key": r.key.as_deref().map(|k| String::from_utf8_lossy(k).into_owned()),
-                    "payload_bytes": e.payload_len,
-                    "chunks": e.chunks,
-                    "original_payload_size": r.header(H_SIZE).and_then(|s| s.parse::<u64>().ok()),
-                    "source_lsn": r.header(H_LSN),
-                    "source_seq": r.header(H_SEQ).and_then(|s| s.parse::<i64>().ok()),
-                    "source_table": r.header(H_TABLE),
-                    // As restored (the original names and values), text shown lossily.
-                    "headers": r.headers.iter().map(|(k, v)| {
-                        serde_json::json!([k, v.as_deref().map(|v| String::from_utf8_lossy(v).into_owned())])
-                    }).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
+        let records: Vec<serde_json::Value> = rows.iter().map(entry_json).collect();
         let incomplete: Vec<serde_json::Value> = leftovers
             .iter()
             .map(|l| {
@@ -252,6 +227,31 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
     incomplete.print();
     unreadable.print();
     Ok(0)
+}
+
+/// One dead-lettered record as `dlq list --json` shows it.
+fn entry_json(e: &Entry) -> serde_json::Value {
+    let r = &e.head;
+    serde_json::json!({
+        "partition": r.partition,
+        "offset": r.offset,
+        "position": r.position(),
+        "event_id": r.event_id(),
+        "reason": r.reason(),
+        "original_topic": r.original_topic(),
+        "message": r.header(H_MESSAGE),
+        "key": r.key.as_deref().map(|k| String::from_utf8_lossy(k).into_owned()),
+        "payload_bytes": e.payload_len,
+        "chunks": e.chunks,
+        "original_payload_size": r.header(H_SIZE).and_then(|s| s.parse::<u64>().ok()),
+        "source_lsn": r.header(H_LSN),
+        "source_seq": r.header(H_SEQ).and_then(|s| s.parse::<i64>().ok()),
+        "source_table": r.header(H_TABLE),
+        // As restored (the original names and values), text shown lossily.
+        "headers": r.headers.iter().map(|(k, v)| {
+            serde_json::json!([k, v.as_deref().map(|v| String::from_utf8_lossy(v).into_owned())])
+        }).collect::<Vec<_>>(),
+    })
 }
 
 fn one_line(s: &str) -> String {
