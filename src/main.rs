@@ -191,7 +191,7 @@ fn run(cfg: Config, mode: Mode) -> anyhow::Result<()> {
                 Mode::Poll => "poll",
             };
             let page = outboxd::status::PageSetup { cfg: cfg.clone(), command };
-            let bound = outboxd::health::serve(addr, health.clone(), Some(page)).await?;
+            let bound = outboxd::serve::serve(addr, health.clone(), Some(page)).await?;
             tracing::info!(%bound, "serving /metrics, /healthz, /readyz and the status page (/ and /status.json)");
         }
         // After the recorder is installed: handles made before it would record nowhere.

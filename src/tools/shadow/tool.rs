@@ -220,7 +220,7 @@ async fn compare(a: &ShadowCompareArgs) -> Result<u8, Error> {
     if let Some(f) = &s.follow {
         let health = crate::health::Health::new(Duration::ZERO);
         if let Some(addr) = f.metrics_addr {
-            let bound = crate::health::serve(addr, health.clone(), None).await?;
+            let bound = crate::serve::serve(addr, health.clone(), None).await?;
             tracing::info!(%bound, "serving /metrics and /readyz");
         }
         // After the recorder is installed: handles made before it would record nowhere.
