@@ -34,8 +34,7 @@
 //! * Nothing here waits on the destination: `send` hands over or the sink holds the record, and
 //!   the source stops reading while [`Relay::room`] says no.
 
-pub mod chunk;
-pub mod dead_letter;
+pub use crate::sink::dead_letter::{self, chunk};
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 

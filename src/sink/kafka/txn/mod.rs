@@ -472,7 +472,7 @@ impl Txns {
             let (copy, place) = (d.is_dead_letter(), Place::of(&d));
             d.disarm();
             if copy {
-                stop.get_or_insert_with(|| crate::relay::dead_letter::copy_refused(event_id, topic, &reason));
+                stop.get_or_insert_with(|| crate::sink::dead_letter::copy_refused(event_id, topic, &reason));
             } else if let Some(place) = place {
                 tracing::warn!(%event_id, %topic, %place, code, %reason, "the broker refused a record inside a Kafka transaction; the transaction is aborted, and when the record comes again --on-bad-event applies to it first");
                 self.condemned.insert(place, code, reason);
