@@ -155,9 +155,9 @@ mod tests {
 
     use super::*;
     use crate::lsn::Lsn;
-    use crate::relay::{Position, Source};
     use crate::router::Record;
     use crate::sink::dead_letter::{record_size, DeadLetter};
+    use crate::sink::delivery::{Position, Source};
     use crate::sink::escape::{plain_text, Limits};
 
     /// Line-based headers with a short id, like NATS.
