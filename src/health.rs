@@ -1,10 +1,10 @@
-//! Process health and the HTTP endpoint: `/metrics` (Prometheus text), `/healthz`, `/readyz`, and
-//! the status page (`/`, `/status.json`: [`crate::status`]) for `run` and `poll`. The page's paths
-//! answer only the `Host` names [`crate::status::host`] allows (DNS rebinding); the probes and
-//! `/metrics` answer any.
+//! Process health: the facts `/healthz` and `/readyz` report, and their answers ([`Probe`]).
+//! The HTTP server that carries them, with `/metrics` and the status page, is [`crate::serve`];
+//! this module knows nothing of HTTP beyond a probe's status line and body, so the status page
+//! ([`crate::status`]) can read [`Health`] without a circle.
 //!
 //! [`Health`] is a few atomics written where the facts change (session start/end, the sink's
-//! connection state, each status update of the replication loop) and read by the HTTP handler.
+//! connection state, each status update of the replication loop) and read by the HTTP server and the status page.
 //!
 //! - Live (`/healthz`) means the replication loop (or the supervisor between sessions) turned
 //!   within `--health-stall-timeout`. The session loop turns at least once per
@@ -17,43 +17,10 @@
 //!   destination (Kafka: the last delivery or metadata check succeeded; the others: their
 //!   connection is up). A standby instance (another process holds the slot) is not
 //!   ready, and its 503 body says "standby" so a probe or a person can tell it from a failure.
-//!
-//! The server is hand-written on purpose: one request per connection, GET only, no keep-alive. It
-//! serves probes and scrapes, not users. hyper would parse HTTP better, but the robustness this
-//! endpoint needs is the same code with or without it: our own accept loop that backs off on
-//! errors (EMFILE would otherwise spin a core), one deadline per connection covering reading the
-//! request and writing the answer (a silent client is dropped, never waited on), a task per
-//! connection (a slow client never holds up a probe), and a cap on open connections so probes
-//! cannot use up the file descriptors PostgreSQL and Kafka need. At the cap, the connection that
-//! has waited longest without sending its request is ended to make room: sockets opened and left
-//! idle (64 of them, re-opened every few seconds) would otherwise keep every probe out and make a
-//! kubelet restart a healthy process. That is a few lines here, and
-//! saves four crates in the build.
 
-use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use metrics_exporter_prometheus::PrometheusHandle;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
-
-use crate::error::Definite;
-use crate::status::{PageSetup, StatusPage};
-
-/// One connection's whole life: reading the request head, rendering, writing the answer.
-const CONN_DEADLINE: Duration = Duration::from_secs(5);
-/// Connections served at once. A connection past the cap ends the one that has waited longest
-/// without sending its request, so idle sockets can never keep a probe out; when none is idle,
-/// the new one is closed.
-const MAX_CONNECTIONS: usize = 64;
-/// A connection must send its request head within this (a probe sends it at once).
-const HEAD_DEADLINE: Duration = Duration::from_secs(2);
-/// Longest pause after a failed accept (e.g. EMFILE), reached by doubling from 10 ms.
-const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Shared readiness and liveness facts.
 #[derive(Debug)]
@@ -127,6 +94,29 @@ impl Health {
         self.stalled_for(Instant::now()).is_none()
     }
 
+    /// `/healthz`'s answer: 200 while live, else 503 saying how long the loop has been quiet.
+    pub fn healthz(&self) -> Probe {
+        match self.stalled_for(Instant::now()) {
+            None => Probe { ok: true, body: "ok\n".to_owned() },
+            Some(quiet) => Probe {
+                ok: false,
+                body: format!("stalled: the replication loop made no progress for {}s\n", quiet.as_secs()),
+            },
+        }
+    }
+
+    /// `/readyz`'s answer: 200 while ready; a standby's 503 says so, to tell it from a failure.
+    pub fn readyz(&self) -> Probe {
+        let body = if self.ready() {
+            "ready\n"
+        } else if self.standby() {
+            "standby: another process holds the replication slot; this one takes over when it is released\n"
+        } else {
+            "not ready\n"
+        };
+        Probe { ok: self.ready(), body: body.to_owned() }
+    }
+
     /// How long the loop has been quiet at `now`, if that is longer than the stall timeout.
     fn stalled_for(&self, now: Instant) -> Option<Duration> {
         if self.stall_timeout.is_zero() {
@@ -176,209 +166,19 @@ impl Health {
     }
 }
 
+/// A probe's answer: 200 (`ok`) or 503, and a one-line plain-text body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probe {
+    pub ok: bool,
+    pub body: String,
+}
+
 /// What the process shares with every session: readiness, metric handles, the shutdown signal.
 #[derive(Clone)]
 pub struct Handles {
     pub health: Arc<Health>,
     pub metrics: crate::metrics::Metrics,
     pub shutdown: tokio_util::sync::CancellationToken,
-}
-
-/// Install the Prometheus recorder and serve the endpoints on `addr`. Returns the bound address
-/// (useful with port 0).
-///
-/// With `page`, `/` and `/status.json` serve the status page ([`crate::status`]) too.
-pub async fn serve(addr: SocketAddr, health: Arc<Health>, page: Option<PageSetup>) -> Result<SocketAddr, Definite> {
-    let handle = crate::metrics::install_recorder(crate::metrics::UPKEEP_INTERVAL)?;
-    let listener = TcpListener::bind(addr).await.map_err(|e| {
-        Definite::Config(format!("--metrics-addr {addr}: cannot listen ({e}); pick a free port, or 'off' to disable"))
-    })?;
-    let bound = listener.local_addr().unwrap_or(addr);
-    let page = page.map(|p| StatusPage::start(p, handle.clone(), health.clone()));
-    tokio::spawn(accept_loop(listener, handle, health, page));
-    Ok(bound)
-}
-
-/// Connections that have not sent their request head yet, oldest first: (id, its task).
-type Waiting = Arc<Mutex<VecDeque<(u64, tokio::task::AbortHandle)>>>;
-
-/// Removes a connection from [`Waiting`] when its head arrived or its task ended (or was aborted).
-struct Forget {
-    waiting: Waiting,
-    id: u64,
-}
-
-impl Forget {
-    fn now(&self) {
-        self.waiting.lock().unwrap_or_else(PoisonError::into_inner).retain(|(id, _)| *id != self.id);
-    }
-}
-
-impl Drop for Forget {
-    fn drop(&mut self) {
-        self.now();
-    }
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    handle: PrometheusHandle,
-    health: Arc<Health>,
-    page: Option<Arc<StatusPage>>,
-) {
-    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let waiting: Waiting = Arc::default();
-    let mut next_id = 0u64;
-    let mut backoff = Duration::ZERO;
-    loop {
-        let sock = match listener.accept().await {
-            Ok((sock, _)) => sock,
-            Err(e) => {
-                // Out of file descriptors, or the like: retrying at once would spin. Pause and
-                // let connections close.
-                if backoff.is_zero() {
-                    tracing::warn!(error = %e, "metrics endpoint: accept failed; pausing and retrying");
-                } else {
-                    tracing::debug!(error = %e, "metrics endpoint: accept failed again");
-                }
-                backoff = (backoff * 2).clamp(Duration::from_millis(10), MAX_ACCEPT_BACKOFF);
-                tokio::time::sleep(backoff).await;
-                continue;
-            }
-        };
-        backoff = Duration::ZERO;
-        let permit = match permits.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                // Over the cap: end the longest-idle connection and take its place; with none
-                // idle, close this one rather than queue behind clients that may never finish.
-                let oldest = waiting.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
-                let Some((_, task)) = oldest else { continue };
-                task.abort();
-                match tokio::time::timeout(Duration::from_millis(100), permits.clone().acquire_owned()).await {
-                    Ok(Ok(p)) => p,
-                    _ => continue,
-                }
-            }
-        };
-        let (handle, health, page) = (handle.clone(), health.clone(), page.clone());
-        let id = next_id;
-        next_id = next_id.wrapping_add(1);
-        let forget = Forget { waiting: waiting.clone(), id };
-        let task = tokio::spawn(async move {
-            let _permit = permit;
-            let _ = tokio::time::timeout(CONN_DEADLINE, answer(sock, &handle, &health, page.as_ref(), &forget)).await;
-        });
-        // The task cannot have ended yet on this single-threaded runtime; if it has elsewhere,
-        // the entry is stale and ending it later is a no-op.
-        if !task.is_finished() {
-            waiting.lock().unwrap_or_else(PoisonError::into_inner).push_back((id, task.abort_handle()));
-        }
-    }
-}
-
-/// Read one request head (within [`HEAD_DEADLINE`]) and write one response.
-async fn answer(
-    mut sock: TcpStream,
-    handle: &PrometheusHandle,
-    health: &Health,
-    page: Option<&Arc<StatusPage>>,
-    forget: &Forget,
-) {
-    // Read the whole request head: closing with unread bytes would reset the connection.
-    let mut buf = Vec::with_capacity(1024);
-    let head = async {
-        while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
-            let mut chunk = [0u8; 1024];
-            match sock.read(&mut chunk).await {
-                // The client finished sending: answer what it asked, if anything.
-                Ok(0) => break,
-                Err(_) => return false,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-        true
-    };
-    if !matches!(tokio::time::timeout(HEAD_DEADLINE, head).await, Ok(true)) {
-        return;
-    }
-    // A head cut at 8 KiB (or by the client) may have lost its Host line: the page refuses it.
-    let complete = buf.windows(4).any(|w| w == b"\r\n\r\n");
-    // Answering now: no longer one to end for room.
-    forget.now();
-    let req = String::from_utf8_lossy(&buf);
-    // A connection that sent nothing (a TCP probe, a port scan) gets nothing: no page rendered,
-    // no preview read.
-    let Some(target) = req.split_whitespace().nth(1) else { return };
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let mut extra = "";
-    let (status, body, ctype) = match path {
-        "/metrics" => ("200 OK", handle.render(), "text/plain; version=0.0.4"),
-        "/healthz" => match health.stalled_for(Instant::now()) {
-            None => ("200 OK", "ok\n".to_owned(), "text/plain"),
-            Some(quiet) => (
-                "503 Service Unavailable",
-                format!("stalled: the replication loop made no progress for {}s\n", quiet.as_secs()),
-                "text/plain",
-            ),
-        },
-        "/readyz" if health.ready() => ("200 OK", "ready\n".to_owned(), "text/plain"),
-        "/readyz" if health.standby() => (
-            "503 Service Unavailable",
-            "standby: another process holds the replication slot; this one takes over when it is released\n".to_owned(),
-            "text/plain",
-        ),
-        "/readyz" => ("503 Service Unavailable", "not ready\n".to_owned(), "text/plain"),
-        "/" | "/status.json" | "/status.js" | "/status.css" | "/favicon.ico" if page.is_some() => {
-            let Some(page) = page else { return };
-            let (answer, headers) = page_answer(page, path, query, &req, complete);
-            extra = headers;
-            answer
-        }
-        _ => ("404 Not Found", "not found\n".to_owned(), "text/plain"),
-    };
-    let resp = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer\r\n{extra}Connection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = sock.write_all(resp.as_bytes()).await;
-    let _ = sock.shutdown().await;
-}
-
-/// The status page's paths: (status, body, content type) and the extra headers.
-fn page_answer(
-    page: &Arc<StatusPage>,
-    path: &str,
-    query: &str,
-    req: &str,
-    complete: bool,
-) -> ((&'static str, String, &'static str), &'static str) {
-    if let Err(refusal) = page.host_allowed(req, complete) {
-        let status = if complete { "403 Forbidden" } else { "431 Request Header Fields Too Large" };
-        return ((status, refusal, "text/plain"), "");
-    }
-    match path {
-        // Browsers ask for it; an empty answer keeps their consoles clean.
-        "/favicon.ico" => (("204 No Content", String::new(), "image/x-icon"), ""),
-        "/status.js" => (("200 OK", crate::status::page_js().to_owned(), "text/javascript; charset=utf-8"), ""),
-        "/status.css" => (("200 OK", crate::status::page_css().to_owned(), "text/css; charset=utf-8"), ""),
-        _ if !page.authorized(req, query) => (
-            (
-                "401 Unauthorized",
-                "the status page needs its token (--status-page-token-file): send Authorization: Bearer TOKEN or add ?token=TOKEN\n".to_owned(),
-                "text/plain",
-            ),
-            "WWW-Authenticate: Bearer\r\n",
-        ),
-        "/status.json" => {
-            let json = serde_json::to_string(&page.status()).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
-            (("200 OK", json, "application/json"), "")
-        }
-        _ => {
-            let token = query.split('&').find(|kv| kv.starts_with("token="));
-            (("200 OK", page.html(token), "text/html; charset=utf-8"), crate::status::PAGE_HEADERS)
-        }
-    }
 }
 
 #[cfg(test)]

@@ -21,6 +21,8 @@ pub mod pg;
 pub mod relay;
 pub mod retry;
 pub mod router;
+pub mod secret;
+pub mod serve;
 pub mod sink;
 pub mod source;
 pub mod status;

@@ -191,7 +191,7 @@ fn run(cfg: Config, mode: Mode) -> anyhow::Result<()> {
                 Mode::Poll => "poll",
             };
             let page = outboxd::status::PageSetup { cfg: cfg.clone(), command };
-            let bound = outboxd::health::serve(addr, health.clone(), Some(page)).await?;
+            let bound = outboxd::serve::serve(addr, health.clone(), Some(page)).await?;
             tracing::info!(%bound, "serving /metrics, /healthz, /readyz and the status page (/ and /status.json)");
         }
         // After the recorder is installed: handles made before it would record nowhere.
@@ -202,7 +202,7 @@ fn run(cfg: Config, mode: Mode) -> anyhow::Result<()> {
         let handles = Handles { health: health.clone(), metrics: metrics.clone(), shutdown };
         if let Some(endpoint) = &cfg.otlp_endpoint {
             let task = outboxd::otlp::start(endpoint, "outboxd");
-            tracing::info!(endpoint = %outboxd::config::secret::mask_url(endpoint), "exporting a span per traced event over OTLP/HTTP");
+            tracing::info!(endpoint = %outboxd::secret::mask_url(endpoint), "exporting a span per traced event over OTLP/HTTP");
             // Never silent: the export loop only ends if it panics.
             tokio::spawn(async move {
                 let ended = task.await;

@@ -164,7 +164,7 @@ async fn export_loop(url: String, service: String, mut rx: tokio::sync::mpsc::Re
         let dropped = exporter().map_or(0, |e| e.dropped.swap(0, std::sync::atomic::Ordering::Relaxed));
         if (failure.is_some() || dropped > 0) && last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
             last_warning = Some(Instant::now());
-            tracing::warn!(endpoint = %crate::config::secret::mask_url(&url), failure = failure.as_deref().unwrap_or("none"), dropped_spans = dropped, "OTLP export lost spans (events are not affected)");
+            tracing::warn!(endpoint = %crate::secret::mask_url(&url), failure = failure.as_deref().unwrap_or("none"), dropped_spans = dropped, "OTLP export lost spans (events are not affected)");
         }
     }
 }

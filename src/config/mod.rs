@@ -17,7 +17,7 @@
 //!
 //! The settings of a sink other than Kafka (NATS, Redis, RabbitMQ, HTTP) are validated, masked
 //! and defaulted in that sink's own folder (`crate::sink::<name>::config`); this module keeps
-//! what is shared, including masking of URLs (`secret.rs`).
+//! what is shared, including masking of URLs ([`crate::secret`], re-exported here as `secret`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -30,7 +30,7 @@ mod pgpass;
 mod poll;
 pub mod postgres;
 pub mod properties;
-pub mod secret;
+pub use crate::secret;
 mod show;
 mod units;
 mod validate;

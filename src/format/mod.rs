@@ -69,7 +69,7 @@ pub struct RegistryConfig {
 impl std::fmt::Debug for RegistryConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RegistryConfig")
-            .field("url", &crate::config::secret::mask_url(self.url.as_str()))
+            .field("url", &crate::secret::mask_url(self.url.as_str()))
             .field("user", &self.user)
             .field("password", &self.password)
             .field("ca_file", &self.ca_file)
@@ -92,7 +92,7 @@ pub struct Password {
 impl Password {
     pub fn read(flag: &str, path: &std::path::Path) -> Result<Password, String> {
         // The same reading as --postgres-password-file's.
-        let value = crate::config::postgres::read_secret_file(flag, path).map_err(|e| e.to_string())?;
+        let value = crate::secret::read_secret_file(flag, path).map_err(|e| e.to_string())?;
         if value.is_empty() {
             return Err(format!("{flag} {}: the file is empty; put the password there", path.display()));
         }

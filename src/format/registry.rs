@@ -66,7 +66,7 @@ pub fn cleartext_credentials(cfg: &RegistryConfig) -> Option<String> {
     (cfg.url.scheme() == "http").then(|| {
         format!(
             "--schema-registry-url {} is http://: the basic-auth credentials of --schema-registry-user {user:?} cross the network in clear text on every call; use https:// (with --schema-registry-ca-file for a private CA)",
-            crate::config::secret::mask_url(cfg.url.as_str())
+            crate::secret::mask_url(cfg.url.as_str())
         )
     })
 }
@@ -116,7 +116,7 @@ impl Registry {
         let client = builder.build().map_err(|e| format!("cannot build the schema registry client: {e}"))?;
         Ok(Registry {
             base: cfg.url.clone(),
-            shown: crate::config::secret::mask_url(cfg.url.as_str().trim_end_matches('/')),
+            shown: crate::secret::mask_url(cfg.url.as_str().trim_end_matches('/')),
             client,
             user: cfg.user.clone(),
             password: cfg.password.as_ref().map(|p| p.expose().to_owned()),

@@ -116,7 +116,7 @@ mod tests {
     use std::path::Path;
 
     /// Every `counter!("…")`, `gauge!("…")` and `histogram!("…")` name in `src/`, with its kind,
-    /// plus the names passed to a per-side helper in the shadow tool.
+    /// plus the names passed to the per-side helper of the shadow gauges ([`super::super::shadow`]).
     fn names_in_code() -> Vec<(String, Kind, String)> {
         let mut out = Vec::new();
         let mut stack = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];

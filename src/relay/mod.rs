@@ -37,9 +37,9 @@
 //!   the source stops reading while [`Relay::room`] says no.
 
 pub mod budget;
-pub mod chunk;
-pub mod dead_letter;
 pub mod wait;
+
+pub use crate::sink::dead_letter::{self, chunk};
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 

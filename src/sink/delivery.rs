@@ -150,7 +150,7 @@ impl Delivery {
 
     /// On a dead-letter copy, which part of it this record is: `<chunk id>/<chunk index>` for a
     /// chunk, for a whole copy an id from its table, position, event id and payload
-    /// ([`crate::relay::dead_letter::copy_part`]).
+    /// ([`crate::sink::dead_letter::copy_part`]).
     pub fn copy_part(&self) -> Option<&str> {
         self.copy_part.as_deref()
     }

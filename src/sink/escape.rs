@@ -6,7 +6,7 @@
 //! with control characters for HTTP). A refused copy stops the relay, and since every restart meets
 //! that row first, the slot would hold WAL for good. So each sink states what it cannot carry
 //! ([`Limits`], from [`super::Sink::copy_limits`]), the relay's
-//! [`crate::relay::dead_letter::DeadLetter::into_copy`] applies the rules below to the copy before
+//! [`crate::sink::dead_letter::DeadLetter::into_copy`] applies the rules below to the copy before
 //! sizing and chunking it, and the sink's writer names each copy record with [`copy_id`]:
 //!
 //! * a header the sink cannot carry as it is, name or value, becomes

@@ -10,9 +10,8 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
-use metrics::{Counter, Gauge};
-
 use crate::health::Health;
+use crate::metrics::LinkMetrics;
 
 const UNKNOWN: u8 = 0;
 const UP: u8 = 1;
@@ -22,21 +21,14 @@ pub struct Link {
     /// How log lines name the destination ("Kafka", "Redis", ...).
     name: &'static str,
     health: Arc<Health>,
-    connected: Gauge,
-    reconnects: Counter,
+    metrics: LinkMetrics,
     state: AtomicU8,
 }
 
 impl Link {
     /// `component` is the metrics label (`kafka`, `nats`, `redis`, `rabbitmq`, `http`).
     pub fn new(component: &'static str, name: &'static str, health: Arc<Health>) -> Link {
-        Link {
-            name,
-            health,
-            connected: metrics::gauge!("outboxd_connected", "component" => component),
-            reconnects: metrics::counter!("outboxd_reconnects_total", "component" => component),
-            state: AtomicU8::new(UNKNOWN),
-        }
+        Link { name, health, metrics: LinkMetrics::new(component), state: AtomicU8::new(UNKNOWN) }
     }
 
     /// The link is up (`true`) or down; `reason` says why it is down (logged on the change only).
@@ -45,7 +37,7 @@ impl Link {
         let new = if up { UP } else { DOWN };
         let reconnect = match (self.state.swap(new, Ordering::Relaxed), up) {
             (DOWN, true) => {
-                self.reconnects.increment(1);
+                self.metrics.reconnected();
                 tracing::info!("{} is reachable again", self.name);
                 true
             }
@@ -56,7 +48,7 @@ impl Link {
             _ => false,
         };
         self.health.set_sink_up(up);
-        self.connected.set(if up { 1.0 } else { 0.0 });
+        self.metrics.connected(up);
         reconnect
     }
 

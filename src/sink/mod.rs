@@ -25,6 +25,7 @@
 //! probe (`tools/check/sink.rs`) and, with a `dlq.rs`, the dead-letter tool's `tools/dlq/sinks.rs`.
 
 mod any;
+pub mod dead_letter;
 pub mod delivery;
 pub mod escape;
 mod handoff;

@@ -40,7 +40,7 @@ struct Section {
     no_payload: bool,
 }
 
-/// Bytes the key and headers take, counted as [`crate::relay::dead_letter::record_size`] does.
+/// Bytes the key and headers take, counted as [`crate::sink::dead_letter::record_size`] does.
 fn size(headers: &[(String, Bytes)], key: Option<&Bytes>) -> usize {
     headers.iter().map(|(n, v)| n.len() + v.len() + 8).sum::<usize>() + key.map_or(0, Bytes::len)
 }

@@ -134,7 +134,7 @@ impl Board {
     pub fn problem(&self, level: &str, message: &str) {
         let masked: Vec<String> = message
             .split(' ')
-            .map(|w| if w.contains("://") { crate::config::secret::mask_url(w) } else { w.to_owned() })
+            .map(|w| if w.contains("://") { crate::secret::mask_url(w) } else { w.to_owned() })
             .collect();
         let p = Problem { level: level.to_owned(), message: cut(&masked.join(" "), MAX_TEXT), at: now_text() };
         *self.last_problem.lock().unwrap_or_else(PoisonError::into_inner) = Some(p);

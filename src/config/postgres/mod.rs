@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use super::pgpass;
 use crate::error::Definite;
+pub use crate::secret::read_secret_file;
 
 pub(crate) mod host;
 mod tls;
@@ -459,15 +460,6 @@ fn host_of(h: &str) -> PgHost {
     } else {
         PgHost::Tcp(h.to_owned())
     }
-}
-
-/// A secret file's contents without one trailing newline (as `echo` and Kubernetes secrets leave).
-pub fn read_secret_file(flag: &str, path: &Path) -> Result<String, Definite> {
-    let s = std::fs::read_to_string(path).map_err(|e| {
-        Definite::Config(format!("{flag} {}: cannot read it ({e}); fix the path or its permissions", path.display()))
-    })?;
-    let s = s.strip_suffix("\r\n").or_else(|| s.strip_suffix('\n')).unwrap_or(&s);
-    Ok(s.to_owned())
 }
 
 fn default_pgpass() -> Option<PathBuf> {

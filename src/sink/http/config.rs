@@ -155,9 +155,9 @@ impl HttpConfig {
     }
 
     /// The URL template with any password, secret query value and the path after its first
-    /// segment (a webhook's key, commonly) replaced by `****` ([`crate::config::secret::mask_webhook_url`]).
+    /// segment (a webhook's key, commonly) replaced by `****` ([`crate::secret::mask_webhook_url`]).
     pub fn url_masked(&self) -> String {
-        crate::config::secret::mask_webhook_url(&self.url)
+        crate::secret::mask_webhook_url(&self.url)
     }
 
     /// The URL for `topic`: the template with `${topic}` replaced by the topic, percent-encoded
@@ -175,7 +175,7 @@ const SEGMENT: &percent_encoding::AsciiSet =
 
 /// Check the template and move its userinfo into basic-auth credentials.
 fn split_userinfo(url: &str) -> Result<(String, Option<BasicAuth>), Definite> {
-    let masked = crate::config::secret::mask_webhook_url(url);
+    let masked = crate::secret::mask_webhook_url(url);
     let bad = |why: String| {
         Definite::Config(format!(
             "--http-url {masked:?}: {why}; give http(s)://[user:password@]host[:port]/path, optionally with ${{topic}}"

@@ -414,7 +414,7 @@ async fn classify(cfg: &HttpConfig, resp: reqwest::Response) -> Answer {
     }
     if status.is_redirection() {
         // A redirect to a webhook's secret path (a Slack or Teams URL) is masked like --http-url.
-        let to = crate::config::secret::mask_webhook_url(&location.unwrap_or_default());
+        let to = crate::secret::mask_webhook_url(&location.unwrap_or_default());
         return Answer::Retry(
             format!("{what} (a redirect to {to:?}; fix --http-url, redirects are not followed)"),
             None,

@@ -19,10 +19,10 @@ use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::ClientContext;
 
-pub use crate::config::secret::MASK;
 use crate::config::KafkaConfig;
 pub use crate::config::{is_secret, parse_property_flags, read_property_file, shown};
 use crate::error::Definite;
+pub use crate::secret::MASK;
 
 /// `message` with the value of every secret property replaced by [`MASK`]. Values shorter than
 /// four characters are left alone: replacing them would garble the message and hardly reveals more.

@@ -39,7 +39,7 @@ use tokio::net::UnixStream;
 use tokio::task::JoinHandle;
 
 use super::client;
-use crate::sink::delivery::Delivery;
+use super::sent::Sent;
 use crate::sink::link::Link;
 
 /// Which broker errors condemn one record rather than the pipeline.
@@ -100,9 +100,9 @@ impl ClientContext for DeliveryContext {
 }
 
 impl ProducerContext for DeliveryContext {
-    type DeliveryOpaque = Box<Delivery>;
+    type DeliveryOpaque = Box<Sent>;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, delivery: Box<Delivery>) {
+    fn delivery(&self, result: &DeliveryResult<'_>, sent: Box<Sent>) {
         match result {
             Ok(_) => {
                 self.acks.fetch_add(1, Ordering::Relaxed);
@@ -110,36 +110,40 @@ impl ProducerContext for DeliveryContext {
                     self.kafka_up(true, "");
                 }
                 match &self.txn {
-                    Some(held) => held.acked(*delivery),
-                    None => delivery.ack(),
+                    Some(held) => held.acked(*sent),
+                    None => sent.ack(),
                 }
             }
             // In a transaction, any failure aborts it: the next session sends the records again.
             Err((e, _)) if self.txn.is_some() => {
                 if let Some(held) = &self.txn {
-                    held.failed(*delivery, client::scrub(&e.to_string(), &self.properties), rejection_code(e));
+                    held.failed(*sent, client::scrub(&e.to_string(), &self.properties), rejection_code(e));
                 }
             }
-            Err((e, msg)) => match rejection_code(e) {
-                Some(code) => {
-                    let headers = msg
-                        .headers()
-                        .map(|hs| {
-                            hs.iter()
-                                .map(|h| (h.key.to_owned(), Bytes::copy_from_slice(h.value.unwrap_or_default())))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    delivery.reject(
-                        code,
-                        e.to_string(),
-                        msg.key().map(Bytes::copy_from_slice),
-                        msg.payload().map(Bytes::copy_from_slice),
-                        headers,
-                    )
+            // Outside a transaction only events are produced: a position record has no handle.
+            Err((e, msg)) => {
+                let Sent::Record(delivery) = *sent else { return };
+                match rejection_code(e) {
+                    Some(code) => {
+                        let headers = msg
+                            .headers()
+                            .map(|hs| {
+                                hs.iter()
+                                    .map(|h| (h.key.to_owned(), Bytes::copy_from_slice(h.value.unwrap_or_default())))
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        delivery.reject(
+                            code,
+                            e.to_string(),
+                            msg.key().map(Bytes::copy_from_slice),
+                            msg.payload().map(Bytes::copy_from_slice),
+                            headers,
+                        )
+                    }
+                    None => delivery.fail(e.to_string()),
                 }
-                None => delivery.fail(e.to_string()),
-            },
+            }
         }
     }
 }

@@ -36,6 +36,7 @@ pub mod client;
 mod condemned;
 mod events;
 pub mod reader;
+mod sent;
 mod topics;
 pub mod txn;
 mod written;
@@ -63,6 +64,7 @@ use crate::pg::lineage::Lineage;
 use crate::router::Record;
 use client::{Retry, TopicError};
 use events::{rejection_code, DeliveryContext};
+use sent::Sent;
 use topics::{partitions_ready, topic_exists};
 pub use topics::{TopicCache, TOPIC_CACHE};
 
@@ -250,8 +252,8 @@ impl KafkaSink {
         for (k, v) in &record.headers {
             headers = headers.insert(Header { key: k, value: Some(v.as_ref()) });
         }
-        let mut br: BaseRecord<'_, [u8], [u8], Box<Delivery>> =
-            BaseRecord::with_opaque_to(&record.topic, Box::new(delivery)).headers(headers);
+        let mut br: BaseRecord<'_, [u8], [u8], Box<Sent>> =
+            BaseRecord::with_opaque_to(&record.topic, Box::new(Sent::Record(delivery))).headers(headers);
         if let Some(k) = &record.key {
             br = br.key(k.as_ref());
         }
@@ -272,12 +274,12 @@ impl KafkaSink {
                 Ok(None)
             }
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                let delivery = *back.delivery_opaque;
+                let delivery = back.delivery_opaque.given_back()?;
                 self.retry_at.get_or_insert_with(|| tokio::time::Instant::now() + QUEUE_FULL_WAIT);
                 Ok(Some(Held { record, delivery, refreshed }))
             }
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::UnknownPartition), back)) if !refreshed => {
-                let delivery = *back.delivery_opaque;
+                let delivery = back.delivery_opaque.given_back()?;
                 // One background task at a time: behind another topic's, this record waits its turn.
                 let refreshed = self.creating.is_none();
                 if refreshed {
@@ -296,7 +298,7 @@ impl KafkaSink {
                 Err(SinkError::Transient(t.produce_refused(code, fatal)))
             }
             Err((e, back)) => {
-                let delivery = *back.delivery_opaque;
+                let delivery = back.delivery_opaque.given_back()?;
                 let reason = client::scrub(&e.to_string(), &self.properties);
                 Err(match rejection_code(&e) {
                     Some(code) => SinkError::Rejected { code, reason, record: Box::new(record), delivery },

@@ -11,12 +11,12 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::sink::delivery::Delivery;
+use super::sent::Sent;
 
 /// Delivery reports of the open transaction: held until it commits.
 #[derive(Default)]
 pub struct Written {
-    acked: Mutex<Vec<Delivery>>,
+    acked: Mutex<Vec<Sent>>,
     failed: Mutex<Vec<Failed>>,
     /// Woken by every report, for the commit that waits for all of them.
     arrived: tokio::sync::Notify,
@@ -24,18 +24,18 @@ pub struct Written {
 
 /// A failed delivery report: the handle, the reason, and the rejection code when the broker
 /// refused this one record ([`super::events::rejection_code`]).
-pub(super) type Failed = (Delivery, String, Option<&'static str>);
+pub(super) type Failed = (Sent, String, Option<&'static str>);
 
 /// What [`Written::take`] returns: the acked handles, and the failed ones.
-pub(super) type Reports = (Vec<Delivery>, Vec<Failed>);
+pub(super) type Reports = (Vec<Sent>, Vec<Failed>);
 
 impl Written {
-    pub fn acked(&self, d: Delivery) {
+    pub(super) fn acked(&self, d: Sent) {
         self.acked.lock().unwrap_or_else(|p| p.into_inner()).push(d);
         self.arrived.notify_one();
     }
 
-    pub fn failed(&self, d: Delivery, reason: String, code: Option<&'static str>) {
+    pub(super) fn failed(&self, d: Sent, reason: String, code: Option<&'static str>) {
         self.failed.lock().unwrap_or_else(|p| p.into_inner()).push((d, reason, code));
         self.arrived.notify_one();
     }
@@ -66,7 +66,7 @@ impl Written {
 
     /// Forget every handle of an aborted transaction (the next session resends them). Records
     /// the broker refused for good are returned, to be condemned ([`super::txn::Txns::condemned`]).
-    pub(super) fn disarm_all(&self) -> Vec<(Delivery, String, &'static str)> {
+    pub(super) fn disarm_all(&self) -> Vec<(Sent, String, &'static str)> {
         let (acked, failed) = self.take();
         acked.into_iter().for_each(|d| d.disarm());
         let mut refused = Vec::new();

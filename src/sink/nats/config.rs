@@ -53,7 +53,7 @@ impl NatsConfig {
 
     /// The URLs with any password or token replaced by `****`.
     pub fn url_masked(&self) -> String {
-        crate::config::secret::mask_url_list(&self.url)
+        crate::secret::mask_url_list(&self.url)
     }
 }
 

@@ -30,9 +30,8 @@ use bytes::Bytes;
 use super::config::NatsConfig;
 use super::valid_subject;
 use crate::error::{Definite, Error};
-use crate::relay::dead_letter::PREFIX;
-use crate::tools::dlq::entry::Entry;
-use crate::tools::dlq::read::DlqRecord;
+use crate::sink::dead_letter::entry::Entry;
+use crate::sink::dead_letter::{DlqRecord, PREFIX};
 
 /// Connects for the tool: no retry at start (a tool should say the server is down, not hang).
 pub async fn connect(cfg: &NatsConfig) -> Result<Context, Definite> {

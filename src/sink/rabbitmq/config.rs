@@ -76,7 +76,7 @@ impl RabbitConfig {
 
     /// The URL with any password replaced by `****`.
     pub fn url_masked(&self) -> String {
-        crate::config::secret::mask_url(&self.url)
+        crate::secret::mask_url(&self.url)
     }
 }
 

@@ -34,10 +34,9 @@ use lapin::{Channel, Connection, ConnectionProperties, Consumer};
 use super::config::{RabbitConfig, SHORTSTR_MAX};
 use super::properties;
 use crate::error::{Definite, Error};
-use crate::relay::dead_letter::PREFIX;
 use crate::router::Record;
-use crate::tools::dlq::entry::Entry;
-use crate::tools::dlq::read::DlqRecord;
+use crate::sink::dead_letter::entry::Entry;
+use crate::sink::dead_letter::{DlqRecord, PREFIX};
 
 /// Copies delivered ahead of the reader (stream queues need a prefetch).
 const PREFETCH: u16 = 256;

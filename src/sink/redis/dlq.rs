@@ -28,10 +28,9 @@ use redis::{AsyncConnectionConfig, Client, Value};
 use super::config::RedisConfig;
 use super::{describe, xadd};
 use crate::error::{Definite, Error};
-use crate::relay::dead_letter::PREFIX;
 use crate::router::Record;
-use crate::tools::dlq::entry::Entry;
-use crate::tools::dlq::read::DlqRecord;
+use crate::sink::dead_letter::entry::Entry;
+use crate::sink::dead_letter::{DlqRecord, PREFIX};
 
 /// An entry as read: its id and its fields, name and value alternating.
 type RawEntry = (String, Vec<Vec<u8>>);

@@ -2,18 +2,18 @@
 //! names (`sinks`): Kafka (`read`), NATS JetStream, Redis Streams or a RabbitMQ stream queue (each
 //! read and written by the `dlq` module in its sink's folder, e.g. [`crate::sink::nats::dlq`]), and
 //! list, inspect and replay what is there. The copies themselves are
-//! written by the relay ([`crate::relay::dead_letter`], [`crate::relay::chunk`]); their header names
-//! and chunk format are re-exported here for the tools. What a sink could not carry in a copy
+//! written by the relay under the record model of [`crate::sink::dead_letter`] (header names,
+//! chunks, a record as read back, the events a reader makes of them), re-exported here for the
+//! tools. What a sink could not carry in a copy
 //! travels escaped ([`crate::sink::escape`]); every source's records are restored before use
 //! ([`read::DlqRecord::restore_escaped`]).
 
-pub(crate) mod entry;
 pub(crate) mod read;
 mod sinks;
 mod state;
 pub mod tool;
 
-pub use crate::relay::chunk;
-pub use crate::relay::dead_letter::{
+pub use crate::sink::dead_letter::{chunk, entry};
+pub use crate::sink::dead_letter::{
     DeadLetter, H_ERROR, H_LSN, H_MESSAGE, H_PAYLOAD_DROPPED, H_SEQ, H_SIZE, H_TABLE, H_TOPIC, PREFIX,
 };

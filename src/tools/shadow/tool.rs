@@ -19,7 +19,6 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use metrics::{gauge, Gauge};
 use serde_json::json;
 
 use super::diff::{Ignore, Payload};
@@ -27,6 +26,7 @@ use super::pair::{Event, Pairer, Side, Tally, TooManyPending};
 use super::MatchBy;
 use crate::config::{parse_duration, KafkaConfig, ShadowCommand, ShadowCompareArgs};
 use crate::error::{Definite, Error};
+use crate::metrics::{ShadowFigures, ShadowMetrics};
 use crate::sink::kafka::client as kafka_client;
 use crate::sink::kafka::reader::{ReaderContext, StreamReader};
 use crate::tools::dlq::read::{DlqReader, DlqRecord};
@@ -220,11 +220,11 @@ async fn compare(a: &ShadowCompareArgs) -> Result<u8, Error> {
     if let Some(f) = &s.follow {
         let health = crate::health::Health::new(Duration::ZERO);
         if let Some(addr) = f.metrics_addr {
-            let bound = crate::health::serve(addr, health.clone(), None).await?;
+            let bound = crate::serve::serve(addr, health.clone(), None).await?;
             tracing::info!(%bound, "serving /metrics and /readyz");
         }
         // After the recorder is installed: handles made before it would record nowhere.
-        exported = Some((health, Gauges::new()));
+        exported = Some((health, ShadowMetrics::new(Side::BOTH.map(Side::name))));
     }
     let mut legacy = s.reader(Side::Legacy, from)?;
     let mut shadow = s.reader(Side::Shadow, from)?;
@@ -344,48 +344,17 @@ fn shown_paths(paths: &[String]) -> String {
     shown.join(", ")
 }
 
-/// The `--follow` gauges, one handle each.
-struct Gauges {
-    matched: Gauge,
-    different: Gauge,
-    only: [Gauge; 2],
-    pending: [Gauge; 2],
-    duplicates: [Gauge; 2],
-    unidentified: [Gauge; 2],
-    lag_p50: Gauge,
-    lag_max: Gauge,
-}
-
-impl Gauges {
-    fn new() -> Gauges {
-        let per_side = |name: &'static str| Side::BOTH.map(|s| gauge!(name, "side" => s.name()));
-        Gauges {
-            matched: gauge!("outboxd_shadow_matched"),
-            different: gauge!("outboxd_shadow_different"),
-            only: [gauge!("outboxd_shadow_only_legacy"), gauge!("outboxd_shadow_only_shadow")],
-            pending: per_side("outboxd_shadow_pending"),
-            duplicates: per_side("outboxd_shadow_duplicates"),
-            unidentified: per_side("outboxd_shadow_unidentified"),
-            lag_p50: gauge!("outboxd_shadow_lag_p50_seconds"),
-            lag_max: gauge!("outboxd_shadow_lag_max_seconds"),
-        }
-    }
-
-    fn set(&self, p: &Pairer) {
-        let t = &p.tally;
-        self.matched.set(t.matched as f64);
-        self.different.set(t.different_count as f64);
-        for side in Side::BOTH {
-            let i = side as usize;
-            self.only[i].set(t.only_count[i] as f64);
-            self.pending[i].set(p.pending(side) as f64);
-            self.duplicates[i].set(t.duplicates[i] as f64);
-            self.unidentified[i].set(t.unidentified[i] as f64);
-        }
-        if let (Some(p50), Some(max)) = (t.lags.p50(), t.lags.max) {
-            self.lag_p50.set(p50 as f64 / 1000.0);
-            self.lag_max.set(max as f64 / 1000.0);
-        }
+/// The `--follow` gauges' figures, from the pairer's tally.
+fn figures(p: &Pairer) -> ShadowFigures {
+    let t = &p.tally;
+    ShadowFigures {
+        matched: t.matched,
+        different: t.different_count,
+        only: t.only_count,
+        pending: Side::BOTH.map(|side| p.pending(side)),
+        duplicates: t.duplicates,
+        unidentified: t.unidentified,
+        lag_ms: t.lags.p50().zip(t.lags.max),
     }
 }
 
@@ -395,7 +364,7 @@ async fn follow(
     readers: [DlqReader; 2],
     mut p: Pairer,
     w: Option<Window>,
-    gauges: Gauges,
+    gauges: ShadowMetrics,
 ) -> Result<u8, Error> {
     use tokio::signal::unix::{signal, SignalKind};
     let [mut legacy, mut shadow] = readers;
@@ -409,7 +378,7 @@ async fn follow(
     let mut newest = [None::<i64>; 2];
     let mut ticks = 0u64;
     let max_lag = ms(s.max_lag);
-    gauges.set(&p);
+    gauges.set(&figures(&p));
     print_report(s, &p);
     loop {
         let (side, r) = tokio::select! {
@@ -430,7 +399,7 @@ async fn follow(
                 if ticks % 60 == 0 {
                     p.forget_paired_before(now.saturating_sub(ms(REMEMBER_PAIRED)).saturating_sub(max_lag));
                 }
-                gauges.set(&p);
+                gauges.set(&figures(&p));
                 continue;
             }
             _ = report.tick() => {
@@ -446,7 +415,7 @@ async fn follow(
         }
         feed(s, &mut p, side, r, w)?;
     }
-    gauges.set(&p);
+    gauges.set(&figures(&p));
     print_report(s, &p);
     Ok(if p.tally.ok() { 0 } else { 1 })
 }

@@ -58,6 +58,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use super::client;
 use super::condemned::{Condemned, Place};
 use super::events::DeliveryContext;
+use super::sent::Sent;
 use super::written::Written;
 use crate::config::debezium::offsets::{DebeziumOffset, Partial};
 use crate::config::KafkaConfig;
@@ -66,7 +67,7 @@ use crate::error::{Definite, Error, Transient};
 use crate::lsn::Lsn;
 use crate::metrics::TxnMetrics;
 use crate::pg::lineage::{Lineage, Stamp, Stored};
-use crate::sink::delivery::{Delivery, Position, Source, Ticket};
+use crate::sink::delivery::{Delivery, Position};
 use crate::sink::{Boundary, SinkError};
 use call::{blocking, classify, is_fenced, retrying, Verdict};
 use position::{ensure_position_topic, read_position, StoredPosition};
@@ -101,13 +102,10 @@ pub struct Txns {
     /// Records the broker refused for good inside an aborted transaction, by their place in the
     /// stream: the next time they come, they go to the bad-event policy ([`Txns::forget`]).
     condemned: Condemned,
-    /// A throwaway ack channel for the position record's handle.
-    dummy: tokio::sync::mpsc::UnboundedSender<crate::sink::delivery::Ack>,
 }
 
 impl Txns {
     pub fn new(cfg: TxnConfig, max_in_flight: usize, max_in_flight_bytes: usize) -> Txns {
-        let (dummy, _) = tokio::sync::mpsc::unbounded_channel();
         Txns {
             cfg,
             written: Arc::new(Written::default()),
@@ -121,7 +119,6 @@ impl Txns {
             committed: None,
             stamp: None,
             condemned: Default::default(),
-            dummy,
         }
     }
 
@@ -311,18 +308,10 @@ impl Txns {
             return Err(SinkError::Fatal(Definite::Bug("an exactly-once commit without a position".into())));
         };
         let value = serde_json::to_vec(&StoredPosition::of(&position, self.stamp)).unwrap_or_default();
-        let source = Source { position: Position::Unknown, table: Arc::from("") };
-        let handle = Box::new(Delivery::new(
-            Ticket(0),
-            String::new(),
-            self.cfg.position_topic.clone(),
-            source,
-            self.dummy.clone(),
-        ));
         let key = self.cfg.key();
-        let record = BaseRecord::with_opaque_to(&self.cfg.position_topic, handle).key(&key).payload(&value);
-        if let Err((e, back)) = producer.send(record) {
-            back.delivery_opaque.disarm();
+        let record =
+            BaseRecord::with_opaque_to(&self.cfg.position_topic, Box::new(Sent::Position)).key(&key).payload(&value);
+        if let Err((e, _)) = producer.send(record) {
             return Err(self.abort(producer, format!("the position record was refused: {e}"), metrics).await);
         }
         let records = self.state.open().map_or(0, |b| b.sent) + 1;
@@ -366,7 +355,9 @@ impl Txns {
         match r {
             Ok(()) => {
                 let (acked, failed) = self.written.take();
-                metrics.committed(acked.len().saturating_sub(1), started.elapsed());
+                // The position record is not counted (see the metric's help).
+                let events = acked.iter().filter(|s| matches!(s, Sent::Record(_))).count();
+                metrics.committed(events, started.elapsed());
                 acked.into_iter().for_each(|d| d.ack());
                 self.committed = Some(Stored { offset: position, stamp: self.stamp });
                 producer.begin_transaction().map_err(|e| SinkError::Transient(self.transient(e)))?;
@@ -467,12 +458,20 @@ impl Txns {
     /// cannot be dead-lettered again: that stops the process, as in at-least-once mode.
     fn forget(&mut self) -> Option<Definite> {
         let mut stop = None;
-        for (d, reason, code) in self.written.disarm_all() {
+        for (sent, reason, code) in self.written.disarm_all() {
+            let d = match sent {
+                Sent::Record(d) => d,
+                Sent::Position => {
+                    let topic = &self.cfg.position_topic;
+                    tracing::error!(%topic, code, %reason, "the broker refused the position record inside a Kafka transaction; the transaction is aborted");
+                    continue;
+                }
+            };
             let (event_id, topic) = (d.event_id().to_owned(), d.topic().to_owned());
             let (copy, place) = (d.is_dead_letter(), Place::of(&d));
             d.disarm();
             if copy {
-                stop.get_or_insert_with(|| crate::relay::dead_letter::copy_refused(event_id, topic, &reason));
+                stop.get_or_insert_with(|| crate::sink::dead_letter::copy_refused(event_id, topic, &reason));
             } else if let Some(place) = place {
                 tracing::warn!(%event_id, %topic, %place, code, %reason, "the broker refused a record inside a Kafka transaction; the transaction is aborted, and when the record comes again --on-bad-event applies to it first");
                 self.condemned.insert(place, code, reason);

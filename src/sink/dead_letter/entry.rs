@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 
 use super::chunk::{self, Assembled, Assembler, ChunkInfo};
-use super::read::DlqRecord;
+use super::record::DlqRecord;
 
 /// One dead-lettered event.
 pub struct Entry {
@@ -155,10 +155,10 @@ mod tests {
 
     use super::*;
     use crate::lsn::Lsn;
-    use crate::relay::{Position, Source};
     use crate::router::Record;
+    use crate::sink::dead_letter::{record_size, DeadLetter};
+    use crate::sink::delivery::{Position, Source};
     use crate::sink::escape::{plain_text, Limits};
-    use crate::tools::dlq::DeadLetter;
 
     /// Line-based headers with a short id, like NATS.
     const STRICT: Limits = Limits {
@@ -214,10 +214,7 @@ mod tests {
         for r in &records {
             assert!(r.key.is_none(), "the key moved to a header");
             assert!(r.headers.iter().all(|(n, v)| (STRICT.header)(n, v)), "every header writable: {:?}", r.headers);
-            assert!(
-                crate::relay::dead_letter::record_size(r.key.as_ref(), r.payload.as_ref(), &r.headers) <= 4000,
-                "sized after escaping"
-            );
+            assert!(record_size(r.key.as_ref(), r.payload.as_ref(), &r.headers) <= 4000, "sized after escaping");
         }
         let mut c = Collector::default();
         let mut got = None;
@@ -288,10 +285,10 @@ mod tests {
             let records = dl.into_copy("dlq", max, &limits);
             for r in &records {
                 assert!(r.headers.iter().all(|(n, v)| (STRICT.header)(n, v)), "every header writable");
-                let size = crate::relay::dead_letter::record_size(r.key.as_ref(), r.payload.as_ref(), &r.headers);
+                let size = record_size(r.key.as_ref(), r.payload.as_ref(), &r.headers);
                 assert!(size <= max, "{size} over {max}");
-                let h = crate::relay::dead_letter::record_size(r.key.as_ref(), None, &r.headers);
-                assert!(h <= 8192 + crate::relay::chunk::HEADER_ALLOWANCE, "headers {h}");
+                let h = record_size(r.key.as_ref(), None, &r.headers);
+                assert!(h <= 8192 + chunk::HEADER_ALLOWANCE, "headers {h}");
             }
             let mut c = Collector::default();
             let mut got = None;

@@ -1,11 +1,11 @@
 //! How a bad event becomes records on `--dlq-topic`: the dead-letter copy the relay sends under
-//! `--on-bad-event dlq`.
+//! `--on-bad-event dlq` ([`DeadLetter::into_copy`]).
 //!
-//! A dead-letter record keeps the event's original key, payload and headers and adds:
-//! `outboxd.error` (reason code), `outboxd.error.message`, `outboxd.original.topic` (when known),
-//! where it was read (`outboxd.source.lsn` in `run`, `outboxd.source.seq` in `poll`) and
-//! `outboxd.source.table`. A copy larger than the sink's limit is split into several records under
-//! it ([`super::chunk`]), so the payload is always kept: the event counts as delivered only when
+//! A dead-letter record keeps the event's original key, payload and headers and adds the
+//! `outboxd.*` headers [`super`] names: the reason code, its message, the original topic (when
+//! known), where it was read (`outboxd.source.lsn` in `run`, `outboxd.source.seq` in `poll`) and
+//! the table. A copy larger than the sink's limit is split into several records under it
+//! ([`super::chunk`]), so the payload is always kept: the event counts as delivered only when
 //! every chunk is acked, and `outboxd dlq replay` ([`crate::tools::dlq`]) joins them again. (Copies written
 //! by older versions may carry no payload and an `outboxd.payload.size` header instead; the tools
 //! report those as not replayable.) What the copy's sink cannot carry as it is (a header, the key,
@@ -16,27 +16,12 @@
 use bytes::Bytes;
 
 use super::chunk::{self, ChunkInfo};
+use super::{record_size, H_ERROR, H_LSN, H_MESSAGE, H_PAYLOAD_DROPPED, H_SEQ, H_SIZE, H_TABLE, H_TOPIC};
 use crate::error::Definite;
 use crate::router::{BadEvent, Record};
 use crate::sink::delivery::{Position, Refusal, Source};
 use crate::sink::escape::{self, Limits};
 use crate::sink::moved;
-
-/// Header names of dead-letter records (and [`chunk`]'s). Replay strips every header with the
-/// `outboxd.` prefix. `H_SIZE` only appears on copies written before chunking existed.
-pub const H_ERROR: &str = "outboxd.error";
-pub const H_MESSAGE: &str = "outboxd.error.message";
-pub const H_TOPIC: &str = "outboxd.original.topic";
-pub const H_LSN: &str = "outboxd.source.lsn";
-/// In place of [`H_LSN`] on copies `outboxd poll` writes: the row's `--poll-field-seq` value.
-pub const H_SEQ: &str = "outboxd.source.seq";
-pub const H_TABLE: &str = "outboxd.source.table";
-pub const H_SIZE: &str = "outboxd.payload.size";
-/// On a copy whose payload was left out because the `--mask`/`--encrypt` rules could not be
-/// applied to it (it would have leaked unmasked): why. Such a copy is not replayable.
-pub const H_PAYLOAD_DROPPED: &str = "outboxd.payload.dropped";
-/// Every header outboxd adds starts with it (defined beside the records, in the router).
-pub use crate::router::HEADER_PREFIX as PREFIX;
 
 /// A bad event, with everything known about it.
 #[derive(Clone, Debug)]
@@ -51,12 +36,6 @@ pub struct DeadLetter {
     pub payload: Option<Bytes>,
     pub headers: Vec<(String, Bytes)>,
     pub source: Source,
-}
-
-/// Bytes a record occupies on the wire, near enough for the `message.max.bytes` check.
-pub fn record_size(key: Option<&Bytes>, payload: Option<&Bytes>, headers: &[(String, Bytes)]) -> usize {
-    let h: usize = headers.iter().map(|(k, v)| k.len() + v.len() + 8).sum();
-    key.map_or(0, |k| k.len()) + payload.map_or(0, |p| p.len()) + h + 64
 }
 
 impl DeadLetter {
@@ -214,11 +193,6 @@ pub fn copy_part(record: &Record, source: &Source) -> String {
             chunk::chunk_id(&source.table, source.position, &record.event_id, 0, &digest)
         }
     }
-}
-
-/// A dead-letter copy is never dead-lettered again: its refusal stops the relay with this error.
-pub fn copy_refused(event_id: String, topic: String, reason: &str) -> Definite {
-    Definite::Delivery { event_id, topic, reason: format!("the dead-letter copy was refused: {reason}") }
 }
 
 #[cfg(test)]

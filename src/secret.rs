@@ -1,6 +1,8 @@
 //! Secrets in sink URLs: the one masker every sink URL passes through before it is shown (logs,
 //! errors, `outboxd config`, `Debug`), and the reader of the `--*-url-file` options that keep a
-//! URL out of argv and the environment (so out of `ps` and `/proc/PID/environ`).
+//! URL out of argv and the environment (so out of `ps` and `/proc/PID/environ`), and of the
+//! `--*-password-file` style options ([`read_secret_file`]). It stands on the ground floor, beside
+//! [`crate::error`], so that `config`, `format` and the sinks all reach it downward.
 //!
 //! Invariants of [`mask_url`]: a userinfo password, a lone userinfo where it is a credential (a
 //! NATS token, a Redis password; not an AMQP or HTTP user name) and the value of every query parameter whose name says secret ([`is_secret_name`])
@@ -99,6 +101,15 @@ pub fn read_url_file(flag: &str, path: &Path) -> Result<String, Definite> {
         return Err(bad("the file must hold the URL on one line".into()));
     }
     Ok(url.to_owned())
+}
+
+/// A secret file's contents without one trailing newline (as `echo` and Kubernetes secrets leave).
+pub fn read_secret_file(flag: &str, path: &Path) -> Result<String, Definite> {
+    let s = std::fs::read_to_string(path).map_err(|e| {
+        Definite::Config(format!("{flag} {}: cannot read it ({e}); fix the path or its permissions", path.display()))
+    })?;
+    let s = s.strip_suffix("\r\n").or_else(|| s.strip_suffix('\n')).unwrap_or(&s);
+    Ok(s.to_owned())
 }
 
 #[cfg(test)]
