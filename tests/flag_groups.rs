@@ -1,0 +1,117 @@
+//! Each relaying command takes the flag groups it uses, and only those: `poll` has no slot, WAL
+//! or exactly-once flags, `run` no `--poll-*`, `backfill` neither nor the daemon's; `config`
+//! takes all of them, so it can print both commands. A flag a command does not take is refused
+//! by the parser (exit 2), and a Debezium file cannot slip exactly-once into `poll` either.
+//! The real binary, no services: everything here fails before a connection is made.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const T: Duration = Duration::from_secs(30);
+
+/// `outboxd SUB --help`, with no `OUTBOXD_*` variable set.
+fn help(sub: &str) -> String {
+    let mut cmd = std::process::Command::new(outboxd_bin());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("OUTBOXD_") {
+            cmd.env_remove(&k);
+        }
+    }
+    let out = cmd.args([sub, "--help"]).output().expect("run outboxd --help");
+    assert!(out.status.success(), "outboxd {sub} --help failed");
+    String::from_utf8(out.stdout).expect("UTF-8 help")
+}
+
+/// The long flags a help text lists (`--name` at the start of an option line).
+fn flags(help: &str) -> Vec<String> {
+    help.lines()
+        .filter_map(|l| l.trim_start().strip_prefix("--"))
+        .map(|l| format!("--{}", l.split([' ', '=', '[', '<']).next().unwrap_or_default()))
+        .collect()
+}
+
+const WAL: &[&str] = &[
+    "--slot",
+    "--publication",
+    "--publication-autocreate",
+    "--messages-prefix",
+    "--wal-receiver-timeout",
+    "--table-op-invalid-behavior",
+    "--heartbeat-interval",
+    "--heartbeat-action-query",
+    "--standby-retry-interval",
+    "--slot-failover",
+    "--slot-recreate-after-loss",
+    "--debezium-offsets",
+];
+const DELIVERY: &[&str] = &["--delivery", "--transaction-interval", "--position-topic"];
+const POLL: &[&str] = &["--poll-batch", "--poll-interval", "--poll-channel", "--poll-delete", "--retention"];
+const DAEMON: &[&str] = &["--metrics-addr", "--log-format", "--shutdown-timeout", "--otlp-endpoint"];
+const SHARED: &[&str] =
+    &["--postgres-url", "--table", "--route-by-field", "--sink", "--kafka-brokers", "--max-in-flight"];
+
+fn assert_takes(sub: &str, has: &[&[&str]], lacks: &[&[&str]]) {
+    let got = flags(&help(sub));
+    for f in has.iter().flat_map(|g| g.iter()) {
+        assert!(got.iter().any(|g| g == f), "outboxd {sub} --help lacks {f}: {got:?}");
+    }
+    for f in lacks.iter().flat_map(|g| g.iter()) {
+        assert!(!got.iter().any(|g| g == f), "outboxd {sub} --help shows {f}, which it does not use");
+    }
+}
+
+#[test]
+fn each_command_shows_the_groups_it_uses_and_no_other() {
+    assert_takes("run", &[SHARED, WAL, DELIVERY, DAEMON], &[POLL]);
+    assert_takes("check", &[SHARED, WAL, DELIVERY], &[POLL]);
+    assert_takes("config", &[SHARED, WAL, DELIVERY, DAEMON, POLL], &[]);
+    assert_takes("poll", &[SHARED, POLL, DAEMON], &[WAL, DELIVERY]);
+    assert_takes(
+        "backfill",
+        &[SHARED, &["--since", "--batch-size", "--poll-field-seq"]],
+        &[WAL, DELIVERY, DAEMON, POLL],
+    );
+}
+
+#[test]
+fn a_flag_of_another_command_is_refused_with_exit_2() {
+    let url = "postgres://u@127.0.0.1:1/db";
+    for (cmd, flag, value) in [
+        ("poll", "--delivery", "exactly-once"),
+        ("poll", "--slot", "s"),
+        ("run", "--poll-batch", "10"),
+        ("backfill", "--delivery", "exactly-once"),
+        ("backfill", "--metrics-addr", "127.0.0.1:0"),
+    ] {
+        let (code, out) = run_to_exit(&args(&[cmd, "--postgres-url", url, flag, value]), T);
+        assert_eq!(code, Some(2), "outboxd {cmd} {flag}: {out}");
+        assert!(out.contains(flag), "outboxd {cmd} {flag}: the error does not name the flag: {out}");
+    }
+}
+
+/// `exactly.once.support=required` in a Debezium file is exactly-once: `run` takes it, `poll`
+/// refuses it while loading the flags, naming the key and the command that gives it.
+#[test]
+fn a_debezium_file_cannot_make_poll_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("connector.json");
+    std::fs::write(
+        &file,
+        r#"{"name": "outbox", "config": {
+            "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+            "database.hostname": "127.0.0.1", "database.port": "1", "database.user": "u",
+            "database.dbname": "db", "table.include.list": "public.outbox",
+            "exactly.once.support": "required"}}"#,
+    )
+    .unwrap();
+    let file = file.display().to_string();
+    let (code, out) = run_to_exit(&args(&["poll", "--debezium-config", &file, "--metrics-addr", "off"]), T);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("exactly.once.support=required") && out.contains("outboxd run"), "{out}");
+    let (code, out) = run_to_exit(&args(&["config", "--debezium-config", &file]), T);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("--delivery exactly-once"), "{out}");
+}
