@@ -115,3 +115,27 @@ fn a_debezium_file_cannot_make_poll_exactly_once() {
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("--delivery exactly-once"), "{out}");
 }
+
+/// `poll` and `backfill` read tables: a Debezium file's message prefixes cannot stand in for
+/// `--table`, and the refusal comes while loading the flags (exit 2), before any connection.
+#[test]
+fn poll_and_backfill_need_a_table_even_with_message_prefixes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("connector.properties");
+    std::fs::write(
+        &file,
+        "debezium.source.connector.class=io.debezium.connector.postgresql.PostgresConnector\n\
+         debezium.source.database.hostname=127.0.0.1\ndebezium.source.database.port=1\n\
+         debezium.source.database.user=u\ndebezium.source.database.dbname=db\n\
+         debezium.source.message.prefix.include.list=outbox\n",
+    )
+    .unwrap();
+    let file = file.display().to_string();
+    for cmd in [&["poll", "--metrics-addr", "off"][..], &["backfill", "--since", "1h", "--sink", "null"][..]] {
+        let mut a = args(cmd);
+        a.extend(args(&["--debezium-config", &file, "--table", ""]));
+        let (code, out) = run_to_exit(&a, T);
+        assert_eq!(code, Some(2), "{cmd:?}: {out}");
+        assert!(out.contains("--table is empty") && out.contains("read tables"), "{cmd:?}: {out}");
+    }
+}

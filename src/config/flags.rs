@@ -12,7 +12,8 @@
 //! Invariant: a group a command does not take is at its clap defaults in [`Flags`], never read
 //! from the environment, so an `OUTBOXD_*` variable meant for another command changes nothing.
 //! `delivery` is the exception: absent, it is `None`, so `poll` and `backfill` cannot hold
-//! exactly-once at all.
+//! exactly-once at all; nor can they hold logical messages as their only events
+//! ([`Flags::reads_wal`]).
 
 use clap::{Args, FromArgMatches};
 
@@ -124,6 +125,9 @@ pub struct Flags {
     pub poll: PollLoopArgs,
     /// librdkafka properties from `--debezium-config`, applied before the file and the flags.
     pub debezium_kafka_properties: Vec<String>,
+    /// The command reads the slot (`run`, `check`, `config`), so logical messages can be events;
+    /// `poll` and `backfill` read tables only.
+    pub reads_wal: bool,
 }
 
 /// A relaying command's flags, as [`Flags`].
@@ -155,6 +159,7 @@ impl Relaying for RunArgs {
             process: self.process.clone(),
             poll: defaults()?,
             debezium_kafka_properties: Vec::new(),
+            reads_wal: true,
         })
     }
 }
@@ -183,6 +188,7 @@ impl Relaying for PollArgs {
             process: self.process.clone(),
             poll: self.poll.clone(),
             debezium_kafka_properties: Vec::new(),
+            reads_wal: false,
         })
     }
 }
@@ -199,6 +205,7 @@ impl Relaying for BackfillArgs {
             process: defaults()?,
             poll: PollLoopArgs { seq: self.seq.clone(), ..defaults()? },
             debezium_kafka_properties: Vec::new(),
+            reads_wal: false,
         })
     }
 }

@@ -134,7 +134,8 @@ fn postgres_target(a: &Flags) -> Result<PgTarget, Definite> {
     PgTarget::parse_with(url, &fallbacks)
 }
 
-/// The `--table`s and `--messages-prefix`es: at least one of them names where events come from.
+/// The `--table`s and `--messages-prefix`es: at least one of them names where events come from
+/// (a table, for the commands that do not read the slot).
 fn sources(a: &Flags) -> Result<(Vec<TableName>, Vec<String>), Definite> {
     let mut tables = Vec::new();
     // `--table ''` names no table: a relay of logical messages only.
@@ -143,6 +144,15 @@ fn sources(a: &Flags) -> Result<(Vec<TableName>, Vec<String>), Definite> {
         if !tables.contains(&t) {
             tables.push(t);
         }
+    }
+    if !a.reads_wal {
+        // poll and backfill read tables; a Debezium file's message prefixes do not apply.
+        if tables.is_empty() {
+            return Err(bad("--table is empty: name an outbox table (SCHEMA.TABLE); outboxd poll and backfill read \
+                 tables (logical messages reach only outboxd run, through the slot)"
+                .into()));
+        }
+        return Ok((tables, Vec::new()));
     }
     let messages_prefixes = check_prefixes(&a.wal.messages_prefixes)?;
     if tables.is_empty() && messages_prefixes.is_empty() {
