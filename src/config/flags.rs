@@ -1,13 +1,15 @@
 //! Which flag groups ([`super::groups`], the sinks' folders, [`super::poll`]) each relaying command
 //! takes, and [`Flags`]: all of them at once, the one shape [`super::Config`] is validated from.
 //!
-//! | command    | source, route, sinks, budget | wal | delivery | process | poll |
-//! |------------|------------------------------|-----|----------|---------|------|
-//! | `run`      | yes                          | yes | yes      | yes     |      |
-//! | `check`    | yes                          | yes | yes      | yes     |      |
-//! | `config`   | yes                          | yes | yes      | yes     | yes  |
-//! | `poll`     | yes                          |     |          | yes     | yes  |
-//! | `backfill` | yes                          |     |          |         |      |
+//! | command    | relay: source, route, sinks, budget | wal | delivery | process | poll |
+//! |------------|-------------------------------------|-----|----------|---------|------|
+//! | `run`      | yes                                 | yes | yes      | yes     |      |
+//! | `check`    | yes                                 | yes | yes      | yes     |      |
+//! | `config`   | yes                                 | yes | yes      | yes     | yes  |
+//! | `poll`     | yes                                 |     |          | yes     | yes  |
+//! | `backfill` | yes                                 |     |          |         | seq  |
+//!
+//! (`seq`: `--poll-field-seq` alone, the order backfill pages rows in.)
 //!
 //! Invariant: a group a command does not take is at its clap defaults in [`Flags`], never read
 //! from the environment, so an `OUTBOXD_*` variable meant for another command changes nothing.
@@ -22,21 +24,29 @@ use super::poll::{PollLoopArgs, SeqColumnArgs};
 use crate::error::Definite;
 use crate::sink::kafka::config::DeliveryArgs;
 
-/// Flags of `outboxd run`. Defaults follow `sql/01_outbox.sql` and Debezium's EventRouter.
+/// The groups every relaying command takes: where the events are, how they are routed, where
+/// they go, and how many may wait for acks.
 #[derive(Debug, Clone, clap::Args)]
-pub struct RunArgs {
+pub struct RelayArgs {
     #[command(flatten)]
     pub source: SourceArgs,
-    #[command(flatten)]
-    pub wal: WalArgs,
     #[command(flatten)]
     pub route: RouteArgs,
     #[command(flatten)]
     pub sinks: SinkArgs,
     #[command(flatten)]
-    pub delivery: DeliveryArgs,
-    #[command(flatten)]
     pub budget: BudgetArgs,
+}
+
+/// Flags of `outboxd run`. Defaults follow `sql/01_outbox.sql` and Debezium's EventRouter.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub relay: RelayArgs,
+    #[command(flatten)]
+    pub wal: WalArgs,
+    #[command(flatten)]
+    pub delivery: DeliveryArgs,
     #[command(flatten)]
     pub process: ProcessArgs,
 }
@@ -46,13 +56,7 @@ pub struct RunArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct PollArgs {
     #[command(flatten)]
-    pub source: SourceArgs,
-    #[command(flatten)]
-    pub route: RouteArgs,
-    #[command(flatten)]
-    pub sinks: SinkArgs,
-    #[command(flatten)]
-    pub budget: BudgetArgs,
+    pub relay: RelayArgs,
     #[command(flatten)]
     pub process: ProcessArgs,
     #[command(flatten)]
@@ -100,13 +104,7 @@ pub struct BackfillArgs {
     #[arg(long, env = "OUTBOXD_BACKFILL_BATCH_SIZE", default_value_t = 1000)]
     pub batch_size: usize,
     #[command(flatten)]
-    pub source: SourceArgs,
-    #[command(flatten)]
-    pub route: RouteArgs,
-    #[command(flatten)]
-    pub sinks: SinkArgs,
-    #[command(flatten)]
-    pub budget: BudgetArgs,
+    pub relay: RelayArgs,
     #[command(flatten)]
     pub seq: SeqColumnArgs,
 }
@@ -147,20 +145,34 @@ impl Relaying for Flags {
     }
 }
 
-impl Relaying for RunArgs {
-    fn flags(&self) -> Result<Flags, Definite> {
+impl RelayArgs {
+    /// These groups with the command's others; a group the command does not take (`None`) at its
+    /// defaults. Only the commands that take the WAL group read the slot.
+    fn with(
+        &self,
+        wal: Option<&WalArgs>,
+        delivery: Option<&DeliveryArgs>,
+        process: Option<&ProcessArgs>,
+        poll: PollLoopArgs,
+    ) -> Result<Flags, Definite> {
         Ok(Flags {
             source: self.source.clone(),
-            wal: self.wal.clone(),
             route: self.route.clone(),
             sinks: self.sinks.clone(),
-            delivery: Some(self.delivery.clone()),
             budget: self.budget.clone(),
-            process: self.process.clone(),
-            poll: defaults()?,
+            reads_wal: wal.is_some(),
+            wal: wal.cloned().map_or_else(defaults, Ok)?,
+            delivery: delivery.cloned(),
+            process: process.cloned().map_or_else(defaults, Ok)?,
+            poll,
             debezium_kafka_properties: Vec::new(),
-            reads_wal: true,
         })
+    }
+}
+
+impl Relaying for RunArgs {
+    fn flags(&self) -> Result<Flags, Definite> {
+        self.relay.with(Some(&self.wal), Some(&self.delivery), Some(&self.process), defaults()?)
     }
 }
 
@@ -178,35 +190,13 @@ impl Relaying for ConfigArgs {
 
 impl Relaying for PollArgs {
     fn flags(&self) -> Result<Flags, Definite> {
-        Ok(Flags {
-            source: self.source.clone(),
-            wal: defaults()?,
-            route: self.route.clone(),
-            sinks: self.sinks.clone(),
-            delivery: None,
-            budget: self.budget.clone(),
-            process: self.process.clone(),
-            poll: self.poll.clone(),
-            debezium_kafka_properties: Vec::new(),
-            reads_wal: false,
-        })
+        self.relay.with(None, None, Some(&self.process), self.poll.clone())
     }
 }
 
 impl Relaying for BackfillArgs {
     fn flags(&self) -> Result<Flags, Definite> {
-        Ok(Flags {
-            source: self.source.clone(),
-            wal: defaults()?,
-            route: self.route.clone(),
-            sinks: self.sinks.clone(),
-            delivery: None,
-            budget: self.budget.clone(),
-            process: defaults()?,
-            poll: PollLoopArgs { seq: self.seq.clone(), ..defaults()? },
-            debezium_kafka_properties: Vec::new(),
-            reads_wal: false,
-        })
+        self.relay.with(None, None, None, PollLoopArgs { seq: self.seq.clone(), ..defaults()? })
     }
 }
 

@@ -48,7 +48,7 @@ pub use cli::{
     InvalidOp, LogFormat, PublicationAutocreate, SchemaCheckArgs, SchemaCommand, ShadowCommand, ShadowCompareArgs,
     SinkKind, StatusArgs,
 };
-pub use flags::{BackfillArgs, CheckArgs, ConfigArgs, Flags, PollArgs, Relaying, RunArgs};
+pub use flags::{BackfillArgs, CheckArgs, ConfigArgs, Flags, PollArgs, RelayArgs, Relaying, RunArgs};
 pub use groups::{BudgetArgs, ProcessArgs, RouteArgs, SinkArgs, SourceArgs, WalArgs};
 pub use poll::{PollColumns, PollConfig, PollLoopArgs, SeqColumnArgs, MAX_RETRY_BACKOFF};
 pub use postgres::{PgHost, PgTarget, SslMode};
