@@ -139,3 +139,69 @@ fn poll_and_backfill_need_a_table_even_with_message_prefixes() {
         assert!(out.contains("--table is empty") && out.contains("read tables"), "{cmd:?}: {out}");
     }
 }
+
+const TABLE_START: &str =
+    "<!-- generated from the flag groups by tests/flag_groups.rs; OUTBOXD_BLESS=1 cargo test --test flag_groups rewrites it -->";
+const TABLE_END: &str = "<!-- end of the generated table -->";
+
+/// Which command takes which group of flags, as the clap definitions say: a Markdown table.
+fn group_table() -> String {
+    use clap::{Args, CommandFactory};
+    use outboxd::config::*;
+    fn longs<T: Args>() -> Vec<String> {
+        let cmd = T::augment_args(clap::Command::new("group"));
+        cmd.get_arguments().filter_map(|a| a.get_long()).map(|l| format!("--{l}")).collect()
+    }
+    let groups: [(&str, Vec<String>); 9] = [
+        ("connection, Debezium file, outbox table", longs::<SourceArgs>()),
+        ("routing, converters, contracts, masking", longs::<RouteArgs>()),
+        ("sinks and dead letters", longs::<SinkArgs>()),
+        ("budgets", longs::<BudgetArgs>()),
+        ("slot and WAL", longs::<WalArgs>()),
+        ("delivery", longs::<outboxd::sink::kafka::config::DeliveryArgs>()),
+        ("a running process", longs::<ProcessArgs>()),
+        ("poll loop", longs::<PollLoopArgs>().into_iter().filter(|f| f != "--poll-field-seq").collect()),
+        ("insertion order", longs::<SeqColumnArgs>()),
+    ];
+    let cli = Cli::command();
+    let commands = ["run", "check", "config", "poll", "backfill"];
+    let mut out = format!("| group | {} | flags |\n|---|{}---|\n", commands.join(" | "), "---|".repeat(commands.len()));
+    for (name, flags) in groups {
+        let cells: Vec<&str> = commands
+            .iter()
+            .map(|c| {
+                let sub = cli.find_subcommand(c).expect("subcommand");
+                let takes = |f: &String| sub.get_arguments().any(|a| a.get_long() == Some(&f[2..]));
+                match flags.iter().filter(|f| takes(f)).count() {
+                    n if n == flags.len() => "yes",
+                    0 => "",
+                    _ => "some",
+                }
+            })
+            .collect();
+        let list: Vec<String> = flags.iter().map(|f| format!("`{f}`")).collect();
+        out.push_str(&format!("| {name} | {} | {} |\n", cells.join(" | "), list.join(", ")));
+    }
+    out
+}
+
+/// The table in docs/src/flags.md is generated: it fails when the committed one differs from
+/// what the code says (a flag moved to another group, a command taking another group).
+#[test]
+fn the_group_table_of_the_flags_chapter_is_what_the_code_says() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/flags.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (Some(a), Some(b)) = (text.find(TABLE_START), text.find(TABLE_END)) else {
+        panic!("docs/src/flags.md has no generated group table; put the two marker lines in it and run OUTBOXD_BLESS=1 cargo test --test flag_groups");
+    };
+    let have = &text[a + TABLE_START.len() + 1..b];
+    let want = group_table();
+    if std::env::var_os("OUTBOXD_BLESS").is_some() && have != want {
+        std::fs::write(&path, format!("{}{want}{}", &text[..a + TABLE_START.len() + 1], &text[b..])).unwrap();
+        return;
+    }
+    assert!(
+        have == want,
+        "docs/src/flags.md's group table differs from the flag groups in the code; run OUTBOXD_BLESS=1 cargo test --test flag_groups and commit it"
+    );
+}
