@@ -36,7 +36,7 @@ pub mod properties;
 pub mod secret;
 mod show;
 mod sinks;
-mod units;
+pub(crate) mod units;
 mod validate;
 
 pub use crate::sink::kafka::config::{
@@ -52,7 +52,7 @@ pub use flags::{BackfillArgs, CheckArgs, ConfigArgs, Flags, PollArgs, RelayArgs,
 pub use groups::{BudgetArgs, ProcessArgs, RouteArgs, SinkArgs, SourceArgs, WalArgs};
 pub use poll::{PollColumns, PollConfig, PollLoopArgs, SeqColumnArgs, MAX_RETRY_BACKOFF};
 pub use postgres::{PgHost, PgTarget, SslMode};
-pub(crate) use show::value_name;
+pub(crate) use units::value_name;
 pub use units::{parse_duration, parse_size};
 pub use validate::parse_table;
 

@@ -168,7 +168,7 @@ impl PollConfig {
 
     /// The flags that rebuild this, for `outboxd config`.
     pub fn show(&self, push: &mut dyn FnMut(&'static str, String)) {
-        let ms = |d: Duration| super::show::millis(d);
+        let ms = super::units::millis;
         push("poll-batch", self.batch.to_string());
         push("poll-interval", ms(self.interval));
         push("poll-max-attempts", self.max_attempts.to_string());

@@ -8,8 +8,7 @@
 //! password written in the conninfo, secret librdkafka properties and sink URL secrets show as
 //! `****`; a password, properties or a sink URL read from a file show as that file's flag.
 
-use clap::ValueEnum;
-
+use super::units::{millis, value_name};
 use super::{postgres, Config};
 use crate::router::contract::SchemaMissing;
 use crate::router::{HeadersField, PlacementTarget};
@@ -215,15 +214,6 @@ fn shell_flag(k: &str, v: &str) -> String {
     } else {
         format!("--{k} {}", shell_quote(v))
     }
-}
-
-/// A value enum as its flag spelling (`Dlq` → `dlq`).
-pub(crate) fn value_name(v: impl ValueEnum) -> String {
-    v.to_possible_value().map(|p| p.get_name().to_owned()).unwrap_or_default()
-}
-
-pub(crate) fn millis(d: std::time::Duration) -> String {
-    format!("{}ms", d.as_millis())
 }
 
 /// Single-quote for a POSIX shell when needed.

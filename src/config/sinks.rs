@@ -8,7 +8,8 @@
 //! Invariant: only the sinks in use (`--sink`, `--dlq-sink`) must be reachable as configured;
 //! the others' flags are parsed and range-checked only, so a default never fails a run.
 
-use super::{value_name, Config, DeliveryMode, SinkArgs, SinkKind, UrlFiles};
+use super::units::{millis, value_name};
+use super::{Config, DeliveryMode, SinkArgs, SinkKind, UrlFiles};
 use crate::error::Definite;
 use crate::sink::http::config::HttpConfig;
 use crate::sink::kafka::config::{DeliveryArgs, KafkaConfig};
@@ -98,7 +99,7 @@ pub(super) fn show(c: &Config, push: &mut dyn FnMut(&'static str, String)) {
 pub(super) fn show_delivery(c: &Config, push: &mut dyn FnMut(&'static str, String)) {
     push("delivery", value_name(c.delivery));
     if let Some(t) = &c.kafka.transactions {
-        push("transaction-interval", super::show::millis(t.interval));
+        push("transaction-interval", millis(t.interval));
         push("position-topic", t.position_topic.clone());
     }
 }

@@ -305,7 +305,7 @@ impl DeliveryArgs {
             system_id: String::new(),
             slot: slot.to_owned(),
             position_topic: self.position_topic.clone(),
-            interval: crate::config::parse_duration("--transaction-interval", &self.transaction_interval)?,
+            interval: crate::config::units::parse_duration("--transaction-interval", &self.transaction_interval)?,
         })
     }
 }
