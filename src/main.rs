@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
 use outboxd::app::Handles;
-use outboxd::config::{Cli, Command, Config, LogFormat, RunArgs};
+use outboxd::config::{Cli, Command, Config, ConfigArgs, LogFormat};
 use outboxd::error::{Definite, Error};
 use outboxd::health::Health;
 use outboxd::metrics::Metrics;
@@ -26,15 +26,17 @@ fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     // Which flags the user gave (command line or environment): those win over --debezium-config.
+    // A flag the command does not take was not given (asking clap about it would be a bug).
     let sub = matches.subcommand().map(|(_, m)| m.clone());
     let explicit = move |id: &str| {
         sub.as_ref().is_some_and(|m| {
-            matches!(m.value_source(id), Some(ValueSource::CommandLine) | Some(ValueSource::EnvVariable))
+            m.ids().any(|i| i.as_str() == id)
+                && matches!(m.value_source(id), Some(ValueSource::CommandLine) | Some(ValueSource::EnvVariable))
         })
     };
-    let (args, mode) = match cli.command {
-        Command::Run(args) => (args, Mode::Run),
-        Command::Poll(args) => (args, Mode::Poll),
+    let (checked, mode) = match cli.command {
+        Command::Run(args) => (Config::from_args_with_file(&args, &explicit), Mode::Run),
+        Command::Poll(args) => (Config::from_args_with_file(&args, &explicit), Mode::Poll),
         Command::Config(args) => return print_config(&args, &explicit),
         Command::Status(args) => return exit_with(block_on(outboxd::tools::status::run(&args))),
         Command::Check(args) => return check(&args, &explicit),
@@ -44,7 +46,7 @@ fn main() -> ExitCode {
         Command::Decrypt(args) => return exit_with(outboxd::router::mask::decrypt::run(&args)),
         Command::Backfill(args) => return backfill(&args, &explicit),
     };
-    let cfg = match Config::from_args_with_file(&args, &explicit) {
+    let cfg = match checked {
         Ok(c) => c,
         Err(e) => {
             eprintln!("outboxd: error: {e}");
@@ -89,7 +91,7 @@ fn log_notes(cfg: &Config) {
     }
 }
 
-fn print_config(args: &RunArgs, explicit: &dyn Fn(&str) -> bool) -> ExitCode {
+fn print_config(args: &ConfigArgs, explicit: &dyn Fn(&str) -> bool) -> ExitCode {
     match Config::from_args_with_file(args, explicit) {
         Ok(cfg) => {
             for (warning, note) in &cfg.notes {
@@ -113,7 +115,7 @@ fn print_config(args: &RunArgs, explicit: &dyn Fn(&str) -> bool) -> ExitCode {
 
 /// `outboxd check`: a flag error exits 2 as for `run`; otherwise the report's verdict (0 or 1).
 fn check(args: &outboxd::config::CheckArgs, explicit: &dyn Fn(&str) -> bool) -> ExitCode {
-    match Config::from_args_with_file(&args.run, explicit) {
+    match Config::from_args_with_file(args, explicit) {
         Ok(cfg) => exit_with(block_on(outboxd::tools::check::run(&cfg, args.json))),
         Err(e) => {
             eprintln!("outboxd: error: {e}");
@@ -125,7 +127,7 @@ fn check(args: &outboxd::config::CheckArgs, explicit: &dyn Fn(&str) -> bool) -> 
 /// `outboxd backfill`: the range and `run`'s flags validated first (exit 2), then the run.
 fn backfill(args: &outboxd::config::BackfillArgs, explicit: &dyn Fn(&str) -> bool) -> ExitCode {
     let now = jiff::Timestamp::now();
-    let checked = Config::from_args_with_file(&args.run, explicit)
+    let checked = Config::from_args_with_file(args, explicit)
         .and_then(|cfg| outboxd::source::backfill::Range::from_args(args, now).map(|r| (cfg, r)));
     match checked {
         Ok((cfg, range)) => exit_with(block_on(outboxd::source::backfill::run(cfg, range))),

@@ -112,6 +112,26 @@ pub fn read_secret_file(flag: &str, path: &Path) -> Result<String, Definite> {
     Ok(s.to_owned())
 }
 
+/// A sink URL: read from `file` (given with `file_flag`, `--redis-url-file` ...) when there is
+/// one, else `given`.
+pub fn url_or_file(file_flag: &str, file: Option<&Path>, given: &str) -> Result<String, Definite> {
+    match file {
+        Some(p) => read_url_file(file_flag, p),
+        None => Ok(given.to_owned()),
+    }
+}
+
+/// How `outboxd config` shows a sink URL: as its file's flag and path when it was read from one
+/// (never the file's text), else as the URL flag with `masked`.
+pub fn shown_url(
+    file: Option<&Path>,
+    flag: &'static str,
+    file_flag: &'static str,
+    masked: String,
+) -> (&'static str, String) {
+    file.map_or((flag, masked), |p| (file_flag, p.display().to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,22 +1,24 @@
 //! Flags in, a validated [`Config`] out, and back.
 //!
-//! Two layers, as in ripgrep: [`RunArgs`] is what clap parses (strings, env fallbacks, defaults);
-//! [`Config::from_args`] turns it into typed values and rejects every bad combination with a
+//! Two layers, as in ripgrep: the flag groups are what clap parses (strings, env fallbacks,
+//! defaults), each command taking the groups it uses ([`RunArgs`], [`PollArgs`], ...; all of them
+//! together are [`Flags`]); [`Config::from_args`] turns them into typed values and rejects every bad combination with a
 //! one-line message that names the flag and the fix. Nothing downstream re-validates.
 //! [`Config::to_args`] is the inverse, printed by `outboxd config`: parsed again it gives an equal
 //! `Config` (a property test holds it to that), with secrets masked.
 //!
-//! * `cli.rs`: the clap definitions of every subcommand and their value enums;
-//! * `validate.rs`: `RunArgs` to `Config`;
+//! * `cli.rs`: the subcommands, the tools' flags and the value enums;
+//! * `flags.rs`: which groups each relaying command takes, and [`Flags`];
+//! * `groups.rs`: the groups shared by the relaying commands (a sink's group is in its folder);
+//! * `validate.rs`: [`Flags`] to `Config`;
 //! * `show.rs`: `Config` back to flags;
-//! * `kafka.rs`: brokers and merged librdkafka properties;
-//! * `poll.rs`: `outboxd poll`'s batch, wake-up, retry and column settings;
+//! * `poll.rs`: `outboxd poll`'s flags, and its batch, wake-up, retry and column settings;
 //! * `postgres.rs`: the conninfo, parsed into a [`PgTarget`] whose `Display` never shows the
 //!   password, so it can be logged and put into errors safely;
 //! * `debezium.rs`: `--debezium-config`, translated into flag values and merged under the flags.
 //!
-//! The settings of a sink other than Kafka (NATS, Redis, RabbitMQ, HTTP) are validated, masked
-//! and defaulted in that sink's own folder (`crate::sink::<name>::config`); this module keeps
+//! The flags and settings of each sink (Kafka, NATS, Redis, RabbitMQ, HTTP) are defined, validated,
+//! masked and defaulted in that sink's own folder (`crate::sink::<name>::config`); this module keeps
 //! what is shared, including masking of URLs ([`crate::secret`], re-exported here as `secret`).
 
 use std::net::SocketAddr;
@@ -25,27 +27,32 @@ use std::time::Duration;
 mod cli;
 pub mod conninfo;
 pub mod debezium;
-mod kafka;
+mod flags;
+mod groups;
 mod pgpass;
 mod poll;
 pub mod postgres;
 pub mod properties;
 pub use crate::secret;
 mod show;
-mod units;
+mod sinks;
+pub(crate) mod units;
 mod validate;
 
+pub use crate::sink::kafka::config::{
+    is_secret, parse_property_flags, read_property_file, shown, KafkaClientArgs, KafkaConfig, LoadedProperties,
+    PropertyFile, TxnConfig,
+};
 pub use cli::{
-    BackfillArgs, BadEventPolicy, CheckArgs, Cli, Command, DecryptArgs, DeliveryMode, DlqCommand, DlqCommonArgs,
-    DlqListArgs, DlqReplayArgs, DlqSinkArgs, InvalidOp, KafkaClientArgs, LogFormat, PublicationAutocreate, RunArgs,
-    SchemaCheckArgs, SchemaCommand, ShadowCommand, ShadowCompareArgs, SinkKind, StatusArgs,
+    BadEventPolicy, Cli, Command, DeliveryMode, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs, DlqSinkArgs,
+    InvalidOp, LogFormat, PublicationAutocreate, SchemaCheckArgs, SchemaCommand, ShadowCommand, ShadowCompareArgs,
+    SinkKind, StatusArgs,
 };
-pub use kafka::{
-    is_secret, parse_property_flags, read_property_file, shown, KafkaConfig, LoadedProperties, PropertyFile, TxnConfig,
-};
-pub use poll::{PollColumns, PollConfig, MAX_RETRY_BACKOFF};
+pub use flags::{BackfillArgs, CheckArgs, ConfigArgs, Flags, PollArgs, RelayArgs, Relaying, RunArgs};
+pub use groups::{BudgetArgs, ProcessArgs, RouteArgs, SinkArgs, SourceArgs, WalArgs};
+pub use poll::{PollColumns, PollConfig, PollLoopArgs, SeqColumnArgs, MAX_RETRY_BACKOFF};
 pub use postgres::{PgHost, PgTarget, SslMode};
-pub(crate) use show::value_name;
+pub(crate) use units::value_name;
 pub use units::{parse_duration, parse_size};
 pub use validate::parse_table;
 

@@ -1,15 +1,89 @@
-//! `outboxd poll`'s settings: the batch loop's knobs and the bookkeeping column names, validated
-//! once from the `--poll-*` and `--retention` flags (they sit in `RunArgs`, so `outboxd config`
-//! shows them and `run` ignores them).
+//! `outboxd poll`'s flags ([`PollLoopArgs`]) and settings: the batch loop's knobs and the
+//! bookkeeping column names, validated once from the `--poll-*` and `--retention` flags. `outboxd
+//! config` takes them too (to print them); `run` does not. `backfill` takes only
+//! `--poll-field-seq` ([`SeqColumnArgs`]), the order of rows it re-publishes.
 
 use std::time::Duration;
 
 use super::units::parse_duration;
-use super::RunArgs;
 use crate::error::Definite;
 
 /// The longest wait between two tries of a refused row, however many tries failed.
 pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(600);
+
+/// `outboxd poll`'s own flags: the batch loop and its bookkeeping columns.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PollLoopArgs {
+    /// `outboxd poll`: rows claimed per batch (one SELECT, one UPDATE after their acks).
+    #[arg(long, env = "OUTBOXD_POLL_BATCH", default_value_t = 1000, help_heading = "Poll mode (outboxd poll)")]
+    pub poll_batch: usize,
+    /// `outboxd poll`: look for rows this often when no NOTIFY arrives (the fallback wake-up).
+    #[arg(long, env = "OUTBOXD_POLL_INTERVAL", default_value = "1s", help_heading = "Poll mode (outboxd poll)")]
+    pub poll_interval: String,
+    /// `outboxd poll`: failed tries after which a refused row goes to --on-bad-event (dlq: the dead-letter topic).
+    #[arg(long, env = "OUTBOXD_POLL_MAX_ATTEMPTS", default_value_t = 10, help_heading = "Poll mode (outboxd poll)")]
+    pub poll_max_attempts: u32,
+    /// `outboxd poll`: wait after the first failed try; doubles with each further one (at most 10m).
+    #[arg(long, env = "OUTBOXD_POLL_RETRY_BACKOFF", default_value = "1s", help_heading = "Poll mode (outboxd poll)")]
+    pub poll_retry_backoff: String,
+    /// `outboxd poll`: DELETE acked rows instead of setting their published-at column (needs DELETE).
+    #[arg(long, env = "OUTBOXD_POLL_DELETE", num_args = 0..=1, default_value = "false", default_missing_value = "true", value_name = "BOOL", help_heading = "Poll mode (outboxd poll)")]
+    pub poll_delete: bool,
+    /// `outboxd poll`: LISTEN channel the outbox trigger NOTIFYs (sql/05_poll.sql); empty: poll only.
+    #[arg(
+        long,
+        env = "OUTBOXD_POLL_CHANNEL",
+        default_value = "outboxd_outbox",
+        help_heading = "Poll mode (outboxd poll)"
+    )]
+    pub poll_channel: String,
+    /// `outboxd poll`: delete published rows older than this, in small batches (e.g. 7d as 168h); 0: keep them.
+    #[arg(
+        long,
+        env = "OUTBOXD_RETENTION",
+        default_value = "0",
+        value_name = "DURATION",
+        help_heading = "Poll mode (outboxd poll)"
+    )]
+    pub retention: String,
+    #[command(flatten)]
+    pub seq: SeqColumnArgs,
+    /// `outboxd poll`: column set when a row was published (NULL: not yet).
+    #[arg(
+        long,
+        env = "OUTBOXD_POLL_FIELD_PUBLISHED_AT",
+        default_value = "published_at",
+        help_heading = "Poll mode (outboxd poll)"
+    )]
+    pub poll_field_published_at: String,
+    /// `outboxd poll`: column counting failed tries (a row published on its first try keeps 0).
+    #[arg(
+        long,
+        env = "OUTBOXD_POLL_FIELD_ATTEMPTS",
+        default_value = "attempts",
+        help_heading = "Poll mode (outboxd poll)"
+    )]
+    pub poll_field_attempts: String,
+    /// `outboxd poll`: column holding the last failure's text.
+    #[arg(long, env = "OUTBOXD_POLL_FIELD_ERROR", default_value = "error", help_heading = "Poll mode (outboxd poll)")]
+    pub poll_field_error: String,
+    /// `outboxd poll`: column holding when a failed row may be tried again.
+    #[arg(
+        long,
+        env = "OUTBOXD_POLL_FIELD_NEXT_ATTEMPT_AT",
+        default_value = "next_attempt_at",
+        help_heading = "Poll mode (outboxd poll)"
+    )]
+    pub poll_field_next_attempt_at: String,
+}
+
+/// The column giving insertion order: `poll` claims rows by it, `backfill` orders by it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SeqColumnArgs {
+    /// `outboxd poll`: column giving insertion order (unique; sql/05_poll.sql adds it as an identity).
+    #[arg(long, env = "OUTBOXD_POLL_FIELD_SEQ", default_value = "seq", help_heading = "Poll mode (outboxd poll)")]
+    pub poll_field_seq: String,
+}
 
 /// Everything `outboxd poll` adds to the `run` configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,7 +116,7 @@ pub struct PollColumns {
 }
 
 impl PollConfig {
-    pub fn from_args(a: &RunArgs) -> Result<PollConfig, Definite> {
+    pub fn from_args(a: &PollLoopArgs) -> Result<PollConfig, Definite> {
         let bad = |m: String| Definite::Config(m);
         if a.poll_batch == 0 || a.poll_batch > 100_000 {
             return Err(bad(format!("--poll-batch {} must be between 1 and 100000", a.poll_batch)));
@@ -63,7 +137,7 @@ impl PollConfig {
         }
         let retention = parse_duration("--retention", &a.retention)?;
         let columns = PollColumns {
-            seq: a.poll_field_seq.clone(),
+            seq: a.seq.poll_field_seq.clone(),
             published_at: a.poll_field_published_at.clone(),
             attempts: a.poll_field_attempts.clone(),
             error: a.poll_field_error.clone(),
@@ -90,6 +164,24 @@ impl PollConfig {
             retention: Some(retention).filter(|d| !d.is_zero()),
             columns,
         })
+    }
+
+    /// The flags that rebuild this, for `outboxd config`.
+    pub fn show(&self, push: &mut dyn FnMut(&'static str, String)) {
+        let ms = super::units::millis;
+        push("poll-batch", self.batch.to_string());
+        push("poll-interval", ms(self.interval));
+        push("poll-max-attempts", self.max_attempts.to_string());
+        push("poll-retry-backoff", ms(self.retry_backoff));
+        push("poll-delete", self.delete.to_string());
+        push("poll-channel", self.channel.clone());
+        push("retention", ms(self.retention.unwrap_or_default()));
+        let c = &self.columns;
+        push("poll-field-seq", c.seq.clone());
+        push("poll-field-published-at", c.published_at.clone());
+        push("poll-field-attempts", c.attempts.clone());
+        push("poll-field-error", c.error.clone());
+        push("poll-field-next-attempt-at", c.next_attempt_at.clone());
     }
 
     /// The wait after `failed` failed tries (1 or more).

@@ -1,6 +1,6 @@
 //! The inverse of parsing: a validated [`Config`] as the `outboxd run` flags that rebuild it, for
-//! `outboxd config`. The flags only `outboxd poll` reads (`--poll-*`, `--retention`) are printed
-//! under a heading of their own ([`Config::to_text`]); both commands accept every flag.
+//! `outboxd config`, one group after another. The flags only `outboxd poll` takes (`--poll-*`,
+//! `--retention`) are printed under a heading of their own ([`Config::to_text`]).
 //!
 //! Invariant, held by the round-trip property test in `config::tests`: parsing [`Config::to_argv`]
 //! again gives an equal `Config`. So every field a flag sets appears here, spelled so that clap
@@ -8,17 +8,35 @@
 //! password written in the conninfo, secret librdkafka properties and sink URL secrets show as
 //! `****`; a password, properties or a sink URL read from a file show as that file's flag.
 
-use clap::ValueEnum;
-
+use super::units::{millis, value_name};
 use super::{postgres, Config};
 use crate::router::contract::SchemaMissing;
 use crate::router::{HeadersField, PlacementTarget};
 
 impl Config {
-    /// `(flag without --, value)` pairs, in the order `outboxd config` prints them.
+    /// `(flag without --, value)` pairs, in the order `outboxd config` prints them: one group
+    /// after another.
     pub fn to_args(&self) -> Vec<(&'static str, String)> {
         let mut f: Vec<(&'static str, String)> = Vec::new();
         let mut push = |k: &'static str, v: String| f.push((k, v));
+        self.show_source(&mut push);
+        super::sinks::show(self, &mut push);
+        self.show_route(&mut push);
+        self.show_process(&mut push);
+        super::sinks::show_delivery(self, &mut push);
+        push("on-bad-event", value_name(self.on_bad_event));
+        push("dlq-topic", self.dlq_topic.clone());
+        if let Some(k) = self.dlq_sink {
+            push("dlq-sink", value_name(k));
+        }
+        self.show_wal(&mut push);
+        self.poll.show(&mut push);
+        self.show_mask(&mut push);
+        f
+    }
+
+    /// The connection and the outbox tables.
+    fn show_source(&self, push: &mut dyn FnMut(&'static str, String)) {
         push("postgres-url", self.postgres.to_url_masked());
         if let Some(postgres::PasswordSource::File(p)) = &self.postgres.password_source {
             push("postgres-password-file", p.display().to_string());
@@ -35,62 +53,10 @@ impl Config {
             push("messages-prefix", p.clone());
         }
         push("publication-autocreate", value_name(self.publication_autocreate));
-        push("sink", value_name(self.sink));
-        push("kafka-brokers", self.kafka.brokers.clone());
-        let props = &self.kafka.properties;
-        let file = self.kafka.property_file.as_ref();
-        if let Some(f) = file {
-            push("kafka-property-file", f.path.display().to_string());
-        }
-        for (i, (k, v)) in props.iter().enumerate() {
-            if file.is_some_and(|f| f.range.contains(&i)) {
-                continue;
-            }
-            // Flags always apply after the file. A property listed before it (one from
-            // --debezium-config) is shown only when nothing later sets its key: otherwise it
-            // never took effect, and shown as a flag it would wrongly override the file.
-            if file.is_some_and(|f| i < f.range.start) && props[i + 1..].iter().any(|(later, _)| later == k) {
-                continue;
-            }
-            push("kafka-property", format!("{k}={}", crate::config::shown(k, v)));
-        }
-        // A URL read from a file is shown as its path (the file's flag), never as its text.
-        let files = &self.url_files;
-        let url = |file: &Option<std::path::PathBuf>, flag: &'static str, file_flag: &'static str, masked: String| {
-            file.as_ref().map_or((flag, masked), |p| (file_flag, p.display().to_string()))
-        };
-        let (k, v) = url(&files.nats, "nats-url", "nats-url-file", self.nats.url_masked());
-        push(k, v);
-        if let Some(c) = &self.nats.creds {
-            push("nats-creds", c.display().to_string());
-        }
-        if let Some(s) = &self.nats.create_stream {
-            push("nats-create-stream", s.to_string());
-        }
-        push("topic-partitions", self.kafka.topic_partitions.to_string());
-        push("topic-replication-factor", self.kafka.topic_replication_factor.to_string());
-        let (k, v) = url(&files.redis, "redis-url", "redis-url-file", self.redis.url_masked());
-        push(k, v);
-        if let Some(n) = self.redis.maxlen {
-            push("redis-maxlen", n.to_string());
-        }
-        let (k, v) = url(&files.rabbitmq, "rabbitmq-url", "rabbitmq-url-file", self.rabbitmq.url_masked());
-        push(k, v);
-        push("rabbitmq-exchange", self.rabbitmq.exchange.clone());
-        let h = &self.http;
-        if !h.url.is_empty() {
-            let (k, v) = url(&files.http, "http-url", "http-url-file", h.url_masked());
-            push(k, v);
-        }
-        push("http-source", h.source.clone());
-        if let Some(s) = &h.signing_secret {
-            push("http-signing-secret-file", s.path.display().to_string());
-        }
-        push("http-batch", h.batch.to_string());
-        push("http-concurrency", h.concurrency.to_string());
-        push("http-timeout", millis(h.timeout));
-        push("http-signature-version", if h.signature_v1 { "v1" } else { "v2" }.to_owned());
-        push("http-bad-event-status", h.bad_event_status.iter().map(u16::to_string).collect::<Vec<_>>().join(","));
+    }
+
+    /// Routing, columns, converters and the schema registry, and the contracts.
+    fn show_route(&self, push: &mut dyn FnMut(&'static str, String)) {
         let r = &self.route;
         push("route-by-field", r.route_by_field.clone());
         push("route-topic-regex", r.topic.regex_text().to_owned());
@@ -137,16 +103,23 @@ impl Config {
             push("subject-name-strategy", reg.strategy.flag().to_owned());
             push("schema-auto-register", reg.auto_register.to_string());
         }
-        match &r.headers_field {
-            HeadersField::IfPresent(_) => {}
-            HeadersField::Required(c) => push("table-field-event-headers", c.clone()),
-            HeadersField::Disabled => push("table-field-event-headers", String::new()),
+        for (flag, field) in
+            [("table-field-event-headers", &r.headers_field), ("tracing-span-context-field", &r.trace_field)]
+        {
+            match field {
+                HeadersField::IfPresent(_) => {}
+                HeadersField::Required(c) => push(flag, c.clone()),
+                HeadersField::Disabled => push(flag, String::new()),
+            }
         }
-        match &r.trace_field {
-            HeadersField::IfPresent(_) => {}
-            HeadersField::Required(c) => push("tracing-span-context-field", c.clone()),
-            HeadersField::Disabled => push("tracing-span-context-field", String::new()),
+        if let Some(c) = &r.contracts {
+            push("schema-dir", c.dir().display().to_string());
         }
+        push("schema-missing", value_name(r.contracts.as_ref().map_or(SchemaMissing::Allow, |c| c.missing())));
+    }
+
+    /// The budgets and a long-running process's settings.
+    fn show_process(&self, push: &mut dyn FnMut(&'static str, String)) {
         push("max-in-flight", self.max_in_flight.to_string());
         push("max-in-flight-bytes", self.max_in_flight_bytes.to_string());
         push("health-stall-timeout", millis(self.health_stall_timeout));
@@ -161,20 +134,10 @@ impl Config {
         if !self.status_page_allowed_hosts.is_empty() {
             push("status-page-allowed-hosts", self.status_page_allowed_hosts.join(","));
         }
-        if let Some(c) = &r.contracts {
-            push("schema-dir", c.dir().display().to_string());
-        }
-        push("schema-missing", value_name(r.contracts.as_ref().map_or(SchemaMissing::Allow, |c| c.missing())));
-        push("on-bad-event", value_name(self.on_bad_event));
-        push("delivery", value_name(self.delivery));
-        if let Some(t) = &self.kafka.transactions {
-            push("transaction-interval", millis(t.interval));
-            push("position-topic", t.position_topic.clone());
-        }
-        push("dlq-topic", self.dlq_topic.clone());
-        if let Some(k) = self.dlq_sink {
-            push("dlq-sink", value_name(k));
-        }
+    }
+
+    /// Heartbeats, the pacing of the replication loop, and the slot's options.
+    fn show_wal(&self, push: &mut dyn FnMut(&'static str, String)) {
         push("heartbeat-interval", millis(self.heartbeat_interval));
         if let Some(q) = &self.heartbeat_action_query {
             push("heartbeat-action-query", q.clone());
@@ -187,20 +150,10 @@ impl Config {
         if let Some((path, _)) = &self.debezium_offsets {
             push("debezium-offsets", path.display().to_string());
         }
-        let p = &self.poll;
-        push("poll-batch", p.batch.to_string());
-        push("poll-interval", millis(p.interval));
-        push("poll-max-attempts", p.max_attempts.to_string());
-        push("poll-retry-backoff", millis(p.retry_backoff));
-        push("poll-delete", p.delete.to_string());
-        push("poll-channel", p.channel.clone());
-        push("retention", millis(p.retention.unwrap_or_default()));
-        push("poll-field-seq", p.columns.seq.clone());
-        push("poll-field-published-at", p.columns.published_at.clone());
-        push("poll-field-attempts", p.columns.attempts.clone());
-        push("poll-field-error", p.columns.error.clone());
-        push("poll-field-next-attempt-at", p.columns.next_attempt_at.clone());
-        // Key files by path: key bytes never print.
+    }
+
+    /// `--mask` and `--encrypt`, their key files by path: key bytes never print.
+    fn show_mask(&self, push: &mut dyn FnMut(&'static str, String)) {
         let m = self.mask.spec();
         for r in &m.masks {
             push("mask", r.clone());
@@ -217,7 +170,6 @@ impl Config {
         if let Some(re) = &m.event_type {
             push("mask-event-type", re.clone());
         }
-        f
     }
 
     /// The argv after `outboxd run` that rebuilds this configuration.
@@ -247,7 +199,8 @@ impl Config {
 }
 
 /// The line above the poll flags in [`Config::to_text`].
-pub const POLL_HEADING: &str = "# outboxd poll: the flags above, and these (outboxd run ignores them):";
+pub const POLL_HEADING: &str =
+    "# outboxd poll: the flags above but the slot, WAL and --delivery ones, and these (outboxd run does not take them):";
 
 /// Flags that only `outboxd poll` reads.
 fn poll_only(flag: &str) -> bool {
@@ -261,15 +214,6 @@ fn shell_flag(k: &str, v: &str) -> String {
     } else {
         format!("--{k} {}", shell_quote(v))
     }
-}
-
-/// A value enum as its flag spelling (`Dlq` → `dlq`).
-pub(crate) fn value_name(v: impl ValueEnum) -> String {
-    v.to_possible_value().map(|p| p.get_name().to_owned()).unwrap_or_default()
-}
-
-fn millis(d: std::time::Duration) -> String {
-    format!("{}ms", d.as_millis())
 }
 
 /// Single-quote for a POSIX shell when needed.

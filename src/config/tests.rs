@@ -78,12 +78,12 @@ fn kafka_property_conflicts_are_rejected() {
 // `outboxd config` round trip
 // ---------------------------------------------------------------------------------------------
 
-/// `outboxd run ARGV` as a Config, without a Debezium file.
+/// `outboxd config ARGV` (the flags of `run` and `poll`) as a Config, without a Debezium file.
 fn config_of(argv: &[String]) -> Result<Config, String> {
-    let mut full = vec!["outboxd".to_owned(), "run".to_owned()];
+    let mut full = vec!["outboxd".to_owned(), "config".to_owned()];
     full.extend_from_slice(argv);
     let cli = Cli::try_parse_from(&full).map_err(|e| e.to_string())?;
-    let Command::Run(a) = cli.command else { unreachable!("run") };
+    let Command::Config(a) = cli.command else { unreachable!("config") };
     Config::from_args(&a).map_err(|e| e.to_string())
 }
 
@@ -701,8 +701,9 @@ fn debezium_properties_overridden_by_the_property_file_stay_overridden() {
     assert!(!c.to_text().contains("from-debezium"));
 }
 
-/// Every `run` flag is printed by `outboxd config` (those printed only when set are listed), so a
-/// new flag cannot be forgotten in `show.rs`. Give the generator above a strategy for it too.
+/// Every flag of `outboxd config` (those of `run` and `poll`) is printed by it (those printed only
+/// when set are listed), so a new flag cannot be forgotten in `show.rs`. Give the generator above
+/// a strategy for it too.
 #[test]
 fn outboxd_config_prints_every_run_flag() {
     use clap::CommandFactory;
@@ -749,7 +750,7 @@ fn outboxd_config_prints_every_run_flag() {
         "position-topic",
     ];
     let cli = Cli::command();
-    let run = cli.find_subcommand("run").expect("run subcommand");
+    let run = cli.find_subcommand("config").expect("config subcommand");
     let c = config_of(&["--postgres-url".into(), "postgres://u@127.0.0.1/db".into()]).unwrap();
     let args = c.to_args();
     let printed: Vec<&str> = args.iter().map(|(k, _)| *k).collect();

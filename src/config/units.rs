@@ -1,10 +1,23 @@
 //! Durations and sizes as flags spell them (`500ms`, `10s`, `64MiB`): one parser each, with the
-//! one-line error that names the flag and shows the accepted forms. Pure; bounded (a duration is at
+//! one-line error that names the flag and shows the accepted forms; and the two spellings
+//! `outboxd config` prints back (a duration in milliseconds, a value enum by its name). Pure; bounded (a duration is at
 //! most a year, a size never overflows).
 
 use std::time::Duration;
 
+use clap::ValueEnum;
+
 use crate::error::Definite;
+
+/// A value enum as its flag spelling (`Dlq` → `dlq`).
+pub(crate) fn value_name(v: impl ValueEnum) -> String {
+    v.to_possible_value().map(|p| p.get_name().to_owned()).unwrap_or_default()
+}
+
+/// A duration as `outboxd config` prints it: whole milliseconds, which every duration flag reads.
+pub(crate) fn millis(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
 
 /// `64MiB`, `512KiB`, `1GB`, `1000000`: a byte count, binary (KiB, MiB, GiB) or decimal (KB, MB, GB).
 pub fn parse_size(flag: &str, s: &str) -> Result<usize, Definite> {

@@ -1,366 +1,305 @@
 //! Raw flags to a validated [`Config`]: every value typed, every bad combination rejected with a
 //! one-line message that names the flag and the fix. Runtime code never re-validates.
+//!
+//! [`Config::from_flags`] is a composition: one function per group (the sinks' in
+//! [`super::sinks`] and each sink's folder, the poll loop's in [`super::poll`]); the checks that
+//! span groups (exactly-once and the sink, the stall timeout and the status interval) sit with
+//! the group that owns the later flag.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::secret::read_url_file;
 use super::units::{parse_duration, parse_size};
 use super::{
-    debezium, postgres, Config, DeliveryMode, KafkaConfig, PgTarget, PollConfig, RunArgs, SinkKind, TableName, UrlFiles,
+    debezium, postgres, BudgetArgs, Config, Flags, PgTarget, PollConfig, ProcessArgs, Relaying, RouteArgs, SourceArgs,
+    TableName,
 };
 use crate::error::Definite;
 use crate::router::contract::{Contracts, SchemaMissing};
 use crate::router::mask::{MaskSpec, Masking};
 use crate::router::{HeadersField, Placement, PlacementTarget, RouteConfig, TopicRule};
-use crate::sink::http::config::{HttpArgs, HttpConfig};
-use crate::sink::nats::config::NatsConfig;
-use crate::sink::rabbitmq::config::RabbitConfig;
-use crate::sink::redis::config::RedisConfig;
 
 impl Config {
     /// Like [`Config::from_args`], first merging `--debezium-config` under the flags for which
     /// `explicit(arg_id)` says the user gave a value (command line or environment).
-    pub fn from_args_with_file(a: &RunArgs, explicit: &dyn Fn(&str) -> bool) -> Result<Config, Definite> {
-        let Some(path) = &a.debezium_config else { return Config::from_args(a) };
-        let overlay = debezium::load(path)?;
-        let mut merged = a.clone();
+    pub fn from_args_with_file<A: Relaying + ?Sized>(
+        a: &A,
+        explicit: &dyn Fn(&str) -> bool,
+    ) -> Result<Config, Definite> {
+        let mut merged = a.flags()?;
+        let Some(path) = merged.source.debezium_config.clone() else { return Config::from_flags(&merged) };
+        let overlay = debezium::load(&path)?;
         debezium::apply(&mut merged, &overlay, explicit)?;
-        let mut cfg = Config::from_args(&merged)?;
+        let mut cfg = Config::from_flags(&merged)?;
         cfg.require_empty_tables = overlay.require_empty_tables;
         cfg.notes = overlay.notes;
         Ok(cfg)
     }
 
-    pub fn from_args(a: &RunArgs) -> Result<Config, Definite> {
-        let bad = |m: String| Definite::Config(m);
-        // Without --postgres-url, libpq's environment alone may say where to go (PGHOST, ...).
-        let url = a.postgres_url.as_deref().unwrap_or("");
-        if url.is_empty() && std::env::var_os("PGHOST").is_none() {
-            return Err(bad(
-                "--postgres-url (or OUTBOXD_POSTGRES_URL, or PGHOST) is required, e.g. postgres://user@host:5432/db"
-                    .into(),
-            ));
-        }
-        let fallbacks = postgres::Fallbacks {
-            password_file: a.postgres_password_file.as_deref(),
-            ..postgres::Fallbacks::process()
-        };
-        let postgres = PgTarget::parse_with(url, &fallbacks)?;
-        check_identifier("--slot", &a.slot, true)?;
-        check_identifier("--publication", &a.publication, false)?;
-        let mut tables = Vec::new();
-        // `--table ''` names no table: a relay of logical messages only.
-        for t in a.tables.iter().filter(|t| !t.is_empty()) {
-            let t = parse_table(t)?;
-            if !tables.contains(&t) {
-                tables.push(t);
-            }
-        }
-        let messages_prefixes = check_prefixes(&a.messages_prefixes)?;
-        if tables.is_empty() && messages_prefixes.is_empty() {
-            return Err(bad(
-                "--table is empty and no --messages-prefix is given: name an outbox table (SCHEMA.TABLE) or a message prefix".into(),
-            ));
-        }
-        let (properties, property_file) = KafkaConfig::load_properties(
-            &a.debezium_kafka_properties,
-            a.kafka.kafka_property_file.as_deref(),
-            &a.kafka.kafka_properties,
-        )?;
-        if a.sink == SinkKind::Kafka && a.kafka.kafka_brokers.trim().is_empty() {
-            return Err(bad("--kafka-brokers is empty; give host:port[,host:port]".into()));
-        }
-        let url_files = UrlFiles {
-            nats: a.nats.nats_url_file.clone(),
-            redis: a.redis.redis_url_file.clone(),
-            rabbitmq: a.rabbitmq.rabbitmq_url_file.clone(),
-            http: a.http_url_file.clone(),
-        };
-        let from_file = |flag: &str, file: &Option<std::path::PathBuf>, given: &String| match file {
-            Some(p) => read_url_file(flag, p),
-            None => Ok(given.clone()),
-        };
-        let nats_url = from_file("--nats-url-file", &url_files.nats, &a.nats.nats_url)?;
-        let http_url = from_file("--http-url-file", &url_files.http, &a.http_url)?;
-        let redis = RedisConfig {
-            url: from_file("--redis-url-file", &url_files.redis, &a.redis.redis_url)?,
-            maxlen: a.redis_maxlen,
-        };
-        let dlq_sink = match a.dlq_sink {
-            Some(k) if k == a.sink => None,
-            Some(k @ (SinkKind::Kafka | SinkKind::Nats | SinkKind::Redis | SinkKind::Rabbitmq)) => Some(k),
-            Some(k) => {
-                return Err(bad(format!(
-                    "--dlq-sink {k:?} keeps no dead letters `outboxd dlq` can read; give kafka, nats, redis or rabbitmq"
-                )
-                .to_lowercase()))
-            }
-            None => None,
-        };
-        if a.delivery == DeliveryMode::ExactlyOnce {
-            if a.sink != SinkKind::Kafka {
-                return Err(bad(format!(
-                    "--delivery exactly-once needs --sink kafka (Kafka transactions); --sink {} delivers at least once",
-                    super::show::value_name(a.sink)
-                )));
-            }
-            if dlq_sink.is_some() {
-                return Err(bad(
-                    "--delivery exactly-once writes dead-letter copies in the same Kafka transaction as the events \
-                     around them; drop --dlq-sink"
-                        .into(),
-                ));
-            }
-        }
-        if a.sink == SinkKind::Redis || dlq_sink == Some(SinkKind::Redis) {
-            redis.check()?;
-            if redis.maxlen == Some(0) {
-                return Err(bad(
-                    "--redis-maxlen 0 would trim every event away; give at least 1, or leave it unset".into()
-                ));
-            }
-        }
-        let rabbitmq = RabbitConfig {
-            url: from_file("--rabbitmq-url-file", &url_files.rabbitmq, &a.rabbitmq.rabbitmq_url)?,
-            exchange: a.rabbitmq.rabbitmq_exchange.clone(),
-        };
-        if a.sink == SinkKind::Rabbitmq || dlq_sink == Some(SinkKind::Rabbitmq) {
-            rabbitmq.check()?;
-        }
-        let http = HttpConfig::new(HttpArgs {
-            url: &http_url,
-            source: a.http_source.as_deref(),
-            slot: &a.slot,
-            signing_secret_file: a.http_signing_secret_file.as_deref(),
-            batch: a.http_batch,
-            concurrency: a.http_concurrency,
-            timeout: parse_duration("--http-timeout", &a.http_timeout)?,
-            bad_event_status: &a.http_bad_event_status,
-            signature_version: &a.http_signature_version,
-            required: a.sink == SinkKind::Http,
-        })?;
-        if a.topic_partitions < 1 && a.topic_partitions != -1 {
-            return Err(bad(format!(
-                "--topic-partitions {} must be at least 1, or -1 for the broker's num.partitions",
-                a.topic_partitions
-            )));
-        }
-        if a.topic_replication_factor < 1 && a.topic_replication_factor != -1 {
-            return Err(bad(format!(
-                "--topic-replication-factor {} must be at least 1, or -1 for the broker's default.replication.factor",
-                a.topic_replication_factor
-            )));
-        }
-        if a.max_in_flight == 0 {
-            return Err(bad("--max-in-flight must be at least 1".into()));
-        }
-        let max_in_flight_bytes = parse_size("--max-in-flight-bytes", &a.max_in_flight_bytes)?;
-        if max_in_flight_bytes < 1024 {
-            return Err(bad(format!("--max-in-flight-bytes {:?} must be at least 1KiB", a.max_in_flight_bytes)));
-        }
-        for (flag, v) in [
-            ("--route-by-field", &a.route_by_field),
-            ("--table-field-event-key", &a.table_field_event_key),
-            ("--table-field-event-id", &a.table_field_event_id),
-            ("--table-field-event-payload", &a.table_field_event_payload),
-        ] {
-            if v.is_empty() {
-                return Err(bad(format!("{flag} must name a column of the outbox table")));
-            }
-        }
-        let topic = TopicRule::new(&a.route_topic_regex, &a.route_topic_replacement).map_err(bad)?;
-        let placements = match a.table_fields_additional_placement.as_deref() {
-            None => Vec::new(),
-            Some(p) => Placement::parse_list(p).map_err(|e| bad(format!("--table-fields-additional-placement {e}")))?,
-        };
-        let headers_field = match a.table_field_event_headers.as_deref() {
-            None => HeadersField::IfPresent("headers".into()),
-            Some("") => HeadersField::Disabled,
-            Some(c) => HeadersField::Required(c.into()),
-        };
-        let trace_field = match a.tracing_span_context_field.as_deref() {
-            None => HeadersField::IfPresent("tracingspancontext".into()),
-            Some("") => HeadersField::Disabled,
-            Some(c) => HeadersField::Required(c.into()),
-        };
-        // Compiled here, once: `run` uses this set, and `outboxd config` proves every file compiles.
-        let contracts = match &a.schema_dir {
-            Some(dir) => Some(Contracts::load(dir, a.schema_missing).map_err(bad)?),
-            None if a.schema_missing == SchemaMissing::Reject => {
-                return Err(bad("--schema-missing reject needs --schema-dir DIR (the schemas to require)".into()))
-            }
-            None => None,
-        };
-        let mask = Masking::compile(
-            MaskSpec {
-                masks: a.masks.clone(),
-                encrypt: a.encrypt.clone(),
-                mask_key_file: a.mask_key_file.clone(),
-                encrypt_key_file: a.encrypt_key_file.clone(),
-                event_type: a.mask_event_type.clone(),
-            },
-            placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_))),
-        )
-        .map_err(bad)?;
-        if a.value_converter == crate::router::Converter::Json
-            && placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_)))
-        {
-            if a.table_expand_json_payload {
-                return Err(bad("--value-converter json with an envelope placement and --table-expand-json-payload: Debezium expands the payload into a Connect struct inside its envelope, whose JSON outboxd does not reproduce; drop one of them, or use --value-converter string".into()));
-            }
-            if !mask.is_empty() {
-                return Err(bad("--value-converter json with an envelope placement and --mask/--encrypt: the payload inside that envelope is a JSON string the masking rules cannot reach; use --value-converter string with --mask/--encrypt".into()));
-            }
-        }
-        let registry = registry_config(a)?;
-        let otlp_endpoint = match a.otlp_endpoint.as_deref() {
-            None | Some("") => None,
-            Some(u) => match reqwest::Url::parse(u) {
-                Ok(p) if matches!(p.scheme(), "http" | "https") => Some(u.trim_end_matches('/').to_owned()),
-                _ => {
-                    return Err(Definite::Config(format!(
-                        "--otlp-endpoint {}: use the collector's OTLP/HTTP base URL, e.g. http://collector:4318",
-                        super::secret::mask_url(u)
-                    )))
-                }
-            },
-        };
-        let status_interval = parse_duration("--status-interval", &a.status_interval)?;
-        if status_interval.is_zero() {
-            return Err(bad("--status-interval must be greater than 0".into()));
-        }
+    /// A command's flags, validated (without `--debezium-config`).
+    pub fn from_args<A: Relaying + ?Sized>(a: &A) -> Result<Config, Definite> {
+        Config::from_flags(&a.flags()?)
+    }
+
+    /// Every group validated in turn (each rejects its own bad values), then combined.
+    pub fn from_flags(a: &Flags) -> Result<Config, Definite> {
+        let postgres = postgres_target(a)?;
+        check_identifier("--slot", &a.wal.slot, true)?;
+        check_identifier("--publication", &a.wal.publication, false)?;
+        let (tables, messages_prefixes) = sources(a)?;
+        let s = super::sinks::validate(&a.sinks, a.delivery.as_ref(), &a.debezium_kafka_properties, &a.wal.slot)?;
+        let budget = budget(&a.budget)?;
+        let (route, mask) = route(&a.source, &a.route)?;
+        let registry = registry_config(&a.route)?;
+        let process = &a.process;
+        let status_interval = positive("--status-interval", &process.status_interval)?;
+        let wal = &a.wal;
         Ok(Config {
             postgres,
-            slot: a.slot.clone(),
-            publication: a.publication.clone(),
+            slot: wal.slot.clone(),
+            publication: wal.publication.clone(),
             tables,
             messages_prefixes,
-            publication_autocreate: a.publication_autocreate,
-            route: RouteConfig {
-                id_field: a.table_field_event_id.clone(),
-                key_field: a.table_field_event_key.clone(),
-                type_field: a.table_field_event_type.clone(),
-                payload_field: a.table_field_event_payload.clone(),
-                timestamp_field: Some(a.table_field_event_timestamp.clone()).filter(|s| !s.is_empty()),
-                placements,
-                additional_missing: a.table_field_additional_missing,
-                route_by_field: a.route_by_field.clone(),
-                topic: Arc::new(topic),
-                tombstone_on_empty_payload: a.route_tombstone_on_empty_payload,
-                expand_json_payload: a.table_expand_json_payload,
-                key_converter: a.key_converter,
-                value_converter: a.value_converter,
-                headers_field,
-                trace_field,
-                contracts,
-            },
+            publication_autocreate: wal.publication_autocreate,
+            route,
             registry,
-            otlp_endpoint,
-            op_invalid: a.table_op_invalid_behavior,
-            sink: a.sink,
-            kafka: KafkaConfig {
-                brokers: a.kafka.kafka_brokers.clone(),
-                properties,
-                property_file,
-                topic_partitions: a.topic_partitions,
-                topic_replication_factor: a.topic_replication_factor,
-                transactions: match a.delivery {
-                    DeliveryMode::AtLeastOnce => None,
-                    DeliveryMode::ExactlyOnce => Some(super::TxnConfig {
-                        system_id: String::new(),
-                        slot: a.slot.clone(),
-                        position_topic: {
-                            if a.position_topic.trim().is_empty() {
-                                return Err(bad(
-                                    "--position-topic is empty; name a topic (default outboxd.positions)".into()
-                                ));
-                            }
-                            a.position_topic.clone()
-                        },
-                        interval: parse_duration("--transaction-interval", &a.transaction_interval)?,
-                    }),
-                },
-            },
-            nats: NatsConfig::new(&nats_url, a.nats.nats_creds.clone(), a.nats_create_stream.as_deref())?,
-            redis,
-            rabbitmq,
-            http,
-            url_files,
-            max_in_flight: a.max_in_flight,
-            max_in_flight_bytes,
-            health_stall_timeout: {
-                let d = parse_duration("--health-stall-timeout", &a.health_stall_timeout)?;
-                if !d.is_zero() && d <= status_interval * 2 {
-                    return Err(bad(format!(
-                        "--health-stall-timeout {} must exceed twice --status-interval {} (or be 0 to disable)",
-                        a.health_stall_timeout, a.status_interval
-                    )));
-                }
-                d
-            },
+            otlp_endpoint: otlp_endpoint(process.otlp_endpoint.as_deref())?,
+            op_invalid: wal.table_op_invalid_behavior,
+            sink: s.sink,
+            kafka: s.kafka,
+            nats: s.nats,
+            redis: s.redis,
+            rabbitmq: s.rabbitmq,
+            http: s.http,
+            url_files: s.url_files,
+            max_in_flight: budget.0,
+            max_in_flight_bytes: budget.1,
+            health_stall_timeout: health_stall_timeout(process, status_interval)?,
             status_interval,
-            shutdown_timeout: parse_duration("--shutdown-timeout", &a.shutdown_timeout)?,
-            wal_receiver_timeout: parse_duration("--wal-receiver-timeout", &a.wal_receiver_timeout)?,
-            log_format: a.log_format,
-            metrics_addr: match a.metrics_addr.as_str() {
-                "off" | "" => None,
-                s => Some(s.parse().map_err(|_| {
-                    bad(format!("--metrics-addr {s:?}: expected HOST:PORT like 127.0.0.1:9464, or off"))
-                })?),
-            },
-            status_page_token: match &a.status_page_token_file {
+            shutdown_timeout: parse_duration("--shutdown-timeout", &process.shutdown_timeout)?,
+            wal_receiver_timeout: parse_duration("--wal-receiver-timeout", &wal.wal_receiver_timeout)?,
+            log_format: process.log_format,
+            metrics_addr: metrics_addr(&process.metrics_addr)?,
+            status_page_token: match &process.status_page_token_file {
                 Some(path) => Some(crate::format::Password::read("--status-page-token-file", path).map_err(bad)?),
                 None => None,
             },
-            status_page_allowed_hosts: a
+            status_page_allowed_hosts: process
                 .status_page_allowed_hosts
                 .iter()
                 .map(|h| allowed_host(h))
                 .collect::<Result<_, _>>()
                 .map_err(bad)?,
-            on_bad_event: a.on_bad_event,
-            delivery: a.delivery,
-            dlq_sink,
-            dlq_topic: {
-                if a.dlq_topic.is_empty()
-                    || a.dlq_topic.len() > 249
-                    || !a.dlq_topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-                {
-                    return Err(bad(format!("--dlq-topic {:?} is not a legal Kafka topic name", a.dlq_topic)));
-                }
-                a.dlq_topic.clone()
-            },
-            heartbeat_interval: parse_duration("--heartbeat-interval", &a.heartbeat_interval)?,
-            heartbeat_action_query: a.heartbeat_action_query.clone().filter(|q| !q.trim().is_empty()),
-            lag_poll_interval: {
-                let d = parse_duration("--lag-poll-interval", &a.lag_poll_interval)?;
-                if d.is_zero() {
-                    return Err(bad("--lag-poll-interval must be greater than 0".into()));
-                }
-                d
-            },
+            on_bad_event: a.sinks.on_bad_event,
+            delivery: s.delivery,
+            dlq_sink: s.dlq_sink,
+            dlq_topic: dlq_topic(&a.sinks.dlq_topic)?,
+            heartbeat_interval: parse_duration("--heartbeat-interval", &wal.heartbeat_interval)?,
+            heartbeat_action_query: wal.heartbeat_action_query.clone().filter(|q| !q.trim().is_empty()),
+            lag_poll_interval: positive("--lag-poll-interval", &process.lag_poll_interval)?,
             mask,
-            poll: PollConfig::from_args(a)?,
+            poll: PollConfig::from_args(&a.poll)?,
             require_empty_tables: false,
-            debezium_offsets: match &a.debezium_offsets {
+            debezium_offsets: match &wal.debezium_offsets {
                 Some(path) => Some((path.clone(), debezium::offsets::DebeziumOffset::load(path)?)),
                 None => None,
             },
             notes: Vec::new(),
-            reconnect_max_backoff: parse_duration("--reconnect-max-backoff", &a.reconnect_max_backoff)?
+            reconnect_max_backoff: parse_duration("--reconnect-max-backoff", &process.reconnect_max_backoff)?
                 .max(Duration::from_millis(100)),
-            standby_retry_interval: {
-                let d = parse_duration("--standby-retry-interval", &a.standby_retry_interval)?;
-                if d.is_zero() {
-                    return Err(bad("--standby-retry-interval must be greater than 0".into()));
-                }
-                d
-            },
-            slot_failover: a.slot_failover,
-            slot_recreate_after_loss: a.slot_recreate_after_loss,
+            standby_retry_interval: positive("--standby-retry-interval", &wal.standby_retry_interval)?,
+            slot_failover: wal.slot_failover,
+            slot_recreate_after_loss: wal.slot_recreate_after_loss,
         })
     }
+}
+
+fn bad(m: String) -> Definite {
+    Definite::Config(m)
+}
+
+/// `--postgres-url` (or libpq's environment) and `--postgres-password-file`.
+fn postgres_target(a: &Flags) -> Result<PgTarget, Definite> {
+    // Without --postgres-url, libpq's environment alone may say where to go (PGHOST, ...).
+    let url = a.source.postgres_url.as_deref().unwrap_or("");
+    if url.is_empty() && std::env::var_os("PGHOST").is_none() {
+        return Err(bad(
+            "--postgres-url (or OUTBOXD_POSTGRES_URL, or PGHOST) is required, e.g. postgres://user@host:5432/db".into(),
+        ));
+    }
+    let fallbacks = postgres::Fallbacks {
+        password_file: a.source.postgres_password_file.as_deref(),
+        ..postgres::Fallbacks::process()
+    };
+    PgTarget::parse_with(url, &fallbacks)
+}
+
+/// The `--table`s and `--messages-prefix`es: at least one of them names where events come from
+/// (a table, for the commands that do not read the slot).
+fn sources(a: &Flags) -> Result<(Vec<TableName>, Vec<String>), Definite> {
+    let mut tables = Vec::new();
+    // `--table ''` names no table: a relay of logical messages only.
+    for t in a.source.tables.iter().filter(|t| !t.is_empty()) {
+        let t = parse_table(t)?;
+        if !tables.contains(&t) {
+            tables.push(t);
+        }
+    }
+    if !a.reads_wal {
+        // poll and backfill read tables; a Debezium file's message prefixes do not apply.
+        if tables.is_empty() {
+            return Err(bad("--table is empty: name an outbox table (SCHEMA.TABLE); outboxd poll and backfill read \
+                 tables (logical messages reach only outboxd run, through the slot)"
+                .into()));
+        }
+        return Ok((tables, Vec::new()));
+    }
+    let messages_prefixes = check_prefixes(&a.wal.messages_prefixes)?;
+    if tables.is_empty() && messages_prefixes.is_empty() {
+        return Err(bad(
+            "--table is empty and no --messages-prefix is given: name an outbox table (SCHEMA.TABLE) or a message prefix"
+                .into(),
+        ));
+    }
+    Ok((tables, messages_prefixes))
+}
+
+/// `--max-in-flight` and `--max-in-flight-bytes`.
+fn budget(a: &BudgetArgs) -> Result<(usize, usize), Definite> {
+    if a.max_in_flight == 0 {
+        return Err(bad("--max-in-flight must be at least 1".into()));
+    }
+    let bytes = parse_size("--max-in-flight-bytes", &a.max_in_flight_bytes)?;
+    if bytes < 1024 {
+        return Err(bad(format!("--max-in-flight-bytes {:?} must be at least 1KiB", a.max_in_flight_bytes)));
+    }
+    Ok((a.max_in_flight, bytes))
+}
+
+/// The table's columns and the routing flags as a [`RouteConfig`], with the compiled masking.
+fn route(src: &SourceArgs, r: &RouteArgs) -> Result<(RouteConfig, Masking), Definite> {
+    for (flag, v) in [
+        ("--route-by-field", &r.route_by_field),
+        ("--table-field-event-key", &src.table_field_event_key),
+        ("--table-field-event-id", &src.table_field_event_id),
+        ("--table-field-event-payload", &src.table_field_event_payload),
+    ] {
+        if v.is_empty() {
+            return Err(bad(format!("{flag} must name a column of the outbox table")));
+        }
+    }
+    let topic = TopicRule::new(&r.route_topic_regex, &r.route_topic_replacement).map_err(bad)?;
+    let placements = match src.table_fields_additional_placement.as_deref() {
+        None => Vec::new(),
+        Some(p) => Placement::parse_list(p).map_err(|e| bad(format!("--table-fields-additional-placement {e}")))?,
+    };
+    let column = |given: Option<&str>, default: &str| match given {
+        None => HeadersField::IfPresent(default.into()),
+        Some("") => HeadersField::Disabled,
+        Some(c) => HeadersField::Required(c.into()),
+    };
+    // Compiled here, once: `run` uses this set, and `outboxd config` proves every file compiles.
+    let contracts = match &r.schema_dir {
+        Some(dir) => Some(Contracts::load(dir, r.schema_missing).map_err(bad)?),
+        None if r.schema_missing == SchemaMissing::Reject => {
+            return Err(bad("--schema-missing reject needs --schema-dir DIR (the schemas to require)".into()))
+        }
+        None => None,
+    };
+    let envelope = placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_)));
+    let mask = Masking::compile(
+        MaskSpec {
+            masks: r.masks.clone(),
+            encrypt: r.encrypt.clone(),
+            mask_key_file: r.mask_key_file.clone(),
+            encrypt_key_file: r.encrypt_key_file.clone(),
+            event_type: r.mask_event_type.clone(),
+        },
+        envelope,
+    )
+    .map_err(bad)?;
+    if r.value_converter == crate::router::Converter::Json && envelope {
+        if src.table_expand_json_payload {
+            return Err(bad("--value-converter json with an envelope placement and --table-expand-json-payload: Debezium expands the payload into a Connect struct inside its envelope, whose JSON outboxd does not reproduce; drop one of them, or use --value-converter string".into()));
+        }
+        if !mask.is_empty() {
+            return Err(bad("--value-converter json with an envelope placement and --mask/--encrypt: the payload inside that envelope is a JSON string the masking rules cannot reach; use --value-converter string with --mask/--encrypt".into()));
+        }
+    }
+    let route = RouteConfig {
+        id_field: src.table_field_event_id.clone(),
+        key_field: src.table_field_event_key.clone(),
+        type_field: src.table_field_event_type.clone(),
+        payload_field: src.table_field_event_payload.clone(),
+        timestamp_field: Some(src.table_field_event_timestamp.clone()).filter(|s| !s.is_empty()),
+        placements,
+        additional_missing: src.table_field_additional_missing,
+        route_by_field: r.route_by_field.clone(),
+        topic: Arc::new(topic),
+        tombstone_on_empty_payload: r.route_tombstone_on_empty_payload,
+        expand_json_payload: src.table_expand_json_payload,
+        key_converter: r.key_converter,
+        value_converter: r.value_converter,
+        headers_field: column(src.table_field_event_headers.as_deref(), "headers"),
+        trace_field: column(src.tracing_span_context_field.as_deref(), "tracingspancontext"),
+        contracts,
+    };
+    Ok((route, mask))
+}
+
+/// A duration flag that must be greater than zero.
+fn positive(flag: &str, v: &str) -> Result<Duration, Definite> {
+    let d = parse_duration(flag, v)?;
+    if d.is_zero() {
+        return Err(bad(format!("{flag} must be greater than 0")));
+    }
+    Ok(d)
+}
+
+/// `--health-stall-timeout`: 0, or more than twice `--status-interval` (a healthy loop turns at
+/// least that often).
+fn health_stall_timeout(p: &ProcessArgs, status_interval: Duration) -> Result<Duration, Definite> {
+    let d = parse_duration("--health-stall-timeout", &p.health_stall_timeout)?;
+    if !d.is_zero() && d <= status_interval * 2 {
+        return Err(bad(format!(
+            "--health-stall-timeout {} must exceed twice --status-interval {} (or be 0 to disable)",
+            p.health_stall_timeout, p.status_interval
+        )));
+    }
+    Ok(d)
+}
+
+/// `--otlp-endpoint`: an http(s) base URL, kept without its trailing `/`; empty: none.
+fn otlp_endpoint(given: Option<&str>) -> Result<Option<String>, Definite> {
+    match given {
+        None | Some("") => Ok(None),
+        Some(u) => match reqwest::Url::parse(u) {
+            Ok(p) if matches!(p.scheme(), "http" | "https") => Ok(Some(u.trim_end_matches('/').to_owned())),
+            _ => Err(bad(format!(
+                "--otlp-endpoint {}: use the collector's OTLP/HTTP base URL, e.g. http://collector:4318",
+                super::secret::mask_url(u)
+            ))),
+        },
+    }
+}
+
+/// `--metrics-addr`: HOST:PORT, or `off` (or empty) for none.
+fn metrics_addr(s: &str) -> Result<Option<std::net::SocketAddr>, Definite> {
+    match s {
+        "off" | "" => Ok(None),
+        s => s
+            .parse()
+            .map(Some)
+            .map_err(|_| bad(format!("--metrics-addr {s:?}: expected HOST:PORT like 127.0.0.1:9464, or off"))),
+    }
+}
+
+/// `--dlq-topic`: a legal Kafka topic name (every sink's dead letters are read back by it).
+fn dlq_topic(t: &str) -> Result<String, Definite> {
+    if t.is_empty() || t.len() > 249 || !t.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
+        return Err(bad(format!("--dlq-topic {t:?} is not a legal Kafka topic name")));
+    }
+    Ok(t.to_owned())
 }
 
 pub(super) fn check_identifier(flag: &str, v: &str, slot: bool) -> Result<(), Definite> {
@@ -411,7 +350,7 @@ pub fn parse_table(s: &str) -> Result<TableName, Definite> {
 }
 
 /// `--schema-registry-*`, checked against the converters.
-fn registry_config(a: &RunArgs) -> Result<Option<crate::format::RegistryConfig>, Definite> {
+fn registry_config(a: &RouteArgs) -> Result<Option<crate::format::RegistryConfig>, Definite> {
     use crate::format::Format;
     use crate::router::Converter;
     let key = match a.key_converter {

@@ -1,17 +1,17 @@
 //! Merging a translated Debezium file ([`Overlay`]) under the `run` flags.
 //!
 //! The overlay names flags by their clap argument id (a string), so this is the one place that
-//! maps those ids to [`RunArgs`] fields; an id it does not know is a bug, reported as such.
+//! maps those ids to [`Flags`] fields; an id it does not know is a bug, reported as such.
 
 use clap::ValueEnum;
 
 use super::Overlay;
-use crate::config::{DeliveryMode, InvalidOp, PublicationAutocreate, RunArgs};
+use crate::config::{DeliveryMode, Flags, InvalidOp, PublicationAutocreate};
 use crate::error::Definite;
 use crate::router::{Converter, MissingPolicy};
 
 /// Set every field the overlay names, unless the user set it explicitly.
-pub fn apply(a: &mut RunArgs, o: &Overlay, explicit: &dyn Fn(&str) -> bool) -> Result<(), Definite> {
+pub fn apply(a: &mut Flags, o: &Overlay, explicit: &dyn Fn(&str) -> bool) -> Result<(), Definite> {
     let bad = |id: &str, v: &str| Definite::Config(format!("--debezium-config: value {v:?} for {id} is not valid"));
     let boolean = |id: &str, v: &str| match v.trim().to_ascii_lowercase().as_str() {
         "true" => Ok(true),
@@ -30,56 +30,69 @@ pub fn apply(a: &mut RunArgs, o: &Overlay, explicit: &dyn Fn(&str) -> bool) -> R
         }
         let v = v.clone();
         match *id {
-            "postgres_url" => a.postgres_url = Some(v),
-            "slot" => a.slot = v,
-            "publication" => a.publication = v,
+            "postgres_url" => a.source.postgres_url = Some(v),
+            "slot" => a.wal.slot = v,
+            "publication" => a.wal.publication = v,
             "publication_autocreate" => {
-                a.publication_autocreate = PublicationAutocreate::from_str(&v, true).map_err(|_| bad(id, &v))?
+                a.wal.publication_autocreate = PublicationAutocreate::from_str(&v, true).map_err(|_| bad(id, &v))?
             }
             "messages_prefixes" => {
                 if !replaced_prefixes {
-                    a.messages_prefixes.clear();
+                    a.wal.messages_prefixes.clear();
                     replaced_prefixes = true;
                 }
-                a.messages_prefixes.push(v);
+                a.wal.messages_prefixes.push(v);
             }
             "tables" => {
                 if !replaced_tables {
-                    a.tables.clear();
+                    a.source.tables.clear();
                     replaced_tables = true;
                 }
-                a.tables.push(v);
+                a.source.tables.push(v);
             }
-            "kafka_brokers" => a.kafka.kafka_brokers = v,
-            "heartbeat_interval" => a.heartbeat_interval = v,
-            "delivery" => a.delivery = DeliveryMode::from_str(&v, true).map_err(|_| bad(id, &v))?,
-            "heartbeat_action_query" => a.heartbeat_action_query = Some(v),
-            "table_field_event_id" => a.table_field_event_id = v,
-            "table_field_event_key" => a.table_field_event_key = v,
-            "table_field_event_type" => a.table_field_event_type = v,
-            "table_field_event_payload" => a.table_field_event_payload = v,
-            "table_field_event_timestamp" => a.table_field_event_timestamp = v,
-            "table_fields_additional_placement" => a.table_fields_additional_placement = Some(v),
+            "kafka_brokers" => a.sinks.kafka.client.kafka_brokers = v,
+            "heartbeat_interval" => a.wal.heartbeat_interval = v,
+            "delivery" => {
+                let mode = DeliveryMode::from_str(&v, true).map_err(|_| bad(id, &v))?;
+                match &mut a.delivery {
+                    Some(d) => d.delivery = mode,
+                    // `poll` and `backfill` take no --delivery: they deliver at least once.
+                    None if mode == DeliveryMode::ExactlyOnce => return Err(Definite::Config(
+                        "--debezium-config asks for exactly-once delivery (exactly.once.support=required), which only \
+                         outboxd run gives (Kafka transactions); this command delivers at least once: use outboxd run"
+                            .into(),
+                    )),
+                    None => {}
+                }
+            }
+            "heartbeat_action_query" => a.wal.heartbeat_action_query = Some(v),
+            "table_field_event_id" => a.source.table_field_event_id = v,
+            "table_field_event_key" => a.source.table_field_event_key = v,
+            "table_field_event_type" => a.source.table_field_event_type = v,
+            "table_field_event_payload" => a.source.table_field_event_payload = v,
+            "table_field_event_timestamp" => a.source.table_field_event_timestamp = v,
+            "table_fields_additional_placement" => a.source.table_fields_additional_placement = Some(v),
             "table_field_additional_missing" => {
-                a.table_field_additional_missing = MissingPolicy::from_str(&v, true).map_err(|_| bad(id, &v))?
+                a.source.table_field_additional_missing = MissingPolicy::from_str(&v, true).map_err(|_| bad(id, &v))?
             }
-            "route_by_field" => a.route_by_field = v,
-            "route_topic_regex" => a.route_topic_regex = v,
-            "route_topic_replacement" => a.route_topic_replacement = v,
-            "route_tombstone_on_empty_payload" => a.route_tombstone_on_empty_payload = boolean(id, &v)?,
+            "route_by_field" => a.route.route_by_field = v,
+            "route_topic_regex" => a.route.route_topic_regex = v,
+            "route_topic_replacement" => a.route.route_topic_replacement = v,
+            "route_tombstone_on_empty_payload" => a.route.route_tombstone_on_empty_payload = boolean(id, &v)?,
             "table_op_invalid_behavior" => {
-                a.table_op_invalid_behavior = InvalidOp::from_str(&v, true).map_err(|_| bad(id, &v))?
+                a.wal.table_op_invalid_behavior = InvalidOp::from_str(&v, true).map_err(|_| bad(id, &v))?
             }
-            "table_expand_json_payload" => a.table_expand_json_payload = boolean(id, &v)?,
-            "table_field_event_headers" => a.table_field_event_headers = Some(v),
-            "tracing_span_context_field" => a.tracing_span_context_field = Some(v),
-            "slot_failover" => a.slot_failover = boolean(id, &v)?,
-            "key_converter" => a.key_converter = Converter::from_str(&v, true).map_err(|_| bad(id, &v))?,
-            "value_converter" => a.value_converter = Converter::from_str(&v, true).map_err(|_| bad(id, &v))?,
-            "schema_registry_url" => a.schema_registry_url = Some(v),
-            "schema_auto_register" => a.schema_auto_register = boolean(id, &v)?,
+            "table_expand_json_payload" => a.source.table_expand_json_payload = boolean(id, &v)?,
+            "table_field_event_headers" => a.source.table_field_event_headers = Some(v),
+            "tracing_span_context_field" => a.source.tracing_span_context_field = Some(v),
+            "slot_failover" => a.wal.slot_failover = boolean(id, &v)?,
+            "key_converter" => a.route.key_converter = Converter::from_str(&v, true).map_err(|_| bad(id, &v))?,
+            "value_converter" => a.route.value_converter = Converter::from_str(&v, true).map_err(|_| bad(id, &v))?,
+            "schema_registry_url" => a.route.schema_registry_url = Some(v),
+            "schema_auto_register" => a.route.schema_auto_register = boolean(id, &v)?,
             "subject_name_strategy" => {
-                a.subject_name_strategy = crate::format::SubjectStrategy::from_str(&v, true).map_err(|_| bad(id, &v))?
+                a.route.subject_name_strategy =
+                    crate::format::SubjectStrategy::from_str(&v, true).map_err(|_| bad(id, &v))?
             }
             other => return Err(Definite::Bug(format!("debezium overlay names unknown flag {other}"))),
         }

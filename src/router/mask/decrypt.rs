@@ -12,14 +12,27 @@
 //! is where the value sits in the payload (or value), or `headers/NAME/...`. A value moved to
 //! another event or field, or found where no event id is known, stops the run with the line.
 
-use std::io::{BufRead, Write};
-
 use std::borrow::Cow;
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
 
 use super::crypto::{Keyring, Place, Sealed};
 use super::edit;
-use crate::config::DecryptArgs;
 use crate::error::{Definite, Error};
+
+/// Flags of `outboxd decrypt`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DecryptArgs {
+    /// The keyring JSON file the fields were sealed with (older keys included).
+    #[arg(long, env = "OUTBOXD_ENCRYPT_KEY_FILE", value_name = "FILE")]
+    pub encrypt_key_file: PathBuf,
+    /// JSON lines to decrypt; stdin when left out or `-`.
+    pub input: Option<PathBuf>,
+    /// The event id sealed values are bound to, for lines that are bare values (a consumer's dump
+    /// of one event); records as the stdout sink prints them carry it in their `id` header.
+    #[arg(long, value_name = "ID")]
+    pub event_id: Option<String>,
+}
 
 /// Decrypt every line of the input to stdout; exit code 0, or an error naming the line.
 pub fn run(a: &DecryptArgs) -> Result<u8, Error> {

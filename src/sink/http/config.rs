@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use reqwest::Url;
 
+use crate::config::secret::{shown_url, url_or_file};
 use crate::error::Definite;
 
 /// The placeholder for the router's topic in `--http-url`.
@@ -249,6 +250,83 @@ fn read_secret(p: &std::path::Path) -> Result<Vec<u8>, Definite> {
         )));
     }
     Ok(key)
+}
+
+/// The flags of `--sink http`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HttpFlags {
+    /// Webhook URL for --sink http; `${topic}` becomes the routed topic (one encoded path segment).
+    /// `user:password@` in it is sent as basic auth and masked everywhere.
+    #[arg(long, env = "OUTBOXD_HTTP_URL", hide_env_values = true, default_value = "", value_name = "URL")]
+    pub http_url: String,
+    /// Read --http-url from FILE (one line) instead, so its credentials stay out of argv and the
+    /// environment (`ps`); only the file's path is ever shown.
+    #[arg(long, env = "OUTBOXD_HTTP_URL_FILE", value_name = "FILE", conflicts_with = "http_url")]
+    pub http_url_file: Option<PathBuf>,
+    /// CloudEvents `source` (header ce-source) of every event; default outboxd/<slot>.
+    #[arg(long, env = "OUTBOXD_HTTP_SOURCE", value_name = "URI-REFERENCE")]
+    pub http_source: Option<String>,
+    /// Sign each request body with this secret (HMAC-SHA256): header Outboxd-Signature: t=...,v1=...
+    #[arg(long, env = "OUTBOXD_HTTP_SIGNING_SECRET_FILE", value_name = "FILE")]
+    pub http_signing_secret_file: Option<PathBuf>,
+    /// Events per request: 1 posts each event alone (CloudEvents binary mode); more posts a JSON
+    /// array (application/cloudevents-batch+json) that one 2xx acks whole.
+    #[arg(long, env = "OUTBOXD_HTTP_BATCH", default_value_t = 1, value_name = "N")]
+    pub http_batch: usize,
+    /// Requests in flight at once; events of one key always share one lane, one request at a time.
+    #[arg(long, env = "OUTBOXD_HTTP_CONCURRENCY", default_value_t = 8, value_name = "N")]
+    pub http_concurrency: usize,
+    /// Deadline for one request, response included; past it the request is retried.
+    #[arg(long, env = "OUTBOXD_HTTP_TIMEOUT", default_value = "10s", value_name = "DURATION")]
+    pub http_timeout: String,
+    /// 4xx statuses that judge the event itself: it goes to the DLQ (or is skipped, or stops the
+    /// pipeline, per --on-bad-event). Every other 4xx (401, 403, 404, 409 ...) is about the
+    /// receiver, so the request is retried with backoff and /readyz says not ready meanwhile.
+    #[arg(long, env = "OUTBOXD_HTTP_BAD_EVENT_STATUS", default_value = "400,413,415,422", value_name = "CODES")]
+    pub http_bad_event_status: String,
+    /// Signature scheme with --http-signing-secret-file: `v2` signs the path, every header outboxd
+    /// sets and the body; `v1` (the old scheme, for receivers not yet moved) the body only.
+    #[arg(long, env = "OUTBOXD_HTTP_SIGNATURE_VERSION", default_value = "v2", value_name = "v2|v1")]
+    pub http_signature_version: String,
+}
+
+impl HttpFlags {
+    /// The HTTP settings, the URL read from `--http-url-file` when given. `slot` names the default
+    /// CloudEvents source; `required`: HTTP is `--sink`, so the URL must be usable.
+    pub fn validate(&self, slot: &str, required: bool) -> Result<HttpConfig, Definite> {
+        let url = url_or_file("--http-url-file", self.http_url_file.as_deref(), &self.http_url)?;
+        HttpConfig::new(HttpArgs {
+            url: &url,
+            source: self.http_source.as_deref(),
+            slot,
+            signing_secret_file: self.http_signing_secret_file.as_deref(),
+            batch: self.http_batch,
+            concurrency: self.http_concurrency,
+            timeout: crate::config::units::parse_duration("--http-timeout", &self.http_timeout)?,
+            bad_event_status: &self.http_bad_event_status,
+            signature_version: &self.http_signature_version,
+            required,
+        })
+    }
+}
+
+impl HttpConfig {
+    /// The flags that rebuild this, for `outboxd config`; `file`: where the URL was read from.
+    pub fn show(&self, file: Option<&std::path::Path>, push: &mut dyn FnMut(&'static str, String)) {
+        if !self.url.is_empty() {
+            let (k, v) = shown_url(file, "http-url", "http-url-file", self.url_masked());
+            push(k, v);
+        }
+        push("http-source", self.source.clone());
+        if let Some(s) = &self.signing_secret {
+            push("http-signing-secret-file", s.path.display().to_string());
+        }
+        push("http-batch", self.batch.to_string());
+        push("http-concurrency", self.concurrency.to_string());
+        push("http-timeout", crate::config::units::millis(self.timeout));
+        push("http-signature-version", if self.signature_v1 { "v1" } else { "v2" }.to_owned());
+        push("http-bad-event-status", self.bad_event_status.iter().map(u16::to_string).collect::<Vec<_>>().join(","));
+    }
 }
 
 #[cfg(test)]

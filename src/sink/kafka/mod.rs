@@ -34,6 +34,7 @@
 
 pub mod client;
 mod condemned;
+pub mod config;
 mod events;
 pub mod reader;
 mod sent;

@@ -1,11 +1,13 @@
 //! How outboxd reaches NATS JetStream (`--sink nats`): the server URL, an optional credentials
-//! file and an optional stream to create at start.
+//! file and an optional stream to create at start; its flags ([`NatsConnArgs`], shared with the
+//! `dlq` tools, and [`NatsArgs`]) and settings.
 //!
 //! The URL may carry `user:pass@` or a token (`nats://TOKEN@host`); [`NatsConfig::url_masked`] is the only form that reaches logs,
 //! errors and `outboxd config` output.
 
 use std::path::PathBuf;
 
+use crate::config::secret::{shown_url, url_or_file};
 use crate::error::Definite;
 
 #[derive(Clone, PartialEq, Eq)]
@@ -73,6 +75,54 @@ impl StreamSpec {
             return Err(bad("a subject is empty or has whitespace"));
         }
         Ok(StreamSpec { name: name.to_owned(), subjects })
+    }
+}
+
+/// How to reach NATS: the same flags for `outboxd run --sink nats` and the `dlq` tools.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NatsConnArgs {
+    /// NATS server URL(s) for --sink nats: nats://[user:pass@]host:4222 (tls:// for TLS), comma-separated.
+    #[arg(long, env = "OUTBOXD_NATS_URL", hide_env_values = true, default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
+    /// Read --nats-url from FILE (one line) instead, so its credentials stay out of argv and the
+    /// environment (`ps`); only the file's path is ever shown.
+    #[arg(long, env = "OUTBOXD_NATS_URL_FILE", value_name = "FILE", conflicts_with = "nats_url")]
+    pub nats_url_file: Option<PathBuf>,
+    /// NATS credentials file (JWT and NKey seed) for --sink nats.
+    #[arg(long, env = "OUTBOXD_NATS_CREDS", value_name = "FILE")]
+    pub nats_creds: Option<PathBuf>,
+}
+
+/// The NATS flags of `--sink nats`: how to reach it, and the stream to create.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NatsArgs {
+    #[command(flatten)]
+    pub conn: NatsConnArgs,
+    /// Create this JetStream stream (file storage) at start if it is missing: NAME:SUBJECT[,SUBJECT...].
+    #[arg(long, value_name = "NAME:SUBJECTS")]
+    pub nats_create_stream: Option<String>,
+}
+
+impl NatsArgs {
+    /// The NATS settings, the URL read from `--nats-url-file` when given.
+    pub fn validate(&self) -> Result<NatsConfig, Definite> {
+        let c = &self.conn;
+        let url = url_or_file("--nats-url-file", c.nats_url_file.as_deref(), &c.nats_url)?;
+        NatsConfig::new(&url, c.nats_creds.clone(), self.nats_create_stream.as_deref())
+    }
+}
+
+impl NatsConfig {
+    /// The flags that rebuild this, for `outboxd config`; `file`: where the URL was read from.
+    pub fn show(&self, file: Option<&std::path::Path>, push: &mut dyn FnMut(&'static str, String)) {
+        let (k, v) = shown_url(file, "nats-url", "nats-url-file", self.url_masked());
+        push(k, v);
+        if let Some(c) = &self.creds {
+            push("nats-creds", c.display().to_string());
+        }
+        if let Some(s) = &self.create_stream {
+            push("nats-create-stream", s.to_string());
+        }
     }
 }
 

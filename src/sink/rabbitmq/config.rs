@@ -5,10 +5,12 @@
 //! [`RabbitConfig::url_masked`] is the form for logs, errors and `outboxd config`, and `Debug`
 //! uses it too.
 
+use std::path::PathBuf;
 use std::str::FromStr;
 
 use lapin::uri::{AMQPScheme, AMQPUri};
 
+use crate::config::secret::{shown_url, url_or_file};
 use crate::error::Definite;
 
 /// Default when `--sink rabbitmq` is given without `--rabbitmq-url`: the local broker's default
@@ -90,6 +92,44 @@ fn ip_host(url: &str) -> Option<String> {
         None => host_port.rsplit_once(':').map_or(host_port, |(h, _)| h),
     };
     host.parse::<std::net::IpAddr>().ok().map(|ip| ip.to_string())
+}
+
+/// How to reach RabbitMQ: the same flags for `outboxd run --sink rabbitmq` and the `dlq` tools.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RabbitConnArgs {
+    /// RabbitMQ for --sink rabbitmq: amqp://[user:password@]host:5672/%2f, amqps:// for TLS.
+    #[arg(long, env = "OUTBOXD_RABBITMQ_URL", hide_env_values = true, default_value = crate::sink::rabbitmq::config::DEFAULT_URL)]
+    pub rabbitmq_url: String,
+    /// Read --rabbitmq-url from FILE (one line) instead, so its credentials stay out of argv and the
+    /// environment (`ps`); only the file's path is ever shown.
+    #[arg(long, env = "OUTBOXD_RABBITMQ_URL_FILE", value_name = "FILE", conflicts_with = "rabbitmq_url")]
+    pub rabbitmq_url_file: Option<PathBuf>,
+    /// Exchange to publish to (run) and to replay to (dlq replay), with the topic as routing key;
+    /// empty: the default exchange (the routing key names the queue).
+    #[arg(long, env = "OUTBOXD_RABBITMQ_EXCHANGE", default_value = "")]
+    pub rabbitmq_exchange: String,
+}
+
+impl RabbitConnArgs {
+    /// The RabbitMQ settings, the URL read from `--rabbitmq-url-file` when given; checked further
+    /// when RabbitMQ is `used` (`--sink` or `--dlq-sink`).
+    pub fn validate(&self, used: bool) -> Result<RabbitConfig, Definite> {
+        let url = url_or_file("--rabbitmq-url-file", self.rabbitmq_url_file.as_deref(), &self.rabbitmq_url)?;
+        let cfg = RabbitConfig { url, exchange: self.rabbitmq_exchange.clone() };
+        if used {
+            cfg.check()?;
+        }
+        Ok(cfg)
+    }
+}
+
+impl RabbitConfig {
+    /// The flags that rebuild this, for `outboxd config`; `file`: where the URL was read from.
+    pub fn show(&self, file: Option<&std::path::Path>, push: &mut dyn FnMut(&'static str, String)) {
+        let (k, v) = shown_url(file, "rabbitmq-url", "rabbitmq-url-file", self.url_masked());
+        push(k, v);
+        push("rabbitmq-exchange", self.exchange.clone());
+    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,14 @@
-//! `--redis-url` and `--redis-maxlen`: the Redis Streams sink's settings.
+//! `--redis-url` and `--redis-maxlen`: the Redis Streams sink's flags ([`RedisConnArgs`], shared
+//! with the `dlq` tools, and [`RedisArgs`]) and settings.
 //!
 //! The URL is kept as given (the client parses it when the sink starts, and [`RedisConfig::check`]
 //! parses it once up front so a typo is a set-up error, not a retry loop). Its password never
 //! leaves this module unmasked: [`RedisConfig::url_masked`] (password, `?pass=`) is what `outboxd
 //! config`, errors and `Debug` show.
 
+use std::path::PathBuf;
+
+use crate::config::secret::{shown_url, url_or_file};
 use crate::error::Definite;
 
 /// Default when `--sink redis` is given without `--redis-url`.
@@ -56,6 +60,58 @@ impl KindStr for redis::RedisError {
     /// The error's category only: its text may quote the URL, password included.
     fn kind_str(&self) -> String {
         format!("{:?}", self.kind())
+    }
+}
+
+/// How to reach Redis: the same flags for `outboxd run --sink redis` and the `dlq` tools.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RedisConnArgs {
+    /// Redis for --sink redis: redis://[user:password@]host:6379/0, rediss:// for TLS.
+    #[arg(long, env = "OUTBOXD_REDIS_URL", hide_env_values = true, default_value = crate::sink::redis::config::DEFAULT_URL)]
+    pub redis_url: String,
+    /// Read --redis-url from FILE (one line) instead, so its credentials stay out of argv and the
+    /// environment (`ps`); only the file's path is ever shown.
+    #[arg(long, env = "OUTBOXD_REDIS_URL_FILE", value_name = "FILE", conflicts_with = "redis_url")]
+    pub redis_url_file: Option<PathBuf>,
+}
+
+/// The Redis flags of `--sink redis`: how to reach it, and stream trimming.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RedisArgs {
+    #[command(flatten)]
+    pub conn: RedisConnArgs,
+    /// Trim each stream to about this many entries (XADD MAXLEN ~ N); unset keeps every entry.
+    #[arg(long, value_name = "N")]
+    pub redis_maxlen: Option<u64>,
+}
+
+impl RedisArgs {
+    /// The Redis settings, the URL read from `--redis-url-file` when given; checked further when
+    /// Redis is `used` (`--sink` or `--dlq-sink`).
+    pub fn validate(&self, used: bool) -> Result<RedisConfig, Definite> {
+        let c = &self.conn;
+        let url = url_or_file("--redis-url-file", c.redis_url_file.as_deref(), &c.redis_url)?;
+        let cfg = RedisConfig { url, maxlen: self.redis_maxlen };
+        if used {
+            cfg.check()?;
+            if cfg.maxlen == Some(0) {
+                return Err(Definite::Config(
+                    "--redis-maxlen 0 would trim every event away; give at least 1, or leave it unset".into(),
+                ));
+            }
+        }
+        Ok(cfg)
+    }
+}
+
+impl RedisConfig {
+    /// The flags that rebuild this, for `outboxd config`; `file`: where the URL was read from.
+    pub fn show(&self, file: Option<&std::path::Path>, push: &mut dyn FnMut(&'static str, String)) {
+        let (k, v) = shown_url(file, "redis-url", "redis-url-file", self.url_masked());
+        push(k, v);
+        if let Some(n) = self.maxlen {
+            push("redis-maxlen", n.to_string());
+        }
     }
 }
 

@@ -1,4 +1,6 @@
-//! How outboxd reaches Kafka: brokers plus librdkafka properties merged from `--debezium-config`,
+//! Kafka's flags and settings: the clap groups ([`KafkaClientArgs`], shared with the `dlq` and
+//! `shadow` tools; [`KafkaArgs`] for the sink; [`DeliveryArgs`], `outboxd run`'s exactly-once)
+//! and how outboxd reaches Kafka: brokers plus librdkafka properties merged from `--debezium-config`,
 //! `--kafka-property-file` and `--kafka-property`, in that order (a later key wins).
 //!
 //! Also owns reading the user's librdkafka properties (`--kafka-property-file` first, then each
@@ -12,7 +14,8 @@ use std::path::{Path, PathBuf};
 use crate::config::properties;
 use crate::error::Definite;
 
-use super::secret::MASK;
+use crate::config::secret::MASK;
+use crate::config::DeliveryMode;
 
 /// Whether a librdkafka (or Java client) property holds a secret: its value is never printed.
 pub fn is_secret(key: &str) -> bool {
@@ -165,7 +168,7 @@ pub type LoadedProperties = (Vec<(String, String)>, Option<PropertyFile>);
 impl KafkaConfig {
     /// The config of a tool (`dlq`, `shadow`): its Kafka flags, no Debezium file; the topics a
     /// tool creates take the broker's defaults.
-    pub fn for_tool(a: &super::KafkaClientArgs) -> Result<KafkaConfig, Definite> {
+    pub fn for_tool(a: &KafkaClientArgs) -> Result<KafkaConfig, Definite> {
         if a.kafka_brokers.trim().is_empty() {
             return Err(Definite::Config("--kafka-brokers is empty; give host:port[,host:port]".into()));
         }
@@ -199,5 +202,137 @@ impl KafkaConfig {
         };
         props.extend(parse_property_flags(flags)?);
         Ok((props, file))
+    }
+}
+
+/// How `run` (and the commands sharing its flags) and the tools (`dlq`, `shadow`) reach Kafka.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KafkaClientArgs {
+    /// Kafka bootstrap servers, comma-separated.
+    #[arg(long, env = "OUTBOXD_KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
+    pub kafka_brokers: String,
+    /// Extra librdkafka property KEY=VALUE; repeatable; wins over --kafka-property-file.
+    #[arg(long = "kafka-property", value_name = "KEY=VALUE")]
+    pub kafka_properties: Vec<String>,
+    /// Java .properties file of librdkafka properties (key=value lines), e.g. SASL/TLS credentials.
+    #[arg(long, env = "OUTBOXD_KAFKA_PROPERTY_FILE", value_name = "FILE")]
+    pub kafka_property_file: Option<PathBuf>,
+}
+
+/// Kafka as the sink of `run`, `poll` and `backfill`: the client, and the topics outboxd creates.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KafkaArgs {
+    #[command(flatten)]
+    pub client: KafkaClientArgs,
+    /// Partitions for topics outboxd creates; -1: the broker's num.partitions (Debezium
+    /// topic.creation.default.partitions).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub topic_partitions: i32,
+    /// Replication factor for topics outboxd creates; -1: the broker's default.replication.factor,
+    /// so a topic is as durable as the cluster (Debezium topic.creation.default.replication.factor).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub topic_replication_factor: i32,
+}
+
+/// `--delivery` and the Kafka transactions of exactly-once: `outboxd run` only (poll and
+/// backfill deliver at least once, so they cannot be given exactly-once).
+#[derive(Debug, Clone, clap::Args)]
+pub struct DeliveryArgs {
+    /// at-least-once, or exactly-once (Kafka only): each event visible once to read_committed
+    /// consumers, written in Kafka transactions together with outboxd's position (Debezium
+    /// exactly.once.support=required).
+    #[arg(long, env = "OUTBOXD_DELIVERY", value_enum, default_value_t = DeliveryMode::AtLeastOnce)]
+    pub delivery: DeliveryMode,
+    /// Exactly-once: how long a Kafka transaction stays open before it commits at the next
+    /// PostgreSQL commit (acks, and so slot confirmation, wait for it).
+    #[arg(long, env = "OUTBOXD_TRANSACTION_INTERVAL", default_value = "25ms", value_name = "DURATION")]
+    pub transaction_interval: String,
+    /// Exactly-once: the compacted topic holding outboxd's position, written in each Kafka
+    /// transaction (keyed by system identifier and slot).
+    #[arg(long, env = "OUTBOXD_POSITION_TOPIC", default_value = "outboxd.positions", value_name = "TOPIC")]
+    pub position_topic: String,
+}
+
+impl KafkaArgs {
+    /// The Kafka settings: the properties merged (`debezium`'s, from `--debezium-config`, first),
+    /// the brokers required when Kafka is the sink (`used`), the topic numbers checked; with
+    /// exactly-once (`delivery`), the transactions, whose position is keyed by `slot`.
+    pub fn validate(
+        &self,
+        debezium: &[String],
+        used: bool,
+        delivery: Option<&DeliveryArgs>,
+        slot: &str,
+    ) -> Result<KafkaConfig, Definite> {
+        let c = &self.client;
+        let (properties, property_file) =
+            KafkaConfig::load_properties(debezium, c.kafka_property_file.as_deref(), &c.kafka_properties)?;
+        if used && c.kafka_brokers.trim().is_empty() {
+            return Err(Definite::Config("--kafka-brokers is empty; give host:port[,host:port]".into()));
+        }
+        for (flag, n, default) in [
+            ("--topic-partitions", self.topic_partitions, "num.partitions"),
+            ("--topic-replication-factor", self.topic_replication_factor, "default.replication.factor"),
+        ] {
+            if n < 1 && n != -1 {
+                return Err(Definite::Config(format!(
+                    "{flag} {n} must be at least 1, or -1 for the broker's {default}"
+                )));
+            }
+        }
+        Ok(KafkaConfig {
+            brokers: c.kafka_brokers.clone(),
+            properties,
+            property_file,
+            topic_partitions: self.topic_partitions,
+            topic_replication_factor: self.topic_replication_factor,
+            transactions: match delivery {
+                Some(d) if d.delivery == DeliveryMode::ExactlyOnce => Some(d.transactions(slot)?),
+                _ => None,
+            },
+        })
+    }
+}
+
+impl DeliveryArgs {
+    /// Exactly-once's transactions, their position keyed by `slot` (the system id comes later,
+    /// from the server).
+    fn transactions(&self, slot: &str) -> Result<TxnConfig, Definite> {
+        if self.position_topic.trim().is_empty() {
+            return Err(Definite::Config("--position-topic is empty; name a topic (default outboxd.positions)".into()));
+        }
+        Ok(TxnConfig {
+            system_id: String::new(),
+            slot: slot.to_owned(),
+            position_topic: self.position_topic.clone(),
+            interval: crate::config::units::parse_duration("--transaction-interval", &self.transaction_interval)?,
+        })
+    }
+}
+
+impl KafkaConfig {
+    /// The flags that rebuild this, for `outboxd config` (secret properties masked, a property
+    /// file as its path); the transactions' flags go with `--delivery`.
+    pub fn show(&self, push: &mut dyn FnMut(&'static str, String)) {
+        push("kafka-brokers", self.brokers.clone());
+        let props = &self.properties;
+        let file = self.property_file.as_ref();
+        if let Some(f) = file {
+            push("kafka-property-file", f.path.display().to_string());
+        }
+        for (i, (k, v)) in props.iter().enumerate() {
+            if file.is_some_and(|f| f.range.contains(&i)) {
+                continue;
+            }
+            // Flags always apply after the file. A property listed before it (one from
+            // --debezium-config) is shown only when nothing later sets its key: otherwise it
+            // never took effect, and shown as a flag it would wrongly override the file.
+            if file.is_some_and(|f| i < f.range.start) && props[i + 1..].iter().any(|(later, _)| later == k) {
+                continue;
+            }
+            push("kafka-property", format!("{k}={}", shown(k, v)));
+        }
+        push("topic-partitions", self.topic_partitions.to_string());
+        push("topic-replication-factor", self.topic_replication_factor.to_string());
     }
 }
