@@ -62,13 +62,6 @@ impl Summary {
 
 /// Build the sink `cfg` names and run the backfill; the exit code.
 pub async fn run(cfg: Config, range: Range) -> Result<u8, Error> {
-    if cfg.delivery == crate::config::DeliveryMode::ExactlyOnce {
-        return Err(Definite::Config(
-            "outboxd backfill re-publishes rows on purpose (consumers see them again); drop --delivery exactly-once"
-                .into(),
-        )
-        .into());
-    }
     let health = Health::new(Duration::ZERO);
     let mut sink = AnySink::build(&cfg, health).await?;
     let summary = backfill(&cfg, &range, &mut sink).await?;

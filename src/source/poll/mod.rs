@@ -100,14 +100,6 @@ const RETENTION_CHUNKS: usize = 50;
 /// Poll until shutdown. Transient trouble (a dropped connection, a restarting server) reconnects
 /// after an exponential backoff; definite trouble ends the process.
 pub async fn run<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Result<(), Error> {
-    if cfg.delivery == crate::config::DeliveryMode::ExactlyOnce {
-        return Err(Definite::Config(
-            "outboxd poll delivers at least once (a row is marked published after the broker's ack); \
-             --delivery exactly-once needs outboxd run"
-                .into(),
-        )
-        .into());
-    }
     let [table] = cfg.tables.as_slice() else {
         return Err(Definite::Config(format!(
             "outboxd poll relays one table, got {} --table flags; run one poller per table",
