@@ -32,17 +32,18 @@ mod groups;
 mod pgpass;
 mod poll;
 pub mod postgres;
-pub mod properties;
+pub use crate::properties;
 pub use crate::secret;
 mod show;
 mod sinks;
-pub(crate) mod units;
 mod validate;
 
 pub use crate::sink::kafka::config::{
     is_secret, parse_property_flags, read_property_file, shown, KafkaClientArgs, KafkaConfig, LoadedProperties,
     PropertyFile, TxnConfig,
 };
+pub(crate) use crate::units::value_name;
+pub use crate::units::{parse_duration, parse_size};
 pub use cli::{
     BadEventPolicy, Cli, Command, DeliveryMode, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs, DlqSinkArgs,
     InvalidOp, LogFormat, PublicationAutocreate, SchemaCheckArgs, SchemaCommand, ShadowCommand, ShadowCompareArgs,
@@ -52,8 +53,6 @@ pub use flags::{BackfillArgs, CheckArgs, ConfigArgs, Flags, PollArgs, RelayArgs,
 pub use groups::{BudgetArgs, ProcessArgs, RouteArgs, SinkArgs, SourceArgs, WalArgs};
 pub use poll::{PollColumns, PollConfig, PollLoopArgs, SeqColumnArgs, MAX_RETRY_BACKOFF};
 pub use postgres::{PgHost, PgTarget, SslMode};
-pub(crate) use units::value_name;
-pub use units::{parse_duration, parse_size};
 pub use validate::parse_table;
 
 use crate::router::mask::Masking;

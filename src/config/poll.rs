@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use super::units::parse_duration;
 use crate::error::Definite;
+use crate::units::parse_duration;
 
 /// The longest wait between two tries of a refused row, however many tries failed.
 pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(600);
@@ -168,7 +168,7 @@ impl PollConfig {
 
     /// The flags that rebuild this, for `outboxd config`.
     pub fn show(&self, push: &mut dyn FnMut(&'static str, String)) {
-        let ms = super::units::millis;
+        let ms = crate::units::millis;
         push("poll-batch", self.batch.to_string());
         push("poll-interval", ms(self.interval));
         push("poll-max-attempts", self.max_attempts.to_string());

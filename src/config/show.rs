@@ -8,10 +8,10 @@
 //! password written in the conninfo, secret librdkafka properties and sink URL secrets show as
 //! `****`; a password, properties or a sink URL read from a file show as that file's flag.
 
-use super::units::{millis, value_name};
 use super::{postgres, Config};
 use crate::router::contract::SchemaMissing;
 use crate::router::{HeadersField, PlacementTarget};
+use crate::units::{millis, value_name};
 
 impl Config {
     /// `(flag without --, value)` pairs, in the order `outboxd config` prints them: one group

@@ -8,7 +8,6 @@
 //! Invariant: only the sinks in use (`--sink`, `--dlq-sink`) must be reachable as configured;
 //! the others' flags are parsed and range-checked only, so a default never fails a run.
 
-use super::units::{millis, value_name};
 use super::{Config, DeliveryMode, SinkArgs, SinkKind, UrlFiles};
 use crate::error::Definite;
 use crate::sink::http::config::HttpConfig;
@@ -16,6 +15,7 @@ use crate::sink::kafka::config::{DeliveryArgs, KafkaConfig};
 use crate::sink::nats::config::NatsConfig;
 use crate::sink::rabbitmq::config::RabbitConfig;
 use crate::sink::redis::config::RedisConfig;
+use crate::units::{millis, value_name};
 
 /// The validated sink settings, moved into [`Config`] as they are.
 pub(super) struct Sinks {

@@ -9,7 +9,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::units::{parse_duration, parse_size};
 use super::{
     debezium, postgres, BudgetArgs, Config, Flags, PgTarget, PollConfig, ProcessArgs, Relaying, RouteArgs, SourceArgs,
     TableName,
@@ -18,6 +17,7 @@ use crate::error::Definite;
 use crate::router::contract::{Contracts, SchemaMissing};
 use crate::router::mask::{MaskSpec, Masking};
 use crate::router::{HeadersField, Placement, PlacementTarget, RouteConfig, TopicRule};
+use crate::units::{parse_duration, parse_size};
 
 impl Config {
     /// Like [`Config::from_args`], first merging `--debezium-config` under the flags for which

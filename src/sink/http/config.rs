@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use reqwest::Url;
 
-use crate::config::secret::{shown_url, url_or_file};
 use crate::error::Definite;
+use crate::secret::{shown_url, url_or_file};
 
 /// The placeholder for the router's topic in `--http-url`.
 pub const TOPIC_PLACEHOLDER: &str = "${topic}";
@@ -302,7 +302,7 @@ impl HttpFlags {
             signing_secret_file: self.http_signing_secret_file.as_deref(),
             batch: self.http_batch,
             concurrency: self.http_concurrency,
-            timeout: crate::config::units::parse_duration("--http-timeout", &self.http_timeout)?,
+            timeout: crate::units::parse_duration("--http-timeout", &self.http_timeout)?,
             bad_event_status: &self.http_bad_event_status,
             signature_version: &self.http_signature_version,
             required,
@@ -323,7 +323,7 @@ impl HttpConfig {
         }
         push("http-batch", self.batch.to_string());
         push("http-concurrency", self.concurrency.to_string());
-        push("http-timeout", crate::config::units::millis(self.timeout));
+        push("http-timeout", crate::units::millis(self.timeout));
         push("http-signature-version", if self.signature_v1 { "v1" } else { "v2" }.to_owned());
         push("http-bad-event-status", self.bad_event_status.iter().map(u16::to_string).collect::<Vec<_>>().join(","));
     }

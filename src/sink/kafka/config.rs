@@ -11,11 +11,11 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::properties;
 use crate::error::Definite;
+use crate::properties;
 
-use crate::config::secret::MASK;
 use crate::config::DeliveryMode;
+use crate::secret::MASK;
 
 /// Whether a librdkafka (or Java client) property holds a secret: its value is never printed.
 pub fn is_secret(key: &str) -> bool {
@@ -305,7 +305,7 @@ impl DeliveryArgs {
             system_id: String::new(),
             slot: slot.to_owned(),
             position_topic: self.position_topic.clone(),
-            interval: crate::config::units::parse_duration("--transaction-interval", &self.transaction_interval)?,
+            interval: crate::units::parse_duration("--transaction-interval", &self.transaction_interval)?,
         })
     }
 }

@@ -7,8 +7,8 @@
 
 use std::path::PathBuf;
 
-use crate::config::secret::{shown_url, url_or_file};
 use crate::error::Definite;
+use crate::secret::{shown_url, url_or_file};
 
 #[derive(Clone, PartialEq, Eq)]
 pub struct NatsConfig {

@@ -10,8 +10,8 @@ use std::str::FromStr;
 
 use lapin::uri::{AMQPScheme, AMQPUri};
 
-use crate::config::secret::{shown_url, url_or_file};
 use crate::error::Definite;
+use crate::secret::{shown_url, url_or_file};
 
 /// Default when `--sink rabbitmq` is given without `--rabbitmq-url`: the local broker's default
 /// virtual host, as guest (lapin's default user when the URL names none).

@@ -8,8 +8,8 @@
 
 use std::path::PathBuf;
 
-use crate::config::secret::{shown_url, url_or_file};
 use crate::error::Definite;
+use crate::secret::{shown_url, url_or_file};
 
 /// Default when `--sink redis` is given without `--redis-url`.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/0";
