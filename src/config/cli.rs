@@ -263,17 +263,6 @@ pub enum PublicationAutocreate {
     Disabled,
 }
 
-/// What a consumer sees of each committed outbox event (`--delivery`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DeliveryMode {
-    /// Every event at least once; a crash or reconnect may repeat the events after the last
-    /// confirmed transaction.
-    AtLeastOnce,
-    /// Every event exactly once to consumers that read with `isolation.level=read_committed`:
-    /// records are written in Kafka transactions with outboxd's position (Kafka sink only).
-    ExactlyOnce,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SinkKind {
     Kafka,

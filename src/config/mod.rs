@@ -39,15 +39,15 @@ mod sinks;
 mod validate;
 
 pub use crate::sink::kafka::config::{
-    is_secret, parse_property_flags, read_property_file, shown, KafkaClientArgs, KafkaConfig, LoadedProperties,
-    PropertyFile, TxnConfig,
+    is_secret, parse_property_flags, read_property_file, shown, DeliveryMode, KafkaClientArgs, KafkaConfig,
+    LoadedProperties, PropertyFile, TxnConfig,
 };
 pub(crate) use crate::units::value_name;
 pub use crate::units::{parse_duration, parse_size};
 pub use cli::{
-    BadEventPolicy, Cli, Command, DeliveryMode, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs, DlqSinkArgs,
-    InvalidOp, LogFormat, PublicationAutocreate, SchemaCheckArgs, SchemaCommand, ShadowCommand, ShadowCompareArgs,
-    SinkKind, StatusArgs,
+    BadEventPolicy, Cli, Command, DlqCommand, DlqCommonArgs, DlqListArgs, DlqReplayArgs, DlqSinkArgs, InvalidOp,
+    LogFormat, PublicationAutocreate, SchemaCheckArgs, SchemaCommand, ShadowCommand, ShadowCompareArgs, SinkKind,
+    StatusArgs,
 };
 pub use flags::{BackfillArgs, CheckArgs, ConfigArgs, Flags, PollArgs, RelayArgs, Relaying, RunArgs};
 pub use groups::{BudgetArgs, ProcessArgs, RouteArgs, SinkArgs, SourceArgs, WalArgs};

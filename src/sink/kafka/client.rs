@@ -19,8 +19,8 @@ use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::ClientContext;
 
-use crate::config::KafkaConfig;
-pub use crate::config::{is_secret, parse_property_flags, read_property_file, shown};
+use super::config::KafkaConfig;
+pub use super::config::{is_secret, parse_property_flags, read_property_file, shown};
 use crate::error::Definite;
 pub use crate::secret::MASK;
 

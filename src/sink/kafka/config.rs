@@ -14,8 +14,18 @@ use std::path::{Path, PathBuf};
 use crate::error::Definite;
 use crate::properties;
 
-use crate::config::DeliveryMode;
 use crate::secret::MASK;
+
+/// What a consumer sees of each committed outbox event (`--delivery`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeliveryMode {
+    /// Every event at least once; a crash or reconnect may repeat the events after the last
+    /// confirmed transaction.
+    AtLeastOnce,
+    /// Every event exactly once to consumers that read with `isolation.level=read_committed`:
+    /// records are written in Kafka transactions with outboxd's position (Kafka sink only).
+    ExactlyOnce,
+}
 
 /// Whether a librdkafka (or Java client) property holds a secret: its value is never printed.
 pub fn is_secret(key: &str) -> bool {

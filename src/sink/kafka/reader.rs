@@ -13,7 +13,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::ClientContext;
 
 use super::client;
-use crate::config::KafkaConfig;
+use super::config::KafkaConfig;
 
 /// A reader's context: the user's properties, to scrub secret values from librdkafka's texts.
 pub struct ReaderContext {

@@ -20,11 +20,11 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use crate::config::debezium::offsets::{DebeziumOffset, Partial};
-use crate::config::{KafkaConfig, TxnConfig};
 use crate::error::{Definite, Error, Transient};
 use crate::lsn::Lsn;
 use crate::pg::lineage::{Stamp, Stored};
 use crate::sink::kafka::client;
+use crate::sink::kafka::config::{KafkaConfig, TxnConfig};
 
 /// How long reading the committed position may wait (other writers' open transactions hold the
 /// read back until they end, at most their transaction timeout).
