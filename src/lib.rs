@@ -10,6 +10,7 @@
 
 pub mod app;
 pub mod config;
+pub mod debezium_offset;
 pub mod error;
 pub mod format;
 pub mod health;

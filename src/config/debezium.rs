@@ -27,7 +27,7 @@ use std::path::Path;
 use crate::error::Definite;
 
 mod apply;
-pub mod offsets;
+pub use crate::debezium_offset as offsets;
 mod producer;
 mod providers;
 mod translate;

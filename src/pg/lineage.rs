@@ -26,7 +26,7 @@
 //! more would lose events, which this never does. A position stored by an older outboxd has no
 //! stamp: it is taken as the current timeline's, with the WAL-end check.
 
-use crate::config::debezium::offsets::DebeziumOffset;
+use crate::debezium_offset::DebeziumOffset;
 use crate::error::Error;
 use crate::lsn::Lsn;
 use crate::pg::replication::ReplicationConn;
@@ -205,7 +205,7 @@ fn before(offset: &DebeziumOffset, branch: Lsn) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::debezium::offsets::Partial;
+    use crate::debezium_offset::Partial;
 
     fn whole(lsn: u64, stamp: Option<(u32, u64)>) -> Stored {
         Stored {

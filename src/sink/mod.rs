@@ -46,7 +46,7 @@ pub use rabbitmq::RabbitSink;
 pub use redis::RedisSink;
 pub use simple::{record_json, NullSink, StdoutSink};
 
-use crate::config::debezium::offsets::DebeziumOffset;
+use crate::debezium_offset::DebeziumOffset;
 use crate::error::{Definite, Error};
 use crate::lsn::Lsn;
 use crate::pg::lineage::Lineage;

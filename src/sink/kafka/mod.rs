@@ -56,7 +56,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use super::delivery::Delivery;
 use super::link::Link;
 use super::{Boundary, Sink, SinkError};
-use crate::config::debezium::offsets::DebeziumOffset;
+use crate::debezium_offset::DebeziumOffset;
 use crate::error::Definite;
 use crate::error::Error;
 use crate::health::Health;

@@ -117,7 +117,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
 
     /// Skip what an exactly-once sink committed before this session (see [`Sink::prepare`]); it
     /// takes the place of `--debezium-offsets`, which it always covers once it exists.
-    pub fn resume_from(mut self, committed: Option<crate::config::debezium::offsets::DebeziumOffset>) -> Self {
+    pub fn resume_from(mut self, committed: Option<crate::debezium_offset::DebeziumOffset>) -> Self {
         if let Some(offset) = committed {
             self.resume = Some(resume::Resume::committed(offset));
         }

@@ -4,7 +4,7 @@
 //! which has the same shape: the part of it that holds on the server's WAL history now
 //! ([`crate::pg::lineage`]).
 //!
-//! The rule ([`crate::config::debezium::offsets`] explains the offset's keys): a transaction whose
+//! The rule ([`crate::debezium_offset`] explains the offset's keys): a transaction whose
 //! commit record starts before `lsn_commit` is skipped whole; in the transaction Debezium was in
 //! the middle of (its xid), the changes up to `lsn_proc` are skipped; everything else is sent. A
 //! logical message decoded outside any transaction is skipped when it ends at or before
@@ -14,7 +14,7 @@
 //! events. The rule depends on the stream only, so a new session (a reconnect, a restart with the
 //! same flag) applies it again with the same result.
 
-use crate::config::debezium::offsets::DebeziumOffset;
+use crate::debezium_offset::DebeziumOffset;
 use crate::lsn::Lsn;
 
 /// Per session: what the current transaction's events are.
@@ -105,7 +105,7 @@ impl Resume {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::debezium::offsets::Partial;
+    use crate::debezium_offset::Partial;
 
     #[test]
     fn skips_whole_transactions_before_the_commit_lsn_and_the_partial_one_up_to_lsn_proc() {

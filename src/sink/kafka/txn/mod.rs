@@ -60,7 +60,7 @@ use super::condemned::{Condemned, Place};
 use super::events::DeliveryContext;
 use super::sent::Sent;
 use super::written::Written;
-use crate::config::debezium::offsets::{DebeziumOffset, Partial};
+use crate::debezium_offset::{DebeziumOffset, Partial};
 use crate::error::{Definite, Error, Transient};
 use crate::lsn::Lsn;
 use crate::metrics::TxnMetrics;

@@ -19,7 +19,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
-use crate::config::debezium::offsets::{DebeziumOffset, Partial};
+use crate::debezium_offset::{DebeziumOffset, Partial};
 use crate::error::{Definite, Error, Transient};
 use crate::lsn::Lsn;
 use crate::pg::lineage::{Stamp, Stored};

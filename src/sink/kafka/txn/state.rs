@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use rdkafka::error::KafkaError;
 
-use crate::config::debezium::offsets::DebeziumOffset;
+use crate::debezium_offset::DebeziumOffset;
 
 /// A Kafka commit under way: the background task, and what it commits.
 pub(super) struct Committing {
