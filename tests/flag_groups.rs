@@ -116,6 +116,35 @@ fn a_debezium_file_cannot_make_poll_exactly_once() {
     assert!(out.contains("--delivery exactly-once"), "{out}");
 }
 
+/// `poll` and `backfill` take no `--delivery`, so `OUTBOXD_DELIVERY=exactly-once` (an environment
+/// shared with `run`) is refused with its name, never dropped without a word; at-least-once passes.
+#[test]
+fn exactly_once_from_the_environment_is_refused_by_poll_and_backfill() {
+    // `--table ''` makes validation fail after the flags are read, so a command that let the
+    // variable through exits on that (without naming it) instead of trying to connect.
+    for (sub, extra) in [("poll", ["--metrics-addr", "off"]), ("backfill", ["--since", "2026-01-01T00:00:00Z"])] {
+        let out = std::process::Command::new(outboxd_bin())
+            .args([sub, "--postgres-url", "postgres://u@127.0.0.1:1/db", "--table", ""])
+            .args(extra)
+            .env("OUTBOXD_DELIVERY", "exactly-once")
+            .output()
+            .expect("run outboxd");
+        let text = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(2), "{sub}: {text}");
+        assert!(text.contains("OUTBOXD_DELIVERY=exactly-once") && text.contains("outboxd run"), "{sub}: {text}");
+    }
+    // At least once is what poll does anyway: not refused, so validation goes on to the next
+    // mistake (an empty --table), before any connection.
+    let out = std::process::Command::new(outboxd_bin())
+        .args(["poll", "--postgres-url", "postgres://u@127.0.0.1:1/db", "--metrics-addr", "off", "--table", ""])
+        .env("OUTBOXD_DELIVERY", "at-least-once")
+        .output()
+        .expect("run outboxd");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(!text.contains("OUTBOXD_DELIVERY") && text.contains("--table is empty"), "{text}");
+}
+
 /// `poll` and `backfill` read tables: a Debezium file's message prefixes cannot stand in for
 /// `--table`, and the refusal comes while loading the flags (exit 2), before any connection.
 #[test]

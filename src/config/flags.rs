@@ -22,7 +22,7 @@ use clap::{Args, FromArgMatches};
 use super::groups::{BudgetArgs, ProcessArgs, RouteArgs, SinkArgs, SourceArgs, WalArgs};
 use super::poll::{PollLoopArgs, SeqColumnArgs};
 use crate::error::Definite;
-use crate::sink::kafka::config::DeliveryArgs;
+use crate::sink::kafka::config::{DeliveryArgs, DeliveryMode};
 
 /// The groups every relaying command takes: where the events are, how they are routed, where
 /// they go, and how many may wait for acks.
@@ -190,14 +190,31 @@ impl Relaying for ConfigArgs {
 
 impl Relaying for PollArgs {
     fn flags(&self) -> Result<Flags, Definite> {
+        refuse_exactly_once_from_env("outboxd poll")?;
         self.relay.with(None, None, Some(&self.process), self.poll.clone())
     }
 }
 
 impl Relaying for BackfillArgs {
     fn flags(&self) -> Result<Flags, Definite> {
+        refuse_exactly_once_from_env("outboxd backfill")?;
         self.relay.with(None, None, None, PollLoopArgs { seq: self.seq.clone(), ..defaults()? })
     }
+}
+
+/// `poll` and `backfill` take no `--delivery`, so clap never reads `OUTBOXD_DELIVERY` for them; an
+/// environment shared with `run` that asks for exactly-once must not be dropped without a word
+/// (its consumers expect no duplicates), so it is refused, as a Debezium file asking for it is.
+fn refuse_exactly_once_from_env(command: &str) -> Result<(), Definite> {
+    let asked = std::env::var("OUTBOXD_DELIVERY")
+        .is_ok_and(|v| <DeliveryMode as clap::ValueEnum>::from_str(v.trim(), true) == Ok(DeliveryMode::ExactlyOnce));
+    if asked {
+        return Err(Definite::Config(format!(
+            "OUTBOXD_DELIVERY=exactly-once is set, but {command} delivers at least once (only outboxd run writes \
+             Kafka transactions): unset it for this command, or use outboxd run"
+        )));
+    }
+    Ok(())
 }
 
 /// A group a command does not take, at its clap defaults (its environment variables unread).

@@ -75,3 +75,13 @@ pub fn password_missing(t: &PgTarget) -> Definite {
          --postgres-password-file, PGPASSWORD or ~/.pgpass"
     ))
 }
+
+/// [`password_missing`], when it is inferred (no password was given and the login failed in the
+/// client, neither by a server error nor by a socket error): the client's own words follow, in case
+/// the server asked for something else (an authentication method the client does not speak).
+pub fn password_missing_inferred(t: &PgTarget, client_said: &str) -> Definite {
+    match password_missing(t) {
+        Definite::Setup(m) => Definite::Setup(format!("{m} (the client said: {client_said})")),
+        other => other,
+    }
+}

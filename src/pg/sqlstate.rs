@@ -48,7 +48,7 @@ pub fn for_tool(target: &crate::config::PgTarget, e: Error) -> Error {
     let message = if code.starts_with("08") || code.starts_with("57P0") {
         format!(
             "PostgreSQL at {target} is not reachable now ({detail}); retry: this passes once the server is back \
-             (a restart, a failover or a dropped connection)"
+             (a restart, a failover or a dropped connection); if it is up, check host and port"
         )
     } else {
         format!("{detail}; this may pass by itself: retry")

@@ -310,12 +310,12 @@ impl<'a, S: Sink> Relay<'a, S> {
         self.report_in_flight();
     }
 
-    /// The in-flight gauge and the status page's in-flight bytes, for the loops that export them
-    /// (`run` and `poll`), as they change.
+    /// The status page's in-flight bytes (every loop's), and the in-flight gauge for the loops
+    /// whose relay counts it (`poll`; `run`'s tracker sets the gauge itself), as they change.
     fn report_in_flight(&self) {
+        crate::status::board().set_in_flight_bytes(self.in_flight_bytes);
         if let Some(g) = &self.in_flight_gauge {
             g.set(self.in_flight as f64);
-            crate::status::board().set_in_flight_bytes(self.in_flight_bytes);
         }
     }
 

@@ -51,7 +51,7 @@ pub(super) fn connect_error(
         return tls::not_offered(&where_, &target.tls).into();
     }
     if a.password(target).is_none() {
-        return login::password_missing(target).into();
+        return login::password_missing_inferred(target, &text).into();
     }
     if target.channel_binding == ChannelBindingMode::Require {
         return crate::error::Definite::Config(format!(

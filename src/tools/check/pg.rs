@@ -55,9 +55,9 @@ pub(super) async fn check(cfg: &Config, out: &mut Checks) -> Vec<String> {
     }
 }
 
-/// The fix of a transient failure: nothing to change, only to wait.
-const AGAIN: &str = "this may pass by itself: run `outboxd check` again once the server is back (the other \
-     PostgreSQL checks were skipped)";
+/// The fix of a transient failure: if the server is up, the address is wrong; else only wait.
+const AGAIN: &str = "if the server is up, check host and port in --postgres-url; otherwise this may pass by \
+     itself: run `outboxd check` again once the server is back (the other PostgreSQL checks were skipped)";
 
 async fn checks(cfg: &Config, c: &Client, out: &mut Checks) -> Result<Vec<String>, Error> {
     let version = admin::server_version(c).await?;
