@@ -1,7 +1,7 @@
 //! The router: one outbox row in, one Kafka-shaped [`Record`] out, as Debezium's Outbox EventRouter
 //! would build it.
 //!
-//! Pure and synchronous. Column positions and types are resolved once per [`Relation`] message into
+//! Pure and synchronous. Column positions and types are resolved once per [`Table`] (a table version) into
 //! a [`Route`]; per row the work is index lookups and, only when an option asks for it, JSON work.
 //!
 //! * topic: [`topic::TopicRule`] applied to the route-by column's value;
@@ -31,6 +31,7 @@ pub mod mask;
 pub mod message;
 pub mod oid;
 pub mod render;
+pub mod row;
 mod timestamp;
 pub mod topic;
 pub mod trace;
@@ -40,13 +41,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::error::Definite;
-use crate::pg::pgoutput::{Relation, TupleData, TupleValue};
 use contract::{Contracts, Verdict};
 /// The prefix of every header outboxd itself adds to a record (dead-letter copies, masking).
 pub const HEADER_PREFIX: &str = "outboxd.";
 
 pub use converter::Converter;
 use render::{as_bytes, as_json, as_string, is_json, is_text};
+pub use row::{Column, OutboxRow, Row, Table, Value};
 use topic::TopicMemo;
 pub use topic::TopicRule;
 
@@ -65,14 +66,6 @@ pub struct Record {
     /// The `--table-field-event-type` column's text, when the table has it and it is not NULL
     /// (sinks with a type attribute use it, e.g. the webhook's `ce-type`).
     pub event_type: Option<Bytes>,
-}
-
-/// One inserted row of an outbox table with the context the router needs.
-#[derive(Clone, Copy, Debug)]
-pub struct OutboxRow<'a> {
-    pub tuple: &'a TupleData,
-    /// Commit time of the row's transaction, µs since 2000-01-01 UTC.
-    pub commit_time_us: i64,
 }
 
 /// A row that cannot be routed, with what could be salvaged for a dead-letter record.
@@ -234,9 +227,9 @@ pub struct Route {
 }
 
 impl Route {
-    /// Resolve the configured columns against a Relation message.
-    pub fn compile(cfg: &RouteConfig, rel: &Relation) -> Result<Route, Definite> {
-        let table = format!("{}.{}", rel.namespace, rel.name);
+    /// Resolve the configured columns against a table's description.
+    pub fn compile(cfg: &RouteConfig, rel: &Table) -> Result<Route, Definite> {
+        let table = format!("{}.{}", rel.schema, rel.name);
         let find = |col: &str| {
             rel.columns.iter().position(|c| c.name == col).map(|idx| Col { idx, type_oid: rel.columns[idx].type_oid })
         };
@@ -393,7 +386,7 @@ impl Route {
     pub fn event_type(&self, row: OutboxRow<'_>) -> Option<String> {
         let c = self.event_type?;
         match row.tuple.0.get(c.idx) {
-            Some(TupleValue::Text(b)) => as_string(c.type_oid, b).ok(),
+            Some(Value::Text(b)) => as_string(c.type_oid, b).ok(),
             _ => None,
         }
     }
@@ -415,12 +408,10 @@ impl Route {
         let cols = &row.tuple.0;
         let value = |c: Col| -> Result<Option<&Bytes>, String> {
             match cols.get(c.idx) {
-                Some(TupleValue::Text(b)) => Ok(Some(b)),
-                Some(TupleValue::Null) => Ok(None),
-                Some(TupleValue::UnchangedToast) => {
-                    Err(format!("column {} arrived as an unchanged TOAST value", c.idx))
-                }
-                Some(TupleValue::Binary(_)) => Err(format!("column {} arrived in binary format", c.idx)),
+                Some(Value::Text(b)) => Ok(Some(b)),
+                Some(Value::Null) => Ok(None),
+                Some(Value::UnchangedToast) => Err(format!("column {} arrived as an unchanged TOAST value", c.idx)),
+                Some(Value::Binary(_)) => Err(format!("column {} arrived in binary format", c.idx)),
                 None => Err(format!("row has {} columns, expected at least {}", cols.len(), c.idx + 1)),
             }
         };
@@ -608,9 +599,9 @@ impl Route {
     }
 
     /// The event type column's text as sent (a cheap `Bytes` clone, no conversion).
-    fn raw_event_type(&self, cols: &[TupleValue]) -> Option<Bytes> {
+    fn raw_event_type(&self, cols: &[Value]) -> Option<Bytes> {
         match cols.get(self.event_type?.idx) {
-            Some(TupleValue::Text(b)) => Some(b.clone()),
+            Some(Value::Text(b)) => Some(b.clone()),
             _ => None,
         }
     }
@@ -627,7 +618,7 @@ fn enforce(
     record: Record,
 ) -> Result<Record, BadEvent> {
     let text = |c: Col| match row.tuple.0.get(c.idx) {
-        Some(TupleValue::Text(b)) => Some(b),
+        Some(Value::Text(b)) => Some(b),
         _ => None,
     };
     let event_type = text(type_col).and_then(|b| as_string(type_col.type_oid, b).ok());
