@@ -146,7 +146,9 @@ impl Route {
     }
 
     /// The placements of one row: header placements go on `headers`, the rest into [`Placed`].
+    // Inlined: a step of `build`, called once per row; as a call it moved the large result around.
     #[allow(clippy::result_large_err)]
+    #[inline(always)]
     fn place<'r>(
         &'r self,
         cols: &[Value],
@@ -205,6 +207,7 @@ impl Route {
 
     /// The record's value: the payload as it is, or wrapped in the envelope the placements
     /// configure (JsonConverter's struct under `--value-converter json`, else a JSON object).
+    #[inline(always)]
     fn envelope(&self, payload: Option<Bytes>, placed: Placed<'_>) -> Option<Bytes> {
         if self.json_envelope {
             let p = match &payload {

@@ -1,7 +1,8 @@
 //! The router's input: what a source knows of an outbox table ([`Table`]) and of one of its rows
 //! ([`Row`]), whichever way the row was read.
 //!
-//! The WAL source turns pgoutput's Relation and Insert messages into these (`source::wal::input`),
+//! The WAL source turns pgoutput's Relation and Insert messages into these (`source::wal::input`;
+//! the decoder writes the values as [`Value`]s already),
 //! `outboxd poll` and `outboxd backfill` build them from their own queries; the router knows
 //! nothing of where a row came from.
 //!
@@ -31,7 +32,7 @@ pub struct Column {
 
 /// One column's value in a [`Row`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-// The variants in pgoutput's order: the WAL source's conversion is then a move of each value.
+// pgoutput's decoder writes these directly (`pg::pgoutput::TupleValue` is this type).
 pub enum Value {
     Null,
     /// pgoutput's marker for a TOASTed value an UPDATE left unchanged: the row has no value for

@@ -3,11 +3,11 @@
 //! # Invariants
 //! * A [`Table`] is built once per Relation message of an outbox table, not per row; its names
 //!   are moved out of the message, not copied.
-//! * A row's values are moved, not copied: the `Bytes` each value holds go to the router as they
-//!   came off the wire, and the vector keeps its allocation (the two value types have one layout).
+//! * A row's values are moved, not copied or converted: the decoder writes the router's own
+//!   [`Value`](crate::router::Value)s, so the vector goes over as it came off the wire.
 
-use crate::pg::pgoutput::{Relation, TupleData, TupleValue};
-use crate::router::{Column, Row, Table, Value};
+use crate::pg::pgoutput::{Relation, TupleData};
+use crate::router::{Column, Row, Table};
 
 /// The router's description of a relation (its id, replica identity and type modifiers are the
 /// session's business, not the router's).
@@ -19,18 +19,9 @@ pub fn table(rel: Relation) -> Table {
     }
 }
 
-/// An inserted tuple as a row for the router.
+/// An inserted tuple as a row for the router: the decoder already wrote the router's values.
 pub fn row(tuple: TupleData) -> Row {
-    Row(tuple
-        .0
-        .into_iter()
-        .map(|v| match v {
-            TupleValue::Null => Value::Null,
-            TupleValue::UnchangedToast => Value::UnchangedToast,
-            TupleValue::Text(b) => Value::Text(b),
-            TupleValue::Binary(b) => Value::Binary(b),
-        })
-        .collect())
+    Row(tuple.0)
 }
 
 #[cfg(test)]
@@ -38,7 +29,8 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::pg::pgoutput::Column as PgColumn;
+    use crate::pg::pgoutput::{Column as PgColumn, TupleValue};
+    use crate::router::Value;
 
     #[test]
     fn a_relation_and_a_tuple_keep_names_types_and_values() {
