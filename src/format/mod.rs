@@ -41,9 +41,19 @@ use std::sync::Arc;
 use bytes::Bytes;
 use reqwest::Url;
 
-use crate::router::Record;
 use registry::{Registry, RegistryError};
 pub use source::SubjectStrategy;
+
+/// The parts of a record [`Encoder::encode`] reads (topic, event type) and rewrites (key,
+/// value), borrowed from the caller's record: this module knows bytes, not the router's types.
+pub struct Fields<'a> {
+    pub topic: &'a str,
+    /// The event type's text, which picks the schema with `--schema-dir` or a per-record subject.
+    pub event_type: Option<&'a Bytes>,
+    pub key: &'a mut Option<Bytes>,
+    /// `None` is a null value (tombstone), which stays null.
+    pub payload: &'a mut Option<Bytes>,
+}
 
 /// `--schema-registry-*`. Its `Debug` shows the URL masked (a secret query value as `****`).
 #[derive(Clone, PartialEq, Eq)]
@@ -255,16 +265,18 @@ impl Encoder {
         })
     }
 
-    /// Encode `record`'s key and value in place (null stays null); on a failure it is unchanged.
-    pub async fn encode(&mut self, record: &mut Record) -> Result<(), Failure> {
+    /// Encode a record's key and value in place (null stays null); on a failure they are
+    /// unchanged. The router's `Record` hands its fields over as [`Fields`].
+    pub async fn encode<'a>(&mut self, record: impl Into<Fields<'a>>) -> Result<(), Failure> {
+        let record = record.into();
         let key = match (self.key, record.key.as_ref()) {
             (Some(format), Some(key)) => {
-                let writer = match self.keys.get(&record.topic).and_then(Cached::fresh) {
+                let writer = match self.keys.get(record.topic).and_then(Cached::fresh) {
                     Some(w) => w.clone(),
                     None => {
-                        let w = self.key_schema(format, &record.topic).await?;
+                        let w = self.key_schema(format, record.topic).await?;
                         self.make_room();
-                        self.keys.insert(record.topic.clone(), Cached::new(w.clone()));
+                        self.keys.insert(record.topic.to_owned(), Cached::new(w.clone()));
                         w
                     }
                 };
@@ -283,14 +295,17 @@ impl Encoder {
         };
         let value = match (self.value, record.payload.as_ref()) {
             (Some(format), Some(payload)) => {
-                let event_type = if self.per_type { record.event_type.clone() } else { None };
-                let cached = self.values.get(&record.topic).and_then(|m| m.get(&event_type)).and_then(Cached::fresh);
+                let event_type = if self.per_type { record.event_type.cloned() } else { None };
+                let cached = self.values.get(record.topic).and_then(|m| m.get(&event_type)).and_then(Cached::fresh);
                 let writer = match cached {
                     Some(w) => w.clone(),
                     None => {
-                        let w = self.value_schema(format, &record.topic, event_type.as_ref()).await?;
+                        let w = self.value_schema(format, record.topic, event_type.as_ref()).await?;
                         self.make_room();
-                        self.values.entry(record.topic.clone()).or_default().insert(event_type, Cached::new(w.clone()));
+                        self.values
+                            .entry(record.topic.to_owned())
+                            .or_default()
+                            .insert(event_type, Cached::new(w.clone()));
                         w
                     }
                 };
@@ -302,10 +317,10 @@ impl Encoder {
             _ => None,
         };
         if key.is_some() {
-            record.key = key;
+            *record.key = key;
         }
         if value.is_some() {
-            record.payload = value;
+            *record.payload = value;
         }
         Ok(())
     }

@@ -229,14 +229,9 @@ pub struct RollbackPrepared {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TupleData(pub Vec<TupleValue>);
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TupleValue {
-    Null,
-    /// TOASTed value not changed by this UPDATE; the value itself is not sent.
-    UnchangedToast,
-    Text(Bytes),
-    Binary(Bytes),
-}
+/// One column value (`n` NULL, `u` unchanged TOAST, `t` text, `b` binary): the router's own
+/// value type, decoded straight into, so a row reaches the router without a conversion.
+pub use crate::router::Value as TupleValue;
 
 /// Stateful pgoutput decoder: tracks whether we are inside a Stream Start/Stop block.
 #[derive(Debug, Clone)]

@@ -4,11 +4,11 @@
 //!
 //! There is no second router. The fields the routing flags name (`--table-field-event-id`, `-key`,
 //! `-type`, `-payload`, `-timestamp`, `-headers`, `--route-by-field`, the placements) are laid out
-//! once as a synthetic relation, one column per field; each message becomes a tuple of that
-//! relation, and the [`Route`] compiled for it does the rest. Topics, keys, headers, placements,
+//! once as a synthetic table, one column per field; each message becomes a row of that
+//! table, and the [`Route`] compiled for it does the rest. Topics, keys, headers, placements,
 //! tombstones, contracts and masking are therefore exactly a row's.
 //!
-//! Column types of the synthetic relation: the payload and headers fields are `jsonb` (their exact
+//! Column types of the synthetic table: the payload and headers fields are `jsonb` (their exact
 //! JSON text, as the producer wrote it), the timestamp field is text read as RFC 3339 (an integer
 //! there is epoch milliseconds and is turned into RFC 3339 first), every other field is text (a
 //! JSON string as its characters, other JSON values as their JSON text). A field that is absent or
@@ -23,9 +23,9 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use super::render::{JSONB, TEXT};
+use super::row::{Column, Row, Table, Value};
 use super::{BadEvent, HeadersField, Route, RouteConfig};
 use crate::error::Definite;
-use crate::pg::pgoutput::{Column, Relation, TupleData, TupleValue};
 
 /// Reason code of a message object without the key field.
 pub const MISSING_KEY: &str = "missing_key";
@@ -71,35 +71,23 @@ impl MessageRoute {
         }
         let columns = fields
             .iter()
-            .map(|(name, kind)| Column {
-                flags: 0,
-                name: name.clone(),
-                type_oid: if *kind == Kind::Json { JSONB } else { TEXT },
-                type_modifier: -1,
-            })
+            .map(|(name, kind)| Column { name: name.clone(), type_oid: if *kind == Kind::Json { JSONB } else { TEXT } })
             .collect();
-        let rel = Relation {
-            xid: None,
-            id: 0,
-            namespace: "pg_logical_emit_message".into(),
-            name: "message".into(),
-            replica_identity: b'n',
-            columns,
-        };
+        let rel = Table { schema: "pg_logical_emit_message".into(), name: "message".into(), columns };
         let mut route = Route::compile(cfg, &rel)?;
         route.payload_is_decoded_json();
         Ok(MessageRoute { route, fields, key_field: cfg.key_field.clone(), id_field: cfg.id_field.clone() })
     }
 
-    /// The compiled route the tuples of [`MessageRoute::tuple`] go through.
+    /// The compiled route the rows of [`MessageRoute::row`] go through.
     pub fn route(&self) -> &Route {
         &self.route
     }
 
-    /// One message's content as a tuple of the synthetic relation.
+    /// One message's content as a row of the synthetic table.
     // Bad events are rare; carrying their salvage inline beats a box on every good message.
     #[allow(clippy::result_large_err)]
-    pub fn tuple(&self, content: &Bytes) -> Result<TupleData, BadEvent> {
+    pub fn row(&self, content: &Bytes) -> Result<Row, BadEvent> {
         let bad = |code: &'static str, message: String| BadEvent {
             event_id: None,
             code,
@@ -128,16 +116,16 @@ impl MessageRoute {
             .fields
             .iter()
             .map(|(name, kind)| match object.get(name) {
-                None => TupleValue::Null,
-                Some(v) if v.get() == "null" => TupleValue::Null,
-                Some(v) => TupleValue::Text(match kind {
+                None => Value::Null,
+                Some(v) if v.get() == "null" => Value::Null,
+                Some(v) => Value::Text(match kind {
                     Kind::Json => Bytes::copy_from_slice(v.get().as_bytes()),
                     Kind::Text => Bytes::from(text(v).unwrap_or_default()),
                     Kind::Timestamp => Bytes::from(timestamp(v)),
                 }),
             })
             .collect();
-        Ok(TupleData(values))
+        Ok(Row(values))
     }
 }
 
@@ -181,7 +169,7 @@ mod tests {
     #[allow(clippy::result_large_err)]
     fn routed(content: &str) -> Result<crate::router::Record, BadEvent> {
         let m = MessageRoute::compile(&cfg()).unwrap();
-        let tuple = m.tuple(&Bytes::from(content.to_owned()))?;
+        let tuple = m.row(&Bytes::from(content.to_owned()))?;
         m.route().route(OutboxRow { tuple: &tuple, commit_time_us: 0 })
     }
 

@@ -1,7 +1,7 @@
 //! The router: one outbox row in, one Kafka-shaped [`Record`] out, as Debezium's Outbox EventRouter
 //! would build it.
 //!
-//! Pure and synchronous. Column positions and types are resolved once per [`Relation`] message into
+//! Pure and synchronous. Column positions and types are resolved once per [`Table`] (a table version) into
 //! a [`Route`]; per row the work is index lookups and, only when an option asks for it, JSON work.
 //!
 //! * topic: [`topic::TopicRule`] applied to the route-by column's value;
@@ -24,6 +24,8 @@
 //! [`mask`] is the step after routing: `--mask`/`--encrypt` rewrite the record (and scrub a bad
 //! event's salvage) before anything else sees it.
 
+mod build;
+mod config;
 pub mod contract;
 pub mod converter;
 mod expand;
@@ -31,6 +33,7 @@ pub mod mask;
 pub mod message;
 pub mod oid;
 pub mod render;
+pub mod row;
 mod timestamp;
 pub mod topic;
 pub mod trace;
@@ -40,13 +43,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::error::Definite;
-use crate::pg::pgoutput::{Relation, TupleData, TupleValue};
-use contract::{Contracts, Verdict};
+use contract::Contracts;
 /// The prefix of every header outboxd itself adds to a record (dead-letter copies, masking).
 pub const HEADER_PREFIX: &str = "outboxd.";
 
+pub use config::{HeadersField, MissingPolicy, Placement, PlacementTarget, RouteConfig};
 pub use converter::Converter;
-use render::{as_bytes, as_json, as_string, is_json, is_text};
+use render::as_string;
+pub use row::{Column, OutboxRow, Row, Table, Value};
 use topic::TopicMemo;
 pub use topic::TopicRule;
 
@@ -67,12 +71,17 @@ pub struct Record {
     pub event_type: Option<Bytes>,
 }
 
-/// One inserted row of an outbox table with the context the router needs.
-#[derive(Clone, Copy, Debug)]
-pub struct OutboxRow<'a> {
-    pub tuple: &'a TupleData,
-    /// Commit time of the row's transaction, µs since 2000-01-01 UTC.
-    pub commit_time_us: i64,
+/// A record as the registry formats read and rewrite it (`--value-converter avro` and the like):
+/// the router knows the formats' input, the formats know nothing of the router.
+impl<'a> From<&'a mut Record> for crate::format::Fields<'a> {
+    fn from(r: &'a mut Record) -> Self {
+        crate::format::Fields {
+            topic: &r.topic,
+            event_type: r.event_type.as_ref(),
+            key: &mut r.key,
+            payload: &mut r.payload,
+        }
+    }
 }
 
 /// A row that cannot be routed, with what could be salvaged for a dead-letter record.
@@ -98,98 +107,6 @@ impl BadEvent {
     pub fn into_definite(self) -> Definite {
         Definite::Route { event_id: self.event_id.unwrap_or_else(|| "(unknown)".into()), reason: self.message }
     }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PlacementTarget {
-    Header(String),
-    Envelope(String),
-    Partition,
-}
-
-/// `col:header[:alias]`, `col:envelope[:alias]` or `col:partition`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Placement {
-    pub column: String,
-    pub target: PlacementTarget,
-}
-
-impl Placement {
-    /// Parse Debezium's comma-separated `table.fields.additional.placement`. An empty entry
-    /// (`""`, `"a:header,,b:header"`, a trailing comma) is an error, as it is for Debezium: it is
-    /// a typo more often than an intent. "No placements" is the flag left out, not an empty value.
-    pub fn parse_list(s: &str) -> Result<Vec<Placement>, String> {
-        if s.trim().is_empty() {
-            return Err("is empty; leave the flag out for no placements, or give col:header[:alias], col:envelope[:alias] or col:partition".into());
-        }
-        s.split(',')
-            .map(str::trim)
-            .map(|p| {
-                if p.is_empty() {
-                    return Err(format!("{s:?} has an empty entry; remove the extra comma"));
-                }
-                let f: Vec<&str> = p.split(':').collect();
-                let bad = || format!("{p:?}: expected col:header[:alias], col:envelope[:alias] or col:partition");
-                let (col, kind, alias) = match f.as_slice() {
-                    [c, k] => (*c, *k, *c),
-                    [c, k, a] => (*c, *k, *a),
-                    _ => return Err(bad()),
-                };
-                if col.is_empty() || alias.is_empty() {
-                    return Err(bad());
-                }
-                let target = match kind {
-                    "header" => PlacementTarget::Header(alias.to_owned()),
-                    "envelope" => PlacementTarget::Envelope(alias.to_owned()),
-                    "partition" if f.len() == 2 => PlacementTarget::Partition,
-                    _ => return Err(bad()),
-                };
-                Ok(Placement { column: col.to_owned(), target })
-            })
-            .collect()
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum MissingPolicy {
-    Error,
-    Ignore,
-}
-
-/// Which column's JSON object is expanded into headers.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum HeadersField {
-    /// Our default `headers`: used when the table has it.
-    IfPresent(String),
-    /// Named explicitly: the table must have it.
-    Required(String),
-    Disabled,
-}
-
-/// Which columns feed which parts of a record, and how the topic is named.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RouteConfig {
-    pub id_field: String,
-    pub key_field: String,
-    pub type_field: String,
-    pub payload_field: String,
-    /// `None`: use the transaction's commit time.
-    pub timestamp_field: Option<String>,
-    pub placements: Vec<Placement>,
-    pub additional_missing: MissingPolicy,
-    pub route_by_field: String,
-    pub topic: Arc<TopicRule>,
-    pub tombstone_on_empty_payload: bool,
-    pub expand_json_payload: bool,
-    pub headers_field: HeadersField,
-    /// `--tracing-span-context-field`: the column holding the writer's W3C trace context
-    /// ([`trace`]); the same three cases as the headers column.
-    pub trace_field: HeadersField,
-    /// `--schema-dir`: payload contracts per event type (read from `type_field`).
-    pub contracts: Option<Contracts>,
-    /// `--key-converter`, `--value-converter`: the bytes Connect's converters would write.
-    pub key_converter: Converter,
-    pub value_converter: Converter,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -234,9 +151,9 @@ pub struct Route {
 }
 
 impl Route {
-    /// Resolve the configured columns against a Relation message.
-    pub fn compile(cfg: &RouteConfig, rel: &Relation) -> Result<Route, Definite> {
-        let table = format!("{}.{}", rel.namespace, rel.name);
+    /// Resolve the configured columns against a table's description.
+    pub fn compile(cfg: &RouteConfig, rel: &Table) -> Result<Route, Definite> {
+        let table = format!("{}.{}", rel.schema, rel.name);
         let find = |col: &str| {
             rel.columns.iter().position(|c| c.name == col).map(|idx| Col { idx, type_oid: rel.columns[idx].type_oid })
         };
@@ -348,26 +265,6 @@ impl Route {
         })
     }
 
-    /// The trace context column's value as `traceparent` and `tracestate` headers (they replace
-    /// any of those names from the headers column). A value that is not trace context is left
-    /// out: the event goes without it, and the first such value per table is logged.
-    fn trace_context(&self, v: &[u8], event_id: &str, headers: &mut Vec<(String, Bytes)>) {
-        match trace::parse(v) {
-            Ok(ctx) => {
-                headers.retain(|(k, _)| k != "traceparent" && k != "tracestate");
-                headers.push(("traceparent".into(), Bytes::from(ctx.traceparent)));
-                if let Some(s) = ctx.tracestate {
-                    headers.push(("tracestate".into(), Bytes::from(s)));
-                }
-            }
-            Err(e) => {
-                if !self.trace_warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                    tracing::warn!(table = %self.table, %event_id, "the trace context column of this event is not W3C trace context ({e}); events without valid trace context go without traceparent (logged once per table)");
-                }
-            }
-        }
-    }
-
     /// Mark the payload column as a decoded JSON value (logical messages).
     pub(crate) fn payload_is_decoded_json(&mut self) {
         self.conversion.decoded_payload = true;
@@ -393,7 +290,7 @@ impl Route {
     pub fn event_type(&self, row: OutboxRow<'_>) -> Option<String> {
         let c = self.event_type?;
         match row.tuple.0.get(c.idx) {
-            Some(TupleValue::Text(b)) => as_string(c.type_oid, b).ok(),
+            Some(Value::Text(b)) => as_string(c.type_oid, b).ok(),
             _ => None,
         }
     }
@@ -405,271 +302,9 @@ impl Route {
         let record = self.build(row)?;
         match &self.contract {
             None => Ok(record),
-            Some(c) => enforce(row, c.0, self.payload, &c.1, record),
+            Some(c) => build::enforce(row, c.0, self.payload, &c.1, record),
         }
     }
-
-    /// Turn one inserted row into a record, contracts aside.
-    #[allow(clippy::result_large_err)]
-    fn build(&self, row: OutboxRow<'_>) -> Result<Record, BadEvent> {
-        let cols = &row.tuple.0;
-        let value = |c: Col| -> Result<Option<&Bytes>, String> {
-            match cols.get(c.idx) {
-                Some(TupleValue::Text(b)) => Ok(Some(b)),
-                Some(TupleValue::Null) => Ok(None),
-                Some(TupleValue::UnchangedToast) => {
-                    Err(format!("column {} arrived as an unchanged TOAST value", c.idx))
-                }
-                Some(TupleValue::Binary(_)) => Err(format!("column {} arrived in binary format", c.idx)),
-                None => Err(format!("row has {} columns, expected at least {}", cols.len(), c.idx + 1)),
-            }
-        };
-        // Salvage first, so every error can carry the event's id, key and payload.
-        let event_id = || value(self.id).ok().flatten().map(|b| String::from_utf8_lossy(b).into_owned());
-        let key_raw = value(self.key).ok().flatten();
-        let payload_raw = value(self.payload).ok().flatten();
-        let key = key_raw.map(|k| as_bytes(self.key.type_oid, k)).transpose();
-        let payload = payload_raw.map(|p| as_bytes(self.payload.type_oid, p)).transpose();
-        // Salvage for a dead-letter copy is built only when a row is bad: the converted value when
-        // it converts, else the raw text.
-        let salvage =
-            |raw: Option<&Bytes>, type_oid: u32| raw.map(|v| as_bytes(type_oid, v).unwrap_or_else(|_| v.clone()));
-        let bad = |code: &'static str, message: String, topic: Option<String>| BadEvent {
-            event_id: event_id(),
-            code,
-            message,
-            topic,
-            key: salvage(key_raw, self.key.type_oid),
-            payload: salvage(payload_raw, self.payload.type_oid),
-            headers: Vec::new(),
-            payload_dropped: None,
-        };
-        let id = match value(self.id) {
-            Ok(Some(_)) => event_id().unwrap_or_default(),
-            Ok(None) => return Err(bad("null_id", "the event id column is NULL".into(), None)),
-            Err(e) => return Err(bad("bad_value", e, None)),
-        };
-        let routed = match value(self.route_by) {
-            Ok(Some(v)) => v,
-            Ok(None) => return Err(bad("null_route", "the route-by column is NULL".into(), None)),
-            Err(e) => return Err(bad("bad_value", e, None)),
-        };
-        let topic = match self.topics.get(routed) {
-            Some(topic) => topic,
-            None => {
-                let value = as_string(self.route_by.type_oid, routed).map_err(|e| bad("bad_value", e, None))?;
-                let topic = self.topic.topic(&value);
-                if let Err(e) = check_topic(&topic) {
-                    return Err(bad("invalid_topic", e, Some(topic)));
-                }
-                self.topics.put(routed, &topic);
-                topic
-            }
-        };
-        let fail = |code: &'static str, message: String| bad(code, message, Some(topic.clone()));
-        let key = key.map_err(|e| fail("bad_value", e))?;
-        let mut payload = payload.map_err(|e| fail("bad_value", e))?;
-        if self.expand_json && is_text(self.payload.type_oid) {
-            if let Some(p) = &payload {
-                match serde_json::from_slice::<serde_json::Value>(p) {
-                    Ok(v) => payload = Some(Bytes::from(v.to_string())),
-                    Err(e) => tracing::warn!(event_id = %id, error = %e, "payload is not JSON; sending it as text"),
-                }
-            }
-        }
-        // Debezium's test is `payload.toString().trim().isEmpty()`: text that is empty or only
-        // whitespace (Java's trim drops every char <= U+0020). A `bytea` value's toString is never
-        // empty, so only a NULL one counts.
-        let empty = match &payload {
-            None => true,
-            Some(_) if self.payload.type_oid == render::BYTEA => false,
-            Some(p) => p.iter().all(|b| *b <= b' '),
-        };
-        let timestamp_ms = match self.timestamp {
-            Some(c) => match value(c).map_err(|e| fail("bad_value", e))? {
-                Some(b) => timestamp::epoch_ms(c.type_oid, b).map_err(|e| fail("bad_value", e))?,
-                None => Some(pg_us_to_unix_ms(row.commit_time_us)),
-            },
-            None => Some(pg_us_to_unix_ms(row.commit_time_us)),
-        };
-        let mut headers = vec![("id".to_owned(), Bytes::copy_from_slice(id.as_bytes()))];
-        if let Some(c) = self.headers {
-            if let Some(h) = value(c).map_err(|e| fail("bad_value", e))? {
-                expand_headers(h, &mut headers).map_err(|e| fail("invalid_json", e))?;
-            }
-        }
-        if let Some(c) = self.trace {
-            if let Some(v) = value(c).map_err(|e| fail("bad_value", e))? {
-                self.trace_context(v, &id, &mut headers);
-            }
-        }
-        let mut envelope: Option<serde_json::Map<String, serde_json::Value>> = None;
-        // The envelope's columns under `--value-converter json`, as JsonConverter writes them.
-        let mut json_fields: Vec<(&String, Bytes)> = Vec::new();
-        let mut partition = None;
-        for (c, target) in &self.placements {
-            let v = value(*c).map_err(|e| fail("bad_value", e))?;
-            match target {
-                PlacementTarget::Header(alias) => {
-                    if let Some(v) = v {
-                        let b = if is_json(c.type_oid) {
-                            v.clone()
-                        } else {
-                            Bytes::from(as_string(c.type_oid, v).map_err(|e| fail("bad_value", e))?)
-                        };
-                        headers.push((alias.clone(), b));
-                    }
-                }
-                PlacementTarget::Envelope(alias) if self.json_envelope => {
-                    let j = match v {
-                        Some(v) => converter::convert(
-                            Converter::Json,
-                            c.type_oid,
-                            as_bytes(c.type_oid, v).map_err(|e| fail("bad_value", e))?,
-                        ),
-                        None => Bytes::from_static(b"null"),
-                    };
-                    json_fields.push((alias, j));
-                }
-                PlacementTarget::Envelope(alias) => {
-                    let j = match v {
-                        Some(v) => as_json(c.type_oid, v).map_err(|e| fail("bad_value", e))?,
-                        None => serde_json::Value::Null,
-                    };
-                    envelope.get_or_insert_with(serde_json::Map::new).insert(alias.clone(), j);
-                }
-                PlacementTarget::Partition => {
-                    let Some(v) = v else { continue };
-                    let p = std::str::from_utf8(v).ok().and_then(|s| s.parse::<i32>().ok()).filter(|p| *p >= 0);
-                    partition = Some(p.ok_or_else(|| {
-                        fail(
-                            "bad_value",
-                            format!(
-                                "partition column value {:?} is not a non-negative integer",
-                                String::from_utf8_lossy(v)
-                            ),
-                        )
-                    })?);
-                }
-            }
-        }
-        if self.tombstone && empty {
-            // Headers and partition stay: consumers of a compacted topic still see which event
-            // deleted the key.
-            return Ok(Record {
-                topic,
-                key,
-                payload: None,
-                headers,
-                partition,
-                timestamp_ms,
-                event_id: id,
-                event_type: self.raw_event_type(cols),
-            });
-        }
-        if self.json_envelope {
-            let p = match &payload {
-                None => Bytes::from_static(b"null"),
-                // A logical message's payload, which Debezium's decoder has typed already.
-                Some(p) if self.conversion.decoded_payload => expand::value(p)
-                    .map(Bytes::from)
-                    .unwrap_or_else(|_| converter::jackson_string(&String::from_utf8_lossy(p))),
-                Some(p) => converter::convert(Converter::Json, self.payload.type_oid, p.clone()),
-            };
-            let mut out = Vec::with_capacity(
-                p.len() + 16 + json_fields.iter().map(|(a, v)| a.len() + v.len() + 4).sum::<usize>(),
-            );
-            out.extend_from_slice(b"{\"payload\":");
-            out.extend_from_slice(&p);
-            for (alias, v) in &json_fields {
-                out.push(b',');
-                out.extend_from_slice(&converter::jackson_string(alias));
-                out.push(b':');
-                out.extend_from_slice(v);
-            }
-            out.push(b'}');
-            payload = Some(Bytes::from(out));
-        } else if let Some(mut env) = envelope.or_else(|| self.envelope.then(serde_json::Map::new)) {
-            let p = match &payload {
-                None => serde_json::Value::Null,
-                Some(p)
-                    if is_json(self.payload.type_oid)
-                        || (self.expand_json && serde_json::from_slice::<serde_json::Value>(p).is_ok()) =>
-                {
-                    serde_json::from_slice(p).unwrap_or(serde_json::Value::Null)
-                }
-                Some(p) => serde_json::Value::String(String::from_utf8_lossy(p).into_owned()),
-            };
-            env.insert("payload".into(), p);
-            payload = Some(Bytes::from(serde_json::Value::Object(env).to_string()));
-        }
-        let event_type = self.raw_event_type(cols);
-        Ok(Record { topic, key, payload, headers, partition, timestamp_ms, event_id: id, event_type })
-    }
-
-    /// The event type column's text as sent (a cheap `Bytes` clone, no conversion).
-    fn raw_event_type(&self, cols: &[TupleValue]) -> Option<Bytes> {
-        match cols.get(self.event_type?.idx) {
-            Some(TupleValue::Text(b)) => Some(b.clone()),
-            _ => None,
-        }
-    }
-}
-
-/// Check a routed record's payload column (as the producer wrote it, before any envelope) against
-/// the contract of its event type. A violation keeps the whole record for the dead-letter copy.
-#[allow(clippy::result_large_err)]
-fn enforce(
-    row: OutboxRow<'_>,
-    type_col: Col,
-    payload_col: Col,
-    contracts: &Contracts,
-    record: Record,
-) -> Result<Record, BadEvent> {
-    let text = |c: Col| match row.tuple.0.get(c.idx) {
-        Some(TupleValue::Text(b)) => Some(b),
-        _ => None,
-    };
-    let event_type = text(type_col).and_then(|b| as_string(type_col.type_oid, b).ok());
-    // A tombstone (no value) has nothing to check; otherwise the column converted when the record
-    // was built, so it converts again.
-    let payload = match record.payload {
-        None => None,
-        Some(_) => text(payload_col).and_then(|b| as_bytes(payload_col.type_oid, b).ok()),
-    };
-    let violation = match contracts.check(event_type.as_deref(), payload.as_deref()) {
-        Verdict::Valid | Verdict::Unchecked => return Ok(record),
-        Verdict::Violation(v) => v,
-    };
-    let mut headers = record.headers;
-    headers.extend(violation.header());
-    Err(BadEvent {
-        event_id: Some(record.event_id),
-        code: contract::CODE,
-        message: violation.message,
-        topic: Some(record.topic),
-        key: record.key,
-        payload: record.payload,
-        headers,
-        payload_dropped: None,
-    })
-}
-
-/// Each top-level key of a JSON object becomes a header: strings as their text, others as JSON.
-fn expand_headers(json: &[u8], out: &mut Vec<(String, Bytes)>) -> Result<(), String> {
-    if json == b"{}" {
-        return Ok(());
-    }
-    let map: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(json).map_err(|e| format!("the headers column is not a JSON object: {e}"))?;
-    for (k, v) in map {
-        let b = match v {
-            serde_json::Value::String(s) => Bytes::from(s),
-            other => Bytes::from(other.to_string()),
-        };
-        out.push((k, b));
-    }
-    Ok(())
 }
 
 /// Kafka's topic rules: 1-249 of `[A-Za-z0-9._-]`, and not `.` or `..`.

@@ -2,7 +2,6 @@
 
 use super::render::{BOOL, BYTEA, INT4, JSONB, TEXT, TIMESTAMPTZ};
 use super::*;
-use crate::pg::pgoutput::Column;
 
 const UUID: u32 = 2950;
 const ID: &str = "0b6b3c1e-0000-4000-8000-000000000001";
@@ -48,21 +47,15 @@ const COLS: &[(&str, u32)] = &[
     ("blob", BYTEA),
 ];
 
-fn relation(cols: &[(&str, u32)]) -> Relation {
-    Relation {
-        xid: None,
-        id: 1,
-        namespace: "public".into(),
+fn relation(cols: &[(&str, u32)]) -> Table {
+    Table {
+        schema: "public".into(),
         name: "outbox".into(),
-        replica_identity: b'd',
-        columns: cols
-            .iter()
-            .map(|(n, t)| Column { flags: 0, name: (*n).into(), type_oid: *t, type_modifier: -1 })
-            .collect(),
+        columns: cols.iter().map(|(n, t)| Column { name: (*n).into(), type_oid: *t }).collect(),
     }
 }
 
-fn row(overrides: &[(&str, Option<&str>)]) -> TupleData {
+fn row(overrides: &[(&str, Option<&str>)]) -> Row {
     let base: [(&str, Option<&str>); 11] = [
         ("event_id", Some(ID)),
         ("aggregate_type", Some("order")),
@@ -76,17 +69,16 @@ fn row(overrides: &[(&str, Option<&str>)]) -> TupleData {
         ("text_payload", Some(r#"{ "spaced" : true }"#)),
         ("blob", Some("\\x00ff")),
     ];
-    TupleData(
-        base.iter()
-            .map(|(name, v)| {
-                let v = overrides.iter().find(|(n, _)| n == name).map_or(*v, |(_, o)| *o);
-                match v {
-                    Some(s) => TupleValue::Text(Bytes::copy_from_slice(s.as_bytes())),
-                    None => TupleValue::Null,
-                }
-            })
-            .collect(),
-    )
+    Row(base
+        .iter()
+        .map(|(name, v)| {
+            let v = overrides.iter().find(|(n, _)| n == name).map_or(*v, |(_, o)| *o);
+            match v {
+                Some(s) => Value::Text(Bytes::copy_from_slice(s.as_bytes())),
+                None => Value::Null,
+            }
+        })
+        .collect())
 }
 
 /// Column values replacing the defaults of [`row`]; `None` is NULL.
@@ -421,10 +413,9 @@ fn out_of_range_timestamps_are_bad_events() {
 fn binary_and_toast_timestamps_are_bad_events() {
     let r = Route::compile(&cfg(), &relation(COLS)).unwrap();
     let at = COLS.iter().position(|(n, _)| *n == "created_at").unwrap();
-    for (v, want) in [
-        (TupleValue::Binary(Bytes::from_static(&[0x7f; 8])), "binary format"),
-        (TupleValue::UnchangedToast, "unchanged TOAST"),
-    ] {
+    for (v, want) in
+        [(Value::Binary(Bytes::from_static(&[0x7f; 8])), "binary format"), (Value::UnchangedToast, "unchanged TOAST")]
+    {
         let mut t = row(&[]);
         t.0[at] = v;
         let e = r.route(OutboxRow { tuple: &t, commit_time_us: 0 }).unwrap_err();

@@ -14,8 +14,8 @@
 //! scan; without one, each page sorts the range's keys (not its payloads).
 //!
 //! Every column is read as text, as pgoutput sends it (the session is pinned to the walsender's
-//! `DateStyle=ISO, TimeZone=UTC`), and described by the same [`Relation`] shape, so the rows go
-//! through the router exactly as streamed rows do.
+//! `DateStyle=ISO, TimeZone=UTC`), and described to the router as a [`Table`], so the rows go
+//! through it exactly as streamed rows do.
 
 use bytes::Bytes;
 use tokio_postgres::Client;
@@ -24,13 +24,13 @@ use super::range::Range;
 use crate::config::{Config, TableName};
 use crate::error::{Definite, Error};
 use crate::pg::ident::quote_ident;
-use crate::pg::pgoutput::{Column, Relation, TupleData, TupleValue};
 use crate::pg::sqlstate::query_error as db;
 use crate::router::render::{INT4, INT8, TIMESTAMP, TIMESTAMPTZ};
+use crate::router::{Column, Row, Table, Value};
 
 /// One outbox table, described once, with its page query.
 pub struct Pages {
-    pub relation: Relation,
+    pub relation: Table,
     /// The first page's query, and the next pages' (after the last key read).
     first_sql: String,
     next_sql: String,
@@ -77,12 +77,7 @@ impl Pages {
         let mut type_names = Vec::with_capacity(rows.len());
         for r in &rows {
             let oid: i64 = r.get(1);
-            columns.push(Column {
-                flags: 0,
-                name: r.get(0),
-                type_oid: u32::try_from(oid).unwrap_or(0),
-                type_modifier: r.get(2),
-            });
+            columns.push(Column { name: r.get(0), type_oid: u32::try_from(oid).unwrap_or(0) });
             type_names.push(r.get::<_, String>(3));
         }
         let find = |col: &str, flag: &str| {
@@ -187,14 +182,7 @@ impl Pages {
         };
         let first_sql = query(None);
         let next_sql = query(Some(format!("({}) > ({})", key_cols.join(", "), key_params.join(", "))));
-        let relation = Relation {
-            xid: None,
-            id: 0,
-            namespace: table.schema.clone(),
-            name: table.name.clone(),
-            replica_identity: b'd',
-            columns,
-        };
+        let relation = Table { schema: table.schema.clone(), name: table.name.clone(), columns };
         let width = relation.columns.len();
         Ok(Pages {
             relation,
@@ -210,7 +198,7 @@ impl Pages {
     }
 
     /// The next page of rows (empty when the range is exhausted).
-    pub async fn next(&mut self, client: &Client) -> Result<Vec<TupleData>, Error> {
+    pub async fn next(&mut self, client: &Client) -> Result<Vec<Row>, Error> {
         if self.done {
             return Ok(Vec::new());
         }
@@ -227,13 +215,13 @@ impl Pages {
         let rows = client.query(sql, &refs).await.map_err(|e| db("reading a page of the outbox", e))?;
         let mut out = Vec::with_capacity(rows.len());
         for r in &rows {
-            let tuple: Vec<TupleValue> = (0..r.len())
+            let tuple: Vec<Value> = (0..r.len())
                 .map(|i| match r.get::<_, Option<&str>>(i) {
-                    Some(s) => TupleValue::Text(Bytes::copy_from_slice(s.as_bytes())),
-                    None => TupleValue::Null,
+                    Some(s) => Value::Text(Bytes::copy_from_slice(s.as_bytes())),
+                    None => Value::Null,
                 })
                 .collect();
-            out.push(TupleData(tuple));
+            out.push(Row(tuple));
         }
         match out.last() {
             Some(last) => {
@@ -241,10 +229,10 @@ impl Pages {
                     .keys
                     .iter()
                     .map(|&k| match last.0.get(k) {
-                        Some(TupleValue::Text(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
+                        Some(Value::Text(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
                         _ => Err(Definite::Setup(format!(
                             "a row of {}.{} has a NULL key column {:?}; backfill pages by it",
-                            self.relation.namespace,
+                            self.relation.schema,
                             self.relation.name,
                             self.relation.columns.get(k).map_or("ctid", |c| c.name.as_str())
                         ))),

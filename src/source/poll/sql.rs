@@ -2,18 +2,18 @@
 //! (quoted, so any name works), and the start-up check that the table has those columns.
 //!
 //! Rows are read with each column cast to `text`: the same text form the pgoutput decoder hands
-//! the router in `run`, so one [`Route`] serves both modes. The session pins the settings that
+//! the router in `run`, so one [`Route`] serves both modes; the table is described to it as a
+//! [`Table`], read from the catalog once. The session pins the settings that
 //! text depends on (`DateStyle`, `TimeZone`, `bytea_output`, `extra_float_digits`).
 
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Row, Statement};
+use tokio_postgres::{Client, Statement};
 
 use crate::config::{Config, TableName};
 use crate::error::{Definite, Error};
 use crate::pg::admin::timed;
-use crate::pg::pgoutput::{Column, Relation, TupleData, TupleValue};
 use crate::pg::sqlstate::query_error as db;
-use crate::router::Route;
+use crate::router::{Column, Route, Row, Table, Value};
 
 /// Rows `--retention` deletes per statement: short transactions, little lock time.
 pub const RETENTION_CHUNK: i64 = 1000;
@@ -39,8 +39,8 @@ pub struct Queries {
     pub stats: Statement,
     /// $1 int8 ms → rows deleted (at most [`RETENTION_CHUNK`]).
     pub retention: Statement,
-    /// The table as pgoutput would describe it, for [`Route::compile`].
-    pub relation: Relation,
+    /// The table as the router reads it, for [`Route::compile`].
+    pub relation: Table,
     pub route: Route,
 }
 
@@ -59,7 +59,7 @@ impl Queries {
         let rows = timed(
             "reading the outbox table's columns",
             client.query(
-                "SELECT c.oid, a.attname::text, a.atttypid, a.atttypmod FROM pg_catalog.pg_class c \
+                "SELECT c.oid, a.attname::text, a.atttypid FROM pg_catalog.pg_class c \
                  LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
                  WHERE c.oid = to_regclass($1) ORDER BY a.attnum",
                 &[&t],
@@ -77,17 +77,10 @@ impl Queries {
             .iter()
             .filter_map(|r| {
                 let name: Option<String> = r.get(1);
-                Some(Column { flags: 0, name: name?, type_oid: r.get(2), type_modifier: r.get(3) })
+                Some(Column { name: name?, type_oid: r.get(2) })
             })
             .collect();
-        let relation = Relation {
-            xid: None,
-            id: oid,
-            namespace: table.schema.clone(),
-            name: table.name.clone(),
-            replica_identity: b'd',
-            columns,
-        };
+        let relation = Table { schema: table.schema.clone(), name: table.name.clone(), columns };
         let route = Route::compile(&cfg.route, &relation)?;
         let c = &cfg.poll.columns;
         for (col, flag) in [
@@ -136,7 +129,7 @@ struct Texts {
 }
 
 impl Texts {
-    fn new(cfg: &Config, t: &str, oid: u32, rel: &Relation, ts: Option<&str>) -> Texts {
+    fn new(cfg: &Config, t: &str, oid: u32, rel: &Table, ts: Option<&str>) -> Texts {
         let c = &cfg.poll.columns;
         let q = quote_ident;
         let (seq, publ, tries, err, next) =
@@ -203,12 +196,12 @@ pub struct Claimed {
     pub seq: i64,
     /// Failed tries before this one.
     pub attempts: i32,
-    pub tuple: TupleData,
+    pub tuple: Row,
 }
 
 impl Claimed {
     /// A row of the claim statement: seq, attempts, then every column as text.
-    pub fn from_row(row: &Row) -> Result<Claimed, Error> {
+    pub fn from_row(row: &tokio_postgres::Row) -> Result<Claimed, Error> {
         let bad = |e: tokio_postgres::Error| Definite::Setup(format!("reading a claimed outbox row: {e}"));
         let seq: i64 = row.try_get(0).map_err(bad)?;
         let attempts: i32 = row.try_get(1).map_err(bad)?;
@@ -216,11 +209,11 @@ impl Claimed {
         for i in 2..row.len() {
             let v: Option<&str> = row.try_get(i).map_err(bad)?;
             values.push(match v {
-                Some(s) => TupleValue::Text(bytes::Bytes::copy_from_slice(s.as_bytes())),
-                None => TupleValue::Null,
+                Some(s) => Value::Text(bytes::Bytes::copy_from_slice(s.as_bytes())),
+                None => Value::Null,
             });
         }
-        Ok(Claimed { seq, attempts, tuple: TupleData(values) })
+        Ok(Claimed { seq, attempts, tuple: Row(values) })
     }
 }
 

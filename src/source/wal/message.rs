@@ -73,7 +73,7 @@ impl<S: Sink, W: WalSource> Session<'_, S, W> {
             lsn: at,
             detail: "a transactional logical message outside a transaction".into(),
         })?;
-        let routed = match messages.route.tuple(&m.content) {
+        let routed = match messages.route.row(&m.content) {
             Ok(tuple) => route_masked(self.cfg, messages.route.route(), OutboxRow { tuple: &tuple, commit_time_us }),
             Err(bad) => Err(without_content_if_masked(self.cfg, bad)),
         };

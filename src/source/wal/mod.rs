@@ -36,6 +36,7 @@
 //! too, is counted in its transaction before the relay sees it. Retriable delivery trouble is
 //! never a bad event: librdkafka retries it forever and the frontier waits.
 
+mod input;
 mod message;
 mod resume;
 pub mod tracker;
@@ -282,8 +283,9 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                 self.record_completed();
             }
             LogicalMessage::Relation(rel) => {
+                let id = rel.id;
                 let entry = if self.cfg.tables.iter().any(|t| t.schema == rel.namespace && t.name == rel.name) {
-                    let route = Route::compile(&self.cfg.route, &rel)?;
+                    let route = Route::compile(&self.cfg.route, &input::table(rel))?;
                     let table: Arc<str> = Arc::from(route.table());
                     if self.cfg.mask.needs_event_type() && !route.has_event_type() {
                         return Err(Definite::Setup(format!(
@@ -297,7 +299,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                 } else {
                     RelationEntry::Other
                 };
-                self.relations.insert(rel.id, entry);
+                self.relations.insert(id, entry);
             }
             LogicalMessage::Insert(ins) => {
                 let (route, table) = match self.relations.get(&ins.relation_id) {
@@ -321,7 +323,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                     .tracker
                     .open_commit_time()
                     .ok_or_else(|| Definite::Protocol { lsn: at, detail: "INSERT outside a transaction".into() })?;
-                let routed = route_masked(self.cfg, route, OutboxRow { tuple: &ins.tuple, commit_time_us });
+                let routed = route_masked(self.cfg, route, OutboxRow { tuple: &input::row(ins.tuple), commit_time_us });
                 self.emit(routed, Source { position: Position::Lsn(at), table }).await?;
             }
             LogicalMessage::Update(u) => self.on_update(u.relation_id, at)?,
