@@ -36,6 +36,7 @@ pub mod moved;
 pub(crate) mod nats;
 pub(crate) mod rabbitmq;
 pub(crate) mod redis;
+pub(crate) mod registry;
 mod simple;
 
 pub use any::AnySink;
@@ -44,6 +45,7 @@ pub use kafka::KafkaSink;
 pub use nats::NatsSink;
 pub use rabbitmq::RabbitSink;
 pub use redis::RedisSink;
+pub use registry::SinkKind;
 pub use simple::{record_json, NullSink, StdoutSink};
 
 use crate::config::debezium::offsets::DebeziumOffset;

@@ -238,9 +238,10 @@ impl Common {
 
 /// Why `outboxd dlq` refuses `--sink kind`, and what to do instead.
 fn unreadable_sink(kind: SinkKind) -> String {
+    let readable = crate::sink::registry::readable_names();
     match kind {
-        SinkKind::Http => "--sink http: a webhook receiver's dead letters cannot be read back; `outboxd dlq` reads --sink kafka, nats, redis or rabbitmq (see docs/src/dead-letters.md)".into(),
-        other => format!("--sink {other:?}: this sink keeps no dead letters to read; `outboxd dlq` reads --sink kafka, nats, redis or rabbitmq").to_lowercase(),
+        SinkKind::Http => format!("--sink http: a webhook receiver's dead letters cannot be read back; `outboxd dlq` reads --sink {readable} (see docs/src/dead-letters.md)"),
+        other => format!("--sink {}: this sink keeps no dead letters to read; `outboxd dlq` reads --sink {readable}", crate::config::value_name(other)),
     }
 }
 
