@@ -6,7 +6,7 @@
 //! What the shared code needs beyond [`Sink`] each sink exports from its folder through
 //! [`Registered`]: how it is built from the validated [`Config`], what `outboxd check` probes,
 //! and whether `outboxd dlq` reads its dead letters back. So adding a sink is its folder, a line
-//! here, and its flag group (see `docs/src/layout.md`, "Adding a sink").
+//! here, and its flag group's lines on the config side (see the module doc of [`crate::sink`]).
 //!
 //! Invariants: [`OneSink`] is an enum, so every call is a `match` and a direct call (no `dyn`, no
 //! allocation per record: [`Sink`] has `async fn`s, which have no `dyn` form anyway); the table's
@@ -32,7 +32,9 @@ pub(crate) trait Registered: Sink + Sized {
     /// `--dlq-sink`).
     const READABLE_DEAD_LETTERS: bool = false;
 
-    /// Build the sink from the validated settings; it reports its connection to `health`.
+    /// Build the sink from the validated settings; it reports its connection to `health`. A sink
+    /// may connect here (NATS and RabbitMQ do: a server that is down is waited for in the
+    /// background, a refused login or bad settings are errors) or in the background.
     async fn build(cfg: &Config, health: Arc<Health>) -> Result<Self, Definite>;
 
     /// What `outboxd check` does to see that the destination is there.
