@@ -275,7 +275,7 @@ pub enum DeliveryMode {
 }
 
 /// The sinks' value enum is made from the sinks' one list, `crate::sink::registry`.
-pub use crate::sink::SinkKind;
+pub use crate::sink::registry::SinkKind;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {

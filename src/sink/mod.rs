@@ -20,8 +20,8 @@
 //! [`link::Link`]), `config.rs` (its validated settings, their defaults and masking), and, when
 //! `outboxd dlq` can read its dead letters back, `dlq.rs` (the reader and the replay writer).
 //! Besides its folder, a new sink is one line in the list of sinks, [`registry`] (which makes
-//! [`SinkKind`], the enum the relay drives and its dispatch, from it), with what the shared code
-//! needs of it exported from its folder through [`registry::Registered`] (its builder, its
+//! [`registry::SinkKind`], the enum the relay drives and its dispatch, from it), with what the shared code
+//! needs of it exported from its folder through [`registered::Registered`] (its builder, its
 //! `outboxd check` probe, whether `outboxd dlq` reads its dead letters). The config side still
 //! names each sink's flag group: a field in [`crate::config::SinkArgs`], and its validation and
 //! `outboxd config` lines in `config/sinks.rs`; a sink whose dead letters are read back also adds
@@ -39,6 +39,7 @@ pub mod moved;
 pub(crate) mod nats;
 pub(crate) mod rabbitmq;
 pub(crate) mod redis;
+pub(crate) mod registered;
 pub(crate) mod registry;
 mod simple;
 
@@ -48,7 +49,6 @@ pub use kafka::KafkaSink;
 pub use nats::NatsSink;
 pub use rabbitmq::RabbitSink;
 pub use redis::RedisSink;
-pub use registry::SinkKind;
 pub use simple::{record_json, NullSink, StdoutSink};
 
 use crate::config::debezium::offsets::DebeziumOffset;

@@ -4,7 +4,8 @@
 //! dispatch of every [`Sink`] call to the sink inside.
 //!
 //! What the shared code needs beyond [`Sink`] each sink exports from its folder through
-//! [`Registered`]: how it is built from the validated [`Config`], what `outboxd check` probes,
+//! [`Registered`] (in `registered.rs`, below the sinks, so the arrows point one way: this table
+//! uses the sinks, the sinks use only the trait): how it is built from the validated [`Config`], what `outboxd check` probes,
 //! and whether `outboxd dlq` reads its dead letters back. So adding a sink is its folder, a line
 //! here, and its flag group's lines on the config side (see the module doc of [`crate::sink`]).
 //!
@@ -17,40 +18,20 @@ use std::sync::Arc;
 
 use super::delivery::Delivery;
 use super::escape::Limits;
-use super::{Boundary, HttpSink, KafkaSink, NatsSink, NullSink, RabbitSink, RedisSink, Sink, SinkError, StdoutSink};
+use super::http::HttpSink;
+use super::kafka::KafkaSink;
+use super::nats::NatsSink;
+use super::rabbitmq::RabbitSink;
+use super::redis::RedisSink;
+use super::registered::{Probe, Registered};
+use super::simple::{NullSink, StdoutSink};
+use super::{Boundary, Sink, SinkError};
 use crate::config::debezium::offsets::DebeziumOffset;
 use crate::config::Config;
 use crate::error::{Definite, Error};
 use crate::health::Health;
 use crate::pg::lineage::Lineage;
 use crate::router::Record;
-
-/// What a sink exports to the shared code besides [`Sink`]; implemented in its folder.
-#[allow(async_fn_in_trait)]
-pub(crate) trait Registered: Sink + Sized {
-    /// Whether `outboxd dlq` reads back the dead letters this sink wrote (and so whether it may be
-    /// `--dlq-sink`).
-    const READABLE_DEAD_LETTERS: bool = false;
-
-    /// Build the sink from the validated settings; it reports its connection to `health`. A sink
-    /// may connect here (NATS and RabbitMQ do: a server that is down is waited for in the
-    /// background, a refused login or bad settings are errors) or in the background.
-    async fn build(cfg: &Config, health: Arc<Health>) -> Result<Self, Definite>;
-
-    /// What `outboxd check` does to see that the destination is there.
-    fn probe(cfg: &Config) -> Probe;
-}
-
-/// What `outboxd check` probes for a sink (`crate::tools::check`).
-pub(crate) enum Probe {
-    /// Nothing to reach; the line `outboxd check` shows instead.
-    Nothing(&'static str),
-    /// The Kafka cluster: metadata, the routed topics and the broker defaults.
-    Kafka,
-    /// A server that must accept a TCP connection (the login is not tried): the check's `name`,
-    /// the URL as shown (masked) and the port of a URL that gives none.
-    Tcp { name: &'static str, shown: String, url: String, default_port: u16 },
-}
 
 /// The table: `Variant => Type`, each variant with its `--help` text as doc comments. The
 /// `--sink` value is the variant's name in lower case (clap's `ValueEnum`).

@@ -15,7 +15,7 @@ use crate::router::Record;
 pub struct NullSink;
 
 /// The null sink's entry in the list of sinks ([`crate::sink::registry`]).
-impl crate::sink::registry::Registered for NullSink {
+impl crate::sink::registered::Registered for NullSink {
     async fn build(
         _cfg: &crate::config::Config,
         _health: std::sync::Arc<crate::health::Health>,
@@ -23,13 +23,13 @@ impl crate::sink::registry::Registered for NullSink {
         Ok(NullSink)
     }
 
-    fn probe(_cfg: &crate::config::Config) -> crate::sink::registry::Probe {
-        crate::sink::registry::Probe::Nothing(NO_BROKER)
+    fn probe(_cfg: &crate::config::Config) -> crate::sink::registered::Probe {
+        crate::sink::registered::Probe::Nothing(NO_BROKER)
     }
 }
 
 /// The stdout sink's entry in the list of sinks ([`crate::sink::registry`]).
-impl crate::sink::registry::Registered for StdoutSink {
+impl crate::sink::registered::Registered for StdoutSink {
     async fn build(
         _cfg: &crate::config::Config,
         _health: std::sync::Arc<crate::health::Health>,
@@ -37,8 +37,8 @@ impl crate::sink::registry::Registered for StdoutSink {
         Ok(StdoutSink::default())
     }
 
-    fn probe(_cfg: &crate::config::Config) -> crate::sink::registry::Probe {
-        crate::sink::registry::Probe::Nothing(NO_BROKER)
+    fn probe(_cfg: &crate::config::Config) -> crate::sink::registered::Probe {
+        crate::sink::registered::Probe::Nothing(NO_BROKER)
     }
 }
 

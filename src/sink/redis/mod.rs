@@ -84,16 +84,16 @@ impl RedisSink {
 }
 
 /// The sink's entry in the list of sinks ([`crate::sink::registry`]).
-impl crate::sink::registry::Registered for RedisSink {
+impl crate::sink::registered::Registered for RedisSink {
     const READABLE_DEAD_LETTERS: bool = true;
 
     async fn build(cfg: &crate::config::Config, health: Arc<Health>) -> Result<Self, Definite> {
         RedisSink::new(&cfg.redis, health)
     }
 
-    fn probe(cfg: &crate::config::Config) -> crate::sink::registry::Probe {
+    fn probe(cfg: &crate::config::Config) -> crate::sink::registered::Probe {
         let (shown, url) = (cfg.redis.url_masked(), cfg.redis.url.clone());
-        crate::sink::registry::Probe::Tcp { name: "redis", shown, url, default_port: 6379 }
+        crate::sink::registered::Probe::Tcp { name: "redis", shown, url, default_port: 6379 }
     }
 }
 

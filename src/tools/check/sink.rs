@@ -7,7 +7,7 @@
 //! and warns when the topics it would create get one replica, or no more than
 //! `min.insync.replicas`. The other sinks with a server (NATS, Redis, RabbitMQ, HTTP): it accepts
 //! a TCP connection (the login is not tried). Each sink says which probe is its own
-//! ([`crate::sink::registry::Registered::probe`]), so nothing here lists the sinks.
+//! ([`crate::sink::registered::Registered::probe`]), so nothing here lists the sinks.
 
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ use rdkafka::client::DefaultClientContext;
 use super::Checks;
 use crate::config::{BadEventPolicy, Config};
 use crate::sink::kafka::client as kafka_client;
-use crate::sink::registry::Probe;
+use crate::sink::registered::Probe;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
