@@ -19,13 +19,13 @@
 //! `mod.rs` (the [`Sink`] and its health: the `connected` gauge and `/readyz` through its
 //! [`link::Link`]), `config.rs` (its validated settings, their defaults and masking), and, when
 //! `outboxd dlq` can read its dead letters back, `dlq.rs` (the reader and the replay writer).
-//! Besides its folder, a new sink is one line in the list of sinks, [`registry`] (which makes
-//! [`registry::SinkKind`], the enum the relay drives and its dispatch, from it), with what the shared code
-//! needs of it exported from its folder through [`registered::Registered`] (its builder, its
-//! `outboxd check` probe, whether `outboxd dlq` reads its dead letters). The config side still
-//! names each sink's flag group: a field in [`crate::config::SinkArgs`], and its validation and
+//! Besides its folder, a new sink is one line in the list of sinks, [`registry`], which makes
+//! [`registry::SinkKind`], the enum the relay drives and its dispatch from it; what the shared
+//! code needs of it (its builder, its `outboxd check` probe, whether `outboxd dlq` reads its dead
+//! letters) its folder exports through [`registered::Registered`]. The config side still names
+//! each sink's flag group: a field in [`crate::config::SinkArgs`], and its validation and
 //! `outboxd config` lines in `config/sinks.rs`; a sink whose dead letters are read back also adds
-//! its reader to `tools/dlq/sinks.rs`.
+//! its reader and replay client to `tools/dlq/sinks.rs` and `tools/dlq/tool.rs`.
 
 mod any;
 pub mod dead_letter;
