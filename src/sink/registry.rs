@@ -1,13 +1,14 @@
-//! The one list of sinks. [`sinks!`]'s table below names each sink once, with its `--sink` value
+//! The one list of sinks. The `sinks!` table below names each sink once, with its `--sink` value
 //! (and that value's help) and its type; from it come [`SinkKind`] (the value enum of `--sink`,
 //! `--dlq-sink` and `outboxd dlq --sink`), [`OneSink`] (one of the sinks, built by kind) and the
 //! dispatch of every [`Sink`] call to the sink inside.
 //!
 //! What the shared code needs beyond [`Sink`] each sink exports from its folder through
 //! [`Registered`] (in `registered.rs`, below the sinks, so the arrows point one way: this table
-//! uses the sinks, the sinks use only the trait): how it is built from the validated [`Config`], what `outboxd check` probes,
-//! and whether `outboxd dlq` reads its dead letters back. So adding a sink is its folder, a line
-//! here, and its flag group's lines on the config side (see the module doc of [`crate::sink`]).
+//! uses the sinks, the sinks use only the trait): how it is built from the validated [`Config`],
+//! what `outboxd check` probes, and whether `outboxd dlq` reads its dead letters back. So adding
+//! a sink is its folder, a line here, and its flag group's lines on the config side (see the
+//! module doc of [`crate::sink`]).
 //!
 //! Invariants: [`OneSink`] is an enum, so every call is a `match` and a direct call (no `dyn`, no
 //! allocation per record: [`Sink`] has `async fn`s, which have no `dyn` form anyway); the table's
@@ -66,7 +67,9 @@ macro_rules! sinks {
         impl OneSink {
             /// Build the sink `kind` names (see [`Registered::build`]).
             pub(super) async fn build(cfg: &Config, kind: SinkKind, health: Arc<Health>) -> Result<OneSink, Definite> {
-                Ok(match kind { $( SinkKind::$kind => OneSink::$kind(<$ty as Registered>::build(cfg, health).await?), )* })
+                Ok(match kind {
+                    $( SinkKind::$kind => OneSink::$kind(<$ty as Registered>::build(cfg, health).await?), )*
+                })
             }
         }
 

@@ -240,8 +240,14 @@ impl Common {
 fn unreadable_sink(kind: SinkKind) -> String {
     let readable = crate::sink::registry::readable_names();
     match kind {
-        SinkKind::Http => format!("--sink http: a webhook receiver's dead letters cannot be read back; `outboxd dlq` reads --sink {readable} (see docs/src/dead-letters.md)"),
-        other => format!("--sink {}: this sink keeps no dead letters to read; `outboxd dlq` reads --sink {readable}", crate::config::value_name(other)),
+        SinkKind::Http => format!(
+            "--sink http: a webhook receiver's dead letters cannot be read back; `outboxd dlq` reads --sink \
+             {readable} (see docs/src/dead-letters.md)"
+        ),
+        other => format!(
+            "--sink {}: this sink keeps no dead letters to read; `outboxd dlq` reads --sink {readable}",
+            crate::config::value_name(other)
+        ),
     }
 }
 
