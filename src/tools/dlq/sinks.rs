@@ -311,3 +311,25 @@ pub(super) async fn ensure_topic(
     }
     Err(format!("topic {topic:?} was created but does not show in the metadata"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::unreadable_sink;
+    use crate::config::SinkKind;
+
+    /// The refusals name the readable sinks, which the list of sinks decides
+    /// (`crate::sink::registry`), in the words they had when each message listed them itself.
+    #[test]
+    fn an_unreadable_sink_is_refused_naming_the_readable_ones() {
+        assert_eq!(
+            unreadable_sink(SinkKind::Http),
+            "--sink http: a webhook receiver's dead letters cannot be read back; `outboxd dlq` reads --sink kafka, \
+             nats, redis or rabbitmq (see docs/src/dead-letters.md)"
+        );
+        assert_eq!(
+            unreadable_sink(SinkKind::Null),
+            "--sink null: this sink keeps no dead letters to read; `outboxd dlq` reads --sink kafka, nats, redis or \
+             rabbitmq"
+        );
+    }
+}
