@@ -263,20 +263,8 @@ pub enum PublicationAutocreate {
     Disabled,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SinkKind {
-    Kafka,
-    Stdout,
-    Null,
-    /// NATS JetStream (--nats-url).
-    Nats,
-    /// Redis Streams: XADD to the stream named by the topic.
-    Redis,
-    /// RabbitMQ: persistent messages with publisher confirms (--rabbitmq-url).
-    Rabbitmq,
-    /// HTTP webhook: POST each event (or a batch) to --http-url; a 2xx response is the ack.
-    Http,
-}
+/// The sinks' value enum is made from the sinks' one list, `crate::sink::registry`.
+pub use crate::sink::registry::SinkKind;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {

@@ -43,12 +43,13 @@ pub(super) fn validate(
     let mode = delivery.map_or(DeliveryMode::AtLeastOnce, |d| d.delivery);
     let dlq_sink = match a.dlq_sink {
         Some(k) if k == a.sink => None,
-        Some(k @ (SinkKind::Kafka | SinkKind::Nats | SinkKind::Redis | SinkKind::Rabbitmq)) => Some(k),
+        Some(k) if k.readable_dead_letters() => Some(k),
         Some(k) => {
             return Err(bad(format!(
-                "--dlq-sink {k:?} keeps no dead letters `outboxd dlq` can read; give kafka, nats, redis or rabbitmq"
-            )
-            .to_lowercase()))
+                "--dlq-sink {} keeps no dead letters `outboxd dlq` can read; give {}",
+                value_name(k),
+                crate::sink::registry::readable_names()
+            )))
         }
         None => None,
     };

@@ -1,9 +1,10 @@
 //! [`AnySink`]: the sink `--sink` names, built from a validated [`Config`] in one place for every
 //! command that sends records (`run`, `poll`, `backfill`).
 //!
-//! [`Sink`] uses `async fn`, so it has no `dyn` form; an enum over the sinks, each call forwarded
-//! to the one inside, lets the loops stay generic over `S: Sink` and be compiled once for all
-//! sinks. Tests still drive the loops with a sink of their own.
+//! [`Sink`] uses `async fn`, so it has no `dyn` form; an enum over the sinks
+//! ([`super::registry::OneSink`], made from the one list of sinks), each call forwarded to the
+//! one inside, lets the loops stay generic over `S: Sink` and be compiled once for all sinks.
+//! Tests still drive the loops with a sink of their own.
 //!
 //! With `--dlq-sink` (a sink other than `--sink`), dead-letter copies (deliveries marked
 //! [`Delivery::is_dead_letter`]) go through a second sink of that kind, so the copies of a sink
@@ -16,8 +17,9 @@ use std::sync::Arc;
 
 use super::delivery::Delivery;
 use super::escape::Limits;
-use super::{Boundary, HttpSink, KafkaSink, NatsSink, NullSink, RabbitSink, RedisSink, Sink, SinkError, StdoutSink};
-use crate::config::{Config, SinkKind};
+use super::registry::OneSink;
+use super::{Boundary, Sink, SinkError};
+use crate::config::Config;
 use crate::debezium_offset::DebeziumOffset;
 use crate::error::{Definite, Error};
 use crate::health::Health;
@@ -29,17 +31,6 @@ pub struct AnySink {
     main: OneSink,
     dlq: Option<OneSink>,
     failure: Option<crate::task::Failure>,
-}
-
-/// One of the sinks.
-enum OneSink {
-    Kafka(KafkaSink),
-    Stdout(StdoutSink),
-    Null(NullSink),
-    Nats(NatsSink),
-    Redis(RedisSink),
-    Rabbitmq(RabbitSink),
-    Http(HttpSink),
 }
 
 impl AnySink {
@@ -70,98 +61,6 @@ impl AnySink {
             Some(d) if delivery.is_dead_letter() => d,
             _ => &mut self.main,
         }
-    }
-}
-
-impl OneSink {
-    /// Build the sink `kind` names. NATS and RabbitMQ connect here (a server that is down is
-    /// waited for in the background; a refused login or bad settings are errors); the others
-    /// connect in the background. Every sink reports its connection to `health`.
-    async fn build(cfg: &Config, kind: SinkKind, health: Arc<Health>) -> Result<OneSink, Definite> {
-        Ok(match kind {
-            SinkKind::Kafka => {
-                OneSink::Kafka(KafkaSink::new(&cfg.kafka, cfg.max_in_flight, cfg.max_in_flight_bytes, health)?)
-            }
-            SinkKind::Stdout => OneSink::Stdout(StdoutSink::default()),
-            SinkKind::Null => OneSink::Null(NullSink),
-            SinkKind::Nats => OneSink::Nats(NatsSink::connect(&cfg.nats, health).await?),
-            SinkKind::Redis => OneSink::Redis(RedisSink::new(&cfg.redis, health)?),
-            SinkKind::Rabbitmq => OneSink::Rabbitmq(RabbitSink::connect(&cfg.rabbitmq, health).await?),
-            SinkKind::Http => OneSink::Http(HttpSink::new(&cfg.http, health)?),
-        })
-    }
-}
-
-/// `$body` with `$s` bound to the sink inside `$any` (a [`OneSink`]).
-macro_rules! each {
-    ($any:expr, $s:ident => $body:expr) => {
-        match $any {
-            OneSink::Kafka($s) => $body,
-            OneSink::Stdout($s) => $body,
-            OneSink::Null($s) => $body,
-            OneSink::Nats($s) => $body,
-            OneSink::Redis($s) => $body,
-            OneSink::Rabbitmq($s) => $body,
-            OneSink::Http($s) => $body,
-        }
-    };
-}
-
-impl Sink for OneSink {
-    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
-        each!(self, s => s.send(record, delivery).await)
-    }
-
-    fn blocked(&self) -> bool {
-        each!(self, s => s.blocked())
-    }
-
-    fn settling(&self) -> bool {
-        each!(self, s => s.settling())
-    }
-
-    async fn unblock(&mut self) -> Result<(), SinkError> {
-        each!(self, s => s.unblock().await)
-    }
-
-    fn discard_held(&mut self) {
-        each!(self, s => s.discard_held())
-    }
-
-    fn max_message_bytes(&self) -> Option<usize> {
-        each!(self, s => s.max_message_bytes())
-    }
-
-    fn copy_limits(&self) -> Limits {
-        each!(self, s => s.copy_limits())
-    }
-
-    fn failure(&self) -> Option<crate::task::Failure> {
-        each!(self, s => s.failure())
-    }
-
-    async fn prepare(&mut self, lineage: &Lineage) -> Result<Option<DebeziumOffset>, Error> {
-        each!(self, s => s.prepare(lineage).await)
-    }
-
-    fn boundary(&mut self, b: Boundary) {
-        each!(self, s => s.boundary(b))
-    }
-
-    fn finishing(&mut self) {
-        each!(self, s => s.finishing())
-    }
-
-    fn due(&self) -> Option<tokio::time::Instant> {
-        each!(self, s => s.due())
-    }
-
-    async fn commit(&mut self) -> Result<(), SinkError> {
-        each!(self, s => s.commit().await)
-    }
-
-    async fn abandon(&mut self) {
-        each!(self, s => s.abandon().await)
     }
 }
 

@@ -19,10 +19,13 @@
 //! `mod.rs` (the [`Sink`] and its health: the `connected` gauge and `/readyz` through its
 //! [`link::Link`]), `config.rs` (its validated settings, their defaults and masking), and, when
 //! `outboxd dlq` can read its dead letters back, `dlq.rs` (the reader and the replay writer).
-//! Besides its folder, a new sink is added to the lists that dispatch on `--sink`
-//! ([`crate::config::SinkKind`]): its flags and their validation (`config/cli.rs`,
-//! `config/validate.rs`, `config/show.rs`), [`AnySink`] (`any.rs`), `outboxd check`'s broker
-//! probe (`tools/check/sink.rs`) and, with a `dlq.rs`, the dead-letter tool's `tools/dlq/sinks.rs`.
+//! Besides its folder, a new sink is one line in the list of sinks, [`registry`], which makes
+//! [`registry::SinkKind`], the enum the relay drives and its dispatch from it; what the shared
+//! code needs of it (its builder, its `outboxd check` probe, whether `outboxd dlq` reads its dead
+//! letters) its folder exports through [`registered::Registered`]. The config side still names
+//! each sink's flag group: a field in [`crate::config::SinkArgs`], and its validation and
+//! `outboxd config` lines in `config/sinks.rs`; a sink whose dead letters are read back also adds
+//! its reader and replay client to `tools/dlq/sinks.rs` and `tools/dlq/tool.rs`.
 
 mod any;
 pub mod dead_letter;
@@ -36,6 +39,8 @@ pub mod moved;
 pub(crate) mod nats;
 pub(crate) mod rabbitmq;
 pub(crate) mod redis;
+pub(crate) mod registered;
+pub(crate) mod registry;
 mod simple;
 
 pub use any::AnySink;

@@ -14,6 +14,37 @@ use crate::router::Record;
 #[derive(Debug, Default)]
 pub struct NullSink;
 
+/// The null sink's entry in the list of sinks ([`crate::sink::registry`]).
+impl crate::sink::registered::Registered for NullSink {
+    async fn build(
+        _cfg: &crate::config::Config,
+        _health: std::sync::Arc<crate::health::Health>,
+    ) -> Result<Self, Definite> {
+        Ok(NullSink)
+    }
+
+    fn probe(_cfg: &crate::config::Config) -> crate::sink::registered::Probe {
+        crate::sink::registered::Probe::Nothing(NO_BROKER)
+    }
+}
+
+/// The stdout sink's entry in the list of sinks ([`crate::sink::registry`]).
+impl crate::sink::registered::Registered for StdoutSink {
+    async fn build(
+        _cfg: &crate::config::Config,
+        _health: std::sync::Arc<crate::health::Health>,
+    ) -> Result<Self, Definite> {
+        Ok(StdoutSink::default())
+    }
+
+    fn probe(_cfg: &crate::config::Config) -> crate::sink::registered::Probe {
+        crate::sink::registered::Probe::Nothing(NO_BROKER)
+    }
+}
+
+/// What `outboxd check` says of the sinks here.
+const NO_BROKER: &str = "no broker to check (--sink stdout or null)";
+
 impl Sink for NullSink {
     async fn send(&mut self, _record: Record, delivery: Delivery) -> Result<(), SinkError> {
         delivery.ack();

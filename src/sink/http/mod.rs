@@ -148,6 +148,20 @@ fn lane_of(key: Option<&[u8]>, lanes: usize) -> usize {
     (h % lanes as u64) as usize
 }
 
+/// The sink's entry in the list of sinks ([`crate::sink::registry`]). A webhook receiver's dead
+/// letters cannot be read back (`--dlq-sink` sends them elsewhere).
+impl crate::sink::registered::Registered for HttpSink {
+    async fn build(cfg: &crate::config::Config, health: Arc<Health>) -> Result<Self, Definite> {
+        HttpSink::new(&cfg.http, health)
+    }
+
+    fn probe(cfg: &crate::config::Config) -> crate::sink::registered::Probe {
+        let default_port = if cfg.http.url.starts_with("https://") { 443 } else { 80 };
+        let (shown, url) = (cfg.http.url_masked(), cfg.http.url.clone());
+        crate::sink::registered::Probe::Tcp { name: "http", shown, url, default_port }
+    }
+}
+
 impl Sink for HttpSink {
     async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
         let url = match self.url(&record.topic) {

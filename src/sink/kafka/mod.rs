@@ -384,6 +384,19 @@ impl Drop for KafkaSink {
     }
 }
 
+/// The sink's entry in the list of sinks ([`crate::sink::registry`]).
+impl crate::sink::registered::Registered for KafkaSink {
+    const READABLE_DEAD_LETTERS: bool = true;
+
+    async fn build(cfg: &crate::config::Config, health: Arc<Health>) -> Result<Self, Definite> {
+        KafkaSink::new(&cfg.kafka, cfg.max_in_flight, cfg.max_in_flight_bytes, health)
+    }
+
+    fn probe(_cfg: &crate::config::Config) -> crate::sink::registered::Probe {
+        crate::sink::registered::Probe::Kafka
+    }
+}
+
 impl Sink for KafkaSink {
     async fn send(&mut self, record: Record, mut delivery: Delivery) -> Result<(), SinkError> {
         if let Some((t, _)) = self.txns.as_deref_mut() {

@@ -127,6 +127,20 @@ impl NatsSink {
     }
 }
 
+/// The sink's entry in the list of sinks ([`crate::sink::registry`]).
+impl crate::sink::registered::Registered for NatsSink {
+    const READABLE_DEAD_LETTERS: bool = true;
+
+    async fn build(cfg: &crate::config::Config, health: Arc<Health>) -> Result<Self, Definite> {
+        NatsSink::connect(&cfg.nats, health).await
+    }
+
+    fn probe(cfg: &crate::config::Config) -> crate::sink::registered::Probe {
+        let (shown, url) = (cfg.nats.url_masked(), cfg.nats.url.clone());
+        crate::sink::registered::Probe::Tcp { name: "nats", shown, url, default_port: 4222 }
+    }
+}
+
 impl Sink for NatsSink {
     async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
         let job = match job(record, delivery, self.max_payload) {

@@ -69,6 +69,21 @@ impl RabbitSink {
     }
 }
 
+/// The sink's entry in the list of sinks ([`crate::sink::registry`]).
+impl crate::sink::registered::Registered for RabbitSink {
+    const READABLE_DEAD_LETTERS: bool = true;
+
+    async fn build(cfg: &crate::config::Config, health: Arc<Health>) -> Result<Self, Definite> {
+        RabbitSink::connect(&cfg.rabbitmq, health).await
+    }
+
+    fn probe(cfg: &crate::config::Config) -> crate::sink::registered::Probe {
+        let default_port = if cfg.rabbitmq.url.starts_with("amqps://") { 5671 } else { 5672 };
+        let (shown, url) = (cfg.rabbitmq.url_masked(), cfg.rabbitmq.url.clone());
+        crate::sink::registered::Probe::Tcp { name: "rabbitmq", shown, url, default_port }
+    }
+}
+
 impl Sink for RabbitSink {
     async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
         let job = job(record, delivery).map_err(|e| *e)?;

@@ -83,6 +83,20 @@ impl RedisSink {
     }
 }
 
+/// The sink's entry in the list of sinks ([`crate::sink::registry`]).
+impl crate::sink::registered::Registered for RedisSink {
+    const READABLE_DEAD_LETTERS: bool = true;
+
+    async fn build(cfg: &crate::config::Config, health: Arc<Health>) -> Result<Self, Definite> {
+        RedisSink::new(&cfg.redis, health)
+    }
+
+    fn probe(cfg: &crate::config::Config) -> crate::sink::registered::Probe {
+        let (shown, url) = (cfg.redis.url_masked(), cfg.redis.url.clone());
+        crate::sink::registered::Probe::Tcp { name: "redis", shown, url, default_port: 6379 }
+    }
+}
+
 impl Sink for RedisSink {
     async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
         self.handoff.push(0, Item { record, delivery })

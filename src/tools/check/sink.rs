@@ -5,8 +5,9 @@
 //! It also reports the broker defaults that shape those topics (`auto.create.topics.enable`,
 //! `num.partitions`, `default.replication.factor`, `min.insync.replicas`, `message.max.bytes`)
 //! and warns when the topics it would create get one replica, or no more than
-//! `min.insync.replicas`. NATS and Redis: the server accepts a TCP connection (the login is not
-//! tried).
+//! `min.insync.replicas`. The other sinks with a server (NATS, Redis, RabbitMQ, HTTP): it accepts
+//! a TCP connection (the login is not tried). Each sink says which probe is its own
+//! ([`crate::sink::registered::Registered::probe`]), so nothing here lists the sinks.
 
 use std::time::Duration;
 
@@ -14,25 +15,20 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, Top
 use rdkafka::client::DefaultClientContext;
 
 use super::Checks;
-use crate::config::{BadEventPolicy, Config, SinkKind};
+use crate::config::{BadEventPolicy, Config};
 use crate::sink::kafka::client as kafka_client;
+use crate::sink::registered::Probe;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Probe what `--sink` names, as its folder says ([`Probe`]).
 pub(super) async fn check(cfg: &Config, routed: &[String], out: &mut Checks) {
-    match cfg.sink {
-        SinkKind::Kafka => kafka(cfg, routed, out).await,
-        SinkKind::Nats => tcp(out, "nats", &cfg.nats.url_masked(), first_host_port(&cfg.nats.url, 4222)).await,
-        SinkKind::Redis => tcp(out, "redis", &cfg.redis.url_masked(), first_host_port(&cfg.redis.url, 6379)).await,
-        SinkKind::Http => {
-            let port = if cfg.http.url.starts_with("https://") { 443 } else { 80 };
-            tcp(out, "http", &cfg.http.url_masked(), first_host_port(&cfg.http.url, port)).await
+    match cfg.sink.probe(cfg) {
+        Probe::Kafka => kafka(cfg, routed, out).await,
+        Probe::Tcp { name, shown, url, default_port } => {
+            tcp(out, name, &shown, first_host_port(&url, default_port)).await
         }
-        SinkKind::Rabbitmq => {
-            let port = if cfg.rabbitmq.url.starts_with("amqps://") { 5671 } else { 5672 };
-            tcp(out, "rabbitmq", &cfg.rabbitmq.url_masked(), first_host_port(&cfg.rabbitmq.url, port)).await
-        }
-        SinkKind::Stdout | SinkKind::Null => out.info("sink", "no broker to check (--sink stdout or null)"),
+        Probe::Nothing(line) => out.info("sink", line),
     }
 }
 

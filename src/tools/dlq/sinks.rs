@@ -238,9 +238,16 @@ impl Common {
 
 /// Why `outboxd dlq` refuses `--sink kind`, and what to do instead.
 fn unreadable_sink(kind: SinkKind) -> String {
+    let readable = crate::sink::registry::readable_names();
     match kind {
-        SinkKind::Http => "--sink http: a webhook receiver's dead letters cannot be read back; `outboxd dlq` reads --sink kafka, nats, redis or rabbitmq (see docs/src/dead-letters.md)".into(),
-        other => format!("--sink {other:?}: this sink keeps no dead letters to read; `outboxd dlq` reads --sink kafka, nats, redis or rabbitmq").to_lowercase(),
+        SinkKind::Http => format!(
+            "--sink http: a webhook receiver's dead letters cannot be read back; `outboxd dlq` reads --sink \
+             {readable} (see docs/src/dead-letters.md)"
+        ),
+        other => format!(
+            "--sink {}: this sink keeps no dead letters to read; `outboxd dlq` reads --sink {readable}",
+            crate::config::value_name(other)
+        ),
     }
 }
 
@@ -303,4 +310,26 @@ pub(super) async fn ensure_topic(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     Err(format!("topic {topic:?} was created but does not show in the metadata"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unreadable_sink;
+    use crate::config::SinkKind;
+
+    /// The refusals name the readable sinks, which the list of sinks decides
+    /// (`crate::sink::registry`), in the words they had when each message listed them itself.
+    #[test]
+    fn an_unreadable_sink_is_refused_naming_the_readable_ones() {
+        assert_eq!(
+            unreadable_sink(SinkKind::Http),
+            "--sink http: a webhook receiver's dead letters cannot be read back; `outboxd dlq` reads --sink kafka, \
+             nats, redis or rabbitmq (see docs/src/dead-letters.md)"
+        );
+        assert_eq!(
+            unreadable_sink(SinkKind::Null),
+            "--sink null: this sink keeps no dead letters to read; `outboxd dlq` reads --sink kafka, nats, redis or \
+             rabbitmq"
+        );
+    }
 }
