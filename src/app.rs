@@ -24,9 +24,9 @@ use crate::config::Config;
 use crate::config::HEARTBEAT_PREFIX;
 use crate::error::{Definite, Error, Transient};
 use crate::health::Health;
+use crate::lineage::Lineage;
 use crate::lsn::Lsn;
 use crate::pg::admin;
-use crate::pg::lineage::Lineage;
 use crate::pg::replication::{ReplicationConn, WalHistory};
 use crate::retry::backoff;
 use crate::sink::Sink;
@@ -244,7 +244,12 @@ async fn session<S: Sink>(
     // Exactly-once skips by a position stored in Kafka: only as much of it as holds on the
     // server's WAL history now (a restore or a failover reuses LSNs past the branch point).
     let lineage = if cfg.kafka.transactions.is_some() {
-        match tokio::time::timeout(admin::ADMIN_TIMEOUT, Lineage::read(&mut conn, history.timeline, wal_end)).await {
+        match tokio::time::timeout(
+            admin::ADMIN_TIMEOUT,
+            crate::pg::replication::read_lineage(&mut conn, history.timeline, wal_end),
+        )
+        .await
+        {
             Ok(r) => r?,
             Err(_) => return Err(stalled("TIMELINE_HISTORY")),
         }

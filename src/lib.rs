@@ -15,6 +15,7 @@ pub mod error;
 pub mod format;
 pub mod health;
 pub mod hex;
+pub mod lineage;
 pub mod lsn;
 pub mod metrics;
 pub mod otlp;

@@ -8,7 +8,6 @@ pub mod admin;
 pub mod admin_tls;
 pub mod hosts;
 pub mod ident;
-pub mod lineage;
 pub mod login;
 pub mod pgoutput;
 pub mod replication;

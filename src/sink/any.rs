@@ -23,7 +23,7 @@ use crate::config::Config;
 use crate::debezium_offset::DebeziumOffset;
 use crate::error::{Definite, Error};
 use crate::health::Health;
-use crate::pg::lineage::Lineage;
+use crate::lineage::Lineage;
 use crate::router::Record;
 
 /// The sink `--sink` chose, and the one `--dlq-sink` chose for dead letters, if another.

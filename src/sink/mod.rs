@@ -53,8 +53,8 @@ pub use simple::{record_json, NullSink, StdoutSink};
 
 use crate::debezium_offset::DebeziumOffset;
 use crate::error::{Definite, Error};
+use crate::lineage::Lineage;
 use crate::lsn::Lsn;
-use crate::pg::lineage::Lineage;
 use crate::router::Record;
 use delivery::Delivery;
 use escape::Limits;
@@ -140,7 +140,7 @@ pub trait Sink {
     /// Exactly-once: called at the start of every session, before the first record, with the
     /// server's WAL history now. Returns the part of the position committed with the records
     /// that holds on that history (a Debezium-shaped offset: the transactions and changes at or
-    /// before it were delivered; [`crate::pg::lineage`]), which the session skips.
+    /// before it were delivered; [`crate::lineage`]), which the session skips.
     async fn prepare(&mut self, _lineage: &Lineage) -> Result<Option<DebeziumOffset>, Error> {
         Ok(None)
     }

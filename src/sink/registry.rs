@@ -31,7 +31,7 @@ use crate::config::Config;
 use crate::debezium_offset::DebeziumOffset;
 use crate::error::{Definite, Error};
 use crate::health::Health;
-use crate::pg::lineage::Lineage;
+use crate::lineage::Lineage;
 use crate::router::Record;
 
 /// The table: `Variant => Type`, each variant with its `--help` text as doc comments. The

@@ -39,7 +39,7 @@ impl ReplicationConn {
     }
 
     /// `TIMELINE_HISTORY tli`: the history file of timeline `tli` (2 or later; timeline 1 has
-    /// none) as text, for [`crate::pg::lineage`].
+    /// none) as text, for [`crate::lineage`].
     pub async fn timeline_history(&mut self, timeline: u32) -> Result<String, Error> {
         let failed = |e: ServerError| -> Error {
             if crate::error::sqlstate_is_transient(&e.code) {

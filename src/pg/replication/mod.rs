@@ -28,6 +28,7 @@ use postgres_protocol::message::{backend, frontend};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::error::{Definite, Error, Transient};
+use crate::lineage::Lineage;
 use crate::lsn::Lsn;
 
 mod commands;
@@ -424,6 +425,25 @@ impl WalSource for ReplicationStream {
     fn last_received(&self) -> Lsn {
         ReplicationStream::last_received(self)
     }
+}
+
+/// The lineage of `timeline`, asked of the server on the replication connection before
+/// `START_REPLICATION`. A history file the server cannot give (or that cannot be parsed) is
+/// logged and leaves the lineage [`unknown`](Lineage::unknown), which skips nothing stored on
+/// another timeline.
+pub async fn read_lineage(conn: &mut ReplicationConn, timeline: u32, wal_end: Lsn) -> Result<Lineage, Error> {
+    if timeline <= 1 {
+        return Ok(Lineage::first(wal_end));
+    }
+    let parsed = match conn.timeline_history(timeline).await {
+        Ok(file) => Lineage::from_history(timeline, wal_end, &file),
+        Err(e) if e.is_transient() => return Err(e),
+        Err(e) => Err(e.to_string()),
+    };
+    Ok(parsed.unwrap_or_else(|reason| {
+        tracing::warn!(timeline, %reason, "the server's timeline history cannot be read; an exactly-once position stored on another timeline will not be skipped by");
+        Lineage::unknown(timeline, wal_end)
+    }))
 }
 
 #[cfg(test)]

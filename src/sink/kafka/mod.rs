@@ -60,7 +60,7 @@ use crate::debezium_offset::DebeziumOffset;
 use crate::error::Definite;
 use crate::error::Error;
 use crate::health::Health;
-use crate::pg::lineage::Lineage;
+use crate::lineage::Lineage;
 use crate::router::Record;
 use client::{Retry, TopicError};
 use config::KafkaConfig;

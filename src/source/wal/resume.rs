@@ -2,7 +2,7 @@
 //! committed offset says it delivered are not sent again. The same rule resumes exactly-once
 //! delivery from the position committed in Kafka with the records (`--delivery exactly-once`),
 //! which has the same shape: the part of it that holds on the server's WAL history now
-//! ([`crate::pg::lineage`]).
+//! ([`crate::lineage`]).
 //!
 //! The rule ([`crate::debezium_offset`] explains the offset's keys): a transaction whose
 //! commit record starts before `lsn_commit` is skipped whole; in the transaction Debezium was in

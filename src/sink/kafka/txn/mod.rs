@@ -15,7 +15,7 @@
 //! skips what it covers, even when the slot is behind (a crash between the Kafka commit and the
 //! slot's confirmation). The position is stamped with the WAL history it was written on (its
 //! timeline, and where that timeline began), and only the part of it that holds on the server's
-//! history now is skipped by ([`crate::pg::lineage`]): after a restore or a failover to a
+//! history now is skipped by ([`crate::lineage`]): after a restore or a failover to a
 //! lagging replica, the reused LSNs past the branch point are new events, not delivered ones.
 //!
 //! # Invariants
@@ -62,9 +62,9 @@ use super::sent::Sent;
 use super::written::Written;
 use crate::debezium_offset::{DebeziumOffset, Partial};
 use crate::error::{Definite, Error, Transient};
+use crate::lineage::{Lineage, Stamp, Stored};
 use crate::lsn::Lsn;
 use crate::metrics::TxnMetrics;
-use crate::pg::lineage::{Lineage, Stamp, Stored};
 use crate::sink::delivery::{Delivery, Position};
 use crate::sink::kafka::config::{KafkaConfig, TxnConfig};
 use crate::sink::{Boundary, SinkError};

@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::debezium_offset::{DebeziumOffset, Partial};
 use crate::error::{Definite, Error, Transient};
+use crate::lineage::{Stamp, Stored};
 use crate::lsn::Lsn;
-use crate::pg::lineage::{Stamp, Stored};
 use crate::sink::kafka::client;
 use crate::sink::kafka::config::{KafkaConfig, TxnConfig};
 

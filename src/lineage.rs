@@ -25,11 +25,11 @@
 //! Skipping less than the position sends again what was delivered, and the log says so; skipping
 //! more would lose events, which this never does. A position stored by an older outboxd has no
 //! stamp: it is taken as the current timeline's, with the WAL-end check.
+//!
+//! Pure: the history file is read on the replication connection ([`crate::pg::replication::read_lineage`]).
 
 use crate::debezium_offset::DebeziumOffset;
-use crate::error::Error;
 use crate::lsn::Lsn;
-use crate::pg::replication::ReplicationConn;
 
 /// The history a position was written on: its timeline, and the LSN where that timeline began
 /// (`0/0` for timeline 1; `None` when the writer could not read its history file).
@@ -113,24 +113,6 @@ impl Lineage {
         }
         spans.push(Span { timeline, begins, ends: None });
         Ok(Lineage { timeline, wal_end, spans: Some(spans) })
-    }
-
-    /// Ask the server, on the replication connection before `START_REPLICATION`. A history file
-    /// the server cannot give (or that cannot be parsed) is logged and leaves the lineage
-    /// [`unknown`](Lineage::unknown), which skips nothing stored on another timeline.
-    pub async fn read(conn: &mut ReplicationConn, timeline: u32, wal_end: Lsn) -> Result<Lineage, Error> {
-        if timeline <= 1 {
-            return Ok(Lineage::first(wal_end));
-        }
-        let parsed = match conn.timeline_history(timeline).await {
-            Ok(file) => Lineage::from_history(timeline, wal_end, &file),
-            Err(e) if e.is_transient() => return Err(e),
-            Err(e) => Err(e.to_string()),
-        };
-        Ok(parsed.unwrap_or_else(|reason| {
-            tracing::warn!(timeline, %reason, "the server's timeline history cannot be read; an exactly-once position stored on another timeline will not be skipped by");
-            Lineage::unknown(timeline, wal_end)
-        }))
     }
 
     /// What a position written now is stamped with.
