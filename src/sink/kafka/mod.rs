@@ -35,6 +35,7 @@
 pub mod client;
 mod condemned;
 pub mod config;
+pub mod dlq;
 mod events;
 pub mod reader;
 mod sent;

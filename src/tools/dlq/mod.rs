@@ -1,14 +1,13 @@
 //! The `outboxd dlq` tools ([`tool`]), which read the dead-letter queue of the sink `--sink`
-//! names (`sinks`): Kafka (`read`), NATS JetStream, Redis Streams or a RabbitMQ stream queue (each
-//! read and written by the `dlq` module in its sink's folder, e.g. [`crate::sink::nats::dlq`]), and
+//! names (`sinks`): Kafka, NATS JetStream, Redis Streams or a RabbitMQ stream queue (each read by
+//! the `dlq` module in its sink's folder, e.g. [`crate::sink::kafka::dlq`], [`crate::sink::nats::dlq`]), and
 //! list, inspect and replay what is there. The copies themselves are
 //! written by the relay under the record model of [`crate::sink::dead_letter`] (header names,
 //! chunks, a record as read back, the events a reader makes of them), re-exported here for the
 //! tools. What a sink could not carry in a copy
 //! travels escaped ([`crate::sink::escape`]); every source's records are restored before use
-//! ([`read::DlqRecord::restore_escaped`]).
+//! ([`crate::sink::dead_letter::DlqRecord::restore_escaped`]).
 
-pub(crate) mod read;
 mod sinks;
 mod state;
 pub mod tool;

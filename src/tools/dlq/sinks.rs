@@ -17,12 +17,12 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 
 use super::chunk;
-use super::read::{partition_count, DlqReader, DlqRecord};
 use super::PREFIX;
 use crate::config::{parse_duration, DlqCommonArgs, KafkaConfig, SinkKind};
 use crate::error::{Definite, Error};
 use crate::secret::read_url_file;
 use crate::sink::kafka::client::{self as kafka_client, Retry};
+use crate::sink::kafka::dlq::{partition_count, DlqReader, DlqRecord};
 use crate::sink::kafka::reader::{ReaderContext, StreamReader};
 use crate::sink::moved;
 use crate::sink::nats::config::NatsConfig;

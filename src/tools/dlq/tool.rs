@@ -35,12 +35,12 @@ use rdkafka::producer::FutureProducer;
 
 use super::chunk;
 use super::entry::{Collector, Entry, Fed};
-use super::read::DlqRecord;
 use super::sinks::{ensure_topic, send, Common, Source, Target, Via};
 use super::state::State;
 use super::{H_LSN, H_MESSAGE, H_PAYLOAD_DROPPED, H_SEQ, H_SIZE, H_TABLE};
 use crate::config::{DlqCommand, DlqListArgs, DlqReplayArgs};
 use crate::error::{Definite, Error};
+use crate::sink::dead_letter::DlqRecord;
 use crate::sink::kafka::reader::StreamReader;
 
 /// Events sent before waiting for their acks and saving progress.

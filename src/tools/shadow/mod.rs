@@ -6,7 +6,7 @@
 //! * this file: how a record is identified (`--match-by`);
 //! * [`diff`]: the JSON-semantic comparison and `--ignore`;
 //! * [`pair`]: the pairing state and the tally, pure and bounded as its doc says;
-//! * [`tool`]: reading the topics (`crate::tools::dlq::read`'s reader, clients from
+//! * [`tool`]: reading the topics (`crate::sink::kafka::dlq`'s reader, clients from
 //!   [`crate::sink::kafka::client`]), the report, `--follow` and its metrics.
 
 pub mod diff;

@@ -28,8 +28,8 @@ use crate::config::{parse_duration, KafkaConfig, ShadowCommand, ShadowCompareArg
 use crate::error::{Definite, Error};
 use crate::metrics::{ShadowFigures, ShadowMetrics};
 use crate::sink::kafka::client as kafka_client;
+use crate::sink::kafka::dlq::{DlqReader, DlqRecord};
 use crate::sink::kafka::reader::{ReaderContext, StreamReader};
-use crate::tools::dlq::read::{DlqReader, DlqRecord};
 
 /// With `--follow`: a topic without a record for this long is caught up, so the clock stands in
 /// for its progress.

@@ -1,4 +1,4 @@
-//! Reading the whole DLQ topic for `outboxd dlq list` and `replay`: every partition from the
+//! Kafka's dead-letter reader: the whole DLQ topic for `outboxd dlq list` and `replay`, every partition from the
 //! beginning with `assign()` (no group, no commits), up to the end it had when reading began.
 //! `outboxd shadow compare` reads its two topics with the same reader, from a time
 //! ([`DlqReader::open_from`]) and, with `--follow`, past the end ([`DlqReader::next_live`]).
