@@ -79,8 +79,10 @@ fn health_and_the_status_page_never_name_the_server_that_serves_them() {
 fn the_ground_floor_never_names_config_or_anything_above() {
     let up = ["crate::config", "crate::sink", "crate::relay", "crate::tools", "crate::status", "crate::serve"];
     let mut found = offences("format", &up);
-    found.extend(offences("secret.rs", &up));
-    found.extend(offences("metrics", &up));
+    for ground in ["secret.rs", "metrics", "units.rs", "properties.rs", "debezium_offset.rs", "lineage.rs"] {
+        found.extend(offences(ground, &up));
+        found.extend(offences(ground, &["crate::pg", "crate::router"]));
+    }
     assert_none("a ground-floor module names a module above it", found);
 }
 
@@ -91,4 +93,18 @@ fn every_metric_handle_is_made_in_the_metrics_folder() {
         found.extend(offences(from, &["counter!(", "gauge!(", "histogram!("]));
     }
     assert_none("a metric handle is made outside src/metrics/ (its catalogue)", found);
+}
+
+/// The router's input is its own (`router::Table`, `router::Row`): it names neither PostgreSQL's
+/// protocol nor anything above it, and `format/` encodes what it is handed without the router.
+/// The sinks name nothing of PostgreSQL, and of `config/` only the validated `Config` they are
+/// built from (the one import that points up, named in docs/src/layout.md).
+#[test]
+fn the_router_and_the_sinks_know_nothing_of_postgresql_and_the_sinks_only_the_config() {
+    let up = ["crate::pg", "crate::config", "crate::sink", "crate::relay", "crate::source", "crate::tools"];
+    let mut found = offences("router", &up);
+    found.extend(offences("format", &["crate::router", "crate::pg"]));
+    found.extend(offences("sink", &["crate::pg"]));
+    found.extend(offences("sink", &["crate::config"]).into_iter().filter(|f| !f.contains("crate::config::Config")));
+    assert_none("the router, format or a sink names a module it must not", found);
 }

@@ -151,7 +151,7 @@ sinks! {
 /// "kafka, nats, redis or rabbitmq".
 pub fn readable_names() -> String {
     let names: Vec<String> =
-        SinkKind::ALL.iter().filter(|k| k.readable_dead_letters()).map(|k| crate::config::value_name(*k)).collect();
+        SinkKind::ALL.iter().filter(|k| k.readable_dead_letters()).map(|k| crate::units::value_name(*k)).collect();
     match names.split_last() {
         Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
         Some((last, _)) => last.clone(),
