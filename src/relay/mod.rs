@@ -310,12 +310,13 @@ impl<'a, S: Sink> Relay<'a, S> {
         self.report_in_flight();
     }
 
-    /// The status page's in-flight bytes (every loop's), and the in-flight gauge for the loops
-    /// whose relay counts it (`poll`; `run`'s tracker sets the gauge itself), as they change.
+    /// The in-flight gauge and the status page's in-flight bytes, as they change, for a source
+    /// that reports through the relay (`poll`). The WAL session reports both itself, with each
+    /// status update, so its per-record path does no more than this `None` check.
     fn report_in_flight(&self) {
-        crate::status::board().set_in_flight_bytes(self.in_flight_bytes);
         if let Some(g) = &self.in_flight_gauge {
             g.set(self.in_flight as f64);
+            crate::status::board().set_in_flight_bytes(self.in_flight_bytes);
         }
     }
 

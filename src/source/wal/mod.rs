@@ -233,6 +233,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
 
     fn publish_progress(&self) {
         self.metrics.progress(self.stream.last_received(), self.tracker.confirmed(), self.tracker.in_flight());
+        crate::status::board().set_in_flight_bytes(self.relay.in_flight_bytes());
     }
 
     /// Count transactions the tracker confirmed, and their commit-to-ack latency.
