@@ -211,3 +211,103 @@ fn key_changing_update_epoch_timestamps_tracing_and_heartbeats_beside_debezium()
     assert!(extra.is_empty(), "outboxd published events Debezium did not: {extra:?}");
     assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
 }
+
+/// Connect's REST API on `rest`: `method` `path` with an optional JSON body; the answer as JSON.
+fn connect_rest(rest: &str, method: &str, path: &str, body: Option<&Value>) -> Value {
+    let script = "import sys, urllib.request, urllib.error\n\
+        data = sys.argv[3].encode() if sys.argv[3] else None\n\
+        req = urllib.request.Request(sys.argv[1], data=data, method=sys.argv[2], headers={'Content-Type': 'application/json'})\n\
+        try:\n    print(urllib.request.urlopen(req, timeout=30).read().decode())\n\
+        except urllib.error.HTTPError as e:\n    print(e.read().decode())\n";
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, &format!("{rest}{path}"), method, &body.map(Value::to_string).unwrap_or_default()])
+        .output()
+        .expect("python3");
+    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+}
+
+/// Where outboxd does better than Debezium's failed task, each verified against the real
+/// Debezium (one worker, one connector per case, added through Connect's REST API): a route
+/// value that is no legal topic name, a NULL route value, a NULL event id. Debezium's task
+/// fails and nothing after the row is published; outboxd dead-letters the row with its reason
+/// and relays the rows after it.
+#[test]
+fn rows_that_fail_debeziums_task_are_dead_letters_in_outboxd() {
+    let pg = PgCluster::start();
+    const CASES: [(&str, &str, &str, &str); 3] = [
+        ("it", "'bad topic!'", "gen_random_uuid()", "invalid_topic"),
+        ("nr", "NULL", "gen_random_uuid()", "null_route"),
+        ("ni", "'ok'", "NULL", "null_id"),
+    ];
+    for (t, _, _, _) in CASES {
+        pg.psql(&format!(
+            "CREATE TABLE public.outbox_{t} (n bigserial PRIMARY KEY, event_id uuid, kind text, agg text, body text, \
+             at timestamp NOT NULL DEFAULT timestamp '2026-01-02 03:04:05')"
+        ));
+    }
+    let broker = Broker::start();
+    for prefix in ["dbz", "obx"] {
+        broker.create_topic(&format!("{prefix}.ok"), 1);
+    }
+    let case_connector = |t: &str, prefix: &str, tables: &str| {
+        let mut c = connector(&pg, prefix);
+        c["name"] = format!("case-{t}").into();
+        c["config"]["table.include.list"] = tables.into();
+        c["config"]["slot.name"] = format!("{prefix}_{t}").into();
+        c["config"]["publication.name"] = format!("{prefix}_{t}_pub").into();
+        c
+    };
+    let dbz = Debezium::start(&case_connector("it", "dbz", "public.outbox_it"), &broker.bootstrap());
+    for (t, _, _, _) in &CASES[1..] {
+        let c = case_connector(t, "dbz", &format!("public.outbox_{t}"));
+        connect_rest(&dbz.rest, "PUT", &format!("/connectors/case-{t}/config"), Some(&c["config"]));
+    }
+    let state = |t: &str| connect_rest(&dbz.rest, "GET", &format!("/connectors/case-{t}/status"), None);
+    for (t, _, _, _) in CASES {
+        let running = wait_until(Duration::from_secs(60), || state(t)["tasks"][0]["state"] == "RUNNING");
+        assert!(running, "case-{t}: {}", state(t));
+    }
+    // outboxd: one drop-in connector over all three tables.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("connector.json");
+    let all = CASES.map(|(t, ..)| format!("public.outbox_{t}")).join(",");
+    std::fs::write(&file, case_connector("all", "obx", &all).to_string()).unwrap();
+    let mut d = Outboxd::spawn_streaming(&args(&[
+        "run",
+        "--debezium-config",
+        &file.display().to_string(),
+        "--kafka-brokers",
+        &broker.bootstrap(),
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ]));
+    for (t, kind, id, _) in CASES {
+        pg.psql(&format!("INSERT INTO outbox_{t} (event_id, kind, agg, body) VALUES ({id}, {kind}, 'bad-{t}', 'x')"));
+        pg.psql(&format!(
+            "INSERT INTO outbox_{t} (event_id, kind, agg, body) VALUES (gen_random_uuid(), 'ok', 'after-{t}', 'y')"
+        ));
+    }
+    let mut traces = Vec::new();
+    for (t, _, _, _) in CASES {
+        let failed = wait_until(Duration::from_secs(60), || state(t)["tasks"][0]["state"] != "RUNNING");
+        let s = state(t);
+        eprintln!("case-{t}: failed={failed} {}", s["tasks"][0]["state"]);
+        traces.push((
+            t,
+            s["tasks"][0]["trace"].as_str().unwrap_or_default().lines().next().unwrap_or_default().to_owned(),
+        ));
+    }
+    eprintln!("traces: {traces:#?}");
+    let theirs = broker.consume_all("dbz.ok", 1, 0, Duration::from_secs(5));
+    eprintln!("debezium ok: {:?}", theirs.iter().map(|r| r.key_str()).collect::<Vec<_>>());
+    let mine = broker.consume_all("obx.ok", 1, 3, Duration::from_secs(30));
+    let mut keys: Vec<_> = mine.iter().filter_map(|r| r.key_str()).collect();
+    keys.sort();
+    assert_eq!(keys, ["after-it", "after-ni", "after-nr"], "{}", d.log());
+    let dead = broker.consume_all("outboxd.dlq", 1, 3, Duration::from_secs(30));
+    for (t, _, _, reason) in CASES {
+        let r = dead.iter().find(|r| r.key_str() == Some(format!("bad-{t}")));
+        assert_eq!(r.and_then(|r| r.header_str("outboxd.error")).as_deref(), Some(reason), "{dead:?}");
+    }
+    d.stop_cleanly();
+}
