@@ -141,6 +141,11 @@ fn heartbeats_move_an_idle_slot_and_never_reach_the_sink() {
     // one to be given out is read without taking one).
     let next_xid = || pg.psql("SELECT txid_snapshot_xmax(txid_current_snapshot())").parse::<i64>().unwrap();
     let first = next_xid();
+    // Three heartbeats' time: the probe saw none of them.
+    std::thread::sleep(Duration::from_millis(3500));
+    let seen =
+        pg.psql("SELECT count(*) FROM pg_logical_slot_peek_changes('probe', NULL, NULL, 'skip-empty-xacts', '1')");
+    assert_eq!(seen, "0", "another logical decoding consumer saw the heartbeats");
     assert!(wait_until(Duration::from_secs(15), || next_xid() >= first + 3), "no heartbeats\n{}", d.log());
     // The idle slot moves past a heartbeat's own WAL.
     let last = pg.current_lsn();
@@ -150,9 +155,6 @@ fn heartbeats_move_an_idle_slot_and_never_reach_the_sink() {
         )) == "t"
     });
     assert!(moved, "confirmed_flush_lsn never passed the heartbeat at {last}\n{}", d.log());
-    let seen =
-        pg.psql("SELECT count(*) FROM pg_logical_slot_peek_changes('probe', NULL, NULL, 'skip-empty-xacts', '1')");
-    assert_eq!(seen, "0", "another logical decoding consumer saw the heartbeats");
     pg.psql("SELECT 1 FROM pg_drop_replication_slot('probe')");
     d.stop_cleanly();
     let log = d.log();
