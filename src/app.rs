@@ -21,7 +21,6 @@ use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::config::HEARTBEAT_PREFIX;
 use crate::error::{Definite, Error, Transient};
 use crate::health::Health;
 use crate::lineage::Lineage;
@@ -36,6 +35,15 @@ use crate::source::wal::{Context, Session};
 /// instance's open transaction, up to its `transaction.timeout.ms`).
 const EXACTLY_ONCE_PREPARE_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// The heartbeat: a transaction that takes a transaction id and changes nothing, so its commit
+/// record is WAL that no logical decoding consumer sees as a change. pgoutput skips the empty
+/// transaction (15+) or sends an empty BEGIN/COMMIT (13, 14), which every consumer reads past;
+/// a logical message, which this was before, is captured by any Debezium connector on the
+/// database (it captures every prefix by default). What the slot needs is only WAL past its
+/// position: the walsender reads past the commit and its keepalive carries the WAL end, which
+/// the session confirms while nothing is in flight (`source::wal::tracker`).
+const HEARTBEAT_SQL: &str = "SELECT txid_current()";
+
 /// How often the monitor wakes; finer than any sensible lag-poll or heartbeat interval.
 const MONITOR_TICK: Duration = Duration::from_millis(250);
 
@@ -47,14 +55,6 @@ pub async fn run<S: Sink>(cfg: &Config, sink: &mut S, handles: Handles) -> Resul
         let client = admin::connect(cfg).await?;
         let version = admin::server_version(&client).await?;
         version.check_supported()?;
-        if !version.decodes_messages() && !cfg.heartbeat_interval.is_zero() {
-            tracing::warn!(
-                server = %version.text,
-                "PostgreSQL 13's pgoutput cannot pass logical messages (the messages option is 14+): heartbeats are \
-                 written to WAL and still move an idle slot, but are not decoded, so they do not prove the stream alive; \
-                 --heartbeat-action-query works as usual"
-            );
-        }
         admin::check_wal_level(&client).await?;
         if !cfg.messages_prefixes.is_empty() {
             admin::check_messages_supported(&version)?;
@@ -215,12 +215,12 @@ async fn session<S: Sink>(
             admin::MissingSlot::Create
         };
         let slot = take_slot(&client, cfg, state.own_walsender.as_ref(), missing).await?;
-        Ok::<_, Error>((slot, version, client))
+        Ok::<_, Error>((slot, client))
     };
     // The connection may try every host (and address) for up to connect_timeout each first.
     let hosts = u32::try_from(cfg.postgres.hosts.len()).unwrap_or(u32::MAX);
     let bound = admin::ADMIN_TIMEOUT * 2 + cfg.postgres.connect_timeout.saturating_mul(hosts.saturating_mul(2));
-    let (slot, version, client) = match tokio::time::timeout(bound, checks).await {
+    let (slot, client) = match tokio::time::timeout(bound, checks).await {
         Ok(r) => r?,
         Err(_) => return Err(stalled("the slot and publication checks")),
     };
@@ -264,10 +264,9 @@ async fn session<S: Sink>(
         }
         tracing::info!(slot = %cfg.slot, "turned FAILOVER on for the existing slot (--slot-failover)");
     }
-    // pgoutput's `messages` option carries our heartbeats and the --messages-prefix events; pgoutput
-    // before 14 rejects it (heartbeats then move the slot by keepalives; prefixes are refused there).
-    let messages =
-        (!cfg.heartbeat_interval.is_zero() && version.decodes_messages()) || !cfg.messages_prefixes.is_empty();
+    // pgoutput's `messages` option carries the --messages-prefix events; pgoutput before 14 rejects
+    // it (prefixes are refused there). Our heartbeats need no decoding (see `monitor`).
+    let messages = !cfg.messages_prefixes.is_empty();
     let from = resume_point(&slot, state.confirmed.as_ref(), &history, wal_end);
     // Exactly-once: the Kafka producer takes its transactional id (fencing any other holder) and
     // reads the position committed with the records; the session skips what it covers (the part
@@ -410,8 +409,7 @@ async fn monitor(cfg: Config, handles: Handles) {
         if last_activity.elapsed() >= cfg.heartbeat_interval {
             // Counted as activity now, so one heartbeat goes out per quiet interval.
             last_activity = tokio::time::Instant::now();
-            let sql = format!("SELECT pg_logical_emit_message(false, '{HEARTBEAT_PREFIX}', now()::text)");
-            if let Err(e) = admin::timed("heartbeat", c.batch_execute(&sql)).await {
+            if let Err(e) = admin::timed("heartbeat", c.batch_execute(HEARTBEAT_SQL)).await {
                 tracing::warn!(error = %e, "heartbeat failed");
             }
         }

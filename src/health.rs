@@ -30,7 +30,7 @@ pub struct Health {
     standby: AtomicBool,
     /// The sink reaches its destination (every sink reports it, whatever its kind).
     sink_up: AtomicBool,
-    /// Outbox events and heartbeats seen in the stream: a counter, so the per-event path pays one
+    /// Outbox events seen in the stream: a counter, so the per-event path pays one
     /// relaxed add and no clock read; the monitor turns changes into idle time.
     activity: AtomicU64,
     /// Loop ticks are stored as milliseconds since this instant (a monotonic clock).
@@ -147,12 +147,12 @@ impl Health {
         self.sink_up.load(Ordering::Relaxed)
     }
 
-    /// An outbox event or a heartbeat just came through the stream.
+    /// An outbox event just came through the stream.
     pub fn activity(&self) {
         self.activity.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// How many events and heartbeats have come through so far.
+    /// How many events have come through so far.
     pub fn activity_count(&self) -> u64 {
         self.activity.load(Ordering::Relaxed)
     }

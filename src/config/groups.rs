@@ -170,7 +170,8 @@ pub struct WalArgs {
     /// What an UPDATE on the outbox does: warn, error (both log and go on) or fatal (Debezium `table.op.invalid.behavior`).
     #[arg(long, value_enum, default_value_t = InvalidOp::Warn)]
     pub table_op_invalid_behavior: InvalidOp,
-    /// Emit a logical heartbeat message this often while no event arrives; 0 disables.
+    /// Write a heartbeat (an empty transaction, which no logical decoding consumer sees) this
+    /// often while no event arrives, so an idle slot moves; 0 disables.
     #[arg(long, env = "OUTBOXD_HEARTBEAT_INTERVAL", default_value = "30s")]
     pub heartbeat_interval: String,
     /// SQL run on the heartbeat interval (Debezium `heartbeat.action.query`).

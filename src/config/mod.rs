@@ -148,6 +148,9 @@ pub struct Config {
     pub poll: PollConfig,
     /// The outbox tables must be empty at start (a Debezium file asked for an initial snapshot).
     pub require_empty_tables: bool,
+    /// An UPDATE that changes an outbox row's primary key is the new row's event, with Debezium's
+    /// `__debezium.oldkey` header (`--debezium-config` only: what Debezium publishes for it).
+    pub key_change_events: bool,
     /// `--debezium-offsets`: events Debezium delivered before outboxd took over its slot.
     pub debezium_offsets: Option<(std::path::PathBuf, debezium::offsets::DebeziumOffset)>,
     /// Messages from loading the configuration, for the log once it is up: (is_warning, text).

@@ -32,6 +32,7 @@ impl Config {
         debezium::apply(&mut merged, &overlay, explicit)?;
         let mut cfg = Config::from_flags(&merged)?;
         cfg.require_empty_tables = overlay.require_empty_tables;
+        cfg.key_change_events = true;
         cfg.notes = overlay.notes;
         Ok(cfg)
     }
@@ -100,6 +101,7 @@ impl Config {
             mask,
             poll: PollConfig::from_args(&a.poll)?,
             require_empty_tables: false,
+            key_change_events: false,
             debezium_offsets: match &wal.debezium_offsets {
                 Some(path) => Some((path.clone(), debezium::offsets::DebeziumOffset::load(path)?)),
                 None => None,

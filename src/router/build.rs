@@ -113,6 +113,12 @@ impl Route {
             },
             None => Some(pg_us_to_unix_ms(row.commit_time_us)),
         };
+        // Before 1970 no Kafka client takes the instant (Java's producer refuses it, its consumers
+        // misread it), AMQP's timestamp is unsigned and Debezium's task fails on it: one bad event
+        // for every sink rather than a record each sink would carry differently.
+        if let Some(ms) = timestamp_ms.filter(|ms| *ms < 0) {
+            return Err(fail("invalid_timestamp", timestamp::before_epoch(ms)));
+        }
         let mut headers = vec![("id".to_owned(), Bytes::copy_from_slice(id.as_bytes()))];
         if let Some(c) = self.headers {
             if let Some(h) = value(c).map_err(|e| fail("bad_value", e))? {

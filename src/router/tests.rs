@@ -396,10 +396,18 @@ fn out_of_range_timestamps_are_bad_events() {
         assert!(e.message.contains(want), "{name}: {}", e.message);
         assert_eq!((e.event_id.as_deref(), e.key.as_deref()), (Some(ID), Some(&b"42"[..])), "{name}: salvage");
     }
-    // Negative (BC) years inside the range route normally, as negative epoch milliseconds.
-    let rec = route_with(&cfg(), &[("created_at", Some("0044-03-15 12:00:00+00 BC"))]).unwrap();
-    assert_eq!(rec.timestamp_ms, Some(-63_517_780_800_000));
+    // An instant before 1970 is no record timestamp (`invalid_timestamp`, salvaged like the
+    // others); one inside the millisecond before the epoch truncates to 0, as Debezium's does.
+    for before in ["0044-03-15 12:00:00+00 BC", "1969-12-31 23:59:59.999+00", "1960-01-01 00:00:00+00"] {
+        let e = route_with(&cfg(), &[("created_at", Some(before))]).unwrap_err();
+        assert_eq!((e.code, e.event_id.as_deref()), ("invalid_timestamp", Some(ID)), "{before}: {e:?}");
+        assert!(e.message.contains("before 1970-01-01T00:00:00Z"), "{}", e.message);
+    }
+    let rec = route_with(&cfg(), &[("created_at", Some("1969-12-31 23:59:59.9995+00"))]).unwrap();
+    assert_eq!(rec.timestamp_ms, Some(0));
+    // As a placed value a BC year is fine.
     let mut c = cfg();
+    c.timestamp_field = None;
     c.placements = Placement::parse_list("created_at:header:at").unwrap();
     let rec = route_with(&c, &[("created_at", Some("0044-03-15 12:00:00+00 BC"))]).unwrap();
     assert_eq!(h(&rec).last().unwrap(), &("at", "-000043-03-15T12:00:00Z".to_owned()));

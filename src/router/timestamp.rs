@@ -169,6 +169,15 @@ fn parse(text: &[u8]) -> Result<Parsed, String> {
     Ok(Parsed::Finite { at, offset: pieces.to_numeric_offset() })
 }
 
+/// Why a record timestamp of `ms` (< 0) is refused: the `invalid_timestamp` bad event's message.
+pub fn before_epoch(ms: i64) -> String {
+    let at = Timestamp::from_millisecond(ms).map(|t| t.to_string()).unwrap_or_else(|_| ms.to_string());
+    format!(
+        "timestamp column value {at} is before 1970-01-01T00:00:00Z; Kafka record timestamps cannot be negative \
+         (set the column to a later instant, or route without --table-field-event-timestamp)"
+    )
+}
+
 fn out_of_range(text: &[u8], e: jiff::Error) -> String {
     format!("timestamp {} is out of range ({e}); the supported range is years -9999..=9999", shown(text))
 }

@@ -264,10 +264,13 @@ fn delivery_and_heartbeats(keys: &mut Keys, o: &mut Overlay) -> Result<(), Strin
         Some(other) => return Err(format!("exactly.once.support={other:?}: expected required or requested")),
         None => {}
     }
-    if let Some(ms) = keys.get("heartbeat.interval.ms") {
-        let n: u64 = ms.parse().map_err(|_| format!("heartbeat.interval.ms={ms:?} is not a number"))?;
-        o.values.push(("heartbeat_interval", format!("{n}ms")));
-    }
+    // Heartbeats only as the connector asks: Debezium's default is none (0), and a tool that writes
+    // WAL the connector never did surprises whoever runs both during a migration.
+    let heartbeat_ms = match keys.get("heartbeat.interval.ms") {
+        Some(ms) => ms.parse::<u64>().map_err(|_| format!("heartbeat.interval.ms={ms:?} is not a number"))?,
+        None => 0,
+    };
+    o.values.push(("heartbeat_interval", format!("{heartbeat_ms}ms")));
     if let Some(q) = keys.get("heartbeat.action.query") {
         o.values.push(("heartbeat_action_query", q));
     }
@@ -386,10 +389,12 @@ fn router(keys: &mut Keys, o: &mut Overlay, message_prefixes: &[String]) -> Resu
     }
     // Debezium's tracing reads the span context from this column (default tracingspancontext, which
     // is outboxd's default too); outboxd passes it on as W3C headers.
+    // Debezium 3.6.1 as shipped (no OpenTelemetry jars in its plugin) writes no traceparent, so
+    // the column is read only when the connector names it; otherwise none, where outboxd's own
+    // default would read `tracingspancontext` when the table has it.
     router_used.push("tracing.span.context.field".to_owned());
-    if let Some(c) = router_opts.get("tracing.span.context.field") {
-        o.values.push(("tracing_span_context_field", c.clone()));
-    }
+    let trace = router_opts.get("tracing.span.context.field").cloned().unwrap_or_default();
+    o.values.push(("tracing_span_context_field", trace));
     for k in ["tracing.operation.name", "tracing.with.context.field.only"] {
         if router_opts.contains_key(k) {
             router_used.push(k.to_owned());

@@ -14,8 +14,8 @@ use crate::pg::sqlstate::query_error as db;
 use crate::router::{HeadersField, MissingPolicy};
 /// The oldest PostgreSQL major version outboxd runs on.
 pub const MIN_SERVER_MAJOR: u32 = 13;
-/// The first major version whose pgoutput takes the `messages` option, so heartbeats
-/// (`pg_logical_emit_message`) reach us decoded. On 13 they are written to WAL but never sent.
+/// The first major version whose pgoutput takes the `messages` option, so logical messages
+/// (`--messages-prefix` events) reach us decoded. On 13 they are written to WAL but never sent.
 pub const MESSAGES_SINCE_MAJOR: u32 = 14;
 
 /// The server's version: `server_version_num` (e.g. 170004) and the human text (e.g. "17.4").
@@ -30,7 +30,7 @@ impl ServerVersion {
         self.num / 10000
     }
 
-    /// Whether pgoutput can pass our heartbeat messages through (`messages` option).
+    /// Whether pgoutput can pass logical messages through (`messages` option).
     pub fn decodes_messages(&self) -> bool {
         self.major() >= MESSAGES_SINCE_MAJOR
     }

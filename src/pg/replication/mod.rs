@@ -97,7 +97,7 @@ impl ReplicationConn {
         // The publication list is a string literal holding quoted identifiers.
         let pubs = super::ident::quote_ident(publication).replace('\'', "''");
         let slot = super::ident::quote_ident(slot);
-        // `messages` (PostgreSQL 14+) lets our heartbeat messages through.
+        // `messages` (PostgreSQL 14+) lets the --messages-prefix events through.
         let messages = if messages { ", messages 'true'" } else { "" };
         let sql = format!(
             "START_REPLICATION SLOT {slot} LOGICAL {start} (proto_version '1', publication_names '{pubs}'{messages})"

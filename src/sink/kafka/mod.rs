@@ -266,7 +266,7 @@ impl KafkaSink {
             br = br.partition(p);
         }
         if let Some(ts) = record.timestamp_ms {
-            br = br.timestamp(ts);
+            br = br.timestamp(librdkafka_timestamp(ts));
         }
         match self.producer.send(br) {
             Ok(()) => {
@@ -537,9 +537,30 @@ impl Sink for KafkaSink {
     }
 }
 
+/// The record timestamp handed to librdkafka for `ms` (never negative: the router refuses
+/// those). librdkafka reads 0 as "stamp it with the send time" (`rd_kafka_msg_new0`, the same for
+/// `rd_kafka_producev`'s `RD_KAFKA_V_TIMESTAMP` and every path rust-rdkafka takes, the
+/// transactional producer's too) and has no way to write 0 itself, so an instant inside the first
+/// millisecond after the epoch goes out as 1: one millisecond off Debezium's 0, where the send
+/// time would be decades off.
+pub fn librdkafka_timestamp(ms: i64) -> i64 {
+    if ms == 0 {
+        1
+    } else {
+        ms
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_epoch_millisecond_is_not_the_send_time() {
+        assert_eq!(librdkafka_timestamp(0), 1);
+        assert_eq!(librdkafka_timestamp(1), 1);
+        assert_eq!(librdkafka_timestamp(1_796_208_550_123), 1_796_208_550_123);
+    }
 
     #[test]
     fn per_record_broker_errors_are_rejections() {

@@ -37,6 +37,7 @@
 //! never a bad event: librdkafka retries it forever and the frontier waits.
 
 mod input;
+mod key_change;
 mod message;
 mod resume;
 pub mod tracker;
@@ -65,7 +66,7 @@ use tracker::AckTracker;
 /// What we know about a relation id.
 enum RelationEntry {
     // Boxed: a Route is large and most relations of a publication are not outboxes.
-    Outbox(Box<Route>, Arc<str>),
+    Outbox(Box<Route>, Arc<str>, Option<key_change::KeyColumns>),
     Other,
 }
 
@@ -286,6 +287,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             LogicalMessage::Relation(rel) => {
                 let id = rel.id;
                 let entry = if self.cfg.tables.iter().any(|t| t.schema == rel.namespace && t.name == rel.name) {
+                    let keys = if self.cfg.key_change_events { key_change::KeyColumns::of(&rel) } else { None };
                     let route = Route::compile(&self.cfg.route, &input::table(rel))?;
                     let table: Arc<str> = Arc::from(route.table());
                     if self.cfg.mask.needs_event_type() && !route.has_event_type() {
@@ -296,7 +298,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                         ))
                         .into());
                     }
-                    RelationEntry::Outbox(Box::new(route), table)
+                    RelationEntry::Outbox(Box::new(route), table, keys)
                 } else {
                     RelationEntry::Other
                 };
@@ -304,7 +306,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             }
             LogicalMessage::Insert(ins) => {
                 let (route, table) = match self.relations.get(&ins.relation_id) {
-                    Some(RelationEntry::Outbox(route, table)) => (route, table.clone()),
+                    Some(RelationEntry::Outbox(route, table, _)) => (route, table.clone()),
                     Some(RelationEntry::Other) => return Ok(()),
                     None => {
                         return Err(Definite::Protocol {
@@ -327,15 +329,15 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                 let routed = route_masked(self.cfg, route, OutboxRow { tuple: &input::row(ins.tuple), commit_time_us });
                 self.emit(routed, Source { position: Position::Lsn(at), table }).await?;
             }
-            LogicalMessage::Update(u) => self.on_update(u.relation_id, at)?,
+            LogicalMessage::Update(u) => self.on_update(u, at).await?,
             LogicalMessage::Delete(d) => {
-                if let Some(RelationEntry::Outbox(_, table)) = self.relations.get(&d.relation_id) {
+                if let Some(RelationEntry::Outbox(_, table, _)) = self.relations.get(&d.relation_id) {
                     tracing::debug!(%at, %table, "DELETE on the outbox produces no event");
                 }
             }
             LogicalMessage::Truncate(t) => {
                 for id in t.relation_ids {
-                    if let Some(RelationEntry::Outbox(_, table)) = self.relations.get(&id) {
+                    if let Some(RelationEntry::Outbox(_, table, _)) = self.relations.get(&id) {
                         tracing::info!(%at, %table, "TRUNCATE on the outbox produces no event");
                     }
                 }
@@ -350,8 +352,9 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                 self.on_event_message(at, m).await?;
             }
             LogicalMessage::Message(m) => {
-                // Non-transactional heartbeats carry no events: like a keepalive, they may move an
-                // idle frontier to their own LSN.
+                // An earlier outboxd's heartbeat (a non-transactional message; ours now is an
+                // empty transaction, see `app`) carries no events: like a keepalive, it may move an
+                // idle frontier to its own LSN.
                 if m.flags & 1 == 0 && m.prefix == HEARTBEAT_PREFIX {
                     self.tracker.keepalive(at);
                     self.health.activity();
@@ -389,9 +392,30 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         }
     }
 
-    /// Debezium's `table.op.invalid.behavior` for UPDATEs of outbox rows.
-    fn on_update(&self, relation_id: u32, at: Lsn) -> Result<(), Error> {
-        let Some(RelationEntry::Outbox(_, table)) = self.relations.get(&relation_id) else { return Ok(()) };
+    /// An UPDATE of an outbox row: with `--debezium-config` one that changes the primary key is
+    /// the new row's event, as Debezium publishes it ([`key_change`]); any other follows
+    /// Debezium's `table.op.invalid.behavior`.
+    async fn on_update(&mut self, u: crate::pg::pgoutput::Update, at: Lsn) -> Result<(), Error> {
+        let Some(RelationEntry::Outbox(route, table, keys)) = self.relations.get(&u.relation_id) else {
+            return Ok(());
+        };
+        if let Some(old_key) = keys.as_ref().and_then(|k| k.old_key(u.old.as_ref(), &u.new)) {
+            let table = table.clone();
+            // Counted and skipped like an INSERT: a resumed Debezium position numbers it too.
+            self.relay.sink().boundary(Boundary::Change { at });
+            if self.resume.as_mut().is_some_and(|r| r.delivered(at)) {
+                return Ok(());
+            }
+            let commit_time_us = self
+                .tracker
+                .open_commit_time()
+                .ok_or_else(|| Definite::Protocol { lsn: at, detail: "UPDATE outside a transaction".into() })?;
+            let mut routed = route_masked(self.cfg, route, OutboxRow { tuple: &input::row(u.new), commit_time_us });
+            if let Ok(record) = &mut routed {
+                record.headers.insert(0, (key_change::OLD_KEY_HEADER.to_owned(), old_key));
+            }
+            return self.emit(routed, Source { position: Position::Lsn(at), table }).await;
+        }
         let what = "UPDATE on the outbox produces no event (only INSERTs are events)";
         match self.cfg.op_invalid {
             InvalidOp::Warn => tracing::warn!(%at, %table, "{what}"),

@@ -70,12 +70,6 @@ async fn checks(cfg: &Config, c: &Client, out: &mut Checks) -> Result<Vec<String
         return Ok(Vec::new());
     }
     out.ok("server version", format!("PostgreSQL {}", version.text));
-    if !version.decodes_messages() {
-        out.info(
-            "heartbeats",
-            "PostgreSQL 13's pgoutput has no messages option: heartbeats move an idle slot but are not decoded",
-        );
-    }
     settings(c, cfg, out).await?;
     role(c, out).await?;
     let mut topics = Vec::new();

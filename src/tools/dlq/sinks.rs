@@ -267,7 +267,7 @@ pub(super) async fn send(producer: &FutureProducer, r: &DlqRecord, dest: &str) -
             rec = rec.payload(p.as_slice());
         }
         if let Some(ts) = r.timestamp_ms {
-            rec = rec.timestamp(ts);
+            rec = rec.timestamp(crate::sink::kafka::librdkafka_timestamp(ts));
         }
         match producer.send_result(rec) {
             Ok(f) => return Ok(f),
