@@ -419,7 +419,9 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             let written = self.relay.sink().already_written(&batch.records()).await?;
             batch.delivered(&written).map_err(refuse)?
         };
-        tracing::info!(%at, changes = n, delivered, "--debezium-offsets: {n} change(s) share the offset's LSN; {delivered} of them are on their topics and are not sent again");
+        if n > 1 {
+            tracing::info!(%at, changes = n, delivered, "--debezium-offsets: {n} changes share the offset's LSN; {delivered} of them are on their topics and are not sent again");
+        }
         if let Some(r) = &mut self.resume {
             r.skip(delivered as u64);
         }
