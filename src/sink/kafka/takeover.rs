@@ -152,3 +152,33 @@ pub fn written(kafka: &KafkaConfig, wanted: &Wanted) -> Result<Vec<bool>, Defini
     }
     Ok(wanted.ids.iter().map(|(t, id)| seen.contains(&(t.clone(), id.to_vec()))).collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: Option<&str>, ts: Option<i64>) -> Record {
+        Record {
+            topic: "t".into(),
+            key: None,
+            payload: None,
+            headers: id.map(|i| ("id".to_owned(), Bytes::copy_from_slice(i.as_bytes()))).into_iter().collect(),
+            partition: None,
+            timestamp_ms: ts,
+            event_id: id.unwrap_or("").into(),
+            event_type: None,
+        }
+    }
+
+    #[test]
+    fn reads_from_before_the_oldest_timestamp_and_needs_every_id() {
+        let (a, b) =
+            (record(Some("a"), Some(CLOCK_MARGIN_MS + 5_000)), record(Some("b"), Some(CLOCK_MARGIN_MS + 9_000)));
+        let w = Wanted::of(&[&a, &b]).unwrap();
+        assert_eq!(w.since_ms, 5_000);
+        assert_eq!(w.ids, vec![("t".to_owned(), Bytes::from_static(b"a")), ("t".to_owned(), Bytes::from_static(b"b"))]);
+        // Never before the epoch; a record without an id header cannot be matched.
+        assert_eq!(Wanted::of(&[&record(Some("a"), Some(1))]).unwrap().since_ms, 0);
+        assert!(Wanted::of(&[&a, &record(None, Some(1))]).is_none());
+    }
+}
