@@ -9,12 +9,16 @@
 //!   of its COMMIT message, which is that transaction's end LSN. Every transaction committed at or
 //!   before it was delivered, so one whose commit record starts before it (`final_lsn < lsn_commit`)
 //!   is skipped whole. Missing: Debezium falls back to `lsn_proc`, so do we.
-//! * `messageType`, `txId`, `lsn_proc`, `lsn_events_processed`: when the offset was stored in the
-//!   middle of a transaction (a data change or logical message, not `COMMIT` or `BEGIN`), that
-//!   transaction (`txId`, PostgreSQL's 32-bit xid) was delivered up to the change at `lsn_proc`
-//!   (`lsn_events_processed` of the changes sharing that LSN, when more than one), and the rest of
-//!   it was not. The transaction is recognised by its xid, not by being the first one after
+//! * `messageType`, `txId`, `lsn_proc`: when the offset was stored in the middle of a transaction
+//!   (a data change or logical message, not `COMMIT` or `BEGIN`), that transaction (`txId`,
+//!   PostgreSQL's 32-bit xid) was delivered up to a change at `lsn_proc`, and the rest of it was
+//!   not. The transaction is recognised by its xid, not by being the first one after
 //!   `lsn_commit`, so a restart after outboxd confirmed it cannot mistake the next one for it.
+//!   Several changes can share `lsn_proc` (a COPY logs a page's rows as one record), and the
+//!   offset does not say how many of them were sent: Debezium 3.6.1 stores no count (no class of
+//!   its PostgreSQL connector writes a key such as `lsn_events_processed`, so none is read), and
+//!   the session decides them from the records on the topics
+//!   (`source::wal::shared_lsn`).
 //!
 //! Invariant: [`DebeziumOffset::delivered`] only ever says yes for events Debezium's offsets
 //! cover; anything it cannot decide (offsets of a snapshot in progress, two source partitions,
@@ -42,8 +46,8 @@ pub struct Partial {
     pub xid: u32,
     /// Changes at an LSN below this were delivered; at it, the first `events_at_proc`.
     pub lsn_proc: Lsn,
-    /// How many changes at `lsn_proc` were delivered; 0 means all of them (Debezium's reading
-    /// when `lsn_events_processed` is absent or 1).
+    /// How many changes at `lsn_proc` were delivered; 0: the offset does not say (Debezium's
+    /// never does), and the records on the topics decide. An exactly-once position always counts.
     pub events_at_proc: u64,
 }
 
@@ -101,12 +105,7 @@ impl DebeziumOffset {
                 let xid = o.get("txId").and_then(Value::as_u64).ok_or(
                     "was stored inside a transaction (messageType is not COMMIT) but has no txId: cannot tell which transaction",
                 )?;
-                let events_at_proc = o.get("lsn_events_processed").and_then(Value::as_u64).unwrap_or(0);
-                Some(Partial {
-                    xid: xid as u32,
-                    lsn_proc,
-                    events_at_proc: if events_at_proc > 1 { events_at_proc } else { 0 },
-                })
+                Some(Partial { xid: xid as u32, lsn_proc, events_at_proc: 0 })
             }
         };
         Ok(DebeziumOffset { lsn_commit, partial })
@@ -150,7 +149,8 @@ mod tests {
         let old = json!({"lsn_proc": 900, "messageType": "INSERT", "txId": 5, "lsn_events_processed": 2});
         let o = DebeziumOffset::from_json(&old).unwrap();
         assert_eq!(o.lsn_commit, Lsn(900));
-        assert_eq!(o.partial, Some(Partial { xid: 5, lsn_proc: Lsn(900), events_at_proc: 2 }));
+        // A count of the changes at lsn_proc is not Debezium's (no 3.6.1 class writes one): not read.
+        assert_eq!(o.partial, Some(Partial { xid: 5, lsn_proc: Lsn(900), events_at_proc: 0 }));
     }
 
     #[test]

@@ -117,6 +117,10 @@ impl Sink for AnySink {
         self.main.prepare(lineage).await
     }
 
+    async fn already_written(&mut self, records: &[&Record]) -> Result<Vec<bool>, Error> {
+        self.main.already_written(records).await
+    }
+
     fn boundary(&mut self, b: Boundary) {
         self.main.boundary(b)
     }

@@ -145,6 +145,18 @@ pub trait Sink {
         Ok(None)
     }
 
+    /// `--debezium-offsets`: for each record, whether one with its event id is already on its
+    /// topic (Debezium's records of the changes sharing the offset's LSN). Only a sink that can
+    /// read where Debezium wrote answers.
+    async fn already_written(&mut self, records: &[&Record]) -> Result<Vec<bool>, Error> {
+        Err(Definite::Setup(format!(
+            "--debezium-offsets: {} changes share the LSN of Debezium's offset, and only reading Debezium's records \
+             back from Kafka tells which of them it sent: take over with the Kafka sink",
+            records.len()
+        ))
+        .into())
+    }
+
     /// Exactly-once: where the WAL session is (see [`Boundary`]).
     fn boundary(&mut self, _b: Boundary) {}
 

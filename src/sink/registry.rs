@@ -110,6 +110,10 @@ macro_rules! sinks {
                 match self { $( OneSink::$kind(s) => s.prepare(lineage).await, )* }
             }
 
+            async fn already_written(&mut self, records: &[&Record]) -> Result<Vec<bool>, Error> {
+                match self { $( OneSink::$kind(s) => s.already_written(records).await, )* }
+            }
+
             fn boundary(&mut self, b: Boundary) {
                 match self { $( OneSink::$kind(s) => s.boundary(b), )* }
             }

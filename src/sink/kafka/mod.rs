@@ -39,6 +39,7 @@ pub mod dlq;
 mod events;
 pub mod reader;
 mod sent;
+mod takeover;
 mod topics;
 pub mod txn;
 mod written;
@@ -491,6 +492,20 @@ impl Sink for KafkaSink {
             Some((t, _)) => t.prepare(&self.producer, &self.admin, &self.built.cfg, lineage).await,
             None => Ok(None),
         }
+    }
+
+    async fn already_written(&mut self, records: &[&Record]) -> Result<Vec<bool>, Error> {
+        let Some(wanted) = takeover::Wanted::of(records) else {
+            return Err(Definite::Setup(
+                "--debezium-offsets: outboxd's records carry no id header to match Debezium's by; take over in drop-in mode (--debezium-config)".into(),
+            )
+            .into());
+        };
+        let kafka = self.built.cfg.clone();
+        tokio::task::spawn_blocking(move || takeover::written(&kafka, &wanted))
+            .await
+            .map_err(|e| Definite::Bug(format!("the takeover reader ended: {e}")))?
+            .map_err(Error::from)
     }
 
     fn boundary(&mut self, b: Boundary) {

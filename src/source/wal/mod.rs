@@ -40,6 +40,7 @@ mod input;
 mod key_change;
 mod message;
 mod resume;
+mod shared_lsn;
 pub mod tracker;
 
 use std::collections::HashMap;
@@ -61,6 +62,7 @@ use crate::pg::replication::{WalMessage, WalSource};
 use crate::relay::{route_masked, Ledger, Position, Relay, RelayConfig, Source, Ticket, Wake};
 use crate::router::{BadEvent, OutboxRow, Record, Route};
 use crate::sink::{Boundary, Sink};
+use resume::Seen;
 use tracker::AckTracker;
 
 /// What we know about a relation id.
@@ -99,6 +101,8 @@ pub struct Session<'a, S: Sink, W: WalSource> {
     messages: Option<message::Messages>,
     /// `--debezium-offsets`: what Debezium delivered before this slot was ours.
     resume: Option<resume::Resume>,
+    /// The changes at Debezium's `lsn_proc` while they are read, to be decided together.
+    shared: Option<shared_lsn::SharedLsn>,
 }
 
 impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
@@ -114,6 +118,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             relations: HashMap::new(),
             messages: None,
             resume: ctx.cfg.debezium_offsets.as_ref().map(|(_, o)| resume::Resume::new(o.clone())),
+            shared: None,
         }
     }
 
@@ -268,6 +273,9 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
 
     async fn on_logical(&mut self, at: Lsn, msg: LogicalMessage) -> Result<(), Error> {
         let bug = |e: crate::source::wal::tracker::AckError| Definite::Bug(format!("{e} (at {at})"));
+        if self.shared.as_ref().is_some_and(|s| s.at != at || !matches!(msg, LogicalMessage::Insert(_))) {
+            self.decide_shared().await?;
+        }
         match msg {
             LogicalMessage::Begin(b) => {
                 self.tracker.begin(b.commit_time).map_err(bug)?;
@@ -316,16 +324,26 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                         .into())
                     }
                 };
-                // Counted before the skip: a position inside a transaction numbers every change at
-                // its LSN (a COPY's rows share one), delivered ones included.
-                self.relay.sink().boundary(Boundary::Change { at });
-                if self.resume.as_mut().is_some_and(|r| r.delivered(at)) {
-                    return Ok(());
-                }
+                let seen = self.resume.as_mut().map_or(Seen::No, |r| r.delivered(at));
                 let commit_time_us = self
                     .tracker
                     .open_commit_time()
                     .ok_or_else(|| Definite::Protocol { lsn: at, detail: "INSERT outside a transaction".into() })?;
+                if seen == Seen::Ask {
+                    // Routed now, decided with the other changes at this LSN (its Change boundary
+                    // goes out then).
+                    let routed =
+                        route_masked(self.cfg, route, OutboxRow { tuple: &input::row(ins.tuple), commit_time_us });
+                    let source = Source { position: Position::Lsn(at), table };
+                    self.shared.get_or_insert_with(|| shared_lsn::SharedLsn::new(at)).held.push((routed, source));
+                    return Ok(());
+                }
+                // Counted before the skip: a position inside a transaction numbers every change at
+                // its LSN (a COPY's rows share one), delivered ones included.
+                self.relay.sink().boundary(Boundary::Change { at });
+                if seen == Seen::Yes {
+                    return Ok(());
+                }
                 let routed = route_masked(self.cfg, route, OutboxRow { tuple: &input::row(ins.tuple), commit_time_us });
                 self.emit(routed, Source { position: Position::Lsn(at), table }).await?;
             }
@@ -345,8 +363,14 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             LogicalMessage::Message(m) if self.cfg.messages_prefixes.contains(&m.prefix) => {
                 if m.flags & 1 == 1 {
                     self.relay.sink().boundary(Boundary::Change { at });
-                    if self.resume.as_mut().is_some_and(|r| r.delivered(at)) {
-                        return Ok(());
+                    // A logical message has its LSN to itself: the offset's one was sent.
+                    match self.resume.as_mut().map(|r| (r.delivered(at), r)) {
+                        Some((Seen::Yes, _)) => return Ok(()),
+                        Some((Seen::Ask, r)) => {
+                            r.skip(1);
+                            return Ok(());
+                        }
+                        _ => {}
                     }
                 }
                 self.on_event_message(at, m).await?;
@@ -375,6 +399,39 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                     detail: format!("server sent {other:?}, but outboxd asked for neither streaming nor two-phase"),
                 }
                 .into())
+            }
+        }
+        Ok(())
+    }
+
+    /// Send those of the changes at Debezium's `lsn_proc` it did not ([`shared_lsn`]).
+    async fn decide_shared(&mut self) -> Result<(), Error> {
+        let Some(batch) = self.shared.take() else { return Ok(()) };
+        let (at, n) = (batch.at, batch.held.len());
+        let delivered = if n == 1 {
+            1
+        } else {
+            let refuse = |m: String| Error::from(Definite::Setup(format!("--debezium-offsets: {m}")));
+            if let Some(id) = batch.repeated_id() {
+                return Err(refuse(format!(
+                    "event id {id:?} occurs twice among the {n} events at {at} (the LSN of Debezium's offset), so its \
+                     record on the topic cannot tell which of them Debezium sent; start without --debezium-offsets \
+                     (those events may then be sent twice)"
+                )));
+            }
+            let written = self.relay.sink().already_written(&batch.records()).await?;
+            batch.delivered(&written).map_err(refuse)?
+        };
+        if n > 1 {
+            tracing::info!(%at, changes = n, delivered, "--debezium-offsets: {n} changes share the offset's LSN; {delivered} of them are on their topics and are not sent again");
+        }
+        if let Some(r) = &mut self.resume {
+            r.skip(delivered as u64);
+        }
+        for (i, (routed, source)) in batch.held.into_iter().enumerate() {
+            self.relay.sink().boundary(Boundary::Change { at });
+            if i >= delivered {
+                self.emit(routed, source).await?;
             }
         }
         Ok(())

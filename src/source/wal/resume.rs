@@ -6,7 +6,10 @@
 //!
 //! The rule ([`crate::debezium_offset`] explains the offset's keys): a transaction whose
 //! commit record starts before `lsn_commit` is skipped whole; in the transaction Debezium was in
-//! the middle of (its xid), the changes up to `lsn_proc` are skipped; everything else is sent. A
+//! the middle of (its xid), the changes before `lsn_proc` are skipped, and of the changes at
+//! `lsn_proc` (a COPY's rows share one LSN) those the position counts, or, for Debezium's offset,
+//! which counts none, those whose records are on the topics ([`super::shared_lsn`]); everything
+//! else is sent. A
 //! logical message decoded outside any transaction is skipped when it ends at or before
 //! `lsn_commit` (an exactly-once position stored for such a message is its end).
 //! Skipped events are never handed to the sink, but their transactions still pass through the ack
@@ -16,6 +19,25 @@
 
 use crate::debezium_offset::DebeziumOffset;
 use crate::lsn::Lsn;
+
+/// Whether Debezium delivered a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    No,
+    Yes,
+    /// One of the changes sharing the offset's `lsn_proc`: not known from the offset alone.
+    Ask,
+}
+
+impl From<bool> for Seen {
+    fn from(yes: bool) -> Seen {
+        if yes {
+            Seen::Yes
+        } else {
+            Seen::No
+        }
+    }
+}
 
 /// Per session: what the current transaction's events are.
 pub struct Resume {
@@ -58,21 +80,33 @@ impl Resume {
         self.at_proc = 0;
     }
 
-    /// Whether the event at `at` in the current transaction was delivered by Debezium (and is
-    /// counted as skipped).
-    pub fn delivered(&mut self, at: Lsn) -> bool {
-        let yes = self.whole
-            || (self.partial
-                && self.offset.partial.is_some_and(|p| {
-                    if at == p.lsn_proc {
-                        self.at_proc += 1;
-                        p.events_at_proc == 0 || self.at_proc <= p.events_at_proc
-                    } else {
-                        at < p.lsn_proc
-                    }
-                }));
-        self.skipped += yes as u64;
-        yes
+    /// Whether the event at `at` in the current transaction was delivered by Debezium (a yes is
+    /// counted as skipped). [`Seen::Ask`]: it is one of the changes at the offset's `lsn_proc`,
+    /// and the offset does not say how many of those were sent (Debezium's never does); the
+    /// session decides them together ([`super::shared_lsn`]) and reports with [`Resume::skip`].
+    pub fn delivered(&mut self, at: Lsn) -> Seen {
+        let seen = if self.whole {
+            Seen::Yes
+        } else if !self.partial {
+            Seen::No
+        } else {
+            match self.offset.partial {
+                Some(p) if at == p.lsn_proc && p.events_at_proc == 0 => Seen::Ask,
+                Some(p) if at == p.lsn_proc => {
+                    self.at_proc += 1;
+                    Seen::from(self.at_proc <= p.events_at_proc)
+                }
+                Some(p) => Seen::from(at < p.lsn_proc),
+                None => Seen::No,
+            }
+        };
+        self.skipped += (seen == Seen::Yes) as u64;
+        seen
+    }
+
+    /// Count `n` events decided after [`Seen::Ask`] as delivered.
+    pub fn skip(&mut self, n: u64) {
+        self.skipped += n;
     }
 
     /// Whether a logical message decoded outside any transaction at `at` (its record's end) was
@@ -116,17 +150,18 @@ mod tests {
         let mut r = Resume::new(off);
         // Committed before: every event, whatever its change LSN.
         r.begin(Lsn(900), 40);
-        assert!(r.delivered(Lsn(50)) && r.delivered(Lsn(1300)));
+        assert!(r.delivered(Lsn(50)) == Seen::Yes && r.delivered(Lsn(1300)) == Seen::Yes);
         r.commit();
         // The partial transaction, interleaved: changes below lsn_proc were delivered, later not.
         r.begin(Lsn(1500), 42);
-        assert!(r.delivered(Lsn(800)));
-        assert!(r.delivered(Lsn(1200)));
-        assert!(!r.delivered(Lsn(1201)));
+        assert_eq!(r.delivered(Lsn(800)), Seen::Yes);
+        assert_eq!(r.delivered(Lsn(1200)), Seen::Ask);
+        r.skip(1);
+        assert_eq!(r.delivered(Lsn(1201)), Seen::No);
         r.commit();
         // Another transaction with changes below lsn_proc: not Debezium's, so sent.
         r.begin(Lsn(1600), 43);
-        assert!(!r.delivered(Lsn(1100)));
+        assert_eq!(r.delivered(Lsn(1100)), Seen::No);
         r.commit();
         assert_eq!(r.skipped, 4);
     }
@@ -139,8 +174,8 @@ mod tests {
         };
         let mut r = Resume::new(off);
         r.begin(Lsn(30), 7);
-        let got: Vec<bool> = (0..3).map(|_| r.delivered(Lsn(20))).collect();
-        assert_eq!(got, [true, true, false]);
+        let got: Vec<Seen> = (0..3).map(|_| r.delivered(Lsn(20))).collect();
+        assert_eq!(got, [Seen::Yes, Seen::Yes, Seen::No]);
     }
 
     #[test]
@@ -151,13 +186,13 @@ mod tests {
         assert!(!r.standalone(Lsn(501)));
         // A transaction committing where that message ended came after it: not delivered.
         r.begin(Lsn(500), 3);
-        assert!(!r.delivered(Lsn(450)));
+        assert_eq!(r.delivered(Lsn(450)), Seen::No);
     }
 
     #[test]
     fn a_commit_offset_skips_nothing_after_it() {
         let mut r = Resume::new(DebeziumOffset { lsn_commit: Lsn(10), partial: None });
         r.begin(Lsn(10), 1);
-        assert!(!r.delivered(Lsn(5)));
+        assert_eq!(r.delivered(Lsn(5)), Seen::No);
     }
 }
