@@ -458,11 +458,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         };
         if let Some(old_key) = keys.as_ref().and_then(|k| k.old_key(u.old.as_ref(), &u.new)) {
             let table = table.clone();
-            // Counted and skipped like an INSERT: a resumed Debezium position numbers it too.
-            self.relay.sink().boundary(Boundary::Change { at });
-            if self.resume.as_mut().is_some_and(|r| r.delivered(at)) {
-                return Ok(());
-            }
+            let seen = self.resume.as_mut().map_or(Seen::No, |r| r.delivered(at));
             let commit_time_us = self
                 .tracker
                 .open_commit_time()
@@ -471,7 +467,18 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             if let Ok(record) = &mut routed {
                 record.headers.insert(0, (key_change::OLD_KEY_HEADER.to_owned(), old_key));
             }
-            return self.emit(routed, Source { position: Position::Lsn(at), table }).await;
+            let source = Source { position: Position::Lsn(at), table };
+            // Counted, skipped and (at the offset's own LSN, where Debezium's delete and create
+            // share it) decided by the topics like an INSERT: a resumed position numbers it too.
+            if seen == Seen::Ask {
+                self.shared.get_or_insert_with(|| shared_lsn::SharedLsn::new(at)).held.push((routed, source));
+                return Ok(());
+            }
+            self.relay.sink().boundary(Boundary::Change { at });
+            if seen == Seen::Yes {
+                return Ok(());
+            }
+            return self.emit(routed, source).await;
         }
         let what = "UPDATE on the outbox produces no event (only INSERTs are events)";
         match self.cfg.op_invalid {
