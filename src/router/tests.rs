@@ -29,6 +29,7 @@ fn cfg() -> RouteConfig {
         headers_field: HeadersField::IfPresent("headers".into()),
         trace_field: HeadersField::IfPresent("tracingspancontext".into()),
         contracts: None,
+        mapping: Default::default(),
     }
 }
 
@@ -51,7 +52,7 @@ fn relation(cols: &[(&str, u32)]) -> Table {
     Table {
         schema: "public".into(),
         name: "outbox".into(),
-        columns: cols.iter().map(|(n, t)| Column { name: (*n).into(), type_oid: *t }).collect(),
+        columns: cols.iter().map(|(n, t)| Column { name: (*n).into(), type_oid: *t, type_modifier: -1 }).collect(),
     }
 }
 
