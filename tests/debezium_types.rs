@@ -62,6 +62,14 @@ const COLUMNS: &[(&str, &str, &[&str])] = &[
     ("c_interval", "interval", &["'1 year 2 months 3 days 04:05:06.789'", "'-1 day'", "'0'", "'1 month'"]),
     ("c_int_arr", "integer[]", &["'{1,2,3}'", "'{}'", "'{NULL,1}'"]),
     ("c_text_arr", "text[]", &[r#"'{a,"b c","d\"e",NULL}'"#, "'{}'"]),
+    ("c_int8_arr", "bigint[]", &["'{-1,9223372036854775807}'"]),
+    ("c_bool_arr", "boolean[]", &["'{t,f}'"]),
+    ("c_float_arr", "double precision[]", &["'{1,1e20,0.5}'"]),
+    ("c_uuid_arr", "uuid[]", &["'{0b6b3c1e-0000-4000-8000-000000000001}'"]),
+    ("c_date_arr", "date[]", &["'{2026-01-01,1969-12-31}'"]),
+    ("c_tstz_arr", "timestamptz[]", &[r#"'{"2026-12-05 08:00:00+00"}'"#]),
+    ("c_jsonb_arr", "jsonb[]", &[r#"'{"{\"a\": 1}"}'"#]),
+    ("c_bytea_arr", "bytea[]", &[r#"'{"\\x5b"}'"#]),
     ("c_enum", "mood", &["'happy'", "'sad'"]),
     ("c_inet", "inet", &["'192.168.0.1/24'", "'::1'"]),
     ("c_cidr", "cidr", &["'10.0.0.0/8'"]),
@@ -273,8 +281,31 @@ fn run(pg: &PgCluster, broker: &Broker, name: &str, envelope: bool, extra: Value
     diffs
 }
 
+/// `outboxd run` on connector `c` refuses the table when its first row arrives: exit 2, one
+/// error line naming the column and the option.
+fn refused_at_first_row(pg: &PgCluster, broker: &Broker, c: &Value, says: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("refused.json");
+    std::fs::write(&file, c.to_string()).unwrap();
+    let mut d = Outboxd::spawn_streaming(&args(&[
+        "run",
+        "--debezium-config",
+        &file.display().to_string(),
+        "--kafka-brokers",
+        &broker.bootstrap(),
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ]));
+    insert_rows(pg);
+    let status = d.wait_exit(Duration::from_secs(60));
+    let log = d.log();
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{log}");
+    assert!(says.iter().all(|s| log.contains(s)), "{says:?}: {log}");
+}
+
 /// Every column type in every placement (header, envelope under JsonConverter, partition) under
-/// Debezium's default mapping: the same bytes.
+/// Debezium's default mapping and under each option set outboxd writes: the same bytes. The
+/// option values outboxd does not write are refused when the table is first seen.
 #[test]
 fn every_type_placed_as_debezium_places_it() {
     let pg = PgCluster::start();
@@ -282,6 +313,20 @@ fn every_type_placed_as_debezium_places_it() {
     let broker = Broker::start();
     let mut diffs = run(&pg, &broker, "default", false, json!({}));
     diffs.extend(run(&pg, &broker, "json", true, json!({})));
+    let options = json!({
+        "time.precision.mode": "adaptive_time_microseconds",
+        "decimal.handling.mode": "string",
+        "binary.handling.mode": "hex",
+    });
+    diffs.extend(run(&pg, &broker, "options", false, options));
+    let options = json!({ "decimal.handling.mode": "double", "binary.handling.mode": "base64-url-safe" });
+    diffs.extend(run(&pg, &broker, "options_json", true, options));
+    for (extra, says) in [
+        (json!({ "time.precision.mode": "connect" }), ["\"c_date\"", "time.precision.mode"]),
+        (json!({ "interval.handling.mode": "string" }), ["\"c_interval\"", "interval.handling.mode"]),
+    ] {
+        refused_at_first_row(&pg, &broker, &connector(&pg, "obx_refused", false, &extra), &says);
+    }
     assert!(
         diffs.is_empty(),
         "{} differences (run | where | row value | debezium | outboxd):\n{}",
