@@ -81,6 +81,24 @@ pub fn big_decimal(unscaled: &BigInt, scale: i32) -> String {
     format!("{sign}{}{rest}E{exp_sign}{adjusted}", &digits[..1])
 }
 
+/// `new BigDecimal(unscaled, scale).toPlainString()`: never an exponent (`0.00000000`, `1500`).
+pub fn plain_decimal(unscaled: &BigInt, scale: i32) -> String {
+    let text = unscaled.to_string();
+    let (sign, digits) = match text.strip_prefix('-') {
+        Some(d) => ("-", d),
+        None => ("", text.as_str()),
+    };
+    if scale <= 0 {
+        return format!("{text}{}", "0".repeat(scale.unsigned_abs() as usize));
+    }
+    let scale = scale as usize;
+    if digits.len() > scale {
+        format!("{sign}{}.{}", &digits[..digits.len() - scale], &digits[digits.len() - scale..])
+    } else {
+        format!("{sign}0.{}{digits}", "0".repeat(scale - digits.len()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +134,10 @@ mod tests {
         assert_eq!(d(-7, 0), "-7");
         assert_eq!(d(15, -2), "1.5E+3");
         assert_eq!(d(-1234, 2), "-12.34");
+        let p = |u: i64, s: i32| plain_decimal(&BigInt::from(u), s);
+        assert_eq!(
+            (p(0, 8), p(1, 20), p(-1000, 3), p(15, -2)),
+            ("0.00000000".into(), format!("0.{}1", "0".repeat(19)), "-1.000".into(), "1500".into())
+        );
     }
 }

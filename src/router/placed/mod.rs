@@ -187,7 +187,8 @@ pub fn typed(type_oid: u32, typmod: i32, text: &str, m: Mapping) -> Result<Typed
     let decimal = |u: BigInt, s: i32| match m.decimal {
         DecimalMode::Precise => Typed::Decimal(u, s),
         DecimalMode::Double => Typed::Float64(java::big_decimal(&u, s).parse().unwrap_or(f64::NAN)),
-        DecimalMode::String => Typed::Str(java::big_decimal(&u, s)),
+        // Debezium's string mode is `toPlainString()`: never an exponent.
+        DecimalMode::String => Typed::Str(java::plain_decimal(&u, s)),
     };
     Ok(match type_oid {
         BOOL => Typed::Bool(text == "t"),
