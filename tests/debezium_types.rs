@@ -32,7 +32,11 @@ const COLUMNS: &[(&str, &str, &[&str])] = &[
         "double precision",
         &["1", "1e20", "'-0'", "0.1", "123456789.125", "1e-7", "'-Infinity'", "'NaN'", "10000000", "0.001"],
     ),
-    ("c_num", "numeric", &["10.50", "0", "-1.000", "123456789012345678901234567890.5", "1e-20", "100", "'NaN'"]),
+    (
+        "c_num",
+        "numeric",
+        &["10.50", "0", "-1.000", "123456789012345678901234567890.5", "1e-20", "100", "'NaN'", "'-Infinity'"],
+    ),
     ("c_num_s", "numeric(20,8)", &["0", "0.00000001", "12.5", "-3", "123456789012.00000001"]),
     ("c_num_0", "numeric(10,0)", &["0", "1234567890", "-7"]),
     ("c_money", "money", &["12.34", "-1000", "0", "1234567.5"]),
@@ -191,6 +195,13 @@ fn compare(
         }
         for name in names {
             let (a, b) = (t.header(name), m.header(name));
+            // The documented difference (docs/src/debezium.md): a value Debezium carries as null
+            // (a numeric NaN or infinity under decimal.handling.mode=precise) is a null-valued
+            // header there and no header in outboxd.
+            let special = ["NaN", "Infinity"].iter().any(|s| row_value(name, row).contains(s));
+            if a == Some(&[][..]) && b.is_none() && special && !run.starts_with("options") {
+                continue;
+            }
             if a != b {
                 diffs.push(format!("{run} | header {name} | {} | {} | {}", row_value(name, row), show(a), show(b)));
             }

@@ -164,11 +164,11 @@ impl Route {
                 PlacementTarget::Header(alias) => {
                     if let Some(v) = v {
                         let b = if is_json(c.type_oid) {
-                            v.clone()
+                            Some(v.clone())
                         } else {
                             placed::header(&self.typed(*c, v).map_err(|e| fail("bad_value", e))?)
                         };
-                        headers.push((alias.clone(), b));
+                        headers.extend(b.map(|b| (alias.clone(), b)));
                     }
                 }
                 PlacementTarget::Envelope(alias) if self.json_envelope => {

@@ -98,6 +98,9 @@ pub enum Typed {
     Bool(bool),
     Bytes(Vec<u8>),
     Array(Vec<Option<Typed>>),
+    /// No value: a `numeric` `NaN` or infinity under `decimal.handling.mode=precise`, which
+    /// Debezium carries as null (outboxd then writes no header, as for a NULL column).
+    Null,
 }
 
 pub mod oids {
@@ -196,9 +199,16 @@ pub fn typed(type_oid: u32, typmod: i32, text: &str, m: Mapping) -> Result<Typed
         FLOAT4 => Typed::Float32(float(text)? as f32),
         FLOAT8 => Typed::Float64(float(text)?),
         NUMERIC => match pgtext::numeric(text)? {
+            // Debezium's special values: null when precise (its decimals have none), the Java
+            // constants' names as strings (`NAN`, tested), the double itself.
             None => match m.decimal {
+                DecimalMode::Precise => Typed::Null,
                 DecimalMode::Double => Typed::Float64(float(text)?),
-                _ => Typed::Str(text.to_owned()),
+                DecimalMode::String => Typed::Str(match text {
+                    "NaN" => "NAN".into(),
+                    "Infinity" => "POSITIVE_INFINITY".into(),
+                    _ => "NEGATIVE_INFINITY".into(),
+                }),
             },
             Some((u, s)) if typmod < 0 => match m.decimal {
                 DecimalMode::Precise => {
@@ -281,10 +291,9 @@ fn zoned_time(us: i64) -> String {
 fn zoned_timestamp(us: i64, precision: i32) -> Result<String, String> {
     let ts = jiff::Timestamp::from_microsecond(us).map_err(|e| format!("timestamptz out of range ({e})"))?;
     let dt = jiff::tz::Offset::UTC.to_datetime(ts);
-    if !(0..=9999).contains(&dt.year()) {
-        return Err(format!("timestamptz {dt} is outside the years 0..=9999 outboxd places"));
-    }
-    let mut out = dt.strftime("%Y-%m-%dT%H:%M:%S").to_string();
+    // java.time's ISO year: four digits, a sign below year 0 (1 BC is year 0, 44 BC is -0043).
+    let sign = if dt.year() < 0 { "-" } else { "" };
+    let mut out = format!("{sign}{:04}-{}", dt.year().unsigned_abs(), dt.strftime("%m-%dT%H:%M:%S"));
     if precision > 0 {
         let frac = format!("{:06}", us.rem_euclid(1_000_000));
         out.push('.');

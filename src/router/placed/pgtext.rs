@@ -140,7 +140,7 @@ pub fn timestamp(text: &str, tz: bool) -> Result<i64, String> {
     };
     let (d, rest) = body.split_once(' ').ok_or_else(|| bad("timestamp", text))?;
     let (t, off) = if tz { offset(rest)? } else { (rest, 0) };
-    let days = date(&format!("{d}{}", if bc { " BC" } else { "" }))?;
+    let days = date(&format!("{d}{}", if bc { " BC" } else { "" })).map_err(|_| bad("timestamp", text))?;
     days.checked_mul(US_PER_DAY)
         .and_then(|v| v.checked_add(time(t).ok()?))
         .and_then(|v| v.checked_sub(off))

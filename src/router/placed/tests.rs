@@ -11,7 +11,7 @@ const D: Mapping = Mapping {
 };
 
 fn h(oid: u32, typmod: i32, text: &str) -> String {
-    String::from_utf8(header(&typed(oid, typmod, text, D).unwrap()).to_vec()).unwrap()
+    String::from_utf8(header(&typed(oid, typmod, text, D).unwrap()).unwrap_or_default().to_vec()).unwrap()
 }
 
 fn j(oid: u32, typmod: i32, text: &str) -> String {
@@ -78,13 +78,19 @@ fn json_as_json_converter_writes_it() {
 #[test]
 fn options_and_refusals() {
     let m = |decimal, binary| Mapping { decimal, binary, ..D };
-    let t = |oid, typmod, text, mapping| header(&typed(oid, typmod, text, mapping).unwrap());
+    let t = |oid, typmod, text, mapping| header(&typed(oid, typmod, text, mapping).unwrap()).unwrap_or_default();
     assert_eq!(t(NUMERIC, scale(20, 8), "0.00000001", m(DecimalMode::String, BinaryMode::Bytes)), "0.00000001");
     assert_eq!(t(NUMERIC, -1, "10.50", m(DecimalMode::Double, BinaryMode::Bytes)), "10.5");
     assert_eq!(t(BYTEA, -1, r"\x5bff", m(DecimalMode::Precise, BinaryMode::Hex)), "5bff");
     assert_eq!(t(BYTEA, -1, r"\xfbff", m(DecimalMode::Precise, BinaryMode::Base64UrlSafe)), "-_8=");
     let micros = Mapping { time_precision: TimePrecision::AdaptiveTimeMicroseconds, ..D };
     assert_eq!(t(TIME, 3, "12:34:56.789", micros), "45296789000");
+    // numeric's special values: null when precise (no header), Debezium's names as strings.
+    assert_eq!(typed(NUMERIC, -1, "NaN", D).unwrap(), Typed::Null);
+    assert_eq!(header(&Typed::Null), None);
+    assert_eq!(j(NUMERIC, -1, "NaN"), "null");
+    assert_eq!(t(NUMERIC, -1, "NaN", m(DecimalMode::String, BinaryMode::Bytes)), "NAN");
+    assert_eq!(t(NUMERIC, -1, "NaN", m(DecimalMode::Double, BinaryMode::Bytes)), "NaN");
     assert!(refusal(600, D).is_some() && refusal(TEXT, D).is_none());
     assert!(refusal(DATE, Mapping { time_precision: TimePrecision::Connect, ..D }).is_some());
     assert!(refusal(INTERVAL, Mapping { interval: IntervalMode::String, ..D }).is_some());

@@ -44,6 +44,7 @@ fn scalar(v: &Typed, embedded: bool, out: &mut String) {
             out.push('"');
         }
         Typed::Bytes(b) => out.push_str(&b64(b)),
+        Typed::Null => out.push_str("null"),
         Typed::Array(items) => {
             out.push('[');
             for (i, item) in items.iter().enumerate() {
@@ -60,11 +61,15 @@ fn scalar(v: &Typed, embedded: bool, out: &mut String) {
     }
 }
 
-/// The header bytes Connect's default `SimpleHeaderConverter` writes for `v`.
-pub fn header(v: &Typed) -> Bytes {
+/// The header bytes Connect's default `SimpleHeaderConverter` writes for `v`; `None` for
+/// [`Typed::Null`], which is no header in outboxd (a null-valued one in Debezium).
+pub fn header(v: &Typed) -> Option<Bytes> {
+    if *v == Typed::Null {
+        return None;
+    }
     let mut out = String::new();
     scalar(v, false, &mut out);
-    Bytes::from(out)
+    Some(Bytes::from(out))
 }
 
 /// `v` as JsonConverter (`schemas.enable=false`) writes it.
@@ -86,6 +91,7 @@ fn write_json(v: &Typed, out: &mut Vec<u8>) {
         Typed::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
         Typed::Str(s) => out.extend_from_slice(&jackson_string(s)),
         Typed::Bytes(b) => out.extend_from_slice(&jackson_string(&b64(b))),
+        Typed::Null => out.extend_from_slice(b"null"),
         Typed::Array(items) => {
             out.push(b'[');
             for (i, item) in items.iter().enumerate() {
