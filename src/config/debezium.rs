@@ -59,8 +59,6 @@ const NOT_APPLICABLE: &[&str] = &[
     "schema.include.list",
     "schema.history.internal.kafka.topic",
     "schema.history.internal.kafka.bootstrap.servers",
-    "decimal.handling.mode",
-    "time.precision.mode",
     "include.schema.changes",
     "slot.drop.on.stop",
     "offset.storage",

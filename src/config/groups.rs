@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use super::{BadEventPolicy, InvalidOp, LogFormat, PublicationAutocreate, SinkKind};
 use crate::router::contract::SchemaMissing;
+use crate::router::placed::{BinaryMode, DecimalMode, IntervalMode, TimePrecision};
 use crate::router::MissingPolicy;
 
 /// Where the events are: the PostgreSQL server, the Debezium file that may stand in for flags,
@@ -53,6 +54,23 @@ pub struct SourceArgs {
     /// What a placement column missing from the table does: fail at start, or leave that placement out.
     #[arg(long, value_enum, default_value_t = MissingPolicy::Error)]
     pub table_field_additional_missing: MissingPolicy,
+    /// How placed date and time columns are typed, as Debezium's `time.precision.mode`: `adaptive`
+    /// (milliseconds up to 3 fraction digits, else microseconds) or `adaptive_time_microseconds`;
+    /// `connect` and `isostring` refuse placed date/time columns.
+    #[arg(long, value_enum, default_value_t = TimePrecision::Adaptive, value_name = "MODE")]
+    pub time_precision_mode: TimePrecision,
+    /// How placed `numeric` and `money` columns are typed, as Debezium's `decimal.handling.mode`:
+    /// `precise` (a decimal), `double` or `string`.
+    #[arg(long, value_enum, default_value_t = DecimalMode::Precise, value_name = "MODE")]
+    pub decimal_handling_mode: DecimalMode,
+    /// How placed `bytea` columns are typed, as Debezium's `binary.handling.mode`: `bytes` (Base64
+    /// in a header), `base64`, `base64-url-safe` or `hex`.
+    #[arg(long, value_enum, default_value_t = BinaryMode::Bytes, value_name = "MODE")]
+    pub binary_handling_mode: BinaryMode,
+    /// How placed `interval` columns are typed, as Debezium's `interval.handling.mode`: `numeric`
+    /// (microseconds); `string` refuses placed interval columns.
+    #[arg(long, value_enum, default_value_t = IntervalMode::Numeric, value_name = "MODE")]
+    pub interval_handling_mode: IntervalMode,
     /// Parse `text` payloads as JSON and send them compact (Debezium `table.expand.json.payload`).
     #[arg(long, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_name = "BOOL")]
     pub table_expand_json_payload: bool,

@@ -81,6 +81,10 @@ impl Config {
             push("table-fields-additional-placement", placements.join(","));
         }
         push("table-field-additional-missing", value_name(r.additional_missing));
+        push("time-precision-mode", value_name(r.mapping.time_precision));
+        push("decimal-handling-mode", value_name(r.mapping.decimal));
+        push("binary-handling-mode", value_name(r.mapping.binary));
+        push("interval-handling-mode", value_name(r.mapping.interval));
         push("table-op-invalid-behavior", value_name(self.op_invalid));
         push("table-expand-json-payload", r.expand_json_payload.to_string());
         push("key-converter", value_name(r.key_converter));

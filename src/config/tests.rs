@@ -268,6 +268,12 @@ mod gen {
             proptest::option::of(any::<bool>()),
             proptest::option::of(prop_oneof![Just(String::new()), ident()]),
             (any::<bool>(), proptest::collection::vec("[a-z][a-z0-9._-]{0,12}", 0..3)),
+            (
+                proptest::option::of(select(vec!["adaptive", "adaptive_time_microseconds", "connect", "isostring"])),
+                proptest::option::of(select(vec!["precise", "double", "string"])),
+                proptest::option::of(select(vec!["bytes", "base64", "base64-url-safe", "hex"])),
+                proptest::option::of(select(vec!["numeric", "string"])),
+            ),
         );
         let group_c = (
             proptest::option::of(1usize..1_000_000),
@@ -367,7 +373,12 @@ mod gen {
                 put("topic-partitions", Some(p.to_string()));
                 put("topic-replication-factor", Some(r.to_string()));
             }
-            let (rule, tomb, fields, ts, placements, missing, invalid, expand, headers, (no_table, prefixes)) = b;
+            let (rule, tomb, fields, ts, placements, missing, invalid, expand, headers, (no_table, prefixes), mapping) =
+                b;
+            put("time-precision-mode", mapping.0.map(String::from));
+            put("decimal-handling-mode", mapping.1.map(String::from));
+            put("binary-handling-mode", mapping.2.map(String::from));
+            put("interval-handling-mode", mapping.3.map(String::from));
             // `--table ''` (messages only) needs a prefix; with one, it is a valid set.
             if no_table && !prefixes.is_empty() {
                 put("table", Some(String::new()));

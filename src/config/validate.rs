@@ -245,6 +245,12 @@ fn route(src: &SourceArgs, r: &RouteArgs) -> Result<(RouteConfig, Masking), Defi
         headers_field: column(src.table_field_event_headers.as_deref(), "headers"),
         trace_field: column(src.tracing_span_context_field.as_deref(), "tracingspancontext"),
         contracts,
+        mapping: crate::router::placed::Mapping {
+            time_precision: src.time_precision_mode,
+            decimal: src.decimal_handling_mode,
+            binary: src.binary_handling_mode,
+            interval: src.interval_handling_mode,
+        },
     };
     Ok((route, mask))
 }

@@ -16,7 +16,9 @@ use super::contract::{self, Contracts, Verdict};
 use super::converter::{self, Converter};
 use super::render::{self, as_bytes, as_json, as_string, is_json, is_text};
 use super::row::{OutboxRow, Value};
-use super::{check_topic, expand, pg_us_to_unix_ms, timestamp, trace, BadEvent, Col, PlacementTarget, Record, Route};
+use super::{
+    check_topic, expand, pg_us_to_unix_ms, placed, timestamp, trace, BadEvent, Col, PlacementTarget, Record, Route,
+};
 
 /// What the placements add to a record besides headers.
 #[derive(Default)]
@@ -168,20 +170,16 @@ impl Route {
                 PlacementTarget::Header(alias) => {
                     if let Some(v) = v {
                         let b = if is_json(c.type_oid) {
-                            v.clone()
+                            Some(v.clone())
                         } else {
-                            Bytes::from(as_string(c.type_oid, v).map_err(|e| fail("bad_value", e))?)
+                            placed::header(&self.typed(*c, v).map_err(|e| fail("bad_value", e))?)
                         };
-                        headers.push((alias.clone(), b));
+                        headers.extend(b.map(|b| (alias.clone(), b)));
                     }
                 }
                 PlacementTarget::Envelope(alias) if self.json_envelope => {
                     let j = match v {
-                        Some(v) => converter::convert(
-                            Converter::Json,
-                            c.type_oid,
-                            as_bytes(c.type_oid, v).map_err(|e| fail("bad_value", e))?,
-                        ),
+                        Some(v) => placed::json(&self.typed(*c, v).map_err(|e| fail("bad_value", e))?),
                         None => Bytes::from_static(b"null"),
                     };
                     placed.json_fields.push((alias, j));
@@ -209,6 +207,12 @@ impl Route {
             }
         }
         Ok(placed)
+    }
+
+    /// A placed column's value as Debezium's connector types it.
+    fn typed(&self, c: Col, v: &Bytes) -> Result<placed::Typed, String> {
+        let text = std::str::from_utf8(v).map_err(|_| format!("column {} is not UTF-8 text", c.idx))?;
+        placed::typed(c.type_oid, c.typmod, text, self.mapping)
     }
 
     /// The record's value: the payload as it is, or wrapped in the envelope the placements

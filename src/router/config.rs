@@ -102,4 +102,7 @@ pub struct RouteConfig {
     /// `--key-converter`, `--value-converter`: the bytes Connect's converters would write.
     pub key_converter: Converter,
     pub value_converter: Converter,
+    /// The connector options that change how Debezium types a placed column
+    /// (`time.precision.mode` and the like, [`super::placed`]).
+    pub mapping: super::placed::Mapping,
 }

@@ -17,7 +17,8 @@
 //!   the bytes, a documented deviation.)
 //!
 //! Other column types with `json` (timestamps, numeric, floats) are refused when the route is
-//! compiled (in the key, the payload and envelope columns), and `json` with an envelope placement
+//! compiled (in the key and the payload; envelope columns are typed by [`super::placed`]), and
+//! `json` with an envelope placement
 //! together with `--table-expand-json-payload` at start-up: Debezium turns those into Connect
 //! structs whose JSON this module does not reproduce, and a silent difference would break
 //! consumers at the switch. An envelope under `json` is written by the router (payload first, then

@@ -71,7 +71,11 @@ impl MessageRoute {
         }
         let columns = fields
             .iter()
-            .map(|(name, kind)| Column { name: name.clone(), type_oid: if *kind == Kind::Json { JSONB } else { TEXT } })
+            .map(|(name, kind)| Column {
+                name: name.clone(),
+                type_oid: if *kind == Kind::Json { JSONB } else { TEXT },
+                type_modifier: -1,
+            })
             .collect();
         let rel = Table { schema: "pg_logical_emit_message".into(), name: "message".into(), columns };
         let mut route = Route::compile(cfg, &rel)?;

@@ -32,6 +32,7 @@ mod expand;
 pub mod mask;
 pub mod message;
 pub mod oid;
+pub mod placed;
 pub mod render;
 pub mod row;
 mod timestamp;
@@ -113,6 +114,8 @@ impl BadEvent {
 struct Col {
     idx: usize,
     type_oid: u32,
+    /// The type modifier (-1 for none), which types a placed column.
+    typmod: i32,
 }
 
 /// Column positions for one version of one outbox relation.
@@ -131,6 +134,8 @@ pub struct Route {
     /// The event type column, when the table has it (only `--mask-event-type` reads it).
     event_type: Option<Col>,
     placements: Vec<(Col, PlacementTarget)>,
+    /// How Debezium types the placed columns ([`placed`]).
+    mapping: placed::Mapping,
     topic: Arc<TopicRule>,
     /// Topics already built from route-by values of this relation.
     topics: TopicMemo,
@@ -155,7 +160,11 @@ impl Route {
     pub fn compile(cfg: &RouteConfig, rel: &Table) -> Result<Route, Definite> {
         let table = format!("{}.{}", rel.schema, rel.name);
         let find = |col: &str| {
-            rel.columns.iter().position(|c| c.name == col).map(|idx| Col { idx, type_oid: rel.columns[idx].type_oid })
+            rel.columns.iter().position(|c| c.name == col).map(|idx| Col {
+                idx,
+                type_oid: rel.columns[idx].type_oid,
+                typmod: rel.columns[idx].type_modifier,
+            })
         };
         let need = |col: &str, flag: &str| {
             find(col).ok_or_else(|| {
@@ -220,14 +229,19 @@ impl Route {
         }
         let envelope = cfg.placements.iter().any(|p| matches!(p.target, PlacementTarget::Envelope(_)));
         let json_envelope = envelope && cfg.value_converter == Converter::Json;
-        if json_envelope {
-            for (col, target) in &placements {
-                if matches!(target, PlacementTarget::Envelope(_)) && !converter::json_supports(col.type_oid) {
-                    let (name, ty) = (&rel.columns[col.idx].name, converter::type_name(col.type_oid));
-                    return Err(Definite::Setup(format!(
-                        "--value-converter json: envelope column {name:?} of {table} is a {ty}, which Debezium turns into a Connect type whose JSON outboxd does not reproduce; use --value-converter string, or place a text, uuid, json, integer, boolean or bytea column"
-                    )));
-                }
+        for (col, target) in &placements {
+            // Header and JsonConverter envelope columns are written as Debezium writes them;
+            // outboxd's own envelope (StringConverter) is a documented difference of its own.
+            let written = match target {
+                PlacementTarget::Header(_) => true,
+                PlacementTarget::Envelope(_) => json_envelope,
+                PlacementTarget::Partition => false,
+            };
+            if let Some(why) = placed::refusal(col.type_oid, cfg.mapping).filter(|_| written) {
+                let name = &rel.columns[col.idx].name;
+                return Err(Definite::Setup(format!(
+                    "--table-fields-additional-placement: column {name:?} of {table} {why}"
+                )));
             }
         }
         Ok(Route {
@@ -256,6 +270,7 @@ impl Route {
             trace_warned: Default::default(),
             event_type: find(&cfg.type_field),
             placements,
+            mapping: cfg.mapping,
             topic: cfg.topic.clone(),
             topics: TopicMemo::default(),
             tombstone: cfg.tombstone_on_empty_payload,

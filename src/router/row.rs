@@ -28,6 +28,9 @@ pub struct Table {
 pub struct Column {
     pub name: String,
     pub type_oid: u32,
+    /// The type modifier (`atttypmod`: a `numeric`'s scale, a `timestamp`'s precision), -1 for
+    /// none; placed columns are typed by it as Debezium types them.
+    pub type_modifier: i32,
 }
 
 /// One column's value in a [`Row`].

@@ -29,6 +29,7 @@ fn cfg() -> RouteConfig {
         headers_field: HeadersField::IfPresent("headers".into()),
         trace_field: HeadersField::IfPresent("tracingspancontext".into()),
         contracts: None,
+        mapping: Default::default(),
     }
 }
 
@@ -51,7 +52,7 @@ fn relation(cols: &[(&str, u32)]) -> Table {
     Table {
         schema: "public".into(),
         name: "outbox".into(),
-        columns: cols.iter().map(|(n, t)| Column { name: (*n).into(), type_oid: *t }).collect(),
+        columns: cols.iter().map(|(n, t)| Column { name: (*n).into(), type_oid: *t, type_modifier: -1 }).collect(),
     }
 }
 
@@ -410,7 +411,7 @@ fn out_of_range_timestamps_are_bad_events() {
     c.timestamp_field = None;
     c.placements = Placement::parse_list("created_at:header:at").unwrap();
     let rec = route_with(&c, &[("created_at", Some("0044-03-15 12:00:00+00 BC"))]).unwrap();
-    assert_eq!(h(&rec).last().unwrap(), &("at", "-000043-03-15T12:00:00Z".to_owned()));
+    assert_eq!(h(&rec).last().unwrap(), &("at", "-0043-03-15T12:00:00.000000Z".to_owned()));
     // `infinity` keeps no timestamp rather than inventing one.
     assert_eq!(route_with(&cfg(), &[("created_at", Some("infinity"))]).unwrap().timestamp_ms, None);
 }
@@ -624,10 +625,21 @@ fn an_envelope_under_the_json_converter_is_debeziums_struct_as_json() {
         out(&[("payload", None), ("shard", None), ("blob", None)]),
         r#"{"payload":null,"type":"order.paid.v1","shard":null,"u":true,"blob":null,"\"q\"":"order"}"#
     );
-    // A timestamp in the envelope is refused when the table is first seen, naming the column.
+    // A timestamptz in the envelope is Debezium's ZonedTimestamp string (router::placed).
     c.placements = Placement::parse_list("created_at:envelope").unwrap();
-    let e = Route::compile(&c, &relation(COLS)).unwrap_err().to_string();
-    assert!(e.contains("envelope column \"created_at\"") && e.contains("timestamptz"), "{e}");
+    let route = Route::compile(&c, &relation(COLS)).unwrap();
+    let rec = route.route(OutboxRow { tuple: &row(&[]), commit_time_us: 0 }).unwrap();
+    let value = String::from_utf8(route.convert(rec).payload.unwrap().to_vec()).unwrap();
+    assert!(value.ends_with(r#","created_at":"2026-12-02T10:49:10.123456Z"}"#), "{value}");
+    // A geometric column, which Debezium writes as a struct outboxd does not reproduce, is
+    // refused when the table is first seen, naming the column; in a header too.
+    let mut cols = COLS.to_vec();
+    cols.push(("spot", 600));
+    for p in ["spot:envelope", "spot:header"] {
+        c.placements = Placement::parse_list(p).unwrap();
+        let e = Route::compile(&c, &relation(&cols)).unwrap_err().to_string();
+        assert!(e.contains("column \"spot\"") && e.contains("point"), "{e}");
+    }
 }
 
 /// The trace context column becomes `traceparent` and `tracestate` headers (replacing any from the

@@ -75,6 +75,18 @@ pub fn apply(a: &mut Flags, o: &Overlay, explicit: &dyn Fn(&str) -> bool) -> Res
             "table_field_additional_missing" => {
                 a.source.table_field_additional_missing = MissingPolicy::from_str(&v, true).map_err(|_| bad(id, &v))?
             }
+            "time_precision_mode" => {
+                a.source.time_precision_mode = ValueEnum::from_str(&v, true).map_err(|_| bad(id, &v))?
+            }
+            "decimal_handling_mode" => {
+                a.source.decimal_handling_mode = ValueEnum::from_str(&v, true).map_err(|_| bad(id, &v))?
+            }
+            "binary_handling_mode" => {
+                a.source.binary_handling_mode = ValueEnum::from_str(&v, true).map_err(|_| bad(id, &v))?
+            }
+            "interval_handling_mode" => {
+                a.source.interval_handling_mode = ValueEnum::from_str(&v, true).map_err(|_| bad(id, &v))?
+            }
             "route_by_field" => a.route.route_by_field = v,
             "route_topic_regex" => a.route.route_topic_regex = v,
             "route_topic_replacement" => a.route.route_topic_replacement = v,

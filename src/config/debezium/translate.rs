@@ -36,6 +36,7 @@ pub(super) fn translate(cfg: &BTreeMap<String, String>) -> Result<Overlay, Strin
     connection(keys, &mut o);
     slot_and_publication(keys, &mut o)?;
     delivery_and_heartbeats(keys, &mut o)?;
+    type_mapping(keys, &mut o);
     let message_prefixes = messages(keys, &mut o)?;
     let unknown_router = router(keys, &mut o, &message_prefixes)?;
     producer_settings(keys, &mut o)?;
@@ -150,6 +151,22 @@ fn converter(keys: &mut Keys, o: &mut Overlay, side: &str) -> Result<(), String>
         }
     }
     Ok(())
+}
+
+/// The connector options that change how Debezium types a column, which placed columns follow
+/// (`--time-precision-mode` and the like; a value outboxd does not take is refused when the
+/// flags are parsed, and one it does not write is refused for the placed column it affects).
+fn type_mapping(keys: &mut Keys, o: &mut Overlay) {
+    for (key, flag) in [
+        ("time.precision.mode", "time_precision_mode"),
+        ("decimal.handling.mode", "decimal_handling_mode"),
+        ("binary.handling.mode", "binary_handling_mode"),
+        ("interval.handling.mode", "interval_handling_mode"),
+    ] {
+        if let Some(v) = keys.get(key) {
+            o.values.push((flag, v.trim().to_owned()));
+        }
+    }
 }
 
 /// The header converter, the decoder plugin, the connector class and Debezium Server's sink: only

@@ -77,7 +77,7 @@ impl Pages {
         let mut type_names = Vec::with_capacity(rows.len());
         for r in &rows {
             let oid: i64 = r.get(1);
-            columns.push(Column { name: r.get(0), type_oid: u32::try_from(oid).unwrap_or(0) });
+            columns.push(Column { name: r.get(0), type_oid: u32::try_from(oid).unwrap_or(0), type_modifier: r.get(2) });
             type_names.push(r.get::<_, String>(3));
         }
         let find = |col: &str, flag: &str| {

@@ -59,7 +59,7 @@ impl Queries {
         let rows = timed(
             "reading the outbox table's columns",
             client.query(
-                "SELECT c.oid, a.attname::text, a.atttypid FROM pg_catalog.pg_class c \
+                "SELECT c.oid, a.attname::text, a.atttypid, a.atttypmod FROM pg_catalog.pg_class c \
                  LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
                  WHERE c.oid = to_regclass($1) ORDER BY a.attnum",
                 &[&t],
@@ -77,7 +77,11 @@ impl Queries {
             .iter()
             .filter_map(|r| {
                 let name: Option<String> = r.get(1);
-                Some(Column { name: name?, type_oid: r.get(2) })
+                Some(Column {
+                    name: name?,
+                    type_oid: r.get(2),
+                    type_modifier: r.get::<_, Option<i32>>(3).unwrap_or(-1),
+                })
             })
             .collect();
         let relation = Table { schema: table.schema.clone(), name: table.name.clone(), columns };

@@ -15,7 +15,11 @@ pub fn table(rel: Relation) -> Table {
     Table {
         schema: rel.namespace,
         name: rel.name,
-        columns: rel.columns.into_iter().map(|c| Column { name: c.name, type_oid: c.type_oid }).collect(),
+        columns: rel
+            .columns
+            .into_iter()
+            .map(|c| Column { name: c.name, type_oid: c.type_oid, type_modifier: c.type_modifier })
+            .collect(),
     }
 }
 
