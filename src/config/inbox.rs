@@ -59,6 +59,10 @@ pub struct InboxArgs {
     /// Header holding the event type, stored in the event_type column (NULL without it).
     #[arg(long, env = "OUTBOXD_INBOX_EVENT_TYPE_HEADER", default_value = "eventType")]
     pub event_type_header: String,
+    /// Kafka topic that bad records are copied to, with the reason (`outboxd dlq` reads it): a
+    /// record without a usable event id, or a row the inbox table refuses.
+    #[arg(long, env = "OUTBOXD_DLQ_TOPIC", default_value = "outboxd.dlq")]
+    pub dlq_topic: String,
     /// Most records written in one PostgreSQL transaction.
     #[arg(long, env = "OUTBOXD_INBOX_BATCH_SIZE", default_value_t = 500)]
     pub batch_size: usize,
@@ -93,6 +97,7 @@ pub struct InboxConfig {
     pub group: String,
     pub event_id_header: String,
     pub event_type_header: String,
+    pub dlq_topic: String,
     pub batch_size: usize,
     pub batch_timeout: Duration,
     pub start_from: StartFrom,
@@ -123,9 +128,13 @@ impl InboxConfig {
         if a.group.trim().is_empty() {
             return Err(Definite::Config("--group is empty; name the consumer group, e.g. orders-inbox".into()));
         }
-        for (flag, v) in [("--event-id-header", &a.event_id_header), ("--event-type-header", &a.event_type_header)] {
-            if v.is_empty() {
-                return Err(Definite::Config(format!("{flag} is empty; name a header, e.g. id")));
+        for (flag, v) in [
+            ("--event-id-header", &a.event_id_header),
+            ("--event-type-header", &a.event_type_header),
+            ("--dlq-topic", &a.dlq_topic),
+        ] {
+            if v.trim().is_empty() {
+                return Err(Definite::Config(format!("{flag} is empty; give a name, e.g. the default")));
             }
         }
         if a.batch_size == 0 || a.batch_size > 10_000 {
@@ -149,6 +158,7 @@ impl InboxConfig {
             group: a.group.clone(),
             event_id_header: a.event_id_header.clone(),
             event_type_header: a.event_type_header.clone(),
+            dlq_topic: a.dlq_topic.clone(),
             batch_size: a.batch_size,
             batch_timeout: parse_duration("--batch-timeout", &a.batch_timeout)?,
             start_from: a.start_from,

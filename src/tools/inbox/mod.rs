@@ -24,9 +24,11 @@
 //! * `consumer.rs`: the Kafka consumer's thread and its rebalance callback;
 //! * `writer.rs`: batches, the retry while PostgreSQL is away, the answers to rebalances;
 //! * `store.rs`: the SQL (schema, offsets, the batch statement);
-//! * `record.rs`: a record into a row (the event id, the jsonb payload, the headers).
+//! * `record.rs`: a record into a row (the event id, the jsonb payload, the headers);
+//! * `dead.rs`: bad records' copies on the dead-letter topic, which `outboxd dlq` reads.
 
 mod consumer;
+mod dead;
 pub mod record;
 pub mod store;
 mod writer;
@@ -47,7 +49,7 @@ pub async fn run(cfg: InboxConfig, shutdown: CancellationToken) -> Result<u8, Er
         let bound = crate::serve::serve(addr, health.clone(), None).await?;
         tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
     }
-    let mut writer = writer::Writer::new(cfg.clone(), health.clone());
+    let mut writer = writer::Writer::new(cfg.clone(), health.clone())?;
     // The schema must be there before the first assignment asks for offsets; a transient failure
     // waits for PostgreSQL like any later one.
     let mut attempt = 0;

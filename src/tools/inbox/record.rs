@@ -38,7 +38,24 @@ pub struct Row {
     pub payload_json: Option<String>,
     /// Every header as a JSON object, text.
     pub headers: String,
+    /// The headers as they came, for a dead-letter copy if the table refuses the row.
+    pub raw_headers: Vec<(String, Option<Vec<u8>>)>,
     pub timestamp_ms: Option<i64>,
+}
+
+impl Row {
+    /// The record again, for its dead-letter copy.
+    pub fn received(&self) -> Received {
+        Received {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            offset: self.offset,
+            key: self.key.clone(),
+            payload: self.payload.clone(),
+            headers: self.raw_headers.clone(),
+            timestamp_ms: self.timestamp_ms,
+        }
+    }
 }
 
 /// Which headers name the event and its type.
@@ -66,15 +83,15 @@ impl Received {
     }
 }
 
-/// The row for `r`, or why there is none.
-pub fn to_row(r: Received, naming: &Naming) -> Result<Row, Bad> {
+/// The row for `r`, or why there is none (with the record, for its dead-letter copy).
+pub fn to_row(r: Received, naming: &Naming) -> Result<Row, (Bad, Received)> {
     let event_id = match r.header(&naming.event_id_header) {
         None => r.position(),
         Some(Some(v)) if !v.is_empty() => match std::str::from_utf8(v) {
             Ok(s) if !s.contains('\0') => s.to_owned(),
-            _ => return Err(bad_id(&r, naming, "is not UTF-8 text")),
+            _ => return Err((bad_id(&r, naming, "is not UTF-8 text"), r)),
         },
-        Some(_) => return Err(bad_id(&r, naming, "is empty")),
+        Some(_) => return Err((bad_id(&r, naming, "is empty"), r)),
     };
     let event_type =
         r.header(&naming.event_type_header).and_then(|v| v.as_deref()).map(|v| text(v)).filter(|s| !s.is_empty());
@@ -89,6 +106,7 @@ pub fn to_row(r: Received, naming: &Naming) -> Result<Row, Bad> {
         event_type,
         payload_json: r.payload.as_deref().and_then(jsonb_text),
         headers: Value::Object(headers).to_string(),
+        raw_headers: r.headers,
         topic: r.topic,
         partition: r.partition,
         offset: r.offset,
@@ -157,7 +175,8 @@ mod tests {
     #[test]
     fn an_unusable_id_header_is_a_bad_record_not_a_fallback() {
         for v in [None, Some(&b""[..]), Some(&b"\xff\xfe"[..]), Some(&b"a\0b"[..])] {
-            let e = to_row(rec(vec![("id", v)], None), &naming()).unwrap_err();
+            let (e, back) = to_row(rec(vec![("id", v)], None), &naming()).unwrap_err();
+            assert_eq!(back.offset, 41);
             assert_eq!(e.reason, "inbox_bad_event_id", "{v:?}");
             assert!(e.message.contains("orders.events/2/41"), "{}", e.message);
         }

@@ -10,8 +10,9 @@
 //! A failed write is retried whole (the batch is idempotent: `ON CONFLICT DO NOTHING`, offsets
 //! that only grow) while PostgreSQL is away, with `/readyz` answering 503 and the consumer held
 //! back by the full channel; nothing is acknowledged anywhere until the write commits. A write
-//! PostgreSQL refuses for good is retried row by row, and a row refused alone is a bad record:
-//! logged with its reason and passed over, its offset moving on with the batch.
+//! PostgreSQL refuses for good is retried row by row, and a row refused alone is a bad record, as
+//! is a record without a usable event id: copied to `--dlq-topic` with its reason
+//! ([`super::dead`]), acked, and passed over, its offset moving on with the batch.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,7 +23,8 @@ use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 use super::consumer::{start_of, Input, Part};
-use super::record::{to_row, Naming, Row};
+use super::dead::DeadLetters;
+use super::record::{to_row, Bad, Naming, Received, Row};
 use super::store::{self, Names};
 use crate::config::inbox::InboxConfig;
 use crate::error::{Definite, Error};
@@ -33,6 +35,8 @@ use crate::pg::admin::connect_primary;
 #[derive(Default)]
 struct Batch {
     rows: Vec<Row>,
+    /// Records that cannot be rows: dead-lettered before the batch's offsets are stored.
+    bad: Vec<(Bad, Received)>,
     /// Per partition, one past the last record taken (bad ones included).
     next: HashMap<Part, i64>,
     since: Option<Instant>,
@@ -45,18 +49,30 @@ pub struct Writer {
     sql: String,
     client: Option<Client>,
     health: Arc<Health>,
+    dead: DeadLetters,
     /// Assigned partitions and the next offset each expects.
     next: HashMap<Part, i64>,
     batch: Batch,
 }
 
 impl Writer {
-    pub fn new(cfg: InboxConfig, health: Arc<Health>) -> Writer {
+    pub fn new(cfg: InboxConfig, health: Arc<Health>) -> Result<Writer, Definite> {
         let names = Names { schema: cfg.schema.clone(), table: cfg.table.clone() };
         let naming =
             Naming { event_id_header: cfg.event_id_header.clone(), event_type_header: cfg.event_type_header.clone() };
         let sql = store::batch_sql(&names);
-        Writer { cfg, names, naming, sql, client: None, health, next: HashMap::new(), batch: Batch::default() }
+        let dead = DeadLetters::new(&cfg.kafka, &cfg.dlq_topic)?;
+        Ok(Writer {
+            cfg,
+            names,
+            naming,
+            sql,
+            client: None,
+            health,
+            dead,
+            next: HashMap::new(),
+            batch: Batch::default(),
+        })
     }
 
     /// Connect and make sure the schema is there; a definite failure (bad credentials, no
@@ -105,7 +121,7 @@ impl Writer {
                 self.batch.since.get_or_insert_with(Instant::now);
                 match to_row(r, &self.naming) {
                     Ok(row) => self.batch.rows.push(row),
-                    Err(bad) => tracing::error!(reason = bad.reason, "bad record passed over: {}", bad.message),
+                    Err(bad) => self.batch.bad.push(bad),
                 }
                 if self.batch.rows.len() >= self.cfg.batch_size {
                     self.flush(shutdown).await?;
@@ -148,6 +164,18 @@ impl Writer {
             return Ok(());
         }
         let batch = std::mem::take(&mut self.batch);
+        for (bad, r) in &batch.bad {
+            let mut attempt = 0;
+            while let Err(e) = self.dead.send(r, bad).await {
+                tracing::warn!("{e}");
+                self.health.loop_tick();
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(crate::retry::backoff(attempt, self.cfg.reconnect_max_backoff)) => {}
+                }
+                attempt += 1;
+            }
+        }
         let written = self.retrying(shutdown, Step::Write(&batch)).await?;
         if let Some(Done::Written(n)) = written {
             tracing::debug!(records = batch.rows.len(), inserted = n, "batch written");
@@ -171,12 +199,13 @@ impl Writer {
             let next = HashMap::from([((row.topic.clone(), row.partition), row.offset + 1)]);
             match store::write_batch(client, &self.sql, group, std::slice::from_ref(row), &next).await {
                 Ok(w) => inserted += w.inserted,
-                Err(Error::Definite(e)) => tracing::error!(
-                    reason = "inbox_refused",
-                    event_id = %row.event_id,
-                    "bad record passed over: {}/{}/{} refused by the inbox table: {e}",
-                    row.topic, row.partition, row.offset
-                ),
+                Err(Error::Definite(e)) => {
+                    let why = format!(
+                        "record {}/{}/{} (event {}) refused by the inbox table: {e}",
+                        row.topic, row.partition, row.offset, row.event_id
+                    );
+                    self.dead.send(&row.received(), &Bad { reason: "inbox_refused", message: why }).await?;
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -200,7 +229,7 @@ impl Writer {
                         return Ok(Some(v));
                     }
                     Err(Error::Transient(e)) => {
-                        tracing::warn!("PostgreSQL: {e}; retrying, nothing is lost (readiness 503 meanwhile)");
+                        tracing::warn!("{e}; retrying, nothing is lost (readiness 503 meanwhile)");
                         self.client = None;
                     }
                     Err(e) => return Err(e),
