@@ -219,6 +219,17 @@ fn a_postgresql_restart_pauses_the_inbox_with_readiness_503_and_loses_nothing() 
     load.finish();
     assert_inbox_exact(&pg, total, &|| inbox.log());
     assert_offsets_at_end(&pg, &broker);
+    // The same process wrote every row: its counters say so, and the backlog is all of them
+    // (no worker ran).
+    let scraped = || http_get(port, "/metrics").map(|(_, b)| b).unwrap_or_default();
+    let backlog = || metric(&scraped(), "outboxd_inbox_unprocessed_rows");
+    assert!(wait_until(Duration::from_secs(20), || backlog() == Some(total as f64)), "backlog {:?}", backlog());
+    let body = scraped();
+    assert_eq!(metric(&body, "outboxd_inbox_rows_total"), Some(total as f64), "{body}");
+    let dups = metric(&body, "outboxd_inbox_duplicates_total").unwrap_or(0.0);
+    assert!(dups >= (total / 40) as f64, "{dups} duplicates counted, {} were sent\n{body}", total / 40);
+    assert!(metric(&body, "outboxd_inbox_oldest_unprocessed_seconds").is_some_and(|s| s > 0.0), "{body}");
+    assert!(body.contains("outboxd_inbox_lag_records{"), "{body}");
     inbox.stop_cleanly();
 }
 

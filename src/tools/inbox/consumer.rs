@@ -21,6 +21,7 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaResult;
 use rdkafka::message::{Headers, Message};
+use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::ClientContext;
@@ -29,6 +30,7 @@ use tokio::sync::mpsc;
 use super::record::Received;
 use crate::config::inbox::{InboxConfig, StartFrom, Subscription};
 use crate::error::Definite;
+use crate::metrics::InboxMetrics;
 use crate::sink::kafka::client;
 
 /// A partition: topic and number.
@@ -55,9 +57,26 @@ pub fn start_of(stored: Option<i64>, start_from: StartFrom) -> Offset {
 struct Context {
     tx: mpsc::Sender<Input>,
     stop: Arc<AtomicBool>,
+    metrics: InboxMetrics,
 }
 
-impl ClientContext for Context {}
+impl ClientContext for Context {
+    /// librdkafka's statistics (every `statistics.interval.ms`, 5 s by default here) carry each
+    /// assigned partition's last stable offset (the end a read_committed reader can reach) and
+    /// the position handed to us; the lag is the difference. (Their `consumer_lag` counts from the
+    /// group's committed offset in Kafka, which the inbox does not use.)
+    fn stats(&self, statistics: Statistics) {
+        for (topic, t) in &statistics.topics {
+            for (p, part) in &t.partitions {
+                let at = if part.app_offset >= 0 { part.app_offset } else { part.next_offset };
+                // Partition -1 is librdkafka's internal one; negative offsets are not known yet.
+                if *p >= 0 && part.desired && at >= 0 && part.ls_offset >= 0 {
+                    self.metrics.lag(topic, *p, (part.ls_offset - at).max(0));
+                }
+            }
+        }
+    }
+}
 
 impl ConsumerContext for Context {
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
@@ -139,9 +158,10 @@ pub fn start(cfg: &InboxConfig, tx: mpsc::Sender<Input>) -> Result<Running, Defi
         // outboxd's exactly-once output arrives whole; aborted records never reach the inbox.
         ("isolation.level", "read_committed".to_owned()),
         ("enable.partition.eof", "false".to_owned()),
+        ("statistics.interval.ms", "5000".to_owned()),
     ];
     let conf = client::consumer_config(&cfg.kafka, "outboxd-inbox", &defaults);
-    let context = Context { tx, stop: stop.clone() };
+    let context = Context { tx, stop: stop.clone(), metrics: InboxMetrics::new() };
     let consumer: BaseConsumer<Context> = client::create(&conf, context, "consumer", &cfg.kafka)?;
     let topics: Vec<&str> = match &cfg.subscription {
         Subscription::Topics(t) => t.iter().map(String::as_str).collect(),

@@ -29,6 +29,7 @@ use super::store::{self, Names};
 use crate::config::inbox::InboxConfig;
 use crate::error::{Definite, Error};
 use crate::health::Health;
+use crate::metrics::InboxMetrics;
 use crate::pg::admin::connect_primary;
 
 /// The records gathered since the last write.
@@ -50,6 +51,7 @@ pub struct Writer {
     client: Option<Client>,
     health: Arc<Health>,
     dead: DeadLetters,
+    metrics: InboxMetrics,
     /// Assigned partitions and the next offset each expects.
     next: HashMap<Part, i64>,
     batch: Batch,
@@ -70,6 +72,7 @@ impl Writer {
             client: None,
             health,
             dead,
+            metrics: InboxMetrics::new(),
             next: HashMap::new(),
             batch: Batch::default(),
         })
@@ -88,6 +91,7 @@ impl Writer {
     /// Run until `shutdown`; the batch in hand is written first, then the consumer is let go.
     pub async fn run(&mut self, rx: &mut mpsc::Receiver<Input>, shutdown: &CancellationToken) -> Result<(), Error> {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut ticks = 0u64;
         loop {
             let deadline = self.batch.since.map(|s| s + self.cfg.batch_timeout);
             tokio::select! {
@@ -101,7 +105,13 @@ impl Writer {
                     }.into()),
                 },
                 _ = sleep_until(deadline), if deadline.is_some() => self.flush(shutdown).await?,
-                _ = tick.tick() => self.health.loop_tick(),
+                _ = tick.tick() => {
+                    self.health.loop_tick();
+                    ticks += 1;
+                    if ticks % 5 == 1 {
+                        self.backlog().await;
+                    }
+                }
             }
         }
         self.flush(shutdown).await
@@ -153,6 +163,21 @@ impl Writer {
         Ok(())
     }
 
+    /// The backlog gauges, from the table; a failure only leaves them as they were (the next
+    /// write finds out whether PostgreSQL is away).
+    async fn backlog(&self) {
+        let Some(client) = &self.client else { return };
+        let sql = format!(
+            "SELECT count(*), coalesce(extract(epoch FROM now() - min(received_at)), 0)::float8 \
+               FROM {} WHERE processed_at IS NULL",
+            self.names.inbox()
+        );
+        match client.query_one(&sql, &[]).await {
+            Ok(r) => self.metrics.backlog(r.get(0), r.get(1)),
+            Err(e) => tracing::debug!("reading the inbox backlog: {e}"),
+        }
+    }
+
     async fn load(&mut self, parts: &[Part]) -> Result<HashMap<Part, i64>, Error> {
         let client = self.client.as_ref().ok_or_else(not_connected)?;
         store::load_offsets(client, &self.names, &self.cfg.group, parts).await
@@ -166,7 +191,7 @@ impl Writer {
         let batch = std::mem::take(&mut self.batch);
         for (bad, r) in &batch.bad {
             let mut attempt = 0;
-            while let Err(e) = self.dead.send(r, bad).await {
+            while let Err(e) = self.dead.send(r, bad).await.inspect(|()| self.metrics.dead_lettered(bad.reason)) {
                 tracing::warn!("{e}");
                 self.health.loop_tick();
                 tokio::select! {
@@ -178,6 +203,7 @@ impl Writer {
         }
         let written = self.retrying(shutdown, Step::Write(&batch)).await?;
         if let Some(Done::Written(n)) = written {
+            self.metrics.written(n as u64, (batch.rows.len() as u64).saturating_sub(n as u64));
             tracing::debug!(records = batch.rows.len(), inserted = n, "batch written");
         }
         Ok(())
@@ -205,6 +231,7 @@ impl Writer {
                         row.topic, row.partition, row.offset, row.event_id
                     );
                     self.dead.send(&row.received(), &Bad { reason: "inbox_refused", message: why }).await?;
+                    self.metrics.dead_lettered("inbox_refused");
                 }
                 Err(e) => return Err(e),
             }
