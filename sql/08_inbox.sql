@@ -96,3 +96,23 @@ LANGUAGE sql VOLATILE AS $$
         RETURNING 1)
     SELECT count(*)::integer FROM done
 $$;
+
+-- Retention: delete up to max_rows processed rows that were processed more than `retain` ago
+-- and received more than `dedupe_window` ago; returns how many went. A row stays at least
+-- dedupe_window after it arrived, so a late duplicate of its event (a producer's retry, a
+-- replay) still finds the id and is not inserted, and processed, again. `outboxd inbox
+-- --retain` calls it every minute, in rounds of 10000 rows; unprocessed rows are never deleted.
+CREATE OR REPLACE FUNCTION public.inbox_prune(retain interval, dedupe_window interval,
+                                              max_rows integer DEFAULT 10000)
+RETURNS integer
+LANGUAGE sql VOLATILE AS $$
+    WITH gone AS (
+        DELETE FROM public.inbox
+         WHERE seq IN (SELECT seq FROM public.inbox
+                        WHERE processed_at < now() - retain
+                          AND received_at < now() - dedupe_window
+                        ORDER BY seq
+                        LIMIT max_rows)
+        RETURNING 1)
+    SELECT count(*)::integer FROM gone
+$$;

@@ -128,3 +128,36 @@ fn four_workers_with_random_kills_keep_each_key_in_order_and_process_each_row_on
     let workers_used = pg.psql("SELECT count(DISTINCT worker) FROM effects");
     assert_eq!(workers_used.trim(), "4", "all four workers took rows");
 }
+
+/// `inbox_prune` (what `outboxd inbox --retain` runs every minute) deletes processed rows past
+/// both `retain` and the dedupe window, never an unprocessed one, and a row kept for the window
+/// still turns a late duplicate away.
+#[test]
+fn prune_keeps_unprocessed_rows_and_the_ids_the_dedupe_window_needs() {
+    let pg = PgCluster::start();
+    pg.apply_sql_file(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/08_inbox.sql"));
+    // e0-e9: processed 3 h ago, received 4 h ago; e10-e19: processed 3 h ago, received 90 min
+    // ago (inside a 2 h window); e20-e29: received 4 h ago, never processed.
+    pg.psql(
+        "INSERT INTO public.inbox (event_id, topic, kafka_partition, kafka_offset, received_at, processed_at) \
+         SELECT 'e' || i, 't', 0, i, now() - CASE WHEN i BETWEEN 10 AND 19 THEN interval '90 min' ELSE interval '4 h' END, \
+                CASE WHEN i < 20 THEN now() - interval '3 h' END \
+           FROM generate_series(0, 29) i",
+    );
+    let prune = |retain: &str, window: &str| {
+        pg.psql(&format!("SELECT public.inbox_prune(interval '{retain}', interval '{window}')")).trim().to_owned()
+    };
+    assert_eq!(prune("1 h", "5 h"), "0", "inside the dedupe window: nothing goes");
+    assert_eq!(prune("4 h", "1 h"), "0", "processed less than --retain ago: nothing goes");
+    assert_eq!(prune("1 h", "2 h"), "10", "processed past retain and received past the window");
+    let left = pg.psql("SELECT string_agg(event_id, ',' ORDER BY seq) FROM public.inbox");
+    assert_eq!(left.trim(), (10..30).map(|i| format!("e{i}")).collect::<Vec<_>>().join(","));
+    // A late copy of a kept event is still turned away.
+    let again = pg.psql(
+        "WITH x AS (INSERT INTO public.inbox (event_id, topic, kafka_partition, kafka_offset) \
+         VALUES ('e15', 't', 0, 99) ON CONFLICT (event_id) DO NOTHING RETURNING 1) SELECT count(*) FROM x",
+    );
+    assert_eq!(again.trim(), "0");
+    assert_eq!(prune("1 min", "1 min"), "10", "the unprocessed rows stay whatever the settings");
+    assert_eq!(pg.psql("SELECT count(*) FROM public.inbox WHERE processed_at IS NULL").trim(), "10");
+}

@@ -73,6 +73,14 @@ pub struct InboxArgs {
     /// are never read).
     #[arg(long, env = "OUTBOXD_INBOX_START_FROM", value_enum, default_value_t = StartFrom::Earliest)]
     pub start_from: StartFrom,
+    /// Delete processed rows this long after they were processed (every minute); left out,
+    /// processed rows stay. Rows younger than --dedupe-window stay in any case.
+    #[arg(long, env = "OUTBOXD_INBOX_RETAIN", value_name = "DURATION")]
+    pub retain: Option<String>,
+    /// How long after it arrived a row's event id must still deduplicate (a late copy of the
+    /// event, e.g. a replay); at least the longest a producer may send an event again.
+    #[arg(long, env = "OUTBOXD_INBOX_DEDUPE_WINDOW", default_value = "168h", value_name = "DURATION")]
+    pub dedupe_window: String,
     /// Serve /metrics, /healthz and /readyz on this address; `off` disables.
     #[arg(long, env = "OUTBOXD_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     pub metrics_addr: String,
@@ -101,6 +109,9 @@ pub struct InboxConfig {
     pub batch_size: usize,
     pub batch_timeout: Duration,
     pub start_from: StartFrom,
+    /// `--retain`: `None` keeps processed rows.
+    pub retain: Option<Duration>,
+    pub dedupe_window: Duration,
     pub metrics_addr: Option<SocketAddr>,
     pub reconnect_max_backoff: Duration,
     pub log_format: LogFormat,
@@ -162,6 +173,8 @@ impl InboxConfig {
             batch_size: a.batch_size,
             batch_timeout: parse_duration("--batch-timeout", &a.batch_timeout)?,
             start_from: a.start_from,
+            retain: a.retain.as_deref().map(|r| parse_duration("--retain", r)).transpose()?,
+            dedupe_window: parse_duration("--dedupe-window", &a.dedupe_window)?,
             metrics_addr,
             reconnect_max_backoff: parse_duration("--reconnect-max-backoff", &a.reconnect_max_backoff)?,
             log_format: a.log_format,

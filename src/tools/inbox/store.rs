@@ -63,8 +63,13 @@ pub async fn ensure_schema(client: &Client, names: &Names) -> Result<(), Error> 
     let row = client
         .query_one(
             "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL \
-                    AND to_regprocedure($3) IS NOT NULL",
-            &[&names.inbox(), &names.offsets(), &format!("{}_claim(integer)", names.inbox())],
+                    AND to_regprocedure($3) IS NOT NULL AND to_regprocedure($4) IS NOT NULL",
+            &[
+                &names.inbox(),
+                &names.offsets(),
+                &format!("{}_claim(integer)", names.inbox()),
+                &format!("{}_prune(interval,interval,integer)", names.inbox()),
+            ],
         )
         .await
         .map_err(|e| query_error(&what("looking up the inbox table"), e))?;
@@ -101,6 +106,24 @@ pub async fn load_offsets(
         .await
         .map_err(|e| query_error(&format!("reading the stored offsets in {}", names.offsets()), e))?;
     Ok(rows.into_iter().map(|r| ((r.get(0), r.get(1)), r.get(2))).collect())
+}
+
+/// Rows `inbox_prune` deletes in one round.
+pub const PRUNE_ROUND: i32 = 10_000;
+
+/// One round of retention (sql/08_inbox.sql's `inbox_prune`): how many rows went.
+pub async fn prune(
+    client: &Client,
+    names: &Names,
+    retain: std::time::Duration,
+    dedupe_window: std::time::Duration,
+) -> Result<i32, Error> {
+    let sql = format!("SELECT {}_prune(make_interval(secs => $1), make_interval(secs => $2), $3)", names.inbox());
+    let row = client
+        .query_one(&sql, &[&retain.as_secs_f64(), &dedupe_window.as_secs_f64(), &PRUNE_ROUND])
+        .await
+        .map_err(|e| query_error(&format!("pruning processed rows of {} (--retain)", names.inbox()), e))?;
+    Ok(row.get(0))
 }
 
 /// What one batch statement did.

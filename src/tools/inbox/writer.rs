@@ -111,6 +111,9 @@ impl Writer {
                     if ticks % 5 == 1 {
                         self.backlog().await;
                     }
+                    if ticks % 60 == 30 {
+                        self.prune().await;
+                    }
                 }
             }
         }
@@ -175,6 +178,24 @@ impl Writer {
         match client.query_one(&sql, &[]).await {
             Ok(r) => self.metrics.backlog(r.get(0), r.get(1)),
             Err(e) => tracing::debug!("reading the inbox backlog: {e}"),
+        }
+    }
+
+    /// `--retain`: rounds of `inbox_prune` until a round deletes less than a full one (a few at
+    /// most per minute, so the batches never wait long). A failure waits for the next minute.
+    async fn prune(&self) {
+        let (Some(retain), Some(client)) = (self.cfg.retain, &self.client) else { return };
+        for _ in 0..10 {
+            match store::prune(client, &self.names, retain, self.cfg.dedupe_window).await {
+                Ok(n) if n > 0 => {
+                    tracing::info!(rows = n, "pruned processed inbox rows (--retain)");
+                    if n < store::PRUNE_ROUND {
+                        return;
+                    }
+                }
+                Ok(_) => return,
+                Err(e) => return tracing::warn!("{e}; trying again in a minute"),
+            }
         }
     }
 
