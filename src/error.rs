@@ -35,6 +35,10 @@ pub enum Transient {
     /// waiting for its schema is confirmed, and the next session asks again.
     #[error("{reason}; nothing after the event waiting for its schema is confirmed, retrying")]
     Registry { reason: String },
+    /// `outboxd inbox`: a bad record's dead-letter copy was not acked; its offset does not move
+    /// past it, and the batch is tried again.
+    #[error("{reason}; the record's offset stays until its copy is acked, retrying")]
+    DeadLetter { reason: String },
     /// Another instance took over the transactional id (and so the slot): this one stands by.
     #[error("fenced by another outboxd with the same transactional.id ({reason}); standing by")]
     Fenced { reason: String },

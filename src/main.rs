@@ -45,6 +45,7 @@ fn main() -> ExitCode {
         Command::Shadow(cmd) => return exit_with(block_on(outboxd::tools::shadow::tool::run(cmd))),
         Command::Decrypt(args) => return exit_with(outboxd::router::mask::decrypt::run(&args)),
         Command::Backfill(args) => return backfill(&args, &explicit),
+        Command::Inbox(args) => return inbox(&args),
     };
     let cfg = match checked {
         Ok(c) => c,
@@ -136,6 +137,29 @@ fn backfill(args: &outboxd::config::BackfillArgs, explicit: &dyn Fn(&str) -> boo
             ExitCode::from(2)
         }
     }
+}
+
+/// `outboxd inbox`: flags validated first (exit 2), then the consumer until SIGINT/SIGTERM.
+fn inbox(args: &outboxd::config::InboxArgs) -> ExitCode {
+    let cfg = match outboxd::config::InboxConfig::from_args(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("outboxd: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(cfg.log_format);
+    let run = async move {
+        let shutdown = CancellationToken::new();
+        spawn_signal_handler(shutdown.clone())
+            .map_err(|e| Error::Definite(Definite::Setup(format!("installing signal handlers: {e:#}"))))?;
+        outboxd::tools::inbox::run(cfg, shutdown).await
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+    exit_with(
+        rt.map_err(|e| Error::Definite(Definite::Config(format!("starting the tokio runtime: {e}"))))
+            .and_then(|rt| rt.block_on(run)),
+    )
 }
 
 /// Run a short-lived async command on a current-thread runtime.

@@ -55,6 +55,9 @@ pub enum Command {
     /// Re-publish rows still in the outbox table(s), by created_at or event_id range, through the
     /// router and sink of `run` (header outboxd.backfill=true). Exit 0 when every row was delivered.
     Backfill(Box<BackfillArgs>),
+    /// Read Kafka into an inbox table of the consumer's PostgreSQL, each event once: the records
+    /// and each partition's next offset in one transaction (sql/08_inbox.sql; until SIGINT/SIGTERM).
+    Inbox(Box<super::inbox::InboxArgs>),
     /// Restore the --encrypt'ed fields of records (JSON lines, e.g. --sink stdout output) with the keyring.
     Decrypt(crate::router::mask::decrypt::DecryptArgs),
 }

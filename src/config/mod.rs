@@ -12,6 +12,7 @@
 //! * `groups.rs`: the groups shared by the relaying commands (a sink's group is in its folder);
 //! * `validate.rs`: [`Flags`] to `Config`;
 //! * `show.rs`: `Config` back to flags;
+//! * `inbox.rs`: `outboxd inbox`'s flags and settings (it reads Kafka into PostgreSQL);
 //! * `poll.rs`: `outboxd poll`'s flags, and its batch, wake-up, retry and column settings;
 //! * `postgres.rs`: the conninfo, parsed into a [`PgTarget`] whose `Display` never shows the
 //!   password, so it can be logged and put into errors safely;
@@ -29,6 +30,7 @@ pub mod conninfo;
 pub mod debezium;
 mod flags;
 mod groups;
+pub mod inbox;
 mod pgpass;
 mod poll;
 pub mod postgres;
@@ -51,6 +53,7 @@ pub use cli::{
 };
 pub use flags::{BackfillArgs, CheckArgs, ConfigArgs, Flags, PollArgs, RelayArgs, Relaying, RunArgs};
 pub use groups::{BudgetArgs, ProcessArgs, RouteArgs, SinkArgs, SourceArgs, WalArgs};
+pub use inbox::{InboxArgs, InboxConfig};
 pub use poll::{PollColumns, PollConfig, PollLoopArgs, SeqColumnArgs, MAX_RETRY_BACKOFF};
 pub use postgres::{PgHost, PgTarget, SslMode};
 pub use validate::parse_table;

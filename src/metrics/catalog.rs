@@ -33,7 +33,7 @@ pub struct Metric {
     pub labels: &'static [&'static str],
     /// The `# HELP` line: one sentence, plain text.
     pub help: &'static str,
-    /// Which command exports it: `run`, `poll`, `both` of them, or `shadow` (`--follow`).
+    /// Which command exports it: `run`, `poll`, `both` of them, `shadow` (`--follow`) or `inbox`.
     pub by: &'static str,
 }
 
@@ -81,6 +81,12 @@ pub const ALL: &[Metric] = &[
     m("outboxd_shadow_unidentified", Gauge, &["side"], "shadow", "Records without the --match-by id, per side."),
     m("outboxd_shadow_lag_p50_seconds", Gauge, &[], "shadow", "Median of shadow minus legacy record timestamp over paired events."),
     m("outboxd_shadow_lag_max_seconds", Gauge, &[], "shadow", "Largest shadow minus legacy record timestamp over paired events."),
+    m("outboxd_inbox_rows_total", Counter, &[], "inbox", "Records written into the inbox table as new rows."),
+    m("outboxd_inbox_duplicates_total", Counter, &[], "inbox", "Records whose event id the inbox table held already (not written again)."),
+    m("outboxd_inbox_dlq_total", Counter, &["reason"], "inbox", "Bad records copied to the dead-letter topic, per reason."),
+    m("outboxd_inbox_unprocessed_rows", Gauge, &[], "inbox", "Inbox rows no worker has marked processed yet."),
+    m("outboxd_inbox_oldest_unprocessed_seconds", Gauge, &[], "inbox", "Age of the oldest unprocessed inbox row (0 when there is none)."),
+    m("outboxd_inbox_lag_records", Gauge, &["topic", "partition"], "inbox", "Records of an assigned partition not read yet (high watermark minus position)."),
 ];
 
 /// Gives the current recorder every description (call right after installing it).
@@ -103,6 +109,7 @@ pub fn markdown() -> String {
             "run" => "`run`",
             "both" => "`run`, `poll`",
             "poll" => "`poll`",
+            "inbox" => "`inbox`",
             _ => "`shadow --follow`",
         };
         out.push_str(&format!("| `{}{labels}` | {} | {by} | {} |\n", d.name, d.kind.name(), d.help));

@@ -1,6 +1,6 @@
 //! Metrics: structs of handles, updated where state changes, never inside parsing code: [`Metrics`]
 //! for the relay, [`TxnMetrics`] (exactly-once), [`LinkMetrics`] (a sink's link) and
-//! [`ShadowMetrics`] (`shadow --follow`); no other module calls the `metrics` macros.
+//! [`ShadowMetrics`] (`shadow --follow`), [`InboxMetrics`] (`outboxd inbox`); no other module calls the `metrics` macros.
 //! Each metric is described once, in [`catalog`] (its help text and the manual's table come from
 //! there).
 //!
@@ -26,10 +26,12 @@ use crate::error::Definite;
 use crate::lsn::Lsn;
 
 pub mod catalog;
+mod inbox;
 mod link;
 mod shadow;
 mod txn;
 
+pub use inbox::InboxMetrics;
 pub use link::LinkMetrics;
 pub use shadow::{ShadowFigures, ShadowMetrics};
 pub use txn::TxnMetrics;

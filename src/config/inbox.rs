@@ -1,0 +1,239 @@
+//! `outboxd inbox`'s flags ([`InboxArgs`]) and the settings they validate into ([`InboxConfig`]).
+//!
+//! The command reads Kafka and writes the consumer's PostgreSQL, so it takes Kafka's client group
+//! ([`KafkaClientArgs`], the `dlq` and `shadow` tools' too: brokers, `--kafka-property`,
+//! `--kafka-property-file` for TLS and SASL secrets) and PostgreSQL's connection flags with the
+//! same names and environment variables as `run` (the conninfo is parsed by [`PgTarget`], so
+//! everything libpq offers, and the password never shows). Its own flags are `OUTBOXD_INBOX_*`.
+//!
+//! Invariant: nothing downstream re-validates; a bad value is a one-line error naming the flag and
+//! the fix, before a connection is made. The inbox table's name is a plain lowercase identifier
+//! (optionally schema-qualified), because the SQL file's object names are derived from it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{LogFormat, PgTarget};
+use crate::error::Definite;
+use crate::sink::kafka::config::{KafkaClientArgs, KafkaConfig};
+use crate::units::parse_duration;
+
+/// Where a partition with no offset stored in PostgreSQL starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StartFrom {
+    /// The oldest record Kafka still holds.
+    Earliest,
+    /// Records appended after the partition was first assigned.
+    Latest,
+}
+
+/// Flags of `outboxd inbox`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct InboxArgs {
+    #[command(flatten)]
+    pub kafka: KafkaClientArgs,
+    /// The consumer's PostgreSQL conninfo (URL or key=value pairs), where the inbox table lives.
+    #[arg(long, env = "OUTBOXD_POSTGRES_URL", hide_env_values = true)]
+    pub postgres_url: Option<String>,
+    /// File holding the PostgreSQL password (one trailing newline is ignored), so it is not in argv.
+    #[arg(long, env = "OUTBOXD_POSTGRES_PASSWORD_FILE")]
+    pub postgres_password_file: Option<PathBuf>,
+    /// Topics to read, comma-separated.
+    #[arg(long, env = "OUTBOXD_INBOX_TOPICS", value_delimiter = ',', conflicts_with = "topic_pattern")]
+    pub topics: Vec<String>,
+    /// Read every topic whose name matches this regex whole (new topics are picked up).
+    #[arg(long, env = "OUTBOXD_INBOX_TOPIC_PATTERN", value_name = "REGEX")]
+    pub topic_pattern: Option<String>,
+    /// The inbox table, as [SCHEMA.]TABLE (lowercase letters, digits, _); created with
+    /// TABLE_offsets and the claim functions of sql/08_inbox.sql when missing.
+    #[arg(long, env = "OUTBOXD_INBOX_TABLE", default_value = "public.inbox")]
+    pub inbox_table: String,
+    /// Kafka consumer group; also the key of the offsets stored beside the inbox table.
+    #[arg(long, env = "OUTBOXD_INBOX_GROUP", default_value = "outboxd-inbox")]
+    pub group: String,
+    /// Header holding the event id (outboxd and Debezium's EventRouter send `id`); a record
+    /// without it is stored as TOPIC/PARTITION/OFFSET.
+    #[arg(long, env = "OUTBOXD_INBOX_EVENT_ID_HEADER", default_value = "id")]
+    pub event_id_header: String,
+    /// Header holding the event type, stored in the event_type column (NULL without it).
+    #[arg(long, env = "OUTBOXD_INBOX_EVENT_TYPE_HEADER", default_value = "eventType")]
+    pub event_type_header: String,
+    /// Kafka topic that bad records are copied to, with the reason (`outboxd dlq` reads it): a
+    /// record without a usable event id, or a row the inbox table refuses.
+    #[arg(long, env = "OUTBOXD_DLQ_TOPIC", default_value = "outboxd.dlq")]
+    pub dlq_topic: String,
+    /// Most records written in one PostgreSQL transaction.
+    #[arg(long, env = "OUTBOXD_INBOX_BATCH_SIZE", default_value_t = 500)]
+    pub batch_size: usize,
+    /// Longest a record waits for its batch to fill before the batch is written.
+    #[arg(long, env = "OUTBOXD_INBOX_BATCH_TIMEOUT", default_value = "20ms", value_name = "DURATION")]
+    pub batch_timeout: String,
+    /// Where a partition with no offset stored in PostgreSQL starts (the group's Kafka offsets
+    /// are never read).
+    #[arg(long, env = "OUTBOXD_INBOX_START_FROM", value_enum, default_value_t = StartFrom::Earliest)]
+    pub start_from: StartFrom,
+    /// Delete processed rows this long after they were processed (every minute); left out,
+    /// processed rows stay. Rows younger than --dedupe-window stay in any case.
+    #[arg(long, env = "OUTBOXD_INBOX_RETAIN", value_name = "DURATION")]
+    pub retain: Option<String>,
+    /// How long after it arrived a row's event id must still deduplicate (a late copy of the
+    /// event, e.g. a replay); at least the longest a producer may send an event again.
+    #[arg(long, env = "OUTBOXD_INBOX_DEDUPE_WINDOW", default_value = "168h", value_name = "DURATION")]
+    pub dedupe_window: String,
+    /// Serve /metrics, /healthz and /readyz on this address; `off` disables.
+    #[arg(long, env = "OUTBOXD_METRICS_ADDR", default_value = "127.0.0.1:9464")]
+    pub metrics_addr: String,
+    /// Longest wait between attempts to reach PostgreSQL again.
+    #[arg(long, env = "OUTBOXD_RECONNECT_MAX_BACKOFF", default_value = "30s")]
+    pub reconnect_max_backoff: String,
+    /// Log format; the level comes from RUST_LOG (default info).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// `outboxd inbox`'s settings, validated.
+#[derive(Debug, Clone)]
+pub struct InboxConfig {
+    pub kafka: KafkaConfig,
+    pub postgres: PgTarget,
+    /// Either the topics, or a regex (anchored, as librdkafka's `^` subscriptions take it).
+    pub subscription: Subscription,
+    /// Schema and table, each a plain lowercase identifier.
+    pub schema: String,
+    pub table: String,
+    pub group: String,
+    pub event_id_header: String,
+    pub event_type_header: String,
+    pub dlq_topic: String,
+    pub batch_size: usize,
+    pub batch_timeout: Duration,
+    pub start_from: StartFrom,
+    /// `--retain`: `None` keeps processed rows.
+    pub retain: Option<Duration>,
+    pub dedupe_window: Duration,
+    pub metrics_addr: Option<SocketAddr>,
+    pub reconnect_max_backoff: Duration,
+    pub log_format: LogFormat,
+}
+
+/// What the consumer subscribes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subscription {
+    Topics(Vec<String>),
+    /// librdkafka's regex subscription: `^` then the user's regex, matched whole.
+    Pattern(String),
+}
+
+impl InboxConfig {
+    pub fn from_args(a: &InboxArgs) -> Result<InboxConfig, Definite> {
+        let kafka = KafkaConfig::for_tool(&a.kafka)?;
+        let url = a.postgres_url.as_deref().unwrap_or_default();
+        let fallbacks = super::postgres::Fallbacks {
+            password_file: a.postgres_password_file.as_deref(),
+            ..super::postgres::Fallbacks::process()
+        };
+        let postgres = PgTarget::parse_with(url, &fallbacks)?;
+        let subscription = subscription(&a.topics, a.topic_pattern.as_deref())?;
+        let (schema, table) = table_name(&a.inbox_table)?;
+        if a.group.trim().is_empty() {
+            return Err(Definite::Config("--group is empty; name the consumer group, e.g. orders-inbox".into()));
+        }
+        for (flag, v) in [
+            ("--event-id-header", &a.event_id_header),
+            ("--event-type-header", &a.event_type_header),
+            ("--dlq-topic", &a.dlq_topic),
+        ] {
+            if v.trim().is_empty() {
+                return Err(Definite::Config(format!("{flag} is empty; give a name, e.g. the default")));
+            }
+        }
+        if a.batch_size == 0 || a.batch_size > 10_000 {
+            return Err(Definite::Config(format!(
+                "--batch-size {}: expected 1 to 10000 records per PostgreSQL transaction",
+                a.batch_size
+            )));
+        }
+        let metrics_addr = match a.metrics_addr.trim() {
+            "off" | "" => None,
+            s => Some(s.parse().map_err(|_| {
+                Definite::Config(format!("--metrics-addr {s:?}: expected HOST:PORT such as 127.0.0.1:9464, or off"))
+            })?),
+        };
+        Ok(InboxConfig {
+            kafka,
+            postgres,
+            subscription,
+            schema,
+            table,
+            group: a.group.clone(),
+            event_id_header: a.event_id_header.clone(),
+            event_type_header: a.event_type_header.clone(),
+            dlq_topic: a.dlq_topic.clone(),
+            batch_size: a.batch_size,
+            batch_timeout: parse_duration("--batch-timeout", &a.batch_timeout)?,
+            start_from: a.start_from,
+            retain: a.retain.as_deref().map(|r| parse_duration("--retain", r)).transpose()?,
+            dedupe_window: parse_duration("--dedupe-window", &a.dedupe_window)?,
+            metrics_addr,
+            reconnect_max_backoff: parse_duration("--reconnect-max-backoff", &a.reconnect_max_backoff)?,
+            log_format: a.log_format,
+        })
+    }
+}
+
+fn subscription(topics: &[String], pattern: Option<&str>) -> Result<Subscription, Definite> {
+    let topics: Vec<String> = topics.iter().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()).collect();
+    match (topics.is_empty(), pattern) {
+        (true, None) => Err(Definite::Config("no topic to read: give --topics LIST or --topic-pattern REGEX".into())),
+        (false, Some(_)) => Err(Definite::Config("give --topics or --topic-pattern, not both".into())),
+        (false, None) => Ok(Subscription::Topics(topics)),
+        (true, Some(p)) => {
+            regex::Regex::new(p)
+                .map_err(|e| Definite::Config(format!("--topic-pattern {p:?} is not a valid regex: {e}")))?;
+            Ok(Subscription::Pattern(format!("^(?:{p})$")))
+        }
+    }
+}
+
+/// `[schema.]table`, each part a plain lowercase identifier of at most 50 bytes (the derived
+/// names, `TABLE_offsets` and `TABLE_unprocessed_idx`, must stay within PostgreSQL's 63).
+fn table_name(s: &str) -> Result<(String, String), Definite> {
+    let (schema, table) = s.split_once('.').unwrap_or(("public", s));
+    let plain = |p: &str| {
+        !p.is_empty()
+            && p.len() <= 50
+            && p.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+            && p.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    };
+    if !plain(schema) || !plain(table) {
+        return Err(Definite::Config(format!(
+            "--inbox-table {s:?}: expected [SCHEMA.]TABLE in lowercase letters, digits and _ (at most 50 each), \
+             e.g. public.inbox"
+        )));
+    }
+    Ok((schema.to_owned(), table.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_are_plain_identifiers() {
+        assert_eq!(table_name("inbox").unwrap(), ("public".into(), "inbox".into()));
+        assert_eq!(table_name("billing.inbox_2").unwrap(), ("billing".into(), "inbox_2".into()));
+        for bad in ["", "Inbox", "a.b.c", "in box", "x;drop", ".inbox", "9inbox"] {
+            assert!(table_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn one_of_topics_or_pattern() {
+        assert!(subscription(&[], None).is_err());
+        assert!(subscription(&["a".into()], Some("b")).is_err());
+        assert!(subscription(&[], Some("(")).is_err());
+        assert_eq!(subscription(&[" a ".into(), "".into()], None).unwrap(), Subscription::Topics(vec!["a".into()]));
+        assert_eq!(subscription(&[], Some("orders\\..*")).unwrap(), Subscription::Pattern("^(?:orders\\..*)$".into()));
+    }
+}

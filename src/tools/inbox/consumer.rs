@@ -1,0 +1,209 @@
+//! The Kafka side of `outboxd inbox`: one consumer in a thread of its own, polling records and
+//! handing them, in order, to the writer ([`super::writer`]) over a bounded channel.
+//!
+//! Where a partition starts is decided in the rebalance callback, which runs on this thread: on
+//! an assignment it asks the writer for the offsets stored in PostgreSQL and waits for the answer
+//! before it assigns, so fetching starts there and never at the group's Kafka offsets; on a
+//! revocation it waits until the writer has written (or dropped) what it holds of those
+//! partitions. A blocking wait is right here: this thread does nothing else, and a rebalance
+//! must not finish before the positions are known. The writer runs on the tokio runtime, so the
+//! two never wait on each other's thread.
+//!
+//! Invariant: records reach the channel in the order librdkafka returns them (per partition, the
+//! log's order), and the thread never ends silently: when it stops, the channel closes and the
+//! writer reports it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::KafkaResult;
+use rdkafka::message::{Headers, Message};
+use rdkafka::statistics::Statistics;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::ClientContext;
+use tokio::sync::mpsc;
+
+use super::record::Received;
+use crate::config::inbox::{InboxConfig, StartFrom, Subscription};
+use crate::error::Definite;
+use crate::metrics::InboxMetrics;
+use crate::sink::kafka::client;
+
+/// A partition: topic and number.
+pub type Part = (String, i32);
+
+/// What the consumer thread tells the writer.
+pub enum Input {
+    Record(Received),
+    /// Partitions about to be assigned: answer with where each starts.
+    Assign(Vec<Part>, std_mpsc::SyncSender<Vec<(Part, Offset)>>),
+    /// Partitions about to be taken away: answer once nothing of them is held any more.
+    Revoke(Vec<Part>, std_mpsc::SyncSender<()>),
+}
+
+/// Where a partition starts: its stored next offset, else `--start-from`.
+pub fn start_of(stored: Option<i64>, start_from: StartFrom) -> Offset {
+    match (stored, start_from) {
+        (Some(n), _) => Offset::Offset(n),
+        (None, StartFrom::Earliest) => Offset::Beginning,
+        (None, StartFrom::Latest) => Offset::End,
+    }
+}
+
+struct Context {
+    tx: mpsc::Sender<Input>,
+    stop: Arc<AtomicBool>,
+    metrics: InboxMetrics,
+}
+
+impl ClientContext for Context {
+    /// librdkafka's statistics (every `statistics.interval.ms`, 5 s by default here) carry each
+    /// assigned partition's last stable offset (the end a read_committed reader can reach) and
+    /// the position handed to us; the lag is the difference. (Their `consumer_lag` counts from the
+    /// group's committed offset in Kafka, which the inbox does not use.)
+    fn stats(&self, statistics: Statistics) {
+        for (topic, t) in &statistics.topics {
+            for (p, part) in &t.partitions {
+                let at = if part.app_offset >= 0 { part.app_offset } else { part.next_offset };
+                // Partition -1 is librdkafka's internal one; negative offsets are not known yet.
+                if *p >= 0 && part.desired && at >= 0 && part.ls_offset >= 0 {
+                    self.metrics.lag(topic, *p, (part.ls_offset - at).max(0));
+                }
+            }
+        }
+    }
+}
+
+impl ConsumerContext for Context {
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+        let parts: Vec<Part> = tpl.elements().iter().map(|e| (e.topic().to_owned(), e.partition())).collect();
+        let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+        let done = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let (reply, answer) = std_mpsc::sync_channel(1);
+                match self.ask(Input::Assign(parts.clone(), reply), &answer) {
+                    Some(starts) => {
+                        for ((topic, p), off) in starts {
+                            if let Err(e) = tpl.set_partition_offset(&topic, p, off) {
+                                tracing::error!(%topic, partition = p, "cannot set the start offset: {e}");
+                            }
+                        }
+                        tracing::info!(partitions = ?parts, "assigned; starting at the offsets stored in PostgreSQL");
+                        if cooperative {
+                            consumer.incremental_assign(tpl)
+                        } else {
+                            consumer.assign(tpl)
+                        }
+                    }
+                    // Shutting down: take nothing.
+                    None => unassign(consumer, tpl, cooperative),
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                let (reply, answer) = std_mpsc::sync_channel(1);
+                self.ask(Input::Revoke(parts.clone(), reply), &answer);
+                tracing::info!(partitions = ?parts, "revoked");
+                unassign(consumer, tpl, cooperative)
+            }
+            other => {
+                tracing::warn!("rebalance error {other:?}; releasing the assignment");
+                unassign(consumer, tpl, cooperative)
+            }
+        };
+        if let Err(e) = done {
+            tracing::error!("the rebalance could not be applied: {e}");
+        }
+    }
+}
+
+impl Context {
+    /// Send `input` and wait for the writer's answer; `None` when shutting down or the writer is gone.
+    fn ask<T>(&self, input: Input, answer: &std_mpsc::Receiver<T>) -> Option<T> {
+        self.tx.blocking_send(input).ok()?;
+        loop {
+            match answer.recv_timeout(Duration::from_millis(200)) {
+                Ok(v) => return Some(v),
+                Err(std_mpsc::RecvTimeoutError::Timeout) if !self.stop.load(Ordering::Relaxed) => continue,
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+fn unassign(consumer: &BaseConsumer<Context>, tpl: &TopicPartitionList, cooperative: bool) -> KafkaResult<()> {
+    if cooperative {
+        consumer.incremental_unassign(tpl)
+    } else {
+        consumer.unassign()
+    }
+}
+
+/// The running consumer thread.
+pub struct Running {
+    pub thread: std::thread::JoinHandle<()>,
+    pub stop: Arc<AtomicBool>,
+}
+
+/// Create the consumer, subscribe, and start its thread; records and rebalances go to `tx`.
+pub fn start(cfg: &InboxConfig, tx: mpsc::Sender<Input>) -> Result<Running, Definite> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let defaults = [
+        ("group.id", cfg.group.clone()),
+        ("enable.auto.commit", "false".to_owned()),
+        ("enable.auto.offset.store", "false".to_owned()),
+        // outboxd's exactly-once output arrives whole; aborted records never reach the inbox.
+        ("isolation.level", "read_committed".to_owned()),
+        ("enable.partition.eof", "false".to_owned()),
+        ("statistics.interval.ms", "5000".to_owned()),
+    ];
+    let conf = client::consumer_config(&cfg.kafka, "outboxd-inbox", &defaults);
+    let context = Context { tx, stop: stop.clone(), metrics: InboxMetrics::new() };
+    let consumer: BaseConsumer<Context> = client::create(&conf, context, "consumer", &cfg.kafka)?;
+    let topics: Vec<&str> = match &cfg.subscription {
+        Subscription::Topics(t) => t.iter().map(String::as_str).collect(),
+        Subscription::Pattern(p) => vec![p.as_str()],
+    };
+    consumer.subscribe(&topics).map_err(|e| {
+        Definite::Config(format!("cannot subscribe to {topics:?}: {e}; check --topics/--topic-pattern"))
+    })?;
+    let flag = stop.clone();
+    let thread = std::thread::Builder::new()
+        .name("inbox-consumer".into())
+        .spawn(move || poll_loop(&consumer, &flag))
+        .map_err(|e| Definite::Setup(format!("cannot start the consumer thread: {e}")))?;
+    Ok(Running { thread, stop })
+}
+
+/// Poll until told to stop or the writer is gone. Errors librdkafka reports per poll (a broker
+/// down, a topic not there yet) are logged and polled past: the client reconnects by itself.
+fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        match consumer.poll(Duration::from_millis(100)) {
+            None => {}
+            Some(Ok(m)) => {
+                let headers = m
+                    .headers()
+                    .map(|hs| hs.iter().map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec))).collect())
+                    .unwrap_or_default();
+                let r = Received {
+                    topic: m.topic().to_owned(),
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    payload: m.payload().map(<[u8]>::to_vec),
+                    headers,
+                    timestamp_ms: m.timestamp().to_millis(),
+                };
+                if consumer.context().tx.blocking_send(Input::Record(r)).is_err() {
+                    break;
+                }
+            }
+            Some(Err(e)) => tracing::warn!("Kafka consumer: {e}"),
+        }
+    }
+    tracing::info!("Kafka consumer stopping");
+}

@@ -1,0 +1,87 @@
+//! `outboxd inbox`: the other half of the outbox pattern. Records of Kafka topics go into an
+//! inbox table of the consumer's PostgreSQL (sql/08_inbox.sql), each event once, and the
+//! consumer's workers take them from there in order per key (`inbox_claim`).
+//!
+//! ```text
+//!  Kafka ──► consumer thread ──(bounded channel)──► writer ──► PostgreSQL
+//!            rebalance: asks the      ▲               one statement per batch:
+//!            writer where each        └── offsets ──  rows ON CONFLICT DO NOTHING
+//!            partition starts                         + each partition's next offset
+//! ```
+//!
+//! The guarantee, and why it holds:
+//! * **Nothing lost.** A partition starts at the next offset stored in PostgreSQL, which moves
+//!   only in the transaction that stores the records before it. So whatever ends the process
+//!   (kill -9, a PostgreSQL restart, a broker failure, a rebalance), the records after the last
+//!   commit are read again. Kafka's own group offsets are never read.
+//! * **Nothing twice.** `event_id` is unique and rows go in with `ON CONFLICT DO NOTHING`, so a
+//!   record read again, or sent twice by an at-least-once producer, is one row.
+//! * **Order per key.** A key lives in one partition, read in order by one consumer of the
+//!   group, and its rows are numbered (`seq`) in that order.
+//! * **Read committed.** `isolation.level=read_committed`: a transactional producer's aborted
+//!   records (outboxd run --delivery exactly-once) never reach the table.
+//!
+//! * `consumer.rs`: the Kafka consumer's thread and its rebalance callback;
+//! * `writer.rs`: batches, the retry while PostgreSQL is away, the answers to rebalances;
+//! * `store.rs`: the SQL (schema, offsets, the batch statement);
+//! * `record.rs`: a record into a row (the event id, the jsonb payload, the headers);
+//! * `dead.rs`: bad records' copies on the dead-letter topic, which `outboxd dlq` reads.
+
+mod consumer;
+mod dead;
+pub mod record;
+pub mod store;
+mod writer;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::inbox::InboxConfig;
+use crate::error::{Definite, Error};
+use crate::health::Health;
+
+/// Run until `shutdown`: serve the probes, prepare the schema, consume and write. Returns the exit
+/// code (0 after a clean shutdown).
+pub async fn run(cfg: InboxConfig, shutdown: CancellationToken) -> Result<u8, Error> {
+    // No stall check: the writer ticks every second, and a wedge shows as a growing lag.
+    let health = Health::new(std::time::Duration::ZERO);
+    if let Some(addr) = cfg.metrics_addr {
+        let bound = crate::serve::serve(addr, health.clone(), None).await?;
+        tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
+    }
+    let mut writer = writer::Writer::new(cfg.clone(), health.clone())?;
+    // The schema must be there before the first assignment asks for offsets; a transient failure
+    // waits for PostgreSQL like any later one.
+    let mut attempt = 0;
+    loop {
+        match writer.prepare().await {
+            Ok(()) => break,
+            Err(Error::Transient(e)) => {
+                tracing::warn!("PostgreSQL not reachable yet: {e}; retrying");
+                let wait = crate::retry::backoff(attempt, cfg.reconnect_max_backoff);
+                attempt += 1;
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(0),
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let (tx, mut rx) = mpsc::channel(cfg.batch_size.saturating_mul(4).max(64));
+    let running = consumer::start(&cfg, tx)?;
+    tracing::info!(group = %cfg.group, table = %format!("{}.{}", cfg.schema, cfg.table), "inbox consuming");
+    let outcome = writer.run(&mut rx, &shutdown).await;
+    // Let the consumer go: it leaves the group, and its revocation is answered until it is gone.
+    running.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    while let Some(input) = rx.recv().await {
+        if let consumer::Input::Revoke(_, reply) = input {
+            let _ = reply.send(());
+        }
+    }
+    let joined = tokio::task::spawn_blocking(move || running.thread.join()).await;
+    if !matches!(joined, Ok(Ok(()))) {
+        return Err(Definite::TaskEnded { task: "the Kafka consumer thread".into(), how: "it panicked".into() }.into());
+    }
+    outcome.map(|()| 0)
+}

@@ -1,0 +1,325 @@
+//! The PostgreSQL side of `outboxd inbox`: records from the consumer thread gathered into batches
+//! (`--batch-size`, `--batch-timeout`) and written with their partitions' next offsets in one
+//! statement ([`super::store::write_batch`]); the answers to the consumer's rebalances.
+//!
+//! The loop, one `tokio::select!` in this priority: shutdown, then the consumer's input, then the
+//! batch's deadline. Its state is the batch being gathered ([`Batch`]) and, per assigned
+//! partition, the next offset it expects ([`Writer::next`]): a record below it was stored already
+//! (fetched again after a seek or a rebalance) and is dropped before it costs a row.
+//!
+//! A failed write is retried whole (the batch is idempotent: `ON CONFLICT DO NOTHING`, offsets
+//! that only grow) while PostgreSQL is away, with `/readyz` answering 503 and the consumer held
+//! back by the full channel; nothing is acknowledged anywhere until the write commits. A write
+//! PostgreSQL refuses for good is retried row by row, and a row refused alone is a bad record, as
+//! is a record without a usable event id: copied to `--dlq-topic` with its reason
+//! ([`super::dead`]), acked, and passed over, its offset moving on with the batch.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_postgres::Client;
+use tokio_util::sync::CancellationToken;
+
+use super::consumer::{start_of, Input, Part};
+use super::dead::DeadLetters;
+use super::record::{to_row, Bad, Naming, Received, Row};
+use super::store::{self, Names};
+use crate::config::inbox::InboxConfig;
+use crate::error::{Definite, Error};
+use crate::health::Health;
+use crate::metrics::InboxMetrics;
+use crate::pg::admin::connect_primary;
+
+/// The records gathered since the last write.
+#[derive(Default)]
+struct Batch {
+    rows: Vec<Row>,
+    /// Records that cannot be rows: dead-lettered before the batch's offsets are stored.
+    bad: Vec<(Bad, Received)>,
+    /// Per partition, one past the last record taken (bad ones included).
+    next: HashMap<Part, i64>,
+    since: Option<Instant>,
+}
+
+pub struct Writer {
+    cfg: InboxConfig,
+    names: Names,
+    naming: Naming,
+    sql: String,
+    client: Option<Client>,
+    health: Arc<Health>,
+    dead: DeadLetters,
+    metrics: InboxMetrics,
+    /// Assigned partitions and the next offset each expects.
+    next: HashMap<Part, i64>,
+    batch: Batch,
+}
+
+impl Writer {
+    pub fn new(cfg: InboxConfig, health: Arc<Health>) -> Result<Writer, Definite> {
+        let names = Names { schema: cfg.schema.clone(), table: cfg.table.clone() };
+        let naming =
+            Naming { event_id_header: cfg.event_id_header.clone(), event_type_header: cfg.event_type_header.clone() };
+        let sql = store::batch_sql(&names);
+        let dead = DeadLetters::new(&cfg.kafka, &cfg.dlq_topic)?;
+        Ok(Writer {
+            cfg,
+            names,
+            naming,
+            sql,
+            client: None,
+            health,
+            dead,
+            metrics: InboxMetrics::new(),
+            next: HashMap::new(),
+            batch: Batch::default(),
+        })
+    }
+
+    /// Connect and make sure the schema is there; a definite failure (bad credentials, no
+    /// permission) ends the command, a transient one is for the caller to retry.
+    pub async fn prepare(&mut self) -> Result<(), Error> {
+        let client = connect_primary(&self.cfg.postgres).await?;
+        store::ensure_schema(&client, &self.names).await?;
+        self.client = Some(client);
+        self.health.set_streaming(true);
+        Ok(())
+    }
+
+    /// Run until `shutdown`; the batch in hand is written first, then the consumer is let go.
+    pub async fn run(&mut self, rx: &mut mpsc::Receiver<Input>, shutdown: &CancellationToken) -> Result<(), Error> {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut ticks = 0u64;
+        loop {
+            let deadline = self.batch.since.map(|s| s + self.cfg.batch_timeout);
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                input = rx.recv() => match input {
+                    Some(i) => self.take(i, shutdown).await?,
+                    None => return Err(Definite::TaskEnded {
+                        task: "the Kafka consumer thread".into(),
+                        how: "its channel closed".into(),
+                    }.into()),
+                },
+                _ = sleep_until(deadline), if deadline.is_some() => self.flush(shutdown).await?,
+                _ = tick.tick() => {
+                    self.health.loop_tick();
+                    ticks += 1;
+                    if ticks % 5 == 1 {
+                        self.backlog().await;
+                    }
+                    if ticks % 60 == 30 {
+                        self.prune().await;
+                    }
+                }
+            }
+        }
+        self.flush(shutdown).await
+    }
+
+    async fn take(&mut self, input: Input, shutdown: &CancellationToken) -> Result<(), Error> {
+        match input {
+            Input::Record(r) => {
+                let part = (r.topic.clone(), r.partition);
+                match self.next.get(&part) {
+                    Some(n) if r.offset >= *n => {}
+                    // Stored already, or a partition no longer ours: nothing to do.
+                    _ => return Ok(()),
+                }
+                self.next.insert(part.clone(), r.offset + 1);
+                self.batch.next.insert(part, r.offset + 1);
+                self.batch.since.get_or_insert_with(Instant::now);
+                match to_row(r, &self.naming) {
+                    Ok(row) => self.batch.rows.push(row),
+                    Err(bad) => self.batch.bad.push(bad),
+                }
+                if self.batch.rows.len() >= self.cfg.batch_size {
+                    self.flush(shutdown).await?;
+                }
+            }
+            Input::Assign(parts, reply) => {
+                self.flush(shutdown).await?;
+                let Some(Done::Loaded(stored)) = self.retrying(shutdown, Step::Load(&parts)).await? else {
+                    return Ok(());
+                };
+                let mut starts = Vec::with_capacity(parts.len());
+                for part in parts {
+                    let at = stored.get(&part).copied();
+                    // A partition never stored takes whatever --start-from gives; the first record
+                    // seen sets its position.
+                    self.next.insert(part.clone(), at.unwrap_or(i64::MIN));
+                    starts.push((part, start_of(at, self.cfg.start_from)));
+                }
+                let _ = reply.send(starts);
+            }
+            Input::Revoke(parts, reply) => {
+                self.flush(shutdown).await?;
+                for p in &parts {
+                    self.next.remove(p);
+                }
+                let _ = reply.send(());
+            }
+        }
+        Ok(())
+    }
+
+    /// The backlog gauges, from the table; a failure only leaves them as they were (the next
+    /// write finds out whether PostgreSQL is away).
+    async fn backlog(&self) {
+        let Some(client) = &self.client else { return };
+        let sql = format!(
+            "SELECT count(*), coalesce(extract(epoch FROM now() - min(received_at)), 0)::float8 \
+               FROM {} WHERE processed_at IS NULL",
+            self.names.inbox()
+        );
+        match client.query_one(&sql, &[]).await {
+            Ok(r) => self.metrics.backlog(r.get(0), r.get(1)),
+            Err(e) => tracing::debug!("reading the inbox backlog: {e}"),
+        }
+    }
+
+    /// `--retain`: rounds of `inbox_prune` until a round deletes less than a full one (a few at
+    /// most per minute, so the batches never wait long). A failure waits for the next minute.
+    async fn prune(&self) {
+        let (Some(retain), Some(client)) = (self.cfg.retain, &self.client) else { return };
+        for _ in 0..10 {
+            match store::prune(client, &self.names, retain, self.cfg.dedupe_window).await {
+                Ok(n) if n > 0 => {
+                    tracing::info!(rows = n, "pruned processed inbox rows (--retain)");
+                    if n < store::PRUNE_ROUND {
+                        return;
+                    }
+                }
+                Ok(_) => return,
+                Err(e) => return tracing::warn!("{e}; trying again in a minute"),
+            }
+        }
+    }
+
+    async fn load(&mut self, parts: &[Part]) -> Result<HashMap<Part, i64>, Error> {
+        let client = self.client.as_ref().ok_or_else(not_connected)?;
+        store::load_offsets(client, &self.names, &self.cfg.group, parts).await
+    }
+
+    /// Write the batch in hand, retrying while PostgreSQL is away (until shutdown).
+    async fn flush(&mut self, shutdown: &CancellationToken) -> Result<(), Error> {
+        if self.batch.next.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut self.batch);
+        for (bad, r) in &batch.bad {
+            let mut attempt = 0;
+            while let Err(e) = self.dead.send(r, bad).await.inspect(|()| self.metrics.dead_lettered(bad.reason)) {
+                tracing::warn!("{e}");
+                self.health.loop_tick();
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(crate::retry::backoff(attempt, self.cfg.reconnect_max_backoff)) => {}
+                }
+                attempt += 1;
+            }
+        }
+        let written = self.retrying(shutdown, Step::Write(&batch)).await?;
+        if let Some(Done::Written(n)) = written {
+            self.metrics.written(n as u64, (batch.rows.len() as u64).saturating_sub(n as u64));
+            tracing::debug!(records = batch.rows.len(), inserted = n, "batch written");
+        }
+        Ok(())
+    }
+
+    /// One batch; a batch refused for good is written row by row, a row refused alone passed over.
+    async fn write(&mut self, batch: &Batch) -> Result<i64, Error> {
+        let client = self.client.as_ref().ok_or_else(not_connected)?;
+        let group = &self.cfg.group;
+        match store::write_batch(client, &self.sql, group, &batch.rows, &batch.next).await {
+            Ok(w) => return Ok(w.inserted),
+            Err(Error::Definite(e)) if !batch.rows.is_empty() => {
+                tracing::warn!("the batch was refused ({e}); writing its rows one by one");
+            }
+            Err(e) => return Err(e),
+        }
+        let mut inserted = 0;
+        for row in &batch.rows {
+            let next = HashMap::from([((row.topic.clone(), row.partition), row.offset + 1)]);
+            match store::write_batch(client, &self.sql, group, std::slice::from_ref(row), &next).await {
+                Ok(w) => inserted += w.inserted,
+                Err(Error::Definite(e)) => {
+                    let why = format!(
+                        "record {}/{}/{} (event {}) refused by the inbox table: {e}",
+                        row.topic, row.partition, row.offset, row.event_id
+                    );
+                    self.dead.send(&row.received(), &Bad { reason: "inbox_refused", message: why }).await?;
+                    self.metrics.dead_lettered("inbox_refused");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        store::write_batch(client, &self.sql, group, &[], &batch.next).await?;
+        Ok(inserted)
+    }
+
+    /// Run `step` until it succeeds, reconnecting with backoff after a transient failure;
+    /// `None` when shutdown came first. `/readyz` answers 503 meanwhile.
+    async fn retrying(&mut self, shutdown: &CancellationToken, step: Step<'_>) -> Result<Option<Done>, Error> {
+        let mut attempt = 0u32;
+        loop {
+            if self.client.is_some() {
+                let done = match step {
+                    Step::Load(parts) => self.load(parts).await.map(Done::Loaded),
+                    Step::Write(batch) => self.write(batch).await.map(Done::Written),
+                };
+                match done {
+                    Ok(v) => {
+                        self.health.set_streaming(true);
+                        return Ok(Some(v));
+                    }
+                    Err(Error::Transient(e)) => {
+                        tracing::warn!("{e}; retrying, nothing is lost (readiness 503 meanwhile)");
+                        self.client = None;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            self.health.set_streaming(false);
+            self.health.loop_tick();
+            let wait = crate::retry::backoff(attempt, self.cfg.reconnect_max_backoff);
+            attempt = attempt.saturating_add(1);
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(None),
+                _ = tokio::time::sleep(wait) => {}
+            }
+            match self.prepare().await {
+                Ok(()) => tracing::info!("PostgreSQL reachable again; resuming"),
+                Err(Error::Transient(e)) => tracing::warn!("PostgreSQL still not reachable: {e}"),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// What [`Writer::retrying`] repeats.
+#[derive(Clone, Copy)]
+enum Step<'b> {
+    Load(&'b [Part]),
+    Write(&'b Batch),
+}
+
+/// What a [`Step`] gave.
+enum Done {
+    Loaded(HashMap<Part, i64>),
+    Written(i64),
+}
+
+fn not_connected() -> Error {
+    crate::error::Transient::PgServer { code: "08003".into(), message: "not connected".into() }.into()
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
+    }
+}
