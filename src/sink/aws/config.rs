@@ -13,7 +13,7 @@ pub struct AwsArgs {
     pub aws_region: Option<String>,
     /// Send AWS requests to this endpoint instead of the region's (a VPC endpoint, a local test
     /// server): http(s)://host[:port].
-    #[arg(long, env = "OUTBOXD_AWS_ENDPOINT_URL", value_name = "URL")]
+    #[arg(long, env = "OUTBOXD_AWS_ENDPOINT_URL", hide_env_values = true, value_name = "URL")]
     pub aws_endpoint_url: Option<String>,
     /// The profile of the shared AWS config and credentials files (default: AWS_PROFILE, then
     /// "default").

@@ -10,11 +10,11 @@ use crate::error::Definite;
 pub struct SqsArgs {
     /// SQS queue URL for --sink sqs (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME; a name ending
     /// in .fifo is a FIFO queue: group id = key, deduplication id = event id).
-    #[arg(long, env = "OUTBOXD_SQS_QUEUE_URL", value_name = "URL")]
+    #[arg(long, env = "OUTBOXD_SQS_QUEUE_URL", hide_env_values = true, value_name = "URL")]
     pub sqs_queue_url: Option<String>,
     /// SQS queue URL that dead-letter copies go to with --sink sqs and --on-bad-event dlq (read
     /// back by `outboxd dlq --sink sqs`).
-    #[arg(long, env = "OUTBOXD_SQS_DLQ_QUEUE_URL", value_name = "URL")]
+    #[arg(long, env = "OUTBOXD_SQS_DLQ_QUEUE_URL", hide_env_values = true, value_name = "URL")]
     pub sqs_dlq_queue_url: Option<String>,
 }
 
@@ -33,9 +33,13 @@ impl SqsConfig {
 }
 
 fn check_url(flag: &str, url: &str) -> Result<(), Definite> {
-    let ok = (url.starts_with("https://") || url.starts_with("http://"))
-        && !url.contains('@')
-        && url.trim_end_matches('/').rsplit('/').next().is_some_and(|n| !n.is_empty() && !n.contains(':'));
+    // scheme://host/.../QUEUE: a host, and a queue name after it.
+    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
+    let parts: Vec<&str> = rest.map(|r| r.trim_end_matches('/').split('/').collect()).unwrap_or_default();
+    let ok = !url.contains('@')
+        && parts.len() >= 2
+        && !parts[0].is_empty()
+        && parts.last().is_some_and(|n| !n.is_empty() && !n.contains(':'));
     if ok {
         Ok(())
     } else {
