@@ -114,3 +114,49 @@ fn base64_decode(s: &str) -> Vec<u8> {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.decode(s).expect("base64 from client.py")
 }
+
+/// `tools/aws/throttle_proxy.py` in front of a [`Moto`]: a share of SendMessageBatch calls is
+/// answered ThrottlingException, as many again lose a random part of their entries to a per-entry
+/// throttle (the rest reach the server). Killed at drop.
+pub struct ThrottleProxy {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+    /// http://127.0.0.1:PORT, for --aws-endpoint-url.
+    pub url: String,
+}
+
+impl ThrottleProxy {
+    pub fn start(moto: &Moto, share: f64) -> ThrottleProxy {
+        let dir = tempfile::Builder::new().prefix("outboxd-throttle-").tempdir().expect("tempdir");
+        let (port_file, stats) = (dir.path().join("port"), dir.path().join("stats"));
+        let child = Command::new("bash")
+            .arg(root().join("scripts/aws"))
+            .arg("python")
+            .arg(root().join("tools/aws/throttle_proxy.py"))
+            .arg(&moto.url)
+            .arg(&port_file)
+            .arg(&stats)
+            .arg(share.to_string())
+            .spawn()
+            .expect("start throttle_proxy.py");
+        let ok = super::wait_until(std::time::Duration::from_secs(30), || port_file.exists());
+        assert!(ok, "throttle_proxy.py did not start");
+        let port = std::fs::read_to_string(&port_file).expect("port");
+        ThrottleProxy { child, dir, url: format!("http://127.0.0.1:{}", port.trim()) }
+    }
+
+    /// What was injected: (whole calls throttled, entries throttled).
+    pub fn injected(&self) -> (u64, u64) {
+        let s = std::fs::read_to_string(self.dir.path().join("stats")).unwrap_or_default();
+        let num =
+            |k: &str| s.split_whitespace().find_map(|p| p.strip_prefix(k)).and_then(|v| v.parse().ok()).unwrap_or(0);
+        (num("whole="), num("entries="))
+    }
+}
+
+impl Drop for ThrottleProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
