@@ -12,8 +12,8 @@ pub struct SqsArgs {
     /// in .fifo is a FIFO queue: group id = key, deduplication id = event id).
     #[arg(long, env = "OUTBOXD_SQS_QUEUE_URL", hide_env_values = true, value_name = "URL")]
     pub sqs_queue_url: Option<String>,
-    /// SQS queue URL that dead-letter copies go to with --sink sqs and --on-bad-event dlq (read
-    /// back by `outboxd dlq --sink sqs`).
+    /// SQS queue URL that dead-letter copies go to with --sink sqs and --on-bad-event dlq
+    /// (`outboxd dlq` does not read SQS yet: use --dlq-sink where it must).
     #[arg(long, env = "OUTBOXD_SQS_DLQ_QUEUE_URL", hide_env_values = true, value_name = "URL")]
     pub sqs_dlq_queue_url: Option<String>,
 }
