@@ -181,8 +181,9 @@ fn oversized_event_is_dead_lettered_to_its_queue_byte_for_byte() {
     let end = pg.current_lsn();
     assert!(pg.wait_slot_confirms(&end, Duration::from_secs(60)), "slot behind\n{}", d.log());
     let main = moto.drain_queue(&queue, 1);
-    let ids: Vec<String> = main.iter().filter_map(|m| attr(m, "id")).collect();
-    assert_eq!(ids, [small, after], "the queue holds the two small events, in order");
+    // A standard queue: SQS (and moto) hand messages out in any order.
+    let ids: HashSet<String> = main.iter().filter_map(|m| attr(m, "id")).collect();
+    assert_eq!(ids, HashSet::from([small, after]), "the queue holds the two small events only");
     let copies = moto.drain_queue(&dlq, 1);
     assert_eq!(copies.len(), 1, "one dead-letter copy (sized for the dead-letter queue), not {}", copies.len());
     let c = &copies[0];
