@@ -123,6 +123,9 @@ ensure_tools() {
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
   fi
   bash scripts/registry fetch >/dev/null
+  # moto's server mode (a local SQS, SNS and Kinesis) and boto3 in their own virtualenv, for the
+  # AWS sinks' tests (scripts/aws, tools/aws/requirements.txt).
+  bash scripts/aws fetch >/dev/null
   # mdBook renders the manual in docs/ (scripts/test builds it; tests/docs.rs checks its links).
   if ! command -v mdbook >/dev/null 2>&1 || [ "$(mdbook --version)" != "mdbook v$MDBOOK_VERSION" ]; then
     cargo install mdbook --version "$MDBOOK_VERSION" --locked --no-default-features --quiet

@@ -300,4 +300,8 @@ pub struct SinkArgs {
     pub rabbitmq: crate::sink::rabbitmq::config::RabbitConnArgs,
     #[command(flatten)]
     pub http: crate::sink::http::config::HttpFlags,
+    #[command(flatten)]
+    pub aws: crate::sink::aws::AwsArgs,
+    #[command(flatten)]
+    pub sqs: crate::sink::sqs::config::SqsArgs,
 }

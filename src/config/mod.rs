@@ -112,6 +112,10 @@ pub struct Config {
     pub rabbitmq: crate::sink::rabbitmq::config::RabbitConfig,
     /// `--http-*` (used by `--sink http`).
     pub http: crate::sink::http::config::HttpConfig,
+    /// `--aws-*` (used by the AWS sinks).
+    pub aws: crate::sink::aws::AwsConfig,
+    /// `--sqs-*` (used by `--sink sqs`).
+    pub sqs: crate::sink::sqs::config::SqsConfig,
     /// The `--*-url-file` options given: those URLs are shown by path only.
     pub url_files: UrlFiles,
     pub max_in_flight: usize,

@@ -10,11 +10,13 @@
 
 use super::{Config, DeliveryMode, SinkArgs, SinkKind, UrlFiles};
 use crate::error::Definite;
+use crate::sink::aws::AwsConfig;
 use crate::sink::http::config::HttpConfig;
 use crate::sink::kafka::config::{DeliveryArgs, KafkaConfig};
 use crate::sink::nats::config::NatsConfig;
 use crate::sink::rabbitmq::config::RabbitConfig;
 use crate::sink::redis::config::RedisConfig;
+use crate::sink::sqs::config::SqsConfig;
 use crate::units::{millis, value_name};
 
 /// The validated sink settings, moved into [`Config`] as they are.
@@ -27,6 +29,8 @@ pub(super) struct Sinks {
     pub redis: RedisConfig,
     pub rabbitmq: RabbitConfig,
     pub http: HttpConfig,
+    pub aws: AwsConfig,
+    pub sqs: SqsConfig,
     pub url_files: UrlFiles,
 }
 
@@ -76,6 +80,11 @@ pub(super) fn validate(
         redis: a.redis.validate(used(SinkKind::Redis))?,
         rabbitmq: a.rabbitmq.validate(used(SinkKind::Rabbitmq))?,
         http: a.http.validate(slot, a.sink == SinkKind::Http)?,
+        aws: a.aws.validate()?,
+        sqs: a.sqs.validate(
+            used(SinkKind::Sqs),
+            a.on_bad_event == crate::config::BadEventPolicy::Dlq && (dlq_sink.is_none() && a.sink == SinkKind::Sqs),
+        )?,
         url_files: UrlFiles {
             nats: a.nats.conn.nats_url_file.clone(),
             redis: a.redis.conn.redis_url_file.clone(),
@@ -94,6 +103,8 @@ pub(super) fn show(c: &Config, push: &mut dyn FnMut(&'static str, String)) {
     c.redis.show(files.redis.as_deref(), push);
     c.rabbitmq.show(files.rabbitmq.as_deref(), push);
     c.http.show(files.http.as_deref(), push);
+    c.aws.show(push);
+    c.sqs.show(push);
 }
 
 /// `--delivery` and, with exactly-once, the transactions' flags.

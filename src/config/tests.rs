@@ -756,6 +756,12 @@ fn outboxd_config_prints_every_run_flag() {
         "schema-registry-user",
         "schema-registry-password-file",
         "schema-registry-ca-file",
+        // AWS sinks: shown when set (the region, endpoint and profile default to the SDK's chain)
+        "aws-region",
+        "aws-endpoint-url",
+        "aws-profile",
+        "sqs-queue-url",
+        "sqs-dlq-queue-url",
         // with --delivery exactly-once only
         "transaction-interval",
         "position-topic",

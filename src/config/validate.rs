@@ -69,6 +69,8 @@ impl Config {
             sink: s.sink,
             kafka: s.kafka,
             nats: s.nats,
+            aws: s.aws,
+            sqs: s.sqs,
             redis: s.redis,
             rabbitmq: s.rabbitmq,
             http: s.http,

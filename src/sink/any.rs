@@ -96,8 +96,10 @@ impl Sink for AnySink {
         self.main.max_message_bytes()
     }
 
+    // The sink's own answers (the same as for its events unless it writes copies elsewhere, as
+    // SQS does: to its dead-letter queue, in base64).
     fn dead_letter_max_bytes(&self) -> Option<usize> {
-        self.dlq.as_ref().unwrap_or(&self.main).max_message_bytes()
+        self.dlq.as_ref().unwrap_or(&self.main).dead_letter_max_bytes()
     }
 
     fn copy_limits(&self) -> Limits {
@@ -105,7 +107,7 @@ impl Sink for AnySink {
     }
 
     fn dead_letter_limits(&self) -> Limits {
-        self.dlq.as_ref().unwrap_or(&self.main).copy_limits()
+        self.dlq.as_ref().unwrap_or(&self.main).dead_letter_limits()
     }
 
     fn failure(&self) -> Option<crate::task::Failure> {

@@ -28,6 +28,7 @@
 //! its reader and replay client to `tools/dlq/sinks.rs` and `tools/dlq/tool.rs`.
 
 mod any;
+pub mod aws;
 pub mod dead_letter;
 pub mod delivery;
 pub mod escape;
@@ -42,6 +43,7 @@ pub(crate) mod redis;
 pub(crate) mod registered;
 pub(crate) mod registry;
 mod simple;
+pub(crate) mod sqs;
 
 pub use any::AnySink;
 pub use http::HttpSink;

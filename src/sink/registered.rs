@@ -37,4 +37,12 @@ pub(crate) enum Probe {
     /// A server that must accept a TCP connection (the login is not tried): the check's `name`,
     /// the URL as shown (masked) and the port of a URL that gives none.
     Tcp { name: &'static str, shown: String, url: String, default_port: u16 },
+    /// A probe of the sink's own (an AWS API call), run by `outboxd check`.
+    Run(std::pin::Pin<Box<dyn std::future::Future<Output = Verdict> + Send>>),
+}
+
+/// What a [`Probe::Run`] found: the check's name and its line, or what is wrong and the fix.
+pub(crate) enum Verdict {
+    Ok { name: &'static str, detail: String },
+    Fail { name: &'static str, detail: String, fix: String },
 }

@@ -26,6 +26,7 @@ use super::rabbitmq::RabbitSink;
 use super::redis::RedisSink;
 use super::registered::{Probe, Registered};
 use super::simple::{NullSink, StdoutSink};
+use super::sqs::SqsSink;
 use super::{Boundary, Sink, SinkError};
 use crate::config::Config;
 use crate::debezium_offset::DebeziumOffset;
@@ -102,6 +103,14 @@ macro_rules! sinks {
                 match self { $( OneSink::$kind(s) => s.copy_limits(), )* }
             }
 
+            fn dead_letter_max_bytes(&self) -> Option<usize> {
+                match self { $( OneSink::$kind(s) => s.dead_letter_max_bytes(), )* }
+            }
+
+            fn dead_letter_limits(&self) -> Limits {
+                match self { $( OneSink::$kind(s) => s.dead_letter_limits(), )* }
+            }
+
             fn failure(&self) -> Option<crate::task::Failure> {
                 match self { $( OneSink::$kind(s) => s.failure(), )* }
             }
@@ -149,6 +158,8 @@ sinks! {
     Rabbitmq => RabbitSink,
     /// HTTP webhook: POST each event (or a batch) to --http-url; a 2xx response is the ack.
     Http => HttpSink,
+    /// Amazon SQS: SendMessageBatch to --sqs-queue-url (standard or FIFO).
+    Sqs => SqsSink,
 }
 
 /// The `--sink` values whose dead letters `outboxd dlq` reads, as a sentence lists them:

@@ -34,6 +34,7 @@
 #![allow(dead_code)]
 
 pub mod assertions;
+pub mod aws;
 pub mod certs;
 pub mod debezium;
 pub mod dlq_copies;

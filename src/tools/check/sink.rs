@@ -17,7 +17,7 @@ use rdkafka::client::DefaultClientContext;
 use super::Checks;
 use crate::config::{BadEventPolicy, Config};
 use crate::sink::kafka::client as kafka_client;
-use crate::sink::registered::Probe;
+use crate::sink::registered::{Probe, Verdict};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -29,6 +29,10 @@ pub(super) async fn check(cfg: &Config, routed: &[String], out: &mut Checks) {
             tcp(out, name, &shown, first_host_port(&url, default_port)).await
         }
         Probe::Nothing(line) => out.info("sink", line),
+        Probe::Run(probe) => match probe.await {
+            Verdict::Ok { name, detail } => out.ok(name, detail),
+            Verdict::Fail { name, detail, fix } => out.fail(name, detail, fix),
+        },
     }
 }
 

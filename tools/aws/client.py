@@ -1,0 +1,69 @@
+"""The test side of the AWS sinks (run with `scripts/aws python tools/aws/client.py ENDPOINT CMD ...`):
+boto3 against a local moto_server, to create destinations and read back what outboxd sent.
+
+  create-queue NAME [fifo]     create an SQS queue (FIFO when asked, NAME must then end .fifo);
+                               prints its URL
+  create-queue-max NAME BYTES  create a standard SQS queue with MaximumMessageSize BYTES
+  drain-queue URL [SECONDS]    receive and delete every message until the queue has stayed empty
+                               for SECONDS (default 2); prints one JSON object a line: body
+                               (base64), attributes {name: base64 of the value}, group, dedup
+"""
+import base64
+import json
+import sys
+import time
+
+import boto3
+
+
+def client(endpoint, service):
+    return boto3.client(service, endpoint_url=endpoint, region_name="us-east-1",
+                        aws_access_key_id="test", aws_secret_access_key="test")
+
+
+def create_queue(endpoint, name, fifo=""):
+    attrs = {"FifoQueue": "true"} if fifo == "fifo" else {}
+    print(client(endpoint, "sqs").create_queue(QueueName=name, Attributes=attrs)["QueueUrl"])
+
+
+def create_queue_max(endpoint, name, max_bytes):
+    attrs = {"MaximumMessageSize": max_bytes}
+    print(client(endpoint, "sqs").create_queue(QueueName=name, Attributes=attrs)["QueueUrl"])
+
+
+def attr_bytes(v):
+    if "BinaryValue" in v:
+        return v["BinaryValue"]
+    return v.get("StringValue", "").encode()
+
+
+def drain_queue(endpoint, url, quiet="2"):
+    sqs = client(endpoint, "sqs")
+    idle_until = time.time() + float(quiet)
+    while time.time() < idle_until:
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0,
+                                  MessageAttributeNames=["All"], AttributeNames=["All"])
+        msgs = got.get("Messages", [])
+        if not msgs:
+            time.sleep(0.2)
+            continue
+        idle_until = time.time() + float(quiet)
+        for m in msgs:
+            a = m.get("Attributes", {})
+            print(json.dumps({
+                "body": base64.b64encode(m["Body"].encode()).decode(),
+                "attributes": {k: base64.b64encode(attr_bytes(v)).decode()
+                               for k, v in m.get("MessageAttributes", {}).items()},
+                "group": a.get("MessageGroupId"),
+                "dedup": a.get("MessageDeduplicationId"),
+            }), flush=True)
+        sqs.delete_message_batch(QueueUrl=url, Entries=[
+            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(msgs)])
+
+
+COMMANDS = {"create-queue": create_queue, "create-queue-max": create_queue_max, "drain-queue": drain_queue}
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3 or sys.argv[2] not in COMMANDS:
+        sys.exit(__doc__)
+    COMMANDS[sys.argv[2]](sys.argv[1], *sys.argv[3:])

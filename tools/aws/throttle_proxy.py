@@ -1,0 +1,100 @@
+"""A fault-injecting proxy in front of a local SQS (moto) for the AWS sinks' tests:
+
+  throttle_proxy.py UPSTREAM PORTFILE STATSFILE [SHARE]
+
+listens on a free loopback port (written to PORTFILE) and forwards every request to UPSTREAM
+(http://127.0.0.1:PORT). Of the SendMessageBatch calls (SQS's JSON protocol), a SHARE (default
+0.3) is answered 400 ThrottlingException without reaching the server, and as many again reach it
+with a random part of their entries taken out, which come back in the answer's Failed list as a
+per-entry throttle (RequestThrottled, SenderFault false): SQS stored the others. STATSFILE gets
+"whole=N entries=M" after each injection.
+"""
+import json
+import random
+import sys
+import threading
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+UPSTREAM, PORTFILE, STATSFILE = sys.argv[1], sys.argv[2], sys.argv[3]
+SHARE = float(sys.argv[4]) if len(sys.argv) > 4 else 0.3
+stats = {"whole": 0, "entries": 0}
+lock = threading.Lock()
+
+
+def count(kind, n=1):
+    with lock:
+        stats[kind] += n
+        with open(STATSFILE, "w") as f:
+            f.write(f"whole={stats['whole']} entries={stats['entries']}\n")
+
+
+class Proxy(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def answer(self, status, headers, body):
+        self.send_response(status)
+        for k, v in headers:
+            if k.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def forward(self, body):
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+        req = urllib.request.Request(UPSTREAM + self.path, data=body, headers=headers, method=self.command)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, list(r.headers.items()), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, list(e.headers.items()), e.read()
+
+    def do_GET(self):
+        self.answer(*self.forward(None))
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        target = self.headers.get("X-Amz-Target", "")
+        if target.endswith(".SendMessageBatch"):
+            roll = random.random()
+            if roll < SHARE:
+                count("whole")
+                err = json.dumps({"__type": "com.amazonaws.sqs#ThrottlingException", "message": "Rate exceeded (injected)"})
+                self.answer(400, [("Content-Type", "application/x-amz-json-1.0"),
+                                  ("x-amzn-query-error", "ThrottlingException;Sender")], err.encode())
+                return
+            if roll < 2 * SHARE:
+                req = json.loads(body)
+                entries = req.get("Entries", [])
+                dropped = [e for e in entries if random.random() < 0.4]
+                if dropped:
+                    count("entries", len(dropped))
+                    kept = [e for e in entries if e not in dropped]
+                    failed = [{"Id": e["Id"], "SenderFault": False, "Code": "RequestThrottled",
+                               "Message": "injected"} for e in dropped]
+                    if not kept:
+                        out = {"Successful": [], "Failed": failed}
+                        self.answer(200, [("Content-Type", "application/x-amz-json-1.0")], json.dumps(out).encode())
+                        return
+                    req["Entries"] = kept
+                    status, headers, up = self.forward(json.dumps(req).encode())
+                    if status == 200:
+                        out = json.loads(up)
+                        out["Failed"] = out.get("Failed", []) + failed
+                        up = json.dumps(out).encode()
+                    self.answer(status, headers, up)
+                    return
+        self.answer(*self.forward(body))
+
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+with open(PORTFILE + ".tmp", "w") as f:
+    f.write(str(server.server_address[1]))
+import os
+os.rename(PORTFILE + ".tmp", PORTFILE)
+server.serve_forever()
