@@ -185,33 +185,6 @@ fn element_schema(items: &[Node]) -> Result<Schema, NotExpanded> {
     schema_of(sample)?.ok_or(NotExpanded::AsDebezium)
 }
 
-/// Java's `Double.toString` for a finite value, from Rust's shortest round-trip digits.
-fn java_double(v: f64) -> String {
-    if v == 0.0 {
-        return if v.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
-    }
-    let sci = format!("{:e}", v.abs()); // "1.2345e8", "1e-7"
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let digits: String = mantissa.chars().filter(|c| c.is_ascii_digit()).collect();
-    let sign = if v < 0.0 { "-" } else { "" };
-    if (1e-3..1e7).contains(&v.abs()) {
-        // Plain: the point after digit `exp + 1`, at least one digit on each side.
-        let point = exp + 1;
-        let (int, frac) = if point <= 0 {
-            ("0".to_owned(), format!("{}{digits}", "0".repeat((-point) as usize)))
-        } else if point as usize >= digits.len() {
-            (format!("{digits}{}", "0".repeat(point as usize - digits.len())), String::new())
-        } else {
-            (digits[..point as usize].to_owned(), digits[point as usize..].to_owned())
-        };
-        format!("{sign}{int}.{}", if frac.is_empty() { "0" } else { &frac })
-    } else {
-        let rest = if digits.len() > 1 { &digits[1..] } else { "0" };
-        format!("{sign}{}.{rest}E{exp}", &digits[..1])
-    }
-}
-
 /// A JSON string literal as Jackson writes it ([`jackson_string`]).
 fn string(out: &mut String, s: &str) {
     out.push_str(&String::from_utf8_lossy(&jackson_string(s)));
@@ -262,7 +235,7 @@ fn write(out: &mut String, n: Option<&Node>, schema: &Schema) -> Result<(), NotE
         (Schema::I32 | Schema::I64, Node::Int(v)) if number_schema(n) == Some(schema.clone()) => {
             let _ = write!(out, "{v}");
         }
-        (Schema::F64, Node::Float(v, false)) => out.push_str(&java_double(*v)),
+        (Schema::F64, Node::Float(v, false)) => out.push_str(&super::placed::java::double(*v)),
         (Schema::Arr(item), Node::Arr(items)) => {
             out.push('[');
             for (i, e) in items.iter().enumerate() {
@@ -364,7 +337,7 @@ mod tests {
             (0.1, "0.1"),
             (100.25, "100.25"),
         ] {
-            assert_eq!(java_double(v), java, "{v}");
+            assert_eq!(super::super::placed::java::double(v), java, "{v}");
         }
     }
 }

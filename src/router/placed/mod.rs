@@ -13,7 +13,7 @@
 //! * Types outside the table in [`typed`] (extension types, enums, the network and text search
 //!   types) are Debezium strings: their PostgreSQL text.
 
-mod java;
+pub(crate) mod java;
 mod pgtext;
 mod write;
 
