@@ -408,7 +408,8 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
     async fn decide_shared(&mut self) -> Result<(), Error> {
         let Some(batch) = self.shared.take() else { return Ok(()) };
         let (at, n) = (batch.at, batch.held.len());
-        let delivered = if n == 1 {
+        let looked_up = !batch.decided_by_offset();
+        let delivered = if !looked_up {
             1
         } else {
             let refuse = |m: String| Error::from(Definite::Setup(format!("--debezium-offsets: {m}")));
@@ -422,8 +423,8 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             let written = self.relay.sink().already_written(&batch.records()).await?;
             batch.delivered(&written).map_err(refuse)?
         };
-        if n > 1 {
-            tracing::info!(%at, changes = n, delivered, "--debezium-offsets: {n} changes share the offset's LSN; {delivered} of them are on their topics and are not sent again");
+        if looked_up {
+            tracing::info!(%at, changes = n, delivered, "--debezium-offsets: {n} change(s) at the offset's LSN; {delivered} of them are on their topics and are not sent again");
         }
         if let Some(r) = &mut self.resume {
             r.skip(delivered as u64);
@@ -471,7 +472,9 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             // Counted, skipped and (at the offset's own LSN, where Debezium's delete and create
             // share it) decided by the topics like an INSERT: a resumed position numbers it too.
             if seen == Seen::Ask {
-                self.shared.get_or_insert_with(|| shared_lsn::SharedLsn::new(at)).held.push((routed, source));
+                let shared = self.shared.get_or_insert_with(|| shared_lsn::SharedLsn::new(at));
+                shared.after_unsent = true;
+                shared.held.push((routed, source));
                 return Ok(());
             }
             self.relay.sink().boundary(Boundary::Change { at });

@@ -8,7 +8,10 @@
 //! in Kafka by their `id` header ([`crate::sink::Sink::already_written`]).
 //!
 //! Invariants:
-//! * One change at the LSN needs no look-up: the offset was stored for it, so it was sent.
+//! * One INSERT at the LSN needs no look-up: the offset was stored for it, so it was sent. A
+//!   key-changing UPDATE is always looked up, and may have been sent or not: Debezium turns it
+//!   into a delete and a create at that one LSN, and its offset may have been stored for the
+//!   delete alone (the EventRouter drops the delete, Connect still commits its offset).
 //! * Otherwise the prefix is exact or refused: the records must carry distinct ids, at least one
 //!   must be found (the offset was stored for a change Debezium sent), and every record before
 //!   the last one found must be found too. Anything else (retention removed them, another
@@ -26,11 +29,19 @@ use crate::router::{BadEvent, Record};
 pub struct SharedLsn {
     pub at: Lsn,
     pub held: Vec<(Result<Record, BadEvent>, Source)>,
+    /// Debezium made a change at this LSN before the held ones (a key-changing UPDATE's delete),
+    /// so its offset may name the LSN with none of them sent.
+    pub after_unsent: bool,
 }
 
 impl SharedLsn {
     pub fn new(at: Lsn) -> SharedLsn {
-        SharedLsn { at, held: Vec::new() }
+        SharedLsn { at, held: Vec::new(), after_unsent: false }
+    }
+
+    /// Whether the offset alone decides: one INSERT at the LSN was sent.
+    pub fn decided_by_offset(&self) -> bool {
+        self.held.len() == 1 && !self.after_unsent
     }
 
     /// The records to look up: the routed ones, in order (refused rows have none).
@@ -52,6 +63,9 @@ impl SharedLsn {
         let marks: Vec<Option<bool>> =
             self.held.iter().map(|(r, _)| r.as_ref().ok().map(|_| *found.next().unwrap_or(&false))).collect();
         let Some(last) = marks.iter().rposition(|m| *m == Some(true)) else {
+            if self.after_unsent {
+                return Ok(0);
+            }
             return Err(format!(
                 "none of the {n} events at {} (the LSN of Debezium's offset) is on its topic, though Debezium sent at \
                  least one of them: the topic's retention removed them, or the routing differs from the connector's; \
@@ -128,6 +142,16 @@ mod tests {
         assert!(gap.contains("the 1st is not on its topic"), "{gap}");
         assert_eq!(batch(&["a", "b", "a"]).repeated_id().as_deref(), Some("a"));
         assert_eq!(b.repeated_id(), None);
+    }
+
+    #[test]
+    fn a_key_change_alone_at_the_offset_is_looked_up_and_may_be_unsent() {
+        let mut b = batch(&["a"]);
+        assert!(b.decided_by_offset());
+        b.after_unsent = true;
+        assert!(!b.decided_by_offset());
+        assert_eq!(b.delivered(&[false]), Ok(0));
+        assert_eq!(b.delivered(&[true]), Ok(1));
     }
 
     #[test]
