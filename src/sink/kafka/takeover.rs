@@ -130,8 +130,13 @@ pub fn written(kafka: &KafkaConfig, wanted: &Wanted) -> Result<Vec<bool>, Defini
         }
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
-                let id = m.headers().and_then(|h| h.iter().find(|h| h.key == "id").and_then(|h| h.value));
-                let Some(id) = id else {
+                let header = m.headers().and_then(|h| h.iter().find(|h| h.key == "id"));
+                // A null `id` is Debezium's record of a NULL event id: no held change has one
+                // (outboxd makes it a bad event), so it can match nothing and decides nothing.
+                if header.as_ref().is_some_and(|h| h.value.is_none()) {
+                    continue;
+                }
+                let Some(id) = header.and_then(|h| h.value) else {
                     return Err(Definite::Setup(format!(
                         "--debezium-offsets: the record at offset {} of {}/{} has no id header, so outboxd cannot tell \
                          which of the changes at the offset's LSN Debezium sent; set the connector's offsets by hand \
