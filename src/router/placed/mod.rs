@@ -217,10 +217,12 @@ pub fn typed(type_oid: u32, typmod: i32, text: &str, m: Mapping) -> Result<Typed
                 }
                 _ => decimal(u, s),
             },
-            Some((u, s)) => {
-                let scale = (typmod - 4) & 0xffff;
-                decimal(pgtext::rescale(u, s, scale), scale)
-            }
+            Some((u, s)) => match declared_scale(typmod) {
+                // PostgreSQL 15's numeric(p,-s) rounds to tens, hundreds...: its text has no
+                // fraction, and is written at its own scale 0 (Debezium not compared here).
+                scale if scale < 0 => decimal(u, s),
+                scale => decimal(pgtext::rescale(u, s, scale), scale),
+            },
         },
         MONEY => {
             let (u, s) = pgtext::money(text)?;
@@ -285,6 +287,12 @@ fn zoned_time(us: i64) -> String {
     }
     out.push('Z');
     out
+}
+
+/// A `numeric(p,s)` column's declared scale from its type modifier: the low 11 bits of
+/// `typmod - 4`, signed (PostgreSQL 15 allows scales from -1000 to 1000).
+fn declared_scale(typmod: i32) -> i32 {
+    (((typmod - 4) & 0x7ff) ^ 0x400) - 0x400
 }
 
 /// Debezium's ZonedTimestamp: `yyyy-MM-ddTHH:mm:ss`, the fraction to the column's precision, `Z`.

@@ -99,3 +99,12 @@ fn options_and_refusals() {
         assert!(typed(oid, -1, "garbage", D).is_err(), "{oid}");
     }
 }
+
+#[test]
+fn a_negative_declared_scale_keeps_the_value() {
+    // numeric(5,-2) (PostgreSQL 15+): the scale is the low 11 bits, signed; 12300 stays 12300.
+    let typmod = ((5 << 16) | (-2i32 & 0x7ff)) + 4;
+    assert_eq!(declared_scale(typmod), -2);
+    assert_eq!(declared_scale(scale(20, 8)), 8);
+    assert_eq!(h(NUMERIC, typmod, "12300"), "12300");
+}
