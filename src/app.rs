@@ -36,9 +36,9 @@ use crate::source::wal::{Context, Session};
 const EXACTLY_ONCE_PREPARE_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// The heartbeat: a transaction that takes a transaction id and changes nothing, so its commit
-/// record is WAL that no logical decoding consumer sees as a change. pgoutput skips the empty
-/// transaction (15+) or sends an empty BEGIN/COMMIT (13, 14), which every consumer reads past;
-/// a logical message, which this was before, is captured by any Debezium connector on the
+/// record is WAL that no logical decoding consumer sees at all: decoding replays no transaction
+/// that made no change (not even an empty BEGIN/COMMIT, on any version; tests/ops.rs and
+/// tests/compat.rs peek with test_decoding's `skip-empty-xacts` off to show it); a logical message, which this was before, is captured by any Debezium connector on the
 /// database (it captures every prefix by default). What the slot needs is only WAL past its
 /// position: the walsender reads past the commit and its keepalive carries the WAL end, which
 /// the session confirms while nothing is in flight (`source::wal::tracker`).

@@ -76,7 +76,7 @@ fn compat(major: u32) {
         d.log()
     );
     let seen =
-        pg.psql("SELECT count(*) FROM pg_logical_slot_peek_changes('probe', NULL, NULL, 'skip-empty-xacts', '1')");
+        pg.psql("SELECT count(*) FROM pg_logical_slot_peek_changes('probe', NULL, NULL, 'skip-empty-xacts', '0')");
     assert_eq!(seen, "0", "PG{major}: another logical decoding consumer saw the heartbeats");
     pg.psql("SELECT 1 FROM pg_drop_replication_slot('probe')");
 
