@@ -424,7 +424,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             batch.delivered(&written).map_err(refuse)?
         };
         if looked_up {
-            tracing::info!(%at, changes = n, delivered, "--debezium-offsets: {n} change(s) at the offset's LSN; {delivered} of them are on their topics and are not sent again");
+            tracing::info!(%at, changes = n, delivered, "--debezium-offsets: {n} change(s) share the offset's LSN; {delivered} of them are on their topics and are not sent again");
         }
         if let Some(r) = &mut self.resume {
             r.skip(delivered as u64);
