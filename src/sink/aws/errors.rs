@@ -2,7 +2,14 @@
 //! fault of this one message (too large, an invalid attribute) is a bad event; a fault of the
 //! setup (no such queue, access denied, a bad signature) stops the relay with a message naming it.
 //! Decided on the error code AWS returns (the `Code` of the error, or of a batch entry), never on
-//! message text.
+//! message text; a call that failed before it was sent is classed by the type of its error
+//! ([`setup_failure`]): no usable credentials, or a request the SDK could not build, is a fault of
+//! the setup, not "no answer".
+
+use std::error::Error;
+
+use aws_credential_types::provider::error::CredentialsError;
+use aws_sdk_sqs::error::{DisplayErrorContext, SdkError};
 
 /// What to do about an AWS error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,9 +86,57 @@ pub fn class_of(code: Option<&str>, status: Option<u16>, per_message: bool) -> C
     }
 }
 
+/// How to give outboxd credentials, said with every error that found none usable.
+pub const CREDENTIALS_FIX: &str = "provide AWS credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, \
+a profile of ~/.aws/credentials or ~/.aws/config (AWS_PROFILE or --aws-profile; static keys, \
+credential_process or a role, not SSO), web identity (AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN), \
+or an ECS/EKS container or EC2 instance role";
+
+/// The fault of the setup in an error the SDK gave before sending anything, if it is one: no
+/// usable credentials (the chain found none, a profile it cannot use, such as SSO, which is not
+/// built in) or a request it could not build. Such an error has no code and no HTTP status, and
+/// [`class_of`] would take it for "no answer" and retry it forever. Decided by the error's type:
+/// a [`CredentialsError`] anywhere in its source chain, or `SdkError::ConstructionFailure`. A
+/// provider that timed out or failed on its way (the instance metadata service, STS) is left to
+/// the retries. What it gives: what is wrong, and how to fix it. No secret is in either:
+/// credential errors carry none.
+pub fn setup_failure<E, R>(e: &SdkError<E, R>) -> Option<(String, &'static str)>
+where
+    E: Error + 'static,
+    R: std::fmt::Debug + 'static,
+{
+    let mut cause: Option<&(dyn Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(ce) = c.downcast_ref::<CredentialsError>() {
+            return match ce {
+                CredentialsError::ProviderTimedOut(_) | CredentialsError::ProviderError(_) => None,
+                _ => Some((
+                    format!("no usable AWS credentials ({})", one_line(&DisplayErrorContext(ce).to_string())),
+                    CREDENTIALS_FIX,
+                )),
+            };
+        }
+        cause = c.source();
+    }
+    match e {
+        SdkError::ConstructionFailure(_) => Some((
+            format!("the AWS SDK could not build the request ({})", one_line(&DisplayErrorContext(e).to_string())),
+            "check --aws-region and --aws-endpoint-url",
+        )),
+        _ => None,
+    }
+}
+
+/// `text` on one line: the SDK's credential errors list what they tried on lines of their own.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{class_of, Class};
+    use super::{class_of, setup_failure, Class};
+    use aws_credential_types::provider::error::CredentialsError;
+    use aws_sdk_sqs::error::SdkError;
 
     #[test]
     fn throttles_retry_message_faults_are_bad_events_setup_faults_stop() {
@@ -98,5 +153,26 @@ mod tests {
         assert_eq!(class_of(None, None, false), Class::Transient);
         assert_eq!(class_of(None, Some(429), false), Class::Transient);
         assert_eq!(class_of(None, Some(404), false), Class::Setup);
+    }
+
+    #[test]
+    fn missing_credentials_and_unbuildable_requests_are_setup_faults_by_type() {
+        type E = SdkError<std::io::Error, ()>;
+        let none: E = SdkError::construction_failure(CredentialsError::not_loaded(
+            "no credentials found in chain. Attempted:\n  Environment: not set",
+        ));
+        let (m, fix) = setup_failure(&none).expect("no credentials is a setup fault");
+        assert!(m.contains("no usable AWS credentials") && !m.contains('\n'), "{m}");
+        assert!(fix.contains("AWS_ACCESS_KEY_ID") && fix.contains("--aws-profile"), "{fix}");
+        let sso: E = SdkError::construction_failure(CredentialsError::invalid_configuration("sso is not enabled"));
+        assert!(setup_failure(&sso).is_some_and(|(m, _)| m.contains("credentials")));
+        // A provider that timed out may answer next time; so may a connection.
+        let slow: E =
+            SdkError::construction_failure(CredentialsError::provider_timed_out(std::time::Duration::from_secs(5)));
+        assert_eq!(setup_failure(&slow), None);
+        let timeout: E = SdkError::timeout_error("attempt timed out");
+        assert_eq!(setup_failure(&timeout), None);
+        let built: E = SdkError::construction_failure("no region");
+        assert!(setup_failure(&built).is_some_and(|(_, fix)| fix.contains("--aws-region")));
     }
 }

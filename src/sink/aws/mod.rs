@@ -19,7 +19,7 @@ pub(crate) mod errors;
 use std::time::Duration;
 
 pub use config::{AwsArgs, AwsConfig};
-pub use errors::{class_of, Class};
+pub use errors::{class_of, setup_failure, Class, CREDENTIALS_FIX};
 
 /// The SDK configuration for `cfg`: the default credential and region chains, `--aws-region` and
 /// `--aws-endpoint-url` over them.

@@ -8,7 +8,9 @@
 //!   `AWS.`/`Amazon.`, no `..`, no `.` at either end), a `String` when its value is SQS text, else
 //!   `Binary`; the key, when there is one, is the attribute `key`. SQS takes 10 attributes: an
 //!   event with more (headers and key together) is a bad event (`too_many_attributes`), never
-//!   written with some left out.
+//!   written with some left out. Attributes are a map by name: a header whose name another header
+//!   has already (say `id` in the headers column), or that is named `key`, is a bad event
+//!   (`invalid_header`), since one of the two would be lost.
 //! * FIFO: `MessageGroupId` is the key, so one key's events keep their order; keyless events share
 //!   the group [`NO_KEY_GROUP`]. `MessageDeduplicationId` is the event id, so SQS drops what a
 //!   restart sends again within its 5-minute window. A key or id SQS cannot take as an id (over
@@ -175,8 +177,15 @@ fn event_parts(record: &Record, q: &Queues) -> Result<Parts, Refusal> {
             format!("the event has {count} headers and key, and SQS takes {MAX_ATTRIBUTES} message attributes"),
         ));
     }
-    let mut attributes = Vec::with_capacity(count);
+    let mut attributes: Vec<(String, Value)> = Vec::with_capacity(count);
     for (name, v) in &record.headers {
+        // Attributes are a map by name: a second header of a name would replace the first.
+        if attributes.iter().any(|(n, _)| n == name) {
+            return Err((
+                "invalid_header",
+                format!("header {name} appears twice, and an SQS message has one attribute of a name"),
+            ));
+        }
         if !attribute_name(name) || name == "key" {
             return Err(("invalid_header", format!("header name {name:?} is not an SQS message attribute name ([A-Za-z0-9_.-], not AWS.* or Amazon.*, no '..', not key)")));
         }

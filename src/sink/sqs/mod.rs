@@ -31,7 +31,7 @@ use super::{Sink, SinkError};
 use crate::error::Definite;
 use crate::health::Health;
 use crate::router::Record;
-use crate::sink::aws::{class_of, sdk_config, AwsConfig, Class};
+use crate::sink::aws::{class_of, sdk_config, setup_failure, AwsConfig, Class};
 use crate::sink::escape::Limits;
 use config::SqsConfig;
 use message::Queues;
@@ -50,13 +50,26 @@ pub(crate) struct QueueFacts {
     pub max_bytes: usize,
 }
 
-/// Ask SQS for the queue's attributes. A refusal (no such queue, access denied) is the error
-/// message to show; `Ok(None)`: no answer now (the publisher will retry).
+/// Why a queue cannot be used: what is wrong, and what to do about it.
+pub(crate) struct Refused {
+    pub detail: String,
+    pub fix: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}; {}", self.detail, self.fix)
+    }
+}
+
+/// Ask SQS for the queue's attributes. A refusal (no such queue, access denied) or a call the SDK
+/// could not make (no usable credentials) is the error to show; `Ok(None)`: no answer now (the
+/// publisher will retry).
 pub(crate) async fn queue_facts(
     client: &aws_sdk_sqs::Client,
     flag: &str,
     url: &str,
-) -> Result<Option<QueueFacts>, String> {
+) -> Result<Option<QueueFacts>, Refused> {
     let asked = client
         .get_queue_attributes()
         .queue_url(url)
@@ -75,14 +88,18 @@ pub(crate) async fn queue_facts(
             Ok(Some(QueueFacts { fifo, max_bytes }))
         }
         Err(e) => {
+            if let Some((what, fix)) = setup_failure(&e) {
+                return Err(Refused { detail: format!("{flag} {url}: {what}"), fix: fix.to_owned() });
+            }
             let status = e.raw_response().map(|r| r.status().as_u16());
             let code = e.code().map(str::to_owned);
             if class_of(code.as_deref(), status, false) == Class::Setup {
                 let code = code.unwrap_or_else(|| format!("HTTP {}", status.unwrap_or(0)));
                 let text = e.message().map(str::to_owned).unwrap_or_else(|| DisplayErrorContext(&e).to_string());
-                Err(format!(
-                    "{flag} {url}: SQS answered {code}: {text}; check the URL, --aws-region, and that the credentials may sqs:GetQueueAttributes and sqs:SendMessage on it"
-                ))
+                Err(Refused {
+                    detail: format!("{flag} {url}: SQS answered {code}: {text}"),
+                    fix: "check the URL (or create the queue), --aws-region, and that the credentials may sqs:GetQueueAttributes and sqs:SendMessage on it".into(),
+                })
             } else {
                 tracing::warn!(queue = url, error = %DisplayErrorContext(&e), "SQS did not answer GetQueueAttributes; going on with the defaults");
                 Ok(None)
@@ -96,9 +113,13 @@ impl SqsSink {
     /// stops the start) and start the publisher task.
     pub async fn connect(aws: &AwsConfig, cfg: &SqsConfig, health: Arc<Health>) -> Result<SqsSink, Definite> {
         let client = aws_sdk_sqs::Client::new(&sdk_config(aws).await);
-        let main = queue_facts(&client, "--sqs-queue-url", &cfg.queue_url).await.map_err(Definite::Setup)?;
+        let main = queue_facts(&client, "--sqs-queue-url", &cfg.queue_url)
+            .await
+            .map_err(|r| Definite::Setup(r.to_string()))?;
         let dlq = match &cfg.dlq_queue_url {
-            Some(u) => queue_facts(&client, "--sqs-dlq-queue-url", u).await.map_err(Definite::Setup)?,
+            Some(u) => {
+                queue_facts(&client, "--sqs-dlq-queue-url", u).await.map_err(|r| Definite::Setup(r.to_string()))?
+            }
             None => None,
         };
         let named_fifo = SqsConfig::is_fifo(&cfg.queue_url);
@@ -145,7 +166,7 @@ async fn check(aws: &AwsConfig, cfg: &SqsConfig) -> crate::sink::registered::Ver
         .chain(cfg.dlq_queue_url.iter().map(|u| ("--sqs-dlq-queue-url", u)))
     {
         match queue_facts(&client, flag, url).await {
-            Err(e) => return Verdict::Fail { name: "sqs", detail: e, fix: "create the queue, or fix the flag".into() },
+            Err(Refused { detail, fix }) => return Verdict::Fail { name: "sqs", detail, fix },
             Ok(None) => {
                 return Verdict::Fail {
                     name: "sqs",

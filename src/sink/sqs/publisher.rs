@@ -16,8 +16,9 @@
 //! * throttling or a service error, for an entry or the whole call, or no answer at all → waits
 //!   again, and sending pauses for a backoff with jitter ([`crate::retry::backoff`]); nothing is
 //!   acked, so the slot stays where it was;
-//! * anything else (no such queue, access denied, a disabled KMS key) → `fail()` with the code and
-//!   what to check: the relay stops rather than dead-letter every event.
+//! * anything else (no such queue, access denied, a disabled KMS key), or a call the SDK could not
+//!   make (no usable credentials, [`crate::sink::aws::setup_failure`]) → `fail()` with the code
+//!   and what to check: the relay stops rather than dead-letter every event or retry for good.
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
@@ -31,7 +32,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 
 use super::message::{Job, Value};
-use crate::sink::aws::{class_of, Class};
+use crate::sink::aws::{class_of, setup_failure, Class};
 
 /// `SendMessageBatch` calls in flight at once.
 const REQUESTS: usize = 8;
@@ -53,11 +54,13 @@ pub struct Target {
 /// What a call came back with: the jobs sent (by arrival number) and the answer.
 type Sent = (Vec<(u64, Job)>, Answer);
 type Answer = Result<aws_sdk_sqs::operation::send_message_batch::SendMessageBatchOutput, Failure>;
-/// A failed call: its code, HTTP status and text.
+/// A failed call: its code, HTTP status and text, and the fault of the setup it shows without
+/// an answer (no usable credentials: [`setup_failure`]).
 struct Failure {
     code: Option<String>,
     status: Option<u16>,
     text: String,
+    setup: Option<String>,
 }
 type Call = Pin<Box<dyn Future<Output = Sent> + Send>>;
 
@@ -182,6 +185,7 @@ fn send(target: &Target, batch: Vec<(u64, Job)>) -> Call {
     let call = target.client.send_message_batch().queue_url(queue).set_entries(Some(entries));
     Box::pin(async move {
         let answer = call.send().await.map_err(|e| Failure {
+            setup: setup_failure(&e).map(|(what, fix)| format!("SQS SendMessageBatch was not sent: {what}; {fix}")),
             code: e.code().map(str::to_owned),
             status: e.raw_response().map(|r| r.status().as_u16()),
             text: e.message().map(str::to_owned).unwrap_or_else(|| DisplayErrorContext(&e).to_string()),
@@ -204,6 +208,13 @@ fn settle(
     }
     let out = match answer {
         Ok(out) => out,
+        Err(Failure { setup: Some(reason), .. }) => {
+            tracing::error!(error = %reason, "SQS SendMessageBatch could not be made");
+            for (_, job) in sent {
+                job.delivery.fail(reason.clone());
+            }
+            return false;
+        }
         Err(f) => {
             let class = class_of(f.code.as_deref(), f.status, false);
             let code = f.code.unwrap_or_else(|| "no answer".into());
