@@ -2,8 +2,10 @@
 //! handing them, in order, to the writer ([`super::writer`]) over a bounded channel.
 //!
 //! Where a partition starts is decided in the rebalance callback, which runs on this thread: on
-//! an assignment it asks the writer for the offsets stored in PostgreSQL and waits for the answer
-//! before it assigns, so fetching starts there and never at the group's Kafka offsets; on a
+//! an assignment it reads each partition's range in Kafka (its watermarks), hands them to the
+//! writer, which checks the offsets stored in PostgreSQL against them (and stores where a new
+//! partition starts under `--start-from latest`), and waits for the answer before it assigns, so
+//! fetching starts there and never at the group's Kafka offsets; on a
 //! revocation it waits until the writer has written (or dropped) what it holds of those
 //! partitions. A blocking wait is right here: this thread does nothing else, and a rebalance
 //! must not finish before the positions are known. The writer runs on the tokio runtime, so the
@@ -11,7 +13,8 @@
 //!
 //! Invariant: records reach the channel in the order librdkafka returns them (per partition, the
 //! log's order), and the thread never ends silently: when it stops, the channel closes and the
-//! writer reports it.
+//! writer reports it. A position Kafka does not hold is never skipped over: `auto.offset.reset`
+//! is `error`, and that error stops the inbox ([`Input::OutOfRange`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc as std_mpsc;
@@ -19,11 +22,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Headers, Message};
 use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use rdkafka::types::RDKafkaRespErr;
+use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::ClientContext;
 use tokio::sync::mpsc;
 
@@ -36,13 +39,21 @@ use crate::sink::kafka::client;
 /// A partition: topic and number.
 pub type Part = (String, i32);
 
+/// A partition's range in Kafka: its low and high watermarks (the first offset it still holds,
+/// and one past its last; with read_committed, its last stable offset).
+pub type Range = (i64, i64);
+
 /// What the consumer thread tells the writer.
 pub enum Input {
     Record(Received),
-    /// Partitions about to be assigned: answer with where each starts.
-    Assign(Vec<Part>, std_mpsc::SyncSender<Vec<(Part, Offset)>>),
+    /// Partitions about to be assigned, with their ranges: answer with where each starts (a
+    /// dropped answer takes none of them).
+    Assign(Vec<(Part, Range)>, std_mpsc::SyncSender<Vec<(Part, Offset)>>),
     /// Partitions about to be taken away: answer once nothing of them is held any more.
     Revoke(Vec<Part>, std_mpsc::SyncSender<()>),
+    /// librdkafka found a position outside a partition's log (`auto.offset.reset=error`): the
+    /// assigned partitions' ranges now, for the writer to name the one(s) out of range and stop.
+    OutOfRange(Vec<(Part, Range)>),
 }
 
 /// Where a partition starts: its stored next offset, else `--start-from`.
@@ -85,7 +96,8 @@ impl ConsumerContext for Context {
         let done = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 let (reply, answer) = std_mpsc::sync_channel(1);
-                match self.ask(Input::Assign(parts.clone(), reply), &answer) {
+                let ranged = self.ranges(consumer, &parts);
+                match ranged.and_then(|r| self.ask(Input::Assign(r, reply), &answer)) {
                     Some(starts) => {
                         for ((topic, p), off) in starts {
                             if let Err(e) = tpl.set_partition_offset(&topic, p, off) {
@@ -121,6 +133,25 @@ impl ConsumerContext for Context {
 }
 
 impl Context {
+    /// Each partition's watermarks, asked again every second while Kafka does not answer;
+    /// `None` when shutting down.
+    fn ranges(&self, consumer: &BaseConsumer<Self>, parts: &[Part]) -> Option<Vec<(Part, Range)>> {
+        let mut out = Vec::with_capacity(parts.len());
+        for (topic, p) in parts {
+            loop {
+                match consumer.fetch_watermarks(topic, *p, Duration::from_secs(10)) {
+                    Ok(r) => break out.push(((topic.clone(), *p), r)),
+                    Err(e) if !self.stop.load(Ordering::Relaxed) => {
+                        tracing::warn!(%topic, partition = p, "cannot read the partition's range yet: {e}; retrying");
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                    Err(_) => return None,
+                }
+            }
+        }
+        Some(out)
+    }
+
     /// Send `input` and wait for the writer's answer; `None` when shutting down or the writer is gone.
     fn ask<T>(&self, input: Input, answer: &std_mpsc::Receiver<T>) -> Option<T> {
         self.tx.blocking_send(input).ok()?;
@@ -160,7 +191,11 @@ pub fn start(cfg: &InboxConfig, tx: mpsc::Sender<Input>) -> Result<Running, Defi
         ("enable.partition.eof", "false".to_owned()),
         ("statistics.interval.ms", "5000".to_owned()),
     ];
-    let conf = client::consumer_config(&cfg.kafka, "outboxd-inbox", &defaults);
+    let mut conf = client::consumer_config(&cfg.kafka, "outboxd-inbox", &defaults);
+    // Never librdkafka's default `latest`: a stored offset below the log's start (the inbox was
+    // away longer than the retention) or beyond its end (the topic was created again) would jump
+    // to the end and skip records. Set after --kafka-property, since the guarantee rests on it.
+    conf.set("auto.offset.reset", "error");
     let context = Context { tx, stop: stop.clone(), metrics: InboxMetrics::new() };
     let consumer: BaseConsumer<Context> = client::create(&conf, context, "consumer", &cfg.kafka)?;
     let topics: Vec<&str> = match &cfg.subscription {
@@ -179,7 +214,8 @@ pub fn start(cfg: &InboxConfig, tx: mpsc::Sender<Input>) -> Result<Running, Defi
 }
 
 /// Poll until told to stop or the writer is gone. Errors librdkafka reports per poll (a broker
-/// down, a topic not there yet) are logged and polled past: the client reconnects by itself.
+/// down, a topic not there yet) are logged and polled past: the client reconnects by itself;
+/// except a position out of a partition's range, which the writer is told of, and the thread ends.
 fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
         match consumer.poll(Duration::from_millis(100)) {
@@ -201,6 +237,15 @@ fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
                 if consumer.context().tx.blocking_send(Input::Record(r)).is_err() {
                     break;
                 }
+            }
+            Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset))) => {
+                let parts: Vec<Part> = consumer
+                    .assignment()
+                    .map(|a| a.elements().iter().map(|e| (e.topic().to_owned(), e.partition())).collect())
+                    .unwrap_or_default();
+                let ranges = consumer.context().ranges(consumer, &parts).unwrap_or_default();
+                let _ = consumer.context().tx.blocking_send(Input::OutOfRange(ranges));
+                break;
             }
             Some(Err(e)) => tracing::warn!("Kafka consumer: {e}"),
         }

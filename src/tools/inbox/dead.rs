@@ -41,7 +41,8 @@ impl DeadLetters {
     }
 
     /// Send the copy of `r` with `bad`'s reason and wait for Kafka's ack. A failure is transient:
-    /// the batch holding the record is retried, and the offset does not move past it meanwhile.
+    /// the writer sends this copy again (only this one), and the offset does not move past it
+    /// meanwhile.
     pub async fn send(&self, r: &Received, bad: &Bad) -> Result<(), Error> {
         let headers = r.headers.iter().map(|(k, v)| (k.clone(), Bytes::from(v.clone().unwrap_or_default()))).collect();
         let copy = DeadLetter {

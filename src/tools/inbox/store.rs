@@ -163,6 +163,50 @@ pub fn batch_sql(names: &Names) -> String {
     )
 }
 
+/// Why a batch statement failed.
+#[derive(Debug)]
+pub enum WriteError {
+    /// PostgreSQL refused the data itself: SQLSTATE class 22 (data exception) or 23 (integrity
+    /// constraint violation, e.g. a CHECK the consumer added). Some row of the batch is bad;
+    /// written alone, such a row is dead-lettered.
+    Row(String),
+    /// Anything else: transient (retried while PostgreSQL is away) or a setup fault that no row
+    /// causes (42501 no privilege, 42P01 no table, 42703 no column, P0001 a trigger's exception,
+    /// ...), which stops the inbox with nothing dead-lettered and no offset moved.
+    Other(Error),
+}
+
+impl WriteError {
+    pub fn into_error(self) -> Error {
+        match self {
+            WriteError::Row(m) => crate::error::Definite::Setup(m).into(),
+            WriteError::Other(e) => e,
+        }
+    }
+}
+
+/// The one place that decides, by SQLSTATE, whether a failed batch is a bad row or not.
+fn write_error(grants: &str, e: tokio_postgres::Error) -> WriteError {
+    let code = e.code().map(|c| c.code().to_owned());
+    match code.as_deref() {
+        Some(c) if c.starts_with("22") || c.starts_with("23") => {
+            let msg = e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_else(|| e.to_string());
+            WriteError::Row(format!("{msg} (SQLSTATE {c})"))
+        }
+        _ => match query_error("writing a batch into the inbox", e) {
+            Error::Definite(d) => WriteError::Other(
+                crate::error::Definite::Setup(format!(
+                    "{d} (SQLSTATE {}); no record was dead-lettered and no offset moved: fix the inbox table or \
+                     the role's grants ({grants}; docs/src/inbox.md lists them) and start again",
+                    code.as_deref().unwrap_or("none")
+                ))
+                .into(),
+            ),
+            other => WriteError::Other(other),
+        },
+    }
+}
+
 /// Write `rows` and move each partition of `next` to its offset, in one statement (one
 /// transaction). `next` must hold each partition once.
 pub async fn write_batch(
@@ -171,7 +215,7 @@ pub async fn write_batch(
     group: &str,
     rows: &[Row],
     next: &HashMap<(String, i32), i64>,
-) -> Result<Written, Error> {
+) -> Result<Written, WriteError> {
     let col = |f: fn(&Row) -> Option<&str>| rows.iter().map(f).collect::<Vec<_>>();
     let ids = col(|r| Some(&r.event_id));
     let topics = col(|r| Some(&r.topic));
@@ -196,7 +240,9 @@ pub async fn write_batch(
             ],
         )
         .await
-        .map_err(|e| query_error("writing a batch into the inbox", e))?;
+        .map_err(|e| {
+            write_error("the role needs SELECT, INSERT on the table and SELECT, INSERT, UPDATE on TABLE_offsets", e)
+        })?;
     Ok(Written { inserted: row.get(0) })
 }
 

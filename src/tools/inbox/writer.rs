@@ -10,9 +10,12 @@
 //! A failed write is retried whole (the batch is idempotent: `ON CONFLICT DO NOTHING`, offsets
 //! that only grow) while PostgreSQL is away, with `/readyz` answering 503 and the consumer held
 //! back by the full channel; nothing is acknowledged anywhere until the write commits. A write
-//! PostgreSQL refuses for good is retried row by row, and a row refused alone is a bad record, as
-//! is a record without a usable event id: copied to `--dlq-topic` with its reason
-//! ([`super::dead`]), acked, and passed over, its offset moving on with the batch.
+//! PostgreSQL refuses for its data (SQLSTATE class 22 or 23, [`store::WriteError`]) is retried row
+//! by row, and a row refused alone is a bad record, as is a record without a usable event id:
+//! copied to `--dlq-topic` with its reason ([`super::dead`]), acked, and passed over, its offset
+//! moving on with the batch. Any other refusal (no privilege, no table, a trigger's exception)
+//! stops the inbox with nothing dead-lettered and no offset moved. A stored offset outside the
+//! partition's log stops it too ([`Writer::check_range`]), rather than records being skipped.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,8 +28,8 @@ use tokio_util::sync::CancellationToken;
 use super::consumer::{start_of, Input, Part};
 use super::dead::DeadLetters;
 use super::record::{to_row, Bad, Naming, Received, Row};
-use super::store::{self, Names};
-use crate::config::inbox::InboxConfig;
+use super::store::{self, Names, WriteError};
+use crate::config::inbox::{InboxConfig, StartFrom};
 use crate::error::{Definite, Error};
 use crate::health::Health;
 use crate::metrics::InboxMetrics;
@@ -54,6 +57,8 @@ pub struct Writer {
     metrics: InboxMetrics,
     /// Assigned partitions and the next offset each expects.
     next: HashMap<Part, i64>,
+    /// Records (topic, partition, offset) of the batch in hand dead-lettered already.
+    refused: std::collections::HashSet<(String, i32, i64)>,
     batch: Batch,
 }
 
@@ -74,6 +79,7 @@ impl Writer {
             dead,
             metrics: InboxMetrics::new(),
             next: HashMap::new(),
+            refused: Default::default(),
             batch: Batch::default(),
         })
     }
@@ -142,18 +148,58 @@ impl Writer {
             }
             Input::Assign(parts, reply) => {
                 self.flush(shutdown).await?;
-                let Some(Done::Loaded(stored)) = self.retrying(shutdown, Step::Load(&parts)).await? else {
+                let names: Vec<Part> = parts.iter().map(|(p, _)| p.clone()).collect();
+                let Some(Done::Loaded(stored)) = self.retrying(shutdown, Step::Load(&names)).await? else {
                     return Ok(());
                 };
                 let mut starts = Vec::with_capacity(parts.len());
-                for part in parts {
-                    let at = stored.get(&part).copied();
-                    // A partition never stored takes whatever --start-from gives; the first record
-                    // seen sets its position.
-                    self.next.insert(part.clone(), at.unwrap_or(i64::MIN));
-                    starts.push((part, start_of(at, self.cfg.start_from)));
+                let mut fresh = HashMap::new();
+                for (part, range) in parts {
+                    let at = match (stored.get(&part).copied(), self.cfg.start_from) {
+                        (Some(n), _) => {
+                            self.check_range(&part, n, range)?;
+                            Some(n)
+                        }
+                        // Stored before the partition is assigned, so a kill or a rebalance before
+                        // its first batch starts it here again, not at a later end.
+                        (None, StartFrom::Latest) => {
+                            fresh.insert(part.clone(), range.1);
+                            Some(range.1)
+                        }
+                        // The first record seen sets its position.
+                        (None, StartFrom::Earliest) => None,
+                    };
+                    starts.push((part, start_of(at, self.cfg.start_from), at));
                 }
+                if !fresh.is_empty() {
+                    let first = Batch { next: fresh, ..Batch::default() };
+                    if self.retrying(shutdown, Step::Write(&first)).await?.is_none() {
+                        return Ok(());
+                    }
+                    tracing::info!(partitions = ?first.next, "--start-from latest: stored where the new partitions start");
+                }
+                let starts = starts
+                    .into_iter()
+                    .map(|(part, off, at)| {
+                        self.next.insert(part.clone(), at.unwrap_or(i64::MIN));
+                        (part, off)
+                    })
+                    .collect();
                 let _ = reply.send(starts);
+            }
+            Input::OutOfRange(ranges) => {
+                for (part, range) in ranges {
+                    if let Some(&n) = self.next.get(&part).filter(|n| **n != i64::MIN) {
+                        self.check_range(&part, n, range)?;
+                    }
+                }
+                return Err(Definite::Setup(format!(
+                    "Kafka reported a read position outside a partition's log (auto.offset.reset=error); nothing was \
+                     skipped: compare each partition's next_offset in {} with the topic's offsets (docs/src/inbox.md, \
+                     'Offsets out of range') and start again",
+                    self.names.offsets()
+                ))
+                .into());
             }
             Input::Revoke(parts, reply) => {
                 self.flush(shutdown).await?;
@@ -199,6 +245,31 @@ impl Writer {
         }
     }
 
+    /// A stored offset must lie within the partition's log (`low..=high`); outside it the records
+    /// in between are gone (below: the retention deleted them) or the offset belongs to another
+    /// log (beyond: the topic was created again). Either way the inbox stops, naming the fix.
+    fn check_range(&self, (topic, p): &Part, n: i64, (low, high): (i64, i64)) -> Result<(), Definite> {
+        if (low..=high).contains(&n) {
+            return Ok(());
+        }
+        let why = if n < low {
+            format!("below the first record Kafka still holds, {low}: records {n} to {} were deleted (retention) before the inbox stored them", low - 1)
+        } else {
+            format!("beyond the partition's end, {high}: the topic was probably deleted and created again")
+        };
+        let lit = |s: &str| format!("'{}'", s.replace('\'', "''"));
+        Err(Definite::Setup(format!(
+            "partition {topic}/{p}: the offset stored for group {group} in {offsets} is {n}, {why}; nothing was read. \
+             To read from the first record Kafka holds, run \
+             UPDATE {offsets} SET next_offset = {low} WHERE group_id = {g} AND topic = {t} AND kafka_partition = {p}; \
+             and start again (docs/src/inbox.md, 'Offsets out of range')",
+            group = self.cfg.group,
+            offsets = self.names.offsets(),
+            g = lit(&self.cfg.group),
+            t = lit(topic),
+        )))
+    }
+
     async fn load(&mut self, parts: &[Part]) -> Result<HashMap<Part, i64>, Error> {
         let client = self.client.as_ref().ok_or_else(not_connected)?;
         store::load_offsets(client, &self.names, &self.cfg.group, parts).await
@@ -211,54 +282,79 @@ impl Writer {
         }
         let batch = std::mem::take(&mut self.batch);
         for (bad, r) in &batch.bad {
-            let mut attempt = 0;
-            while let Err(e) = self.dead.send(r, bad).await.inspect(|()| self.metrics.dead_lettered(bad.reason)) {
-                tracing::warn!("{e}");
-                self.health.loop_tick();
-                tokio::select! {
-                    _ = shutdown.cancelled() => return Ok(()),
-                    _ = tokio::time::sleep(crate::retry::backoff(attempt, self.cfg.reconnect_max_backoff)) => {}
-                }
-                attempt += 1;
+            if !self.dead_letter(r, bad, shutdown).await {
+                return Ok(());
             }
         }
-        let written = self.retrying(shutdown, Step::Write(&batch)).await?;
-        if let Some(Done::Written(n)) = written {
+        let written = self.retrying(shutdown, Step::Write(&batch)).await;
+        // Rows dead-lettered by this batch's attempts: none is copied twice while it is retried.
+        self.refused.clear();
+        if let Some(Done::Written(Some(n))) = written? {
             self.metrics.written(n as u64, (batch.rows.len() as u64).saturating_sub(n as u64));
             tracing::debug!(records = batch.rows.len(), inserted = n, "batch written");
         }
         Ok(())
     }
 
-    /// One batch; a batch refused for good is written row by row, a row refused alone passed over.
-    async fn write(&mut self, batch: &Batch) -> Result<i64, Error> {
+    /// Copy `r` to the dead-letter topic, waiting and sending again while Kafka does not ack it
+    /// (so a failed copy never makes the batch, and the copies of its other rows, go again);
+    /// false when shutdown came first.
+    async fn dead_letter(&self, r: &Received, bad: &Bad, shutdown: &CancellationToken) -> bool {
+        let mut attempt = 0;
+        while let Err(e) = self.dead.send(r, bad).await {
+            tracing::warn!("{e}; sending it again");
+            self.health.loop_tick();
+            tokio::select! {
+                _ = shutdown.cancelled() => return false,
+                _ = tokio::time::sleep(crate::retry::backoff(attempt, self.cfg.reconnect_max_backoff)) => {}
+            }
+            attempt += 1;
+        }
+        self.metrics.dead_lettered(bad.reason);
+        true
+    }
+
+    /// One batch; a batch PostgreSQL refuses for its data (SQLSTATE class 22 or 23, see
+    /// [`store::WriteError`]) is written row by row, and a row refused alone is dead-lettered and
+    /// passed over. Any other refusal stops the inbox, with nothing dead-lettered. `None` when
+    /// shutdown came while a copy waited for Kafka.
+    async fn write(&mut self, batch: &Batch, shutdown: &CancellationToken) -> Result<Option<i64>, Error> {
         let client = self.client.as_ref().ok_or_else(not_connected)?;
         let group = &self.cfg.group;
         match store::write_batch(client, &self.sql, group, &batch.rows, &batch.next).await {
-            Ok(w) => return Ok(w.inserted),
-            Err(Error::Definite(e)) if !batch.rows.is_empty() => {
+            Ok(w) => return Ok(Some(w.inserted)),
+            Err(WriteError::Row(e)) if !batch.rows.is_empty() => {
                 tracing::warn!("the batch was refused ({e}); writing its rows one by one");
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into_error()),
         }
         let mut inserted = 0;
         for row in &batch.rows {
+            let at = (row.topic.clone(), row.partition, row.offset);
+            if self.refused.contains(&at) {
+                continue;
+            }
+            let client = self.client.as_ref().ok_or_else(not_connected)?;
             let next = HashMap::from([((row.topic.clone(), row.partition), row.offset + 1)]);
             match store::write_batch(client, &self.sql, group, std::slice::from_ref(row), &next).await {
                 Ok(w) => inserted += w.inserted,
-                Err(Error::Definite(e)) => {
+                Err(WriteError::Row(e)) => {
                     let why = format!(
                         "record {}/{}/{} (event {}) refused by the inbox table: {e}",
                         row.topic, row.partition, row.offset, row.event_id
                     );
-                    self.dead.send(&row.received(), &Bad { reason: "inbox_refused", message: why }).await?;
-                    self.metrics.dead_lettered("inbox_refused");
+                    let bad = Bad { reason: "inbox_refused", message: why };
+                    if !self.dead_letter(&row.received(), &bad, shutdown).await {
+                        return Ok(None);
+                    }
+                    self.refused.insert(at);
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into_error()),
             }
         }
-        store::write_batch(client, &self.sql, group, &[], &batch.next).await?;
-        Ok(inserted)
+        let client = self.client.as_ref().ok_or_else(not_connected)?;
+        store::write_batch(client, &self.sql, group, &[], &batch.next).await.map_err(WriteError::into_error)?;
+        Ok(Some(inserted))
     }
 
     /// Run `step` until it succeeds, reconnecting with backoff after a transient failure;
@@ -269,7 +365,7 @@ impl Writer {
             if self.client.is_some() {
                 let done = match step {
                     Step::Load(parts) => self.load(parts).await.map(Done::Loaded),
-                    Step::Write(batch) => self.write(batch).await.map(Done::Written),
+                    Step::Write(batch) => self.write(batch, shutdown).await.map(Done::Written),
                 };
                 match done {
                     Ok(v) => {
@@ -310,7 +406,7 @@ enum Step<'b> {
 /// What a [`Step`] gave.
 enum Done {
     Loaded(HashMap<Part, i64>),
-    Written(i64),
+    Written(Option<i64>),
 }
 
 fn not_connected() -> Error {
