@@ -26,7 +26,8 @@ async fn sql_files_apply_and_paid_order_emits_outbox_event() {
             "04_publication.sql",
             "05_poll.sql",
             "06_emit.sql",
-            "07_partitioned.sql"
+            "07_partitioned.sql",
+            "08_inbox.sql"
         ]
     );
     // Round 1 without the optional psql variable, round 2 with it.
