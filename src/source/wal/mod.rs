@@ -329,23 +329,8 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                     .tracker
                     .open_commit_time()
                     .ok_or_else(|| Definite::Protocol { lsn: at, detail: "INSERT outside a transaction".into() })?;
-                if seen == Seen::Ask {
-                    // Routed now, decided with the other changes at this LSN (its Change boundary
-                    // goes out then).
-                    let routed =
-                        route_masked(self.cfg, route, OutboxRow { tuple: &input::row(ins.tuple), commit_time_us });
-                    let source = Source { position: Position::Lsn(at), table };
-                    self.shared.get_or_insert_with(|| shared_lsn::SharedLsn::new(at)).held.push((routed, source));
-                    return Ok(());
-                }
-                // Counted before the skip: a position inside a transaction numbers every change at
-                // its LSN (a COPY's rows share one), delivered ones included.
-                self.relay.sink().boundary(Boundary::Change { at });
-                if seen == Seen::Yes {
-                    return Ok(());
-                }
                 let routed = route_masked(self.cfg, route, OutboxRow { tuple: &input::row(ins.tuple), commit_time_us });
-                self.emit(routed, Source { position: Position::Lsn(at), table }).await?;
+                self.change(at, seen, routed, Source { position: Position::Lsn(at), table }, false).await?;
             }
             LogicalMessage::Update(u) => self.on_update(u, at).await?,
             LogicalMessage::Delete(d) => {
@@ -402,6 +387,37 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             }
         }
         Ok(())
+    }
+
+    /// One routed change at `at`, as `--debezium-offsets` saw it: held to be decided with the
+    /// others at the offset's LSN ([`shared_lsn`]; its Change boundary goes out then), else
+    /// counted (a position inside a transaction numbers every change at its LSN, a COPY's rows
+    /// share one, delivered ones included), then skipped when Debezium delivered it or sent.
+    /// `after_unsent`: Debezium made an unpublished change at this LSN before this one.
+    async fn change(
+        &mut self,
+        at: Lsn,
+        seen: Seen,
+        routed: Result<Record, BadEvent>,
+        source: Source,
+        after_unsent: bool,
+    ) -> Result<(), Error> {
+        match seen {
+            Seen::Ask => {
+                let shared = self.shared.get_or_insert_with(|| shared_lsn::SharedLsn::new(at));
+                shared.after_unsent |= after_unsent;
+                shared.held.push((routed, source));
+                Ok(())
+            }
+            Seen::Yes => {
+                self.relay.sink().boundary(Boundary::Change { at });
+                Ok(())
+            }
+            Seen::No => {
+                self.relay.sink().boundary(Boundary::Change { at });
+                self.emit(routed, source).await
+            }
+        }
     }
 
     /// Send those of the changes at Debezium's `lsn_proc` it did not ([`shared_lsn`]).
@@ -468,20 +484,9 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             if let Ok(record) = &mut routed {
                 record.headers.insert(0, (key_change::OLD_KEY_HEADER.to_owned(), old_key));
             }
-            let source = Source { position: Position::Lsn(at), table };
-            // Counted, skipped and (at the offset's own LSN, where Debezium's delete and create
-            // share it) decided by the topics like an INSERT: a resumed position numbers it too.
-            if seen == Seen::Ask {
-                let shared = self.shared.get_or_insert_with(|| shared_lsn::SharedLsn::new(at));
-                shared.after_unsent = true;
-                shared.held.push((routed, source));
-                return Ok(());
-            }
-            self.relay.sink().boundary(Boundary::Change { at });
-            if seen == Seen::Yes {
-                return Ok(());
-            }
-            return self.emit(routed, source).await;
+            // Debezium's delete and create share its LSN: the offset may name it with the
+            // create unsent.
+            return self.change(at, seen, routed, Source { position: Position::Lsn(at), table }, true).await;
         }
         let what = "UPDATE on the outbox produces no event (only INSERTs are events)";
         match self.cfg.op_invalid {
