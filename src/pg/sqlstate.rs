@@ -34,6 +34,13 @@ pub fn query_error(what: &str, e: tokio_postgres::Error) -> Error {
     }
 }
 
+/// Whether a failed write was refused for the data it carried (class 22, a data exception; class
+/// 23, an integrity constraint violation), so the same statement may pass for other rows: the
+/// inbox dead-letters such a row; any other definite failure is the table or the role's.
+pub fn is_row_fault(code: &str) -> bool {
+    code.starts_with("22") || code.starts_with("23")
+}
+
 /// For a command that runs once and exits (`status`, `check`, `schema check`): a transient failure
 /// said to be one, in a line naming the server and that running the command again may pass. A server that
 /// cannot be reached, is shutting down or starting up (class 08, 57P01-57P05, a socket error) is

@@ -13,7 +13,7 @@ use tokio_postgres::Client;
 
 use super::record::Row;
 use crate::error::Error;
-use crate::pg::sqlstate::query_error;
+use crate::pg::sqlstate::{is_row_fault, query_error};
 
 /// The schema file, applied with its names replaced by the configured table's ([`schema_sql`]).
 const SCHEMA_SQL: &str = include_str!("../../../sql/08_inbox.sql");
@@ -185,11 +185,11 @@ impl WriteError {
     }
 }
 
-/// The one place that decides, by SQLSTATE, whether a failed batch is a bad row or not.
+/// Whether a failed batch is a bad row ([`is_row_fault`], by SQLSTATE) or stops the inbox.
 fn write_error(grants: &str, e: tokio_postgres::Error) -> WriteError {
     let code = e.code().map(|c| c.code().to_owned());
     match code.as_deref() {
-        Some(c) if c.starts_with("22") || c.starts_with("23") => {
+        Some(c) if is_row_fault(c) => {
             let msg = e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_else(|| e.to_string());
             WriteError::Row(format!("{msg} (SQLSTATE {c})"))
         }
