@@ -152,7 +152,8 @@ pub struct DlqCommonArgs {
 /// environment variables) `outboxd run` takes for that sink.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DlqSinkArgs {
-    /// The sink `outboxd run` wrote the dead letters with: kafka, nats or redis can be read.
+    /// The sink `outboxd run` wrote the dead letters with: kafka, nats, redis, rabbitmq or sqs
+    /// can be read.
     #[arg(long, value_enum, default_value_t = SinkKind::Kafka)]
     pub sink: SinkKind,
     #[command(flatten)]
@@ -165,6 +166,14 @@ pub struct DlqSinkArgs {
     /// default: the --dlq-topic name.
     #[arg(long, value_name = "QUEUE")]
     pub rabbitmq_dlq_queue: Option<String>,
+    #[command(flatten)]
+    pub aws: crate::sink::aws::AwsArgs,
+    #[command(flatten)]
+    pub sqs: crate::sink::sqs::config::SqsArgs,
+    /// With --sink sqs: how long the dead letters list or replay received stay hidden from other
+    /// readers of --sqs-dlq-queue-url (a replay stopped midway leaves its copies hidden this long).
+    #[arg(long, default_value = "2m", value_name = "DURATION")]
+    pub sqs_visibility_timeout: String,
 }
 
 #[derive(Debug, Clone, clap::Args)]

@@ -83,7 +83,8 @@ pub(super) fn validate(
         aws: a.aws.validate()?,
         sqs: a.sqs.validate(
             used(SinkKind::Sqs),
-            a.on_bad_event == crate::config::BadEventPolicy::Dlq && (dlq_sink.is_none() && a.sink == SinkKind::Sqs),
+            a.on_bad_event == crate::config::BadEventPolicy::Dlq
+                && (dlq_sink == Some(SinkKind::Sqs) || (dlq_sink.is_none() && a.sink == SinkKind::Sqs)),
         )?,
         url_files: UrlFiles {
             nats: a.nats.conn.nats_url_file.clone(),

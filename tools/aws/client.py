@@ -4,6 +4,7 @@ boto3 against a local moto_server, to create destinations and read back what out
   create-queue NAME [fifo]     create an SQS queue (FIFO when asked, NAME must then end .fifo);
                                prints its URL
   create-queue-max NAME BYTES  create a standard SQS queue with MaximumMessageSize BYTES
+  set-queue-max URL BYTES      set an SQS queue's MaximumMessageSize to BYTES
   drain-queue URL [SECONDS]    receive and delete every message until the queue has stayed empty
                                for SECONDS (default 2); prints one JSON object a line: body
                                (base64), attributes {name: base64 of the value}, group, dedup
@@ -29,6 +30,10 @@ def create_queue(endpoint, name, fifo=""):
 def create_queue_max(endpoint, name, max_bytes):
     attrs = {"MaximumMessageSize": max_bytes}
     print(client(endpoint, "sqs").create_queue(QueueName=name, Attributes=attrs)["QueueUrl"])
+
+
+def set_queue_max(endpoint, url, max_bytes):
+    client(endpoint, "sqs").set_queue_attributes(QueueUrl=url, Attributes={"MaximumMessageSize": max_bytes})
 
 
 def attr_bytes(v):
@@ -61,7 +66,8 @@ def drain_queue(endpoint, url, quiet="2"):
             {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(msgs)])
 
 
-COMMANDS = {"create-queue": create_queue, "create-queue-max": create_queue_max, "drain-queue": drain_queue}
+COMMANDS = {"create-queue": create_queue, "create-queue-max": create_queue_max, "drain-queue": drain_queue,
+            "set-queue-max": set_queue_max}
 
 if __name__ == "__main__":
     if len(sys.argv) < 3 or sys.argv[2] not in COMMANDS:

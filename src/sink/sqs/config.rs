@@ -12,8 +12,8 @@ pub struct SqsArgs {
     /// in .fifo is a FIFO queue: group id = key, deduplication id = event id).
     #[arg(long, env = "OUTBOXD_SQS_QUEUE_URL", hide_env_values = true, value_name = "URL")]
     pub sqs_queue_url: Option<String>,
-    /// SQS queue URL that dead-letter copies go to with --sink sqs and --on-bad-event dlq
-    /// (`outboxd dlq` does not read SQS yet: use --dlq-sink where it must).
+    /// SQS queue URL that dead-letter copies go to with --sink sqs (or --dlq-sink sqs) and
+    /// --on-bad-event dlq; `outboxd dlq --sink sqs` reads it.
     #[arg(long, env = "OUTBOXD_SQS_DLQ_QUEUE_URL", hide_env_values = true, value_name = "URL")]
     pub sqs_dlq_queue_url: Option<String>,
 }
@@ -32,7 +32,7 @@ impl SqsConfig {
     }
 }
 
-fn check_url(flag: &str, url: &str) -> Result<(), Definite> {
+pub(crate) fn check_url(flag: &str, url: &str) -> Result<(), Definite> {
     // scheme://host/.../QUEUE: a host, and a queue name after it.
     let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
     let parts: Vec<&str> = rest.map(|r| r.trim_end_matches('/').split('/').collect()).unwrap_or_default();

@@ -143,17 +143,46 @@ pub fn job(record: Record, delivery: Delivery, q: &Queues) -> Result<Job, Box<Si
         let reason = format!("message of {size} bytes exceeds the queue's MaximumMessageSize {max}");
         return Err(Box::new(SinkError::Rejected { code: "too_large", reason, record: Box::new(record), delivery }));
     }
-    let group = fifo.then(|| match (&record.key, dlq) {
-        (Some(k), _) => as_id(k),
-        (None, false) => NO_KEY_GROUP.to_owned(),
-        (None, true) => "outboxd.dlq".to_owned(),
-    });
+    let group = fifo.then(|| group_of(record.key.as_deref(), dlq));
     let Record { key, payload, headers, .. } = record;
     Ok(Job { dlq, group, dedup: fifo.then_some(dedup), body, attributes, size, key, payload, headers, delivery })
 }
 
+/// The FIFO group of an event (`dlq`: of a dead-letter copy) with this key.
+fn group_of(key: Option<&[u8]>, dlq: bool) -> String {
+    match (key, dlq) {
+        (Some(k), _) => as_id(k),
+        (None, false) => NO_KEY_GROUP.to_owned(),
+        (None, true) => "outboxd.dlq".to_owned(),
+    }
+}
+
+/// An event as a message, apart from a delivery: what `outboxd dlq replay` sends
+/// ([`super::dlq`]), built by the rules `--sink sqs` sends it by.
+pub struct Message {
+    pub group: Option<String>,
+    pub dedup: Option<String>,
+    pub body: String,
+    pub attributes: Vec<(String, Value)>,
+    pub size: usize,
+}
+
+/// `record` as a message to a queue that is FIFO or not and takes `max` bytes; or the code and
+/// reason it cannot be one (a bad event, as [`job`] would reject it).
+pub fn event_message(record: &Record, fifo: bool, max: usize) -> Result<Message, Refusal> {
+    let q = Queues { fifo, dlq_fifo: false, max_bytes: max, dlq_max_bytes: max };
+    let (body, attributes, dedup, fifo, max) = event_parts(record, &q)?;
+    let size = body.len() + attributes.iter().map(|(n, v)| n.len() + value_len(v)).sum::<usize>();
+    if size > max {
+        return Err(("too_large", format!("message of {size} bytes exceeds the queue's MaximumMessageSize {max}")));
+    }
+    let group = fifo.then(|| group_of(record.key.as_deref(), false));
+    Ok(Message { group, dedup: fifo.then_some(dedup), body, attributes, size })
+}
+
 type Parts = (String, Vec<(String, Value)>, String, bool, usize);
-type Refusal = (&'static str, String);
+/// Why SQS can never take an event: its bad-event code and the reason.
+pub type Refusal = (&'static str, String);
 
 fn event_parts(record: &Record, q: &Queues) -> Result<Parts, Refusal> {
     let body = match &record.payload {

@@ -16,6 +16,7 @@
 //! once the queue answered at start, and a call that gets no answer is retried (and logged).
 
 pub mod config;
+pub mod dlq;
 pub mod message;
 mod publisher;
 
@@ -147,6 +148,9 @@ impl SqsSink {
 
 /// The sink's entry in the list of sinks ([`crate::sink::registry`]).
 impl crate::sink::registered::Registered for SqsSink {
+    /// `outboxd dlq --sink sqs` reads `--sqs-dlq-queue-url` ([`dlq`]).
+    const READABLE_DEAD_LETTERS: bool = true;
+
     async fn build(cfg: &crate::config::Config, health: Arc<Health>) -> Result<Self, Definite> {
         SqsSink::connect(&cfg.aws, &cfg.sqs, health).await
     }

@@ -160,6 +160,27 @@ fn attribute(v: &Value) -> MessageAttributeValue {
     b.build().expect("data_type is set")
 }
 
+/// Entry `i` of a `SendMessageBatch` call (also `outboxd dlq replay`'s, [`super::dlq`]).
+pub(super) fn entry(
+    i: usize,
+    body: &str,
+    attributes: &[(String, Value)],
+    group: Option<&str>,
+    dedup: Option<&str>,
+) -> SendMessageBatchRequestEntry {
+    let mut e = SendMessageBatchRequestEntry::builder().id(i.to_string()).message_body(body);
+    for (name, v) in attributes {
+        e = e.message_attributes(name.clone(), attribute(v));
+    }
+    if let Some(g) = group {
+        e = e.message_group_id(g);
+    }
+    if let Some(d) = dedup {
+        e = e.message_deduplication_id(d);
+    }
+    e.build().expect("id and body are set")
+}
+
 fn send(target: &Target, batch: Vec<(u64, Job)>) -> Call {
     let queue = match (batch.first().is_some_and(|(_, j)| j.dlq), &target.dlq_queue_url) {
         (true, Some(d)) => d.clone(),
@@ -168,19 +189,7 @@ fn send(target: &Target, batch: Vec<(u64, Job)>) -> Call {
     let entries: Vec<SendMessageBatchRequestEntry> = batch
         .iter()
         .enumerate()
-        .map(|(i, (_, job))| {
-            let mut e = SendMessageBatchRequestEntry::builder().id(i.to_string()).message_body(job.body.clone());
-            for (name, v) in &job.attributes {
-                e = e.message_attributes(name.clone(), attribute(v));
-            }
-            if let Some(g) = &job.group {
-                e = e.message_group_id(g.clone());
-            }
-            if let Some(d) = &job.dedup {
-                e = e.message_deduplication_id(d.clone());
-            }
-            e.build().expect("id and body are set")
-        })
+        .map(|(i, (_, job))| entry(i, &job.body, &job.attributes, job.group.as_deref(), job.dedup.as_deref()))
         .collect();
     let call = target.client.send_message_batch().queue_url(queue).set_entries(Some(entries));
     Box::pin(async move {

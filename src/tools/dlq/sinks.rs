@@ -31,6 +31,7 @@ use crate::sink::rabbitmq::config::RabbitConfig;
 use crate::sink::rabbitmq::dlq::RabbitReader;
 use crate::sink::redis::config::RedisConfig;
 use crate::sink::redis::dlq::RedisReader;
+use crate::sink::sqs::dlq::{SqsReader, SqsTarget};
 
 /// The sink whose dead letters are read, with its validated connection settings.
 pub(super) enum Via {
@@ -39,6 +40,15 @@ pub(super) enum Via {
     Redis(RedisConfig),
     /// The settings and the stream queue to read.
     Rabbitmq(RabbitConfig, String),
+    Sqs(SqsVia),
+}
+
+/// `outboxd dlq --sink sqs`: the queue of dead letters ([`Common::topic`]), where replay sends.
+pub(super) struct SqsVia {
+    pub(super) aws: crate::sink::aws::AwsConfig,
+    /// `--sqs-queue-url`: replay's destination unless `--to-topic` names another queue.
+    pub(super) queue_url: Option<String>,
+    pub(super) visibility: Duration,
 }
 
 /// What a replay state's file name keeps of a Redis key or RabbitMQ queue name as it is; the rest
@@ -60,6 +70,7 @@ pub(super) enum Source {
     Nats(NatsReader),
     Redis(RedisReader),
     Rabbitmq(Box<RabbitReader>),
+    Sqs(Box<SqsReader>),
 }
 
 impl Source {
@@ -72,6 +83,7 @@ impl Source {
             Source::Nats(r) => r.next().await,
             Source::Redis(r) => r.next().await,
             Source::Rabbitmq(r) => r.next().await,
+            Source::Sqs(r) => r.next().await,
         }?;
         if let Some(r) = &mut r {
             // A chunk's moved headers are in the joined body only.
@@ -82,6 +94,30 @@ impl Source {
             }
         }
         Ok(r)
+    }
+
+    /// The events at `positions` were replayed and acked: an SQS queue deletes their copies
+    /// ([`SqsReader::replayed`]); the others keep them, and the progress file says they are done.
+    pub(super) async fn replayed(&mut self, positions: &[(i32, i64)]) {
+        if let Source::Sqs(r) = self {
+            r.replayed(positions).await;
+        }
+    }
+
+    /// Whether reading may go on after it ended (an SQS FIFO queue frees a group's later copies
+    /// once its earlier ones are deleted: [`SqsReader::again`]).
+    pub(super) fn again(&mut self) -> bool {
+        match self {
+            Source::Sqs(r) => r.again(),
+            _ => false,
+        }
+    }
+
+    /// Reading is over: an SQS queue's copies still held are made visible again.
+    pub(super) async fn release(&mut self) {
+        if let Source::Sqs(r) = self {
+            r.release().await;
+        }
     }
 }
 
@@ -95,6 +131,7 @@ pub(super) enum Target {
         chan: Box<lapin::Channel>,
         exchange: String,
     },
+    Sqs(Box<SqsTarget>),
 }
 
 impl Common {
@@ -139,6 +176,25 @@ impl Common {
                 }
                 Via::Rabbitmq(c, queue)
             }
+            SinkKind::Sqs => {
+                let url = s.sqs.sqs_dlq_queue_url.clone().ok_or_else(|| {
+                    Definite::Config(
+                        "outboxd dlq --sink sqs needs --sqs-dlq-queue-url (the queue of dead letters)".into(),
+                    )
+                })?;
+                crate::sink::sqs::config::check_url("--sqs-dlq-queue-url", &url)?;
+                if let Some(q) = &s.sqs.sqs_queue_url {
+                    crate::sink::sqs::config::check_url("--sqs-queue-url", q)?;
+                }
+                let visibility = parse_duration("--sqs-visibility-timeout", &s.sqs_visibility_timeout)?;
+                if visibility < Duration::from_secs(1) || visibility > Duration::from_secs(12 * 3600) {
+                    return Err(Definite::Config(
+                        "--sqs-visibility-timeout must be from 1s to 12h (SQS's range), e.g. 2m".into(),
+                    ));
+                }
+                let sqs = SqsVia { aws: s.aws.validate()?, queue_url: s.sqs.sqs_queue_url.clone(), visibility };
+                return Ok(Common { kafka, via: Via::Sqs(sqs), topic: url, read_timeout });
+            }
             other => return Err(Definite::Config(unreadable_sink(other))),
         };
         Ok(Common { kafka, via, topic: a.dlq_topic.clone(), read_timeout })
@@ -153,6 +209,8 @@ impl Common {
             Via::Rabbitmq(_, queue) => {
                 format!("rabbitmq.{}", percent_encoding::utf8_percent_encode(queue, FILE_NAME_KEEPS))
             }
+            // Never saved: the queue itself is the progress (see crate::sink::sqs::dlq).
+            Via::Sqs(_) => format!("sqs.{}", percent_encoding::utf8_percent_encode(&self.topic, FILE_NAME_KEEPS)),
         }
     }
 
@@ -165,6 +223,7 @@ impl Common {
             Via::Rabbitmq(_, q) => {
                 format!("{}: RabbitMQ queue {q:?} does not exist (no dead letters read)", self.topic)
             }
+            Via::Sqs(_) => format!("{}: the SQS queue is empty (no dead letters)", self.topic),
         }
     }
 
@@ -183,6 +242,9 @@ impl Common {
             Via::Rabbitmq(c, queue) => {
                 RabbitReader::open(c, queue, self.read_timeout).await?.map(|r| Source::Rabbitmq(Box::new(r)))
             }
+            Via::Sqs(c) => SqsReader::open(&c.aws, &self.topic, c.visibility, self.read_timeout)
+                .await?
+                .map(|r| Source::Sqs(Box::new(r))),
         })
     }
 
@@ -196,7 +258,17 @@ impl Common {
                 let (conn, chan) = crate::sink::rabbitmq::dlq::connect(c).await?;
                 Some(Target::Rabbitmq { _conn: Box::new(conn), chan: Box::new(chan), exchange: c.exchange.clone() })
             }
+            Via::Sqs(c) => Some(Target::Sqs(Box::new(SqsTarget::connect(&c.aws).await))),
         })
+    }
+
+    /// Where replay sends an event that has no `--to-topic`: the SQS sink's `--sqs-queue-url`
+    /// (an SQS copy's original topic names no queue); `None`: its original topic.
+    pub(super) fn default_destination(&self) -> Option<String> {
+        match &self.via {
+            Via::Sqs(c) => c.queue_url.clone(),
+            _ => None,
+        }
     }
 
     pub(super) fn consumer(&self) -> Result<StreamReader, Definite> {

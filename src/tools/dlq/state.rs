@@ -86,7 +86,8 @@ struct StateFile {
 }
 
 pub(super) struct State {
-    path: PathBuf,
+    /// `None`: kept in memory only ([`State::unsaved`]).
+    path: Option<PathBuf>,
     topic: String,
     replayed: BTreeMap<i32, OffsetSet>,
 }
@@ -98,7 +99,7 @@ impl State {
 
     pub(super) fn load(dir: &Path, topic: &str) -> Result<State, Definite> {
         let path = Self::path_for(dir, topic);
-        let mut state = State { path: path.clone(), topic: topic.to_owned(), replayed: BTreeMap::new() };
+        let mut state = State { path: Some(path.clone()), topic: topic.to_owned(), replayed: BTreeMap::new() };
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(state),
@@ -125,6 +126,12 @@ impl State {
         Ok(state)
     }
 
+    /// Progress of one run, never saved: for a DLQ that keeps its own (an SQS queue, whose
+    /// replayed copies are deleted).
+    pub(super) fn unsaved(topic: &str) -> State {
+        State { path: None, topic: topic.to_owned(), replayed: BTreeMap::new() }
+    }
+
     pub(super) fn contains(&self, partition: i32, offset: i64) -> bool {
         self.replayed.get(&partition).is_some_and(|s| s.contains(offset))
     }
@@ -135,13 +142,14 @@ impl State {
 
     /// Write temp, fsync, rename over, fsync the directory.
     pub(super) fn save(&self) -> Result<(), Definite> {
+        let Some(path) = &self.path else { return Ok(()) };
         let fail = |what: &str, e: std::io::Error| {
             Definite::Setup(format!(
                 "cannot save replay state {} ({what}): {e}; records replayed in this batch may be republished by the next run",
-                self.path.display()
+                path.display()
             ))
         };
-        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let dir = path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(|e| fail("create directory", e))?;
         let file = StateFile {
             version: 1,
@@ -151,12 +159,12 @@ impl State {
         let mut text =
             serde_json::to_string(&file).map_err(|e| Definite::Bug(format!("serialising replay state: {e}")))?;
         text.push('\n');
-        let tmp = self.path.with_extension(format!("json.tmp.{}", std::process::id()));
+        let tmp = path.with_extension(format!("json.tmp.{}", std::process::id()));
         {
             let mut f = std::fs::File::create(&tmp).map_err(|e| fail("create temp file", e))?;
             f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).map_err(|e| fail("write temp file", e))?;
         }
-        std::fs::rename(&tmp, &self.path).map_err(|e| fail("rename", e))?;
+        std::fs::rename(&tmp, path).map_err(|e| fail("rename", e))?;
         if let Ok(d) = std::fs::File::open(dir) {
             let _ = d.sync_all();
         }

@@ -114,7 +114,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
                 stream_name = Some(r.stream_name().to_owned());
                 1
             }
-            Source::Redis(_) | Source::Rabbitmq(_) => 1,
+            Source::Redis(_) | Source::Rabbitmq(_) | Source::Sqs(_) => 1,
         });
         while let Some(mut r) = reader.next().await? {
             // Payloads are not shown; chunks keep theirs until their set is checked.
@@ -131,6 +131,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
                 Fed::Unreadable(r, why) => unreadable.push(|| unreadable_line(&r, &why)),
             }
         }
+        reader.release().await;
     }
     let leftovers = collector.finish();
     rows.sort_by_key(|e| (e.head.partition, e.head.offset));
@@ -139,6 +140,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
         Via::Nats(_) => "0/SEQUENCE",
         Via::Redis(_) => "ENTRY ID",
         Via::Rabbitmq(..) => "0/OFFSET",
+        Via::Sqs(_) => "MESSAGE ID",
     };
     let total = rows.len();
     rows.truncate(a.limit);
@@ -164,6 +166,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
                 Via::Nats(_) => "nats",
                 Via::Redis(_) => "redis",
                 Via::Rabbitmq(..) => "rabbitmq",
+                Via::Sqs(_) => "sqs",
             },
             "nats_stream": stream_name,
             "dlq_topic": common.topic,
@@ -190,6 +193,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
         }
         (Via::Redis(_), _) => println!("{}: {total} record{plural} in the Redis stream", common.topic),
         (Via::Rabbitmq(_, q), _) => println!("{}: {total} record{plural} in RabbitMQ stream queue {q}", common.topic),
+        (Via::Sqs(_), _) => println!("{}: {total} record{plural} in the SQS queue", common.topic),
         _ => println!(
             "{}: {total} record{plural} in {partitions} partition{}",
             common.topic,
@@ -311,7 +315,19 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
         }
         _ => {}
     }
-    let mut state = State::load(&a.state_dir, &common.state_name())?;
+    let sqs = matches!(common.via, Via::Sqs(_));
+    if sqs && a.to_topic.is_none() && common.default_destination().is_none() {
+        return Err(Definite::Config(
+            "outboxd dlq replay --sink sqs needs --sqs-queue-url (the queue the events go back to) or --to-topic URL"
+                .into(),
+        )
+        .into());
+    }
+    // SQS: the queue is the progress (a replayed copy is deleted), so nothing is kept on disk.
+    let mut state =
+        if sqs { State::unsaved(&common.state_name()) } else { State::load(&a.state_dir, &common.state_name())? };
+    // SQS: a batch a receive, so copies are deleted (and a FIFO group freed) as replay goes.
+    let batch_max = if sqs { 10 } else { BATCH };
     let mut out = Outcome {
         replayed: 0,
         would_replay: 0,
@@ -336,62 +352,71 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
         a.filter_reason.as_ref().is_some_and(|want| *want != r.reason())
             || a.event_id.as_ref().is_some_and(|want| Some(want) != r.event_id().as_ref())
     };
-    while let Some(r) = reader.next().await? {
-        // Every chunk carries the event's headers, so filters apply record by record; a chunk
-        // whose headers partly moved into the body is judged once joined.
-        if !r.moved_later && unwanted(&r) {
-            continue;
-        }
-        if state.contains(r.partition, r.offset) {
-            if collector.seen_done(&r) {
-                out.already_done += 1;
-            }
-            continue;
-        }
-        let e = match collector.feed(r) {
-            Fed::Entry(e) if unwanted(&e.head) => continue,
-            Fed::Entry(e) => e,
-            Fed::Pending => continue,
-            Fed::Unreadable(r, why) => {
-                out.unusable.push(|| unreadable_line(&r, &why));
+    loop {
+        while let Some(r) = reader.next().await? {
+            // Every chunk carries the event's headers, so filters apply record by record; a chunk
+            // whose headers partly moved into the body is judged once joined.
+            if !r.moved_later && unwanted(&r) {
                 continue;
             }
-        };
-        let dest = a.to_topic.clone().or_else(|| e.head.original_topic());
-        let Some(dest) = dest.filter(|d| *d != common.topic) else {
-            out.no_destination
-                .push(|| format!("{} id={} reason={}", e.head.position(), e.head.id_shown(), e.head.reason()));
-            continue;
-        };
-        if e.head.payload_not_kept() {
-            let r = &e.head;
-            out.no_payload.push(|| {
-                let why = match r.header(H_PAYLOAD_DROPPED) {
-                    Some(d) => format!("payload dropped: {d}"),
-                    None => format!("size={}", r.header(H_SIZE).unwrap_or_default()),
-                };
-                format!("{} id={} reason={} {why}", r.position(), r.id_shown(), r.reason())
-            });
-            continue;
+            if state.contains(r.partition, r.offset) {
+                if collector.seen_done(&r) {
+                    out.already_done += 1;
+                }
+                continue;
+            }
+            let e = match collector.feed(r) {
+                Fed::Entry(e) if unwanted(&e.head) => continue,
+                Fed::Entry(e) => e,
+                Fed::Pending => continue,
+                Fed::Unreadable(r, why) => {
+                    out.unusable.push(|| unreadable_line(&r, &why));
+                    continue;
+                }
+            };
+            let dest = a.to_topic.clone().or_else(|| common.default_destination()).or_else(|| e.head.original_topic());
+            let Some(dest) = dest.filter(|d| *d != common.topic) else {
+                out.no_destination
+                    .push(|| format!("{} id={} reason={}", e.head.position(), e.head.id_shown(), e.head.reason()));
+                continue;
+            };
+            if e.head.payload_not_kept() {
+                let r = &e.head;
+                out.no_payload.push(|| {
+                    let why = match r.header(H_PAYLOAD_DROPPED) {
+                        Some(d) => format!("payload dropped: {d}"),
+                        None => format!("size={}", r.header(H_SIZE).unwrap_or_default()),
+                    };
+                    format!("{} id={} reason={} {why}", r.position(), r.id_shown(), r.reason())
+                });
+                continue;
+            }
+            if a.dry_run {
+                println!(
+                    "would replay {} id={} reason={} -> {dest}",
+                    e.head.position(),
+                    e.head.id_shown(),
+                    e.head.reason()
+                );
+                out.would_replay += 1;
+                continue;
+            }
+            batch_bytes += e.payload_len.unwrap_or(0);
+            batch.push((e, dest));
+            if batch.len() >= batch_max || batch_bytes + collector.held_bytes() >= BATCH_BYTES {
+                let done = publisher.publish(std::mem::take(&mut batch), &mut state, &mut out).await?;
+                reader.replayed(&done).await;
+                batch_bytes = 0;
+            }
         }
-        if a.dry_run {
-            println!(
-                "would replay {} id={} reason={} -> {dest}",
-                e.head.position(),
-                e.head.id_shown(),
-                e.head.reason()
-            );
-            out.would_replay += 1;
-            continue;
-        }
-        batch_bytes += e.payload_len.unwrap_or(0);
-        batch.push((e, dest));
-        if batch.len() >= BATCH || batch_bytes + collector.held_bytes() >= BATCH_BYTES {
-            publisher.publish(std::mem::take(&mut batch), &mut state, &mut out).await?;
-            batch_bytes = 0;
+        let done = publisher.publish(std::mem::take(&mut batch), &mut state, &mut out).await?;
+        reader.replayed(&done).await;
+        batch_bytes = 0;
+        if !reader.again() {
+            break;
         }
     }
-    publisher.publish(batch, &mut state, &mut out).await?;
+    reader.release().await;
     for l in collector.finish() {
         out.unusable.push(|| l.line());
     }
@@ -434,15 +459,16 @@ struct Publisher<'a> {
 }
 
 impl Publisher<'_> {
-    /// Sends `batch`, waits for every ack, records the acked events and saves the state.
+    /// Sends `batch`, waits for every ack, records the acked events and saves the state; the
+    /// DLQ positions of the acked events.
     async fn publish(
         &mut self,
         batch: Vec<(Entry, String)>,
         state: &mut State,
         out: &mut Outcome,
-    ) -> Result<(), Error> {
+    ) -> Result<Vec<(i32, i64)>, Error> {
         if batch.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         if !matches!(self.common.via, Via::Kafka) {
             return self.publish_other(batch, state, out).await;
@@ -450,7 +476,7 @@ impl Publisher<'_> {
         if self.clients.is_none() {
             self.clients = Some((self.common.producer()?, self.common.admin()?, self.common.consumer()?));
         }
-        let Some((producer, admin, consumer)) = &self.clients else { return Ok(()) };
+        let Some((producer, admin, consumer)) = &self.clients else { return Ok(Vec::new()) };
         let mut pending = Vec::with_capacity(batch.len());
         for (e, dest) in batch {
             if !self.topics.contains_key(&dest) {
@@ -471,6 +497,7 @@ impl Publisher<'_> {
             }
         }
         let mut acked = 0usize;
+        let mut done = Vec::new();
         for (e, dest, f) in pending {
             match f.await {
                 Ok(Ok(d)) => {
@@ -484,6 +511,7 @@ impl Publisher<'_> {
                     for &(p, o) in &e.positions {
                         state.insert(p, o);
                     }
+                    done.extend_from_slice(&e.positions);
                     acked += 1;
                 }
                 Ok(Err((err, _))) => out.fail(&e, &dest, err.to_string()),
@@ -494,7 +522,7 @@ impl Publisher<'_> {
             state.save()?;
             out.replayed += acked;
         }
-        Ok(())
+        Ok(done)
     }
 }
 
@@ -506,7 +534,7 @@ impl Publisher<'_> {
         batch: Vec<(Entry, String)>,
         state: &mut State,
         out: &mut Outcome,
-    ) -> Result<(), Error> {
+    ) -> Result<Vec<(i32, i64)>, Error> {
         if self.target.is_none() {
             self.target = self.common.target().await?;
         }
@@ -516,9 +544,11 @@ impl Publisher<'_> {
             Some(Target::Rabbitmq { chan, exchange, .. }) => {
                 crate::sink::rabbitmq::dlq::send_batch(chan, exchange, &batch).await
             }
+            Some(Target::Sqs(t)) => crate::sink::sqs::dlq::send_batch(t, &batch).await,
             None => return Err(Definite::Bug("no replay client for this sink".into()).into()),
         };
         let mut acked = 0usize;
+        let mut done = Vec::new();
         for ((e, dest), result) in batch.iter().zip(results) {
             match result {
                 Ok(at) => {
@@ -526,6 +556,7 @@ impl Publisher<'_> {
                     for &(p, o) in &e.positions {
                         state.insert(p, o);
                     }
+                    done.extend_from_slice(&e.positions);
                     acked += 1;
                 }
                 Err(why) => out.fail(e, dest, why),
@@ -535,6 +566,6 @@ impl Publisher<'_> {
             state.save()?;
             out.replayed += acked;
         }
-        Ok(())
+        Ok(done)
     }
 }
