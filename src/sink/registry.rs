@@ -163,7 +163,7 @@ sinks! {
 }
 
 /// The `--sink` values whose dead letters `outboxd dlq` reads, as a sentence lists them:
-/// "kafka, nats, redis or rabbitmq".
+/// "kafka, nats, redis, rabbitmq or sqs".
 pub fn readable_names() -> String {
     let names: Vec<String> =
         SinkKind::ALL.iter().filter(|k| k.readable_dead_letters()).map(|k| crate::units::value_name(*k)).collect();
@@ -180,7 +180,7 @@ mod tests {
 
     #[test]
     fn the_readable_sinks_in_a_sentence() {
-        assert_eq!(readable_names(), "kafka, nats, redis or rabbitmq");
+        assert_eq!(readable_names(), "kafka, nats, redis, rabbitmq or sqs");
         assert!(!SinkKind::Http.readable_dead_letters());
     }
 }

@@ -1,5 +1,5 @@
 //! The `outboxd dlq` tools ([`tool`]), which read the dead-letter queue of the sink `--sink`
-//! names (`sinks`): Kafka, NATS JetStream, Redis Streams or a RabbitMQ stream queue (each read by
+//! names (`sinks`): Kafka, NATS JetStream, Redis Streams, a RabbitMQ stream queue or an SQS queue (each read by
 //! the `dlq` module in its sink's folder, e.g. [`crate::sink::kafka::dlq`], [`crate::sink::nats::dlq`]), and
 //! list, inspect and replay what is there. The copies themselves are
 //! written by the relay under the record model of [`crate::sink::dead_letter`] (header names,

@@ -1,12 +1,14 @@
 //! Which sink `outboxd dlq` reads (`--sink`, as for `outboxd run`) and the clients for it: the
 //! validated flags ([`Common`]), the record source ([`Source`]: Kafka's [`DlqReader`], NATS's
-//! [`NatsReader`], Redis's [`RedisReader`], RabbitMQ's [`RabbitReader`]), the republishing client of the sinks other than Kafka
-//! ([`Target`]), and Kafka replay's sending and topic creation.
+//! [`NatsReader`], Redis's [`RedisReader`], RabbitMQ's [`RabbitReader`], SQS's [`SqsReader`]), the
+//! republishing client of the sinks other than Kafka ([`Target`]), and Kafka replay's sending and
+//! topic creation.
 //!
-//! Invariants: only Kafka, NATS, Redis and RabbitMQ (a stream queue) are readable, every other `--sink` is refused with one
-//! line ([`unreadable_sink`]); connection errors show URLs masked; each sink's replay state has a
-//! name of its own ([`Common::state_name`]), so a Kafka topic and a NATS subject of the same name
-//! never share progress.
+//! Invariants: only Kafka, NATS, Redis, RabbitMQ (a stream queue) and SQS are readable, every
+//! other `--sink` is refused with one line ([`unreadable_sink`]); connection errors show URLs
+//! masked; each sink's replay state has a name of its own ([`Common::state_name`]), so a Kafka
+//! topic and a NATS subject of the same name never share progress. An SQS queue keeps its own
+//! progress (a replayed copy is deleted, [`Source::replayed`]), so its state is never saved.
 
 use std::time::{Duration, Instant};
 
@@ -396,12 +398,12 @@ mod tests {
         assert_eq!(
             unreadable_sink(SinkKind::Http),
             "--sink http: a webhook receiver's dead letters cannot be read back; `outboxd dlq` reads --sink kafka, \
-             nats, redis or rabbitmq (see docs/src/dead-letters.md)"
+             nats, redis, rabbitmq or sqs (see docs/src/dead-letters.md)"
         );
         assert_eq!(
             unreadable_sink(SinkKind::Null),
-            "--sink null: this sink keeps no dead letters to read; `outboxd dlq` reads --sink kafka, nats, redis or \
-             rabbitmq"
+            "--sink null: this sink keeps no dead letters to read; `outboxd dlq` reads --sink kafka, nats, redis, \
+             rabbitmq or sqs"
         );
     }
 }

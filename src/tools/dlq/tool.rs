@@ -26,6 +26,11 @@
 //! acknowledged (PubAck, XADD reply). Each sink's state file is its own: `<dlq-topic>` (Kafka),
 //! `nats.<subject>`, `redis.<percent-encoded key>`. The other sinks are refused with one line
 //! saying why ([`super::sinks`]).
+//!
+//! SQS ([`crate::sink::sqs::dlq`]) differs in progress only: its queue is the progress. Replay
+//! goes a batch (up to 10) a receive, deletes the copies of the events the queue accepted after
+//! each batch ([`Source::replayed`]), reads on while deleting frees more ([`Source::again`]), and
+//! at the end makes the copies it left visible again ([`Source::release`]); nothing is saved.
 
 use std::collections::BTreeMap;
 
