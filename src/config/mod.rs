@@ -116,6 +116,8 @@ pub struct Config {
     pub aws: crate::sink::aws::AwsConfig,
     /// `--sqs-*` (used by `--sink sqs`).
     pub sqs: crate::sink::sqs::config::SqsConfig,
+    /// `--sns-*` (used by `--sink sns`).
+    pub sns: crate::sink::sns::config::SnsConfig,
     /// The `--*-url-file` options given: those URLs are shown by path only.
     pub url_files: UrlFiles,
     pub max_in_flight: usize,

@@ -16,6 +16,7 @@ use crate::sink::kafka::config::{DeliveryArgs, KafkaConfig};
 use crate::sink::nats::config::NatsConfig;
 use crate::sink::rabbitmq::config::RabbitConfig;
 use crate::sink::redis::config::RedisConfig;
+use crate::sink::sns::config::SnsConfig;
 use crate::sink::sqs::config::SqsConfig;
 use crate::units::{millis, value_name};
 
@@ -31,6 +32,7 @@ pub(super) struct Sinks {
     pub http: HttpConfig,
     pub aws: AwsConfig,
     pub sqs: SqsConfig,
+    pub sns: SnsConfig,
     pub url_files: UrlFiles,
 }
 
@@ -86,6 +88,10 @@ pub(super) fn validate(
             a.on_bad_event == crate::config::BadEventPolicy::Dlq
                 && (dlq_sink == Some(SinkKind::Sqs) || (dlq_sink.is_none() && a.sink == SinkKind::Sqs)),
         )?,
+        sns: a.sns.validate(
+            used(SinkKind::Sns),
+            a.on_bad_event == crate::config::BadEventPolicy::Dlq && dlq_sink.is_none() && a.sink == SinkKind::Sns,
+        )?,
         url_files: UrlFiles {
             nats: a.nats.conn.nats_url_file.clone(),
             redis: a.redis.conn.redis_url_file.clone(),
@@ -106,6 +112,7 @@ pub(super) fn show(c: &Config, push: &mut dyn FnMut(&'static str, String)) {
     c.http.show(files.http.as_deref(), push);
     c.aws.show(push);
     c.sqs.show(push);
+    c.sns.show(push);
 }
 
 /// `--delivery` and, with exactly-once, the transactions' flags.

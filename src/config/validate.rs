@@ -71,6 +71,7 @@ impl Config {
             nats: s.nats,
             aws: s.aws,
             sqs: s.sqs,
+            sns: s.sns,
             redis: s.redis,
             rabbitmq: s.rabbitmq,
             http: s.http,

@@ -43,6 +43,7 @@ pub(crate) mod redis;
 pub(crate) mod registered;
 pub(crate) mod registry;
 mod simple;
+pub(crate) mod sns;
 pub(crate) mod sqs;
 
 pub use any::AnySink;

@@ -26,6 +26,7 @@ use super::rabbitmq::RabbitSink;
 use super::redis::RedisSink;
 use super::registered::{Probe, Registered};
 use super::simple::{NullSink, StdoutSink};
+use super::sns::SnsSink;
 use super::sqs::SqsSink;
 use super::{Boundary, Sink, SinkError};
 use crate::config::Config;
@@ -160,6 +161,8 @@ sinks! {
     Http => HttpSink,
     /// Amazon SQS: SendMessageBatch to --sqs-queue-url (standard or FIFO).
     Sqs => SqsSink,
+    /// Amazon SNS: PublishBatch to --sns-topic-arn (standard or FIFO).
+    Sns => SnsSink,
 }
 
 /// The `--sink` values whose dead letters `outboxd dlq` reads, as a sentence lists them:

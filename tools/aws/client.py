@@ -5,6 +5,11 @@ boto3 against a local moto_server, to create destinations and read back what out
                                prints its URL
   create-queue-max NAME BYTES  create a standard SQS queue with MaximumMessageSize BYTES
   set-queue-max URL BYTES      set an SQS queue's MaximumMessageSize to BYTES
+  queue-count URL              print the queue's ApproximateNumberOfMessages (nothing received)
+  create-topic NAME [fifo]     create an SNS topic (FIFO when asked, NAME must then end .fifo);
+                               prints its ARN
+  subscribe-queue ARN URL      subscribe the SQS queue URL to the topic ARN with raw message
+                               delivery (the body is the message, attributes kept)
   drain-queue URL [SECONDS]    receive and delete every message until the queue has stayed empty
                                for SECONDS (default 2); prints one JSON object a line: body
                                (base64), attributes {name: base64 of the value}, group, dedup
@@ -34,6 +39,23 @@ def create_queue_max(endpoint, name, max_bytes):
 
 def set_queue_max(endpoint, url, max_bytes):
     client(endpoint, "sqs").set_queue_attributes(QueueUrl=url, Attributes={"MaximumMessageSize": max_bytes})
+
+
+def queue_count(endpoint, url):
+    print(client(endpoint, "sqs").get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]["ApproximateNumberOfMessages"])
+
+
+def create_topic(endpoint, name, fifo=""):
+    attrs = {"FifoTopic": "true"} if fifo == "fifo" else {}
+    print(client(endpoint, "sns").create_topic(Name=name, Attributes=attrs)["TopicArn"])
+
+
+def subscribe_queue(endpoint, arn, url):
+    queue_arn = client(endpoint, "sqs").get_queue_attributes(
+        QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    client(endpoint, "sns").subscribe(TopicArn=arn, Protocol="sqs", Endpoint=queue_arn,
+                                      Attributes={"RawMessageDelivery": "true"})
 
 
 def attr_bytes(v):
@@ -67,7 +89,8 @@ def drain_queue(endpoint, url, quiet="2"):
 
 
 COMMANDS = {"create-queue": create_queue, "create-queue-max": create_queue_max, "drain-queue": drain_queue,
-            "set-queue-max": set_queue_max}
+            "set-queue-max": set_queue_max, "create-topic": create_topic, "subscribe-queue": subscribe_queue,
+            "queue-count": queue_count}
 
 if __name__ == "__main__":
     if len(sys.argv) < 3 or sys.argv[2] not in COMMANDS:

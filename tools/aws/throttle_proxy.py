@@ -3,7 +3,8 @@
   throttle_proxy.py UPSTREAM PORTFILE STATSFILE [SHARE]
 
 listens on a free loopback port (written to PORTFILE) and forwards every request to UPSTREAM
-(http://127.0.0.1:PORT). Of the SendMessageBatch calls (SQS's JSON protocol), a SHARE (default
+(http://127.0.0.1:PORT). Of SNS's PublishBatch calls a SHARE is answered 400 Throttled without
+reaching the server. Of the SendMessageBatch calls (SQS's JSON protocol), a SHARE (default
 0.3) is answered 400 ThrottlingException without reaching the server, and as many again reach it
 with a random part of their entries taken out, which come back in the answer's Failed list as a
 per-entry throttle (RequestThrottled, SenderFault false): SQS stored the others. STATSFILE gets
@@ -60,6 +61,14 @@ class Proxy(BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         target = self.headers.get("X-Amz-Target", "")
+        # SNS (the query protocol): a SHARE of PublishBatch calls is answered Throttled.
+        if b"Action=PublishBatch" in body and random.random() < SHARE:
+            count("whole")
+            err = ("<ErrorResponse xmlns=\"https://sns.amazonaws.com/doc/2010-03-31/\"><Error><Type>Sender</Type>"
+                   "<Code>Throttled</Code><Message>Rate exceeded (injected)</Message></Error>"
+                   "<RequestId>injected</RequestId></ErrorResponse>")
+            self.answer(400, [("Content-Type", "text/xml")], err.encode())
+            return
         if target.endswith(".SendMessageBatch"):
             roll = random.random()
             if roll < SHARE:

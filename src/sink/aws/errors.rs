@@ -46,6 +46,9 @@ const TRANSIENT: &[&str] = &[
     "SlowDown",
     "AWS.SimpleQueueService.RequestThrottled",
     "KMS.KMSInternalException",
+    // SNS's names for the same.
+    "Throttled",
+    "KMSThrottling",
 ];
 
 /// Codes that blame one message of a batch.

@@ -18,7 +18,7 @@
 pub mod config;
 pub mod dlq;
 pub mod message;
-mod publisher;
+pub(crate) mod publisher;
 
 use std::sync::Arc;
 
@@ -38,7 +38,7 @@ use config::SqsConfig;
 use message::Queues;
 
 /// SQS's default `MaximumMessageSize`, used until the queue says its own.
-const DEFAULT_MAX_BYTES: usize = 256 * 1024;
+pub(crate) const DEFAULT_MAX_BYTES: usize = 256 * 1024;
 
 pub struct SqsSink {
     handoff: Handoff<message::Job>,
@@ -134,9 +134,10 @@ impl SqsSink {
         health.set_sink_up(true);
         let target = publisher::Target {
             client,
-            queue_url: cfg.queue_url.clone(),
+            main: publisher::Main::Queue(cfg.queue_url.clone()),
             dlq_queue_url: cfg.dlq_queue_url.clone(),
             batch_bytes: queues.max_bytes.min(queues.dlq_max_bytes),
+            flags: "--sqs-queue-url (and --sqs-dlq-queue-url)",
         };
         let (tx, rx) = mpsc::channel(publisher::WINDOW);
         let task = tokio::spawn(publisher::run(target, rx));

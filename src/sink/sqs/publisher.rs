@@ -44,25 +44,43 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Where the publisher writes.
 pub struct Target {
+    /// The SQS client: the queue's, and the dead-letter queue's of either sink.
     pub client: aws_sdk_sqs::Client,
-    pub queue_url: String,
+    pub main: Main,
     pub dlq_queue_url: Option<String>,
     /// Bytes one batch may hold: the smaller `MaximumMessageSize` of the queues.
     pub batch_bytes: usize,
+    /// The flags a refusal names, e.g. "--sqs-queue-url (and --sqs-dlq-queue-url)".
+    pub flags: &'static str,
+}
+
+/// Where events (not dead-letter copies) go.
+pub enum Main {
+    /// `SendMessageBatch` to this SQS queue.
+    Queue(String),
+    /// `PublishBatch` to this SNS topic (`--sink sns`).
+    Topic { client: aws_sdk_sns::Client, arn: String },
+}
+
+/// A batch call's answer, whichever the service: entry ids stored, and entries failed with their
+/// code and message.
+pub struct Outcome {
+    pub successful: Vec<String>,
+    pub failed: Vec<(String, String, String)>,
 }
 
 /// What a call came back with: the jobs sent (by arrival number) and the answer.
 type Sent = (Vec<(u64, Job)>, Answer);
-type Answer = Result<aws_sdk_sqs::operation::send_message_batch::SendMessageBatchOutput, Failure>;
+type Answer = Result<Outcome, Failure>;
 /// A failed call: its code, HTTP status and text, and the fault of the setup it shows without
 /// an answer (no usable credentials: [`setup_failure`]).
-struct Failure {
+pub struct Failure {
     code: Option<String>,
     status: Option<u16>,
     text: String,
     setup: Option<String>,
 }
-type Call = Pin<Box<dyn Future<Output = Sent> + Send>>;
+pub type Call = Pin<Box<dyn Future<Output = Sent> + Send>>;
 
 /// The group a job holds while in flight: its queue and group id (FIFO only).
 fn lane(job: &Job) -> Option<(bool, String)> {
@@ -96,7 +114,7 @@ pub async fn run(target: Target, mut rx: mpsc::Receiver<Job>) {
         tokio::select! {
             biased;
             Some((sent, answer)) = calls.next(), if !calls.is_empty() => {
-                let retry = settle(sent, answer, &mut waiting, &mut busy);
+                let retry = settle(sent, answer, &mut waiting, &mut busy, target.flags);
                 if retry {
                     paused_until = Some(tokio::time::Instant::now() + crate::retry::backoff(attempt, MAX_BACKOFF));
                     attempt = attempt.saturating_add(1);
@@ -182,9 +200,10 @@ pub(super) fn entry(
 }
 
 fn send(target: &Target, batch: Vec<(u64, Job)>) -> Call {
-    let queue = match (batch.first().is_some_and(|(_, j)| j.dlq), &target.dlq_queue_url) {
-        (true, Some(d)) => d.clone(),
-        _ => target.queue_url.clone(),
+    let queue = match (batch.first().is_some_and(|(_, j)| j.dlq), &target.dlq_queue_url, &target.main) {
+        (true, Some(d), _) => d.clone(),
+        (_, _, Main::Queue(q)) => q.clone(),
+        (_, _, Main::Topic { client, arn }) => return super::super::sns::publish(client, arn, batch),
     };
     let entries: Vec<SendMessageBatchRequestEntry> = batch
         .iter()
@@ -193,14 +212,34 @@ fn send(target: &Target, batch: Vec<(u64, Job)>) -> Call {
         .collect();
     let call = target.client.send_message_batch().queue_url(queue).set_entries(Some(entries));
     Box::pin(async move {
-        let answer = call.send().await.map_err(|e| Failure {
-            setup: setup_failure(&e).map(|(what, fix)| format!("SQS SendMessageBatch was not sent: {what}; {fix}")),
-            code: e.code().map(str::to_owned),
-            status: e.raw_response().map(|r| r.status().as_u16()),
-            text: e.message().map(str::to_owned).unwrap_or_else(|| DisplayErrorContext(&e).to_string()),
-        });
+        let answer = match call.send().await {
+            Ok(out) => Ok(Outcome {
+                successful: out.successful().iter().map(|s| s.id().to_owned()).collect(),
+                failed: out
+                    .failed()
+                    .iter()
+                    .map(|f| (f.id().to_owned(), f.code().to_owned(), f.message().unwrap_or_default().to_owned()))
+                    .collect(),
+            }),
+            Err(e) => Err(Failure::of("SQS SendMessageBatch", &e)),
+        };
         (batch, answer)
     })
+}
+
+impl Failure {
+    /// A call that failed as a whole, by its error (SQS's or SNS's).
+    pub fn of<E>(call: &str, e: &aws_sdk_sqs::error::SdkError<E, aws_sdk_sqs::config::http::HttpResponse>) -> Failure
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        Failure {
+            setup: setup_failure(e).map(|(what, fix)| format!("{call} was not sent: {what}; {fix}")),
+            code: e.code().map(str::to_owned),
+            status: e.raw_response().map(|r| r.status().as_u16()),
+            text: e.message().map(str::to_owned).unwrap_or_else(|| DisplayErrorContext(e).to_string()),
+        }
+    }
 }
 
 /// Resolve a call's jobs; true when some must be sent again (after a backoff).
@@ -209,6 +248,7 @@ fn settle(
     answer: Answer,
     waiting: &mut BTreeMap<u64, Job>,
     busy: &mut HashSet<(bool, String)>,
+    flags: &str,
 ) -> bool {
     for (_, job) in &sent {
         if let Some(l) = lane(job) {
@@ -218,7 +258,7 @@ fn settle(
     let out = match answer {
         Ok(out) => out,
         Err(Failure { setup: Some(reason), .. }) => {
-            tracing::error!(error = %reason, "SQS SendMessageBatch could not be made");
+            tracing::error!(error = %reason, "a batch call could not be made");
             for (_, job) in sent {
                 job.delivery.fail(reason.clone());
             }
@@ -228,41 +268,41 @@ fn settle(
             let class = class_of(f.code.as_deref(), f.status, false);
             let code = f.code.unwrap_or_else(|| "no answer".into());
             if class == Class::Setup {
-                let reason = setup_reason(&code, &f.text);
-                tracing::error!(error = %reason, "SQS refused a SendMessageBatch call");
+                let reason = setup_reason(&code, &f.text, flags);
+                tracing::error!(error = %reason, "the service refused a batch call");
                 for (_, job) in sent {
                     job.delivery.fail(reason.clone());
                 }
                 return false;
             }
-            tracing::warn!(code = %code, error = %f.text, messages = sent.len(), "SQS SendMessageBatch failed; sending again after a backoff");
+            tracing::warn!(code = %code, error = %f.text, messages = sent.len(), "a batch call failed; sending again after a backoff");
             waiting.extend(sent);
             return true;
         }
     };
     let mut jobs: Vec<Option<(u64, Job)>> = sent.into_iter().map(Some).collect();
     let mut retry = false;
-    for failed in out.failed() {
-        let Some(slot) = failed.id().parse::<usize>().ok().and_then(|i| jobs.get_mut(i)) else { continue };
+    for (id, code, message) in &out.failed {
+        let Some(slot) = id.parse::<usize>().ok().and_then(|i| jobs.get_mut(i)) else { continue };
         let Some((seq, job)) = slot.take() else { continue };
-        match class_of(Some(failed.code()), None, true) {
+        match class_of(Some(code), None, true) {
             Class::Transient => {
                 retry = true;
                 waiting.insert(seq, job);
             }
             Class::BadEvent => {
-                let reason = format!("SQS refused the message ({}): {}", failed.code(), failed.message().unwrap_or(""));
+                let reason = format!("refused the message ({code}): {message}");
                 let Job { key, payload, headers, delivery, .. } = job;
                 delivery.reject("invalid_message", reason, key, payload, headers);
             }
-            Class::Setup => job.delivery.fail(setup_reason(failed.code(), failed.message().unwrap_or(""))),
+            Class::Setup => job.delivery.fail(setup_reason(code, message, flags)),
         }
     }
     if retry {
-        tracing::warn!("SQS did not take some messages of a batch (throttling or a service error); sending them again after a backoff");
+        tracing::warn!("some messages of a batch were not taken (throttling or a service error); sending them again after a backoff");
     }
     // The entries not named as failed were stored.
-    let succeeded: HashSet<&str> = out.successful().iter().map(|s| s.id()).collect();
+    let succeeded: HashSet<&str> = out.successful.iter().map(String::as_str).collect();
     for (i, slot) in jobs.into_iter().enumerate() {
         if let Some((seq, job)) = slot {
             if succeeded.contains(i.to_string().as_str()) {
@@ -277,8 +317,8 @@ fn settle(
     retry
 }
 
-fn setup_reason(code: &str, text: &str) -> String {
+fn setup_reason(code: &str, text: &str, flags: &str) -> String {
     format!(
-        "SQS refused the call ({code}): {text}; check --sqs-queue-url (and --sqs-dlq-queue-url), --aws-region, and that the credentials may sqs:SendMessage to the queue (and use its KMS key)"
+        "AWS refused the call ({code}): {text}; check {flags}, --aws-region, and that the credentials may send to it (sqs:SendMessage, sns:Publish) and use its KMS key"
     )
 }
