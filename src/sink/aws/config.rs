@@ -1,4 +1,4 @@
-//! The `--aws-*` flags every AWS sink shares (`--sink sqs`): the region, the endpoint (a VPC
+//! The `--aws-*` flags every AWS sink shares (`--sink sqs`, `--sink sns`): the region, the endpoint (a VPC
 //! endpoint, or a local test server) and the shared-config profile, and their validated form.
 //! Credentials have no flags: they come from the SDK's default chain (see [`super`]).
 

@@ -1,6 +1,8 @@
-//! The SQS publisher task: batches jobs into `SendMessageBatch` calls (10 messages, and no more
-//! bytes than the queue's `MaximumMessageSize`, SQS's limit on a whole batch), keeps up to
-//! [`REQUESTS`] calls in flight, and resolves each job's delivery from its batch entry's result.
+//! The SQS publisher task, also `--sink sns`'s: batches jobs into `SendMessageBatch` calls (10
+//! messages, and no more bytes than the queue's `MaximumMessageSize`, SQS's limit on a whole
+//! batch), or SNS `PublishBatch` calls ([`Main::Topic`], built by [`crate::sink::sns::publish`];
+//! dead-letter copies still go to an SQS queue), keeps up to [`REQUESTS`] calls in flight, and
+//! resolves each job's delivery from its batch entry's result ([`Outcome`], the same for both).
 //!
 //! Order on a FIFO queue: a group (a key) has **at most one message in flight**. A batch takes
 //! the oldest waiting job of each group that has none in flight, so a key's next event is sent
