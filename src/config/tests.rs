@@ -762,6 +762,8 @@ fn outboxd_config_prints_every_run_flag() {
         "aws-profile",
         "sqs-queue-url",
         "sqs-dlq-queue-url",
+        "sns-topic-arn",
+        "sns-dlq-queue-url",
         // with --delivery exactly-once only
         "transaction-interval",
         "position-topic",
