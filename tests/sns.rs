@@ -248,3 +248,50 @@ fn an_oversized_event_is_dead_lettered_to_its_queue_and_check_verifies_the_topic
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("--sns-topic-arn"), "{out}");
 }
+
+/// `outboxd dlq replay --sink sns` reads the dead letters in `--sns-dlq-queue-url` and publishes
+/// them to the topic: an event refused by its contract (`--schema-dir`) is dead-lettered; replayed,
+/// it reaches the subscribed FIFO queue as the relay would have published it (the body byte for
+/// byte, the `id` and `key` attributes, none of `outboxd.*`, group id = key, deduplication id =
+/// event id), and its copy is deleted.
+#[test]
+fn dlq_replay_publishes_a_dead_letter_to_the_topic_byte_for_byte() {
+    let moto = Moto::start();
+    let (topic, queue) = fifo_topic(&moto, "replayed");
+    let dlq = moto.create_queue("replayed-dlq", false);
+    let schemas = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        schemas.path().join("e.json"),
+        r#"{"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}"#,
+    )
+    .expect("schema");
+    let pg = PgCluster::start();
+    pg.apply_all_sql();
+    let dir = schemas.path().to_str().expect("path");
+    let flags = ["--on-bad-event", "dlq", "--sns-dlq-queue-url", dlq.as_str(), "--schema-dir", dir];
+    let mut d = spawn(&sns_args(&pg, &moto.url, &topic, &flags));
+    let bad_payload = "{\"n\": -1, \"s\": \"caf\u{e9}\"}";
+    let ok = pg.insert_event("t", "k", Some("e"), "{\"n\": 1}", None);
+    let bad = pg.insert_event("t", "k", Some("e"), bad_payload, None);
+    let end = pg.current_lsn();
+    assert!(pg.wait_slot_confirms(&end, Duration::from_secs(60)), "slot behind\n{}", d.log());
+    d.stop_cleanly();
+    let got: Vec<String> = moto.drain_queue(&queue, 1).iter().filter_map(|m| attr(m, "id")).collect();
+    assert_eq!(got, vec![ok], "only the event its contract takes");
+
+    let mut replay = args(&["dlq", "replay", "--sink", "sns", "--sns-dlq-queue-url", &dlq, "--sns-topic-arn", &topic]);
+    replay.extend(args(&["--aws-endpoint-url", &moto.url, "--aws-region", "us-east-1"]));
+    let mut r = Outboxd::spawn_with_env(&replay, ENV);
+    assert!(r.wait_exit(Duration::from_secs(60)).is_some_and(|s| s.success()), "{}", r.log());
+    assert!(r.log().contains("replayed 1,"), "{}", r.log());
+    let back = moto.drain_queue(&queue, 1);
+    assert_eq!(back.len(), 1, "{back:?}");
+    let m = &back[0];
+    assert!(m.body == bad_payload.as_bytes(), "the body differs: {:?}", String::from_utf8_lossy(&m.body));
+    let mut names: Vec<(String, String)> =
+        m.attributes.iter().map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned())).collect();
+    names.sort();
+    assert_eq!(names, vec![("id".to_owned(), bad.clone()), ("key".to_owned(), "k".to_owned())]);
+    assert_eq!((m.group.as_deref(), m.dedup.as_deref()), (Some("k"), Some(bad.as_str())));
+    assert!(moto.drain_queue(&dlq, 1).is_empty(), "the replayed copy is deleted");
+}

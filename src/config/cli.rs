@@ -152,8 +152,8 @@ pub struct DlqCommonArgs {
 /// environment variables) `outboxd run` takes for that sink.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DlqSinkArgs {
-    /// The sink `outboxd run` wrote the dead letters with: kafka, nats, redis, rabbitmq or sqs
-    /// can be read.
+    /// The sink `outboxd run` wrote the dead letters with: kafka, nats, redis, rabbitmq, sqs or
+    /// sns can be read.
     #[arg(long, value_enum, default_value_t = SinkKind::Kafka)]
     pub sink: SinkKind,
     #[command(flatten)]
@@ -170,8 +170,10 @@ pub struct DlqSinkArgs {
     pub aws: crate::sink::aws::AwsArgs,
     #[command(flatten)]
     pub sqs: crate::sink::sqs::config::SqsArgs,
-    /// With --sink sqs: how long the dead letters list or replay received stay hidden from other
-    /// readers of --sqs-dlq-queue-url (a replay stopped midway leaves its copies hidden this long).
+    #[command(flatten)]
+    pub sns: crate::sink::sns::config::SnsArgs,
+    /// With --sink sqs or sns: how long the dead letters list or replay received stay hidden from other
+    /// readers of the dead-letter queue (a replay stopped midway leaves its copies hidden this long).
     #[arg(long, default_value = "2m", value_name = "DURATION")]
     pub sqs_visibility_timeout: String,
 }

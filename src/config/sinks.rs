@@ -90,7 +90,8 @@ pub(super) fn validate(
         )?,
         sns: a.sns.validate(
             used(SinkKind::Sns),
-            a.on_bad_event == crate::config::BadEventPolicy::Dlq && dlq_sink.is_none() && a.sink == SinkKind::Sns,
+            a.on_bad_event == crate::config::BadEventPolicy::Dlq
+                && (dlq_sink == Some(SinkKind::Sns) || (dlq_sink.is_none() && a.sink == SinkKind::Sns)),
         )?,
         url_files: UrlFiles {
             nats: a.nats.conn.nats_url_file.clone(),

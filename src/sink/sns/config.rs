@@ -35,7 +35,7 @@ impl SnsConfig {
 }
 
 /// arn:PARTITION:sns:REGION:ACCOUNT:NAME, with a name SNS takes.
-fn check_arn(arn: &str) -> Result<(), Definite> {
+pub(crate) fn check_arn(arn: &str) -> Result<(), Definite> {
     let parts: Vec<&str> = arn.split(':').collect();
     let ok = parts.len() == 6
         && parts[0] == "arn"

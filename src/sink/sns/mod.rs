@@ -52,23 +52,32 @@ fn attribute(v: &Value) -> MessageAttributeValue {
     b.build().expect("data_type is set")
 }
 
+/// Entry `i` of a `PublishBatch` call (also `outboxd dlq replay`'s).
+pub(crate) fn entry(
+    i: usize,
+    body: &str,
+    attributes: &[(String, Value)],
+    group: Option<&str>,
+    dedup: Option<&str>,
+) -> PublishBatchRequestEntry {
+    let attributes: HashMap<String, MessageAttributeValue> =
+        attributes.iter().map(|(n, v)| (n.clone(), attribute(v))).collect();
+    PublishBatchRequestEntry::builder()
+        .id(i.to_string())
+        .message(body)
+        .set_message_attributes((!attributes.is_empty()).then_some(attributes))
+        .set_message_group_id(group.map(str::to_owned))
+        .set_message_deduplication_id(dedup.map(str::to_owned))
+        .build()
+        .expect("id and message are set")
+}
+
 /// The `PublishBatch` call for `batch` (the publisher's [`publisher::Main::Topic`]).
 pub(crate) fn publish(client: &aws_sdk_sns::Client, arn: &str, batch: Vec<(u64, Job)>) -> Call {
     let entries: Vec<PublishBatchRequestEntry> = batch
         .iter()
         .enumerate()
-        .map(|(i, (_, job))| {
-            let attributes: HashMap<String, MessageAttributeValue> =
-                job.attributes.iter().map(|(n, v)| (n.clone(), attribute(v))).collect();
-            PublishBatchRequestEntry::builder()
-                .id(i.to_string())
-                .message(job.body.clone())
-                .set_message_attributes((!attributes.is_empty()).then_some(attributes))
-                .set_message_group_id(job.group.clone())
-                .set_message_deduplication_id(job.dedup.clone())
-                .build()
-                .expect("id and message are set")
-        })
+        .map(|(i, (_, job))| entry(i, &job.body, &job.attributes, job.group.as_deref(), job.dedup.as_deref()))
         .collect();
     let call = client.publish_batch().topic_arn(arn).set_publish_batch_request_entries(Some(entries));
     Box::pin(async move {
@@ -88,7 +97,7 @@ pub(crate) fn publish(client: &aws_sdk_sns::Client, arn: &str, batch: Vec<(u64, 
 }
 
 /// Why the topic cannot be used, or `Ok(None)`: no answer now; `Ok(Some(fifo))`: it is there.
-async fn topic_fifo(client: &aws_sdk_sns::Client, arn: &str) -> Result<Option<bool>, String> {
+pub(crate) async fn topic_fifo(client: &aws_sdk_sns::Client, arn: &str) -> Result<Option<bool>, String> {
     match client.get_topic_attributes().topic_arn(arn).send().await {
         Ok(out) => Ok(Some(out.attributes().and_then(|a| a.get("FifoTopic")).is_some_and(|v| v == "true"))),
         Err(e) => {
@@ -148,9 +157,11 @@ impl SnsSink {
     }
 }
 
-/// The sink's entry in the list of sinks ([`crate::sink::registry`]). Its dead letters are read
-/// as the SQS queue they are in (`outboxd dlq --sink sqs`), not through this sink.
+/// The sink's entry in the list of sinks ([`crate::sink::registry`]).
 impl crate::sink::registered::Registered for SnsSink {
+    /// `outboxd dlq --sink sns` reads `--sns-dlq-queue-url` (an SQS queue) and replays to the topic.
+    const READABLE_DEAD_LETTERS: bool = true;
+
     async fn build(cfg: &crate::config::Config, health: Arc<Health>) -> Result<Self, Definite> {
         SnsSink::connect(&cfg.aws, &cfg.sns, health).await
     }

@@ -40,6 +40,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 
 use super::message::{event_message, H_COPY_HEADERS, H_COPY_KEY};
+use super::publisher::Failure;
 use super::{queue_facts, QueueFacts, DEFAULT_MAX_BYTES};
 use crate::error::{Definite, Error};
 use crate::router::Record;
@@ -345,29 +346,82 @@ fn replayed(r: &DlqRecord, dest: &str) -> Record {
     }
 }
 
-/// Where replay sends: the client and what each destination queue said of itself.
+/// Where replay sends: the clients, and what each destination (an SQS queue URL, or an SNS topic
+/// ARN for `--sink sns`) said of itself: FIFO or not, and the largest message it takes.
 pub struct SqsTarget {
     client: Client,
-    queues: HashMap<String, Result<QueueFacts, String>>,
+    sns: aws_sdk_sns::Client,
+    dests: HashMap<String, Result<(bool, usize), String>>,
+}
+
+/// Entries stored (id, new message id), and entries failed (id, code, message).
+type Answered = (Vec<(String, String)>, Vec<(String, String, String)>);
+
+/// Whether `dest` is an SNS topic ARN rather than a queue URL.
+fn is_topic(dest: &str) -> bool {
+    dest.starts_with("arn:") && dest.split(':').nth(2) == Some("sns")
 }
 
 impl SqsTarget {
     pub async fn connect(aws: &AwsConfig) -> SqsTarget {
-        SqsTarget { client: client(aws).await, queues: HashMap::new() }
+        let sdk = sdk_config(aws).await;
+        SqsTarget { client: Client::new(&sdk), sns: aws_sdk_sns::Client::new(&sdk), dests: HashMap::new() }
     }
 
-    async fn facts(&mut self, url: &str) -> Result<(bool, usize), String> {
-        if !self.queues.contains_key(url) {
-            let f = match queue_facts(&self.client, "destination queue", url).await {
-                Ok(Some(f)) => Ok(f),
-                Ok(None) => Err(format!("{url}: no answer from SQS")),
-                Err(r) => Err(r.to_string()),
+    async fn facts(&mut self, dest: &str) -> Result<(bool, usize), String> {
+        if !self.dests.contains_key(dest) {
+            let f = if is_topic(dest) {
+                match crate::sink::sns::topic_fifo(&self.sns, dest).await {
+                    Ok(Some(fifo)) => Ok((fifo, DEFAULT_MAX_BYTES)),
+                    Ok(None) => Err(format!("{dest}: no answer from SNS")),
+                    Err(why) => Err(why),
+                }
+            } else {
+                match queue_facts(&self.client, "destination queue", dest).await {
+                    Ok(Some(QueueFacts { fifo, max_bytes })) => Ok((fifo, max_bytes)),
+                    Ok(None) => Err(format!("{dest}: no answer from SQS")),
+                    Err(r) => Err(r.to_string()),
+                }
             };
-            self.queues.insert(url.to_owned(), f);
+            self.dests.insert(dest.to_owned(), f);
         }
-        match &self.queues[url] {
-            Ok(f) => Ok((f.fifo, f.max_bytes)),
-            Err(why) => Err(why.clone()),
+        self.dests[dest].clone()
+    }
+
+    /// One `SendMessageBatch` (a queue) or `PublishBatch` (a topic) call with `msgs`, entry ids
+    /// their numbers.
+    async fn call(&self, dest: &str, msgs: &[(usize, &super::message::Message)]) -> Result<Answered, Failure> {
+        let failed =
+            |id: &str, code: &str, m: Option<&str>| (id.to_owned(), code.to_owned(), m.unwrap_or("").to_owned());
+        if is_topic(dest) {
+            let entries = msgs
+                .iter()
+                .map(|(n, m)| {
+                    crate::sink::sns::entry(*n, &m.body, &m.attributes, m.group.as_deref(), m.dedup.as_deref())
+                })
+                .collect();
+            let call = self.sns.publish_batch().topic_arn(dest).set_publish_batch_request_entries(Some(entries));
+            let out = call.send().await.map_err(|e| Failure::of("SNS PublishBatch", &e))?;
+            Ok((
+                out.successful()
+                    .iter()
+                    .filter_map(|s| Some((s.id()?.to_owned(), s.message_id().unwrap_or_default().to_owned())))
+                    .collect(),
+                out.failed().iter().map(|f| failed(f.id(), f.code(), f.message())).collect(),
+            ))
+        } else {
+            let entries = msgs
+                .iter()
+                .map(|(n, m)| {
+                    super::publisher::entry(*n, &m.body, &m.attributes, m.group.as_deref(), m.dedup.as_deref())
+                })
+                .collect();
+            let call = self.client.send_message_batch().queue_url(dest).set_entries(Some(entries));
+            let out = call.send().await.map_err(|e| Failure::of("SQS SendMessageBatch", &e))?;
+            Ok((
+                out.successful().iter().map(|s| (s.id().to_owned(), s.message_id().to_owned())).collect(),
+                out.failed().iter().map(|f| failed(f.id(), f.code(), f.message())).collect(),
+            ))
         }
     }
 }
@@ -410,53 +464,41 @@ pub async fn send_batch(t: &mut SqsTarget, batch: &[(Entry, String)]) -> Vec<Res
             continue;
         }
         let dest = outs[call[0]].as_ref().map(|o| o.dest.clone()).unwrap_or_default();
-        let entries = call
-            .iter()
-            .enumerate()
-            .filter_map(|(n, &i)| outs[i].as_ref().map(|o| (n, &o.msg)))
-            .map(|(n, m)| super::publisher::entry(n, &m.body, &m.attributes, m.group.as_deref(), m.dedup.as_deref()))
-            .collect();
-        let answer = t.client.send_message_batch().queue_url(&dest).set_entries(Some(entries)).send().await;
+        let picked: Vec<(usize, &super::message::Message)> =
+            call.iter().enumerate().filter_map(|(n, &i)| outs[i].as_ref().map(|o| (n, &o.msg))).collect();
         let mut retry = false;
-        match answer {
-            Ok(out) => {
-                if !out.successful().is_empty() {
+        match t.call(&dest, &picked).await {
+            Ok((successful, failed)) => {
+                if !successful.is_empty() {
                     tries = 0;
                 }
-                for s in out.successful() {
-                    if let Some(&i) = s.id().parse::<usize>().ok().and_then(|n| call.get(n)) {
-                        results[i] = Some(Ok(s.message_id().to_owned()));
+                for (id, message_id) in successful {
+                    if let Some(&i) = id.parse::<usize>().ok().and_then(|n| call.get(n)) {
+                        results[i] = Some(Ok(message_id));
                     }
                 }
-                for f in out.failed() {
-                    let Some(&i) = f.id().parse::<usize>().ok().and_then(|n| call.get(n)) else { continue };
-                    match class_of(Some(f.code()), None, true) {
+                for (id, code, message) in failed {
+                    let Some(&i) = id.parse::<usize>().ok().and_then(|n| call.get(n)) else { continue };
+                    match class_of(Some(&code), None, true) {
                         Class::Transient => retry = true,
-                        _ => {
-                            results[i] =
-                                Some(Err(format!("SQS refused it ({}): {}", f.code(), f.message().unwrap_or_default())))
-                        }
+                        _ => results[i] = Some(Err(format!("refused ({code}): {message}"))),
                     }
                 }
                 // Named neither way: sent again.
                 retry |= call.iter().any(|&i| results[i].is_none());
             }
-            Err(e) => {
-                let code = e.code().map(str::to_owned);
-                let status = e.raw_response().map(|r| r.status().as_u16());
-                let why = match setup_failure(&e) {
-                    Some((what, fix)) => Some(format!("{what}; {fix}")),
-                    None if class_of(code.as_deref(), status, false) == Class::Setup => Some(format!(
-                        "SQS refused SendMessageBatch ({}): {}",
-                        code.unwrap_or_default(),
-                        e.message().unwrap_or_default()
-                    )),
+            Err(f) => {
+                let why = match f.setup {
+                    Some(why) => Some(why),
+                    None if class_of(f.code.as_deref(), f.status, false) == Class::Setup => {
+                        Some(format!("refused the call ({}): {}", f.code.unwrap_or_default(), f.text))
+                    }
                     None => None,
                 };
                 match why {
                     Some(why) => call.iter().for_each(|&i| results[i] = Some(Err(why.clone()))),
                     None => {
-                        tracing::warn!(error = %DisplayErrorContext(&e), "SQS SendMessageBatch failed; sending again after a backoff");
+                        tracing::warn!(error = %f.text, "a replay batch call failed; sending again after a backoff");
                         retry = true;
                     }
                 }

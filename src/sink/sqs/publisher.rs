@@ -77,10 +77,10 @@ type Answer = Result<Outcome, Failure>;
 /// A failed call: its code, HTTP status and text, and the fault of the setup it shows without
 /// an answer (no usable credentials: [`setup_failure`]).
 pub struct Failure {
-    code: Option<String>,
-    status: Option<u16>,
-    text: String,
-    setup: Option<String>,
+    pub code: Option<String>,
+    pub status: Option<u16>,
+    pub text: String,
+    pub setup: Option<String>,
 }
 pub type Call = Pin<Box<dyn Future<Output = Sent> + Send>>;
 

@@ -48,7 +48,8 @@ pub(super) enum Via {
 /// `outboxd dlq --sink sqs`: the queue of dead letters ([`Common::topic`]), where replay sends.
 pub(super) struct SqsVia {
     pub(super) aws: crate::sink::aws::AwsConfig,
-    /// `--sqs-queue-url`: replay's destination unless `--to-topic` names another queue.
+    /// `--sqs-queue-url` (`--sink sqs`) or `--sns-topic-arn` (`--sink sns`): replay's destination
+    /// unless `--to-topic` names another queue or topic.
     pub(super) queue_url: Option<String>,
     pub(super) visibility: Duration,
 }
@@ -178,15 +179,24 @@ impl Common {
                 }
                 Via::Rabbitmq(c, queue)
             }
-            SinkKind::Sqs => {
-                let url = s.sqs.sqs_dlq_queue_url.clone().ok_or_else(|| {
-                    Definite::Config(
-                        "outboxd dlq --sink sqs needs --sqs-dlq-queue-url (the queue of dead letters)".into(),
-                    )
+            SinkKind::Sqs | SinkKind::Sns => {
+                // SNS's dead letters are in an SQS queue; replay publishes to the topic.
+                let (flag, url, dest) = if s.sink == SinkKind::Sns {
+                    ("--sns-dlq-queue-url", &s.sns.sns_dlq_queue_url, &s.sns.sns_topic_arn)
+                } else {
+                    ("--sqs-dlq-queue-url", &s.sqs.sqs_dlq_queue_url, &s.sqs.sqs_queue_url)
+                };
+                let url = url.clone().ok_or_else(|| {
+                    Definite::Config(format!(
+                        "outboxd dlq --sink {} needs {flag} (the SQS queue of dead letters)",
+                        crate::config::value_name(s.sink)
+                    ))
                 })?;
-                crate::sink::sqs::config::check_url("--sqs-dlq-queue-url", &url)?;
-                if let Some(q) = &s.sqs.sqs_queue_url {
-                    crate::sink::sqs::config::check_url("--sqs-queue-url", q)?;
+                crate::sink::sqs::config::check_url(flag, &url)?;
+                match (dest, s.sink) {
+                    (Some(a), SinkKind::Sns) => crate::sink::sns::config::check_arn(a)?,
+                    (Some(q), _) => crate::sink::sqs::config::check_url("--sqs-queue-url", q)?,
+                    (None, _) => {}
                 }
                 let visibility = parse_duration("--sqs-visibility-timeout", &s.sqs_visibility_timeout)?;
                 if visibility < Duration::from_secs(1) || visibility > Duration::from_secs(12 * 3600) {
@@ -194,7 +204,7 @@ impl Common {
                         "--sqs-visibility-timeout must be from 1s to 12h (SQS's range), e.g. 2m".into(),
                     ));
                 }
-                let sqs = SqsVia { aws: s.aws.validate()?, queue_url: s.sqs.sqs_queue_url.clone(), visibility };
+                let sqs = SqsVia { aws: s.aws.validate()?, queue_url: dest.clone(), visibility };
                 return Ok(Common { kafka, via: Via::Sqs(sqs), topic: url, read_timeout });
             }
             other => return Err(Definite::Config(unreadable_sink(other))),
@@ -264,7 +274,7 @@ impl Common {
         })
     }
 
-    /// Where replay sends an event that has no `--to-topic`: the SQS sink's `--sqs-queue-url`
+    /// Where replay sends an event that has no `--to-topic`: `--sqs-queue-url` or `--sns-topic-arn`
     /// (an SQS copy's original topic names no queue); `None`: its original topic.
     pub(super) fn default_destination(&self) -> Option<String> {
         match &self.via {
@@ -398,12 +408,12 @@ mod tests {
         assert_eq!(
             unreadable_sink(SinkKind::Http),
             "--sink http: a webhook receiver's dead letters cannot be read back; `outboxd dlq` reads --sink kafka, \
-             nats, redis, rabbitmq or sqs (see docs/src/dead-letters.md)"
+             nats, redis, rabbitmq, sqs or sns (see docs/src/dead-letters.md)"
         );
         assert_eq!(
             unreadable_sink(SinkKind::Null),
             "--sink null: this sink keeps no dead letters to read; `outboxd dlq` reads --sink kafka, nats, redis, \
-             rabbitmq or sqs"
+             rabbitmq, sqs or sns"
         );
     }
 }

@@ -323,7 +323,7 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
     let sqs = matches!(common.via, Via::Sqs(_));
     if sqs && a.to_topic.is_none() && common.default_destination().is_none() {
         return Err(Definite::Config(
-            "outboxd dlq replay --sink sqs needs --sqs-queue-url (the queue the events go back to) or --to-topic URL"
+            "outboxd dlq replay needs where the events go back to: --sqs-queue-url (--sink sqs), --sns-topic-arn (--sink sns) or --to-topic"
                 .into(),
         )
         .into());
