@@ -304,4 +304,6 @@ pub struct SinkArgs {
     pub aws: crate::sink::aws::AwsArgs,
     #[command(flatten)]
     pub sqs: crate::sink::sqs::config::SqsArgs,
+    #[command(flatten)]
+    pub kinesis: crate::sink::kinesis::config::KinesisArgs,
 }

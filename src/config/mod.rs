@@ -116,6 +116,8 @@ pub struct Config {
     pub aws: crate::sink::aws::AwsConfig,
     /// `--sqs-*` (used by `--sink sqs`).
     pub sqs: crate::sink::sqs::config::SqsConfig,
+    /// `--kinesis-*` (used by `--sink kinesis`).
+    pub kinesis: crate::sink::kinesis::config::KinesisConfig,
     /// The `--*-url-file` options given: those URLs are shown by path only.
     pub url_files: UrlFiles,
     pub max_in_flight: usize,

@@ -762,6 +762,8 @@ fn outboxd_config_prints_every_run_flag() {
         "aws-profile",
         "sqs-queue-url",
         "sqs-dlq-queue-url",
+        "kinesis-stream",
+        "kinesis-dlq-stream",
         // with --delivery exactly-once only
         "transaction-interval",
         "position-topic",

@@ -71,6 +71,7 @@ impl Config {
             nats: s.nats,
             aws: s.aws,
             sqs: s.sqs,
+            kinesis: s.kinesis,
             redis: s.redis,
             rabbitmq: s.rabbitmq,
             http: s.http,

@@ -21,6 +21,7 @@ use super::delivery::Delivery;
 use super::escape::Limits;
 use super::http::HttpSink;
 use super::kafka::KafkaSink;
+use super::kinesis::KinesisSink;
 use super::nats::NatsSink;
 use super::rabbitmq::RabbitSink;
 use super::redis::RedisSink;
@@ -160,6 +161,8 @@ sinks! {
     Http => HttpSink,
     /// Amazon SQS: SendMessageBatch to --sqs-queue-url (standard or FIFO).
     Sqs => SqsSink,
+    /// Amazon Kinesis Data Streams: PutRecords to --kinesis-stream.
+    Kinesis => KinesisSink,
 }
 
 /// The `--sink` values whose dead letters `outboxd dlq` reads, as a sentence lists them:
