@@ -1,6 +1,7 @@
 //! The Kinesis side of the `--sink kinesis` tests (included by them with `#[path]`): streams on a
 //! [`Moto`] made and read back with boto3 (`tools/aws/kinesis.py`), the order and loss checks
 //! the tests share, and the writer that commits steadily while outboxd is killed.
+#![allow(dead_code)]
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;

@@ -12,7 +12,8 @@ pub struct KinesisArgs {
     #[arg(long, env = "OUTBOXD_KINESIS_STREAM", value_name = "NAME")]
     pub kinesis_stream: Option<String>,
     /// Kinesis data stream that dead-letter copies go to with --sink kinesis and --on-bad-event
-    /// dlq (each copy's data is a JSON envelope holding its key, headers and payload).
+    /// dlq (each copy's data is a JSON envelope of its key, headers and payload; `outboxd dlq`
+    /// does not read Kinesis yet: use --dlq-sink where it must).
     #[arg(long, env = "OUTBOXD_KINESIS_DLQ_STREAM", value_name = "NAME")]
     pub kinesis_dlq_stream: Option<String>,
 }
