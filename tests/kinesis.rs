@@ -122,7 +122,8 @@ fn oversized_event_is_dead_lettered_to_its_stream_byte_for_byte() {
     d.stop_cleanly();
 }
 
-/// `outboxd check` passes for an ACTIVE stream it may write to (without writing a record), and
+/// `outboxd check` passes for an ACTIVE stream whose empty PutRecords is not refused (nothing is
+/// written), and
 /// fails, naming the flag, for one that is not there; `outboxd config` shows the Kinesis and AWS
 /// flags and nothing secret.
 #[test]
@@ -144,7 +145,7 @@ fn check_verifies_the_stream_and_config_shows_no_secret() {
     };
     let (code, text) = run(base("checked"));
     assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("checked: ACTIVE") && text.contains("writable"), "{text}");
+    assert!(text.contains("checked: ACTIVE") && text.contains("PutRecords not refused"), "{text}");
     assert!(read_stream(&moto, "checked").is_empty(), "check wrote a record");
     let (code, text) = run(base("absent"));
     assert_eq!(code, Some(1), "{text}");

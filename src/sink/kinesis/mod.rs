@@ -120,9 +120,10 @@ pub(crate) async fn stream_facts(
     }
 }
 
-/// Whether the credentials may write to `stream`, asked without writing: an empty `PutRecords`
-/// call, which Kinesis authorizes before it validates, so a refusal of the call itself
-/// (`ValidationException`, or an empty answer) means the write would be allowed.
+/// Whether Kinesis refuses the credentials a write to `stream`, asked without writing: an empty
+/// `PutRecords` call. Access denied (or no such stream) fails; `ValidationException` (no
+/// records) or an answer passes. Where AWS validates such a call before it authorizes it, a
+/// missing permission shows only at the first write, which then stops the relay with the code.
 async fn writable(client: &aws_sdk_kinesis::Client, flag: &str, stream: &str) -> Result<(), Refused> {
     let call = client.put_records().set_records(Some(Vec::new()));
     let call = if stream.starts_with("arn:") { call.stream_arn(stream) } else { call.stream_name(stream) };
@@ -235,7 +236,7 @@ async fn check(aws: &AwsConfig, cfg: &KinesisConfig) -> crate::sink::registered:
             return fail(r);
         }
         lines.push(format!(
-            "{stream}: ACTIVE, {} mode, {} open shards, records up to {} bytes, writable",
+            "{stream}: ACTIVE, {} mode, {} open shards, records up to {} bytes, PutRecords not refused",
             f.mode, f.shards, f.max_bytes
         ));
     }
