@@ -70,15 +70,19 @@ struct Failure {
 }
 type Call = Pin<Box<dyn Future<Output = Sent> + Send>>;
 
+/// The partition keys in flight, of the stream (`[0]`) and of the dead-letter stream (`[1]`).
+/// Looked up by `&str`: [`take_batch`] asks for every waiting job, so the lookup allocates nothing.
+type Busy = [HashSet<String>; 2];
+
 /// The key a job holds while in flight: its stream and partition key (keyed events only).
-fn lane(job: &Job, ordered: bool) -> Option<(bool, String)> {
-    (ordered && job.keyed).then(|| (job.dlq, job.partition_key.clone()))
+fn lane(job: &Job, ordered: bool) -> Option<(usize, &str)> {
+    (ordered && job.keyed).then_some((usize::from(job.dlq), job.partition_key.as_str()))
 }
 
 /// The publisher: runs until the channel closes and nothing is left in flight.
 pub async fn run(target: Target, mut rx: mpsc::Receiver<Job>) {
     let mut waiting: BTreeMap<u64, Job> = BTreeMap::new();
-    let mut busy: HashSet<(bool, String)> = HashSet::new();
+    let mut busy: Busy = Default::default();
     let mut calls: FuturesUnordered<Call> = FuturesUnordered::new();
     let mut next_seq = 0u64;
     let mut attempt = 0u32;
@@ -124,7 +128,7 @@ pub async fn run(target: Target, mut rx: mpsc::Receiver<Job>) {
 
 /// The next batch: the oldest waiting jobs for one stream, at most one per free key, within
 /// [`BATCH`] records and [`BATCH_BYTES`].
-fn take_batch(waiting: &mut BTreeMap<u64, Job>, busy: &mut HashSet<(bool, String)>, ordered: bool) -> Vec<(u64, Job)> {
+fn take_batch(waiting: &mut BTreeMap<u64, Job>, busy: &mut Busy, ordered: bool) -> Vec<(u64, Job)> {
     let mut picked: Vec<u64> = Vec::new();
     let mut dlq = None;
     let mut bytes = 0usize;
@@ -136,14 +140,14 @@ fn take_batch(waiting: &mut BTreeMap<u64, Job>, busy: &mut HashSet<(bool, String
             continue;
         }
         let l = lane(job, ordered);
-        if l.as_ref().is_some_and(|l| busy.contains(l)) {
+        if l.is_some_and(|(s, k)| busy[s].contains(k)) {
             continue;
         }
         if bytes + job.size > BATCH_BYTES && !picked.is_empty() {
             break;
         }
-        if let Some(l) = l {
-            busy.insert(l);
+        if let Some((s, k)) = l {
+            busy[s].insert(k.to_owned());
         }
         dlq = Some(job.dlq);
         bytes += job.size;
@@ -185,12 +189,12 @@ fn settle(
     sent: Vec<(u64, Job)>,
     answer: Answer,
     waiting: &mut BTreeMap<u64, Job>,
-    busy: &mut HashSet<(bool, String)>,
+    busy: &mut Busy,
     ordered: bool,
 ) -> bool {
     for (_, job) in &sent {
-        if let Some(l) = lane(job, ordered) {
-            busy.remove(&l);
+        if let Some((s, k)) = lane(job, ordered) {
+            busy[s].remove(k);
         }
     }
     let out = match answer {
