@@ -306,4 +306,6 @@ pub struct SinkArgs {
     pub sqs: crate::sink::sqs::config::SqsArgs,
     #[command(flatten)]
     pub sns: crate::sink::sns::config::SnsArgs,
+    #[command(flatten)]
+    pub kinesis: crate::sink::kinesis::config::KinesisArgs,
 }

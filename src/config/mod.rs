@@ -118,6 +118,8 @@ pub struct Config {
     pub sqs: crate::sink::sqs::config::SqsConfig,
     /// `--sns-*` (used by `--sink sns`).
     pub sns: crate::sink::sns::config::SnsConfig,
+    /// `--kinesis-*` (used by `--sink kinesis`).
+    pub kinesis: crate::sink::kinesis::config::KinesisConfig,
     /// The `--*-url-file` options given: those URLs are shown by path only.
     pub url_files: UrlFiles,
     pub max_in_flight: usize,

@@ -13,6 +13,7 @@ use crate::error::Definite;
 use crate::sink::aws::AwsConfig;
 use crate::sink::http::config::HttpConfig;
 use crate::sink::kafka::config::{DeliveryArgs, KafkaConfig};
+use crate::sink::kinesis::config::KinesisConfig;
 use crate::sink::nats::config::NatsConfig;
 use crate::sink::rabbitmq::config::RabbitConfig;
 use crate::sink::redis::config::RedisConfig;
@@ -33,6 +34,7 @@ pub(super) struct Sinks {
     pub aws: AwsConfig,
     pub sqs: SqsConfig,
     pub sns: SnsConfig,
+    pub kinesis: KinesisConfig,
     pub url_files: UrlFiles,
 }
 
@@ -93,6 +95,10 @@ pub(super) fn validate(
             a.on_bad_event == crate::config::BadEventPolicy::Dlq
                 && (dlq_sink == Some(SinkKind::Sns) || (dlq_sink.is_none() && a.sink == SinkKind::Sns)),
         )?,
+        kinesis: a.kinesis.validate(
+            used(SinkKind::Kinesis),
+            a.on_bad_event == crate::config::BadEventPolicy::Dlq && (dlq_sink.is_none() && a.sink == SinkKind::Kinesis),
+        )?,
         url_files: UrlFiles {
             nats: a.nats.conn.nats_url_file.clone(),
             redis: a.redis.conn.redis_url_file.clone(),
@@ -114,6 +120,7 @@ pub(super) fn show(c: &Config, push: &mut dyn FnMut(&'static str, String)) {
     c.aws.show(push);
     c.sqs.show(push);
     c.sns.show(push);
+    c.kinesis.show(push);
 }
 
 /// `--delivery` and, with exactly-once, the transactions' flags.

@@ -764,6 +764,8 @@ fn outboxd_config_prints_every_run_flag() {
         "sqs-dlq-queue-url",
         "sns-topic-arn",
         "sns-dlq-queue-url",
+        "kinesis-stream",
+        "kinesis-dlq-stream",
         // with --delivery exactly-once only
         "transaction-interval",
         "position-topic",

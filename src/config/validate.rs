@@ -72,6 +72,7 @@ impl Config {
             aws: s.aws,
             sqs: s.sqs,
             sns: s.sns,
+            kinesis: s.kinesis,
             redis: s.redis,
             rabbitmq: s.rabbitmq,
             http: s.http,

@@ -35,6 +35,7 @@ pub mod escape;
 mod handoff;
 pub(crate) mod http;
 pub mod kafka;
+pub(crate) mod kinesis;
 pub mod link;
 pub mod moved;
 pub(crate) mod nats;

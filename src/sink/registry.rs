@@ -21,6 +21,7 @@ use super::delivery::Delivery;
 use super::escape::Limits;
 use super::http::HttpSink;
 use super::kafka::KafkaSink;
+use super::kinesis::KinesisSink;
 use super::nats::NatsSink;
 use super::rabbitmq::RabbitSink;
 use super::redis::RedisSink;
@@ -163,6 +164,8 @@ sinks! {
     Sqs => SqsSink,
     /// Amazon SNS: PublishBatch to --sns-topic-arn (standard or FIFO).
     Sns => SnsSink,
+    /// Amazon Kinesis Data Streams: PutRecords to --kinesis-stream.
+    Kinesis => KinesisSink,
 }
 
 /// The `--sink` values whose dead letters `outboxd dlq` reads, as a sentence lists them:

@@ -9,6 +9,11 @@ reaching the server. Of the SendMessageBatch calls (SQS's JSON protocol), a SHAR
 with a random part of their entries taken out, which come back in the answer's Failed list as a
 per-entry throttle (RequestThrottled, SenderFault false): SQS stored the others. STATSFILE gets
 "whole=N entries=M" after each injection.
+
+Kinesis PutRecords calls (JSON 1.1, X-Amz-Target Kinesis_20131202.PutRecords) get the same: a SHARE
+is answered 400 ProvisionedThroughputExceededException, as many again reach the server without a
+random part of their records, which come back in the answer's Records, at their places, with
+ErrorCode ProvisionedThroughputExceededException (the partial failure): Kinesis stored the others.
 """
 import json
 import random
@@ -69,6 +74,9 @@ class Proxy(BaseHTTPRequestHandler):
                    "<RequestId>injected</RequestId></ErrorResponse>")
             self.answer(400, [("Content-Type", "text/xml")], err.encode())
             return
+        if target == "Kinesis_20131202.PutRecords":
+            self.put_records(body)
+            return
         if target.endswith(".SendMessageBatch"):
             roll = random.random()
             if roll < SHARE:
@@ -99,6 +107,41 @@ class Proxy(BaseHTTPRequestHandler):
                     self.answer(status, headers, up)
                     return
         self.answer(*self.forward(body))
+
+
+    def put_records(self, body):
+        json11 = [("Content-Type", "application/x-amz-json-1.1")]
+        roll = random.random()
+        if roll < SHARE:
+            count("whole")
+            err = {"__type": "ProvisionedThroughputExceededException", "message": "Rate exceeded (injected)"}
+            self.answer(400, json11, json.dumps(err).encode())
+            return
+        if roll >= 2 * SHARE:
+            self.answer(*self.forward(body))
+            return
+        req = json.loads(body)
+        records = req.get("Records", [])
+        dropped = [random.random() < 0.4 for _ in records]
+        if not any(dropped):
+            self.answer(*self.forward(body))
+            return
+        count("entries", sum(dropped))
+        kept = [r for r, d in zip(records, dropped) if not d]
+        stored = []
+        if kept:
+            req["Records"] = kept
+            status, headers, up = self.forward(json.dumps(req).encode())
+            if status != 200:
+                self.answer(status, headers, up)
+                return
+            stored = json.loads(up)["Records"]
+        out, it = [], iter(stored)
+        for d in dropped:
+            out.append({"ErrorCode": "ProvisionedThroughputExceededException",
+                         "ErrorMessage": "Rate exceeded for shard (injected)"} if d else next(it))
+        failed = sum(1 for r in out if "ErrorCode" in r)
+        self.answer(200, json11, json.dumps({"FailedRecordCount": failed, "Records": out}).encode())
 
 
 server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
