@@ -92,7 +92,12 @@ measure() {
   case $tool in
     callgrind)
       f="$OUT/callgrind.$LABEL.$shape.$sink.$slot.out"
-      run_under "$slot" "$sink" "$end" valgrind --tool=callgrind --callgrind-out-file="$f" --quiet
+      # quanta (the metrics recorder's clock) calibrates the TSC against the wall clock once at
+      # start-up, in a loop whose length depends on the machine's load: 1-4 M instructions that
+      # varied from run to run by more than a 4,000-row backlog's 5%. Not counted: collection is
+      # off inside it (--toggle-collect alone would also turn it off at start, hence atstart=yes).
+      run_under "$slot" "$sink" "$end" valgrind --tool=callgrind --callgrind-out-file="$f" --quiet \
+        --toggle-collect='quanta::Clock::new*' --collect-atstart=yes
       # Sum over every thread's file (callgrind writes one per thread with --separate-threads=no: one file).
       local ir tls
       ir=$(awk '/^summary:/ { s += $2 } /^totals:/ { t += $2 } END { print (s ? s : t) + 0 }' "$f"*)
