@@ -18,7 +18,11 @@
 #        perf (perf stat: context switches, sched_wakeup events raised by outboxd's threads,
 #        system calls, futex calls; task-clock is shown but is load-dependent).
 # Fixed costs (start-up, set-up checks, connections, shutdown) are measured on an empty backlog
-# and subtracted, so "per event" is the marginal cost: (run − empty run) / events.
+# and subtracted, so "per event" is the marginal cost: (run − empty run) / events. With BASE_ROWS=B
+# the subtracted run drains a backlog of B rows (same shape) instead, and the measured one B + N:
+# the first records' one-off costs (a topic's metadata, a relation's description, buffers
+# growing to size) then cancel too, so a short backlog already gives the long one's figure
+# (bench/gate.sh does this; B must be a multiple of BIG_TXN_ROWS for the big shape).
 #
 # Other knobs: BIN (default target/release/outboxd, built unless NO_BUILD=1), OUT (directory for
 # callgrind files and the summary; default bench/profile-out), OUTBOXD_EXTRA (extra flags for
@@ -35,6 +39,7 @@ N_SINGLE=${N_SINGLE:-20000}
 N_BIG=${N_BIG:-20000}
 BIG_TXN_ROWS=${BIG_TXN_ROWS:-1000}
 N_HUGE=${N_HUGE:-100000}
+BASE_ROWS=${BASE_ROWS:-0}
 OUT=${OUT:-bench/profile-out}
 OUTBOXD_EXTRA=${OUTBOXD_EXTRA:-}
 LABEL=${LABEL:-$(git rev-parse --short HEAD 2>/dev/null || echo build)$(git diff --quiet 2>/dev/null || echo +dirty)}
@@ -87,7 +92,12 @@ measure() {
   case $tool in
     callgrind)
       f="$OUT/callgrind.$LABEL.$shape.$sink.$slot.out"
-      run_under "$slot" "$sink" "$end" valgrind --tool=callgrind --callgrind-out-file="$f" --quiet
+      # quanta (the metrics recorder's clock) calibrates the TSC against the wall clock once at
+      # start-up, in a loop whose length depends on the machine's load: 1-4 M instructions that
+      # varied from run to run by more than a 4,000-row backlog's 5%. Not counted: collection is
+      # off inside it (--toggle-collect alone would also turn it off at start, hence atstart=yes).
+      run_under "$slot" "$sink" "$end" valgrind --tool=callgrind --callgrind-out-file="$f" --quiet \
+        --toggle-collect='quanta::Clock::new*' --collect-atstart=yes
       # Sum over every thread's file (callgrind writes one per thread with --separate-threads=no: one file).
       local ir tls
       ir=$(awk '/^summary:/ { s += $2 } /^totals:/ { t += $2 } END { print (s ? s : t) + 0 }' "$f"*)
@@ -138,13 +148,18 @@ for shape in $SHAPES; do
   for sink in $SINKS; do for tool in $TOOLS; do
     new_slot "e_${shape}_${sink}_$tool"
   done; done
-  pg_psql -q -c "SELECT pg_logical_emit_message(false, 'outboxd.heartbeat', '')" >/dev/null
+  if [ "$BASE_ROWS" -gt 0 ]; then
+    [ $((BASE_ROWS % per)) = 0 ] || { echo "BASE_ROWS=$BASE_ROWS is not a multiple of $per (shape $shape)" >&2; exit 2; }
+    insert_rows "$BASE_ROWS" "$per"
+  else
+    pg_psql -q -c "SELECT pg_logical_emit_message(false, 'outboxd.heartbeat', '')" >/dev/null
+  fi
   end0=$(pg_psql -qAt -c "SELECT pg_current_wal_insert_lsn()")
   for sink in $SINKS; do for tool in $TOOLS; do
     EMPTY[$sink.$tool]=$(measure "$shape" "$sink" "$tool" "e_${shape}_${sink}_$tool" "$end0")
   done; done
   for sink in $SINKS; do for tool in $TOOLS; do new_slot "m_${shape}_${sink}_$tool"; done; done
-  insert_rows "$rows" "$per"
+  insert_rows $((BASE_ROWS + rows)) "$per"
   end=$(pg_psql -qAt -c "SELECT pg_current_wal_insert_lsn()")
   pg_psql -q -c "CHECKPOINT"
   for sink in $SINKS; do for tool in $TOOLS; do

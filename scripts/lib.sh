@@ -145,6 +145,8 @@ ensure_tools() {
   command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
   # tests/pooler.rs starts private PgBouncers (transaction and session mode) in front of PostgreSQL.
   [ -x /usr/sbin/pgbouncer ] || need+=(pgbouncer)
+  # bench/gate.sh (scripts/test's cost gate) and bench/profile.sh count instructions with callgrind.
+  command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
   if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   fi
