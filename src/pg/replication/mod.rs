@@ -268,21 +268,7 @@ impl ReplicationStream {
         loop {
             let tag = self.conn.fill_frame().await?;
             match tag {
-                b'd' => {
-                    let Some(backend::Message::CopyData(body)) =
-                        backend::Message::parse(&mut self.conn.rbuf).map_err(|e| self.conn.io(e))?
-                    else {
-                        return Err(self.conn.protocol("bad CopyData frame").into());
-                    };
-                    self.pinged = false;
-                    let msg = self.parse_copy_data(body.into_bytes())?;
-                    match &msg {
-                        WalMessage::Data { wal_end, .. } | WalMessage::Keepalive { wal_end, .. } => {
-                            self.last_received = self.last_received.max(*wal_end);
-                        }
-                    }
-                    return Ok(msg);
-                }
+                b'd' => return Ok(self.take_copy_data()?),
                 b'c' => return Err(Transient::PgClosed { target: self.conn.target.clone() }.into()),
                 _ => match self.conn.read_message().await? {
                     backend::Message::ErrorResponse(body) => return Err(stream_error(server_error(&body))),
@@ -298,6 +284,37 @@ impl ReplicationStream {
                 },
             }
         }
+    }
+
+    /// The next message when a whole CopyData frame is buffered already; `None` when reading one
+    /// would need the socket (or the next frame is not CopyData: [`ReplicationStream::next`]
+    /// handles those). No I/O, so the session can drain a burst without a `select!` turn per
+    /// message.
+    pub fn try_next(&mut self) -> Option<Result<WalMessage, Error>> {
+        match frame_header(&self.conn.rbuf) {
+            Some((b'd', len)) if self.conn.rbuf.len() > len => Some(self.take_copy_data().map_err(Error::from)),
+            _ => None,
+        }
+    }
+
+    /// Take the CopyData frame at the head of the buffer (its header checked and the whole frame
+    /// buffered by the caller) and parse its body. The frame is split off the read buffer, not
+    /// copied: the XLogData payload, and every value decoded from it, share that allocation.
+    fn take_copy_data(&mut self) -> Result<WalMessage, Definite> {
+        let Some((_, len)) = frame_header(&self.conn.rbuf) else {
+            return Err(self.conn.protocol("short CopyData frame"));
+        };
+        // Tag (1 byte), then the length (4 bytes, counting itself), then the body.
+        let mut frame = self.conn.rbuf.split_to(1 + len);
+        frame.advance(5);
+        self.pinged = false;
+        let msg = self.parse_copy_data(frame.freeze())?;
+        match &msg {
+            WalMessage::Data { wal_end, .. } | WalMessage::Keepalive { wal_end, .. } => {
+                self.last_received = self.last_received.max(*wal_end);
+            }
+        }
+        Ok(msg)
     }
 
     fn parse_copy_data(&self, b: Bytes) -> Result<WalMessage, Definite> {
@@ -390,6 +407,11 @@ impl ReplicationStream {
 pub trait WalSource {
     /// Next message. Must be cancel-safe: the loop polls it as one arm of a `select!`.
     async fn next(&mut self) -> Result<WalMessage, Error>;
+    /// The next message if it is at hand without waiting (already buffered), else `None`; the
+    /// default never has one. Messages come in the same order `next` gives them.
+    fn try_next(&mut self) -> Option<Result<WalMessage, Error>> {
+        None
+    }
     /// Standby status update with flush = apply = `confirmed`.
     async fn send_status(&mut self, confirmed: Lsn) -> Result<(), Error>;
     /// How often [`WalSource::check_liveness`] should run; `None`: never.
@@ -406,6 +428,9 @@ pub trait WalSource {
 impl WalSource for ReplicationStream {
     async fn next(&mut self) -> Result<WalMessage, Error> {
         ReplicationStream::next(self).await
+    }
+    fn try_next(&mut self) -> Option<Result<WalMessage, Error>> {
+        ReplicationStream::try_next(self)
     }
     async fn send_status(&mut self, confirmed: Lsn) -> Result<(), Error> {
         ReplicationStream::send_status(self, confirmed).await

@@ -72,6 +72,9 @@ enum RelationEntry {
     Other,
 }
 
+/// Buffered WAL messages handled per turn of the session loop besides the one that woke it.
+const WAL_BURST: usize = 128;
+
 enum Phase {
     Streaming,
     Draining { deadline: Instant },
@@ -194,7 +197,10 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                         }
                         w = self.relay.wake() => self.on_relay(w).await?,
                         _ = ticker.tick() => self.send_status().await?,
-                        msg = self.stream.next(), if can_read => self.on_wal(msg?).await?,
+                        msg = self.stream.next(), if can_read => {
+                            self.on_wal(msg?).await?;
+                            self.on_buffered_wal().await?;
+                        }
                         // After the WAL arm: data already waiting always wins over a deadline.
                         _ = liveness.tick(), if can_read && live_period.is_some() => {
                             let confirmed = self.tracker.confirmed();
@@ -250,6 +256,21 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             m.transactions.increment(1);
             m.commit_to_ack.record((now - commit_time).max(0) as f64 / 1e6);
         });
+    }
+
+    /// The messages of a burst that are buffered already, up to [`WAL_BURST`], each handled as
+    /// the `select!`'s WAL arm would, without a turn of the loop per message (a turn builds and
+    /// polls every arm's future: most of a small event's cost). Backpressure is checked before
+    /// each one; acks, the status timer and shutdown wait at most one burst.
+    async fn on_buffered_wal(&mut self) -> Result<(), Error> {
+        for _ in 0..WAL_BURST {
+            if !self.can_read() {
+                break;
+            }
+            let Some(msg) = self.stream.try_next() else { break };
+            self.on_wal(msg?).await?;
+        }
+        Ok(())
     }
 
     async fn on_wal(&mut self, msg: WalMessage) -> Result<(), Error> {
