@@ -99,7 +99,8 @@ pub struct Session<'a, S: Sink, W: WalSource> {
     stream: W,
     decoder: Decoder,
     tracker: AckTracker,
-    relations: HashMap<u32, RelationEntry>,
+    /// By relation oid, looked up per row: foldhash, not SipHash (the keys come from the server).
+    relations: HashMap<u32, RelationEntry, foldhash::fast::RandomState>,
     /// `--messages-prefix`: the route of logical-message events, compiled at the first one.
     messages: Option<message::Messages>,
     /// `--debezium-offsets`: what Debezium delivered before this slot was ours.
@@ -118,7 +119,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             stream,
             decoder: Decoder::new(1),
             tracker: AckTracker::new(start),
-            relations: HashMap::new(),
+            relations: HashMap::default(),
             messages: None,
             resume: ctx.cfg.debezium_offsets.as_ref().map(|(_, o)| resume::Resume::new(o.clone())),
             shared: None,
