@@ -572,6 +572,71 @@ mod tests {
         assert!(ok.is_ok(), "{ok:?}");
     }
 
+    /// One CopyData frame holding XLogData with `payload` at `lsn`.
+    fn xlog_frame(lsn: u64, payload: &[u8]) -> Vec<u8> {
+        let mut body = vec![b'w'];
+        body.extend_from_slice(&lsn.to_be_bytes());
+        body.extend_from_slice(&(lsn + 1).to_be_bytes());
+        body.extend_from_slice(&0i64.to_be_bytes());
+        body.extend_from_slice(payload);
+        let mut f = vec![b'd'];
+        f.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        f.extend_from_slice(&body);
+        f
+    }
+
+    /// `try_next` hands out whole buffered CopyData frames in order, without I/O; a partial frame
+    /// or a frame of another kind is left for `next`, which reads the rest or reports it.
+    #[tokio::test]
+    async fn try_next_takes_only_whole_buffered_copy_data() {
+        let (client, mut server) = tokio::io::duplex(64 * 1024);
+        let conn = ReplicationConn {
+            sock: Box::new(client),
+            rbuf: BytesMut::new(),
+            wbuf: BytesMut::new(),
+            target: "test".into(),
+            backend_pid: None,
+            last_rx: Instant::now(),
+        };
+        let mut s = ReplicationStream { conn, last_received: Lsn(0), receiver_timeout: Duration::ZERO, pinged: false };
+        assert!(s.try_next().is_none(), "nothing buffered yet");
+        let third = xlog_frame(30, b"Cthird");
+        let mut burst = [xlog_frame(10, b"Bfirst"), xlog_frame(20, b"Isecond")].concat();
+        burst.extend_from_slice(&third[..7]);
+        server.write_all(&burst).await.unwrap();
+        let data = |m: WalMessage| match m {
+            WalMessage::Data { wal_start, data, .. } => (wal_start, data),
+            other => panic!("{other:?}"),
+        };
+        // `next` reads the burst and gives the first frame; the second is then at hand.
+        assert_eq!(data(s.next().await.unwrap()), (Lsn(10), Bytes::from_static(b"Bfirst")));
+        assert_eq!(data(s.try_next().unwrap().unwrap()), (Lsn(20), Bytes::from_static(b"Isecond")));
+        assert_eq!(s.last_received(), Lsn(21));
+        assert!(s.try_next().is_none(), "the third frame is not whole yet");
+        server.write_all(&third[7..]).await.unwrap();
+        assert_eq!(data(s.next().await.unwrap()), (Lsn(30), Bytes::from_static(b"Cthird")));
+        // A frame that is not CopyData (here ErrorResponse) is `next`'s to report.
+        let mut err = vec![b'E', 0, 0, 0, 0];
+        for (code, text) in [(b'C', "57P01"), (b'M', "terminating")] {
+            err.push(code);
+            err.extend_from_slice(text.as_bytes());
+            err.push(0);
+        }
+        err.push(0);
+        let len = (err.len() - 1) as u32;
+        err[1..5].copy_from_slice(&len.to_be_bytes());
+        server.write_all(&err).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(s.try_next().is_none());
+        assert!(s.next().await.is_err());
+        // A CopyData frame too short for its header is an error, not a panic.
+        let (client, mut server) = tokio::io::duplex(1024);
+        s.conn.sock = Box::new(client);
+        s.conn.rbuf.clear();
+        server.write_all(&[b'd', 0, 0, 0, 1]).await.unwrap();
+        assert!(s.next().await.is_err());
+    }
+
     #[test]
     fn copy_data_framing() {
         let mut k = vec![b'k'];
