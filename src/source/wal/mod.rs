@@ -15,7 +15,9 @@
 //!    the death of a task the sink depends on;
 //! 3. the status timer: the server must hear from us even when we are saturated;
 //! 4. new WAL, read only while fewer than `--max-in-flight` records and `--max-in-flight-bytes`
-//!    bytes await acks and the sink is not blocked (backpressure);
+//!    bytes await acks and the sink is not blocked (backpressure); the messages of a burst already
+//!    buffered follow in the same turn, up to [`WAL_BURST`], each after the same backpressure
+//!    check, so the arms above wait at most one burst;
 //! 5. the liveness tick (`--wal-receiver-timeout`): ask the server for a reply after half of it
 //!    without a byte, end the session after all of it. It runs only while we read, so
 //!    backpressure is not silence.
