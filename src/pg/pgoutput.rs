@@ -16,7 +16,7 @@
 //!   Names (C strings) are copied into `String` after a UTF-8 check.
 //! - A message must be consumed exactly: leftover bytes are an error, not ignored.
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 
 use crate::lsn::Lsn;
 
@@ -257,10 +257,10 @@ impl Decoder {
     /// Decode one pgoutput message (the payload of one XLogData). Errors on unknown tag,
     /// truncated input, or trailing bytes.
     pub fn decode(&mut self, buf: Bytes) -> Result<LogicalMessage> {
-        let mut r = Reader(buf);
+        let mut r = Reader { buf, pos: 0 };
         let msg = self.parse(&mut r)?;
-        if !r.0.is_empty() {
-            return Err(DecodeError::TrailingBytes(r.0.len()));
+        if r.remaining() != 0 {
+            return Err(DecodeError::TrailingBytes(r.remaining()));
         }
         match msg {
             LogicalMessage::StreamStart(_) => self.in_stream = true,
@@ -349,7 +349,7 @@ impl Decoder {
                 let xid = stream_xid(r)?;
                 let n = r.count32("Truncate relation count")?;
                 let options = r.u8("Truncate.options")?;
-                if n.checked_mul(4).is_none_or(|need| need > r.0.len()) {
+                if n.checked_mul(4).is_none_or(|need| need > r.remaining()) {
                     return Err(DecodeError::Truncated { what: "Truncate.relation_ids" });
                 }
                 let relation_ids = (0..n).map(|_| r.u32("Truncate.relation_ids")).collect::<Result<_>>()?;
@@ -418,66 +418,79 @@ fn bad_marker(what: &'static str, b: u8) -> DecodeError {
     DecodeError::Invalid { what, detail: format!("unexpected byte 0x{b:02x}") }
 }
 
-/// Bounds-checked big-endian cursor over the message; every read returns `Result`.
-struct Reader(Bytes);
+/// Bounds-checked big-endian cursor over the message; every read returns `Result`. Reads index
+/// the buffer at `pos` (`pos <= buf.len()` always); only a value handed out as [`Bytes`] (a
+/// tuple value, a message's content) takes a reference on the buffer.
+struct Reader {
+    buf: Bytes,
+    pos: usize,
+}
 
 impl Reader {
+    fn remaining(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos)
+    }
+
+    fn rest(&self) -> &[u8] {
+        self.buf.get(self.pos..).unwrap_or_default()
+    }
+
     fn need(&self, n: usize, what: &'static str) -> Result<()> {
-        match self.0.len() >= n {
+        match self.remaining() >= n {
             true => Ok(()),
             false => Err(DecodeError::Truncated { what }),
         }
     }
 
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N]> {
+        let a = *self.rest().first_chunk::<N>().ok_or(DecodeError::Truncated { what })?;
+        self.pos += N;
+        Ok(a)
+    }
+
     fn u8(&mut self, what: &'static str) -> Result<u8> {
-        self.need(1, what)?;
-        Ok(self.0.get_u8())
+        Ok(self.array::<1>(what)?[0])
     }
 
     fn i16(&mut self, what: &'static str) -> Result<i16> {
-        self.need(2, what)?;
-        Ok(self.0.get_i16())
+        self.array(what).map(i16::from_be_bytes)
     }
 
     fn i32(&mut self, what: &'static str) -> Result<i32> {
-        self.need(4, what)?;
-        Ok(self.0.get_i32())
+        self.array(what).map(i32::from_be_bytes)
     }
 
     fn u32(&mut self, what: &'static str) -> Result<u32> {
-        self.need(4, what)?;
-        Ok(self.0.get_u32())
+        self.array(what).map(u32::from_be_bytes)
     }
 
     fn i64(&mut self, what: &'static str) -> Result<i64> {
-        self.need(8, what)?;
-        Ok(self.0.get_i64())
+        self.array(what).map(i64::from_be_bytes)
     }
 
     fn u64(&mut self, what: &'static str) -> Result<u64> {
-        self.need(8, what)?;
-        Ok(self.0.get_u64())
+        self.array(what).map(u64::from_be_bytes)
     }
 
     fn lsn(&mut self, what: &'static str) -> Result<Lsn> {
         self.u64(what).map(Lsn)
     }
 
+    /// The next `n` bytes as a slice of the message (a reference, not a copy).
     fn bytes(&mut self, n: usize, what: &'static str) -> Result<Bytes> {
         self.need(n, what)?;
-        Ok(self.0.split_to(n))
+        let b = self.buf.slice(self.pos..self.pos + n);
+        self.pos += n;
+        Ok(b)
     }
 
     /// NUL-terminated string, UTF-8 checked.
     fn cstr(&mut self, what: &'static str) -> Result<String> {
-        let nul = self.0.iter().position(|&b| b == 0);
-        let nul = nul.ok_or(DecodeError::Truncated { what })?;
-        let s = self.0.split_to(nul);
-        self.0.advance(1);
-        match std::str::from_utf8(&s) {
-            Ok(s) => Ok(s.to_owned()),
-            Err(_) => Err(DecodeError::InvalidUtf8 { what }),
-        }
+        let rest = self.rest();
+        let nul = rest.iter().position(|&b| b == 0).ok_or(DecodeError::Truncated { what })?;
+        let s = std::str::from_utf8(&rest[..nul]).map_err(|_| DecodeError::InvalidUtf8 { what })?.to_owned();
+        self.pos += nul + 1;
+        Ok(s)
     }
 
     fn expect(&mut self, want: u8, what: &'static str) -> Result<()> {

@@ -67,8 +67,17 @@ impl Route {
             headers: Vec::new(),
             payload_dropped: None,
         };
-        let id = match value(self.id) {
-            Ok(Some(_)) => event_id().unwrap_or_default(),
+        // The id header is the column's own bytes (a slice of the message, not a copy) when they
+        // are UTF-8, as a text column's always are; else the lossy text the event id is.
+        let (id, id_header) = match value(self.id) {
+            Ok(Some(raw)) => match std::str::from_utf8(raw) {
+                Ok(s) => (s.to_owned(), raw.clone()),
+                Err(_) => {
+                    let s = String::from_utf8_lossy(raw).into_owned();
+                    let b = Bytes::copy_from_slice(s.as_bytes());
+                    (s, b)
+                }
+            },
             Ok(None) => return Err(bad("null_id", "the event id column is NULL".into(), None)),
             Err(e) => return Err(bad("bad_value", e, None)),
         };
@@ -121,7 +130,7 @@ impl Route {
         if let Some(ms) = timestamp_ms.filter(|ms| *ms < 0) {
             return Err(fail("invalid_timestamp", timestamp::before_epoch(ms)));
         }
-        let mut headers = vec![("id".to_owned(), Bytes::copy_from_slice(id.as_bytes()))];
+        let mut headers = vec![("id".to_owned(), id_header)];
         if let Some(c) = self.headers {
             if let Some(h) = value(c).map_err(|e| fail("bad_value", e))? {
                 expand_headers(h, &mut headers).map_err(|e| fail("invalid_json", e))?;

@@ -69,38 +69,41 @@ pub fn epoch_ms(type_oid: u32, text: &[u8]) -> Result<Option<i64>, String> {
 /// else, valid or not, is `None` and goes to the general parser, which gives the same instant or
 /// the error.
 fn walsender_epoch_ms(text: &[u8], utc_suffix: bool) -> Option<i64> {
-    let num = |r: std::ops::Range<usize>| -> Option<i64> {
-        let digits = text.get(r)?;
-        digits.iter().try_fold(0i64, |n, &b| b.is_ascii_digit().then(|| n * 10 + i64::from(b - b'0')))
+    // Fixed positions up to the seconds: one bounds check, then digit by digit.
+    let head: &[u8; 19] = text.get(..19)?.try_into().ok()?;
+    let digit = |i: usize| -> Option<i64> {
+        let d = head[i].wrapping_sub(b'0');
+        (d < 10).then_some(i64::from(d))
     };
-    let sep = |i: usize, c: u8| text.get(i) == Some(&c);
-    if !(sep(4, b'-') && sep(7, b'-') && sep(10, b' ') && sep(13, b':') && sep(16, b':')) {
+    let two = |i: usize| Some(digit(i)? * 10 + digit(i + 1)?);
+    if !(head[4] == b'-' && head[7] == b'-' && head[10] == b' ' && head[13] == b':' && head[16] == b':') {
         return None;
     }
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    let mut i = 19;
+    let year = two(0)? * 100 + two(2)?;
+    let (month, day) = (two(5)?, two(8)?);
+    let (hour, minute, second) = (two(11)?, two(14)?, two(17)?);
+    let mut rest = &text[19..];
     let mut millis = 0;
-    if sep(i, b'.') {
-        let digits = text[i + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
+    if let [b'.', fraction @ ..] = rest {
+        let digits = fraction.iter().take(7).take_while(|b| b.is_ascii_digit()).count();
         if !(1..=6).contains(&digits) {
             return None;
         }
         // Milliseconds truncate the fraction, as jiff's `as_millisecond` does for instants >= 1970.
-        let first3 = num(i + 1..i + 1 + digits.min(3))?;
-        millis = first3 * 10i64.pow(3 - digits.min(3) as u32);
-        i += 1 + digits;
+        for i in 0..3 {
+            millis = millis * 10 + fraction.get(i).filter(|_| i < digits).map_or(0, |b| i64::from(b - b'0'));
+        }
+        rest = &fraction[digits..];
     }
-    let rest = &text[i..];
     if rest != if utc_suffix { &b"+00"[..] } else { &b""[..] } {
         return None;
     }
+    const MONTH_DAYS: [i64; 12] = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
     let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
     let valid = (1970..=9998).contains(&year)
         && (1..=12).contains(&month)
         && day >= 1
-        && day <= month_days[(month - 1) as usize]
+        && day <= MONTH_DAYS[(month - 1) as usize] + i64::from(leap && month == 2)
         && hour < 24
         && minute < 60
         && second < 60;

@@ -19,7 +19,9 @@ const MEMO_CAP: usize = 4096;
 /// topics are kept; past [`MEMO_CAP`] distinct values the memo is emptied, so memory stays bounded
 /// whatever the values. A clone starts empty.
 #[derive(Debug, Default)]
-pub struct TopicMemo(Mutex<HashMap<Bytes, String>>);
+// foldhash, not SipHash: one lookup per record; the keys are bounded in number and the seed is
+// random per process.
+pub struct TopicMemo(Mutex<HashMap<Bytes, String, foldhash::fast::RandomState>>);
 
 impl Clone for TopicMemo {
     fn clone(&self) -> Self {

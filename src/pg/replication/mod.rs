@@ -268,21 +268,7 @@ impl ReplicationStream {
         loop {
             let tag = self.conn.fill_frame().await?;
             match tag {
-                b'd' => {
-                    let Some(backend::Message::CopyData(body)) =
-                        backend::Message::parse(&mut self.conn.rbuf).map_err(|e| self.conn.io(e))?
-                    else {
-                        return Err(self.conn.protocol("bad CopyData frame").into());
-                    };
-                    self.pinged = false;
-                    let msg = self.parse_copy_data(body.into_bytes())?;
-                    match &msg {
-                        WalMessage::Data { wal_end, .. } | WalMessage::Keepalive { wal_end, .. } => {
-                            self.last_received = self.last_received.max(*wal_end);
-                        }
-                    }
-                    return Ok(msg);
-                }
+                b'd' => return Ok(self.take_copy_data()?),
                 b'c' => return Err(Transient::PgClosed { target: self.conn.target.clone() }.into()),
                 _ => match self.conn.read_message().await? {
                     backend::Message::ErrorResponse(body) => return Err(stream_error(server_error(&body))),
@@ -298,6 +284,37 @@ impl ReplicationStream {
                 },
             }
         }
+    }
+
+    /// The next message when a whole CopyData frame is buffered already; `None` when reading one
+    /// would need the socket (or the next frame is not CopyData: [`ReplicationStream::next`]
+    /// handles those). No I/O, so the session can drain a burst without a `select!` turn per
+    /// message.
+    pub fn try_next(&mut self) -> Option<Result<WalMessage, Error>> {
+        match frame_header(&self.conn.rbuf) {
+            Some((b'd', len)) if self.conn.rbuf.len() > len => Some(self.take_copy_data().map_err(Error::from)),
+            _ => None,
+        }
+    }
+
+    /// Take the CopyData frame at the head of the buffer (its header checked and the whole frame
+    /// buffered by the caller) and parse its body. The frame is split off the read buffer, not
+    /// copied: the XLogData payload, and every value decoded from it, share that allocation.
+    fn take_copy_data(&mut self) -> Result<WalMessage, Definite> {
+        let Some((_, len)) = frame_header(&self.conn.rbuf) else {
+            return Err(self.conn.protocol("short CopyData frame"));
+        };
+        // Tag (1 byte), then the length (4 bytes, counting itself), then the body.
+        let mut frame = self.conn.rbuf.split_to(1 + len);
+        frame.advance(5);
+        self.pinged = false;
+        let msg = self.parse_copy_data(frame.freeze())?;
+        match &msg {
+            WalMessage::Data { wal_end, .. } | WalMessage::Keepalive { wal_end, .. } => {
+                self.last_received = self.last_received.max(*wal_end);
+            }
+        }
+        Ok(msg)
     }
 
     fn parse_copy_data(&self, b: Bytes) -> Result<WalMessage, Definite> {
@@ -390,6 +407,11 @@ impl ReplicationStream {
 pub trait WalSource {
     /// Next message. Must be cancel-safe: the loop polls it as one arm of a `select!`.
     async fn next(&mut self) -> Result<WalMessage, Error>;
+    /// The next message if it is at hand without waiting (already buffered), else `None`; the
+    /// default never has one. Messages come in the same order `next` gives them.
+    fn try_next(&mut self) -> Option<Result<WalMessage, Error>> {
+        None
+    }
     /// Standby status update with flush = apply = `confirmed`.
     async fn send_status(&mut self, confirmed: Lsn) -> Result<(), Error>;
     /// How often [`WalSource::check_liveness`] should run; `None`: never.
@@ -406,6 +428,9 @@ pub trait WalSource {
 impl WalSource for ReplicationStream {
     async fn next(&mut self) -> Result<WalMessage, Error> {
         ReplicationStream::next(self).await
+    }
+    fn try_next(&mut self) -> Option<Result<WalMessage, Error>> {
+        ReplicationStream::try_next(self)
     }
     async fn send_status(&mut self, confirmed: Lsn) -> Result<(), Error> {
         ReplicationStream::send_status(self, confirmed).await
@@ -545,6 +570,71 @@ mod tests {
         let steps = vec![Step::Send(auth(0, b"")), Step::Send(ready())];
         let ok = login_against("postgres://u:pw@db.example/app?sslmode=disable", None, steps).await;
         assert!(ok.is_ok(), "{ok:?}");
+    }
+
+    /// One CopyData frame holding XLogData with `payload` at `lsn`.
+    fn xlog_frame(lsn: u64, payload: &[u8]) -> Vec<u8> {
+        let mut body = vec![b'w'];
+        body.extend_from_slice(&lsn.to_be_bytes());
+        body.extend_from_slice(&(lsn + 1).to_be_bytes());
+        body.extend_from_slice(&0i64.to_be_bytes());
+        body.extend_from_slice(payload);
+        let mut f = vec![b'd'];
+        f.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        f.extend_from_slice(&body);
+        f
+    }
+
+    /// `try_next` hands out whole buffered CopyData frames in order, without I/O; a partial frame
+    /// or a frame of another kind is left for `next`, which reads the rest or reports it.
+    #[tokio::test]
+    async fn try_next_takes_only_whole_buffered_copy_data() {
+        let (client, mut server) = tokio::io::duplex(64 * 1024);
+        let conn = ReplicationConn {
+            sock: Box::new(client),
+            rbuf: BytesMut::new(),
+            wbuf: BytesMut::new(),
+            target: "test".into(),
+            backend_pid: None,
+            last_rx: Instant::now(),
+        };
+        let mut s = ReplicationStream { conn, last_received: Lsn(0), receiver_timeout: Duration::ZERO, pinged: false };
+        assert!(s.try_next().is_none(), "nothing buffered yet");
+        let third = xlog_frame(30, b"Cthird");
+        let mut burst = [xlog_frame(10, b"Bfirst"), xlog_frame(20, b"Isecond")].concat();
+        burst.extend_from_slice(&third[..7]);
+        server.write_all(&burst).await.unwrap();
+        let data = |m: WalMessage| match m {
+            WalMessage::Data { wal_start, data, .. } => (wal_start, data),
+            other => panic!("{other:?}"),
+        };
+        // `next` reads the burst and gives the first frame; the second is then at hand.
+        assert_eq!(data(s.next().await.unwrap()), (Lsn(10), Bytes::from_static(b"Bfirst")));
+        assert_eq!(data(s.try_next().unwrap().unwrap()), (Lsn(20), Bytes::from_static(b"Isecond")));
+        assert_eq!(s.last_received(), Lsn(21));
+        assert!(s.try_next().is_none(), "the third frame is not whole yet");
+        server.write_all(&third[7..]).await.unwrap();
+        assert_eq!(data(s.next().await.unwrap()), (Lsn(30), Bytes::from_static(b"Cthird")));
+        // A frame that is not CopyData (here ErrorResponse) is `next`'s to report.
+        let mut err = vec![b'E', 0, 0, 0, 0];
+        for (code, text) in [(b'C', "57P01"), (b'M', "terminating")] {
+            err.push(code);
+            err.extend_from_slice(text.as_bytes());
+            err.push(0);
+        }
+        err.push(0);
+        let len = (err.len() - 1) as u32;
+        err[1..5].copy_from_slice(&len.to_be_bytes());
+        server.write_all(&err).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(s.try_next().is_none());
+        assert!(s.next().await.is_err());
+        // A CopyData frame too short for its header is an error, not a panic.
+        let (client, mut server) = tokio::io::duplex(1024);
+        s.conn.sock = Box::new(client);
+        s.conn.rbuf.clear();
+        server.write_all(&[b'd', 0, 0, 0, 1]).await.unwrap();
+        assert!(s.next().await.is_err());
     }
 
     #[test]

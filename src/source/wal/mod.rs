@@ -15,7 +15,9 @@
 //!    the death of a task the sink depends on;
 //! 3. the status timer: the server must hear from us even when we are saturated;
 //! 4. new WAL, read only while fewer than `--max-in-flight` records and `--max-in-flight-bytes`
-//!    bytes await acks and the sink is not blocked (backpressure);
+//!    bytes await acks and the sink is not blocked (backpressure); the messages of a burst already
+//!    buffered follow in the same turn, up to [`WAL_BURST`], each after the same backpressure
+//!    check, so the arms above wait at most one burst;
 //! 5. the liveness tick (`--wal-receiver-timeout`): ask the server for a reply after half of it
 //!    without a byte, end the session after all of it. It runs only while we read, so
 //!    backpressure is not silence.
@@ -72,6 +74,9 @@ enum RelationEntry {
     Other,
 }
 
+/// Buffered WAL messages handled per turn of the session loop besides the one that woke it.
+const WAL_BURST: usize = 128;
+
 enum Phase {
     Streaming,
     Draining { deadline: Instant },
@@ -96,7 +101,8 @@ pub struct Session<'a, S: Sink, W: WalSource> {
     stream: W,
     decoder: Decoder,
     tracker: AckTracker,
-    relations: HashMap<u32, RelationEntry>,
+    /// By relation oid, looked up per row: foldhash, not SipHash (the keys come from the server).
+    relations: HashMap<u32, RelationEntry, foldhash::fast::RandomState>,
     /// `--messages-prefix`: the route of logical-message events, compiled at the first one.
     messages: Option<message::Messages>,
     /// `--debezium-offsets`: what Debezium delivered before this slot was ours.
@@ -115,7 +121,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             stream,
             decoder: Decoder::new(1),
             tracker: AckTracker::new(start),
-            relations: HashMap::new(),
+            relations: HashMap::default(),
             messages: None,
             resume: ctx.cfg.debezium_offsets.as_ref().map(|(_, o)| resume::Resume::new(o.clone())),
             shared: None,
@@ -194,7 +200,10 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                         }
                         w = self.relay.wake() => self.on_relay(w).await?,
                         _ = ticker.tick() => self.send_status().await?,
-                        msg = self.stream.next(), if can_read => self.on_wal(msg?).await?,
+                        msg = self.stream.next(), if can_read => {
+                            self.on_wal(msg?).await?;
+                            self.on_buffered_wal().await?;
+                        }
                         // After the WAL arm: data already waiting always wins over a deadline.
                         _ = liveness.tick(), if can_read && live_period.is_some() => {
                             let confirmed = self.tracker.confirmed();
@@ -250,6 +259,21 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
             m.transactions.increment(1);
             m.commit_to_ack.record((now - commit_time).max(0) as f64 / 1e6);
         });
+    }
+
+    /// The messages of a burst that are buffered already, up to [`WAL_BURST`], each handled as
+    /// the `select!`'s WAL arm would, without a turn of the loop per message (a turn builds and
+    /// polls every arm's future: most of a small event's cost). Backpressure is checked before
+    /// each one; acks, the status timer and shutdown wait at most one burst.
+    async fn on_buffered_wal(&mut self) -> Result<(), Error> {
+        for _ in 0..WAL_BURST {
+            if !self.can_read() {
+                break;
+            }
+            let Some(msg) = self.stream.try_next() else { break };
+            self.on_wal(msg?).await?;
+        }
+        Ok(())
     }
 
     async fn on_wal(&mut self, msg: WalMessage) -> Result<(), Error> {

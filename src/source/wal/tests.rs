@@ -97,22 +97,39 @@ struct Scripted {
     last: Lsn,
 }
 
-impl WalSource for Scripted {
-    async fn next(&mut self) -> Result<WalMessage, Error> {
+impl Scripted {
+    /// The next scripted message or disconnect; `None` when the script is spent.
+    fn pop(&mut self) -> Option<Result<WalMessage, Error>> {
         if let Some(n) = self.fail_after.as_mut() {
             if *n == 0 {
-                return Err(Transient::PgServer { code: "57P01".into(), message: "scripted disconnect".into() }.into());
+                return Some(Err(
+                    Transient::PgServer { code: "57P01".into(), message: "scripted disconnect".into() }.into()
+                ));
             }
             *n -= 1;
         }
-        match self.msgs.pop_front() {
-            Some((pos, m)) => {
-                let mut t = self.truth.lock().unwrap();
-                t.sent = t.sent.max(pos);
-                self.last = self.last.max(pos);
-                Ok(m)
-            }
+        let (pos, m) = self.msgs.pop_front()?;
+        let mut t = self.truth.lock().unwrap();
+        t.sent = t.sent.max(pos);
+        self.last = self.last.max(pos);
+        Some(Ok(m))
+    }
+}
+
+impl WalSource for Scripted {
+    async fn next(&mut self) -> Result<WalMessage, Error> {
+        match self.pop() {
+            Some(m) => m,
             None => std::future::pending().await,
+        }
+    }
+    /// Every scripted message is at hand: the session's burst path reads them as it reads a
+    /// walsender's buffered frames (a scripted disconnect is left for `next` to report).
+    fn try_next(&mut self) -> Option<Result<WalMessage, Error>> {
+        match self.fail_after {
+            Some(0) => None,
+            _ if self.msgs.is_empty() => None,
+            _ => self.pop(),
         }
     }
     async fn send_status(&mut self, confirmed: Lsn) -> Result<(), Error> {
