@@ -126,6 +126,11 @@ ensure_tools() {
   # moto's server mode (a local SQS, SNS and Kinesis) and boto3 in their own virtualenv, for the
   # AWS sinks' tests (scripts/aws, tools/aws/requirements.txt).
   bash scripts/aws fetch >/dev/null
+  # psycopg 3 for examples/inbox/worker.py, which tests/inbox_workers.rs runs with Debian's
+  # /usr/bin/python3 (a python3 earlier in PATH may lack it).
+  if ! /usr/bin/python3 -c 'import psycopg' >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-psycopg >/dev/null
+  fi
   # mdBook renders the manual in docs/ (scripts/test builds it; tests/docs.rs checks its links).
   if ! command -v mdbook >/dev/null 2>&1 || [ "$(mdbook --version)" != "mdbook v$MDBOOK_VERSION" ]; then
     cargo install mdbook --version "$MDBOOK_VERSION" --locked --no-default-features --quiet

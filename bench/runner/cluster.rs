@@ -54,7 +54,7 @@ impl Cluster {
         Ok(cluster)
     }
 
-    fn restart(&mut self) -> Result<()> {
+    pub fn restart(&mut self) -> Result<()> {
         procs::output(
             Command::new("runuser")
                 .args(["-u", "postgres", "--"])

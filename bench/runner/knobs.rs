@@ -24,6 +24,8 @@ pub enum Scenario {
     Eos,
     /// Not in `all`: Avro through a schema registry beside JSON (`bench/run avro`).
     Avro,
+    /// Not in `all`: `outboxd inbox` against a hand-written consumer loop (`bench/run inbox`).
+    Inbox,
 }
 
 impl Scenario {
@@ -38,6 +40,7 @@ impl Scenario {
             Scenario::Debezium => "debezium",
             Scenario::Eos => "eos",
             Scenario::Avro => "avro",
+            Scenario::Inbox => "inbox",
         }
     }
 }
@@ -53,10 +56,15 @@ pub fn scenarios(args: &[String]) -> Result<Vec<Scenario>> {
             out.extend(ALL_SCENARIOS);
             continue;
         }
-        match ALL_SCENARIOS.iter().chain([&Scenario::Debezium, &Scenario::Eos, &Scenario::Avro]).find(|s| s.name() == a)
+        match ALL_SCENARIOS
+            .iter()
+            .chain([&Scenario::Debezium, &Scenario::Eos, &Scenario::Avro, &Scenario::Inbox])
+            .find(|s| s.name() == a)
         {
             Some(s) => out.push(*s),
-            None => bail!("unknown scenario '{a}' (drain tls bigtx latency backlog profile debezium eos avro all)"),
+            None => {
+                bail!("unknown scenario '{a}' (drain tls bigtx latency backlog profile debezium eos avro inbox all)")
+            }
         }
     }
     Ok(out)
@@ -112,6 +120,14 @@ pub struct Knobs {
     pub eos_interval: String,
     /// `eos`: the `--transaction-interval`s of the exactly-once latency rows at 5k/s.
     pub eos_intervals: Vec<String>,
+    /// `inbox`: records in the backlog both consumers drain.
+    pub inbox_n: u64,
+    /// `inbox`: records per PostgreSQL transaction, for both.
+    pub inbox_batch: u64,
+    /// `inbox`: events/s of the latency part.
+    pub inbox_rate: u64,
+    /// `inbox`: SIGKILLs of the hand loop while it drains.
+    pub inbox_kills: u64,
 }
 
 fn raw(name: &str) -> Option<String> {
@@ -187,6 +203,10 @@ impl Knobs {
                 .split_whitespace()
                 .map(str::to_owned)
                 .collect(),
+            inbox_n: num("INBOX_N", n)?,
+            inbox_batch: num("INBOX_BATCH", 500)?,
+            inbox_rate: num("INBOX_RATE", 5000)?,
+            inbox_kills: num("INBOX_KILLS", 5)?,
         })
     }
 

@@ -14,6 +14,7 @@ mod broker;
 mod cluster;
 mod debezium;
 mod drain;
+mod inbox;
 mod knobs;
 mod latency;
 mod measure;
@@ -81,6 +82,7 @@ fn run(args: &[String]) -> Result<()> {
             Scenario::Debezium => debezium::debezium(&mut b),
             Scenario::Eos => drain::eos(&mut b),
             Scenario::Avro => drain::avro(&mut b),
+            Scenario::Inbox => inbox::inbox(&mut b),
         };
         ran.with_context(|| format!("scenario {}", s.name()))?;
         let (el, la1) = (human_secs(t0.elapsed().as_secs_f64().round() as u64), measure::loadavg());

@@ -84,6 +84,10 @@ pub struct InboxArgs {
     /// Serve /metrics, /healthz and /readyz on this address; `off` disables.
     #[arg(long, env = "OUTBOXD_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     pub metrics_addr: String,
+    /// /healthz answers 503 once the Kafka consumer's loop or the PostgreSQL writer's has made no
+    /// progress this long (a wedge; a PostgreSQL or Kafka outage is readiness, not this); 0 disables.
+    #[arg(long, env = "OUTBOXD_HEALTH_STALL_TIMEOUT", default_value = "120s", value_name = "DURATION")]
+    pub health_stall_timeout: String,
     /// Longest wait between attempts to reach PostgreSQL again.
     #[arg(long, env = "OUTBOXD_RECONNECT_MAX_BACKOFF", default_value = "30s")]
     pub reconnect_max_backoff: String,
@@ -113,6 +117,8 @@ pub struct InboxConfig {
     pub retain: Option<Duration>,
     pub dedupe_window: Duration,
     pub metrics_addr: Option<SocketAddr>,
+    /// `/healthz` fails after this long without progress (zero: never).
+    pub health_stall_timeout: Duration,
     pub reconnect_max_backoff: Duration,
     pub log_format: LogFormat,
 }
@@ -176,10 +182,22 @@ impl InboxConfig {
             retain: a.retain.as_deref().map(|r| parse_duration("--retain", r)).transpose()?,
             dedupe_window: parse_duration("--dedupe-window", &a.dedupe_window)?,
             metrics_addr,
+            health_stall_timeout: stall_timeout(&a.health_stall_timeout)?,
             reconnect_max_backoff: parse_duration("--reconnect-max-backoff", &a.reconnect_max_backoff)?,
             log_format: a.log_format,
         })
     }
+}
+
+/// `--health-stall-timeout`: zero, or long enough for the loops' one-second turns.
+fn stall_timeout(s: &str) -> Result<Duration, Definite> {
+    let d = parse_duration("--health-stall-timeout", s)?;
+    if !d.is_zero() && d < Duration::from_secs(5) {
+        return Err(Definite::Config(format!(
+            "--health-stall-timeout {s}: expected 0 (off) or at least 5s (the loops turn about once a second)"
+        )));
+    }
+    Ok(d)
 }
 
 fn subscription(topics: &[String], pattern: Option<&str>) -> Result<Subscription, Definite> {
@@ -226,6 +244,14 @@ mod tests {
         for bad in ["", "Inbox", "a.b.c", "in box", "x;drop", ".inbox", "9inbox"] {
             assert!(table_name(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_stall_timeout_is_off_or_at_least_five_seconds() {
+        assert_eq!(stall_timeout("0").unwrap(), Duration::ZERO);
+        assert_eq!(stall_timeout("120s").unwrap(), Duration::from_secs(120));
+        let e = stall_timeout("1s").unwrap_err().to_string();
+        assert!(e.contains("--health-stall-timeout 1s") && e.contains("at least 5s"), "{e}");
     }
 
     #[test]

@@ -87,6 +87,7 @@ pub const ALL: &[Metric] = &[
     m("outboxd_inbox_unprocessed_rows", Gauge, &[], "inbox", "Inbox rows no worker has marked processed yet."),
     m("outboxd_inbox_oldest_unprocessed_seconds", Gauge, &[], "inbox", "Age of the oldest unprocessed inbox row (0 when there is none)."),
     m("outboxd_inbox_lag_records", Gauge, &["topic", "partition"], "inbox", "Records of an assigned partition not read yet (high watermark minus position)."),
+    m("outboxd_inbox_lag_seconds", Gauge, &["topic", "partition"], "inbox", "Age of the newest record read from a partition while it has records not read yet; 0 when caught up."),
 ];
 
 /// Gives the current recorder every description (call right after installing it).

@@ -46,6 +46,13 @@ impl InboxMetrics {
         gauge!("outboxd_inbox_lag_records", "topic" => topic.to_owned(), "partition" => partition.to_string())
             .set(records as f64);
     }
+
+    /// How far behind a partition is in time: the age of the newest record read while records are
+    /// left to read, else 0.
+    pub fn lag_seconds(&self, topic: &str, partition: i32, seconds: f64) {
+        gauge!("outboxd_inbox_lag_seconds", "topic" => topic.to_owned(), "partition" => partition.to_string())
+            .set(seconds);
+    }
 }
 
 impl Default for InboxMetrics {

@@ -16,9 +16,10 @@
 //! writer reports it. A position Kafka does not hold is never skipped over: `auto.offset.reset`
 //! is `error`, and that error stops the inbox ([`Input::OutOfRange`]).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc as std_mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
@@ -30,6 +31,7 @@ use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::ClientContext;
 use tokio::sync::mpsc;
 
+use super::beat::Beat;
 use super::record::Received;
 use crate::config::inbox::{InboxConfig, StartFrom, Subscription};
 use crate::error::Definite;
@@ -56,6 +58,17 @@ pub enum Input {
     OutOfRange(Vec<(Part, Range)>),
 }
 
+/// A partition's lag in seconds: 0 when nothing is left to read; else the age of the newest
+/// record read (`None` before the first, when it is not known). A clock behind the broker's
+/// gives 0, never a negative age.
+pub fn lag_seconds(records: i64, newest_ms: Option<i64>, now_ms: i64) -> Option<f64> {
+    match (records, newest_ms) {
+        (0, _) => Some(0.0),
+        (_, Some(ts)) => Some((now_ms - ts).max(0) as f64 / 1000.0),
+        (_, None) => None,
+    }
+}
+
 /// Where a partition starts: its stored next offset, else `--start-from`.
 pub fn start_of(stored: Option<i64>, start_from: StartFrom) -> Offset {
     match (stored, start_from) {
@@ -69,20 +82,33 @@ struct Context {
     tx: mpsc::Sender<Input>,
     stop: Arc<AtomicBool>,
     metrics: InboxMetrics,
+    beat: Arc<Beat>,
+    /// Per partition, the timestamp (ms) of the newest record polled: the lag in seconds is its
+    /// age while the partition has records not read yet. Written and read on this thread only
+    /// (polls and statistics both run in `poll`); the lock is never contended.
+    newest: Mutex<HashMap<String, HashMap<i32, i64>>>,
 }
 
 impl ClientContext for Context {
     /// librdkafka's statistics (every `statistics.interval.ms`, 5 s by default here) carry each
     /// assigned partition's last stable offset (the end a read_committed reader can reach) and
     /// the position handed to us; the lag is the difference. (Their `consumer_lag` counts from the
-    /// group's committed offset in Kafka, which the inbox does not use.)
+    /// group's committed offset in Kafka, which the inbox does not use.) The lag in seconds is the
+    /// age of the newest record read from the partition while records are left to read, else 0.
     fn stats(&self, statistics: Statistics) {
+        let now_ms = jiff::Timestamp::now().as_millisecond();
+        let newest = self.newest.lock().unwrap_or_else(PoisonError::into_inner);
         for (topic, t) in &statistics.topics {
             for (p, part) in &t.partitions {
                 let at = if part.app_offset >= 0 { part.app_offset } else { part.next_offset };
                 // Partition -1 is librdkafka's internal one; negative offsets are not known yet.
                 if *p >= 0 && part.desired && at >= 0 && part.ls_offset >= 0 {
-                    self.metrics.lag(topic, *p, (part.ls_offset - at).max(0));
+                    let records = (part.ls_offset - at).max(0);
+                    self.metrics.lag(topic, *p, records);
+                    let ts = newest.get(topic).and_then(|t| t.get(p)).copied();
+                    if let Some(secs) = lag_seconds(records, ts, now_ms) {
+                        self.metrics.lag_seconds(topic, *p, secs);
+                    }
                 }
             }
         }
@@ -142,6 +168,8 @@ impl Context {
                 match consumer.fetch_watermarks(topic, *p, Duration::from_secs(10)) {
                     Ok(r) => break out.push(((topic.clone(), *p), r)),
                     Err(e) if !self.stop.load(Ordering::Relaxed) => {
+                        // Kafka away is readiness, not a wedge: the loop still turns.
+                        self.beat.beat();
                         tracing::warn!(%topic, partition = p, "cannot read the partition's range yet: {e}; retrying");
                         std::thread::sleep(Duration::from_secs(1));
                     }
@@ -154,14 +182,19 @@ impl Context {
 
     /// Send `input` and wait for the writer's answer; `None` when shutting down or the writer is gone.
     fn ask<T>(&self, input: Input, answer: &std_mpsc::Receiver<T>) -> Option<T> {
-        self.tx.blocking_send(input).ok()?;
-        loop {
+        self.send(input)?;
+        self.beat.waiting_on_writer(|| loop {
             match answer.recv_timeout(Duration::from_millis(200)) {
                 Ok(v) => return Some(v),
                 Err(std_mpsc::RecvTimeoutError::Timeout) if !self.stop.load(Ordering::Relaxed) => continue,
                 Err(_) => return None,
             }
-        }
+        })
+    }
+
+    /// Hand `input` to the writer, waiting while its channel is full; `None` when it is gone.
+    fn send(&self, input: Input) -> Option<()> {
+        self.beat.waiting_on_writer(|| self.tx.blocking_send(input).ok())
     }
 }
 
@@ -180,7 +213,7 @@ pub struct Running {
 }
 
 /// Create the consumer, subscribe, and start its thread; records and rebalances go to `tx`.
-pub fn start(cfg: &InboxConfig, tx: mpsc::Sender<Input>) -> Result<Running, Definite> {
+pub fn start(cfg: &InboxConfig, tx: mpsc::Sender<Input>, beat: Arc<Beat>) -> Result<Running, Definite> {
     let stop = Arc::new(AtomicBool::new(false));
     let defaults = [
         ("group.id", cfg.group.clone()),
@@ -196,7 +229,8 @@ pub fn start(cfg: &InboxConfig, tx: mpsc::Sender<Input>) -> Result<Running, Defi
     // away longer than the retention) or beyond its end (the topic was created again) would jump
     // to the end and skip records. Set after --kafka-property, since the guarantee rests on it.
     conf.set("auto.offset.reset", "error");
-    let context = Context { tx, stop: stop.clone(), metrics: InboxMetrics::new() };
+    let context =
+        Context { tx, stop: stop.clone(), metrics: InboxMetrics::new(), beat, newest: Mutex::new(HashMap::new()) };
     let consumer: BaseConsumer<Context> = client::create(&conf, context, "consumer", &cfg.kafka)?;
     let topics: Vec<&str> = match &cfg.subscription {
         Subscription::Topics(t) => t.iter().map(String::as_str).collect(),
@@ -218,6 +252,7 @@ pub fn start(cfg: &InboxConfig, tx: mpsc::Sender<Input>) -> Result<Running, Defi
 /// except a position out of a partition's range, which the writer is told of, and the thread ends.
 fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
+        consumer.context().beat.beat();
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
             Some(Ok(m)) => {
@@ -234,7 +269,18 @@ fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
                     headers,
                     timestamp_ms: m.timestamp().to_millis(),
                 };
-                if consumer.context().tx.blocking_send(Input::Record(r)).is_err() {
+                if let Some(ts) = r.timestamp_ms {
+                    let mut newest = consumer.context().newest.lock().unwrap_or_else(PoisonError::into_inner);
+                    match newest.get_mut(&r.topic) {
+                        Some(t) => {
+                            t.insert(r.partition, ts);
+                        }
+                        None => {
+                            newest.insert(r.topic.clone(), HashMap::from([(r.partition, ts)]));
+                        }
+                    }
+                }
+                if consumer.context().send(Input::Record(r)).is_none() {
                     break;
                 }
             }
@@ -244,11 +290,25 @@ fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
                     .map(|a| a.elements().iter().map(|e| (e.topic().to_owned(), e.partition())).collect())
                     .unwrap_or_default();
                 let ranges = consumer.context().ranges(consumer, &parts).unwrap_or_default();
-                let _ = consumer.context().tx.blocking_send(Input::OutOfRange(ranges));
+                let _ = consumer.context().send(Input::OutOfRange(ranges));
                 break;
             }
             Some(Err(e)) => tracing::warn!("Kafka consumer: {e}"),
         }
     }
     tracing::info!("Kafka consumer stopping");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lag_seconds_is_the_newest_records_age_while_records_are_left() {
+        assert_eq!(lag_seconds(0, None, 10_000), Some(0.0));
+        assert_eq!(lag_seconds(0, Some(1_000), 10_000), Some(0.0), "caught up: no lag, however old the record");
+        assert_eq!(lag_seconds(5, Some(7_500), 10_000), Some(2.5));
+        assert_eq!(lag_seconds(5, None, 10_000), None);
+        assert_eq!(lag_seconds(5, Some(12_000), 10_000), Some(0.0), "a clock behind the broker's");
+    }
 }

@@ -25,8 +25,10 @@
 //! * `writer.rs`: batches, the retry while PostgreSQL is away, the answers to rebalances;
 //! * `store.rs`: the SQL (schema, offsets, the batch statement);
 //! * `record.rs`: a record into a row (the event id, the jsonb payload, the headers);
-//! * `dead.rs`: bad records' copies on the dead-letter topic, which `outboxd dlq` reads.
+//! * `dead.rs`: bad records' copies on the dead-letter topic, which `outboxd dlq` reads;
+//! * `beat.rs`: the consumer thread's heartbeat, which `/healthz` needs beside the writer's.
 
+mod beat;
 mod consumer;
 mod dead;
 pub mod record;
@@ -43,13 +45,14 @@ use crate::health::Health;
 /// Run until `shutdown`: serve the probes, prepare the schema, consume and write. Returns the exit
 /// code (0 after a clean shutdown).
 pub async fn run(cfg: InboxConfig, shutdown: CancellationToken) -> Result<u8, Error> {
-    // No stall check: the writer ticks every second, and a wedge shows as a growing lag.
-    let health = Health::new(std::time::Duration::ZERO);
+    // /healthz: the writer ticks every second while the consumer thread turns too (`beat`).
+    let health = Health::new(cfg.health_stall_timeout);
+    let beat = std::sync::Arc::new(beat::Beat::new());
     if let Some(addr) = cfg.metrics_addr {
         let bound = crate::serve::serve(addr, health.clone(), None).await?;
         tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
     }
-    let mut writer = writer::Writer::new(cfg.clone(), health.clone())?;
+    let mut writer = writer::Writer::new(cfg.clone(), health.clone(), beat.clone())?;
     // The schema must be there before the first assignment asks for offsets; a transient failure
     // waits for PostgreSQL like any later one.
     let mut attempt = 0;
@@ -60,16 +63,17 @@ pub async fn run(cfg: InboxConfig, shutdown: CancellationToken) -> Result<u8, Er
                 tracing::warn!("PostgreSQL not reachable yet: {e}; retrying");
                 let wait = crate::retry::backoff(attempt, cfg.reconnect_max_backoff);
                 attempt += 1;
+                // Waiting for PostgreSQL is readiness, not a wedge: /healthz stays 200 meanwhile.
                 tokio::select! {
                     _ = shutdown.cancelled() => return Ok(0),
-                    _ = tokio::time::sleep(wait) => {}
+                    _ = health.ticking(tokio::time::sleep(wait)) => {}
                 }
             }
             Err(e) => return Err(e),
         }
     }
     let (tx, mut rx) = mpsc::channel(cfg.batch_size.saturating_mul(4).max(64));
-    let running = consumer::start(&cfg, tx)?;
+    let running = consumer::start(&cfg, tx, beat)?;
     tracing::info!(group = %cfg.group, table = %format!("{}.{}", cfg.schema, cfg.table), "inbox consuming");
     let outcome = writer.run(&mut rx, &shutdown).await;
     // Let the consumer go: it leaves the group, and its revocation is answered until it is gone.

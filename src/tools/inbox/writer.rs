@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
+use super::beat::Beat;
 use super::consumer::{start_of, Input, Part};
 use super::dead::DeadLetters;
 use super::record::{to_row, Bad, Naming, Received, Row};
@@ -53,6 +54,10 @@ pub struct Writer {
     sql: String,
     client: Option<Client>,
     health: Arc<Health>,
+    /// The consumer thread's heartbeat: the writer's ticks count only while it beats too.
+    beat: Arc<Beat>,
+    /// The consumer's stall was logged (once per stall).
+    stalled: bool,
     dead: DeadLetters,
     metrics: InboxMetrics,
     /// Assigned partitions and the next offset each expects.
@@ -63,7 +68,7 @@ pub struct Writer {
 }
 
 impl Writer {
-    pub fn new(cfg: InboxConfig, health: Arc<Health>) -> Result<Writer, Definite> {
+    pub fn new(cfg: InboxConfig, health: Arc<Health>, beat: Arc<Beat>) -> Result<Writer, Definite> {
         let names = Names { schema: cfg.schema.clone(), table: cfg.table.clone() };
         let naming =
             Naming { event_id_header: cfg.event_id_header.clone(), event_type_header: cfg.event_type_header.clone() };
@@ -76,6 +81,8 @@ impl Writer {
             sql,
             client: None,
             health,
+            beat,
+            stalled: false,
             dead,
             metrics: InboxMetrics::new(),
             next: HashMap::new(),
@@ -112,7 +119,14 @@ impl Writer {
                 },
                 _ = sleep_until(deadline), if deadline.is_some() => self.flush(shutdown).await?,
                 _ = tick.tick() => {
-                    self.health.loop_tick();
+                    let alive = self.tick();
+                    if !alive && !self.stalled {
+                        tracing::error!(
+                            stall = ?self.cfg.health_stall_timeout,
+                            "the Kafka consumer thread made no progress for --health-stall-timeout; /healthz fails"
+                        );
+                    }
+                    self.stalled = !alive;
                     ticks += 1;
                     if ticks % 5 == 1 {
                         self.backlog().await;
@@ -212,6 +226,30 @@ impl Writer {
         Ok(())
     }
 
+    /// A turn of the writer's loop for `/healthz`, counted only while the consumer thread is alive
+    /// too ([`Beat::alive`]), so a wedge on either side fails the probe. Whether it counted.
+    fn tick(&self) -> bool {
+        let alive = self.beat.alive(self.cfg.health_stall_timeout);
+        if alive {
+            self.health.loop_tick();
+        }
+        alive
+    }
+
+    /// Sleep `d` (a backoff, up to `--reconnect-max-backoff`), ticking every second meanwhile: a
+    /// wait for PostgreSQL or Kafka is readiness, not a wedge, however long the backoff.
+    async fn sleep_ticking(&self, d: Duration) {
+        let end = Instant::now() + d;
+        loop {
+            self.tick();
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            tokio::time::sleep(left.min(Duration::from_secs(1))).await;
+        }
+    }
+
     /// The backlog gauges, from the table; a failure only leaves them as they were (the next
     /// write finds out whether PostgreSQL is away).
     async fn backlog(&self) {
@@ -303,10 +341,9 @@ impl Writer {
         let mut attempt = 0;
         while let Err(e) = self.dead.send(r, bad).await {
             tracing::warn!("{e}; sending it again");
-            self.health.loop_tick();
             tokio::select! {
                 _ = shutdown.cancelled() => return false,
-                _ = tokio::time::sleep(crate::retry::backoff(attempt, self.cfg.reconnect_max_backoff)) => {}
+                _ = self.sleep_ticking(crate::retry::backoff(attempt, self.cfg.reconnect_max_backoff)) => {}
             }
             attempt += 1;
         }
@@ -380,12 +417,11 @@ impl Writer {
                 }
             }
             self.health.set_streaming(false);
-            self.health.loop_tick();
             let wait = crate::retry::backoff(attempt, self.cfg.reconnect_max_backoff);
             attempt = attempt.saturating_add(1);
             tokio::select! {
                 _ = shutdown.cancelled() => return Ok(None),
-                _ = tokio::time::sleep(wait) => {}
+                _ = self.sleep_ticking(wait) => {}
             }
             match self.prepare().await {
                 Ok(()) => tracing::info!("PostgreSQL reachable again; resuming"),
