@@ -23,8 +23,11 @@
 //! Replay sends each event as `--sink sqs` sends it ([`super::message::event_message`]: the
 //! payload as the body, the headers but `outboxd.*` and the key as attributes, on a FIFO queue
 //! group id = key and deduplication id = event id), so the message is the one the relay would have
-//! written. On a FIFO queue a call holds one message of a group, and once one of a group failed
-//! the later ones of that group are not sent in this run, so a key keeps its order.
+//! written. On a FIFO queue a call holds one message of a group, and once one of a group was not
+//! replayed (refused, failed, or its copy held back: no destination, no payload, unreadable) the
+//! later ones of that group are not sent in this run, in any later batch ([`SqsTarget`] keeps
+//! them for the whole run), so a key keeps its order. A copy left out by `--filter-reason` or
+//! `--event-id` does not hold its key back: that selection is the operator's.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -39,7 +42,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use bytes::Bytes;
 
-use super::message::{event_message, H_COPY_HEADERS, H_COPY_KEY};
+use super::message::{event_message, group_of, H_COPY_HEADERS, H_COPY_KEY};
 use super::publisher::Failure;
 use super::{queue_facts, QueueFacts, DEFAULT_MAX_BYTES};
 use crate::error::{Definite, Error};
@@ -352,6 +355,9 @@ pub struct SqsTarget {
     client: Client,
     sns: aws_sdk_sns::Client,
     dests: HashMap<String, Result<(bool, usize), String>>,
+    /// FIFO (destination, group) pairs with an event not replayed in this run: their later
+    /// events are not sent either, in any later batch of the run (the key's order).
+    blocked: HashSet<(String, String)>,
 }
 
 /// Entries stored (id, new message id), and entries failed (id, code, message).
@@ -365,7 +371,12 @@ fn is_topic(dest: &str) -> bool {
 impl SqsTarget {
     pub async fn connect(aws: &AwsConfig) -> SqsTarget {
         let sdk = sdk_config(aws).await;
-        SqsTarget { client: Client::new(&sdk), sns: aws_sdk_sns::Client::new(&sdk), dests: HashMap::new() }
+        SqsTarget {
+            client: Client::new(&sdk),
+            sns: aws_sdk_sns::Client::new(&sdk),
+            dests: HashMap::new(),
+            blocked: HashSet::new(),
+        }
     }
 
     async fn facts(&mut self, dest: &str) -> Result<(bool, usize), String> {
@@ -433,12 +444,24 @@ struct Out {
 }
 
 /// Sends `batch` (each event to its queue URL) and waits for every answer: per event,
-/// `Ok(the new message id)` or `Err(why)`. See the module doc for order on a FIFO queue.
-pub async fn send_batch(t: &mut SqsTarget, batch: &[(Entry, String)]) -> Vec<Result<String, String>> {
+/// `Ok(the new message id)` or `Err(why)`. `held` are the keys of copies this run holds without
+/// replaying them (no destination, no payload, unreadable): on a FIFO destination their later
+/// events are not sent. See the module doc for order on a FIFO queue.
+pub async fn send_batch(
+    t: &mut SqsTarget,
+    batch: &[(Entry, String)],
+    held: &HashSet<Option<Vec<u8>>>,
+) -> Vec<Result<String, String>> {
+    let held: HashSet<String> = held.iter().map(|k| group_of(k.as_deref(), false)).collect();
     let mut results: Vec<Option<Result<String, String>>> = vec![None; batch.len()];
     let mut outs: Vec<Option<Out>> = Vec::with_capacity(batch.len());
     for (i, (e, dest)) in batch.iter().enumerate() {
-        let built = match t.facts(dest).await {
+        let facts = t.facts(dest).await;
+        let group = matches!(facts, Ok((true, _))).then(|| group_of(e.head.key.as_deref(), false));
+        if let Some(g) = group.as_ref().filter(|g| held.contains(*g)) {
+            t.blocked.insert((dest.clone(), g.clone()));
+        }
+        let built = match facts {
             Ok((fifo, max)) => event_message(&replayed(&e.head, dest), fifo, max)
                 .map_err(|(code, why)| format!("SQS cannot take it ({code}): {why}")),
             Err(why) => Err(why),
@@ -446,20 +469,22 @@ pub async fn send_batch(t: &mut SqsTarget, batch: &[(Entry, String)]) -> Vec<Res
         outs.push(match built {
             Ok(msg) => Some(Out { dest: dest.clone(), msg }),
             Err(why) => {
+                // Not sent: on a FIFO destination its key's later events wait for a later run.
+                if let Some(g) = group {
+                    t.blocked.insert((dest.clone(), g));
+                }
                 results[i] = Some(Err(why));
                 None
             }
         });
     }
-    // A group whose event failed: its later events stay unsent, so the key keeps its order.
-    let mut failed: HashSet<(String, String)> = HashSet::new();
     let mut tries = 0u32;
     loop {
         let pending: Vec<usize> = (0..batch.len()).filter(|&i| results[i].is_none()).collect();
         if pending.is_empty() {
             break;
         }
-        let call = pick(&pending, &outs, &mut failed, &mut results);
+        let call = pick(&pending, &outs, &mut t.blocked, &mut results);
         if call.is_empty() {
             continue;
         }
@@ -519,15 +544,16 @@ pub async fn send_batch(t: &mut SqsTarget, batch: &[(Entry, String)]) -> Vec<Res
 }
 
 /// The events of the next call, in order: all to the first pending event's queue, at most
-/// [`PAGE`], within the queue's size, one per FIFO group; an event of a group that failed is
-/// failed too, and a group skipped for room stays skipped for this call (its order).
+/// [`PAGE`], within the queue's size, one per FIFO group; an event of a group in `failed` (one
+/// of its events was not replayed in this run, in this batch or an earlier one) is failed too,
+/// and a group skipped for room stays skipped for this call (its order).
 fn pick(
     pending: &[usize],
     outs: &[Option<Out>],
     failed: &mut HashSet<(String, String)>,
     results: &mut [Option<Result<String, String>>],
 ) -> Vec<usize> {
-    // Refused events fail their group for the rest of the batch.
+    // Refused events fail their group for the rest of the run.
     for (i, r) in results.iter().enumerate() {
         if let (Some(Err(_)), Some(Some(o))) = (r, outs.get(i)) {
             if let Some(g) = &o.msg.group {
@@ -626,6 +652,59 @@ mod tests {
             size,
         };
         Some(Out { dest: dest.into(), msg })
+    }
+
+    /// A target whose every destination is known without asking (nothing listens at its
+    /// endpoint, so an event that were sent would fail as "no answer", not as held back).
+    fn target(dests: &[(&str, bool, usize)]) -> SqsTarget {
+        let sqs = aws_sdk_sqs::Config::builder()
+            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+            .endpoint_url("http://127.0.0.1:9")
+            .build();
+        let sns = aws_sdk_sns::Config::builder()
+            .behavior_version(aws_sdk_sns::config::BehaviorVersion::latest())
+            .region(aws_sdk_sns::config::Region::new("us-east-1"))
+            .endpoint_url("http://127.0.0.1:9")
+            .build();
+        SqsTarget {
+            client: Client::from_conf(sqs),
+            sns: aws_sdk_sns::Client::from_conf(sns),
+            dests: dests.iter().map(|(d, fifo, max)| (d.to_string(), Ok((*fifo, *max)))).collect(),
+            blocked: HashSet::new(),
+        }
+    }
+
+    fn entry(key: &str, id: &str, payload: usize) -> (Entry, String) {
+        let head = DlqRecord {
+            partition: 0,
+            offset: 0,
+            key: Some(key.as_bytes().to_vec()),
+            payload: Some(vec![b'x'; payload]),
+            payload_len: Some(payload),
+            headers: vec![("id".into(), Some(id.as_bytes().to_vec()))],
+            timestamp_ms: None,
+            time_ms: None,
+            label: None,
+            undecoded: Vec::new(),
+            moved_later: false,
+        };
+        (Entry { head, payload_len: Some(payload), chunks: 1, positions: vec![(0, 0)] }, "q".into())
+    }
+
+    /// Replay calls [`send_batch`] per 10 copies: a key whose event was not replayed in one call
+    /// is held back in every later call of the run, and so is a key with a copy held unreplayed.
+    #[tokio::test]
+    async fn a_key_not_replayed_in_one_batch_is_held_back_in_the_later_batches() {
+        let mut t = target(&[("q", true, 300)]);
+        let none = HashSet::new();
+        let first = send_batch(&mut t, &[entry("k", "e1", 400)], &none).await;
+        assert!(matches!(&first[0], Err(w) if w.contains("cannot take it")), "{first:?}");
+        let later = send_batch(&mut t, &[entry("k", "e2", 10)], &none).await;
+        assert!(matches!(&later[0], Err(w) if w.contains("earlier event")), "{later:?}");
+        let held: HashSet<Option<Vec<u8>>> = [Some(b"h".to_vec())].into();
+        let behind = send_batch(&mut t, &[entry("h", "e3", 10)], &held).await;
+        assert!(matches!(&behind[0], Err(w) if w.contains("earlier event")), "{behind:?}");
     }
 
     #[test]

@@ -32,7 +32,7 @@
 //! each batch ([`Source::replayed`]), reads on while deleting frees more ([`Source::again`]), and
 //! at the end makes the copies it left visible again ([`Source::release`]); nothing is saved.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
@@ -343,7 +343,8 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
         failures: Report::new("FAILED (not recorded; a later run retries them)"),
         first_failure: None,
     };
-    let mut publisher = Publisher { common: &common, clients: None, topics: BTreeMap::new(), target: None };
+    let mut publisher =
+        Publisher { common: &common, clients: None, topics: BTreeMap::new(), target: None, held: HashSet::new() };
     let mut collector = Collector::default();
     let mut batch: Vec<(Entry, String)> = Vec::new();
     let mut batch_bytes = 0usize;
@@ -375,17 +376,20 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
                 Fed::Entry(e) => e,
                 Fed::Pending => continue,
                 Fed::Unreadable(r, why) => {
+                    publisher.held.insert(r.key.clone());
                     out.unusable.push(|| unreadable_line(&r, &why));
                     continue;
                 }
             };
             let dest = a.to_topic.clone().or_else(|| common.default_destination()).or_else(|| e.head.original_topic());
             let Some(dest) = dest.filter(|d| *d != common.topic) else {
+                publisher.held.insert(e.head.key.clone());
                 out.no_destination
                     .push(|| format!("{} id={} reason={}", e.head.position(), e.head.id_shown(), e.head.reason()));
                 continue;
             };
             if e.head.payload_not_kept() {
+                publisher.held.insert(e.head.key.clone());
                 let r = &e.head;
                 out.no_payload.push(|| {
                     let why = match r.header(H_PAYLOAD_DROPPED) {
@@ -461,6 +465,9 @@ struct Publisher<'a> {
     topics: BTreeMap<String, Result<(), String>>,
     /// The client for the sinks other than Kafka, made at the first batch.
     target: Option<Target>,
+    /// SQS: keys of copies held without being replayed (no destination, no payload,
+    /// unreadable), whose later events a FIFO destination must not get in this run.
+    held: HashSet<Option<Vec<u8>>>,
 }
 
 impl Publisher<'_> {
@@ -549,7 +556,7 @@ impl Publisher<'_> {
             Some(Target::Rabbitmq { chan, exchange, .. }) => {
                 crate::sink::rabbitmq::dlq::send_batch(chan, exchange, &batch).await
             }
-            Some(Target::Sqs(t)) => crate::sink::sqs::dlq::send_batch(t, &batch).await,
+            Some(Target::Sqs(t)) => crate::sink::sqs::dlq::send_batch(t, &batch, &self.held).await,
             None => return Err(Definite::Bug("no replay client for this sink".into()).into()),
         };
         let mut acked = 0usize;
