@@ -55,6 +55,8 @@ use crate::sink::dead_letter::{DlqRecord, PREFIX};
 const PAGE: usize = 10;
 /// Tries of a batch whose messages SQS keeps throttling before replay reports them failed.
 const TRIES: u32 = 8;
+/// Tries of asking a destination what it is (FIFO, its size limit) before a batch to it fails.
+const FACTS_TRIES: u32 = 4;
 
 /// A message received and not yet deleted or released.
 struct Held {
@@ -379,24 +381,46 @@ impl SqsTarget {
         }
     }
 
+    /// What `dest` said of itself. An answer, or a refusal, is kept for the run; no answer (a
+    /// transient failure) is tried again with a backoff, up to [`FACTS_TRIES`] times, and is not
+    /// kept, so the next batch for `dest` asks again.
     async fn facts(&mut self, dest: &str) -> Result<(bool, usize), String> {
-        if !self.dests.contains_key(dest) {
+        if let Some(f) = self.dests.get(dest) {
+            return f.clone();
+        }
+        let mut tries = 0;
+        loop {
+            tries += 1;
             let f = if is_topic(dest) {
                 match crate::sink::sns::topic_fifo(&self.sns, dest).await {
-                    Ok(Some(fifo)) => Ok((fifo, DEFAULT_MAX_BYTES)),
-                    Ok(None) => Err(format!("{dest}: no answer from SNS")),
-                    Err(why) => Err(why),
+                    Ok(Some(fifo)) => Some(Ok((fifo, DEFAULT_MAX_BYTES))),
+                    Ok(None) => None,
+                    Err(why) => Some(Err(why)),
                 }
             } else {
                 match queue_facts(&self.client, "destination queue", dest).await {
-                    Ok(Some(QueueFacts { fifo, max_bytes })) => Ok((fifo, max_bytes)),
-                    Ok(None) => Err(format!("{dest}: no answer from SQS")),
-                    Err(r) => Err(r.to_string()),
+                    Ok(Some(QueueFacts { fifo, max_bytes })) => Some(Ok((fifo, max_bytes))),
+                    Ok(None) => None,
+                    Err(r) => Some(Err(r.to_string())),
                 }
             };
-            self.dests.insert(dest.to_owned(), f);
+            match f {
+                Some(f) => {
+                    self.dests.insert(dest.to_owned(), f.clone());
+                    return f;
+                }
+                None if tries >= FACTS_TRIES => {
+                    let service = if is_topic(dest) { "SNS" } else { "SQS" };
+                    return Err(format!(
+                        "{dest}: no answer from {service} after {tries} tries; left for a later run (check --aws-endpoint-url / --aws-region and the network)"
+                    ));
+                }
+                None => {
+                    tracing::warn!(destination = dest, "no answer asking what the destination is; retrying");
+                    tokio::time::sleep(crate::retry::backoff(tries, Duration::from_secs(5))).await;
+                }
+            }
         }
-        self.dests[dest].clone()
     }
 
     /// One `SendMessageBatch` (a queue) or `PublishBatch` (a topic) call with `msgs`, entry ids
@@ -705,6 +729,17 @@ mod tests {
         let held: HashSet<Option<Vec<u8>>> = [Some(b"h".to_vec())].into();
         let behind = send_batch(&mut t, &[entry("h", "e3", 10)], &held).await;
         assert!(matches!(&behind[0], Err(w) if w.contains("earlier event")), "{behind:?}");
+    }
+
+    /// No answer from the destination is not kept: the next batch asks again.
+    #[tokio::test]
+    async fn no_answer_about_a_destination_is_asked_again_not_kept() {
+        let mut t = target(&[]);
+        for dest in ["http://127.0.0.1:9/1/q", "arn:aws:sns:us-east-1:1:t"] {
+            let first = t.facts(dest).await;
+            assert!(matches!(&first, Err(w) if w.contains("no answer")), "{first:?}");
+            assert!(!t.dests.contains_key(dest), "a transient failure was kept for the run");
+        }
     }
 
     #[test]
