@@ -121,22 +121,28 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
             }
             Source::Redis(_) | Source::Rabbitmq(_) | Source::Sqs(_) => 1,
         });
-        while let Some(mut r) = reader.next().await? {
-            // Payloads are not shown; chunks keep theirs until their set is checked.
-            if r.header(chunk::H_ID).is_none() {
-                r.payload = None;
-            }
-            match collector.feed(r) {
-                Fed::Entry(mut e) => {
-                    e.head.payload = None;
-                    *by_reason.entry(e.head.reason()).or_default() += 1;
-                    rows.push(e);
+        // Read in a block so that the copies held are released on an error too.
+        let read = async {
+            while let Some(mut r) = reader.next().await? {
+                // Payloads are not shown; chunks keep theirs until their set is checked.
+                if r.header(chunk::H_ID).is_none() {
+                    r.payload = None;
                 }
-                Fed::Pending => {}
-                Fed::Unreadable(r, why) => unreadable.push(|| unreadable_line(&r, &why)),
+                match collector.feed(r) {
+                    Fed::Entry(mut e) => {
+                        e.head.payload = None;
+                        *by_reason.entry(e.head.reason()).or_default() += 1;
+                        rows.push(e);
+                    }
+                    Fed::Pending => {}
+                    Fed::Unreadable(r, why) => unreadable.push(|| unreadable_line(&r, &why)),
+                }
             }
+            Ok::<(), Error>(())
         }
+        .await;
         reader.release().await;
+        read?;
     }
     let leftovers = collector.finish();
     rows.sort_by_key(|e| (e.head.partition, e.head.offset));
@@ -358,74 +364,81 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
         a.filter_reason.as_ref().is_some_and(|want| *want != r.reason())
             || a.event_id.as_ref().is_some_and(|want| Some(want) != r.event_id().as_ref())
     };
-    loop {
-        while let Some(r) = reader.next().await? {
-            // Every chunk carries the event's headers, so filters apply record by record; a chunk
-            // whose headers partly moved into the body is judged once joined.
-            if !r.moved_later && unwanted(&r) {
-                continue;
-            }
-            if state.contains(r.partition, r.offset) {
-                if collector.seen_done(&r) {
-                    out.already_done += 1;
-                }
-                continue;
-            }
-            let e = match collector.feed(r) {
-                Fed::Entry(e) if unwanted(&e.head) => continue,
-                Fed::Entry(e) => e,
-                Fed::Pending => continue,
-                Fed::Unreadable(r, why) => {
-                    publisher.held.insert(r.key.clone());
-                    out.unusable.push(|| unreadable_line(&r, &why));
+    // Read and send in a block so that the copies held are released on an error too.
+    let read = async {
+        loop {
+            while let Some(r) = reader.next().await? {
+                // Every chunk carries the event's headers, so filters apply record by record; a chunk
+                // whose headers partly moved into the body is judged once joined.
+                if !r.moved_later && unwanted(&r) {
                     continue;
                 }
-            };
-            let dest = a.to_topic.clone().or_else(|| common.default_destination()).or_else(|| e.head.original_topic());
-            let Some(dest) = dest.filter(|d| *d != common.topic) else {
-                publisher.held.insert(e.head.key.clone());
-                out.no_destination
-                    .push(|| format!("{} id={} reason={}", e.head.position(), e.head.id_shown(), e.head.reason()));
-                continue;
-            };
-            if e.head.payload_not_kept() {
-                publisher.held.insert(e.head.key.clone());
-                let r = &e.head;
-                out.no_payload.push(|| {
-                    let why = match r.header(H_PAYLOAD_DROPPED) {
-                        Some(d) => format!("payload dropped: {d}"),
-                        None => format!("size={}", r.header(H_SIZE).unwrap_or_default()),
-                    };
-                    format!("{} id={} reason={} {why}", r.position(), r.id_shown(), r.reason())
-                });
-                continue;
+                if state.contains(r.partition, r.offset) {
+                    if collector.seen_done(&r) {
+                        out.already_done += 1;
+                    }
+                    continue;
+                }
+                let e = match collector.feed(r) {
+                    Fed::Entry(e) if unwanted(&e.head) => continue,
+                    Fed::Entry(e) => e,
+                    Fed::Pending => continue,
+                    Fed::Unreadable(r, why) => {
+                        publisher.held.insert(r.key.clone());
+                        out.unusable.push(|| unreadable_line(&r, &why));
+                        continue;
+                    }
+                };
+                let dest =
+                    a.to_topic.clone().or_else(|| common.default_destination()).or_else(|| e.head.original_topic());
+                let Some(dest) = dest.filter(|d| *d != common.topic) else {
+                    publisher.held.insert(e.head.key.clone());
+                    out.no_destination
+                        .push(|| format!("{} id={} reason={}", e.head.position(), e.head.id_shown(), e.head.reason()));
+                    continue;
+                };
+                if e.head.payload_not_kept() {
+                    publisher.held.insert(e.head.key.clone());
+                    let r = &e.head;
+                    out.no_payload.push(|| {
+                        let why = match r.header(H_PAYLOAD_DROPPED) {
+                            Some(d) => format!("payload dropped: {d}"),
+                            None => format!("size={}", r.header(H_SIZE).unwrap_or_default()),
+                        };
+                        format!("{} id={} reason={} {why}", r.position(), r.id_shown(), r.reason())
+                    });
+                    continue;
+                }
+                if a.dry_run {
+                    println!(
+                        "would replay {} id={} reason={} -> {dest}",
+                        e.head.position(),
+                        e.head.id_shown(),
+                        e.head.reason()
+                    );
+                    out.would_replay += 1;
+                    continue;
+                }
+                batch_bytes += e.payload_len.unwrap_or(0);
+                batch.push((e, dest));
+                if batch.len() >= batch_max || batch_bytes + collector.held_bytes() >= BATCH_BYTES {
+                    let done = publisher.publish(std::mem::take(&mut batch), &mut state, &mut out).await?;
+                    reader.replayed(&done).await;
+                    batch_bytes = 0;
+                }
             }
-            if a.dry_run {
-                println!(
-                    "would replay {} id={} reason={} -> {dest}",
-                    e.head.position(),
-                    e.head.id_shown(),
-                    e.head.reason()
-                );
-                out.would_replay += 1;
-                continue;
-            }
-            batch_bytes += e.payload_len.unwrap_or(0);
-            batch.push((e, dest));
-            if batch.len() >= batch_max || batch_bytes + collector.held_bytes() >= BATCH_BYTES {
-                let done = publisher.publish(std::mem::take(&mut batch), &mut state, &mut out).await?;
-                reader.replayed(&done).await;
-                batch_bytes = 0;
+            let done = publisher.publish(std::mem::take(&mut batch), &mut state, &mut out).await?;
+            reader.replayed(&done).await;
+            batch_bytes = 0;
+            if !reader.again() {
+                break;
             }
         }
-        let done = publisher.publish(std::mem::take(&mut batch), &mut state, &mut out).await?;
-        reader.replayed(&done).await;
-        batch_bytes = 0;
-        if !reader.again() {
-            break;
-        }
+        Ok::<(), Error>(())
     }
+    .await;
     reader.release().await;
+    read?;
     for l in collector.finish() {
         out.unusable.push(|| l.line());
     }
