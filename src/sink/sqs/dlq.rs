@@ -17,8 +17,12 @@
 //!   SQS drops that second copy within its 5-minute deduplication window, the event id being the
 //!   deduplication id). There is no progress file: the queue itself is the progress.
 //! * On a FIFO dead-letter queue SQS hands out no more of a group (a key) while some of it is held:
-//!   `replay` reads on after each batch it deleted ([`SqsReader::again`]), so it reaches them all;
-//!   `list`, which deletes nothing, may show fewer than the queue holds.
+//!   `replay` reads on after each batch it deleted ([`SqsReader::again`]), but a copy it holds
+//!   without deleting (filtered out, no destination, failed, an incomplete chunk set) blocks its
+//!   group's later copies until the release at the end. So it does not always reach them all:
+//!   at the end it compares what it holds with the queue's counts ([`SqsReader::unreached`])
+//!   and exits non-zero naming the number it did not reach. `list`, which deletes nothing, may
+//!   show fewer than the queue holds, and says so.
 //!
 //! Replay sends each event as `--sink sqs` sends it ([`super::message::event_message`]: the
 //! payload as the body, the headers but `outboxd.*` and the key as attributes, on a FIFO queue
@@ -248,6 +252,37 @@ impl SqsReader {
                 }
             }
         }
+    }
+
+    /// How many copies the queue holds beyond those this run still holds, by the queue's
+    /// approximate counts (visible + in flight), or `None` when it says none or does not answer.
+    /// On a FIFO queue they are copies of groups this run held without deleting (filtered out,
+    /// no destination, failed), which SQS hands out to no one until those are released. The
+    /// counts lag deletes by a little, so a count above ours is asked again a few times first.
+    pub async fn unreached(&self) -> Option<u64> {
+        use aws_sdk_sqs::types::QueueAttributeName as A;
+        for tries in 1..=4 {
+            let out = self
+                .client
+                .get_queue_attributes()
+                .queue_url(&self.url)
+                .attribute_names(A::ApproximateNumberOfMessages)
+                .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+                .send()
+                .await
+                .ok()?;
+            let count = |a: A| out.attributes().and_then(|m| m.get(&a)).and_then(|v| v.parse::<u64>().ok());
+            let total = count(A::ApproximateNumberOfMessages)? + count(A::ApproximateNumberOfMessagesNotVisible)?;
+            let beyond = total.saturating_sub(self.held.len() as u64);
+            if beyond == 0 {
+                return None;
+            }
+            if tries == 4 {
+                return Some(beyond);
+            }
+            tokio::time::sleep(Duration::from_millis(500 * tries)).await;
+        }
+        None
     }
 
     /// Make every copy still held visible again, for the next reader (best effort: one not

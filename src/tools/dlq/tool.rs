@@ -112,6 +112,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
     let mut collector = Collector::default();
     let mut partitions = None;
     let mut stream_name = None;
+    let mut unreached = None;
     if let Some(mut reader) = common.source().await? {
         partitions = Some(match &reader {
             Source::Kafka(r) => r.partitions(),
@@ -141,6 +142,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
             Ok::<(), Error>(())
         }
         .await;
+        unreached = if read.is_ok() { reader.unreached().await } else { None };
         reader.release().await;
         read?;
     }
@@ -241,6 +243,9 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
     }
     incomplete.print();
     unreadable.print();
+    if let Some(n) = unreached {
+        println!("{n} more in the queue not reached (a FIFO group is handed out no further while its earlier copies are held; they are not counted above)");
+    }
     Ok(0)
 }
 
@@ -437,6 +442,7 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
         Ok::<(), Error>(())
     }
     .await;
+    let unreached = if read.is_ok() && !a.dry_run { reader.unreached().await } else { None };
     reader.release().await;
     read?;
     for l in collector.finish() {
@@ -466,6 +472,13 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
     );
     if let Some((event_id, topic, reason)) = out.first_failure {
         return Err(Definite::Delivery { event_id, topic, reason }.into());
+    }
+    if let Some(n) = unreached {
+        eprintln!(
+            "error: {n} dead letters in {} were not reached: SQS hands out no more of a FIFO group while copies of it are held (filtered out, without a destination or incomplete); run replay again without the filter, or move those copies",
+            common.topic
+        );
+        return Ok(1);
     }
     Ok(0)
 }
