@@ -40,6 +40,7 @@ use rdkafka::producer::FutureProducer;
 
 use super::chunk;
 use super::entry::{Collector, Entry, Fed};
+use super::report::{unreadable_line, Report};
 use super::sinks::{ensure_topic, send, Common, Source, Target, Via};
 use super::state::State;
 use super::{H_LSN, H_MESSAGE, H_PAYLOAD_DROPPED, H_SEQ, H_SIZE, H_TABLE};
@@ -52,8 +53,6 @@ use crate::sink::kafka::reader::StreamReader;
 const BATCH: usize = 1000;
 /// Payload bytes held before publishing what is ready.
 const BATCH_BYTES: usize = 32 << 20;
-/// Per-record lines printed for skipped or failed records before summarising the rest.
-const MAX_LINES: usize = 50;
 
 /// Returns the process exit code.
 pub async fn run(cmd: DlqCommand) -> Result<u8, Error> {
@@ -61,43 +60,6 @@ pub async fn run(cmd: DlqCommand) -> Result<u8, Error> {
         DlqCommand::List(a) => list(&a).await,
         DlqCommand::Replay(a) => replay(&a).await,
     }
-}
-
-/// Lines about skipped or failed events: the first [`MAX_LINES`] and a count.
-struct Report {
-    heading: &'static str,
-    lines: Vec<String>,
-    count: usize,
-}
-
-impl Report {
-    fn new(heading: &'static str) -> Report {
-        Report { heading, lines: Vec::new(), count: 0 }
-    }
-
-    fn push(&mut self, line: impl FnOnce() -> String) {
-        self.count += 1;
-        if self.lines.len() < MAX_LINES {
-            self.lines.push(line());
-        }
-    }
-
-    fn print(&self) {
-        if self.count == 0 {
-            return;
-        }
-        println!("{} {}:", self.count, self.heading);
-        for l in &self.lines {
-            println!("  {l}");
-        }
-        if self.count > self.lines.len() {
-            println!("  ... and {} more", self.count - self.lines.len());
-        }
-    }
-}
-
-fn unreadable_line(r: &DlqRecord, why: &str) -> String {
-    format!("{} id={} reason={}: {why}", r.position(), r.id_shown(), r.reason())
 }
 
 // ---------------------------------------------------------------------------
