@@ -162,7 +162,12 @@ fn a_restart_resending_everything_is_deduplicated_by_the_event_id() {
     let mut d = spawn(&sns_args(&pg, &moto.url, &topic, &["--on-bad-event", "fail"]));
     assert!(pg.wait_slot_confirms(&end, Duration::from_secs(60)), "slot behind\n{}", d.log());
     let got = moto.drain_queue(&queue, 2);
-    assert_eq!(got.len(), total, "{} events stored twice", got.len() - total);
+    let ids: Vec<String> = got.iter().map(|m| attr(m, "id").expect("id attribute")).collect();
+    let unique: HashSet<String> = ids.iter().cloned().collect();
+    assert_eq!(unique.len(), ids.len(), "{} events stored twice", ids.len() - unique.len());
+    let want: HashSet<String> = pg.psql("SELECT event_id FROM outbox").lines().map(str::to_owned).collect();
+    assert_eq!(unique, want, "lost: {:?}; extra: {:?}", want.difference(&unique), unique.difference(&want));
+    assert_eq!(ids.len(), total);
     d.stop_cleanly();
 }
 
@@ -216,21 +221,25 @@ fn an_oversized_event_is_dead_lettered_to_its_queue_and_check_verifies_the_topic
     let got: Vec<String> = moto.drain_queue(&queue, 1).iter().filter_map(|m| attr(m, "id")).collect();
     assert_eq!(got, vec![before, after], "the events around it, in order");
 
-    let mut list = args(&["dlq", "list", "--sink", "sqs", "--sqs-dlq-queue-url", &dlq, "--json"]);
-    list.extend(args(&["--aws-endpoint-url", &moto.url, "--aws-region", "us-east-1"]));
-    let mut l = Outboxd::spawn_with_env(&list, ENV);
-    assert!(l.wait_exit(Duration::from_secs(60)).is_some_and(|s| s.success()), "{}", l.log());
-    let out = l.log();
-    let v = out
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["sink"] == "sqs")
-        .unwrap_or_else(|| panic!("{out}"));
-    assert_eq!(v["total"], 1, "{v}");
-    assert_eq!(
-        (v["records"][0]["event_id"].as_str(), v["records"][0]["reason"].as_str()),
-        (Some(big.as_str()), Some("too_large"))
-    );
+    // The queue read as `--sink sqs` sees it, and as `--sink sns` names it.
+    for (sink, flag) in [("sqs", "--sqs-dlq-queue-url"), ("sns", "--sns-dlq-queue-url")] {
+        let mut list = args(&["dlq", "list", "--sink", sink, flag, &dlq, "--json"]);
+        list.extend(args(&["--aws-endpoint-url", &moto.url, "--aws-region", "us-east-1"]));
+        let mut l = Outboxd::spawn_with_env(&list, ENV);
+        assert!(l.wait_exit(Duration::from_secs(60)).is_some_and(|s| s.success()), "{sink}: {}", l.log());
+        let out = l.log();
+        let v = out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["total"].is_number())
+            .unwrap_or_else(|| panic!("{sink}: {out}"));
+        assert_eq!(v["total"], 1, "{sink}: {v}");
+        assert_eq!(
+            (v["records"][0]["event_id"].as_str(), v["records"][0]["reason"].as_str()),
+            (Some(big.as_str()), Some("too_large")),
+            "{sink}"
+        );
+    }
 
     let check = |arn: &str| {
         let mut c = args(&["check", "--postgres-url"]);

@@ -127,6 +127,12 @@ pub struct ThrottleProxy {
 
 impl ThrottleProxy {
     pub fn start(moto: &Moto, share: f64) -> ThrottleProxy {
+        Self::start_mode(moto, share, None)
+    }
+
+    /// With `mode` `Some("sns-entries")`: PublishBatch entries fail one by one instead of whole
+    /// calls (throttled, or refused when their message holds `refuse-pvi` / `refuse-ip`).
+    pub fn start_mode(moto: &Moto, share: f64, mode: Option<&str>) -> ThrottleProxy {
         let dir = tempfile::Builder::new().prefix("outboxd-throttle-").tempdir().expect("tempdir");
         let (port_file, stats) = (dir.path().join("port"), dir.path().join("stats"));
         let child = Command::new("bash")
@@ -137,6 +143,7 @@ impl ThrottleProxy {
             .arg(&port_file)
             .arg(&stats)
             .arg(share.to_string())
+            .args(mode)
             .spawn()
             .expect("start throttle_proxy.py");
         let ok = super::wait_until(std::time::Duration::from_secs(30), || port_file.exists());

@@ -1,6 +1,6 @@
 """A fault-injecting proxy in front of a local SQS (moto) for the AWS sinks' tests:
 
-  throttle_proxy.py UPSTREAM PORTFILE STATSFILE [SHARE]
+  throttle_proxy.py UPSTREAM PORTFILE STATSFILE [SHARE] [sns-entries]
 
 listens on a free loopback port (written to PORTFILE) and forwards every request to UPSTREAM
 (http://127.0.0.1:PORT). Of SNS's PublishBatch calls a SHARE is answered 400 Throttled without
@@ -14,17 +14,26 @@ Kinesis PutRecords calls (JSON 1.1, X-Amz-Target Kinesis_20131202.PutRecords) ge
 is answered 400 ProvisionedThroughputExceededException, as many again reach the server without a
 random part of their records, which come back in the answer's Records, at their places, with
 ErrorCode ProvisionedThroughputExceededException (the partial failure): Kinesis stored the others.
+
+With "sns-entries", PublishBatch calls are not throttled whole: a SHARE of them reach the server
+with a random part of their entries taken out, answered in Failed as Throttled (SenderFault
+false); and an entry whose message holds "refuse-pvi" or "refuse-ip" never reaches it and is
+answered Failed ParameterValueInvalid or InvalidParameter (SenderFault true), as SNS refuses one
+message of a batch.
 """
 import json
 import random
+import re
 import sys
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 UPSTREAM, PORTFILE, STATSFILE = sys.argv[1], sys.argv[2], sys.argv[3]
 SHARE = float(sys.argv[4]) if len(sys.argv) > 4 else 0.3
+SNS_ENTRIES = len(sys.argv) > 5 and sys.argv[5] == "sns-entries"
 stats = {"whole": 0, "entries": 0}
 lock = threading.Lock()
 
@@ -66,6 +75,9 @@ class Proxy(BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         target = self.headers.get("X-Amz-Target", "")
+        if SNS_ENTRIES and b"Action=PublishBatch" in body:
+            self.answer(*sns_entries(self, body))
+            return
         # SNS (the query protocol): a SHARE of PublishBatch calls is answered Throttled.
         if b"Action=PublishBatch" in body and random.random() < SHARE:
             count("whole")
@@ -142,6 +154,55 @@ class Proxy(BaseHTTPRequestHandler):
                          "ErrorMessage": "Rate exceeded for shard (injected)"} if d else next(it))
         failed = sum(1 for r in out if "ErrorCode" in r)
         self.answer(200, json11, json.dumps({"FailedRecordCount": failed, "Records": out}).encode())
+
+
+def sns_entries(proxy, body):
+    """A PublishBatch call with some entries answered Failed (see the module doc)."""
+    pairs = urllib.parse.parse_qsl(body.decode(), keep_blank_values=True)
+    prefix = "PublishBatchRequestEntries.member."
+    members, rest = {}, []
+    for k, v in pairs:
+        if k.startswith(prefix):
+            n, _, field = k[len(prefix):].partition(".")
+            members.setdefault(int(n), []).append((field, v))
+        else:
+            rest.append((k, v))
+    failed, kept = [], []
+    throttle = random.random() < SHARE
+    for n in sorted(members):
+        fields = dict(members[n])
+        msg = fields.get("Message", "")
+        if "refuse-pvi" in msg or "refuse-ip" in msg:
+            code = "ParameterValueInvalid" if "refuse-pvi" in msg else "InvalidParameter"
+            failed.append((fields["Id"], code, "true"))
+        elif throttle and random.random() < 0.4:
+            count("entries")
+            failed.append((fields["Id"], "Throttled", "false"))
+        else:
+            kept.append(members[n])
+    xml_failed = "".join(
+        f"<member><Id>{i}</Id><Code>{c}</Code><Message>injected</Message><SenderFault>{f}</SenderFault></member>"
+        for i, c, f in failed)
+    ns = "https://sns.amazonaws.com/doc/2010-03-31/"
+    if not kept:
+        out = (f'<PublishBatchResponse xmlns="{ns}"><PublishBatchResult><Successful></Successful>'
+               f"<Failed>{xml_failed}</Failed></PublishBatchResult><ResponseMetadata><RequestId>injected"
+               "</RequestId></ResponseMetadata></PublishBatchResponse>")
+        return 200, [("Content-Type", "text/xml")], out.encode()
+    renumbered = list(rest)
+    for n, fields in enumerate(kept, 1):
+        renumbered.extend((f"{prefix}{n}.{f}", v) for f, v in fields)
+    status, headers, up = proxy.forward(urllib.parse.urlencode(renumbered).encode())
+    if status != 200 or not failed:
+        return status, headers, up
+    text = up.decode()
+    if re.search(r"<Failed\s*/>", text):
+        text = re.sub(r"<Failed\s*/>", f"<Failed>{xml_failed}</Failed>", text, count=1)
+    elif "<Failed>" in text:
+        text = text.replace("<Failed>", "<Failed>" + xml_failed, 1)
+    else:
+        text = text.replace("</PublishBatchResult>", f"<Failed>{xml_failed}</Failed></PublishBatchResult>", 1)
+    return status, headers, text.encode()
 
 
 server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)

@@ -61,6 +61,8 @@ const BAD_EVENT: &[&str] = &[
     "MessageTooLong",
     "AWS.SimpleQueueService.MessageTooLong",
     "InvalidParameter",
+    // SNS's code for InvalidParameterValueException (a batch entry's `Code`).
+    "ParameterValueInvalid",
     "ValidationError",
     "ValidationException",
 ];
@@ -149,6 +151,9 @@ mod tests {
         }
         assert_eq!(class_of(Some("InvalidParameterValue"), Some(400), true), Class::BadEvent);
         assert_eq!(class_of(Some("InvalidParameterValue"), Some(400), false), Class::Setup);
+        // SNS names an entry it refuses so; only per entry is it the event's fault.
+        assert_eq!(class_of(Some("ParameterValueInvalid"), None, true), Class::BadEvent);
+        assert_eq!(class_of(Some("ParameterValueInvalid"), Some(400), false), Class::Setup);
         assert_eq!(class_of(Some("AWS.SimpleQueueService.NonExistentQueue"), Some(400), false), Class::Setup);
         assert_eq!(class_of(Some("AccessDenied"), Some(403), false), Class::Setup);
         assert_eq!(class_of(Some("KMS.DisabledException"), Some(400), true), Class::Setup);

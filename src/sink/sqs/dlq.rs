@@ -17,16 +17,23 @@
 //!   SQS drops that second copy within its 5-minute deduplication window, the event id being the
 //!   deduplication id). There is no progress file: the queue itself is the progress.
 //! * On a FIFO dead-letter queue SQS hands out no more of a group (a key) while some of it is held:
-//!   `replay` reads on after each batch it deleted ([`SqsReader::again`]), so it reaches them all;
-//!   `list`, which deletes nothing, may show fewer than the queue holds.
+//!   `replay` reads on after each batch it deleted ([`SqsReader::again`]), but a copy it holds
+//!   without deleting (filtered out, no destination, failed, an incomplete chunk set) blocks its
+//!   group's later copies until the release at the end. So it does not always reach them all:
+//!   at the end it compares what it holds with the queue's counts ([`SqsReader::unreached`])
+//!   and exits non-zero naming the number it did not reach. `list`, which deletes nothing, may
+//!   show fewer than the queue holds, and says so.
 //!
-//! Replay sends each event as `--sink sqs` sends it ([`super::message::event_message`]: the
+//! Replay ([`super::replay`]) sends each event as `--sink sqs` sends it ([`super::message::event_message`]: the
 //! payload as the body, the headers but `outboxd.*` and the key as attributes, on a FIFO queue
 //! group id = key and deduplication id = event id), so the message is the one the relay would have
-//! written. On a FIFO queue a call holds one message of a group, and once one of a group failed
-//! the later ones of that group are not sent in this run, so a key keeps its order.
+//! written. On a FIFO queue a call holds one message of a group, and once one of a group was not
+//! replayed (refused, failed, or its copy held back: no destination, no payload, unreadable) the
+//! later ones of that group are not sent in this run, in any later batch ([`SqsTarget`] keeps
+//! them for the whole run), so a key keeps its order. A copy left out by `--filter-reason` or
+//! `--event-id` does not hold its key back: that selection is the operator's.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata};
@@ -39,16 +46,14 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use bytes::Bytes;
 
-use super::message::{event_message, H_COPY_HEADERS, H_COPY_KEY};
-use super::publisher::Failure;
-use super::{queue_facts, QueueFacts, DEFAULT_MAX_BYTES};
+use super::message::{H_COPY_HEADERS, H_COPY_KEY};
+use super::queue_facts;
 use crate::error::{Definite, Error};
 use crate::router::Record;
 use crate::sink::aws::{class_of, sdk_config, setup_failure, AwsConfig, Class};
-use crate::sink::dead_letter::entry::Entry;
 use crate::sink::dead_letter::{DlqRecord, PREFIX};
 
-/// Messages in one receive, delete or send call (SQS's limit).
+/// Messages in one receive or delete call (SQS's limit).
 const PAGE: usize = 10;
 /// Tries of a batch whose messages SQS keeps throttling before replay reports them failed.
 const TRIES: u32 = 8;
@@ -245,6 +250,37 @@ impl SqsReader {
         }
     }
 
+    /// How many copies the queue holds beyond those this run still holds, by the queue's
+    /// approximate counts (visible + in flight), or `None` when it says none or does not answer.
+    /// On a FIFO queue they are copies of groups this run held without deleting (filtered out,
+    /// no destination, failed), which SQS hands out to no one until those are released. The
+    /// counts lag deletes by a little, so a count above ours is asked again a few times first.
+    pub async fn unreached(&self) -> Option<u64> {
+        use aws_sdk_sqs::types::QueueAttributeName as A;
+        for tries in 1..=4 {
+            let out = self
+                .client
+                .get_queue_attributes()
+                .queue_url(&self.url)
+                .attribute_names(A::ApproximateNumberOfMessages)
+                .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+                .send()
+                .await
+                .ok()?;
+            let count = |a: A| out.attributes().and_then(|m| m.get(&a)).and_then(|v| v.parse::<u64>().ok());
+            let total = count(A::ApproximateNumberOfMessages)? + count(A::ApproximateNumberOfMessagesNotVisible)?;
+            let beyond = total.saturating_sub(self.held.len() as u64);
+            if beyond == 0 {
+                return None;
+            }
+            if tries == 4 {
+                return Some(beyond);
+            }
+            tokio::time::sleep(Duration::from_millis(500 * tries)).await;
+        }
+        None
+    }
+
     /// Make every copy still held visible again, for the next reader (best effort: one not
     /// released becomes visible when its timeout runs out).
     pub async fn release(&mut self) {
@@ -328,7 +364,7 @@ fn record(m: &SqsMsg, offset: i64) -> DlqRecord {
 }
 
 /// The event replay sends for `r`: its key, payload and headers but `outboxd.*`.
-fn replayed(r: &DlqRecord, dest: &str) -> Record {
+pub(super) fn replayed(r: &DlqRecord, dest: &str) -> Record {
     Record {
         topic: dest.to_owned(),
         key: r.key.clone().map(Bytes::from),
@@ -346,233 +382,10 @@ fn replayed(r: &DlqRecord, dest: &str) -> Record {
     }
 }
 
-/// Where replay sends: the clients, and what each destination (an SQS queue URL, or an SNS topic
-/// ARN for `--sink sns`) said of itself: FIFO or not, and the largest message it takes.
-pub struct SqsTarget {
-    client: Client,
-    sns: aws_sdk_sns::Client,
-    dests: HashMap<String, Result<(bool, usize), String>>,
-}
-
-/// Entries stored (id, new message id), and entries failed (id, code, message).
-type Answered = (Vec<(String, String)>, Vec<(String, String, String)>);
-
-/// Whether `dest` is an SNS topic ARN rather than a queue URL.
-fn is_topic(dest: &str) -> bool {
-    dest.starts_with("arn:") && dest.split(':').nth(2) == Some("sns")
-}
-
-impl SqsTarget {
-    pub async fn connect(aws: &AwsConfig) -> SqsTarget {
-        let sdk = sdk_config(aws).await;
-        SqsTarget { client: Client::new(&sdk), sns: aws_sdk_sns::Client::new(&sdk), dests: HashMap::new() }
-    }
-
-    async fn facts(&mut self, dest: &str) -> Result<(bool, usize), String> {
-        if !self.dests.contains_key(dest) {
-            let f = if is_topic(dest) {
-                match crate::sink::sns::topic_fifo(&self.sns, dest).await {
-                    Ok(Some(fifo)) => Ok((fifo, DEFAULT_MAX_BYTES)),
-                    Ok(None) => Err(format!("{dest}: no answer from SNS")),
-                    Err(why) => Err(why),
-                }
-            } else {
-                match queue_facts(&self.client, "destination queue", dest).await {
-                    Ok(Some(QueueFacts { fifo, max_bytes })) => Ok((fifo, max_bytes)),
-                    Ok(None) => Err(format!("{dest}: no answer from SQS")),
-                    Err(r) => Err(r.to_string()),
-                }
-            };
-            self.dests.insert(dest.to_owned(), f);
-        }
-        self.dests[dest].clone()
-    }
-
-    /// One `SendMessageBatch` (a queue) or `PublishBatch` (a topic) call with `msgs`, entry ids
-    /// their numbers.
-    async fn call(&self, dest: &str, msgs: &[(usize, &super::message::Message)]) -> Result<Answered, Failure> {
-        let failed =
-            |id: &str, code: &str, m: Option<&str>| (id.to_owned(), code.to_owned(), m.unwrap_or("").to_owned());
-        if is_topic(dest) {
-            let entries = msgs
-                .iter()
-                .map(|(n, m)| {
-                    crate::sink::sns::entry(*n, &m.body, &m.attributes, m.group.as_deref(), m.dedup.as_deref())
-                })
-                .collect();
-            let call = self.sns.publish_batch().topic_arn(dest).set_publish_batch_request_entries(Some(entries));
-            let out = call.send().await.map_err(|e| Failure::of("SNS PublishBatch", &e))?;
-            Ok((
-                out.successful()
-                    .iter()
-                    .filter_map(|s| Some((s.id()?.to_owned(), s.message_id().unwrap_or_default().to_owned())))
-                    .collect(),
-                out.failed().iter().map(|f| failed(f.id(), f.code(), f.message())).collect(),
-            ))
-        } else {
-            let entries = msgs
-                .iter()
-                .map(|(n, m)| {
-                    super::publisher::entry(*n, &m.body, &m.attributes, m.group.as_deref(), m.dedup.as_deref())
-                })
-                .collect();
-            let call = self.client.send_message_batch().queue_url(dest).set_entries(Some(entries));
-            let out = call.send().await.map_err(|e| Failure::of("SQS SendMessageBatch", &e))?;
-            Ok((
-                out.successful().iter().map(|s| (s.id().to_owned(), s.message_id().to_owned())).collect(),
-                out.failed().iter().map(|f| failed(f.id(), f.code(), f.message())).collect(),
-            ))
-        }
-    }
-}
-
-/// One event of a replay batch on its way.
-struct Out {
-    dest: String,
-    msg: super::message::Message,
-}
-
-/// Sends `batch` (each event to its queue URL) and waits for every answer: per event,
-/// `Ok(the new message id)` or `Err(why)`. See the module doc for order on a FIFO queue.
-pub async fn send_batch(t: &mut SqsTarget, batch: &[(Entry, String)]) -> Vec<Result<String, String>> {
-    let mut results: Vec<Option<Result<String, String>>> = vec![None; batch.len()];
-    let mut outs: Vec<Option<Out>> = Vec::with_capacity(batch.len());
-    for (i, (e, dest)) in batch.iter().enumerate() {
-        let built = match t.facts(dest).await {
-            Ok((fifo, max)) => event_message(&replayed(&e.head, dest), fifo, max)
-                .map_err(|(code, why)| format!("SQS cannot take it ({code}): {why}")),
-            Err(why) => Err(why),
-        };
-        outs.push(match built {
-            Ok(msg) => Some(Out { dest: dest.clone(), msg }),
-            Err(why) => {
-                results[i] = Some(Err(why));
-                None
-            }
-        });
-    }
-    // A group whose event failed: its later events stay unsent, so the key keeps its order.
-    let mut failed: HashSet<(String, String)> = HashSet::new();
-    let mut tries = 0u32;
-    loop {
-        let pending: Vec<usize> = (0..batch.len()).filter(|&i| results[i].is_none()).collect();
-        if pending.is_empty() {
-            break;
-        }
-        let call = pick(&pending, &outs, &mut failed, &mut results);
-        if call.is_empty() {
-            continue;
-        }
-        let dest = outs[call[0]].as_ref().map(|o| o.dest.clone()).unwrap_or_default();
-        let picked: Vec<(usize, &super::message::Message)> =
-            call.iter().enumerate().filter_map(|(n, &i)| outs[i].as_ref().map(|o| (n, &o.msg))).collect();
-        let mut retry = false;
-        match t.call(&dest, &picked).await {
-            Ok((successful, failed)) => {
-                if !successful.is_empty() {
-                    tries = 0;
-                }
-                for (id, message_id) in successful {
-                    if let Some(&i) = id.parse::<usize>().ok().and_then(|n| call.get(n)) {
-                        results[i] = Some(Ok(message_id));
-                    }
-                }
-                for (id, code, message) in failed {
-                    let Some(&i) = id.parse::<usize>().ok().and_then(|n| call.get(n)) else { continue };
-                    match class_of(Some(&code), None, true) {
-                        Class::Transient => retry = true,
-                        _ => results[i] = Some(Err(format!("refused ({code}): {message}"))),
-                    }
-                }
-                // Named neither way: sent again.
-                retry |= call.iter().any(|&i| results[i].is_none());
-            }
-            Err(f) => {
-                let why = match f.setup {
-                    Some(why) => Some(why),
-                    None if class_of(f.code.as_deref(), f.status, false) == Class::Setup => {
-                        Some(format!("refused the call ({}): {}", f.code.unwrap_or_default(), f.text))
-                    }
-                    None => None,
-                };
-                match why {
-                    Some(why) => call.iter().for_each(|&i| results[i] = Some(Err(why.clone()))),
-                    None => {
-                        tracing::warn!(error = %f.text, "a replay batch call failed; sending again after a backoff");
-                        retry = true;
-                    }
-                }
-            }
-        }
-        if retry {
-            tries += 1;
-            if tries >= TRIES {
-                for r in results.iter_mut().filter(|r| r.is_none()) {
-                    *r = Some(Err(format!("SQS still throttled or failing after {TRIES} tries")));
-                }
-                break;
-            }
-            tokio::time::sleep(crate::retry::backoff(tries, Duration::from_secs(5))).await;
-        }
-    }
-    results.into_iter().map(|r| r.unwrap_or_else(|| Err("not sent".into()))).collect()
-}
-
-/// The events of the next call, in order: all to the first pending event's queue, at most
-/// [`PAGE`], within the queue's size, one per FIFO group; an event of a group that failed is
-/// failed too, and a group skipped for room stays skipped for this call (its order).
-fn pick(
-    pending: &[usize],
-    outs: &[Option<Out>],
-    failed: &mut HashSet<(String, String)>,
-    results: &mut [Option<Result<String, String>>],
-) -> Vec<usize> {
-    // Refused events fail their group for the rest of the batch.
-    for (i, r) in results.iter().enumerate() {
-        if let (Some(Err(_)), Some(Some(o))) = (r, outs.get(i)) {
-            if let Some(g) = &o.msg.group {
-                failed.insert((o.dest.clone(), g.clone()));
-            }
-        }
-    }
-    let mut call = Vec::new();
-    let mut groups: HashSet<String> = HashSet::new();
-    let mut skipped: HashSet<String> = HashSet::new();
-    let mut bytes = 0usize;
-    let mut dest: Option<&str> = None;
-    for &i in pending {
-        let Some(o) = &outs[i] else { continue };
-        if let Some(g) = &o.msg.group {
-            if failed.contains(&(o.dest.clone(), g.clone())) {
-                results[i] = Some(Err("an earlier event of its key was not replayed; left for a later run".into()));
-                continue;
-            }
-        }
-        if dest.is_some_and(|d| d != o.dest) {
-            continue;
-        }
-        let room = call.len() < PAGE && (call.is_empty() || bytes + o.msg.size <= DEFAULT_MAX_BYTES);
-        match &o.msg.group {
-            Some(g) if skipped.contains(g) || groups.contains(g) || !room => {
-                skipped.insert(g.clone());
-            }
-            _ if !room => {}
-            g => {
-                if let Some(g) = g {
-                    groups.insert(g.clone());
-                }
-                dest = Some(&o.dest);
-                bytes += o.msg.size;
-                call.push(i);
-            }
-        }
-    }
-    call
-}
+pub use super::replay::{send_batch, SqsTarget};
 
 #[cfg(test)]
 mod tests {
-    use super::super::message::Value;
     use super::*;
     use aws_sdk_sqs::types::MessageAttributeValue;
 
@@ -615,28 +428,5 @@ mod tests {
         assert!(record(&copy("null", "[]", None), 0).payload.is_none());
         assert!(!record(&copy("hello", "[]", None), 0).undecoded.is_empty());
         assert!(!record(&copy("null", "not json", None), 0).undecoded.is_empty());
-    }
-
-    fn out(dest: &str, group: Option<&str>, size: usize) -> Option<Out> {
-        let msg = super::super::message::Message {
-            group: group.map(Into::into),
-            dedup: None,
-            body: String::new(),
-            attributes: vec![("a".into(), Value::Text("b".into()))],
-            size,
-        };
-        Some(Out { dest: dest.into(), msg })
-    }
-
-    #[test]
-    fn a_call_holds_one_message_of_a_group_and_a_failed_group_stays_behind() {
-        let outs = vec![out("q", Some("a"), 10), out("q", Some("a"), 10), out("q", Some("b"), 10), out("r", None, 10)];
-        let mut results = vec![None; 4];
-        let mut failed = HashSet::new();
-        assert_eq!(pick(&[0, 1, 2, 3], &outs, &mut failed, &mut results), vec![0, 2]);
-        results[0] = Some(Err("refused".into()));
-        assert_eq!(pick(&[1, 2, 3], &outs, &mut failed, &mut results), vec![2]);
-        assert!(matches!(&results[1], Some(Err(w)) if w.contains("earlier event")), "{results:?}");
-        assert_eq!(pick(&[3], &outs, &mut failed, &mut results), vec![3]);
     }
 }

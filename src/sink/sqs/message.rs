@@ -149,7 +149,7 @@ pub fn job(record: Record, delivery: Delivery, q: &Queues) -> Result<Job, Box<Si
 }
 
 /// The FIFO group of an event (`dlq`: of a dead-letter copy) with this key.
-fn group_of(key: Option<&[u8]>, dlq: bool) -> String {
+pub(super) fn group_of(key: Option<&[u8]>, dlq: bool) -> String {
     match (key, dlq) {
         (Some(k), _) => as_id(k),
         (None, false) => NO_KEY_GROUP.to_owned(),

@@ -19,6 +19,7 @@ pub mod config;
 pub mod dlq;
 pub mod message;
 pub(crate) mod publisher;
+mod replay;
 
 use std::sync::Arc;
 

@@ -204,6 +204,16 @@ pub(super) fn entry(
 fn send(target: &Target, batch: Vec<(u64, Job)>) -> Call {
     let queue = match (batch.first().is_some_and(|(_, j)| j.dlq), &target.dlq_queue_url, &target.main) {
         (true, Some(d), _) => d.clone(),
+        // A copy is made only with a dead-letter queue; never send one to the queue or topic.
+        (true, None, _) => {
+            let f = Failure {
+                code: None,
+                status: None,
+                text: String::new(),
+                setup: Some("bug: a dead-letter copy without --sqs-dlq-queue-url / --sns-dlq-queue-url".into()),
+            };
+            return Box::pin(async move { (batch, Err(f)) });
+        }
         (_, _, Main::Queue(q)) => q.clone(),
         (_, _, Main::Topic { client, arn }) => return super::super::sns::publish(client, arn, batch),
     };
@@ -323,4 +333,55 @@ fn setup_reason(code: &str, text: &str, flags: &str) -> String {
     format!(
         "AWS refused the call ({code}): {text}; check {flags}, --aws-region, and that the credentials may send to it (sqs:SendMessage, sns:Publish) and use its KMS key"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sink::delivery::{Delivery, Position, Source, Ticket};
+    use std::sync::Arc;
+
+    /// A copy with no dead-letter queue fails as a bug; it is never published to the topic.
+    #[tokio::test]
+    async fn a_dead_letter_copy_without_a_dead_letter_queue_fails_as_a_bug() {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let src = Source { position: Position::Lsn(crate::lsn::Lsn(1)), table: Arc::from("public.outbox") };
+        let job = Job {
+            dlq: true,
+            group: None,
+            dedup: None,
+            body: "b64:eA==".into(),
+            attributes: Vec::new(),
+            size: 8,
+            key: None,
+            payload: None,
+            headers: Vec::new(),
+            delivery: Delivery::new(Ticket(1), "e".into(), "t".into(), src, tx),
+        };
+        // Nothing listens on port 9: a call made would fail as "no answer", not as a bug.
+        let sns = aws_sdk_sns::Config::builder()
+            .behavior_version(aws_sdk_sns::config::BehaviorVersion::latest())
+            .region(aws_sdk_sns::config::Region::new("us-east-1"))
+            .endpoint_url("http://127.0.0.1:9")
+            .build();
+        let sqs = aws_sdk_sqs::Config::builder()
+            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+            .endpoint_url("http://127.0.0.1:9")
+            .build();
+        let target = Target {
+            client: aws_sdk_sqs::Client::from_conf(sqs),
+            main: Main::Topic { client: aws_sdk_sns::Client::from_conf(sns), arn: "arn:aws:sns:us-east-1:1:t".into() },
+            dlq_queue_url: None,
+            batch_bytes: 1 << 18,
+            flags: "--sns-topic-arn",
+        };
+        let (sent, answer) = send(&target, vec![(0, job)]).await;
+        assert_eq!(sent.len(), 1);
+        match answer {
+            Err(Failure { setup: Some(why), .. }) => assert!(why.starts_with("bug:"), "{why}"),
+            Err(f) => panic!("sent somewhere: {}", f.text),
+            Ok(_) => panic!("sent somewhere"),
+        }
+    }
 }

@@ -8,6 +8,7 @@
 //! travels escaped ([`crate::sink::escape`]); every source's records are restored before use
 //! ([`crate::sink::dead_letter::DlqRecord::restore_escaped`]).
 
+mod report;
 mod sinks;
 mod state;
 pub mod tool;

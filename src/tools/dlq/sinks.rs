@@ -116,6 +116,15 @@ impl Source {
         }
     }
 
+    /// Copies an SQS queue holds that reading did not reach ([`SqsReader::unreached`]); call
+    /// before [`Source::release`]. `None` for the other sinks, which are read to their end.
+    pub(super) async fn unreached(&self) -> Option<u64> {
+        match self {
+            Source::Sqs(r) => r.unreached().await,
+            _ => None,
+        }
+    }
+
     /// Reading is over: an SQS queue's copies still held are made visible again.
     pub(super) async fn release(&mut self) {
         if let Source::Sqs(r) = self {

@@ -32,7 +32,7 @@
 //! each batch ([`Source::replayed`]), reads on while deleting frees more ([`Source::again`]), and
 //! at the end makes the copies it left visible again ([`Source::release`]); nothing is saved.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
@@ -40,6 +40,7 @@ use rdkafka::producer::FutureProducer;
 
 use super::chunk;
 use super::entry::{Collector, Entry, Fed};
+use super::report::{unreadable_line, Report};
 use super::sinks::{ensure_topic, send, Common, Source, Target, Via};
 use super::state::State;
 use super::{H_LSN, H_MESSAGE, H_PAYLOAD_DROPPED, H_SEQ, H_SIZE, H_TABLE};
@@ -52,8 +53,6 @@ use crate::sink::kafka::reader::StreamReader;
 const BATCH: usize = 1000;
 /// Payload bytes held before publishing what is ready.
 const BATCH_BYTES: usize = 32 << 20;
-/// Per-record lines printed for skipped or failed records before summarising the rest.
-const MAX_LINES: usize = 50;
 
 /// Returns the process exit code.
 pub async fn run(cmd: DlqCommand) -> Result<u8, Error> {
@@ -61,43 +60,6 @@ pub async fn run(cmd: DlqCommand) -> Result<u8, Error> {
         DlqCommand::List(a) => list(&a).await,
         DlqCommand::Replay(a) => replay(&a).await,
     }
-}
-
-/// Lines about skipped or failed events: the first [`MAX_LINES`] and a count.
-struct Report {
-    heading: &'static str,
-    lines: Vec<String>,
-    count: usize,
-}
-
-impl Report {
-    fn new(heading: &'static str) -> Report {
-        Report { heading, lines: Vec::new(), count: 0 }
-    }
-
-    fn push(&mut self, line: impl FnOnce() -> String) {
-        self.count += 1;
-        if self.lines.len() < MAX_LINES {
-            self.lines.push(line());
-        }
-    }
-
-    fn print(&self) {
-        if self.count == 0 {
-            return;
-        }
-        println!("{} {}:", self.count, self.heading);
-        for l in &self.lines {
-            println!("  {l}");
-        }
-        if self.count > self.lines.len() {
-            println!("  ... and {} more", self.count - self.lines.len());
-        }
-    }
-}
-
-fn unreadable_line(r: &DlqRecord, why: &str) -> String {
-    format!("{} id={} reason={}: {why}", r.position(), r.id_shown(), r.reason())
 }
 
 // ---------------------------------------------------------------------------
@@ -112,6 +74,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
     let mut collector = Collector::default();
     let mut partitions = None;
     let mut stream_name = None;
+    let mut unreached = None;
     if let Some(mut reader) = common.source().await? {
         partitions = Some(match &reader {
             Source::Kafka(r) => r.partitions(),
@@ -121,22 +84,29 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
             }
             Source::Redis(_) | Source::Rabbitmq(_) | Source::Sqs(_) => 1,
         });
-        while let Some(mut r) = reader.next().await? {
-            // Payloads are not shown; chunks keep theirs until their set is checked.
-            if r.header(chunk::H_ID).is_none() {
-                r.payload = None;
-            }
-            match collector.feed(r) {
-                Fed::Entry(mut e) => {
-                    e.head.payload = None;
-                    *by_reason.entry(e.head.reason()).or_default() += 1;
-                    rows.push(e);
+        // Read in a block so that the copies held are released on an error too.
+        let read = async {
+            while let Some(mut r) = reader.next().await? {
+                // Payloads are not shown; chunks keep theirs until their set is checked.
+                if r.header(chunk::H_ID).is_none() {
+                    r.payload = None;
                 }
-                Fed::Pending => {}
-                Fed::Unreadable(r, why) => unreadable.push(|| unreadable_line(&r, &why)),
+                match collector.feed(r) {
+                    Fed::Entry(mut e) => {
+                        e.head.payload = None;
+                        *by_reason.entry(e.head.reason()).or_default() += 1;
+                        rows.push(e);
+                    }
+                    Fed::Pending => {}
+                    Fed::Unreadable(r, why) => unreadable.push(|| unreadable_line(&r, &why)),
+                }
             }
+            Ok::<(), Error>(())
         }
+        .await;
+        unreached = if read.is_ok() { reader.unreached().await } else { None };
         reader.release().await;
+        read?;
     }
     let leftovers = collector.finish();
     rows.sort_by_key(|e| (e.head.partition, e.head.offset));
@@ -235,6 +205,9 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
     }
     incomplete.print();
     unreadable.print();
+    if let Some(n) = unreached {
+        println!("{n} more in the queue not reached (a FIFO group is handed out no further while its earlier copies are held; they are not counted above)");
+    }
     Ok(0)
 }
 
@@ -343,7 +316,8 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
         failures: Report::new("FAILED (not recorded; a later run retries them)"),
         first_failure: None,
     };
-    let mut publisher = Publisher { common: &common, clients: None, topics: BTreeMap::new(), target: None };
+    let mut publisher =
+        Publisher { common: &common, clients: None, topics: BTreeMap::new(), target: None, held: HashSet::new() };
     let mut collector = Collector::default();
     let mut batch: Vec<(Entry, String)> = Vec::new();
     let mut batch_bytes = 0usize;
@@ -357,71 +331,82 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
         a.filter_reason.as_ref().is_some_and(|want| *want != r.reason())
             || a.event_id.as_ref().is_some_and(|want| Some(want) != r.event_id().as_ref())
     };
-    loop {
-        while let Some(r) = reader.next().await? {
-            // Every chunk carries the event's headers, so filters apply record by record; a chunk
-            // whose headers partly moved into the body is judged once joined.
-            if !r.moved_later && unwanted(&r) {
-                continue;
-            }
-            if state.contains(r.partition, r.offset) {
-                if collector.seen_done(&r) {
-                    out.already_done += 1;
-                }
-                continue;
-            }
-            let e = match collector.feed(r) {
-                Fed::Entry(e) if unwanted(&e.head) => continue,
-                Fed::Entry(e) => e,
-                Fed::Pending => continue,
-                Fed::Unreadable(r, why) => {
-                    out.unusable.push(|| unreadable_line(&r, &why));
+    // Read and send in a block so that the copies held are released on an error too.
+    let read = async {
+        loop {
+            while let Some(r) = reader.next().await? {
+                // Every chunk carries the event's headers, so filters apply record by record; a chunk
+                // whose headers partly moved into the body is judged once joined.
+                if !r.moved_later && unwanted(&r) {
                     continue;
                 }
-            };
-            let dest = a.to_topic.clone().or_else(|| common.default_destination()).or_else(|| e.head.original_topic());
-            let Some(dest) = dest.filter(|d| *d != common.topic) else {
-                out.no_destination
-                    .push(|| format!("{} id={} reason={}", e.head.position(), e.head.id_shown(), e.head.reason()));
-                continue;
-            };
-            if e.head.payload_not_kept() {
-                let r = &e.head;
-                out.no_payload.push(|| {
-                    let why = match r.header(H_PAYLOAD_DROPPED) {
-                        Some(d) => format!("payload dropped: {d}"),
-                        None => format!("size={}", r.header(H_SIZE).unwrap_or_default()),
-                    };
-                    format!("{} id={} reason={} {why}", r.position(), r.id_shown(), r.reason())
-                });
-                continue;
+                if state.contains(r.partition, r.offset) {
+                    if collector.seen_done(&r) {
+                        out.already_done += 1;
+                    }
+                    continue;
+                }
+                let e = match collector.feed(r) {
+                    Fed::Entry(e) if unwanted(&e.head) => continue,
+                    Fed::Entry(e) => e,
+                    Fed::Pending => continue,
+                    Fed::Unreadable(r, why) => {
+                        publisher.held.insert(r.key.clone());
+                        out.unusable.push(|| unreadable_line(&r, &why));
+                        continue;
+                    }
+                };
+                let dest =
+                    a.to_topic.clone().or_else(|| common.default_destination()).or_else(|| e.head.original_topic());
+                let Some(dest) = dest.filter(|d| *d != common.topic) else {
+                    publisher.held.insert(e.head.key.clone());
+                    out.no_destination
+                        .push(|| format!("{} id={} reason={}", e.head.position(), e.head.id_shown(), e.head.reason()));
+                    continue;
+                };
+                if e.head.payload_not_kept() {
+                    publisher.held.insert(e.head.key.clone());
+                    let r = &e.head;
+                    out.no_payload.push(|| {
+                        let why = match r.header(H_PAYLOAD_DROPPED) {
+                            Some(d) => format!("payload dropped: {d}"),
+                            None => format!("size={}", r.header(H_SIZE).unwrap_or_default()),
+                        };
+                        format!("{} id={} reason={} {why}", r.position(), r.id_shown(), r.reason())
+                    });
+                    continue;
+                }
+                if a.dry_run {
+                    println!(
+                        "would replay {} id={} reason={} -> {dest}",
+                        e.head.position(),
+                        e.head.id_shown(),
+                        e.head.reason()
+                    );
+                    out.would_replay += 1;
+                    continue;
+                }
+                batch_bytes += e.payload_len.unwrap_or(0);
+                batch.push((e, dest));
+                if batch.len() >= batch_max || batch_bytes + collector.held_bytes() >= BATCH_BYTES {
+                    let done = publisher.publish(std::mem::take(&mut batch), &mut state, &mut out).await?;
+                    reader.replayed(&done).await;
+                    batch_bytes = 0;
+                }
             }
-            if a.dry_run {
-                println!(
-                    "would replay {} id={} reason={} -> {dest}",
-                    e.head.position(),
-                    e.head.id_shown(),
-                    e.head.reason()
-                );
-                out.would_replay += 1;
-                continue;
-            }
-            batch_bytes += e.payload_len.unwrap_or(0);
-            batch.push((e, dest));
-            if batch.len() >= batch_max || batch_bytes + collector.held_bytes() >= BATCH_BYTES {
-                let done = publisher.publish(std::mem::take(&mut batch), &mut state, &mut out).await?;
-                reader.replayed(&done).await;
-                batch_bytes = 0;
+            let done = publisher.publish(std::mem::take(&mut batch), &mut state, &mut out).await?;
+            reader.replayed(&done).await;
+            batch_bytes = 0;
+            if !reader.again() {
+                break;
             }
         }
-        let done = publisher.publish(std::mem::take(&mut batch), &mut state, &mut out).await?;
-        reader.replayed(&done).await;
-        batch_bytes = 0;
-        if !reader.again() {
-            break;
-        }
+        Ok::<(), Error>(())
     }
+    .await;
+    let unreached = if read.is_ok() && !a.dry_run { reader.unreached().await } else { None };
     reader.release().await;
+    read?;
     for l in collector.finish() {
         out.unusable.push(|| l.line());
     }
@@ -450,6 +435,13 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
     if let Some((event_id, topic, reason)) = out.first_failure {
         return Err(Definite::Delivery { event_id, topic, reason }.into());
     }
+    if let Some(n) = unreached {
+        eprintln!(
+            "error: {n} dead letters in {} were not reached: SQS hands out no more of a FIFO group while copies of it are held (filtered out, without a destination or incomplete); run replay again without the filter, or move those copies",
+            common.topic
+        );
+        return Ok(1);
+    }
     Ok(0)
 }
 
@@ -461,6 +453,9 @@ struct Publisher<'a> {
     topics: BTreeMap<String, Result<(), String>>,
     /// The client for the sinks other than Kafka, made at the first batch.
     target: Option<Target>,
+    /// SQS: keys of copies held without being replayed (no destination, no payload,
+    /// unreadable), whose later events a FIFO destination must not get in this run.
+    held: HashSet<Option<Vec<u8>>>,
 }
 
 impl Publisher<'_> {
@@ -549,7 +544,7 @@ impl Publisher<'_> {
             Some(Target::Rabbitmq { chan, exchange, .. }) => {
                 crate::sink::rabbitmq::dlq::send_batch(chan, exchange, &batch).await
             }
-            Some(Target::Sqs(t)) => crate::sink::sqs::dlq::send_batch(t, &batch).await,
+            Some(Target::Sqs(t)) => crate::sink::sqs::dlq::send_batch(t, &batch, &self.held).await,
             None => return Err(Definite::Bug("no replay client for this sink".into()).into()),
         };
         let mut acked = 0usize;
