@@ -33,13 +33,13 @@ use tokio::sync::mpsc;
 
 use super::beat::Beat;
 use super::record::Received;
-use crate::config::inbox::{InboxConfig, StartFrom, Subscription, MIN_STALL};
+use crate::config::inbox::{InboxConfig, StartFrom, Subscription};
 use crate::error::Definite;
 use crate::metrics::InboxMetrics;
 use crate::sink::kafka::client;
 
 /// How long one watermark fetch may take, and the pause before the next after a failed one
-/// ([`Context::ranges`]); together under [`MIN_STALL`] (a unit test holds it).
+/// ([`Context::ranges`]); together under [`MIN_STALL`](crate::config::inbox::MIN_STALL) (a unit test holds it).
 const WATERMARK_TIMEOUT: Duration = Duration::from_secs(2);
 const WATERMARK_PAUSE: Duration = Duration::from_secs(1);
 
@@ -213,7 +213,7 @@ impl Context {
     /// Each partition's watermarks, asked again every second while Kafka does not answer;
     /// `None` when shutting down. The thread beats before every fetch, so with many partitions or
     /// Kafka away its beats are at most [`WATERMARK_TIMEOUT`] + [`WATERMARK_PAUSE`] apart, less
-    /// than the shortest `--health-stall-timeout` ([`MIN_STALL`]): a slow Kafka is readiness, not a wedge.
+    /// than the shortest `--health-stall-timeout` ([`MIN_STALL`](crate::config::inbox::MIN_STALL)): a slow Kafka is readiness, not a wedge.
     fn ranges(&self, consumer: &BaseConsumer<Self>, parts: &[Part]) -> Option<Vec<(Part, Range)>> {
         let mut out = Vec::with_capacity(parts.len());
         for (topic, p) in parts {
@@ -362,7 +362,7 @@ mod tests {
 
     #[test]
     fn a_watermark_fetch_and_its_pause_fit_in_the_shortest_stall_timeout() {
-        assert!(WATERMARK_TIMEOUT + WATERMARK_PAUSE < MIN_STALL);
+        assert!(WATERMARK_TIMEOUT + WATERMARK_PAUSE < crate::config::inbox::MIN_STALL);
     }
 
     #[test]
