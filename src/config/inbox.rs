@@ -189,10 +189,14 @@ impl InboxConfig {
     }
 }
 
-/// `--health-stall-timeout`: zero, or long enough for the loops' one-second turns.
+/// The shortest `--health-stall-timeout` but 0: longer than the loops' one-second turns and than
+/// the consumer thread's longest gap between beats (a watermark fetch and its pause).
+pub const MIN_STALL: Duration = Duration::from_secs(5);
+
+/// `--health-stall-timeout`: zero, or at least [`MIN_STALL`].
 fn stall_timeout(s: &str) -> Result<Duration, Definite> {
     let d = parse_duration("--health-stall-timeout", s)?;
-    if !d.is_zero() && d < Duration::from_secs(5) {
+    if !d.is_zero() && d < MIN_STALL {
         return Err(Definite::Config(format!(
             "--health-stall-timeout {s}: expected 0 (off) or at least 5s (the loops turn about once a second)"
         )));

@@ -38,6 +38,11 @@ use crate::error::Definite;
 use crate::metrics::InboxMetrics;
 use crate::sink::kafka::client;
 
+/// How long one watermark fetch may take, and the pause before the next after a failed one
+/// ([`Context::ranges`]); together under [`MIN_STALL`](crate::config::inbox::MIN_STALL) (a unit test holds it).
+const WATERMARK_TIMEOUT: Duration = Duration::from_secs(2);
+const WATERMARK_PAUSE: Duration = Duration::from_secs(1);
+
 /// A partition: topic and number.
 pub type Part = (String, i32);
 
@@ -78,15 +83,49 @@ pub fn start_of(stored: Option<i64>, start_from: StartFrom) -> Offset {
     }
 }
 
+/// Per partition, the timestamp (ms) of the newest record polled from it, while it is assigned:
+/// the lag in seconds is its age while the partition has records not read yet.
+#[derive(Default)]
+struct Newest(HashMap<String, HashMap<i32, i64>>);
+
+impl Newest {
+    fn set(&mut self, topic: &str, partition: i32, ts: i64) {
+        match self.0.get_mut(topic) {
+            Some(t) => {
+                t.insert(partition, ts);
+            }
+            None => {
+                self.0.insert(topic.to_owned(), HashMap::from([(partition, ts)]));
+            }
+        }
+    }
+
+    fn get(&self, topic: &str, partition: i32) -> Option<i64> {
+        self.0.get(topic).and_then(|t| t.get(&partition)).copied()
+    }
+
+    /// Partitions assigned or revoked: what was read of them before (here or, for one assigned
+    /// again, in an earlier assignment) says nothing of their lag now.
+    fn forget(&mut self, parts: &[Part]) {
+        for (topic, p) in parts {
+            if let Some(t) = self.0.get_mut(topic) {
+                t.remove(p);
+                if t.is_empty() {
+                    self.0.remove(topic);
+                }
+            }
+        }
+    }
+}
+
 struct Context {
     tx: mpsc::Sender<Input>,
     stop: Arc<AtomicBool>,
     metrics: InboxMetrics,
     beat: Arc<Beat>,
-    /// Per partition, the timestamp (ms) of the newest record polled: the lag in seconds is its
-    /// age while the partition has records not read yet. Written and read on this thread only
-    /// (polls and statistics both run in `poll`); the lock is never contended.
-    newest: Mutex<HashMap<String, HashMap<i32, i64>>>,
+    /// Written and read on this thread only (polls, statistics and rebalances all run in `poll`);
+    /// the lock is never contended.
+    newest: Mutex<Newest>,
 }
 
 impl ClientContext for Context {
@@ -105,7 +144,7 @@ impl ClientContext for Context {
                 if *p >= 0 && part.desired && at >= 0 && part.ls_offset >= 0 {
                     let records = (part.ls_offset - at).max(0);
                     self.metrics.lag(topic, *p, records);
-                    let ts = newest.get(topic).and_then(|t| t.get(p)).copied();
+                    let ts = newest.get(topic, *p);
                     if let Some(secs) = lag_seconds(records, ts, now_ms) {
                         self.metrics.lag_seconds(topic, *p, secs);
                     }
@@ -119,6 +158,7 @@ impl ConsumerContext for Context {
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
         let parts: Vec<Part> = tpl.elements().iter().map(|e| (e.topic().to_owned(), e.partition())).collect();
         let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+        self.forget(&parts);
         let done = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 let (reply, answer) = std_mpsc::sync_channel(1);
@@ -159,19 +199,31 @@ impl ConsumerContext for Context {
 }
 
 impl Context {
+    /// Partitions that change hands: their lag gauges go to 0 (the instance that holds them now
+    /// reports theirs; statistics set them again here only while assigned here), and their
+    /// newest record's timestamp is dropped.
+    fn forget(&self, parts: &[Part]) {
+        self.newest.lock().unwrap_or_else(PoisonError::into_inner).forget(parts);
+        for (topic, p) in parts {
+            self.metrics.lag(topic, *p, 0);
+            self.metrics.lag_seconds(topic, *p, 0.0);
+        }
+    }
+
     /// Each partition's watermarks, asked again every second while Kafka does not answer;
-    /// `None` when shutting down.
+    /// `None` when shutting down. The thread beats before every fetch, so with many partitions or
+    /// Kafka away its beats are at most [`WATERMARK_TIMEOUT`] + [`WATERMARK_PAUSE`] apart, less
+    /// than the shortest `--health-stall-timeout` ([`MIN_STALL`](crate::config::inbox::MIN_STALL)): a slow Kafka is readiness, not a wedge.
     fn ranges(&self, consumer: &BaseConsumer<Self>, parts: &[Part]) -> Option<Vec<(Part, Range)>> {
         let mut out = Vec::with_capacity(parts.len());
         for (topic, p) in parts {
             loop {
-                match consumer.fetch_watermarks(topic, *p, Duration::from_secs(10)) {
+                self.beat.beat();
+                match consumer.fetch_watermarks(topic, *p, WATERMARK_TIMEOUT) {
                     Ok(r) => break out.push(((topic.clone(), *p), r)),
                     Err(e) if !self.stop.load(Ordering::Relaxed) => {
-                        // Kafka away is readiness, not a wedge: the loop still turns.
-                        self.beat.beat();
                         tracing::warn!(%topic, partition = p, "cannot read the partition's range yet: {e}; retrying");
-                        std::thread::sleep(Duration::from_secs(1));
+                        std::thread::sleep(WATERMARK_PAUSE);
                     }
                     Err(_) => return None,
                 }
@@ -230,7 +282,7 @@ pub fn start(cfg: &InboxConfig, tx: mpsc::Sender<Input>, beat: Arc<Beat>) -> Res
     // to the end and skip records. Set after --kafka-property, since the guarantee rests on it.
     conf.set("auto.offset.reset", "error");
     let context =
-        Context { tx, stop: stop.clone(), metrics: InboxMetrics::new(), beat, newest: Mutex::new(HashMap::new()) };
+        Context { tx, stop: stop.clone(), metrics: InboxMetrics::new(), beat, newest: Mutex::new(Newest::default()) };
     let consumer: BaseConsumer<Context> = client::create(&conf, context, "consumer", &cfg.kafka)?;
     let topics: Vec<&str> = match &cfg.subscription {
         Subscription::Topics(t) => t.iter().map(String::as_str).collect(),
@@ -270,15 +322,11 @@ fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
                     timestamp_ms: m.timestamp().to_millis(),
                 };
                 if let Some(ts) = r.timestamp_ms {
-                    let mut newest = consumer.context().newest.lock().unwrap_or_else(PoisonError::into_inner);
-                    match newest.get_mut(&r.topic) {
-                        Some(t) => {
-                            t.insert(r.partition, ts);
-                        }
-                        None => {
-                            newest.insert(r.topic.clone(), HashMap::from([(r.partition, ts)]));
-                        }
-                    }
+                    consumer.context().newest.lock().unwrap_or_else(PoisonError::into_inner).set(
+                        &r.topic,
+                        r.partition,
+                        ts,
+                    );
                 }
                 if consumer.context().send(Input::Record(r)).is_none() {
                     break;
@@ -310,5 +358,24 @@ mod tests {
         assert_eq!(lag_seconds(5, Some(7_500), 10_000), Some(2.5));
         assert_eq!(lag_seconds(5, None, 10_000), None);
         assert_eq!(lag_seconds(5, Some(12_000), 10_000), Some(0.0), "a clock behind the broker's");
+    }
+
+    #[test]
+    fn a_watermark_fetch_and_its_pause_fit_in_the_shortest_stall_timeout() {
+        assert!(WATERMARK_TIMEOUT + WATERMARK_PAUSE < crate::config::inbox::MIN_STALL);
+    }
+
+    #[test]
+    fn a_partition_that_changes_hands_is_forgotten() {
+        let mut n = Newest::default();
+        n.set("a", 0, 10);
+        n.set("a", 1, 20);
+        n.set("b", 0, 30);
+        n.set("a", 0, 15);
+        assert_eq!((n.get("a", 0), n.get("a", 1), n.get("b", 0)), (Some(15), Some(20), Some(30)));
+        n.forget(&[("a".into(), 0), ("b".into(), 0), ("c".into(), 3)]);
+        assert_eq!((n.get("a", 0), n.get("a", 1), n.get("b", 0)), (None, Some(20), None));
+        assert!(!n.0.contains_key("b"), "an emptied topic goes too");
+        assert_eq!(lag_seconds(5, n.get("a", 0), 10_000), None, "no age until a record is read again");
     }
 }

@@ -2,8 +2,9 @@
 //! (`--batch-size`, `--batch-timeout`) and written with their partitions' next offsets in one
 //! statement ([`super::store::write_batch`]); the answers to the consumer's rebalances.
 //!
-//! The loop, one `tokio::select!` in this priority: shutdown, then the consumer's input, then the
-//! batch's deadline. Its state is the batch being gathered ([`Batch`]) and, per assigned
+//! The loop, one `tokio::select!` in this priority: shutdown, then the one-second turn (`/healthz`,
+//! the backlog gauges every 5 s, `--retain` every minute: due by the clock, [`Chores`]), then the
+//! consumer's input, then the batch's deadline. Its state is the batch being gathered ([`Batch`]) and, per assigned
 //! partition, the next offset it expects ([`Writer::next`]): a record below it was stored already
 //! (fetched again after a seek or a rebalance) and is dropped before it costs a row.
 //!
@@ -35,6 +36,35 @@ use crate::error::{Definite, Error};
 use crate::health::Health;
 use crate::metrics::InboxMetrics;
 use crate::pg::admin::connect_primary;
+
+/// When the writer's periodic chores are next due: the backlog gauges every [`Chores::BACKLOG`],
+/// pruning every [`Chores::PRUNE`] (the first 30 s after the start). By the clock, not by counted
+/// turns, so a turn delayed by a long write does not push them back.
+struct Chores {
+    backlog: Instant,
+    prune: Instant,
+}
+
+impl Chores {
+    const BACKLOG: Duration = Duration::from_secs(5);
+    const PRUNE: Duration = Duration::from_secs(60);
+
+    fn new(now: Instant) -> Chores {
+        Chores { backlog: now, prune: now + Duration::from_secs(30) }
+    }
+
+    /// Whether the backlog and the pruning are due at `now`; a due one is set to its next time.
+    fn due(&mut self, now: Instant) -> (bool, bool) {
+        let next = |at: &mut Instant, every: Duration| {
+            let due = now >= *at;
+            if due {
+                *at = now + every;
+            }
+            due
+        };
+        (next(&mut self.backlog, Self::BACKLOG), next(&mut self.prune, Self::PRUNE))
+    }
+}
 
 /// The records gathered since the last write.
 #[derive(Default)]
@@ -104,20 +134,17 @@ impl Writer {
     /// Run until `shutdown`; the batch in hand is written first, then the consumer is let go.
     pub async fn run(&mut self, rx: &mut mpsc::Receiver<Input>, shutdown: &CancellationToken) -> Result<(), Error> {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
-        let mut ticks = 0u64;
+        // A turn delayed by a long write is taken once, not caught up in a burst.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut chores = Chores::new(Instant::now());
         loop {
             let deadline = self.batch.since.map(|s| s + self.cfg.batch_timeout);
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
-                input = rx.recv() => match input {
-                    Some(i) => self.take(i, shutdown).await?,
-                    None => return Err(Definite::TaskEnded {
-                        task: "the Kafka consumer thread".into(),
-                        how: "its channel closed".into(),
-                    }.into()),
-                },
-                _ = sleep_until(deadline), if deadline.is_some() => self.flush(shutdown).await?,
+                // Before the input: in a catch-up the channel is never empty, and an arm after
+                // `recv` would never run (no /healthz tick, no backlog, no prune: a liveness probe
+                // would kill a healthy drain). Ready once a second, it cannot starve the input.
                 _ = tick.tick() => {
                     let alive = self.tick();
                     if !alive && !self.stalled {
@@ -127,14 +154,22 @@ impl Writer {
                         );
                     }
                     self.stalled = !alive;
-                    ticks += 1;
-                    if ticks % 5 == 1 {
+                    let (backlog, prune) = chores.due(Instant::now());
+                    if backlog {
                         self.backlog().await;
                     }
-                    if ticks % 60 == 30 {
+                    if prune {
                         self.prune().await;
                     }
                 }
+                input = rx.recv() => match input {
+                    Some(i) => self.take(i, shutdown).await?,
+                    None => return Err(Definite::TaskEnded {
+                        task: "the Kafka consumer thread".into(),
+                        how: "its channel closed".into(),
+                    }.into()),
+                },
+                _ = sleep_until(deadline), if deadline.is_some() => self.flush(shutdown).await?,
             }
         }
         self.flush(shutdown).await
@@ -453,5 +488,23 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d.into()).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chores_come_by_the_clock_however_late_the_turns() {
+        let t0 = Instant::now();
+        let mut c = Chores::new(t0);
+        assert_eq!(c.due(t0), (true, false), "the backlog at once, pruning after 30 s");
+        assert_eq!(c.due(t0 + Duration::from_secs(4)), (false, false));
+        // One turn 40 s late (a long write): both are due once, not once per missed turn.
+        assert_eq!(c.due(t0 + Duration::from_secs(40)), (true, true));
+        assert_eq!(c.due(t0 + Duration::from_secs(41)), (false, false));
+        assert_eq!(c.due(t0 + Duration::from_secs(45)), (true, false));
+        assert_eq!(c.due(t0 + Duration::from_secs(100)), (true, true));
     }
 }
