@@ -7,7 +7,8 @@
 //! ([`crate::sink::sqs::publisher`]) batches by 10 and 256 KiB, keeps at most one message of a
 //! FIFO group in flight, retries throttling with backoff and jitter, and acks an event only once
 //! SNS answered with its entry among the successful ones: the slot is confirmed only past events
-//! SNS accepted. This module adds the call ([`publish`]), the topic's facts, and the check.
+//! SNS accepted. The SNS calls themselves ([`crate::sink::sqs::topic`]) live beside that
+//! publisher, which makes them; this module adds the sink, its start and the check.
 //!
 //! Order: on a FIFO topic one key's events keep their order (SNS passes the group to FIFO queues
 //! subscribed with it); a standard topic keeps none. Dead letters go to an SQS queue,
@@ -15,23 +16,19 @@
 
 pub mod config;
 
-use std::collections::HashMap;
 use std::sync::Arc;
-
-use aws_sdk_sns::error::{DisplayErrorContext, ProvideErrorMetadata};
-use aws_sdk_sns::primitives::Blob;
-use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
 
 use super::delivery::Delivery;
 use super::handoff::{held_in_handoff, Handoff};
-use super::sqs::message::{self, Job, Queues, Value};
-use super::sqs::publisher::{self, Call, Failure, Outcome};
+use super::sqs::message::{self, Job, Queues};
+use super::sqs::publisher;
+use super::sqs::topic::topic_fifo;
 use super::sqs::{queue_facts, DEFAULT_MAX_BYTES};
 use super::{Sink, SinkError};
 use crate::error::Definite;
 use crate::health::Health;
 use crate::router::Record;
-use crate::sink::aws::{class_of, sdk_config, setup_failure, AwsConfig, Class};
+use crate::sink::aws::{sdk_config, AwsConfig};
 use crate::sink::escape::Limits;
 use config::SnsConfig;
 
@@ -41,83 +38,6 @@ const MAX_BYTES: usize = 256 * 1024;
 pub struct SnsSink {
     handoff: Handoff<Job>,
     queues: Queues,
-}
-
-fn attribute(v: &Value) -> MessageAttributeValue {
-    let b = MessageAttributeValue::builder();
-    let b = match v {
-        Value::Text(s) => b.data_type("String").string_value(s.clone()),
-        Value::Binary(x) => b.data_type("Binary").binary_value(Blob::new(x.to_vec())),
-    };
-    b.build().expect("data_type is set")
-}
-
-/// Entry `i` of a `PublishBatch` call (also `outboxd dlq replay`'s).
-pub(crate) fn entry(
-    i: usize,
-    body: &str,
-    attributes: &[(String, Value)],
-    group: Option<&str>,
-    dedup: Option<&str>,
-) -> PublishBatchRequestEntry {
-    let attributes: HashMap<String, MessageAttributeValue> =
-        attributes.iter().map(|(n, v)| (n.clone(), attribute(v))).collect();
-    PublishBatchRequestEntry::builder()
-        .id(i.to_string())
-        .message(body)
-        .set_message_attributes((!attributes.is_empty()).then_some(attributes))
-        .set_message_group_id(group.map(str::to_owned))
-        .set_message_deduplication_id(dedup.map(str::to_owned))
-        .build()
-        .expect("id and message are set")
-}
-
-/// The `PublishBatch` call for `batch` (the publisher's [`publisher::Main::Topic`]).
-pub(crate) fn publish(client: &aws_sdk_sns::Client, arn: &str, batch: Vec<(u64, Job)>) -> Call {
-    let entries: Vec<PublishBatchRequestEntry> = batch
-        .iter()
-        .enumerate()
-        .map(|(i, (_, job))| entry(i, &job.body, &job.attributes, job.group.as_deref(), job.dedup.as_deref()))
-        .collect();
-    let call = client.publish_batch().topic_arn(arn).set_publish_batch_request_entries(Some(entries));
-    Box::pin(async move {
-        let answer = match call.send().await {
-            Ok(out) => Ok(Outcome {
-                successful: out.successful().iter().filter_map(|s| s.id().map(str::to_owned)).collect(),
-                failed: out
-                    .failed()
-                    .iter()
-                    .map(|f| (f.id().to_owned(), f.code().to_owned(), f.message().unwrap_or_default().to_owned()))
-                    .collect(),
-            }),
-            Err(e) => Err(Failure::of("SNS PublishBatch", &e)),
-        };
-        (batch, answer)
-    })
-}
-
-/// Why the topic cannot be used, or `Ok(None)`: no answer now; `Ok(Some(fifo))`: it is there.
-pub(crate) async fn topic_fifo(client: &aws_sdk_sns::Client, arn: &str) -> Result<Option<bool>, String> {
-    match client.get_topic_attributes().topic_arn(arn).send().await {
-        Ok(out) => Ok(Some(out.attributes().and_then(|a| a.get("FifoTopic")).is_some_and(|v| v == "true"))),
-        Err(e) => {
-            if let Some((what, fix)) = setup_failure(&e) {
-                return Err(format!("--sns-topic-arn {arn}: {what}; {fix}"));
-            }
-            let status = e.raw_response().map(|r| r.status().as_u16());
-            let code = e.code().map(str::to_owned);
-            if class_of(code.as_deref(), status, false) == Class::Setup {
-                let code = code.unwrap_or_else(|| format!("HTTP {}", status.unwrap_or(0)));
-                let text = e.message().map(str::to_owned).unwrap_or_else(|| DisplayErrorContext(&e).to_string());
-                Err(format!(
-                    "--sns-topic-arn {arn}: SNS answered {code}: {text}; check the ARN (or create the topic), --aws-region, and that the credentials may sns:GetTopicAttributes and sns:Publish on it"
-                ))
-            } else {
-                tracing::warn!(topic = arn, error = %DisplayErrorContext(&e), "SNS did not answer GetTopicAttributes");
-                Ok(None)
-            }
-        }
-    }
 }
 
 impl SnsSink {

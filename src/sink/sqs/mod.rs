@@ -20,6 +20,7 @@ pub mod dlq;
 pub mod message;
 pub(crate) mod publisher;
 mod replay;
+pub(crate) mod topic;
 
 use std::sync::Arc;
 

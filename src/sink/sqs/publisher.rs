@@ -1,6 +1,6 @@
 //! The SQS publisher task, also `--sink sns`'s: batches jobs into `SendMessageBatch` calls (10
 //! messages, and no more bytes than the queue's `MaximumMessageSize`, SQS's limit on a whole
-//! batch), or SNS `PublishBatch` calls ([`Main::Topic`], built by [`crate::sink::sns::publish`];
+//! batch), or SNS `PublishBatch` calls ([`Main::Topic`], built by [`super::topic::publish`];
 //! dead-letter copies still go to an SQS queue), keeps up to [`REQUESTS`] calls in flight, and
 //! resolves each job's delivery from its batch entry's result ([`Outcome`], the same for both).
 //!
@@ -215,7 +215,7 @@ fn send(target: &Target, batch: Vec<(u64, Job)>) -> Call {
             return Box::pin(async move { (batch, Err(f)) });
         }
         (_, _, Main::Queue(q)) => q.clone(),
-        (_, _, Main::Topic { client, arn }) => return super::super::sns::publish(client, arn, batch),
+        (_, _, Main::Topic { client, arn }) => return super::topic::publish(client, arn, batch),
     };
     let entries: Vec<SendMessageBatchRequestEntry> = batch
         .iter()

@@ -67,7 +67,7 @@ impl SqsTarget {
         loop {
             tries += 1;
             let f = if is_topic(dest) {
-                match crate::sink::sns::topic_fifo(&self.sns, dest).await {
+                match super::topic::topic_fifo(&self.sns, dest).await {
                     Ok(Some(fifo)) => Some(Ok((fifo, DEFAULT_MAX_BYTES))),
                     Ok(None) => None,
                     Err(why) => Some(Err(why)),
@@ -106,9 +106,7 @@ impl SqsTarget {
         if is_topic(dest) {
             let entries = msgs
                 .iter()
-                .map(|(n, m)| {
-                    crate::sink::sns::entry(*n, &m.body, &m.attributes, m.group.as_deref(), m.dedup.as_deref())
-                })
+                .map(|(n, m)| super::topic::entry(*n, &m.body, &m.attributes, m.group.as_deref(), m.dedup.as_deref()))
                 .collect();
             let call = self.sns.publish_batch().topic_arn(dest).set_publish_batch_request_entries(Some(entries));
             let out = call.send().await.map_err(|e| Failure::of("SNS PublishBatch", &e))?;
