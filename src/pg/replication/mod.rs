@@ -292,7 +292,7 @@ impl ReplicationStream {
     /// message.
     pub fn try_next(&mut self) -> Option<Result<WalMessage, Error>> {
         match frame_header(&self.conn.rbuf) {
-            Some((b'd', len)) if self.conn.rbuf.len() > len => Some(self.take_copy_data().map_err(Error::from)),
+            Some((b'd', len)) if self.conn.rbuf.len() > len => Some(self.take_copy_data()),
             _ => None,
         }
     }
@@ -300,10 +300,16 @@ impl ReplicationStream {
     /// Take the CopyData frame at the head of the buffer (its header checked and the whole frame
     /// buffered by the caller) and parse its body. The frame is split off the read buffer, not
     /// copied: the XLogData payload, and every value decoded from it, share that allocation.
-    fn take_copy_data(&mut self) -> Result<WalMessage, Definite> {
+    fn take_copy_data(&mut self) -> Result<WalMessage, Error> {
         let Some((_, len)) = frame_header(&self.conn.rbuf) else {
-            return Err(self.conn.protocol("short CopyData frame"));
+            return Err(self.conn.protocol("short CopyData frame").into());
         };
+        // A length field below its own 4 bytes is a corrupt stream, not a message: reconnect, as
+        // postgres-protocol's parser (which read these frames before) made it an I/O error.
+        if u32::from_be_bytes([self.conn.rbuf[1], self.conn.rbuf[2], self.conn.rbuf[3], self.conn.rbuf[4]]) < 4 {
+            let source = std::io::Error::new(std::io::ErrorKind::InvalidData, "CopyData frame length below 4");
+            return Err(self.conn.io(source).into());
+        }
         // Tag (1 byte), then the length (4 bytes, counting itself), then the body.
         let mut frame = self.conn.rbuf.split_to(1 + len);
         frame.advance(5);
@@ -634,7 +640,9 @@ mod tests {
         s.conn.sock = Box::new(client);
         s.conn.rbuf.clear();
         server.write_all(&[b'd', 0, 0, 0, 1]).await.unwrap();
-        assert!(s.next().await.is_err());
+        let e = s.next().await.expect_err("a length field below 4 is an error");
+        // A corrupt stream reconnects (as when postgres-protocol read these frames); it does not stop outboxd.
+        assert!(e.is_transient(), "{e}");
     }
 
     #[test]
