@@ -57,7 +57,7 @@ done
 # profile.sh's lines: LABEL shape sink tool "Ir/ev=… …" "run: …| empty: …"
 all=$(awk -F'\t' '$1 == "gate" && $4 == "callgrind" {
   n = split($5, kv, " "); for (i = 1; i <= n; i++) if (sub(/^Ir_gate\/ev=/, "", kv[i])) printf "%s\t%s\t%.0f\n", $2, $3, kv[i] }' "$out/lines")
-measured=$(echo "$all" | awk -F'\t' '{ k = $1 "\t" $2; if (!(k in m) || $3 < m[k]) m[k] = $3; if (!(k in o)) { o[k] = ++n; key[n] = k }
+measured=$(echo "$all" | awk -F'\t' '{ k = $1 "\t" $2; if (!(k in m) || $3 + 0 < m[k] + 0) m[k] = $3 + 0; if (!(k in o)) { o[k] = ++n; key[n] = k }
   runs[k] = runs[k] (runs[k] == "" ? "" : ",") $3 }
   END { for (i = 1; i <= n; i++) printf "%s\t%s\t%s\n", key[i], m[key[i]], runs[key[i]] }')
 [ "$(echo "$measured" | grep -c .)" = 4 ] || { echo "gate: profile.sh gave no figures:" >&2; cat "$out/lines" "$out/errors" >&2; exit 1; }
