@@ -1,8 +1,8 @@
 //! One routed record as a Kinesis record, built without I/O: its partition key and data, or the
 //! reason Kinesis could never take it, for the bad-event policy.
 //!
-//! * The partition key is the record key when Kinesis takes it as one (UTF-8, 1 to 256
-//!   characters); any other key (binary, longer) becomes `sha256.<32 hex digits>` of its bytes, so
+//! * The partition key is the record key when Kinesis takes it as one (UTF-8, 1 to 256 UTF-16
+//!   units); any other key (binary, longer) becomes `sha256.<32 hex digits>` of its bytes, so
 //!   one key always lands on one shard. A keyless event has no order to keep: its partition key is
 //!   its event id, which spreads keyless events over the shards.
 //! * The data is the payload as routed, byte for byte (a null payload is empty data). Kinesis
@@ -50,7 +50,10 @@ pub struct Job {
 /// `k` as a partition key: itself when Kinesis takes it, else `sha256.<32 hex digits>` of it.
 pub fn partition_key(k: &[u8]) -> String {
     match std::str::from_utf8(k) {
-        Ok(t) if !t.is_empty() && t.chars().count() <= MAX_KEY_CHARS => t.to_owned(),
+        // Counted in UTF-16 units: AWS's services count a string's length as Java does, so a key of
+        // characters outside the BMP counts double; counting chars could pass a key Kinesis refuses
+        // for the whole call.
+        Ok(t) if !t.is_empty() && t.encode_utf16().count() <= MAX_KEY_CHARS => t.to_owned(),
         _ => format!("sha256.{}", crate::hex::lower(&Sha256::digest(k)[..16])),
     }
 }
@@ -95,6 +98,8 @@ mod tests {
     fn partition_keys_are_the_key_or_its_hash() {
         assert_eq!(partition_key(b"order-1"), "order-1");
         assert_eq!(partition_key("ü".repeat(256).as_bytes()), "ü".repeat(256));
+        assert_eq!(partition_key("😀".repeat(128).as_bytes()), "😀".repeat(128));
+        assert!(partition_key("😀".repeat(129).as_bytes()).starts_with("sha256."));
         let long = partition_key(&[b'k'; 257]);
         assert!(long.starts_with("sha256.") && long.len() == 39 && partition_key(&[b'k'; 257]) == long);
         assert!(partition_key(&[0xff, 0]).starts_with("sha256."));
