@@ -223,6 +223,11 @@ impl Context {
                     Ok(r) => break out.push(((topic.clone(), *p), r)),
                     Err(e) if !self.stop.load(Ordering::Relaxed) => {
                         tracing::warn!(%topic, partition = p, "cannot read the partition's range yet: {e}; retrying");
+                        // The watermark query goes to the leader the metadata cache names; after a
+                        // leader died during the group join, that cache can keep answering "unknown
+                        // partition" (seen for minutes): ask for the topic's metadata again first.
+                        self.beat.beat();
+                        let _ = consumer.fetch_metadata(Some(topic), WATERMARK_TIMEOUT);
                         std::thread::sleep(WATERMARK_PAUSE);
                     }
                     Err(_) => return None,
