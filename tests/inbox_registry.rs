@@ -302,7 +302,7 @@ fn high(broker: &Broker, topic: &str, partitions: i32) -> Vec<Option<i64>> {
 fn kafka_gets_the_stored_offsets_for_lag_tools_and_an_offset_ahead_there_is_ignored() {
     const TOPIC: &str = "lag.events";
     let db = PgCluster::start();
-    let broker = Broker::options().prop("group.min.session.timeout.ms=1000").start();
+    let broker = Broker::start();
     broker.create_topic(TOPIC, 2);
     let p = producer(&broker);
     let batch = |from: usize, to: usize| {
@@ -327,8 +327,6 @@ fn kafka_gets_the_stored_offsets_for_lag_tools_and_an_offset_ahead_there_is_igno
             &format!("inbox_{group}"),
             "--metrics-addr",
             "off",
-            "--kafka-property",
-            "session.timeout.ms=2000",
         ]);
         a.extend(extra.iter().map(|s| s.to_string()));
         Outboxd::spawn(&a)
