@@ -331,6 +331,27 @@ mod tests {
     }
 
     #[test]
+    fn a_registry_format_needs_the_url_and_the_url_needs_a_registry_format() {
+        let none = RegistryArgs {
+            schema_registry_url: None,
+            schema_registry_user: None,
+            schema_registry_password_file: None,
+            schema_registry_ca_file: None,
+        };
+        let url = |u: &str| RegistryArgs { schema_registry_url: Some(u.into()), ..none.clone() };
+        assert_eq!(registry(ValueFormat::Json, &none).unwrap(), None);
+        let e = registry(ValueFormat::Avro, &none).unwrap_err().to_string();
+        assert!(e.contains("need --schema-registry-url"), "{e}");
+        let e = registry(ValueFormat::Json, &url("http://r:8081")).unwrap_err().to_string();
+        assert!(e.contains("no effect with --value-format json"), "{e}");
+        let e = registry(ValueFormat::Protobuf, &url("http://u:secret@r:8081")).unwrap_err().to_string();
+        assert!(e.contains("credentials in the URL") && !e.contains("secret"), "{e}");
+        let c = registry(ValueFormat::JsonSchema, &url("https://r:8081/apis/ccompat/v7")).unwrap().unwrap();
+        assert_eq!(c.value, Some(crate::format::Format::JsonSchema));
+        assert_eq!(c.url.as_str(), "https://r:8081/apis/ccompat/v7");
+    }
+
+    #[test]
     fn one_of_topics_or_pattern() {
         assert!(subscription(&[], None).is_err());
         assert!(subscription(&["a".into()], Some("b")).is_err());
