@@ -294,10 +294,10 @@ impl Writer {
         r: &Received,
         shutdown: &CancellationToken,
     ) -> Result<Option<Result<Option<String>, Bad>>, Error> {
-        let (Some(_), Some(payload)) = (&self.decoder, &r.payload) else { return Ok(Some(Ok(None))) };
+        let Some(payload) = r.payload.as_deref() else { return Ok(Some(Ok(None))) };
         let mut attempt = 0u32;
         loop {
-            let decoder = self.decoder.as_mut().ok_or_else(not_connected)?;
+            let Some(decoder) = self.decoder.as_mut() else { return Ok(Some(Ok(None))) };
             match decoder.decode(payload, &r.position()).await {
                 Ok(json) => {
                     if attempt > 0 {
