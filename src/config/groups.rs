@@ -114,21 +114,8 @@ pub struct RouteArgs {
     /// the JSON as the first message of the subject's latest .proto). Alias: --value-format.
     #[arg(long, alias = "value-format", env = "OUTBOXD_VALUE_CONVERTER", value_enum, default_value_t = crate::router::Converter::String)]
     pub value_converter: crate::router::Converter,
-    /// A Confluent-compatible schema registry's API root (Confluent, Karapace, or Apicurio's
-    /// `…/apis/ccompat/v7`) for --value-converter avro, json-schema and protobuf (and --key-converter
-    /// avro and json-schema). The value schema is the event type's file in --schema-dir
-    /// (`<type>.avsc`, `.json`, `.proto`), else the latest version of its subject.
-    #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_URL", hide_env_values = true, value_name = "URL")]
-    pub schema_registry_url: Option<String>,
-    /// Basic-auth user for --schema-registry-url.
-    #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_USER", value_name = "USER")]
-    pub schema_registry_user: Option<String>,
-    /// File holding the basic-auth password for --schema-registry-url (one trailing newline is dropped).
-    #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_PASSWORD_FILE", value_name = "PATH")]
-    pub schema_registry_password_file: Option<std::path::PathBuf>,
-    /// PEM CA certificate to trust for an https --schema-registry-url (besides the system's).
-    #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_CA_FILE", value_name = "PATH")]
-    pub schema_registry_ca_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
     /// The value's registry subject: `topic` (`<topic>-value`), `record` (the record's full name:
     /// the schema file's, else the event type) or `topic-record` (`<topic>-<record name>`), as
     /// Confluent's TopicNameStrategy, RecordNameStrategy and TopicRecordNameStrategy.
@@ -163,6 +150,28 @@ pub struct RouteArgs {
     /// Apply --mask and --encrypt only to events whose type (--table-field-event-type) matches this regex whole.
     #[arg(long, value_name = "REGEX")]
     pub mask_event_type: Option<String>,
+}
+
+/// The schema registry's connection: `run`'s converters encode through it, `inbox` decodes
+/// through it (`--value-format`). One group, so both commands name it the same way.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RegistryArgs {
+    /// A Confluent-compatible schema registry's API root (Confluent, Karapace, or Apicurio's
+    /// `…/apis/ccompat/v7`): for `run`'s --value-converter avro, json-schema and protobuf (and
+    /// --key-converter avro and json-schema), whose value schema is the event type's file in
+    /// --schema-dir (`<type>.avsc`, `.json`, `.proto`), else the latest version of its subject;
+    /// for `inbox`'s --value-format, the schemas by the ids the records carry.
+    #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_URL", hide_env_values = true, value_name = "URL")]
+    pub schema_registry_url: Option<String>,
+    /// Basic-auth user for --schema-registry-url.
+    #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_USER", value_name = "USER")]
+    pub schema_registry_user: Option<String>,
+    /// File holding the basic-auth password for --schema-registry-url (one trailing newline is dropped).
+    #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_PASSWORD_FILE", value_name = "PATH")]
+    pub schema_registry_password_file: Option<std::path::PathBuf>,
+    /// PEM CA certificate to trust for an https --schema-registry-url (besides the system's).
+    #[arg(long, env = "OUTBOXD_SCHEMA_REGISTRY_CA_FILE", value_name = "PATH")]
+    pub schema_registry_ca_file: Option<std::path::PathBuf>,
 }
 
 /// The replication slot and what streams through it: `run` only (and `check`, `config`).

@@ -14,8 +14,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::groups::RegistryArgs;
 use super::{LogFormat, PgTarget};
 use crate::error::Definite;
+use crate::format::RegistryConfig;
 use crate::sink::kafka::config::{KafkaClientArgs, KafkaConfig};
 use crate::units::parse_duration;
 
@@ -26,6 +28,19 @@ pub enum StartFrom {
     Earliest,
     /// Records appended after the partition was first assigned.
     Latest,
+}
+
+/// How record values are read into `payload_json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ValueFormat {
+    /// The value's bytes, when they are one JSON document (else `payload_json` is NULL).
+    Json,
+    /// Confluent wire format, Avro (AvroConverter, `outboxd run --value-converter avro`).
+    Avro,
+    /// Confluent wire format, Protobuf (ProtobufConverter).
+    Protobuf,
+    /// Confluent wire format, JSON Schema (JsonSchemaConverter).
+    JsonSchema,
 }
 
 /// Flags of `outboxd inbox`.
@@ -63,6 +78,20 @@ pub struct InboxArgs {
     /// record without a usable event id, or a row the inbox table refuses.
     #[arg(long, env = "OUTBOXD_DLQ_TOPIC", default_value = "outboxd.dlq")]
     pub dlq_topic: String,
+    /// How record values become `payload_json`: `json` (the bytes, when they are JSON), or decoded
+    /// from the Confluent wire format with the schema --schema-registry-url holds under the id
+    /// each record carries: `avro`, `protobuf` or `json-schema`. The bytes stay in `payload`; a
+    /// value that does not decode is dead-lettered; while the registry is away, the inbox waits.
+    #[arg(long, env = "OUTBOXD_INBOX_VALUE_FORMAT", value_enum, default_value_t = ValueFormat::Json)]
+    pub value_format: ValueFormat,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+    /// After each PostgreSQL commit, also commit the stored next offsets to the group in Kafka
+    /// (asynchronously, at most every 200 ms), for lag tools such as kafka-consumer-groups. They
+    /// are never read: PostgreSQL's offsets decide where a partition starts. Costs one
+    /// OffsetCommit request to the group coordinator per 200 ms while records arrive.
+    #[arg(long, env = "OUTBOXD_INBOX_COMMIT_KAFKA_OFFSETS", num_args = 0..=1, default_value = "true", default_missing_value = "true", value_name = "BOOL")]
+    pub commit_kafka_offsets: bool,
     /// Most records written in one PostgreSQL transaction.
     #[arg(long, env = "OUTBOXD_INBOX_BATCH_SIZE", default_value_t = 500)]
     pub batch_size: usize,
@@ -110,6 +139,10 @@ pub struct InboxConfig {
     pub event_id_header: String,
     pub event_type_header: String,
     pub dlq_topic: String,
+    /// `--value-format` avro, protobuf or json-schema: the registry (`value` set) to decode with.
+    pub registry: Option<RegistryConfig>,
+    /// `--commit-kafka-offsets`.
+    pub commit_kafka_offsets: bool,
     pub batch_size: usize,
     pub batch_timeout: Duration,
     pub start_from: StartFrom,
@@ -166,6 +199,7 @@ impl InboxConfig {
                 Definite::Config(format!("--metrics-addr {s:?}: expected HOST:PORT such as 127.0.0.1:9464, or off"))
             })?),
         };
+        let registry = registry(a.value_format, &a.registry)?;
         Ok(InboxConfig {
             kafka,
             postgres,
@@ -176,6 +210,8 @@ impl InboxConfig {
             event_id_header: a.event_id_header.clone(),
             event_type_header: a.event_type_header.clone(),
             dlq_topic: a.dlq_topic.clone(),
+            registry,
+            commit_kafka_offsets: a.commit_kafka_offsets,
             batch_size: a.batch_size,
             batch_timeout: parse_duration("--batch-timeout", &a.batch_timeout)?,
             start_from: a.start_from,
@@ -186,6 +222,42 @@ impl InboxConfig {
             reconnect_max_backoff: parse_duration("--reconnect-max-backoff", &a.reconnect_max_backoff)?,
             log_format: a.log_format,
         })
+    }
+}
+
+/// `--value-format` with `--schema-registry-*`: a registry format needs the URL, and the URL (or
+/// its credentials) without one is refused rather than ignored.
+fn registry(format: ValueFormat, a: &RegistryArgs) -> Result<Option<RegistryConfig>, Definite> {
+    use crate::format::Format;
+    let value = match format {
+        ValueFormat::Json => None,
+        ValueFormat::Avro => Some(Format::Avro),
+        ValueFormat::Protobuf => Some(Format::Protobuf),
+        ValueFormat::JsonSchema => Some(Format::JsonSchema),
+    };
+    let url = a.schema_registry_url.as_deref().filter(|u| !u.trim().is_empty());
+    let given = url.is_some()
+        || a.schema_registry_user.is_some()
+        || a.schema_registry_password_file.is_some()
+        || a.schema_registry_ca_file.is_some();
+    match (value, url) {
+        (None, _) if given => Err(Definite::Config(
+            "--schema-registry-* has no effect with --value-format json; add --value-format avro, protobuf or \
+             json-schema, or drop the registry flags"
+                .into(),
+        )),
+        (None, _) => Ok(None),
+        (Some(_), None) => Err(Definite::Config(
+            "--value-format avro, protobuf and json-schema need --schema-registry-url (the registry holding the \
+             schemas the records' ids name)"
+                .into(),
+        )),
+        (Some(f), Some(url)) => {
+            let cfg = RegistryConfig { value: Some(f), ..super::validate::registry_connection(a, url)? };
+            // The CA file is read and parsed now, so the consumer never meets a bad one.
+            crate::format::registry::Registry::new(&cfg).map_err(Definite::Config)?;
+            Ok(Some(cfg))
+        }
     }
 }
 
@@ -256,6 +328,27 @@ mod tests {
         assert_eq!(stall_timeout("120s").unwrap(), Duration::from_secs(120));
         let e = stall_timeout("1s").unwrap_err().to_string();
         assert!(e.contains("--health-stall-timeout 1s") && e.contains("at least 5s"), "{e}");
+    }
+
+    #[test]
+    fn a_registry_format_needs_the_url_and_the_url_needs_a_registry_format() {
+        let none = RegistryArgs {
+            schema_registry_url: None,
+            schema_registry_user: None,
+            schema_registry_password_file: None,
+            schema_registry_ca_file: None,
+        };
+        let url = |u: &str| RegistryArgs { schema_registry_url: Some(u.into()), ..none.clone() };
+        assert_eq!(registry(ValueFormat::Json, &none).unwrap(), None);
+        let e = registry(ValueFormat::Avro, &none).unwrap_err().to_string();
+        assert!(e.contains("need --schema-registry-url"), "{e}");
+        let e = registry(ValueFormat::Json, &url("http://r:8081")).unwrap_err().to_string();
+        assert!(e.contains("no effect with --value-format json"), "{e}");
+        let e = registry(ValueFormat::Protobuf, &url("http://u:secret@r:8081")).unwrap_err().to_string();
+        assert!(e.contains("credentials in the URL") && !e.contains("secret"), "{e}");
+        let c = registry(ValueFormat::JsonSchema, &url("https://r:8081/apis/ccompat/v7")).unwrap().unwrap();
+        assert_eq!(c.value, Some(crate::format::Format::JsonSchema));
+        assert_eq!(c.url.as_str(), "https://r:8081/apis/ccompat/v7");
     }
 
     #[test]

@@ -382,7 +382,7 @@ fn registry_config(a: &RouteArgs) -> Result<Option<crate::format::RegistryConfig
         _ => None,
     };
     let uses = value.is_some() || key.is_some();
-    let Some(url) = a.schema_registry_url.as_deref() else {
+    let Some(url) = a.registry.schema_registry_url.as_deref() else {
         if uses {
             return Err(Definite::Config(
                 "--value-converter and --key-converter avro, json-schema and protobuf need --schema-registry-url (the registry holding the subjects' schemas)".into(),
@@ -414,6 +414,27 @@ fn registry_config(a: &RouteArgs) -> Result<Option<crate::format::RegistryConfig
             a.subject_name_strategy.flag()
         )));
     }
+    let connection = registry_connection(&a.registry, url)?;
+    let cfg = crate::format::RegistryConfig {
+        value,
+        key,
+        strategy: a.subject_name_strategy,
+        auto_register: a.schema_auto_register,
+        schema_dir: a.schema_dir.clone(),
+        ..connection
+    };
+    // The CA file is read and parsed now, so a session never meets a bad one.
+    crate::format::registry::Registry::new(&cfg).map_err(Definite::Config)?;
+    Ok(Some(cfg))
+}
+
+/// The registry's connection flags (`url` is --schema-registry-url's value), checked: an http(s)
+/// URL without credentials in it, the password from its file with a user; a config with no
+/// format, topic subjects, no files, for the caller to complete. `run` and `inbox` share it.
+pub fn registry_connection(
+    a: &super::groups::RegistryArgs,
+    url: &str,
+) -> Result<crate::format::RegistryConfig, Definite> {
     let parsed = reqwest::Url::parse(url).map_err(|e| {
         Definite::Config(format!("--schema-registry-url {}: not a URL ({e})", super::secret::mask_url(url)))
     })?;
@@ -436,20 +457,17 @@ fn registry_config(a: &RouteArgs) -> Result<Option<crate::format::RegistryConfig
     if password.is_some() && a.schema_registry_user.is_none() {
         return Err(Definite::Config("--schema-registry-password-file needs --schema-registry-user".into()));
     }
-    let cfg = crate::format::RegistryConfig {
+    Ok(crate::format::RegistryConfig {
         url: parsed,
         user: a.schema_registry_user.clone(),
         password,
         ca_file: a.schema_registry_ca_file.clone(),
-        value,
-        key,
-        strategy: a.subject_name_strategy,
-        auto_register: a.schema_auto_register,
-        schema_dir: a.schema_dir.clone(),
-    };
-    // The CA file is read and parsed now, so a session never meets a bad one.
-    crate::format::registry::Registry::new(&cfg).map_err(Definite::Config)?;
-    Ok(Some(cfg))
+        value: None,
+        key: None,
+        strategy: crate::format::SubjectStrategy::Topic,
+        auto_register: false,
+        schema_dir: None,
+    })
 }
 
 /// A `--status-page-allowed-hosts` entry, checked: a name, `.domain` or `*`; no port, no scheme.

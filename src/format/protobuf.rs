@@ -10,7 +10,7 @@
 //! the field and what the message expects there, in words ([`super::proto_fit`]).
 
 use prost::Message as _;
-use prost_reflect::{DynamicMessage, MessageDescriptor};
+use prost_reflect::{DynamicMessage, FileDescriptor, MessageDescriptor};
 use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
 
 /// The wire format's first byte.
@@ -36,18 +36,25 @@ impl FileResolver for Registered {
     }
 }
 
+/// The registered `.proto` source compiled (Google's well-known types importable, nothing else):
+/// what a writer and a reader of the wire format pick their message from.
+pub fn compile(source: &str) -> Result<FileDescriptor, String> {
+    let mut chain = ChainFileResolver::new();
+    chain.add(Registered(source.to_owned()));
+    chain.add(GoogleFileResolver::new());
+    let mut compiler = protox::Compiler::with_file_resolver(chain);
+    compiler
+        .open_file(SOURCE_NAME)
+        .map_err(|e| format!("the registered schema does not compile as a .proto file: {e}"))?;
+    compiler
+        .descriptor_pool()
+        .get_file_by_name(SOURCE_NAME)
+        .ok_or_else(|| "the registered schema compiled to nothing".to_owned())
+}
+
 impl Writer {
     pub fn new(id: u32, source: &str) -> Result<Writer, String> {
-        let mut chain = ChainFileResolver::new();
-        chain.add(Registered(source.to_owned()));
-        chain.add(GoogleFileResolver::new());
-        let mut compiler = protox::Compiler::with_file_resolver(chain);
-        compiler
-            .open_file(SOURCE_NAME)
-            .map_err(|e| format!("the registered schema does not compile as a .proto file: {e}"))?;
-        let pool = compiler.descriptor_pool();
-        let file =
-            pool.get_file_by_name(SOURCE_NAME).ok_or_else(|| "the registered schema compiled to nothing".to_owned())?;
+        let file = compile(source)?;
         let message =
             file.messages().next().ok_or_else(|| "the registered .proto file declares no message".to_owned())?;
         Ok(Writer { id, message })

@@ -87,6 +87,15 @@ pub struct Registered {
     pub schema_type: Option<String>,
 }
 
+/// What `GET /schemas/ids/{id}` answers: the schema's text and type (no id).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct ById {
+    pub schema: String,
+    /// `AVRO` when absent (the registry's convention).
+    #[serde(rename = "schemaType", default)]
+    pub schema_type: Option<String>,
+}
+
 #[derive(Deserialize)]
 struct ErrorBody {
     #[serde(default)]
@@ -127,6 +136,23 @@ impl Registry {
     pub async fn latest(&self, subject: &str) -> Result<Registered, RegistryError> {
         let body = self.call(reqwest::Method::GET, &["subjects", subject, "versions", "latest"], None, subject).await?;
         serde_json::from_slice::<Registered>(&body).map_err(|e| self.unavailable(format!("unreadable answer: {e}")))
+    }
+
+    /// The schema registered under `id` (`GET /schemas/ids/{id}`), for a reader of the wire
+    /// format. An id the registry does not know (404, `error_code` 40403) is
+    /// [`RegistryError::NotRegistered`] with the subject `schema id N`; a 404 that is not the
+    /// registry's is [`RegistryError::Unavailable`], as for every call.
+    pub async fn by_id(&self, id: u32) -> Result<ById, RegistryError> {
+        let id_text = id.to_string();
+        let name = format!("schema id {id}");
+        // `json` is None, so a 40401/40403 answer reads as Missing or NotRegistered; both mean
+        // the id is unknown here.
+        let body =
+            self.call(reqwest::Method::GET, &["schemas", "ids", &id_text], None, &name).await.map_err(|e| match e {
+                RegistryError::Missing { url, subject } => RegistryError::NotRegistered { url, subject },
+                other => other,
+            })?;
+        serde_json::from_slice::<ById>(&body).map_err(|e| self.unavailable(format!("unreadable answer: {e}")))
     }
 
     /// The id of `schema` (of the registry's `schema_type`) under `subject`, which must hold it

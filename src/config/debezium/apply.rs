@@ -100,7 +100,7 @@ pub fn apply(a: &mut Flags, o: &Overlay, explicit: &dyn Fn(&str) -> bool) -> Res
             "slot_failover" => a.wal.slot_failover = boolean(id, &v)?,
             "key_converter" => a.route.key_converter = Converter::from_str(&v, true).map_err(|_| bad(id, &v))?,
             "value_converter" => a.route.value_converter = Converter::from_str(&v, true).map_err(|_| bad(id, &v))?,
-            "schema_registry_url" => a.route.schema_registry_url = Some(v),
+            "schema_registry_url" => a.route.registry.schema_registry_url = Some(v),
             "schema_auto_register" => a.route.schema_auto_register = boolean(id, &v)?,
             "subject_name_strategy" => {
                 a.route.subject_name_strategy =

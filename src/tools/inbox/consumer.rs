@@ -32,6 +32,7 @@ use rdkafka::ClientContext;
 use tokio::sync::mpsc;
 
 use super::beat::Beat;
+use super::commit::Commits;
 use super::record::Received;
 use crate::config::inbox::{InboxConfig, StartFrom, Subscription};
 use crate::error::Definite;
@@ -123,6 +124,8 @@ struct Context {
     stop: Arc<AtomicBool>,
     metrics: InboxMetrics,
     beat: Arc<Beat>,
+    /// The stored offsets for Kafka's copy (`--commit-kafka-offsets`), sent from this thread.
+    commits: Arc<Commits>,
     /// Written and read on this thread only (polls, statistics and rebalances all run in `poll`);
     /// the lock is never contended.
     newest: Mutex<Newest>,
@@ -155,6 +158,10 @@ impl ClientContext for Context {
 }
 
 impl ConsumerContext for Context {
+    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
+        self.commits.answered(result);
+    }
+
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
         let parts: Vec<Part> = tpl.elements().iter().map(|e| (e.topic().to_owned(), e.partition())).collect();
         let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
@@ -184,6 +191,8 @@ impl ConsumerContext for Context {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 let (reply, answer) = std_mpsc::sync_channel(1);
                 self.ask(Input::Revoke(parts.clone(), reply), &answer);
+                // The writer has stored what it held of them: Kafka's copy follows before they go.
+                self.commits.send(consumer, true);
                 tracing::info!(partitions = ?parts, "revoked");
                 unassign(consumer, tpl, cooperative)
             }
@@ -270,7 +279,12 @@ pub struct Running {
 }
 
 /// Create the consumer, subscribe, and start its thread; records and rebalances go to `tx`.
-pub fn start(cfg: &InboxConfig, tx: mpsc::Sender<Input>, beat: Arc<Beat>) -> Result<Running, Definite> {
+pub fn start(
+    cfg: &InboxConfig,
+    tx: mpsc::Sender<Input>,
+    beat: Arc<Beat>,
+    commits: Arc<Commits>,
+) -> Result<Running, Definite> {
     let stop = Arc::new(AtomicBool::new(false));
     let defaults = [
         ("group.id", cfg.group.clone()),
@@ -286,8 +300,14 @@ pub fn start(cfg: &InboxConfig, tx: mpsc::Sender<Input>, beat: Arc<Beat>) -> Res
     // away longer than the retention) or beyond its end (the topic was created again) would jump
     // to the end and skip records. Set after --kafka-property, since the guarantee rests on it.
     conf.set("auto.offset.reset", "error");
-    let context =
-        Context { tx, stop: stop.clone(), metrics: InboxMetrics::new(), beat, newest: Mutex::new(Newest::default()) };
+    let context = Context {
+        tx,
+        stop: stop.clone(),
+        metrics: InboxMetrics::new(),
+        beat,
+        commits,
+        newest: Mutex::new(Newest::default()),
+    };
     let consumer: BaseConsumer<Context> = client::create(&conf, context, "consumer", &cfg.kafka)?;
     let topics: Vec<&str> = match &cfg.subscription {
         Subscription::Topics(t) => t.iter().map(String::as_str).collect(),
@@ -310,6 +330,7 @@ pub fn start(cfg: &InboxConfig, tx: mpsc::Sender<Input>, beat: Arc<Beat>) -> Res
 fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
         consumer.context().beat.beat();
+        consumer.context().commits.send(consumer, false);
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
             Some(Ok(m)) => {
@@ -349,6 +370,8 @@ fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
             Some(Err(e)) => tracing::warn!("Kafka consumer: {e}"),
         }
     }
+    // What the writer stored last; closing the client (when it drops) waits for the commit.
+    consumer.context().commits.send(consumer, true);
     tracing::info!("Kafka consumer stopping");
 }
 

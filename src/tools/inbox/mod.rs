@@ -26,11 +26,17 @@
 //! * `store.rs`: the SQL (schema, offsets, the batch statement);
 //! * `record.rs`: a record into a row (the event id, the jsonb payload, the headers);
 //! * `dead.rs`: bad records' copies on the dead-letter topic, which `outboxd dlq` reads;
-//! * `beat.rs`: the consumer thread's heartbeat, which `/healthz` needs beside the writer's.
+//! * `beat.rs`: the consumer thread's heartbeat, which `/healthz` needs beside the writer's;
+//! * `decode.rs`: `--value-format avro|protobuf|json-schema`, values decoded to JSON by the
+//!   registry's schemas;
+//! * `commit.rs`: `--commit-kafka-offsets`, the stored offsets copied to the group in Kafka for
+//!   lag tools (never read back).
 
 mod beat;
+mod commit;
 mod consumer;
 mod dead;
+mod decode;
 pub mod record;
 pub mod store;
 mod writer;
@@ -73,7 +79,7 @@ pub async fn run(cfg: InboxConfig, shutdown: CancellationToken) -> Result<u8, Er
         }
     }
     let (tx, mut rx) = mpsc::channel(cfg.batch_size.saturating_mul(4).max(64));
-    let running = consumer::start(&cfg, tx, beat)?;
+    let running = consumer::start(&cfg, tx, beat, writer.commits())?;
     tracing::info!(group = %cfg.group, table = %format!("{}.{}", cfg.schema, cfg.table), "inbox consuming");
     let outcome = writer.run(&mut rx, &shutdown).await;
     // Let the consumer go: it leaves the group, and its revocation is answered until it is gone.

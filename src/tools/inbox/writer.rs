@@ -27,8 +27,10 @@ use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 use super::beat::Beat;
+use super::commit::Commits;
 use super::consumer::{start_of, Input, Part};
 use super::dead::DeadLetters;
+use super::decode::{Decoder, Failure};
 use super::record::{to_row, Bad, Naming, Received, Row};
 use super::store::{self, Names, WriteError};
 use crate::config::inbox::{InboxConfig, StartFrom};
@@ -95,6 +97,10 @@ pub struct Writer {
     /// Records (topic, partition, offset) of the batch in hand dead-lettered already.
     refused: std::collections::HashSet<(String, i32, i64)>,
     batch: Batch,
+    /// `--value-format avro|protobuf|json-schema`: values decoded for `payload_json`.
+    decoder: Option<Decoder>,
+    /// Stored offsets for Kafka's copy (`--commit-kafka-offsets`).
+    commits: Arc<Commits>,
 }
 
 impl Writer {
@@ -104,6 +110,8 @@ impl Writer {
             Naming { event_id_header: cfg.event_id_header.clone(), event_type_header: cfg.event_type_header.clone() };
         let sql = store::batch_sql(&names);
         let dead = DeadLetters::new(&cfg.kafka, &cfg.dlq_topic)?;
+        let decoder = cfg.registry.as_ref().map(Decoder::new).transpose().map_err(Definite::Config)?;
+        let commits = Arc::new(Commits::new(cfg.commit_kafka_offsets));
         Ok(Writer {
             cfg,
             names,
@@ -118,7 +126,14 @@ impl Writer {
             next: HashMap::new(),
             refused: Default::default(),
             batch: Batch::default(),
+            decoder,
+            commits,
         })
+    }
+
+    /// The stored offsets for Kafka's copy, which the consumer thread sends.
+    pub fn commits(&self) -> Arc<Commits> {
+        self.commits.clone()
     }
 
     /// Connect and make sure the schema is there; a definite failure (bad credentials, no
@@ -184,12 +199,20 @@ impl Writer {
                     // Stored already, or a partition no longer ours: nothing to do.
                     _ => return Ok(()),
                 }
+                let Some(decoded) = self.decode(&r, shutdown).await? else { return Ok(()) };
                 self.next.insert(part.clone(), r.offset + 1);
                 self.batch.next.insert(part, r.offset + 1);
                 self.batch.since.get_or_insert_with(Instant::now);
-                match to_row(r, &self.naming) {
-                    Ok(row) => self.batch.rows.push(row),
-                    Err(bad) => self.batch.bad.push(bad),
+                match (to_row(r, &self.naming), decoded) {
+                    (Ok(mut row), Ok(json)) => {
+                        if let Some(json) = json {
+                            // The same rule as for JSON values: what jsonb refuses stays bytes only.
+                            row.payload_json = super::record::jsonb_text(json.as_bytes());
+                        }
+                        self.batch.rows.push(row);
+                    }
+                    (Ok(row), Err(bad)) => self.batch.bad.push((bad, row.received())),
+                    (Err(bad), _) => self.batch.bad.push(bad),
                 }
                 if self.batch.rows.len() >= self.cfg.batch_size {
                     self.flush(shutdown).await?;
@@ -259,6 +282,47 @@ impl Writer {
             }
         }
         Ok(())
+    }
+
+    /// With `--value-format` avro, protobuf or json-schema, `r`'s value decoded to JSON
+    /// (`Ok(None)` for a null value, or without a registry format), or why it is a bad record.
+    /// While the registry cannot be asked, the batch in hand is written, `/readyz` answers 503,
+    /// and the registry is asked again with backoff: never a dead letter. `None` when shutdown
+    /// came first (the record is not taken; it is read again after the restart).
+    async fn decode(
+        &mut self,
+        r: &Received,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<Result<Option<String>, Bad>>, Error> {
+        let Some(payload) = r.payload.as_deref() else { return Ok(Some(Ok(None))) };
+        let mut attempt = 0u32;
+        loop {
+            let Some(decoder) = self.decoder.as_mut() else { return Ok(Some(Ok(None))) };
+            match decoder.decode(payload, &r.position()).await {
+                Ok(json) => {
+                    if attempt > 0 {
+                        tracing::info!("the schema registry answers again; resuming");
+                        self.health.set_streaming(true);
+                    }
+                    return Ok(Some(Ok(Some(json))));
+                }
+                Err(Failure::Bad(bad)) => return Ok(Some(Err(bad))),
+                Err(Failure::Definite(e)) => return Err(Definite::Config(e).into()),
+                Err(Failure::Unavailable(e)) => {
+                    if attempt == 0 {
+                        self.flush(shutdown).await?;
+                    }
+                    tracing::warn!("{e}; waiting for the registry, nothing is dead-lettered (readiness 503 meanwhile)");
+                    self.health.set_streaming(false);
+                    let wait = crate::retry::backoff(attempt, self.cfg.reconnect_max_backoff);
+                    attempt = attempt.saturating_add(1);
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Ok(None),
+                        _ = self.sleep_ticking(wait) => {}
+                    }
+                }
+            }
+        }
     }
 
     /// A turn of the writer's loop for `/healthz`, counted only while the consumer thread is alive
@@ -441,6 +505,9 @@ impl Writer {
                 };
                 match done {
                     Ok(v) => {
+                        if let Step::Write(batch) = step {
+                            self.commits.stored(&batch.next);
+                        }
                         self.health.set_streaming(true);
                         return Ok(Some(v));
                     }
