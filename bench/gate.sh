@@ -51,7 +51,7 @@ started=$(date +%s)
 : >"$out/lines"
 for rep in $(seq 1 "$GATE_REPS"); do
   SHAPES="single big" SINKS="null kafka" TOOLS=callgrind N_SINGLE=$GATE_ROWS N_BIG=$GATE_ROWS \
-    BIG_TXN_ROWS=1000 BASE_ROWS=$GATE_BASE OUT="$out/rep$rep" LABEL=gate OUTBOXD_EXTRA= \
+    BIG_TXN_ROWS=1000 BASE_ROWS=$GATE_BASE OUT="$out/rep$rep" LABEL=gate OUTBOXD_EXTRA= METRICS_ADDR=127.0.0.1:0 SETUP_SQL= \
     bash bench/profile.sh >>"$out/lines" 2>"$out/errors" || { cat "$out/errors" >&2; exit 1; }
 done
 # profile.sh's lines: LABEL shape sink tool "Ir/ev=… …" "run: …| empty: …"

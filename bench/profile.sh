@@ -26,7 +26,10 @@
 #
 # Other knobs: BIN (default target/release/outboxd, built unless NO_BUILD=1), OUT (directory for
 # callgrind files and the summary; default bench/profile-out), OUTBOXD_EXTRA (extra flags for
-# outboxd, e.g. "--kafka-property linger.ms=1"), LABEL (a name for this build in the summary).
+# outboxd, e.g. "--kafka-property linger.ms=1"), LABEL (a name for this build in the summary),
+# METRICS_ADDR (default 127.0.0.1:0: metrics and the status page on a free port; "off" runs without
+# either), SETUP_SQL (SQL run once after the outbox table is made, before any backlog: e.g. a
+# tracingspancontext column with a default, so every row carries a trace context).
 # Prints one TSV line per (shape, sink, tool) and appends them to $OUT/summary.tsv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +45,8 @@ N_HUGE=${N_HUGE:-100000}
 BASE_ROWS=${BASE_ROWS:-0}
 OUT=${OUT:-bench/profile-out}
 OUTBOXD_EXTRA=${OUTBOXD_EXTRA:-}
+METRICS_ADDR=${METRICS_ADDR:-127.0.0.1:0}
+SETUP_SQL=${SETUP_SQL:-}
 LABEL=${LABEL:-$(git rev-parse --short HEAD 2>/dev/null || echo build)$(git diff --quiet 2>/dev/null || echo +dirty)}
 BIN=${BIN:-$PWD/target/release/outboxd}
 mkdir -p "$OUT"
@@ -55,6 +60,7 @@ fi
 work=$(mktemp -d /tmp/outboxd-profile.XXXXXX)
 trap 'stop_all; rm -rf "$work"' EXIT
 bench_cluster "$work" 32
+[ -z "$SETUP_SQL" ] || pg_psql -q -c "$SETUP_SQL"
 # Generous connect timeout: under valgrind, start-up on a busy box takes seconds.
 URL="postgres://postgres@/app?host=$PG_SOCKET&port=$PORT&connect_timeout=120"
 
@@ -74,7 +80,7 @@ run_under() {
   local slot=$1 sink=$2 end=$3 pid; shift 3
   # shellcheck disable=SC2086 # OUTBOXD_EXTRA is a list of flags
   "$@" "$BIN" run --postgres-url "$URL" --slot "$slot" --sink "$sink" --kafka-brokers "127.0.0.1:$KPORT" \
-    --status-interval 100ms --metrics-addr 127.0.0.1:0 $OUTBOXD_EXTRA >"$work/$slot.log" 2>&1 &
+    --status-interval 100ms --metrics-addr "$METRICS_ADDR" $OUTBOXD_EXTRA >"$work/$slot.log" 2>&1 &
   pid=$!
   until slot_ok "$slot" "$end"; do
     kill -0 "$pid" 2>/dev/null || { echo "outboxd on $slot ended early:" >&2; tail -20 "$work/$slot.log" >&2; return 1; }
@@ -133,7 +139,7 @@ per_event() { # RUN_KV EMPTY_KV EVENTS -> per-event figures
   }'
 }
 
-echo "# $(date -u '+%F %T') UTC, build $LABEL, extra flags: ${OUTBOXD_EXTRA:-none}" | tee -a "$OUT/summary.tsv"
+echo "# $(date -u '+%F %T') UTC, build $LABEL, extra flags: ${OUTBOXD_EXTRA:-none}, metrics: $METRICS_ADDR, setup SQL: ${SETUP_SQL:-none}" | tee -a "$OUT/summary.tsv"
 # Warm-up: create the Kafka topic outside every measured run.
 new_slot warm
 insert_rows 10 1
