@@ -105,21 +105,32 @@ measure() {
       run_under "$slot" "$sink" "$end" valgrind --tool=callgrind --callgrind-out-file="$f" --quiet \
         --toggle-collect='quanta::Clock::new*' --collect-atstart=yes
       # Sum over every thread's file (callgrind writes one per thread with --separate-threads=no: one file).
-      local ir tls
+      local ir tls rdk clk ann
       ir=$(awk '/^summary:/ { s += $2 } /^totals:/ { t += $2 } END { print (s ? s : t) + 0 }' "$f"*)
+      ann=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null)
+      # incl NAME...: the inclusive instructions of these functions (their own lines only: the ones
+      # that end in the binary's name, not the per-file lines of code inlined into them).
+      incl() { awk -v names="$*" 'BEGIN { n = split(names, w, " ") }
+        { for (i = 1; i <= n; i++) if (index($0, ":" w[i] " [")) { v = $1; gsub(",", "", v); t += v } }
+        END { print t + 0 }' <<<"$ann"; }
       # Building an OpenSSL connector per PostgreSQL connection (it loads the system CA bundle)
       # costs ~240M instructions each, and how many connections a run opens varies: also report
       # the total without it, which is what compares builds per event.
-      tls=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
-        awk '/:outboxd::pg::tls::make_tls \[/ { gsub(",", "", $1); t += $1 } END { print t + 0 }')
+      tls=$(incl 'outboxd::pg::tls::make_tls')
       # librdkafka's own threads (the broker thread's socket I/O and request building, the main
       # thread's timers) run on wall-clock timeouts and batch by timing: under callgrind's
       # serialised threads their count for one binary moved by 4-10 M instructions between runs
       # (17% of the 1-row Kafka figure). bench/gate.sh holds builds to the rest (Ir_gate), which
       # keeps every instruction our threads execute, librdkafka calls made from them included.
-      rdk=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
-        awk '/:rd_kafka_(broker_)?thread_main \[/ { gsub(",", "", $1); t += $1 } END { print t + 0 }')
-      echo "Ir=$ir Ir_without_pg_tls_setup=$((ir - tls)) Ir_gate=$((ir - tls - rdk))"
+      rdk=$(incl rd_kafka_thread_main rd_kafka_broker_thread_main)
+      # Work on a clock, not per event: the status page's sampler (renders and parses the metrics
+      # every 5 s, ~0.3-0.5 M instructions a sample) and the metrics recorder's upkeep (every 1 s).
+      # A run that takes longer does more of it: between two gate runs of one binary it was 1.8 M
+      # of a 4,000-row figure's 2.0 M difference (4.7% of the 1-row null figure, next to the 5%
+      # limit). Reported as Ir_clock; Ir_gate leaves it out (the instructions per wall-clock
+      # second it costs are in bench/RESULTS.md, issue 40's feature costs).
+      clk=$(incl 'outboxd::status::StatusPage::start::{{closure}}' 'outboxd::metrics::install_recorder::{{closure}}')
+      echo "Ir=$ir Ir_without_pg_tls_setup=$((ir - tls)) Ir_clock=$clk Ir_gate=$((ir - tls - rdk - clk))"
       ;;
     perf)
       f="$work/$slot.perf"
