@@ -15,8 +15,12 @@
 # drains GATE_BASE rows, over GATE_ROWS (profile.sh's BASE_ROWS). Subtracting a run that did real
 # work, rather than an empty one, cancels the start-up and the first records' one-off costs, so
 # a backlog of a few thousand rows gives what profile.sh's 20,000 do. Instruction counts do not
-# depend on the machine's load: only work that runs on a clock (status updates, the metrics
-# upkeep, the Kafka health check) grows with wall time, and that is a small part per event.
+# depend on the machine's load, except for work that runs on a clock: the status page's sampler
+# (every 5 s) and the metrics recorder's upkeep (every 1 s) are left out too (profile.sh's
+# Ir_clock): a slower run did more of them, up to 1,257 instructions per event in one repetition,
+# and the figure then moved by 12% across ten repetitions of one binary (0.7-2.3% without them;
+# bench/RESULTS.md, 2026-12-06). What still moves is the standby status updates, the health
+# ticks and how delivery reports batch: a few hundred instructions per event at most.
 #
 # Knobs: GATE_REPS (repetitions, default 2; a row's lowest figure counts), GATE_ROWS (default
 # 4000), GATE_BASE (default 1000; a multiple of 1000), GATE_TOLERANCE
@@ -44,14 +48,14 @@ out=${GATE_KEEP:-$(mktemp -d /tmp/outboxd-gate.XXXXXX)}
 mkdir -p "$out"
 [ -n "${GATE_KEEP:-}" ] || trap 'rm -rf "$out"' EXIT
 started=$(date +%s)
-# Each repetition measures every row; a row's figure is its lowest. What varies between runs of one
-# binary is work that runs on a clock (status updates, the metrics upkeep, librdkafka's timers, the
-# Kafka health check): a slower run does more of it, never less, so the lowest is the run with the
+# Each repetition measures every row; a row's figure is its lowest. What still varies between runs
+# of one binary is the clock-driven work left in (status updates, health ticks, how delivery
+# reports batch): a slower run does more of it, never less, so the lowest is the run with the
 # least of it, and the baseline is taken the same way.
 : >"$out/lines"
 for rep in $(seq 1 "$GATE_REPS"); do
   SHAPES="single big" SINKS="null kafka" TOOLS=callgrind N_SINGLE=$GATE_ROWS N_BIG=$GATE_ROWS \
-    BIG_TXN_ROWS=1000 BASE_ROWS=$GATE_BASE OUT="$out/rep$rep" LABEL=gate OUTBOXD_EXTRA= \
+    BIG_TXN_ROWS=1000 BASE_ROWS=$GATE_BASE OUT="$out/rep$rep" LABEL=gate OUTBOXD_EXTRA= METRICS_ADDR=127.0.0.1:0 SETUP_SQL= \
     bash bench/profile.sh >>"$out/lines" 2>"$out/errors" || { cat "$out/errors" >&2; exit 1; }
 done
 # profile.sh's lines: LABEL shape sink tool "Ir/ev=… …" "run: …| empty: …"

@@ -26,7 +26,10 @@
 #
 # Other knobs: BIN (default target/release/outboxd, built unless NO_BUILD=1), OUT (directory for
 # callgrind files and the summary; default bench/profile-out), OUTBOXD_EXTRA (extra flags for
-# outboxd, e.g. "--kafka-property linger.ms=1"), LABEL (a name for this build in the summary).
+# outboxd, e.g. "--kafka-property linger.ms=1"), LABEL (a name for this build in the summary),
+# METRICS_ADDR (default 127.0.0.1:0: metrics and the status page on a free port; "off" runs without
+# either), SETUP_SQL (SQL run once after the outbox table is made, before any backlog: e.g. a
+# tracingspancontext column with a default, so every row carries a trace context).
 # Prints one TSV line per (shape, sink, tool) and appends them to $OUT/summary.tsv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +45,8 @@ N_HUGE=${N_HUGE:-100000}
 BASE_ROWS=${BASE_ROWS:-0}
 OUT=${OUT:-bench/profile-out}
 OUTBOXD_EXTRA=${OUTBOXD_EXTRA:-}
+METRICS_ADDR=${METRICS_ADDR:-127.0.0.1:0}
+SETUP_SQL=${SETUP_SQL:-}
 LABEL=${LABEL:-$(git rev-parse --short HEAD 2>/dev/null || echo build)$(git diff --quiet 2>/dev/null || echo +dirty)}
 BIN=${BIN:-$PWD/target/release/outboxd}
 mkdir -p "$OUT"
@@ -55,6 +60,7 @@ fi
 work=$(mktemp -d /tmp/outboxd-profile.XXXXXX)
 trap 'stop_all; rm -rf "$work"' EXIT
 bench_cluster "$work" 32
+[ -z "$SETUP_SQL" ] || pg_psql -q -c "$SETUP_SQL"
 # Generous connect timeout: under valgrind, start-up on a busy box takes seconds.
 URL="postgres://postgres@/app?host=$PG_SOCKET&port=$PORT&connect_timeout=120"
 
@@ -74,7 +80,7 @@ run_under() {
   local slot=$1 sink=$2 end=$3 pid; shift 3
   # shellcheck disable=SC2086 # OUTBOXD_EXTRA is a list of flags
   "$@" "$BIN" run --postgres-url "$URL" --slot "$slot" --sink "$sink" --kafka-brokers "127.0.0.1:$KPORT" \
-    --status-interval 100ms --metrics-addr 127.0.0.1:0 $OUTBOXD_EXTRA >"$work/$slot.log" 2>&1 &
+    --status-interval 100ms --metrics-addr "$METRICS_ADDR" $OUTBOXD_EXTRA >"$work/$slot.log" 2>&1 &
   pid=$!
   until slot_ok "$slot" "$end"; do
     kill -0 "$pid" 2>/dev/null || { echo "outboxd on $slot ended early:" >&2; tail -20 "$work/$slot.log" >&2; return 1; }
@@ -99,21 +105,32 @@ measure() {
       run_under "$slot" "$sink" "$end" valgrind --tool=callgrind --callgrind-out-file="$f" --quiet \
         --toggle-collect='quanta::Clock::new*' --collect-atstart=yes
       # Sum over every thread's file (callgrind writes one per thread with --separate-threads=no: one file).
-      local ir tls
+      local ir tls rdk clk ann
       ir=$(awk '/^summary:/ { s += $2 } /^totals:/ { t += $2 } END { print (s ? s : t) + 0 }' "$f"*)
+      ann=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null)
+      # incl NAME...: the inclusive instructions of these functions (their own lines only: the ones
+      # that end in the binary's name, not the per-file lines of code inlined into them).
+      incl() { awk -v names="$*" 'BEGIN { n = split(names, w, " ") }
+        { for (i = 1; i <= n; i++) if (index($0, ":" w[i] " [")) { v = $1; gsub(",", "", v); t += v } }
+        END { print t + 0 }' <<<"$ann"; }
       # Building an OpenSSL connector per PostgreSQL connection (it loads the system CA bundle)
       # costs ~240M instructions each, and how many connections a run opens varies: also report
       # the total without it, which is what compares builds per event.
-      tls=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
-        awk '/:outboxd::pg::tls::make_tls \[/ { gsub(",", "", $1); t += $1 } END { print t + 0 }')
+      tls=$(incl 'outboxd::pg::tls::make_tls')
       # librdkafka's own threads (the broker thread's socket I/O and request building, the main
       # thread's timers) run on wall-clock timeouts and batch by timing: under callgrind's
       # serialised threads their count for one binary moved by 4-10 M instructions between runs
       # (17% of the 1-row Kafka figure). bench/gate.sh holds builds to the rest (Ir_gate), which
       # keeps every instruction our threads execute, librdkafka calls made from them included.
-      rdk=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
-        awk '/:rd_kafka_(broker_)?thread_main \[/ { gsub(",", "", $1); t += $1 } END { print t + 0 }')
-      echo "Ir=$ir Ir_without_pg_tls_setup=$((ir - tls)) Ir_gate=$((ir - tls - rdk))"
+      rdk=$(incl rd_kafka_thread_main rd_kafka_broker_thread_main)
+      # Work on a clock, not per event: the status page's sampler (renders and parses the metrics
+      # every 5 s, ~0.3-0.5 M instructions a sample) and the metrics recorder's upkeep (every 1 s).
+      # A run that takes longer does more of it: between two gate runs of one binary it was 1.8 M
+      # of a 4,000-row figure's 2.0 M difference (4.7% of the 1-row null figure, next to the 5%
+      # limit). Reported as Ir_clock; Ir_gate leaves it out (the instructions per wall-clock
+      # second it costs are in bench/RESULTS.md, issue 40's feature costs).
+      clk=$(incl 'outboxd::status::StatusPage::start::{{closure}}' 'outboxd::metrics::install_recorder::{{closure}}')
+      echo "Ir=$ir Ir_without_pg_tls_setup=$((ir - tls)) Ir_clock=$clk Ir_gate=$((ir - tls - rdk - clk))"
       ;;
     perf)
       f="$work/$slot.perf"
@@ -133,7 +150,7 @@ per_event() { # RUN_KV EMPTY_KV EVENTS -> per-event figures
   }'
 }
 
-echo "# $(date -u '+%F %T') UTC, build $LABEL, extra flags: ${OUTBOXD_EXTRA:-none}" | tee -a "$OUT/summary.tsv"
+echo "# $(date -u '+%F %T') UTC, build $LABEL, extra flags: ${OUTBOXD_EXTRA:-none}, metrics: $METRICS_ADDR, setup SQL: ${SETUP_SQL:-none}" | tee -a "$OUT/summary.tsv"
 # Warm-up: create the Kafka topic outside every measured run.
 new_slot warm
 insert_rows 10 1

@@ -2,7 +2,10 @@
 //!
 //! Ratios are taken per repetition, against the pg_recvlogical over the same transport in the
 //! same repetition (`Reader::baseline`), and only then summarised: median with (min–max). The
-//! table shapes are the ones `bench/RESULTS.md` has always had, so runs stay comparable.
+//! table shapes are the ones `bench/RESULTS.md` has always had, so runs stay comparable, with
+//! two columns added at the end for issue 40: the far side's (the Kafka broker's) CPU per record,
+//! and its ratio to the reader's own CPU in the same repetition, so a reader of the table sees
+//! whose cycles bound a drain.
 
 use crate::readers::{Kind, Reader, Sample};
 use crate::stats::{commas, median, ratio, Spread};
@@ -20,8 +23,9 @@ pub struct RawRow {
 
 pub const DRAIN_HEADER: &str =
     "| backlog | reader | seconds | events/s | ratio to pg_recvlogical | CPU s | CPU µs/event | \
-CPU ratio to pg_recvlogical | peak RSS | walsender CPU s | broker CPU s |
-|---|---|---|---|---|---|---|---|---|---|---|";
+CPU ratio to pg_recvlogical | peak RSS | walsender CPU s | broker CPU s | broker CPU µs/record | \
+broker CPU ÷ reader CPU |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|";
 
 /// A reader's summary, for the targets.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,6 +71,8 @@ pub fn drain_rows(
     for &rd in readers {
         let base = rd.baseline();
         let (mut secs, mut cpu, mut far, mut ws, mut rt, mut cr) = (vec![], vec![], vec![], vec![], vec![], vec![]);
+        // Per repetition: the far side's CPU over the reader's own, both from the same run.
+        let mut far_share = vec![];
         let mut peak = 0u64;
         for rep in reps(raw, key) {
             let Some(run) = get(raw, key, rd, rep) else { continue };
@@ -74,6 +80,7 @@ pub fn drain_rows(
             secs.push(s.secs);
             cpu.extend(s.cpu);
             far.push(run.far_cpu);
+            far_share.extend(ratio(Some(run.far_cpu), s.cpu));
             ws.extend(s.walsender);
             peak = peak.max(s.hwm_kib.unwrap_or(0));
             if let Some(b) = get(raw, key, base, rep) {
@@ -86,8 +93,10 @@ pub fn drain_rows(
         let rts = Spread::of(&rt);
         let mcr = median(&cr);
         let peak_mib = peak as f64 / 1024.0;
+        let far_side = rd.shows_far_side();
+        let mf = median(&far);
         md.push_str(&format!(
-            "| {title} | {} | {} | {} | {} | {} | {} | {} | {peak_mib:.1} MiB | {} | {} |\n",
+            "| {title} | {} | {} | {} | {} | {} | {} | {} | {peak_mib:.1} MiB | {} | {} | {} | {} |\n",
             rd.table_label(http_batch),
             sec.cell(),
             commas(rows as f64 / sec.median),
@@ -96,7 +105,12 @@ pub fn drain_rows(
             mc.map_or_else(|| "–".to_owned(), |c| format!("{:.1}", c / rows as f64 * 1e6)),
             opt2(mcr, "–"),
             opt2(median(&ws), "-"),
-            if rd.shows_far_side() { opt2(median(&far), "–") } else { "–".to_owned() },
+            if far_side { opt2(mf, "–") } else { "–".to_owned() },
+            match mf {
+                Some(f) if far_side => format!("{:.1}", f / rows as f64 * 1e6),
+                _ => "–".to_owned(),
+            },
+            if far_side { opt2(median(&far_share), "–") } else { "–".to_owned() },
         ));
         sums.push(Summary { reader: rd, ratio: rts.map(|s| s.median), cpu_ratio: mcr, peak_mib });
     }
@@ -192,10 +206,10 @@ mod tests {
         assert_eq!(lines.len(), 2);
         assert_eq!(
             lines[1],
-            "| T | outboxd --sink kafka | 4.00 (2.00–4.00) | 250 | 0.50 (0.25–0.75) | 2.00 | 2000.0 | 2.00 | 6.0 MiB | - | 0.50 |"
+            "| T | outboxd --sink kafka | 4.00 (2.00–4.00) | 250 | 0.50 (0.25–0.75) | 2.00 | 2000.0 | 2.00 | 6.0 MiB | - | 0.50 | 500.0 | 0.25 |"
         );
         assert!(lines[0].starts_with("| T | pg_recvlogical | 1.00 (1.00–3.00) | 1,000 | 1.00 (1.00–1.00) |"));
-        assert!(lines[0].ends_with("| - | – |"), "{}", lines[0]);
+        assert!(lines[0].ends_with("| - | – | – | – |"), "{}", lines[0]);
     }
 
     #[test]
