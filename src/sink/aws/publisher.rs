@@ -19,12 +19,20 @@
 //! * throttling or a service error, for an entry or the whole call, or no answer at all → waits
 //!   again after a backoff with jitter ([`crate::retry::backoff`]); nothing is acked, so the slot
 //!   stays where it was;
+//!
+//! Backoff, per what failed: each job sent again waits its own backoff, grown by each of its own
+//! failures and never reset by other jobs' successes, and holds its lane meanwhile. A key (a
+//! Kinesis shard's hot key, a FIFO group) whose entries keep being throttled while others are
+//! stored so slows down alone, instead of retrying at full speed because some other call went
+//! through. A call that failed as a whole (the queue, stream or account throttled, no answer)
+//! also pauses all sending, for a backoff that an answered call resets: the service answering is
+//! what it waited for.
 //! * anything else (no such queue or stream, access denied, a disabled KMS key), or a call the SDK
 //!   could not make (no usable credentials, [`crate::sink::aws::setup_failure`]) → `fail()` with
 //!   the code and what to check: the relay stops rather than dead-letter every event or retry for
 //!   good.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -32,6 +40,7 @@ use std::time::Duration;
 use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::{class_of, setup_failure, Class};
 
@@ -110,45 +119,82 @@ pub trait Service: Send + 'static {
 /// Looked up by `&str`: [`take_batch`] asks for every waiting job, so the lookup allocates nothing.
 type Busy = [HashSet<String>; 2];
 
+/// A job that failed before: how many times, and when it may be sent again.
+struct Retry {
+    tries: u32,
+    due: Instant,
+}
+
+/// The jobs not resolved yet and not in flight, by arrival number, with the lanes in flight and
+/// the backoffs of the jobs that failed before.
+struct Queue<J> {
+    waiting: BTreeMap<u64, J>,
+    busy: Busy,
+    retries: HashMap<u64, Retry>,
+}
+
+impl<J> Queue<J> {
+    /// `job` failed (or was not answered) at `now`: back at its place, to go after its backoff.
+    fn again(&mut self, seq: u64, job: J, now: Instant) {
+        let r = self.retries.entry(seq).or_insert(Retry { tries: 0, due: now });
+        r.due = now + crate::retry::backoff(r.tries, MAX_BACKOFF);
+        r.tries = r.tries.saturating_add(1);
+        self.waiting.insert(seq, job);
+    }
+}
+
+/// How a call ended, for the pause of all sending.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// The service answered (whatever it said of each entry).
+    Answered,
+    /// The call failed as a whole and its jobs wait again.
+    Failed,
+    /// The call showed a fault of the setup; its jobs failed.
+    Stopped,
+}
+
 /// The publisher: runs until the channel closes and nothing is left in flight.
 pub async fn run<S: Service>(service: S, window: usize, mut rx: mpsc::Receiver<S::Job>) {
-    let mut waiting: BTreeMap<u64, S::Job> = BTreeMap::new();
-    let mut busy: Busy = Default::default();
+    let mut q = Queue { waiting: BTreeMap::new(), busy: Default::default(), retries: HashMap::new() };
     let mut calls: FuturesUnordered<Call<S::Job>> = FuturesUnordered::new();
     let mut next_seq = 0u64;
     let mut attempt = 0u32;
-    let mut paused_until: Option<tokio::time::Instant> = None;
+    let mut paused_until: Option<Instant> = None;
     let mut open = true;
     loop {
-        if paused_until.is_some_and(|t| t <= tokio::time::Instant::now()) {
+        let now = Instant::now();
+        if paused_until.is_some_and(|t| t <= now) {
             paused_until = None;
         }
+        let mut wake = paused_until;
         while paused_until.is_none() && calls.len() < REQUESTS {
-            let batch = take_batch(&service, &mut waiting, &mut busy);
+            let (batch, due) = take_batch(&service, &mut q, now);
+            wake = due;
             if batch.is_empty() {
                 break;
             }
             calls.push(service.send(batch));
         }
-        if !open && waiting.is_empty() && calls.is_empty() {
+        if !open && q.waiting.is_empty() && calls.is_empty() {
             return;
         }
-        let pause = paused_until;
         tokio::select! {
             biased;
             Some((sent, answer)) = calls.next(), if !calls.is_empty() => {
-                let retry = settle(&service, sent, answer, &mut waiting, &mut busy);
-                if retry {
-                    paused_until = Some(tokio::time::Instant::now() + crate::retry::backoff(attempt, MAX_BACKOFF));
-                    attempt = attempt.saturating_add(1);
-                } else {
-                    attempt = 0;
+                match settle(&service, sent, answer, &mut q, Instant::now()) {
+                    Ended::Answered => attempt = 0,
+                    Ended::Failed => {
+                        paused_until = Some(Instant::now() + crate::retry::backoff(attempt, MAX_BACKOFF));
+                        attempt = attempt.saturating_add(1);
+                    }
+                    Ended::Stopped => {}
                 }
             }
-            () = async { tokio::time::sleep_until(pause.expect("guarded")).await }, if pause.is_some() => {}
-            job = rx.recv(), if open && waiting.len() < window => match job {
+            () = async { tokio::time::sleep_until(wake.expect("guarded")).await }, if wake.is_some() => {}
+            job = rx.recv(), if open && q.waiting.len() < window => match job {
                 Some(job) => {
-                    waiting.insert(next_seq, job);
+                    q.waiting.insert(next_seq, job);
                     next_seq += 1;
                 }
                 None => open = false,
@@ -157,59 +203,71 @@ pub async fn run<S: Service>(service: S, window: usize, mut rx: mpsc::Receiver<S
     }
 }
 
-/// The next batch: the oldest waiting jobs for one destination, at most one per free lane, within
-/// the service's limits.
-fn take_batch<S: Service>(service: &S, waiting: &mut BTreeMap<u64, S::Job>, busy: &mut Busy) -> Vec<(u64, S::Job)> {
+/// The next batch: the oldest waiting jobs for one destination, at most one per free lane, none
+/// before its backoff ends (nor its lane's later jobs), within the service's limits; and when the
+/// first job passed over for its backoff may go.
+fn take_batch<S: Service>(service: &S, q: &mut Queue<S::Job>, now: Instant) -> (Vec<(u64, S::Job)>, Option<Instant>) {
     let (max_entries, max_bytes) = service.limits();
     let mut picked: Vec<u64> = Vec::new();
+    let mut held: HashSet<(usize, &str)> = HashSet::new();
+    let mut next_due: Option<Instant> = None;
     let mut dlq = None;
     let mut bytes = 0usize;
-    for (seq, job) in waiting.iter() {
+    for (seq, job) in q.waiting.iter() {
         if picked.len() == max_entries {
             break;
         }
-        if dlq.is_some_and(|d| d != job.dlq()) {
-            continue;
-        }
         let side = usize::from(job.dlq());
         let lane = service.lane(job);
-        if lane.is_some_and(|l| busy[side].contains(l)) {
+        if lane.is_some_and(|l| q.busy[side].contains(l) || held.contains(&(side, l))) {
+            continue;
+        }
+        if let Some(due) = q.retries.get(seq).map(|r| r.due).filter(|d| *d > now) {
+            next_due = Some(next_due.map_or(due, |n| n.min(due)));
+            if let Some(l) = lane {
+                held.insert((side, l));
+            }
+            continue;
+        }
+        if dlq.is_some_and(|d| d != job.dlq()) {
             continue;
         }
         if bytes + job.size() > max_bytes && !picked.is_empty() {
             break;
         }
         if let Some(l) = lane {
-            busy[side].insert(l.to_owned());
+            q.busy[side].insert(l.to_owned());
         }
         dlq = Some(job.dlq());
         bytes += job.size();
         picked.push(*seq);
     }
-    picked.into_iter().filter_map(|s| waiting.remove(&s).map(|j| (s, j))).collect()
+    let batch = picked.into_iter().filter_map(|s| q.waiting.remove(&s).map(|j| (s, j))).collect();
+    (batch, next_due)
 }
 
-/// Resolve a call's jobs; true when some must be sent again (after a backoff).
+/// Resolve a call's jobs at `now`: acked, refused, failed, or back to wait their backoff.
 fn settle<S: Service>(
     service: &S,
     sent: Vec<(u64, S::Job)>,
     answer: Answer,
-    waiting: &mut BTreeMap<u64, S::Job>,
-    busy: &mut Busy,
-) -> bool {
+    q: &mut Queue<S::Job>,
+    now: Instant,
+) -> Ended {
     for (_, job) in &sent {
         if let Some(l) = service.lane(job) {
-            busy[usize::from(job.dlq())].remove(l);
+            q.busy[usize::from(job.dlq())].remove(l);
         }
     }
     let entries = match answer {
         Ok(entries) => entries,
         Err(Failure { setup: Some(reason), .. }) => {
             tracing::error!(error = %reason, "a batch call could not be made");
-            for (_, job) in sent {
+            for (seq, job) in sent {
+                q.retries.remove(&seq);
                 job.fail(reason.clone());
             }
-            return false;
+            return Ended::Stopped;
         }
         Err(f) => {
             let class = class_of(f.code.as_deref(), f.status, false);
@@ -217,40 +275,56 @@ fn settle<S: Service>(
             if class == Class::Setup {
                 let reason = service.setup_reason(&code, &f.text);
                 tracing::error!(error = %reason, "the service refused a batch call");
-                for (_, job) in sent {
+                for (seq, job) in sent {
+                    q.retries.remove(&seq);
                     job.fail(reason.clone());
                 }
-                return false;
+                return Ended::Stopped;
             }
             tracing::warn!(code = %code, error = %f.text, entries = sent.len(), "a batch call failed; sending again after a backoff");
-            waiting.extend(sent);
-            return true;
+            for (seq, job) in sent {
+                q.again(seq, job, now);
+            }
+            return Ended::Failed;
         }
     };
-    let mut retry = false;
+    let mut retried = 0usize;
     let mut entries = entries.into_iter();
     for (seq, job) in sent {
-        match entries.next().unwrap_or(Entry::Missing) {
-            Entry::Stored => job.ack(),
-            // Neither stored nor refused in the answer: send it again.
-            Entry::Missing => {
-                retry = true;
-                waiting.insert(seq, job);
+        let entry = entries.next().unwrap_or(Entry::Missing);
+        let again = match entry {
+            Entry::Stored => {
+                job.ack();
+                None
             }
+            // Neither stored nor refused in the answer: send it again.
+            Entry::Missing => Some(job),
             Entry::Failed { code, message } => match class_of(Some(&code), None, true) {
-                Class::Transient => {
-                    retry = true;
-                    waiting.insert(seq, job);
+                Class::Transient => Some(job),
+                Class::BadEvent => {
+                    job.reject(&code, &message);
+                    None
                 }
-                Class::BadEvent => job.reject(&code, &message),
-                Class::Setup => job.fail(service.setup_reason(&code, &message)),
+                Class::Setup => {
+                    job.fail(service.setup_reason(&code, &message));
+                    None
+                }
             },
+        };
+        match again {
+            Some(job) => {
+                retried += 1;
+                q.again(seq, job, now);
+            }
+            None => {
+                q.retries.remove(&seq);
+            }
         }
     }
-    if retry {
-        tracing::warn!("some entries of a batch were not taken (throttling or a service error); sending them again after a backoff");
+    if retried > 0 {
+        tracing::warn!(entries = retried, "some entries of a batch were not taken (throttling or a service error); sending them again after a backoff");
     }
-    retry
+    Ended::Answered
 }
 
 /// A batch answer that names its entries by id (SQS's and SNS's: the id is the entry's place in
@@ -274,4 +348,173 @@ pub fn by_id<'a>(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    //! Short answers (review A4): an answer that leaves entries out acks only what it names; the
+    //! rest wait again (with their backoff), and nothing panics, whatever ids or counts come back.
+    use std::sync::Arc;
+
+    use aws_sdk_kinesis::operation::put_records::PutRecordsOutput;
+    use aws_sdk_kinesis::types::PutRecordsResultEntry;
+    use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+    use super::*;
+    use crate::sink::delivery::{Ack, Delivery, Outcome, Position, Source, Ticket};
+    use crate::sink::kinesis::publisher as kinesis;
+    use crate::sink::kinesis::record::Job as KJob;
+    use crate::sink::sqs::message::Job as SJob;
+    use crate::sink::sqs::publisher as sqs;
+
+    fn delivery(n: u64, tx: &UnboundedSender<Ack>) -> Delivery {
+        let src = Source { position: Position::Lsn(crate::lsn::Lsn(n + 1)), table: Arc::from("public.outbox") };
+        Delivery::new(Ticket(n), format!("e{n}"), "t".into(), src, tx.clone())
+    }
+
+    fn kjob(n: u64, tx: &UnboundedSender<Ack>) -> (u64, KJob) {
+        let job = KJob {
+            dlq: false,
+            partition_key: format!("k{n}"),
+            data: bytes::Bytes::from_static(b"{}"),
+            size: 4,
+            keyed: true,
+            key: None,
+            payload: None,
+            headers: Vec::new(),
+            delivery: delivery(n, tx),
+        };
+        (n, job)
+    }
+
+    fn sjob(n: u64, tx: &UnboundedSender<Ack>) -> (u64, SJob) {
+        let job = SJob {
+            dlq: false,
+            group: Some(format!("k{n}")),
+            dedup: Some(format!("e{n}")),
+            body: "{}".into(),
+            attributes: Vec::new(),
+            size: 2,
+            key: None,
+            payload: None,
+            headers: Vec::new(),
+            delivery: delivery(n, tx),
+        };
+        (n, job)
+    }
+
+    /// A client that answers nothing (nothing listens on port 9): no test here sends.
+    fn kinesis_target() -> kinesis::Target {
+        let conf = aws_sdk_kinesis::Config::builder()
+            .behavior_version(aws_sdk_kinesis::config::BehaviorVersion::latest())
+            .region(aws_sdk_kinesis::config::Region::new("us-east-1"))
+            .endpoint_url("http://127.0.0.1:9")
+            .build();
+        kinesis::Target {
+            client: aws_sdk_kinesis::Client::from_conf(conf),
+            stream: "s".into(),
+            dlq_stream: None,
+            ordered: true,
+        }
+    }
+
+    fn sqs_target() -> sqs::Target {
+        let conf = aws_sdk_sqs::Config::builder()
+            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+            .endpoint_url("http://127.0.0.1:9")
+            .build();
+        sqs::Target {
+            client: aws_sdk_sqs::Client::from_conf(conf),
+            main: sqs::Main::Queue("http://127.0.0.1:9/1/q.fifo".into()),
+            dlq_queue_url: None,
+            batch_bytes: 1 << 18,
+            flags: "--sqs-queue-url",
+        }
+    }
+
+    fn queue<J>() -> Queue<J> {
+        Queue { waiting: BTreeMap::new(), busy: Default::default(), retries: HashMap::new() }
+    }
+
+    /// The tickets resolved so far, with whether each was acked.
+    fn resolved(rx: &mut UnboundedReceiver<Ack>) -> Vec<(u64, bool)> {
+        let mut out = Vec::new();
+        while let Ok(a) = rx.try_recv() {
+            out.push((a.ticket.0, matches!(a.outcome, Outcome::Acked)));
+        }
+        out
+    }
+
+    fn stored(seq: &str) -> PutRecordsResultEntry {
+        PutRecordsResultEntry::builder().sequence_number(seq).shard_id("shardId-000000000000").build()
+    }
+
+    #[tokio::test]
+    async fn a_short_put_records_answer_acks_only_the_records_it_answers() {
+        let (tx, mut rx) = unbounded_channel();
+        let target = kinesis_target();
+        let sent: Vec<(u64, KJob)> = (0..4).map(|n| kjob(n, &tx)).collect();
+        // Two result entries for four records: the first stored, the second with neither a
+        // sequence number nor a code.
+        let out = PutRecordsOutput::builder()
+            .records(stored("1"))
+            .records(PutRecordsResultEntry::builder().build())
+            .build()
+            .expect("records are set");
+        let answer = kinesis::entries(&out, sent.len());
+        assert_eq!(answer, vec![Entry::Stored, Entry::Missing, Entry::Missing, Entry::Missing]);
+        let mut q = queue();
+        let now = Instant::now();
+        assert_eq!(settle(&target, sent, Ok(answer), &mut q, now), Ended::Answered);
+        assert_eq!(resolved(&mut rx), vec![(0, true)], "only the answered record is acked");
+        assert_eq!(q.waiting.keys().copied().collect::<Vec<_>>(), vec![1, 2, 3], "the others wait again");
+        assert!(q.retries.values().all(|r| r.tries == 1 && r.due > now), "and after a backoff");
+        assert!(q.busy.iter().all(HashSet::is_empty), "no key stays in flight");
+        // Their next try is not before the backoff, nor are their keys' later records.
+        let (batch, due) = take_batch(&target, &mut q, now);
+        assert!(batch.is_empty() && due.is_some());
+        let (batch, _) = take_batch(&target, &mut q, now + MAX_BACKOFF * 2);
+        assert_eq!(batch.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![1, 2, 3]);
+        for (_, j) in batch {
+            Job::ack(j);
+        }
+        // An empty Records list, and one longer than the call, panic nothing either.
+        let out = PutRecordsOutput::builder().set_records(Some(Vec::new())).build().expect("set");
+        assert_eq!(kinesis::entries(&out, 2), vec![Entry::Missing, Entry::Missing]);
+        let out = PutRecordsOutput::builder().records(stored("1")).records(stored("2")).build().expect("set");
+        assert_eq!(kinesis::entries(&out, 1), vec![Entry::Stored]);
+    }
+
+    #[tokio::test]
+    async fn a_batch_answer_that_omits_an_entry_acks_only_the_entries_it_names() {
+        let (tx, mut rx) = unbounded_channel();
+        let target = sqs_target();
+        let sent: Vec<(u64, SJob)> = (0..4).map(|n| sjob(n, &tx)).collect();
+        // Entry 0 stored, 2 throttled, 1 and 3 named nowhere; ids out of range or not numbers
+        // are passed over.
+        let answer = by_id(4, ["0", "9", "x", "-1"], [("2", "RequestThrottled", "slow down"), ("44", "Bad", "?")]);
+        assert_eq!(
+            answer,
+            vec![
+                Entry::Stored,
+                Entry::Missing,
+                Entry::Failed { code: "RequestThrottled".into(), message: "slow down".into() },
+                Entry::Missing
+            ]
+        );
+        let mut q = queue();
+        assert_eq!(settle(&target, sent, Ok(answer), &mut q, Instant::now()), Ended::Answered);
+        assert_eq!(resolved(&mut rx), vec![(0, true)]);
+        assert_eq!(q.waiting.keys().copied().collect::<Vec<_>>(), vec![1, 2, 3]);
+        // A failed id wins over the same id listed as successful; an empty answer names nothing.
+        assert_eq!(
+            by_id(1, ["0"], [("0", "InternalError", "")])[0],
+            Entry::Failed { code: "InternalError".into(), message: String::new() }
+        );
+        assert_eq!(by_id(2, [], []), vec![Entry::Missing, Entry::Missing]);
+        for (_, j) in std::mem::take(&mut q.waiting) {
+            Job::ack(j);
+        }
+    }
 }

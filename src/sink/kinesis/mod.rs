@@ -15,7 +15,7 @@
 //! once the stream answered at start, and a call that gets no answer is retried (and logged).
 
 pub mod config;
-mod publisher;
+pub(crate) mod publisher;
 pub mod record;
 
 use std::sync::Arc;

@@ -106,7 +106,7 @@ impl shared::Service for Target {
 /// The answer's `Records` as one entry per record sent: they match the request's one for one, in
 /// order. A record the answer leaves out (a short answer), or answers with neither a sequence
 /// number nor an error code, is [`Entry::Missing`]: sent again, never acked.
-fn entries(out: &PutRecordsOutput, sent: usize) -> Vec<Entry> {
+pub(crate) fn entries(out: &PutRecordsOutput, sent: usize) -> Vec<Entry> {
     let results = out.records();
     (0..sent)
         .map(|i| match results.get(i) {
