@@ -15,8 +15,10 @@
 //! once the stream answered at start, and a call that gets no answer is retried (and logged).
 
 pub mod config;
+pub mod dlq;
 pub(crate) mod publisher;
 pub mod record;
+pub mod replay;
 
 use std::sync::Arc;
 
@@ -200,6 +202,9 @@ fn unordered() -> bool {
 
 /// The sink's entry in the list of sinks ([`crate::sink::registry`]).
 impl crate::sink::registered::Registered for KinesisSink {
+    /// `outboxd dlq --sink kinesis` reads `--kinesis-dlq-stream` ([`dlq`]).
+    const READABLE_DEAD_LETTERS: bool = true;
+
     async fn build(cfg: &crate::config::Config, health: Arc<Health>) -> Result<Self, Definite> {
         KinesisSink::connect(&cfg.aws, &cfg.kinesis, health).await
     }
