@@ -97,8 +97,33 @@ pub trait Job: Send + 'static {
     fn size(&self) -> usize;
     fn ack(self);
     fn fail(self, reason: String);
-    /// Refused for good by the service: `code` and `message` are the entry's.
-    fn reject(self, code: &str, message: &str);
+    /// Refused for good: `kind` and `reason` for the bad-event policy, with the record's parts.
+    fn reject(self, kind: &'static str, reason: String);
+}
+
+/// [`Job`] for a job type with the fields `dlq`, `size`, `key`, `payload`, `headers` and
+/// `delivery` (SQS's and Kinesis's jobs), so the services do not each write it out.
+#[macro_export]
+macro_rules! aws_job {
+    ($t:ty) => {
+        impl $crate::sink::aws::publisher::Job for $t {
+            fn dlq(&self) -> bool {
+                self.dlq
+            }
+            fn size(&self) -> usize {
+                self.size
+            }
+            fn ack(self) {
+                self.delivery.ack()
+            }
+            fn fail(self, reason: String) {
+                self.delivery.fail(reason)
+            }
+            fn reject(self, kind: &'static str, reason: String) {
+                self.delivery.reject(kind, reason, self.key, self.payload, self.headers);
+            }
+        }
+    };
 }
 
 /// What one AWS service brings to the publisher.
@@ -111,6 +136,8 @@ pub trait Service: Send + 'static {
     fn lane<'a>(&self, job: &'a Self::Job) -> Option<&'a str>;
     /// The call for `batch` (all of one destination).
     fn send(&self, batch: Vec<(u64, Self::Job)>) -> Call<Self::Job>;
+    /// A refusal of one entry for good (`code`, `message`) as the bad-event kind and reason.
+    fn refusal(&self, code: &str, message: &str) -> (&'static str, String);
     /// Why a refusal of the setup (`code`, `text`) stops the relay, naming the flags to check.
     fn setup_reason(&self, code: &str, text: &str) -> String;
 }
@@ -302,7 +329,8 @@ fn settle<S: Service>(
             Entry::Failed { code, message } => match class_of(Some(&code), None, true) {
                 Class::Transient => Some(job),
                 Class::BadEvent => {
-                    job.reject(&code, &message);
+                    let (kind, reason) = service.refusal(&code, &message);
+                    job.reject(kind, reason);
                     None
                 }
                 Class::Setup => {

@@ -186,7 +186,7 @@ impl KinesisSink {
             tracing::warn!("OUTBOXD_KINESIS_UNORDERED is set: a key's events may be reordered (benchmarks only)");
         }
         let (tx, rx) = mpsc::channel(publisher::WINDOW);
-        let task = tokio::spawn(publisher::run(target, rx));
+        let task = tokio::spawn(crate::sink::aws::publisher::run(target, publisher::WINDOW, rx));
         let handoff = Handoff::new(vec![tx], vec![task], "the Kinesis publisher task ended");
         let max_bytes = sizes[0];
         Ok(KinesisSink { handoff, max_bytes, dlq_max_bytes: sizes.get(1).copied().unwrap_or(max_bytes) })

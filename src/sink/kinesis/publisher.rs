@@ -12,7 +12,6 @@
 use aws_sdk_kinesis::operation::put_records::PutRecordsOutput;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
-use tokio::sync::mpsc;
 
 use super::record::Job;
 use crate::sink::aws::publisher::{self as shared, Call, Entry, Failure};
@@ -34,36 +33,15 @@ pub struct Target {
     pub ordered: bool,
 }
 
-/// The publisher: runs until the channel closes and nothing is left in flight.
-pub async fn run(target: Target, rx: mpsc::Receiver<Job>) {
-    shared::run(target, WINDOW, rx).await
-}
-
-impl shared::Job for Job {
-    fn dlq(&self) -> bool {
-        self.dlq
-    }
-    fn size(&self) -> usize {
-        self.size
-    }
-    fn ack(self) {
-        self.delivery.ack()
-    }
-    fn fail(self, reason: String) {
-        self.delivery.fail(reason)
-    }
-    fn reject(self, code: &str, message: &str) {
-        let reason = format!("Kinesis refused the record ({code}): {message}");
-        let Job { key, payload, headers, delivery, .. } = self;
-        delivery.reject("invalid_record", reason, key, payload, headers);
-    }
-}
-
 impl shared::Service for Target {
     type Job = Job;
 
     fn limits(&self) -> (usize, usize) {
         (BATCH, BATCH_BYTES)
+    }
+
+    fn refusal(&self, code: &str, message: &str) -> (&'static str, String) {
+        ("invalid_record", format!("Kinesis refused the record ({code}): {message}"))
     }
 
     fn lane<'a>(&self, job: &'a Job) -> Option<&'a str> {

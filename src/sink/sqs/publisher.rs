@@ -10,7 +10,6 @@
 
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
-use tokio::sync::mpsc;
 
 use super::message::{Job, Value};
 use crate::sink::aws::publisher::{self as shared, by_id};
@@ -41,36 +40,15 @@ pub enum Main {
     Topic { client: aws_sdk_sns::Client, arn: String },
 }
 
-/// The publisher: runs until the channel closes and nothing is left in flight.
-pub async fn run(target: Target, rx: mpsc::Receiver<Job>) {
-    shared::run(target, WINDOW, rx).await
-}
-
-impl shared::Job for Job {
-    fn dlq(&self) -> bool {
-        self.dlq
-    }
-    fn size(&self) -> usize {
-        self.size
-    }
-    fn ack(self) {
-        self.delivery.ack()
-    }
-    fn fail(self, reason: String) {
-        self.delivery.fail(reason)
-    }
-    fn reject(self, code: &str, message: &str) {
-        let reason = format!("refused the message ({code}): {message}");
-        let Job { key, payload, headers, delivery, .. } = self;
-        delivery.reject("invalid_message", reason, key, payload, headers);
-    }
-}
-
 impl shared::Service for Target {
     type Job = Job;
 
     fn limits(&self) -> (usize, usize) {
         (BATCH, self.batch_bytes)
+    }
+
+    fn refusal(&self, code: &str, message: &str) -> (&'static str, String) {
+        ("invalid_message", format!("refused the message ({code}): {message}"))
     }
 
     /// The group, on a FIFO queue or topic (per destination: the main one or the dead-letter one).
