@@ -243,7 +243,8 @@ fn sinks_whose_dead_letters_cannot_be_read_are_refused_in_one_line() {
         let (code, out) = run_to_exit(&args(&["dlq", "list", "--sink", sink]), RUN_TIMEOUT);
         assert_ne!(code, Some(0), "{out}");
         assert!(
-            out.contains(&format!("--sink {sink}")) && out.contains("kafka, nats, redis, rabbitmq, sqs or sns"),
+            out.contains(&format!("--sink {sink}"))
+                && out.contains("kafka, nats, redis, rabbitmq, sqs, sns or kinesis"),
             "{out}"
         );
     }

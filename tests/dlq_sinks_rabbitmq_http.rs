@@ -240,7 +240,10 @@ fn a_dlq_sink_that_cannot_be_read_back_is_refused() {
         RUN_TIMEOUT,
     );
     assert_ne!(code, Some(0), "{out}");
-    assert!(out.contains("--dlq-sink http") && out.contains("kafka, nats, redis, rabbitmq, sqs or sns"), "{out}");
+    assert!(
+        out.contains("--dlq-sink http") && out.contains("kafka, nats, redis, rabbitmq, sqs, sns or kinesis"),
+        "{out}"
+    );
 }
 
 /// A DLQ queue that is no stream queue is refused in one line, and nothing is taken from it.

@@ -152,8 +152,8 @@ pub struct DlqCommonArgs {
 /// environment variables) `outboxd run` takes for that sink.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DlqSinkArgs {
-    /// The sink `outboxd run` wrote the dead letters with: kafka, nats, redis, rabbitmq, sqs or
-    /// sns can be read.
+    /// The sink `outboxd run` wrote the dead letters with: kafka, nats, redis, rabbitmq, sqs, sns
+    /// or kinesis can be read.
     #[arg(long, value_enum, default_value_t = SinkKind::Kafka)]
     pub sink: SinkKind,
     #[command(flatten)]
@@ -172,6 +172,8 @@ pub struct DlqSinkArgs {
     pub sqs: crate::sink::sqs::config::SqsArgs,
     #[command(flatten)]
     pub sns: crate::sink::sns::config::SnsArgs,
+    #[command(flatten)]
+    pub kinesis: crate::sink::kinesis::config::KinesisArgs,
     /// With --sink sqs or sns: how long the dead letters list or replay received stay hidden from other
     /// readers of the dead-letter queue (a replay stopped midway leaves its copies hidden this long).
     #[arg(long, default_value = "2m", value_name = "DURATION")]

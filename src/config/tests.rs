@@ -603,7 +603,7 @@ fn dlq_sink_round_trips_and_must_be_readable() {
     assert_eq!(config_of(&c.to_argv()).unwrap().dlq_sink, Some(SinkKind::Redis));
     assert_eq!(with(&["--dlq-sink", "http"]).unwrap().dlq_sink, None, "the same sink is no second one");
     let e = with(&["--dlq-sink", "stdout"]).unwrap_err().to_string();
-    assert!(e.contains("--dlq-sink stdout") && e.contains("kafka, nats, redis, rabbitmq, sqs or sns"), "{e}");
+    assert!(e.contains("--dlq-sink stdout") && e.contains("kafka, nats, redis, rabbitmq, sqs, sns or kinesis"), "{e}");
     let e = with(&["--dlq-sink", "redis", "--redis-url", "http://u:hunter2@h"]).unwrap_err().to_string();
     assert!(e.contains("--redis-url") && !e.contains("hunter2"), "{e}");
 }

@@ -169,7 +169,7 @@ sinks! {
 }
 
 /// The `--sink` values whose dead letters `outboxd dlq` reads, as a sentence lists them:
-/// "kafka, nats, redis, rabbitmq, sqs or sns".
+/// "kafka, nats, redis, rabbitmq, sqs, sns or kinesis".
 pub fn readable_names() -> String {
     let names: Vec<String> =
         SinkKind::ALL.iter().filter(|k| k.readable_dead_letters()).map(|k| crate::units::value_name(*k)).collect();
@@ -186,7 +186,7 @@ mod tests {
 
     #[test]
     fn the_readable_sinks_in_a_sentence() {
-        assert_eq!(readable_names(), "kafka, nats, redis, rabbitmq, sqs or sns");
+        assert_eq!(readable_names(), "kafka, nats, redis, rabbitmq, sqs, sns or kinesis");
         assert!(!SinkKind::Http.readable_dead_letters());
     }
 }

@@ -159,6 +159,16 @@ impl ThrottleProxy {
             |k: &str| s.split_whitespace().find_map(|p| p.strip_prefix(k)).and_then(|v| v.parse().ok()).unwrap_or(0);
         (num("whole="), num("entries="))
     }
+
+    /// In the `hot:KEY:N` mode: each send of an entry of KEY, its time (Unix seconds) and whether
+    /// it was refused.
+    pub fn hot_attempts(&self) -> Vec<(f64, bool)> {
+        let s = std::fs::read_to_string(self.dir.path().join("stats.hot")).unwrap_or_default();
+        s.lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter_map(|(t, what)| Some((t.parse().ok()?, what == "refused")))
+            .collect()
+    }
 }
 
 impl Drop for ThrottleProxy {

@@ -13,6 +13,11 @@ boto3 against a local moto_server, to create destinations and read back what out
   drain-queue URL [SECONDS]    receive and delete every message until the queue has stayed empty
                                for SECONDS (default 2); prints one JSON object a line: body
                                (base64), attributes {name: base64 of the value}, group, dedup
+  ceiling sqs|sns DEST N SIZE KEYS [fifo]
+                               moto's own ceiling (bench/sqs.sh): N messages of SIZE bytes sent to
+                               the queue URL (SendMessageBatch) or topic ARN (PublishBatch) 10 a
+                               call, one call after another; on a FIFO one with the group id
+                               k<i % KEYS> and a deduplication id each; prints "N SECONDS"
 """
 import base64
 import json
@@ -88,7 +93,31 @@ def drain_queue(endpoint, url, quiet="2"):
             {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(msgs)])
 
 
-COMMANDS = {"create-queue": create_queue, "create-queue-max": create_queue_max, "drain-queue": drain_queue,
+def ceiling(endpoint, service, dest, n, size, keys, fifo=""):
+    c = client(endpoint, service)
+    n, body, keys = int(n), "x" * int(size), int(keys)
+    start = time.monotonic()
+    sent = 0
+    while sent < n:
+        batch = []
+        for i in range(sent, min(sent + 10, n)):
+            e = {"Id": str(i - sent)}
+            e["MessageBody" if service == "sqs" else "Message"] = body
+            if fifo == "fifo":
+                e["MessageGroupId"] = f"k{i % keys}"
+                e["MessageDeduplicationId"] = str(i)
+            batch.append(e)
+        if service == "sqs":
+            out = c.send_message_batch(QueueUrl=dest, Entries=batch)
+        else:
+            out = c.publish_batch(TopicArn=dest, PublishBatchRequestEntries=batch)
+        if out.get("Failed"):
+            sys.exit(f"{len(out['Failed'])} messages failed: {out['Failed'][0]}")
+        sent += len(batch)
+    print(n, round(time.monotonic() - start, 3))
+
+
+COMMANDS = {"ceiling": ceiling, "create-queue": create_queue, "create-queue-max": create_queue_max, "drain-queue": drain_queue,
             "set-queue-max": set_queue_max, "create-topic": create_topic, "subscribe-queue": subscribe_queue,
             "queue-count": queue_count}
 

@@ -20,6 +20,16 @@ with a random part of their entries taken out, answered in Failed as Throttled (
 false); and an entry whose message holds "refuse-pvi" or "refuse-ip" never reaches it and is
 answered Failed ParameterValueInvalid or InvalidParameter (SenderFault true), as SNS refuses one
 message of a batch.
+
+With "kinesis-refuse", nothing is throttled at random: a Kinesis record whose data holds "refuse-me"
+never reaches the server and is answered ErrorCode ValidationException at its place (the others
+reach it), as a record refused for good.
+
+With "hot:KEY:N", nothing is throttled at random: a Kinesis record whose PartitionKey is KEY, or an
+SQS entry whose MessageGroupId is KEY, is answered as a per-entry throttle (the call's other
+entries reach the server) the first N times it is sent. Each time an entry of KEY is sent, a line
+"<unix time> refused|passed" is appended to STATSFILE.hot: the spacing of a hot key's retries while
+the others are stored.
 """
 import json
 import random
@@ -34,8 +44,28 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 UPSTREAM, PORTFILE, STATSFILE = sys.argv[1], sys.argv[2], sys.argv[3]
 SHARE = float(sys.argv[4]) if len(sys.argv) > 4 else 0.3
 SNS_ENTRIES = len(sys.argv) > 5 and sys.argv[5] == "sns-entries"
+REFUSE = len(sys.argv) > 5 and sys.argv[5] == "kinesis-refuse"
+HOT = sys.argv[5].split(":", 2)[1:] if len(sys.argv) > 5 and sys.argv[5].startswith("hot:") else None
+hot_seen = [0]
 stats = {"whole": 0, "entries": 0}
 lock = threading.Lock()
+# moto's Kinesis shard numbers a record as its last one plus one and says itself that this is not
+# safe for concurrency: two PutRecords at once can get the same sequence number, and one record
+# then replaces the other (a loss that is moto's). The proxy hands moto one PutRecords at a time.
+kinesis_lock = threading.Lock()
+
+
+def hot(key):
+    """Whether this entry of the hot key is refused; logs the attempt."""
+    if HOT is None or key != HOT[0]:
+        return False
+    import time
+    with lock:
+        hot_seen[0] += 1
+        refuse = hot_seen[0] <= int(HOT[1])
+        with open(STATSFILE + ".hot", "a") as f:
+            f.write(f"{time.time():.3f} {'refused' if refuse else 'passed'}\n")
+    return refuse
 
 
 def count(kind, n=1):
@@ -87,7 +117,16 @@ class Proxy(BaseHTTPRequestHandler):
             self.answer(400, [("Content-Type", "text/xml")], err.encode())
             return
         if target == "Kinesis_20131202.PutRecords":
-            self.put_records(body)
+            with kinesis_lock:
+                if REFUSE:
+                    self.refuse_records(body)
+                elif HOT is not None:
+                    self.hot_entries(target, body)
+                else:
+                    self.put_records(body)
+            return
+        if HOT is not None and target == "AmazonSQS.SendMessageBatch":
+            self.hot_entries(target, body)
             return
         if target.endswith(".SendMessageBatch"):
             roll = random.random()
@@ -120,6 +159,61 @@ class Proxy(BaseHTTPRequestHandler):
                     return
         self.answer(*self.forward(body))
 
+
+    def refuse_records(self, body):
+        """PutRecords with the records holding "refuse-me" refused (see the module doc)."""
+        import base64
+        req = json.loads(body)
+        records = req.get("Records", [])
+        refused = [b"refuse-me" in base64.b64decode(r.get("Data", "")) for r in records]
+        if not any(refused):
+            self.answer(*self.forward(body))
+            return
+        kept = [r for r, x in zip(records, refused) if not x]
+        stored = []
+        if kept:
+            req["Records"] = kept
+            status, headers, up = self.forward(json.dumps(req).encode())
+            if status != 200:
+                self.answer(status, headers, up)
+                return
+            stored = json.loads(up)["Records"]
+        out, it = [], iter(stored)
+        for x in refused:
+            out.append({"ErrorCode": "ValidationException", "ErrorMessage": "refused (injected)"} if x else next(it))
+        ans = {"FailedRecordCount": sum(1 for r in out if "ErrorCode" in r), "Records": out}
+        self.answer(200, [("Content-Type", "application/x-amz-json-1.1")], json.dumps(ans).encode())
+
+    def hot_entries(self, target, body):
+        """A call with the hot key's entries answered as throttled (see the module doc)."""
+        req = json.loads(body)
+        kinesis = target.startswith("Kinesis")
+        items = req.get("Records" if kinesis else "Entries", [])
+        refused = [hot(e.get("PartitionKey" if kinesis else "MessageGroupId")) for e in items]
+        if not any(refused):
+            self.answer(*self.forward(body))
+            return
+        kept = [e for e, r in zip(items, refused) if not r]
+        up = {"Records": [], "Successful": [], "Failed": []}
+        if kept:
+            req["Records" if kinesis else "Entries"] = kept
+            status, headers, raw = self.forward(json.dumps(req).encode())
+            if status != 200:
+                self.answer(status, headers, raw)
+                return
+            up.update(json.loads(raw))
+        if kinesis:
+            out, it = [], iter(up["Records"])
+            for r in refused:
+                out.append({"ErrorCode": "ProvisionedThroughputExceededException",
+                            "ErrorMessage": "Rate exceeded for shard (injected, hot key)"} if r else next(it))
+            ans = {"FailedRecordCount": sum(refused) + up.get("FailedRecordCount", 0), "Records": out}
+            self.answer(200, [("Content-Type", "application/x-amz-json-1.1")], json.dumps(ans).encode())
+        else:
+            failed = up.get("Failed", []) + [{"Id": e["Id"], "SenderFault": False, "Code": "RequestThrottled",
+                                              "Message": "injected, hot group"} for e, r in zip(items, refused) if r]
+            ans = {"Successful": up.get("Successful", []), "Failed": failed}
+            self.answer(200, [("Content-Type", "application/x-amz-json-1.0")], json.dumps(ans).encode())
 
     def put_records(self, body):
         json11 = [("Content-Type", "application/x-amz-json-1.1")]

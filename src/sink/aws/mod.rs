@@ -15,6 +15,7 @@
 
 pub mod config;
 pub(crate) mod errors;
+pub mod publisher;
 
 use std::time::Duration;
 

@@ -15,8 +15,10 @@
 //! once the stream answered at start, and a call that gets no answer is retried (and logged).
 
 pub mod config;
-mod publisher;
+pub mod dlq;
+pub(crate) mod publisher;
 pub mod record;
+pub mod replay;
 
 use std::sync::Arc;
 
@@ -184,7 +186,7 @@ impl KinesisSink {
             tracing::warn!("OUTBOXD_KINESIS_UNORDERED is set: a key's events may be reordered (benchmarks only)");
         }
         let (tx, rx) = mpsc::channel(publisher::WINDOW);
-        let task = tokio::spawn(publisher::run(target, rx));
+        let task = tokio::spawn(crate::sink::aws::publisher::run(target, publisher::WINDOW, rx));
         let handoff = Handoff::new(vec![tx], vec![task], "the Kinesis publisher task ended");
         let max_bytes = sizes[0];
         Ok(KinesisSink { handoff, max_bytes, dlq_max_bytes: sizes.get(1).copied().unwrap_or(max_bytes) })
@@ -200,6 +202,9 @@ fn unordered() -> bool {
 
 /// The sink's entry in the list of sinks ([`crate::sink::registry`]).
 impl crate::sink::registered::Registered for KinesisSink {
+    /// `outboxd dlq --sink kinesis` reads `--kinesis-dlq-stream` ([`dlq`]).
+    const READABLE_DEAD_LETTERS: bool = true;
+
     async fn build(cfg: &crate::config::Config, health: Arc<Health>) -> Result<Self, Definite> {
         KinesisSink::connect(&cfg.aws, &cfg.kinesis, health).await
     }

@@ -47,6 +47,8 @@ pub struct Job {
     pub delivery: Delivery,
 }
 
+crate::aws_job!(Job);
+
 /// `k` as a partition key: itself when Kinesis takes it, else `sha256.<32 hex digits>` of it.
 pub fn partition_key(k: &[u8]) -> String {
     match std::str::from_utf8(k) {

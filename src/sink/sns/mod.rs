@@ -70,7 +70,7 @@ impl SnsSink {
             flags: "--sns-topic-arn (and --sns-dlq-queue-url)",
         };
         let (tx, rx) = tokio::sync::mpsc::channel(publisher::WINDOW);
-        let task = tokio::spawn(publisher::run(target, rx));
+        let task = tokio::spawn(crate::sink::aws::publisher::run(target, publisher::WINDOW, rx));
         let handoff = Handoff::new(vec![tx], vec![task], "the SNS publisher task ended");
         tracing::info!(topic = %cfg.topic_arn, fifo = queues.fifo, "SNS topic ready");
         Ok(SnsSink { handoff, queues })

@@ -67,6 +67,8 @@ pub struct Job {
     pub delivery: Delivery,
 }
 
+crate::aws_job!(Job);
+
 /// What the queues are: FIFO or not, and the largest message each takes.
 #[derive(Clone, Copy, Debug)]
 pub struct Queues {

@@ -142,7 +142,7 @@ impl SqsSink {
             flags: "--sqs-queue-url (and --sqs-dlq-queue-url)",
         };
         let (tx, rx) = mpsc::channel(publisher::WINDOW);
-        let task = tokio::spawn(publisher::run(target, rx));
+        let task = tokio::spawn(crate::sink::aws::publisher::run(target, publisher::WINDOW, rx));
         let handoff = Handoff::new(vec![tx], vec![task], "the SQS publisher task ended");
         tracing::info!(queue = %cfg.queue_url, fifo = queues.fifo, max_bytes = queues.max_bytes, "SQS queue ready");
         Ok(SqsSink { handoff, queues })

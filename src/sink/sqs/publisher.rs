@@ -1,48 +1,24 @@
-//! The SQS publisher task, also `--sink sns`'s: batches jobs into `SendMessageBatch` calls (10
-//! messages, and no more bytes than the queue's `MaximumMessageSize`, SQS's limit on a whole
-//! batch), or SNS `PublishBatch` calls ([`Main::Topic`], built by [`super::topic::publish`];
-//! dead-letter copies still go to an SQS queue), keeps up to [`REQUESTS`] calls in flight, and
-//! resolves each job's delivery from its batch entry's result ([`Outcome`], the same for both).
+//! The SQS side of the AWS publisher task ([`crate::sink::aws::publisher`]), also `--sink sns`'s:
+//! `SendMessageBatch` calls (10 messages, and no more bytes than the queue's
+//! `MaximumMessageSize`, SQS's limit on a whole batch), or SNS `PublishBatch` calls
+//! ([`Main::Topic`], built by [`super::topic::publish`]; dead-letter copies still go to an SQS
+//! queue), each answer turned into one entry per message by its ids ([`by_id`]).
 //!
-//! Order on a FIFO queue: a group (a key) has **at most one message in flight**. A batch takes
-//! the oldest waiting job of each group that has none in flight, so a key's next event is sent
-//! only after SQS answered for the one before; a throttled or failed entry goes back to the
-//! waiting jobs at its place (jobs are kept by arrival number), ahead of its group's later
-//! events. Were two events of a key in flight at once, the first could fail while the second is
-//! stored, and its retry would land after it. Standard queues keep no order, so any job may go.
-//!
-//! Results, per entry ([`crate::sink::aws::class_of`], decided on the code):
-//! * accepted → `ack()`: SQS stored it (it answered the call);
-//! * a fault of this message (too large, an invalid attribute) → `reject()`, for the bad-event
-//!   policy;
-//! * throttling or a service error, for an entry or the whole call, or no answer at all → waits
-//!   again, and sending pauses for a backoff with jitter ([`crate::retry::backoff`]); nothing is
-//!   acked, so the slot stays where it was;
-//! * anything else (no such queue, access denied, a disabled KMS key), or a call the SDK could not
-//!   make (no usable credentials, [`crate::sink::aws::setup_failure`]) → `fail()` with the code
-//!   and what to check: the relay stops rather than dead-letter every event or retry for good.
+//! Order on a FIFO queue or topic: a job's lane is its group (a key), so a group has at most one
+//! message in flight (the shared task's rule); standard queues and topics keep no order, so their
+//! jobs have no lane and any may go.
 
-use std::collections::{BTreeMap, HashSet};
-use std::future::Future;
-use std::pin::Pin;
-use std::time::Duration;
-
-use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata};
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
-use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::mpsc;
 
 use super::message::{Job, Value};
-use crate::sink::aws::{class_of, setup_failure, Class};
+use crate::sink::aws::publisher::{self as shared, by_id};
+pub use crate::sink::aws::publisher::{Call, Failure};
 
-/// `SendMessageBatch` calls in flight at once.
-const REQUESTS: usize = 8;
 /// Entries in one `SendMessageBatch` (SQS's limit).
 const BATCH: usize = 10;
 /// Jobs waiting here at most (the channel holds as many more).
 pub const WINDOW: usize = 4096;
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Where the publisher writes.
 pub struct Target {
@@ -64,111 +40,32 @@ pub enum Main {
     Topic { client: aws_sdk_sns::Client, arn: String },
 }
 
-/// A batch call's answer, whichever the service: entry ids stored, and entries failed with their
-/// code and message.
-pub struct Outcome {
-    pub successful: Vec<String>,
-    pub failed: Vec<(String, String, String)>,
-}
+impl shared::Service for Target {
+    type Job = Job;
 
-/// What a call came back with: the jobs sent (by arrival number) and the answer.
-type Sent = (Vec<(u64, Job)>, Answer);
-type Answer = Result<Outcome, Failure>;
-/// A failed call: its code, HTTP status and text, and the fault of the setup it shows without
-/// an answer (no usable credentials: [`setup_failure`]).
-pub struct Failure {
-    pub code: Option<String>,
-    pub status: Option<u16>,
-    pub text: String,
-    pub setup: Option<String>,
-}
-pub type Call = Pin<Box<dyn Future<Output = Sent> + Send>>;
-
-/// The group a job holds while in flight: its queue and group id (FIFO only).
-fn lane(job: &Job) -> Option<(bool, String)> {
-    job.group.as_ref().map(|g| (job.dlq, g.clone()))
-}
-
-/// The publisher: runs until the channel closes and nothing is left in flight.
-pub async fn run(target: Target, mut rx: mpsc::Receiver<Job>) {
-    let mut waiting: BTreeMap<u64, Job> = BTreeMap::new();
-    let mut busy: HashSet<(bool, String)> = HashSet::new();
-    let mut calls: FuturesUnordered<Call> = FuturesUnordered::new();
-    let mut next_seq = 0u64;
-    let mut attempt = 0u32;
-    let mut paused_until: Option<tokio::time::Instant> = None;
-    let mut open = true;
-    loop {
-        if paused_until.is_some_and(|t| t <= tokio::time::Instant::now()) {
-            paused_until = None;
-        }
-        while paused_until.is_none() && calls.len() < REQUESTS {
-            let batch = take_batch(&mut waiting, &mut busy, target.batch_bytes);
-            if batch.is_empty() {
-                break;
-            }
-            calls.push(send(&target, batch));
-        }
-        if !open && waiting.is_empty() && calls.is_empty() {
-            return;
-        }
-        let pause = paused_until;
-        tokio::select! {
-            biased;
-            Some((sent, answer)) = calls.next(), if !calls.is_empty() => {
-                let retry = settle(sent, answer, &mut waiting, &mut busy, target.flags);
-                if retry {
-                    paused_until = Some(tokio::time::Instant::now() + crate::retry::backoff(attempt, MAX_BACKOFF));
-                    attempt = attempt.saturating_add(1);
-                } else {
-                    attempt = 0;
-                }
-            }
-            () = async { tokio::time::sleep_until(pause.expect("guarded")).await }, if pause.is_some() => {}
-            job = rx.recv(), if open && waiting.len() < WINDOW => match job {
-                Some(job) => {
-                    waiting.insert(next_seq, job);
-                    next_seq += 1;
-                }
-                None => open = false,
-            },
-        }
+    fn limits(&self) -> (usize, usize) {
+        (BATCH, self.batch_bytes)
     }
-}
 
-/// The next batch: the oldest waiting jobs for one queue, at most one per free group (FIFO),
-/// within [`BATCH`] entries and `max_bytes`.
-fn take_batch(
-    waiting: &mut BTreeMap<u64, Job>,
-    busy: &mut HashSet<(bool, String)>,
-    max_bytes: usize,
-) -> Vec<(u64, Job)> {
-    let mut picked: Vec<u64> = Vec::new();
-    let mut dlq = None;
-    let mut bytes = 0usize;
-    for (seq, job) in waiting.iter() {
-        if picked.len() == BATCH {
-            break;
-        }
-        if dlq.is_some_and(|d| d != job.dlq) {
-            continue;
-        }
-        if let Some(l) = lane(job) {
-            if busy.contains(&l) {
-                continue;
-            }
-        }
-        if bytes + job.size > max_bytes && !picked.is_empty() {
-            break;
-        }
-        if let Some(l) = lane(job) {
-            busy.insert(l);
-        }
-        dlq = Some(job.dlq);
-        bytes += job.size;
-        picked.push(*seq);
+    fn refusal(&self, code: &str, message: &str) -> (&'static str, String) {
+        ("invalid_message", format!("refused the message ({code}): {message}"))
     }
-    picked.into_iter().filter_map(|s| waiting.remove(&s).map(|j| (s, j))).collect()
+
+    /// The group, on a FIFO queue or topic (per destination: the main one or the dead-letter one).
+    fn lane<'a>(&self, job: &'a Job) -> Option<&'a str> {
+        job.group.as_deref()
+    }
+
+    fn send(&self, batch: Vec<(u64, Job)>) -> Call<Job> {
+        send(self, batch)
+    }
+
+    fn setup_reason(&self, code: &str, text: &str) -> String {
+        format!(
+            "AWS refused the call ({code}): {text}; check {}, --aws-region, and that the credentials may send to it (sqs:SendMessage, sns:Publish) and use its KMS key",
+            self.flags
+        )
+    }
 }
 
 fn attribute(v: &Value) -> MessageAttributeValue {
@@ -201,7 +98,7 @@ pub(super) fn entry(
     e.build().expect("id and body are set")
 }
 
-fn send(target: &Target, batch: Vec<(u64, Job)>) -> Call {
+fn send(target: &Target, batch: Vec<(u64, Job)>) -> Call<Job> {
     let queue = match (batch.first().is_some_and(|(_, j)| j.dlq), &target.dlq_queue_url, &target.main) {
         (true, Some(d), _) => d.clone(),
         // A copy is made only with a dead-letter queue; never send one to the queue or topic.
@@ -225,114 +122,15 @@ fn send(target: &Target, batch: Vec<(u64, Job)>) -> Call {
     let call = target.client.send_message_batch().queue_url(queue).set_entries(Some(entries));
     Box::pin(async move {
         let answer = match call.send().await {
-            Ok(out) => Ok(Outcome {
-                successful: out.successful().iter().map(|s| s.id().to_owned()).collect(),
-                failed: out
-                    .failed()
-                    .iter()
-                    .map(|f| (f.id().to_owned(), f.code().to_owned(), f.message().unwrap_or_default().to_owned()))
-                    .collect(),
-            }),
+            Ok(out) => Ok(by_id(
+                batch.len(),
+                out.successful().iter().map(|s| s.id()),
+                out.failed().iter().map(|f| (f.id(), f.code(), f.message().unwrap_or_default())),
+            )),
             Err(e) => Err(Failure::of("SQS SendMessageBatch", &e)),
         };
         (batch, answer)
     })
-}
-
-impl Failure {
-    /// A call that failed as a whole, by its error (SQS's or SNS's).
-    pub fn of<E>(call: &str, e: &aws_sdk_sqs::error::SdkError<E, aws_sdk_sqs::config::http::HttpResponse>) -> Failure
-    where
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
-        Failure {
-            setup: setup_failure(e).map(|(what, fix)| format!("{call} was not sent: {what}; {fix}")),
-            code: e.code().map(str::to_owned),
-            status: e.raw_response().map(|r| r.status().as_u16()),
-            text: e.message().map(str::to_owned).unwrap_or_else(|| DisplayErrorContext(e).to_string()),
-        }
-    }
-}
-
-/// Resolve a call's jobs; true when some must be sent again (after a backoff).
-fn settle(
-    sent: Vec<(u64, Job)>,
-    answer: Answer,
-    waiting: &mut BTreeMap<u64, Job>,
-    busy: &mut HashSet<(bool, String)>,
-    flags: &str,
-) -> bool {
-    for (_, job) in &sent {
-        if let Some(l) = lane(job) {
-            busy.remove(&l);
-        }
-    }
-    let out = match answer {
-        Ok(out) => out,
-        Err(Failure { setup: Some(reason), .. }) => {
-            tracing::error!(error = %reason, "a batch call could not be made");
-            for (_, job) in sent {
-                job.delivery.fail(reason.clone());
-            }
-            return false;
-        }
-        Err(f) => {
-            let class = class_of(f.code.as_deref(), f.status, false);
-            let code = f.code.unwrap_or_else(|| "no answer".into());
-            if class == Class::Setup {
-                let reason = setup_reason(&code, &f.text, flags);
-                tracing::error!(error = %reason, "the service refused a batch call");
-                for (_, job) in sent {
-                    job.delivery.fail(reason.clone());
-                }
-                return false;
-            }
-            tracing::warn!(code = %code, error = %f.text, messages = sent.len(), "a batch call failed; sending again after a backoff");
-            waiting.extend(sent);
-            return true;
-        }
-    };
-    let mut jobs: Vec<Option<(u64, Job)>> = sent.into_iter().map(Some).collect();
-    let mut retry = false;
-    for (id, code, message) in &out.failed {
-        let Some(slot) = id.parse::<usize>().ok().and_then(|i| jobs.get_mut(i)) else { continue };
-        let Some((seq, job)) = slot.take() else { continue };
-        match class_of(Some(code), None, true) {
-            Class::Transient => {
-                retry = true;
-                waiting.insert(seq, job);
-            }
-            Class::BadEvent => {
-                let reason = format!("refused the message ({code}): {message}");
-                let Job { key, payload, headers, delivery, .. } = job;
-                delivery.reject("invalid_message", reason, key, payload, headers);
-            }
-            Class::Setup => job.delivery.fail(setup_reason(code, message, flags)),
-        }
-    }
-    if retry {
-        tracing::warn!("some messages of a batch were not taken (throttling or a service error); sending them again after a backoff");
-    }
-    // The entries not named as failed were stored.
-    let succeeded: HashSet<&str> = out.successful.iter().map(String::as_str).collect();
-    for (i, slot) in jobs.into_iter().enumerate() {
-        if let Some((seq, job)) = slot {
-            if succeeded.contains(i.to_string().as_str()) {
-                job.delivery.ack();
-            } else {
-                // Neither stored nor refused in the answer: send it again.
-                retry = true;
-                waiting.insert(seq, job);
-            }
-        }
-    }
-    retry
-}
-
-fn setup_reason(code: &str, text: &str, flags: &str) -> String {
-    format!(
-        "AWS refused the call ({code}): {text}; check {flags}, --aws-region, and that the credentials may send to it (sqs:SendMessage, sns:Publish) and use its KMS key"
-    )
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@ use aws_sdk_sns::primitives::Blob;
 use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
 
 use super::message::{Job, Value};
-use super::publisher::{Call, Failure, Outcome};
+use super::publisher::{Call, Failure};
+use crate::sink::aws::publisher::by_id;
 use crate::sink::aws::{class_of, setup_failure, Class};
 
 fn attribute(v: &Value) -> MessageAttributeValue {
@@ -44,7 +45,7 @@ pub(crate) fn entry(
 }
 
 /// The `PublishBatch` call for `batch` (the publisher's [`publisher::Main::Topic`]).
-pub(crate) fn publish(client: &aws_sdk_sns::Client, arn: &str, batch: Vec<(u64, Job)>) -> Call {
+pub(crate) fn publish(client: &aws_sdk_sns::Client, arn: &str, batch: Vec<(u64, Job)>) -> Call<Job> {
     let entries: Vec<PublishBatchRequestEntry> = batch
         .iter()
         .enumerate()
@@ -53,14 +54,11 @@ pub(crate) fn publish(client: &aws_sdk_sns::Client, arn: &str, batch: Vec<(u64, 
     let call = client.publish_batch().topic_arn(arn).set_publish_batch_request_entries(Some(entries));
     Box::pin(async move {
         let answer = match call.send().await {
-            Ok(out) => Ok(Outcome {
-                successful: out.successful().iter().filter_map(|s| s.id().map(str::to_owned)).collect(),
-                failed: out
-                    .failed()
-                    .iter()
-                    .map(|f| (f.id().to_owned(), f.code().to_owned(), f.message().unwrap_or_default().to_owned()))
-                    .collect(),
-            }),
+            Ok(out) => Ok(by_id(
+                batch.len(),
+                out.successful().iter().filter_map(|s| s.id()),
+                out.failed().iter().map(|f| (f.id(), f.code(), f.message().unwrap_or_default())),
+            )),
             Err(e) => Err(Failure::of("SNS PublishBatch", &e)),
         };
         (batch, answer)

@@ -26,6 +26,8 @@ use crate::secret::read_url_file;
 use crate::sink::kafka::client::{self as kafka_client, Retry};
 use crate::sink::kafka::dlq::{partition_count, DlqReader, DlqRecord};
 use crate::sink::kafka::reader::{ReaderContext, StreamReader};
+use crate::sink::kinesis::dlq::KinesisReader;
+use crate::sink::kinesis::replay::KinesisTarget;
 use crate::sink::moved;
 use crate::sink::nats::config::NatsConfig;
 use crate::sink::nats::dlq::NatsReader;
@@ -43,6 +45,8 @@ pub(super) enum Via {
     /// The settings and the stream queue to read.
     Rabbitmq(RabbitConfig, String),
     Sqs(SqsVia),
+    /// The AWS settings, and `--kinesis-stream`: replay's destination unless `--to-topic`.
+    Kinesis(crate::sink::aws::AwsConfig, Option<String>),
 }
 
 /// `outboxd dlq --sink sqs`: the queue of dead letters ([`Common::topic`]), where replay sends.
@@ -74,6 +78,7 @@ pub(super) enum Source {
     Redis(RedisReader),
     Rabbitmq(Box<RabbitReader>),
     Sqs(Box<SqsReader>),
+    Kinesis(Box<KinesisReader>),
 }
 
 impl Source {
@@ -87,6 +92,7 @@ impl Source {
             Source::Redis(r) => r.next().await,
             Source::Rabbitmq(r) => r.next().await,
             Source::Sqs(r) => r.next().await,
+            Source::Kinesis(r) => Ok(r.next()),
         }?;
         if let Some(r) = &mut r {
             // A chunk's moved headers are in the joined body only.
@@ -101,10 +107,13 @@ impl Source {
 
     /// The events at `positions` were replayed and acked: an SQS queue deletes their copies
     /// ([`SqsReader::replayed`]); the others keep them, and the progress file says they are done.
-    pub(super) async fn replayed(&mut self, positions: &[(i32, i64)]) {
-        if let Source::Sqs(r) = self {
-            r.replayed(positions).await;
+    pub(super) async fn replayed(&mut self, positions: &[(i32, i64)]) -> Result<(), Definite> {
+        match self {
+            Source::Sqs(r) => r.replayed(positions).await,
+            Source::Kinesis(r) => r.replayed(positions)?,
+            _ => {}
         }
+        Ok(())
     }
 
     /// Whether reading may go on after it ended (an SQS FIFO queue frees a group's later copies
@@ -144,6 +153,7 @@ pub(super) enum Target {
         exchange: String,
     },
     Sqs(Box<SqsTarget>),
+    Kinesis(Box<KinesisTarget>),
 }
 
 impl Common {
@@ -216,6 +226,16 @@ impl Common {
                 let sqs = SqsVia { aws: s.aws.validate()?, queue_url: dest.clone(), visibility };
                 return Ok(Common { kafka, via: Via::Sqs(sqs), topic: url, read_timeout });
             }
+            SinkKind::Kinesis => {
+                let k = &s.kinesis;
+                let stream = k.kinesis_dlq_stream.clone().filter(|d| !d.is_empty()).ok_or_else(|| {
+                    Definite::Config(
+                        "outboxd dlq --sink kinesis needs --kinesis-dlq-stream (the stream of dead letters)".into(),
+                    )
+                })?;
+                let via = Via::Kinesis(s.aws.validate()?, k.kinesis_stream.clone().filter(|m| !m.is_empty()));
+                return Ok(Common { kafka, via, topic: stream, read_timeout });
+            }
             other => return Err(Definite::Config(unreadable_sink(other))),
         };
         Ok(Common { kafka, via, topic: a.dlq_topic.clone(), read_timeout })
@@ -232,6 +252,10 @@ impl Common {
             }
             // Never saved: the queue itself is the progress (see crate::sink::sqs::dlq).
             Via::Sqs(_) => format!("sqs.{}", percent_encoding::utf8_percent_encode(&self.topic, FILE_NAME_KEEPS)),
+            // Never saved: the reader keeps its own progress (see crate::sink::kinesis::dlq).
+            Via::Kinesis(..) => {
+                format!("kinesis.{}", percent_encoding::utf8_percent_encode(&self.topic, FILE_NAME_KEEPS))
+            }
         }
     }
 
@@ -245,11 +269,13 @@ impl Common {
                 format!("{}: RabbitMQ queue {q:?} does not exist (no dead letters read)", self.topic)
             }
             Via::Sqs(_) => format!("{}: the SQS queue is empty (no dead letters)", self.topic),
+            Via::Kinesis(..) => format!("{}: the Kinesis stream holds no dead letters", self.topic),
         }
     }
 
     /// The sink's DLQ reader; `None` when there is nothing to read.
-    pub(super) async fn source(&self) -> Result<Option<Source>, Definite> {
+    /// `state_dir`: replay's, where a Kinesis reader keeps its progress; `None` for `list`.
+    pub(super) async fn source(&self, state_dir: Option<&std::path::Path>) -> Result<Option<Source>, Error> {
         Ok(match &self.via {
             Via::Kafka => self.reader()?.map(Source::Kafka),
             Via::Nats(c) => {
@@ -266,6 +292,9 @@ impl Common {
             Via::Sqs(c) => SqsReader::open(&c.aws, &self.topic, c.visibility, self.read_timeout)
                 .await?
                 .map(|r| Source::Sqs(Box::new(r))),
+            Via::Kinesis(aws, _) => KinesisReader::open(aws, &self.topic, state_dir, self.read_timeout)
+                .await?
+                .map(|r| Source::Kinesis(Box::new(r))),
         })
     }
 
@@ -280,6 +309,7 @@ impl Common {
                 Some(Target::Rabbitmq { _conn: Box::new(conn), chan: Box::new(chan), exchange: c.exchange.clone() })
             }
             Via::Sqs(c) => Some(Target::Sqs(Box::new(SqsTarget::connect(&c.aws).await))),
+            Via::Kinesis(aws, _) => Some(Target::Kinesis(Box::new(KinesisTarget::connect(aws).await))),
         })
     }
 
@@ -288,6 +318,7 @@ impl Common {
     pub(super) fn default_destination(&self) -> Option<String> {
         match &self.via {
             Via::Sqs(c) => c.queue_url.clone(),
+            Via::Kinesis(_, stream) => stream.clone(),
             _ => None,
         }
     }
@@ -417,12 +448,12 @@ mod tests {
         assert_eq!(
             unreadable_sink(SinkKind::Http),
             "--sink http: a webhook receiver's dead letters cannot be read back; `outboxd dlq` reads --sink kafka, \
-             nats, redis, rabbitmq, sqs or sns (see docs/src/dead-letters.md)"
+             nats, redis, rabbitmq, sqs, sns or kinesis (see docs/src/dead-letters.md)"
         );
         assert_eq!(
             unreadable_sink(SinkKind::Null),
             "--sink null: this sink keeps no dead letters to read; `outboxd dlq` reads --sink kafka, nats, redis, \
-             rabbitmq, sqs or sns"
+             rabbitmq, sqs, sns or kinesis"
         );
     }
 }

@@ -75,7 +75,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
     let mut partitions = None;
     let mut stream_name = None;
     let mut unreached = None;
-    if let Some(mut reader) = common.source().await? {
+    if let Some(mut reader) = common.source(None).await? {
         partitions = Some(match &reader {
             Source::Kafka(r) => r.partitions(),
             Source::Nats(r) => {
@@ -83,6 +83,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
                 1
             }
             Source::Redis(_) | Source::Rabbitmq(_) | Source::Sqs(_) => 1,
+            Source::Kinesis(r) => i32::try_from(r.shards()).unwrap_or(i32::MAX),
         });
         // Read in a block so that the copies held are released on an error too.
         let read = async {
@@ -116,6 +117,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
         Via::Redis(_) => "ENTRY ID",
         Via::Rabbitmq(..) => "0/OFFSET",
         Via::Sqs(_) => "MESSAGE ID",
+        Via::Kinesis(..) => "SHARD/SEQUENCE",
     };
     let total = rows.len();
     rows.truncate(a.limit);
@@ -142,6 +144,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
                 Via::Redis(_) => "redis",
                 Via::Rabbitmq(..) => "rabbitmq",
                 Via::Sqs(_) => "sqs",
+                Via::Kinesis(..) => "kinesis",
             },
             "nats_stream": stream_name,
             "dlq_topic": common.topic,
@@ -169,6 +172,7 @@ async fn list(a: &DlqListArgs) -> Result<u8, Error> {
         (Via::Redis(_), _) => println!("{}: {total} record{plural} in the Redis stream", common.topic),
         (Via::Rabbitmq(_, q), _) => println!("{}: {total} record{plural} in RabbitMQ stream queue {q}", common.topic),
         (Via::Sqs(_), _) => println!("{}: {total} record{plural} in the SQS queue", common.topic),
+        (Via::Kinesis(..), _) => println!("{}: {total} record{plural} in the Kinesis stream", common.topic),
         _ => println!(
             "{}: {total} record{plural} in {partitions} partition{}",
             common.topic,
@@ -294,16 +298,21 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
         _ => {}
     }
     let sqs = matches!(common.via, Via::Sqs(_));
-    if sqs && a.to_topic.is_none() && common.default_destination().is_none() {
+    // SQS and Kinesis keep their own progress (the queue; the reader's file), never the State's.
+    let own_progress = sqs || matches!(common.via, Via::Kinesis(..));
+    if own_progress && a.to_topic.is_none() && common.default_destination().is_none() {
         return Err(Definite::Config(
-            "outboxd dlq replay needs where the events go back to: --sqs-queue-url (--sink sqs), --sns-topic-arn (--sink sns) or --to-topic"
+            "outboxd dlq replay needs where the events go back to: --sqs-queue-url (--sink sqs), --sns-topic-arn (--sink sns), --kinesis-stream (--sink kinesis) or --to-topic"
                 .into(),
         )
         .into());
     }
     // SQS: the queue is the progress (a replayed copy is deleted), so nothing is kept on disk.
-    let mut state =
-        if sqs { State::unsaved(&common.state_name()) } else { State::load(&a.state_dir, &common.state_name())? };
+    let mut state = if own_progress {
+        State::unsaved(&common.state_name())
+    } else {
+        State::load(&a.state_dir, &common.state_name())?
+    };
     // SQS: a batch a receive, so copies are deleted (and a FIFO group freed) as replay goes.
     let batch_max = if sqs { 10 } else { BATCH };
     let mut out = Outcome {
@@ -322,7 +331,7 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
     let mut batch: Vec<(Entry, String)> = Vec::new();
     let mut batch_bytes = 0usize;
 
-    let Some(mut reader) = common.source().await? else {
+    let Some(mut reader) = common.source(Some(&a.state_dir)).await? else {
         println!("{}", common.absent());
         println!("replayed 0, skipped 0 (no destination), already done 0");
         return Ok(0);
@@ -390,12 +399,12 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
                 batch.push((e, dest));
                 if batch.len() >= batch_max || batch_bytes + collector.held_bytes() >= BATCH_BYTES {
                     let done = publisher.publish(std::mem::take(&mut batch), &mut state, &mut out).await?;
-                    reader.replayed(&done).await;
+                    reader.replayed(&done).await?;
                     batch_bytes = 0;
                 }
             }
             let done = publisher.publish(std::mem::take(&mut batch), &mut state, &mut out).await?;
-            reader.replayed(&done).await;
+            reader.replayed(&done).await?;
             batch_bytes = 0;
             if !reader.again() {
                 break;
@@ -407,6 +416,9 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
     let unreached = if read.is_ok() && !a.dry_run { reader.unreached().await } else { None };
     reader.release().await;
     read?;
+    if let Source::Kinesis(r) = &reader {
+        out.already_done += r.skipped();
+    }
     for l in collector.finish() {
         out.unusable.push(|| l.line());
     }
@@ -545,6 +557,7 @@ impl Publisher<'_> {
                 crate::sink::rabbitmq::dlq::send_batch(chan, exchange, &batch).await
             }
             Some(Target::Sqs(t)) => crate::sink::sqs::dlq::send_batch(t, &batch, &self.held).await,
+            Some(Target::Kinesis(t)) => crate::sink::kinesis::replay::send_batch(t, &batch, &self.held).await,
             None => return Err(Definite::Bug("no replay client for this sink".into()).into()),
         };
         let mut acked = 0usize;
