@@ -42,7 +42,7 @@ fn record(i: u64) -> Record {
         headers: vec![("id".into(), Bytes::from(format!("0b6b3c1e-0000-4000-8000-{i:012}")))],
         partition: None,
         timestamp_ms: Some(1_796_000_000_000),
-        event_id: format!("0b6b3c1e-0000-4000-8000-{i:012}"),
+        event_id: format!("0b6b3c1e-0000-4000-8000-{i:012}").into(),
         event_type: None,
     }
 }

@@ -34,7 +34,7 @@ async fn nats_publish(js: &jetstream::Context, r: &Record, n: usize) {
     }
     h.append("Nats-Msg-Id", format!("{}/dlq/{n}", r.event_id).as_str());
     let payload = Bytes::from(r.payload.clone().unwrap_or_default().to_vec());
-    js.publish_with_headers(r.topic.clone(), h, payload).await.unwrap().await.expect("PubAck");
+    js.publish_with_headers(r.topic.to_string(), h, payload).await.unwrap().await.expect("PubAck");
 }
 
 struct NatsMsg {
@@ -139,7 +139,7 @@ async fn nats_dead_letters_are_listed_and_replayed_once_joined_and_never_in_part
 /// A record as the Redis sink XADDs it: key, payload, then the headers.
 fn redis_xadd(con: &mut redis::Connection, r: &Record) {
     let mut c = redis::cmd("XADD");
-    c.arg(&r.topic).arg("*");
+    c.arg(&r.topic[..]).arg("*");
     if let Some(k) = &r.key {
         c.arg("key").arg(k.as_ref());
     }

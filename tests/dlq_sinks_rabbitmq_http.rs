@@ -39,8 +39,7 @@ async fn rabbit_publish(chan: &Channel, r: &Record) {
         t.insert("key".into(), long(k));
     }
     t.insert("id".into(), long(r.event_id.as_bytes()));
-    let p =
-        BasicProperties::default().with_delivery_mode(2).with_message_id(r.event_id.as_str().into()).with_headers(t);
+    let p = BasicProperties::default().with_delivery_mode(2).with_message_id(r.event_id[..].into()).with_headers(t);
     let body = r.payload.clone().unwrap_or_default();
     let opts = BasicPublishOptions { mandatory: true, immediate: false };
     let c = chan.basic_publish("", &r.topic, opts, &body, p).await.unwrap().await.unwrap();

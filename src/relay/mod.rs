@@ -48,7 +48,7 @@ use crate::config::Config;
 use crate::error::{Definite, Error, Transient};
 use crate::format::{Encoder, Failure, RegistryConfig};
 use crate::metrics::Metrics;
-use crate::router::{BadEvent, OutboxRow, Record, Route};
+use crate::router::{BadEvent, OutboxRow, Record, Route, Text};
 pub use crate::sink::delivery::{Ack, Delivery, Outcome, Position, Refusal, Source, Ticket};
 use crate::sink::{Sink, SinkError};
 pub use budget::Budget;
@@ -74,7 +74,7 @@ pub trait Ledger {
     /// A record could never be delivered (the sink's `fail()`, or a dropped handle). Stops the
     /// source unless the ledger only reports (backfill).
     fn failed(&mut self, ack: Ack, reason: String) -> Result<(), Error> {
-        Err(Definite::Delivery { event_id: ack.event_id, topic: ack.topic, reason }.into())
+        Err(Definite::Delivery { event_id: ack.event_id.into(), topic: ack.topic.into(), reason }.into())
     }
 }
 
@@ -106,6 +106,9 @@ pub enum Settled {
     /// A copy goes to the dead-letter topic (named in [`RelayConfig`]).
     DeadLettered,
 }
+
+/// Distinct topics [`Relay::tally_acked`] keeps before it counts what it has.
+const ACKED_TOPICS: usize = 16;
 
 /// What woke the relay; feed it to [`Relay::handle`].
 pub enum Wake {
@@ -153,6 +156,8 @@ pub struct Relay<'a, S: Sink> {
     in_flight_gauge: Option<metrics::Gauge>,
     /// The value encoder (`--value-converter avro`), or why it could not be built.
     format: Option<Result<Encoder, String>>,
+    /// Acked records per topic not yet added to `outboxd_events_total` ([`Relay::on_acks`]).
+    acked: Vec<(Text, u64)>,
 }
 
 impl<'a, S: Sink> Relay<'a, S> {
@@ -171,6 +176,7 @@ impl<'a, S: Sink> Relay<'a, S> {
             in_flight_bytes: 0,
             in_flight_gauge: None,
             format,
+            acked: Vec::new(),
         }
     }
 
@@ -345,15 +351,15 @@ impl<'a, S: Sink> Relay<'a, S> {
 
     /// Apply one ack and every other already queued.
     async fn on_acks(&mut self, ledger: &mut impl Ledger, first: Ack) -> Result<(), Error> {
+        let r = self.apply_acks(ledger, first).await;
+        self.count_acked();
+        r
+    }
+
+    async fn apply_acks(&mut self, ledger: &mut impl Ledger, first: Ack) -> Result<(), Error> {
         let mut next = Some(first);
-        // Acks come in runs to one topic (a broker response covers one partition): one counter
-        // lookup per run, not per record.
-        let mut run: Option<(String, u64)> = None;
         while let Some(ack) = next {
             self.resolved(ack.bytes);
-            if let Some((topic, n)) = run.take_if(|(t, _)| !matches!(ack.outcome, Outcome::Acked) || *t != ack.topic) {
-                self.metrics.acked_n(&topic, n);
-            }
             if let Some(otlp) = crate::otlp::exporter() {
                 let outcome = match (&ack.outcome, ack.dead_letter) {
                     (Outcome::Acked, false) => "acked",
@@ -371,10 +377,7 @@ impl<'a, S: Sink> Relay<'a, S> {
                     // A dead-letter copy (or chunk) is counted by outboxd_dlq_events_total, not as
                     // an event delivered to its topic.
                     if !ack.dead_letter {
-                        match &mut run {
-                            Some((_, n)) => *n += 1,
-                            None => run = Some((ack.topic, 1)),
-                        }
+                        self.tally_acked(ack.topic);
                     }
                 }
                 Outcome::Failed { ref reason } => {
@@ -387,16 +390,35 @@ impl<'a, S: Sink> Relay<'a, S> {
                         self.metrics.failed(refusal.code);
                         return Err(copy_refused(ack.event_id, ack.topic, &refusal.reason).into());
                     }
-                    let dl = DeadLetter::from_refusal(ack.event_id, ack.topic, refusal, ack.source);
+                    let dl = DeadLetter::from_refusal(ack.event_id, ack.topic, *refusal, ack.source);
                     self.refused(ledger, ack.ticket, dl, RefusedBy::Sink).await?;
                 }
             }
             next = self.rx.try_recv().ok();
         }
-        if let Some((topic, n)) = run {
+        Ok(())
+    }
+
+    /// One more record acked to `topic`. Acks to several topics interleave (events of several
+    /// types), so they are tallied per topic over a whole run of acks: one series lookup per topic
+    /// and run ([`Relay::count_acked`]), not per record. A handful of topics is the usual case; past
+    /// [`ACKED_TOPICS`] the tally is counted and starts over, so the scan stays short.
+    fn tally_acked(&mut self, topic: Text) {
+        if let Some((_, n)) = self.acked.iter_mut().find(|(t, _)| *t == topic) {
+            *n += 1;
+            return;
+        }
+        if self.acked.len() >= ACKED_TOPICS {
+            self.count_acked();
+        }
+        self.acked.push((topic, 1));
+    }
+
+    /// Add the tallied acks to `outboxd_events_total`.
+    fn count_acked(&mut self) {
+        for (topic, n) in self.acked.drain(..) {
             self.metrics.acked_n(&topic, n);
         }
-        Ok(())
     }
 
     /// A record of `t` will not be delivered as it is: the ledger, then `--on-bad-event`.

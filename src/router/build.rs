@@ -18,6 +18,7 @@ use super::render::{self, as_bytes, as_json, as_string, is_json, is_text};
 use super::row::{OutboxRow, Value};
 use super::{
     check_topic, expand, pg_us_to_unix_ms, placed, timestamp, trace, BadEvent, Col, PlacementTarget, Record, Route,
+    Text,
 };
 
 /// What the placements add to a record besides headers.
@@ -69,12 +70,13 @@ impl Route {
         };
         // The id header is the column's own bytes (a slice of the message, not a copy) when they
         // are UTF-8, as a text column's always are; else the lossy text the event id is.
+        // The event id is that same slice, shared.
         let (id, id_header) = match value(self.id) {
-            Ok(Some(raw)) => match std::str::from_utf8(raw) {
-                Ok(s) => (s.to_owned(), raw.clone()),
+            Ok(Some(raw)) => match Text::try_from(raw.clone()) {
+                Ok(s) => (s, raw.clone()),
                 Err(_) => {
-                    let s = String::from_utf8_lossy(raw).into_owned();
-                    let b = Bytes::copy_from_slice(s.as_bytes());
+                    let s = Text::from(String::from_utf8_lossy(raw).into_owned());
+                    let b = s.as_bytes().clone();
                     (s, b)
                 }
             },
@@ -94,11 +96,12 @@ impl Route {
                 if let Err(e) = check_topic(&topic) {
                     return Err(bad("invalid_topic", e, Some(topic)));
                 }
+                let topic = Text::from(topic);
                 self.topics.put(routed, &topic);
                 topic
             }
         };
-        let fail = |code: &'static str, message: String| bad(code, message, Some(topic.clone()));
+        let fail = |code: &'static str, message: String| bad(code, message, Some(topic.to_string()));
         let key = key.map_err(|e| fail("bad_value", e))?;
         let mut payload = payload.map_err(|e| fail("bad_value", e))?;
         if self.expand_json && is_text(self.payload.type_oid) {
@@ -325,10 +328,10 @@ pub(super) fn enforce(
     let mut headers = record.headers;
     headers.extend(violation.header());
     Err(BadEvent {
-        event_id: Some(record.event_id),
+        event_id: Some(record.event_id.into()),
         code: contract::CODE,
         message: violation.message,
-        topic: Some(record.topic),
+        topic: Some(record.topic.into()),
         key: record.key,
         payload: record.payload,
         headers,

@@ -42,6 +42,10 @@ pub mod trace;
 use std::sync::Arc;
 
 use bytes::Bytes;
+/// UTF-8 text over [`Bytes`]: a record's topic (one per route-by value, from the topic memo) and
+/// event id (a slice of the WAL message it came in), which its delivery handle and its ack share
+/// with it rather than copy.
+pub use bytestring::ByteString as Text;
 
 use crate::error::Definite;
 use contract::Contracts;
@@ -58,7 +62,7 @@ pub use topic::TopicRule;
 /// One event, ready for a sink.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
-    pub topic: String,
+    pub topic: Text,
     pub key: Option<Bytes>,
     /// `None` is a null value (tombstone).
     pub payload: Option<Bytes>,
@@ -66,7 +70,7 @@ pub struct Record {
     pub partition: Option<i32>,
     pub timestamp_ms: Option<i64>,
     /// For error messages and logs.
-    pub event_id: String,
+    pub event_id: Text,
     /// The `--table-field-event-type` column's text, when the table has it and it is not NULL
     /// (sinks with a type attribute use it, e.g. the webhook's `ce-type`).
     pub event_type: Option<Bytes>,

@@ -21,7 +21,8 @@ const MEMO_CAP: usize = 4096;
 #[derive(Debug, Default)]
 // foldhash, not SipHash: one lookup per record; the keys are bounded in number and the seed is
 // random per process.
-pub struct TopicMemo(Mutex<HashMap<Bytes, String, foldhash::fast::RandomState>>);
+// The topic is kept as shared text: a record's copy is a reference count, not an allocation.
+pub struct TopicMemo(Mutex<HashMap<Bytes, super::Text, foldhash::fast::RandomState>>);
 
 impl Clone for TopicMemo {
     fn clone(&self) -> Self {
@@ -30,18 +31,18 @@ impl Clone for TopicMemo {
 }
 
 impl TopicMemo {
-    pub fn get(&self, raw: &[u8]) -> Option<String> {
+    pub fn get(&self, raw: &[u8]) -> Option<super::Text> {
         self.0.lock().ok()?.get(raw).cloned()
     }
 
-    pub fn put(&self, raw: &Bytes, topic: &str) {
+    pub fn put(&self, raw: &Bytes, topic: &super::Text) {
         if let Ok(mut m) = self.0.lock() {
             if m.len() >= MEMO_CAP {
                 m.clear();
             }
             // A copy of the value, not a slice of the message it came in: the memo must not keep
             // whole WAL messages alive.
-            m.insert(Bytes::copy_from_slice(raw), topic.to_owned());
+            m.insert(Bytes::copy_from_slice(raw), topic.clone());
         }
     }
 
@@ -244,12 +245,12 @@ mod tests {
     #[test]
     fn topic_memo_is_bounded_and_clones_empty() {
         let m = TopicMemo::default();
-        m.put(&Bytes::from_static(b"order"), "order.events");
+        m.put(&Bytes::from_static(b"order"), &"order.events".into());
         assert_eq!(m.get(b"order").as_deref(), Some("order.events"));
         assert_eq!(m.get(b"other"), None);
         assert_eq!(m.clone().get(b"order"), None);
         for i in 0..(MEMO_CAP * 2 + 7) {
-            m.put(&Bytes::from(format!("v{i}")), "t");
+            m.put(&Bytes::from(format!("v{i}")), &"t".into());
             assert!(m.len() <= MEMO_CAP);
         }
     }

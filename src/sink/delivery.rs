@@ -15,6 +15,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::lsn::Lsn;
+use crate::router::Text;
 
 /// What a record is counted under in its source's ledger. Opaque to the relay and the sinks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -29,8 +30,9 @@ pub enum Outcome {
         reason: String,
     },
     /// The broker refused this record for good (too large, invalid topic, policy); the record's
-    /// parts come back so the bad-event policy can dead-letter them.
-    Rejected(Refusal),
+    /// parts come back so the bad-event policy can dead-letter them. Boxed: the rare case, and
+    /// every ack through the relay's channel is copied at the size of the largest outcome.
+    Rejected(Box<Refusal>),
 }
 
 /// A record the destination refused for good, as its delivery report gave it back.
@@ -76,8 +78,8 @@ impl std::fmt::Display for Position {
 #[derive(Debug)]
 pub struct Ack {
     pub ticket: Ticket,
-    pub event_id: String,
-    pub topic: String,
+    pub event_id: Text,
+    pub topic: Text,
     pub source: Source,
     /// This record was itself a dead-letter copy: it may not be dead-lettered again.
     pub dead_letter: bool,
@@ -90,8 +92,9 @@ pub struct Ack {
 #[derive(Debug)]
 pub struct Delivery {
     ticket: Ticket,
-    event_id: String,
-    topic: String,
+    // The record's own text, shared (a reference count each, not a copy).
+    event_id: Text,
+    topic: Text,
     source: Source,
     /// On a dead-letter copy: which part of the copy it is ([`Delivery::copy_part`]).
     copy_part: Option<String>,
@@ -103,7 +106,7 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    pub fn new(ticket: Ticket, event_id: String, topic: String, source: Source, tx: UnboundedSender<Ack>) -> Self {
+    pub fn new(ticket: Ticket, event_id: Text, topic: Text, source: Source, tx: UnboundedSender<Ack>) -> Self {
         Delivery { ticket, event_id, topic, source, copy_part: None, bytes: 0, nth: 0, tx: Some(tx) }
     }
 
@@ -185,7 +188,7 @@ impl Delivery {
         payload: Option<Bytes>,
         headers: Vec<(String, Bytes)>,
     ) {
-        self.send(Outcome::Rejected(Refusal { code, reason: reason.into(), key, payload, headers }));
+        self.send(Outcome::Rejected(Box::new(Refusal { code, reason: reason.into(), key, payload, headers })));
     }
 
     fn send(&mut self, outcome: Outcome) {

@@ -166,7 +166,7 @@ impl Masking {
         if !self.applies(event_type) {
             return Ok(record);
         }
-        let id = record.event_id.as_str();
+        let id: &str = &record.event_id;
         let masked = self.mask_payload(record.payload.as_ref(), self.envelope, id).and_then(|p| {
             let h = self.mask_headers(&record.headers, id)?;
             Ok((p, h))
@@ -183,10 +183,10 @@ impl Masking {
             }
             Err(why) => {
                 let bad = BadEvent {
-                    event_id: Some(record.event_id),
+                    event_id: Some(record.event_id.into()),
                     code: UNMASKABLE,
                     message: why,
-                    topic: Some(record.topic),
+                    topic: Some(record.topic.into()),
                     key: record.key,
                     payload: record.payload,
                     // Headers the rules could not be applied to are not kept.

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use super::chunk::{self, ChunkInfo};
 use super::{record_size, H_ERROR, H_LSN, H_MESSAGE, H_PAYLOAD_DROPPED, H_SEQ, H_SIZE, H_TABLE, H_TOPIC};
 use crate::error::Definite;
-use crate::router::{BadEvent, Record};
+use crate::router::{BadEvent, Record, Text};
 use crate::sink::delivery::{Position, Refusal, Source};
 use crate::sink::escape::{self, Limits};
 use crate::sink::moved;
@@ -42,10 +42,10 @@ impl DeadLetter {
     /// A routed record that could not be delivered as it is.
     pub fn from_record(record: Record, code: &'static str, message: String, source: Source) -> DeadLetter {
         DeadLetter {
-            event_id: Some(record.event_id),
+            event_id: Some(record.event_id.into()),
             code,
             message,
-            original_topic: Some(record.topic),
+            original_topic: Some(record.topic.into()),
             key: record.key,
             payload: record.payload,
             headers: record.headers,
@@ -73,12 +73,17 @@ impl DeadLetter {
     }
 
     /// A record the destination refused in its delivery report (the sink's `reject()`).
-    pub fn from_refusal(event_id: String, topic: String, refusal: Refusal, source: Source) -> DeadLetter {
+    pub fn from_refusal(
+        event_id: impl Into<String>,
+        topic: impl Into<String>,
+        refusal: Refusal,
+        source: Source,
+    ) -> DeadLetter {
         DeadLetter {
-            event_id: Some(event_id),
+            event_id: Some(event_id.into()),
             code: refusal.code,
             message: refusal.reason,
-            original_topic: Some(topic),
+            original_topic: Some(topic.into()),
             key: refusal.key,
             payload: refusal.payload,
             headers: refusal.headers,
@@ -137,9 +142,9 @@ impl DeadLetter {
         let room = max_bytes.saturating_sub(chunk::HEADER_ALLOWANCE + chunk::MIN_LEN + 64);
         let kept = [H_ERROR, H_MESSAGE, H_LSN, H_SEQ, H_TABLE, H_SIZE, H_PAYLOAD_DROPPED];
         moved::fit(&mut headers, &mut self.key, &mut self.payload, room.min(limits.header_bytes), &kept);
-        let event_id = self.event_id.unwrap_or_else(|| "(unknown)".into());
+        let event_id = Text::from(self.event_id.unwrap_or_else(|| "(unknown)".into()));
         let record = |payload: Option<Bytes>, headers: Vec<(String, Bytes)>, partition: Option<i32>| Record {
-            topic: dlq_topic.to_owned(),
+            topic: Text::from(dlq_topic),
             key: self.key.clone(),
             payload,
             headers,

@@ -44,6 +44,10 @@ pub fn record_size(key: Option<&Bytes>, payload: Option<&Bytes>, headers: &[(Str
 }
 
 /// A dead-letter copy is never dead-lettered again: its refusal stops the relay with this error.
-pub fn copy_refused(event_id: String, topic: String, reason: &str) -> Definite {
-    Definite::Delivery { event_id, topic, reason: format!("the dead-letter copy was refused: {reason}") }
+pub fn copy_refused(event_id: impl Into<String>, topic: impl Into<String>, reason: &str) -> Definite {
+    Definite::Delivery {
+        event_id: event_id.into(),
+        topic: topic.into(),
+        reason: format!("the dead-letter copy was refused: {reason}"),
+    }
 }

@@ -87,7 +87,7 @@ impl Event {
     pub fn ce_id(record: &Record, copy_part: Option<&str>) -> String {
         match copy_part {
             Some(part) => copy_id(&record.event_id, part, &COPY_LIMITS),
-            None => record.event_id.clone(),
+            None => record.event_id.to_string(),
         }
     }
 

@@ -308,8 +308,8 @@ impl KafkaSink {
                     None => {
                         delivery.fail(reason.clone());
                         SinkError::Fatal(Definite::Delivery {
-                            event_id: record.event_id.clone(),
-                            topic: record.topic.clone(),
+                            event_id: record.event_id.to_string(),
+                            topic: record.topic.to_string(),
                             reason,
                         })
                     }

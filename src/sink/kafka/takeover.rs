@@ -44,7 +44,7 @@ impl Wanted {
     pub fn of(records: &[&Record]) -> Option<Wanted> {
         let ids = records
             .iter()
-            .map(|r| r.headers.iter().find(|(k, _)| k == "id").map(|(_, v)| (r.topic.clone(), v.clone())))
+            .map(|r| r.headers.iter().find(|(k, _)| k == "id").map(|(_, v)| (r.topic.to_string(), v.clone())))
             .collect::<Option<Vec<_>>>()?;
         let oldest = records.iter().filter_map(|r| r.timestamp_ms).min().unwrap_or(0);
         Some(Wanted { ids, since_ms: (oldest - CLOCK_MARGIN_MS).max(0) })

@@ -210,7 +210,7 @@ fn job(record: Record, delivery: Delivery, max_payload: usize) -> Result<Job, Bo
     // Dead-letter chunks share the event id; each gets its own (its chunk index in it).
     let msg_id = match delivery.copy_part() {
         Some(part) => copy_id(&record.event_id, part, &COPY_LIMITS),
-        None => record.event_id.clone(),
+        None => record.event_id.to_string(),
     };
     if added.is_ok() {
         added = add("Nats-Msg-Id", msg_id.as_bytes());
@@ -224,7 +224,14 @@ fn job(record: Record, delivery: Delivery, max_payload: usize) -> Result<Job, Bo
         let reason = format!("message of {size} bytes exceeds the NATS server's max_payload {max_payload}");
         return Err(reject("too_large", reason, record, delivery));
     }
-    Ok(Job { subject: record.topic, headers, payload, key: record.key, record_headers: record.headers, delivery })
+    Ok(Job {
+        subject: record.topic.into(),
+        headers,
+        payload,
+        key: record.key,
+        record_headers: record.headers,
+        delivery,
+    })
 }
 
 /// A subject we may publish to: tokens non-empty, printable ASCII or UTF-8 without whitespace, no

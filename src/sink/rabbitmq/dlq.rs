@@ -201,13 +201,13 @@ fn reply_code(e: &lapin::Error) -> Option<u16> {
 fn replayed(r: &DlqRecord, dest: &str) -> Record {
     let bytes = |v: &Option<Vec<u8>>| bytes::Bytes::from(v.clone().unwrap_or_default());
     Record {
-        topic: dest.to_owned(),
+        topic: dest.into(),
         key: r.key.clone().map(bytes::Bytes::from),
         payload: r.payload.clone().map(bytes::Bytes::from),
         headers: r.headers.iter().filter(|(k, _)| !k.starts_with(PREFIX)).map(|(k, v)| (k.clone(), bytes(v))).collect(),
         partition: None,
         timestamp_ms: None,
-        event_id: r.event_id().unwrap_or_default(),
+        event_id: r.event_id().unwrap_or_default().into(),
         event_type: None,
     }
 }

@@ -164,7 +164,7 @@ fn job(record: Record, delivery: Delivery) -> Result<Job, Box<SinkError>> {
         properties = properties.with_message_id(ShortString::from(id));
     }
     let Record { topic, key, payload, headers, .. } = record;
-    Ok(Job { routing_key: topic, properties, key, payload, headers, delivery })
+    Ok(Job { routing_key: topic.into(), properties, key, payload, headers, delivery })
 }
 
 /// Persistent delivery, the event id as message id, the timestamp, and the headers.
@@ -182,7 +182,7 @@ pub(crate) fn properties(r: &Record) -> BasicProperties {
     table.insert("id".into(), long(r.event_id.as_bytes()));
     let mut p = BasicProperties::default()
         .with_delivery_mode(PERSISTENT)
-        .with_message_id(ShortString::from(r.event_id.as_str()))
+        .with_message_id(ShortString::from(&r.event_id[..]))
         .with_headers(table);
     if let Some(ms) = r.timestamp_ms.and_then(|ms| u64::try_from(ms).ok()) {
         p = p.with_timestamp(ms / 1000);

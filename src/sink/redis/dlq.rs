@@ -225,7 +225,7 @@ fn record(id: &str, fields: Vec<Vec<u8>>) -> Result<DlqRecord, String> {
 /// The record replay XADDs for `r` to `dest`.
 fn replayed(r: &DlqRecord, dest: &str) -> Record {
     Record {
-        topic: dest.to_owned(),
+        topic: dest.into(),
         key: r.key.clone().map(Bytes::from),
         payload: r.payload.clone().map(Bytes::from),
         headers: r
@@ -236,7 +236,7 @@ fn replayed(r: &DlqRecord, dest: &str) -> Record {
             .collect(),
         partition: None,
         timestamp_ms: None,
-        event_id: r.event_id().unwrap_or_default(),
+        event_id: r.event_id().unwrap_or_default().into(),
         event_type: None,
     }
 }

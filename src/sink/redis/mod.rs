@@ -235,7 +235,7 @@ pub(crate) fn describe(e: &redis::RedisError) -> String {
 /// `XADD <topic> [MAXLEN ~ N] * [key K] [payload P] <header> <value>...`
 pub(crate) fn xadd(r: &Record, maxlen: Option<u64>) -> redis::Cmd {
     let mut c = redis::cmd("XADD");
-    c.arg(r.topic.as_bytes());
+    c.arg(r.topic[..].as_bytes());
     if let Some(n) = maxlen {
         c.arg("MAXLEN").arg("~").arg(n);
     }
@@ -247,7 +247,7 @@ pub(crate) fn xadd(r: &Record, maxlen: Option<u64>) -> redis::Cmd {
         c.arg("payload").arg(p.as_ref());
     }
     if !r.headers.iter().any(|(k, _)| k == "id") {
-        c.arg("id").arg(r.event_id.as_bytes());
+        c.arg("id").arg(r.event_id[..].as_bytes());
     }
     for (k, v) in &r.headers {
         c.arg(k.as_bytes()).arg(Bytes::as_ref(v));

@@ -366,7 +366,7 @@ fn record(m: &SqsMsg, offset: i64) -> DlqRecord {
 /// The event replay sends for `r`: its key, payload and headers but `outboxd.*`.
 pub(super) fn replayed(r: &DlqRecord, dest: &str) -> Record {
     Record {
-        topic: dest.to_owned(),
+        topic: dest.into(),
         key: r.key.clone().map(Bytes::from),
         payload: r.payload.clone().map(Bytes::from),
         headers: r
@@ -377,7 +377,7 @@ pub(super) fn replayed(r: &DlqRecord, dest: &str) -> Record {
             .collect(),
         partition: None,
         timestamp_ms: None,
-        event_id: r.event_id().unwrap_or_default(),
+        event_id: r.event_id().unwrap_or_default().into(),
         event_type: None,
     }
 }

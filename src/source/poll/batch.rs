@@ -172,7 +172,7 @@ impl<'a, S: Sink> Batch<'a, S> {
                 if self.rows.hold(i, &record.key) {
                     return Ok(());
                 }
-                self.rows.slots[i].event_id = record.event_id.clone();
+                self.rows.slots[i].event_id = record.event_id.to_string();
                 self.rows.metrics.poll_tries.increment(1);
                 self.relay.send(&mut self.rows, t, record, source).await
             }

@@ -52,7 +52,7 @@ impl SharedLsn {
     /// Whether ids repeat among the records: then a found id cannot name one change.
     pub fn repeated_id(&self) -> Option<String> {
         let mut seen = HashSet::new();
-        self.records().into_iter().find(|r| !seen.insert((&r.topic, &r.event_id))).map(|r| r.event_id.clone())
+        self.records().into_iter().find(|r| !seen.insert((&r.topic, &r.event_id))).map(|r| r.event_id.to_string())
     }
 
     /// How many of the held changes, from the first, Debezium delivered, given for each of
