@@ -397,7 +397,7 @@ mod tests {
 
     fn delivery(n: u64, tx: &UnboundedSender<Ack>) -> Delivery {
         let src = Source { position: Position::Lsn(crate::lsn::Lsn(n + 1)), table: Arc::from("public.outbox") };
-        Delivery::new(Ticket(n), format!("e{n}"), "t".into(), src, tx.clone())
+        Delivery::new(Ticket(n), format!("e{n}").into(), "t".into(), src, tx.clone())
     }
 
     fn kjob(n: u64, tx: &UnboundedSender<Ack>) -> (u64, KJob) {
