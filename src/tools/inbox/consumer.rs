@@ -50,9 +50,15 @@ pub type Part = (String, i32);
 /// and one past its last; with read_committed, its last stable offset).
 pub type Range = (i64, i64);
 
+/// Most records handed to the writer in one [`Input::Records`]: one wake-up of the writer per
+/// chunk, not per record (on two busy cores, a wake-up per record cost more than the record).
+pub const CHUNK: usize = 64;
+
 /// What the consumer thread tells the writer.
 pub enum Input {
-    Record(Received),
+    /// Records in the log's order per partition; `idle`: librdkafka had nothing more buffered
+    /// when the chunk was sent, so the writer need not wait for its batch to fill.
+    Records(Vec<Received>, bool),
     /// Partitions about to be assigned, with their ranges: answer with where each starts (a
     /// dropped answer takes none of them).
     Assign(Vec<(Part, Range)>, std_mpsc::SyncSender<Vec<(Part, Offset)>>),
@@ -126,6 +132,9 @@ struct Context {
     /// Written and read on this thread only (polls, statistics and rebalances all run in `poll`);
     /// the lock is never contended.
     newest: Mutex<Newest>,
+    /// Records polled and not handed over yet (at most [`CHUNK`]); sent before anything else
+    /// goes to the writer, so the channel keeps the order of the polls and the rebalances.
+    pending: Mutex<Vec<Received>>,
 }
 
 impl ClientContext for Context {
@@ -239,6 +248,7 @@ impl Context {
 
     /// Send `input` and wait for the writer's answer; `None` when shutting down or the writer is gone.
     fn ask<T>(&self, input: Input, answer: &std_mpsc::Receiver<T>) -> Option<T> {
+        self.hand_over(false)?;
         self.send(input)?;
         self.beat.waiting_on_writer(|| loop {
             match answer.recv_timeout(Duration::from_millis(200)) {
@@ -252,6 +262,19 @@ impl Context {
     /// Hand `input` to the writer, waiting while its channel is full; `None` when it is gone.
     fn send(&self, input: Input) -> Option<()> {
         self.beat.waiting_on_writer(|| self.tx.blocking_send(input).ok())
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<Received>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Send the records polled so far, if any, as one chunk; `None` when the writer is gone.
+    fn hand_over(&self, idle: bool) -> Option<()> {
+        let chunk = std::mem::take(&mut *self.pending());
+        if chunk.is_empty() {
+            return Some(());
+        }
+        self.send(Input::Records(chunk, idle))
     }
 }
 
@@ -286,8 +309,14 @@ pub fn start(cfg: &InboxConfig, tx: mpsc::Sender<Input>, beat: Arc<Beat>) -> Res
     // away longer than the retention) or beyond its end (the topic was created again) would jump
     // to the end and skip records. Set after --kafka-property, since the guarantee rests on it.
     conf.set("auto.offset.reset", "error");
-    let context =
-        Context { tx, stop: stop.clone(), metrics: InboxMetrics::new(), beat, newest: Mutex::new(Newest::default()) };
+    let context = Context {
+        tx,
+        stop: stop.clone(),
+        metrics: InboxMetrics::new(),
+        beat,
+        newest: Mutex::new(Newest::default()),
+        pending: Mutex::new(Vec::with_capacity(CHUNK)),
+    };
     let consumer: BaseConsumer<Context> = client::create(&conf, context, "consumer", &cfg.kafka)?;
     let topics: Vec<&str> = match &cfg.subscription {
         Subscription::Topics(t) => t.iter().map(String::as_str).collect(),
@@ -307,33 +336,32 @@ pub fn start(cfg: &InboxConfig, tx: mpsc::Sender<Input>, beat: Arc<Beat>) -> Res
 /// Poll until told to stop or the writer is gone. Errors librdkafka reports per poll (a broker
 /// down, a topic not there yet) are logged and polled past: the client reconnects by itself;
 /// except a position out of a partition's range, which the writer is told of, and the thread ends.
+///
+/// While records are buffered in librdkafka they are taken without waiting and handed over in
+/// chunks of [`CHUNK`]; the first poll that finds nothing sends what is gathered marked idle, so a
+/// lone record is written at once rather than after `--batch-timeout`.
 fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
+    let ctx = consumer.context();
     while !stop.load(Ordering::Relaxed) {
-        consumer.context().beat.beat();
-        match consumer.poll(Duration::from_millis(100)) {
-            None => {}
-            Some(Ok(m)) => {
-                let headers = m
-                    .headers()
-                    .map(|hs| hs.iter().map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec))).collect())
-                    .unwrap_or_default();
-                let r = Received {
-                    topic: m.topic().to_owned(),
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    payload: m.payload().map(<[u8]>::to_vec),
-                    headers,
-                    timestamp_ms: m.timestamp().to_millis(),
-                };
-                if let Some(ts) = r.timestamp_ms {
-                    consumer.context().newest.lock().unwrap_or_else(PoisonError::into_inner).set(
-                        &r.topic,
-                        r.partition,
-                        ts,
-                    );
+        ctx.beat.beat();
+        let wait = if ctx.pending().is_empty() { Duration::from_millis(100) } else { Duration::ZERO };
+        match consumer.poll(wait) {
+            None => {
+                if ctx.hand_over(true).is_none() {
+                    break;
                 }
-                if consumer.context().send(Input::Record(r)).is_none() {
+            }
+            Some(Ok(m)) => {
+                let r = received(&m);
+                if let Some(ts) = r.timestamp_ms {
+                    ctx.newest.lock().unwrap_or_else(PoisonError::into_inner).set(&r.topic, r.partition, ts);
+                }
+                let full = {
+                    let mut p = ctx.pending();
+                    p.push(r);
+                    p.len() >= CHUNK
+                };
+                if full && ctx.hand_over(false).is_none() {
                     break;
                 }
             }
@@ -342,14 +370,31 @@ fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
                     .assignment()
                     .map(|a| a.elements().iter().map(|e| (e.topic().to_owned(), e.partition())).collect())
                     .unwrap_or_default();
-                let ranges = consumer.context().ranges(consumer, &parts).unwrap_or_default();
-                let _ = consumer.context().send(Input::OutOfRange(ranges));
+                let ranges = ctx.ranges(consumer, &parts).unwrap_or_default();
+                let _ = ctx.hand_over(false).and_then(|()| ctx.send(Input::OutOfRange(ranges)));
                 break;
             }
             Some(Err(e)) => tracing::warn!("Kafka consumer: {e}"),
         }
     }
     tracing::info!("Kafka consumer stopping");
+}
+
+/// Owned copies of a record's parts (no librdkafka borrow outlives the poll).
+fn received(m: &rdkafka::message::BorrowedMessage<'_>) -> Received {
+    let headers = m
+        .headers()
+        .map(|hs| hs.iter().map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec))).collect())
+        .unwrap_or_default();
+    Received {
+        topic: m.topic().to_owned(),
+        partition: m.partition(),
+        offset: m.offset(),
+        key: m.key().map(<[u8]>::to_vec),
+        payload: m.payload().map(<[u8]>::to_vec),
+        headers,
+        timestamp_ms: m.timestamp().to_millis(),
+    }
 }
 
 #[cfg(test)]

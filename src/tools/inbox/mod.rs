@@ -72,7 +72,8 @@ pub async fn run(cfg: InboxConfig, shutdown: CancellationToken) -> Result<u8, Er
             Err(e) => return Err(e),
         }
     }
-    let (tx, mut rx) = mpsc::channel(cfg.batch_size.saturating_mul(4).max(64));
+    // About four batches of records in chunks (at most `CHUNK` records each) between the threads.
+    let (tx, mut rx) = mpsc::channel(cfg.batch_size.saturating_mul(4).div_ceil(consumer::CHUNK).max(4));
     let running = consumer::start(&cfg, tx, beat)?;
     tracing::info!(group = %cfg.group, table = %format!("{}.{}", cfg.schema, cfg.table), "inbox consuming");
     let outcome = writer.run(&mut rx, &shutdown).await;

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Statement};
 use tokio_util::sync::CancellationToken;
 
 use super::beat::Beat;
@@ -82,7 +82,9 @@ pub struct Writer {
     names: Names,
     naming: Naming,
     sql: String,
-    client: Option<Client>,
+    /// The connection, and the batch statement prepared on it (parsed once per connection, so a
+    /// batch is one round trip: Bind and Execute).
+    client: Option<(Client, Statement)>,
     health: Arc<Health>,
     /// The consumer thread's heartbeat: the writer's ticks count only while it beats too.
     beat: Arc<Beat>,
@@ -126,7 +128,8 @@ impl Writer {
     pub async fn prepare(&mut self) -> Result<(), Error> {
         let client = connect_primary(&self.cfg.postgres).await?;
         store::ensure_schema(&client, &self.names).await?;
-        self.client = Some(client);
+        let statement = store::prepare_batch(&client, &self.sql).await.map_err(WriteError::into_error)?;
+        self.client = Some((client, statement));
         self.health.set_streaming(true);
         Ok(())
     }
@@ -163,7 +166,16 @@ impl Writer {
                     }
                 }
                 input = rx.recv() => match input {
-                    Some(i) => self.take(i, shutdown).await?,
+                    Some(i) => {
+                        // The consumer had nothing more buffered and nothing waits behind it: write
+                        // now rather than wait out --batch-timeout (a lone record's latency); in a
+                        // catch-up the channel is never empty and batches fill.
+                        let idle = matches!(i, Input::Records(_, true));
+                        self.take(i, shutdown).await?;
+                        if idle && rx.is_empty() {
+                            self.flush(shutdown).await?;
+                        }
+                    }
                     None => return Err(Definite::TaskEnded {
                         task: "the Kafka consumer thread".into(),
                         how: "its channel closed".into(),
@@ -177,22 +189,9 @@ impl Writer {
 
     async fn take(&mut self, input: Input, shutdown: &CancellationToken) -> Result<(), Error> {
         match input {
-            Input::Record(r) => {
-                let part = (r.topic.clone(), r.partition);
-                match self.next.get(&part) {
-                    Some(n) if r.offset >= *n => {}
-                    // Stored already, or a partition no longer ours: nothing to do.
-                    _ => return Ok(()),
-                }
-                self.next.insert(part.clone(), r.offset + 1);
-                self.batch.next.insert(part, r.offset + 1);
-                self.batch.since.get_or_insert_with(Instant::now);
-                match to_row(r, &self.naming) {
-                    Ok(row) => self.batch.rows.push(row),
-                    Err(bad) => self.batch.bad.push(bad),
-                }
-                if self.batch.rows.len() >= self.cfg.batch_size {
-                    self.flush(shutdown).await?;
+            Input::Records(rs, _) => {
+                for r in rs {
+                    self.record(r, shutdown).await?;
                 }
             }
             Input::Assign(parts, reply) => {
@@ -261,6 +260,27 @@ impl Writer {
         Ok(())
     }
 
+    /// One record into the batch (written when full), unless it was stored already.
+    async fn record(&mut self, r: Received, shutdown: &CancellationToken) -> Result<(), Error> {
+        let part = (r.topic.clone(), r.partition);
+        match self.next.get(&part) {
+            Some(n) if r.offset >= *n => {}
+            // Stored already, or a partition no longer ours: nothing to do.
+            _ => return Ok(()),
+        }
+        self.next.insert(part.clone(), r.offset + 1);
+        self.batch.next.insert(part, r.offset + 1);
+        self.batch.since.get_or_insert_with(Instant::now);
+        match to_row(r, &self.naming) {
+            Ok(row) => self.batch.rows.push(row),
+            Err(bad) => self.batch.bad.push(bad),
+        }
+        if self.batch.rows.len() >= self.cfg.batch_size {
+            self.flush(shutdown).await?;
+        }
+        Ok(())
+    }
+
     /// A turn of the writer's loop for `/healthz`, counted only while the consumer thread is alive
     /// too ([`Beat::alive`]), so a wedge on either side fails the probe. Whether it counted.
     fn tick(&self) -> bool {
@@ -288,7 +308,7 @@ impl Writer {
     /// The backlog gauges, from the table; a failure only leaves them as they were (the next
     /// write finds out whether PostgreSQL is away).
     async fn backlog(&self) {
-        let Some(client) = &self.client else { return };
+        let Some((client, _)) = &self.client else { return };
         let sql = format!(
             "SELECT count(*), coalesce(extract(epoch FROM now() - min(received_at)), 0)::float8 \
                FROM {} WHERE processed_at IS NULL",
@@ -303,7 +323,7 @@ impl Writer {
     /// `--retain`: rounds of `inbox_prune` until a round deletes less than a full one (a few at
     /// most per minute, so the batches never wait long). A failure waits for the next minute.
     async fn prune(&self) {
-        let (Some(retain), Some(client)) = (self.cfg.retain, &self.client) else { return };
+        let (Some(retain), Some((client, _))) = (self.cfg.retain, &self.client) else { return };
         for _ in 0..10 {
             match store::prune(client, &self.names, retain, self.cfg.dedupe_window).await {
                 Ok(n) if n > 0 => {
@@ -344,7 +364,7 @@ impl Writer {
     }
 
     async fn load(&mut self, parts: &[Part]) -> Result<HashMap<Part, i64>, Error> {
-        let client = self.client.as_ref().ok_or_else(not_connected)?;
+        let (client, _) = self.client.as_ref().ok_or_else(not_connected)?;
         store::load_offsets(client, &self.names, &self.cfg.group, parts).await
     }
 
@@ -391,9 +411,9 @@ impl Writer {
     /// passed over. Any other refusal stops the inbox, with nothing dead-lettered. `None` when
     /// shutdown came while a copy waited for Kafka.
     async fn write(&mut self, batch: &Batch, shutdown: &CancellationToken) -> Result<Option<i64>, Error> {
-        let client = self.client.as_ref().ok_or_else(not_connected)?;
+        let (client, stmt) = self.client.as_ref().ok_or_else(not_connected)?;
         let group = &self.cfg.group;
-        match store::write_batch(client, &self.sql, group, &batch.rows, &batch.next).await {
+        match store::write_batch(client, stmt, group, &batch.rows, &batch.next).await {
             Ok(w) => return Ok(Some(w.inserted)),
             Err(WriteError::Row(e)) if !batch.rows.is_empty() => {
                 tracing::warn!("the batch was refused ({e}); writing its rows one by one");
@@ -406,9 +426,9 @@ impl Writer {
             if self.refused.contains(&at) {
                 continue;
             }
-            let client = self.client.as_ref().ok_or_else(not_connected)?;
+            let (client, stmt) = self.client.as_ref().ok_or_else(not_connected)?;
             let next = HashMap::from([((row.topic.clone(), row.partition), row.offset + 1)]);
-            match store::write_batch(client, &self.sql, group, std::slice::from_ref(row), &next).await {
+            match store::write_batch(client, stmt, group, std::slice::from_ref(row), &next).await {
                 Ok(w) => inserted += w.inserted,
                 Err(WriteError::Row(e)) => {
                     let why = format!(
@@ -424,8 +444,8 @@ impl Writer {
                 Err(e) => return Err(e.into_error()),
             }
         }
-        let client = self.client.as_ref().ok_or_else(not_connected)?;
-        store::write_batch(client, &self.sql, group, &[], &batch.next).await.map_err(WriteError::into_error)?;
+        let (client, stmt) = self.client.as_ref().ok_or_else(not_connected)?;
+        store::write_batch(client, stmt, group, &[], &batch.next).await.map_err(WriteError::into_error)?;
         Ok(Some(inserted))
     }
 
