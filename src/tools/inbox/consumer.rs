@@ -89,24 +89,30 @@ pub fn start_of(stored: Option<i64>, start_from: StartFrom) -> Offset {
     }
 }
 
-/// Per partition, the timestamp (ms) of the newest record polled from it, while it is assigned:
-/// the lag in seconds is its age while the partition has records not read yet.
-#[derive(Default)]
-struct Newest(HashMap<String, HashMap<i32, i64>>);
+/// A figure per assigned partition, keyed by topic then partition (so a record's lookup
+/// allocates nothing): the timestamp (ms) of the newest record polled, whose age is the lag in
+/// seconds while records are left to read; and the next offset to be handed to the writer.
+struct PerPart<T>(HashMap<String, HashMap<i32, T>>);
 
-impl Newest {
-    fn set(&mut self, topic: &str, partition: i32, ts: i64) {
+impl<T> Default for PerPart<T> {
+    fn default() -> Self {
+        PerPart(HashMap::new())
+    }
+}
+
+impl<T: Copy> PerPart<T> {
+    fn set(&mut self, topic: &str, partition: i32, v: T) {
         match self.0.get_mut(topic) {
             Some(t) => {
-                t.insert(partition, ts);
+                t.insert(partition, v);
             }
             None => {
-                self.0.insert(topic.to_owned(), HashMap::from([(partition, ts)]));
+                self.0.insert(topic.to_owned(), HashMap::from([(partition, v)]));
             }
         }
     }
 
-    fn get(&self, topic: &str, partition: i32) -> Option<i64> {
+    fn get(&self, topic: &str, partition: i32) -> Option<T> {
         self.0.get(topic).and_then(|t| t.get(&partition)).copied()
     }
 
@@ -124,6 +130,16 @@ impl Newest {
     }
 }
 
+/// Where an assigned partition starts, as an offset: a stored one, else its range's start or end.
+fn start_offset(start: Offset, (low, high): Range) -> Option<i64> {
+    match start {
+        Offset::Offset(n) => Some(n),
+        Offset::Beginning => Some(low),
+        Offset::End => Some(high),
+        _ => None,
+    }
+}
+
 struct Context {
     tx: mpsc::Sender<Input>,
     stop: Arc<AtomicBool>,
@@ -131,7 +147,12 @@ struct Context {
     beat: Arc<Beat>,
     /// Written and read on this thread only (polls, statistics and rebalances all run in `poll`);
     /// the lock is never contended.
-    newest: Mutex<Newest>,
+    newest: Mutex<PerPart<i64>>,
+    /// The next offset handed to the writer per partition, from its start at the assignment.
+    /// (librdkafka's `app_offset` is unset until a partition's first record is polled, and its
+    /// fetch position is past everything prefetched: neither is the lag of a partition just
+    /// assigned with a backlog.)
+    position: Mutex<PerPart<i64>>,
     /// Records polled and not handed over yet (at most [`CHUNK`]); sent before anything else
     /// goes to the writer, so the channel keeps the order of the polls and the rebalances.
     pending: Mutex<Vec<Received>>,
@@ -139,18 +160,24 @@ struct Context {
 
 impl ClientContext for Context {
     /// librdkafka's statistics (every `statistics.interval.ms`, 5 s by default here) carry each
-    /// assigned partition's last stable offset (the end a read_committed reader can reach) and
-    /// the position handed to us; the lag is the difference. (Their `consumer_lag` counts from the
-    /// group's committed offset in Kafka, which the inbox does not use.) The lag in seconds is the
-    /// age of the newest record read from the partition while records are left to read, else 0.
+    /// partition's last stable offset (the end a read_committed reader can reach); the lag is that
+    /// minus the next offset handed to the writer ([`Context::position`]). (Their `consumer_lag`
+    /// counts from the group's committed offset in Kafka, which the inbox does not use.) The lag in
+    /// seconds is the age of the newest record read from the partition while records are left to
+    /// read, else 0.
+    ///
+    /// Only partitions assigned here now are set: statistics are a snapshot taken on librdkafka's
+    /// thread and served by a later poll, so one taken before a revocation can arrive after it,
+    /// and would set a partition that is no longer ours back to its old lag, frozen there.
     fn stats(&self, statistics: Statistics) {
         let now_ms = jiff::Timestamp::now().as_millisecond();
         let newest = self.newest.lock().unwrap_or_else(PoisonError::into_inner);
+        let position = self.position.lock().unwrap_or_else(PoisonError::into_inner);
         for (topic, t) in &statistics.topics {
             for (p, part) in &t.partitions {
-                let at = if part.app_offset >= 0 { part.app_offset } else { part.next_offset };
-                // Partition -1 is librdkafka's internal one; negative offsets are not known yet.
-                if *p >= 0 && part.desired && at >= 0 && part.ls_offset >= 0 {
+                let Some(at) = position.get(topic, *p) else { continue };
+                // A negative offset is not known yet.
+                if part.ls_offset >= 0 {
                     let records = (part.ls_offset - at).max(0);
                     self.metrics.lag(topic, *p, records);
                     let ts = newest.get(topic, *p);
@@ -172,13 +199,20 @@ impl ConsumerContext for Context {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 let (reply, answer) = std_mpsc::sync_channel(1);
                 let ranged = self.ranges(consumer, &parts);
+                let ranges: HashMap<Part, Range> = ranged.iter().flatten().cloned().collect();
                 match ranged.and_then(|r| self.ask(Input::Assign(r, reply), &answer)) {
                     Some(starts) => {
+                        let mut position = self.position.lock().unwrap_or_else(PoisonError::into_inner);
                         for ((topic, p), off) in starts {
+                            let at = ranges.get(&(topic.clone(), p)).and_then(|r| start_offset(off, *r));
+                            if let Some(at) = at {
+                                position.set(&topic, p, at);
+                            }
                             if let Err(e) = tpl.set_partition_offset(&topic, p, off) {
                                 tracing::error!(%topic, partition = p, "cannot set the start offset: {e}");
                             }
                         }
+                        drop(position);
                         tracing::info!(partitions = ?parts, "assigned; starting at the offsets stored in PostgreSQL");
                         if cooperative {
                             consumer.incremental_assign(tpl)
@@ -213,6 +247,7 @@ impl Context {
     /// newest record's timestamp is dropped.
     fn forget(&self, parts: &[Part]) {
         self.newest.lock().unwrap_or_else(PoisonError::into_inner).forget(parts);
+        self.position.lock().unwrap_or_else(PoisonError::into_inner).forget(parts);
         for (topic, p) in parts {
             self.metrics.lag(topic, *p, 0);
             self.metrics.lag_seconds(topic, *p, 0.0);
@@ -314,7 +349,8 @@ pub fn start(cfg: &InboxConfig, tx: mpsc::Sender<Input>, beat: Arc<Beat>) -> Res
         stop: stop.clone(),
         metrics: InboxMetrics::new(),
         beat,
-        newest: Mutex::new(Newest::default()),
+        newest: Mutex::default(),
+        position: Mutex::default(),
         pending: Mutex::new(Vec::with_capacity(CHUNK)),
     };
     let consumer: BaseConsumer<Context> = client::create(&conf, context, "consumer", &cfg.kafka)?;
@@ -356,6 +392,7 @@ fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
                 if let Some(ts) = r.timestamp_ms {
                     ctx.newest.lock().unwrap_or_else(PoisonError::into_inner).set(&r.topic, r.partition, ts);
                 }
+                ctx.position.lock().unwrap_or_else(PoisonError::into_inner).set(&r.topic, r.partition, r.offset + 1);
                 let full = {
                     let mut p = ctx.pending();
                     p.push(r);
@@ -416,8 +453,16 @@ mod tests {
     }
 
     #[test]
+    fn a_partition_starts_at_its_stored_offset_else_its_ranges_start_or_end() {
+        assert_eq!(start_offset(Offset::Offset(7), (3, 10)), Some(7));
+        assert_eq!(start_offset(Offset::Beginning, (3, 10)), Some(3));
+        assert_eq!(start_offset(Offset::End, (3, 10)), Some(10));
+        assert_eq!(start_offset(Offset::Invalid, (3, 10)), None);
+    }
+
+    #[test]
     fn a_partition_that_changes_hands_is_forgotten() {
-        let mut n = Newest::default();
+        let mut n = PerPart::default();
         n.set("a", 0, 10);
         n.set("a", 1, 20);
         n.set("b", 0, 30);
