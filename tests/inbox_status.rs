@@ -167,3 +167,142 @@ fn a_partition_taken_by_another_process_reads_lag_0_where_it_was_and_the_real_la
     a.stop_cleanly();
     b.stop_cleanly();
 }
+
+/// Each partition's next offset stored in PostgreSQL.
+fn stored(pg: &PgCluster) -> BTreeMap<i32, i64> {
+    pg.psql("SELECT kafka_partition, next_offset FROM public.inbox_offsets")
+        .lines()
+        .filter_map(|l| {
+            let (p, n) = l.trim().split_once('|')?;
+            Some((p.trim().parse().ok()?, n.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+fn status_json(port: u16) -> serde_json::Value {
+    let (code, body) = http_get(port, "/status.json").expect("/status.json answers");
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("/status.json is not JSON ({e}): {body}"))
+}
+
+/// The page's stored offsets per partition.
+fn page_stored(s: &serde_json::Value) -> BTreeMap<i32, Option<i64>> {
+    s["partitions"]
+        .as_array()
+        .expect("partitions[]")
+        .iter()
+        .map(|p| (p["partition"].as_i64().unwrap() as i32, p["stored_offset"].as_i64()))
+        .collect()
+}
+
+/// The status page during a drain: every partition's stored offset lies between the database's
+/// before and after the request, the lag is there, and once drained every figure equals the
+/// database's (stored offsets, the partitions' ends, unprocessed rows and the oldest's age after
+/// a worker marks rows processed) and the dead letters are listed; PostgreSQL stopped, the writer
+/// reads paused and not ready, then running again.
+#[test]
+fn the_inbox_status_page_during_a_drain_matches_the_database() {
+    const TOPIC: &str = "page.events";
+    const TOTAL: usize = 3_000;
+    const BAD: [usize; 2] = [5, 1_500];
+    let mut pg = PgCluster::start();
+    let broker = Broker::start();
+    broker.create_topic(TOPIC, PARTITIONS);
+    slow_inbox(&pg, 1);
+    produce(&broker, TOPIC, "p", TOTAL, &BAD);
+    let port = free_port();
+    let mut inbox = Outboxd::spawn(&inbox_args(&pg, &broker, TOPIC, port, &["--reconnect-max-backoff", "1s"]));
+    let rows = TOTAL as i64 - BAD.len() as i64;
+    let (mut checked, mut lag_seen) = (0, false);
+    let t0 = Instant::now();
+    while count(&pg) < rows {
+        assert!(t0.elapsed() < Duration::from_secs(120), "{} of {rows} rows:\n{}", count(&pg), inbox.log());
+        let before = stored(&pg);
+        let Some((200, body)) = http_get(port, "/status.json") else {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        };
+        let after = stored(&pg);
+        let s: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        for (p, on_page) in page_stored(&s) {
+            let Some(on_page) = on_page else { continue };
+            let (lo, hi) = (before.get(&p).copied().unwrap_or(0), after.get(&p).copied().unwrap_or(i64::MAX));
+            assert!(
+                lo <= on_page && on_page <= hi,
+                "partition {p}: the page says {on_page} stored, the database {lo} before and {hi} after"
+            );
+            checked += 1;
+        }
+        lag_seen |= s["partitions"].as_array().unwrap().iter().any(|p| p["lag_records"].as_i64() > Some(0));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(checked >= 8, "only {checked} stored offsets compared during the drain:\n{}", inbox.log());
+    assert!(lag_seen, "no lag on the page during the drain");
+    // Drained: the page's figures are the database's and Kafka's.
+    let settled = |s: &serde_json::Value| {
+        let parts = s["partitions"].as_array().unwrap();
+        parts.len() == PARTITIONS as usize
+            && page_stored(s).into_iter().map(|(p, n)| (p, n.unwrap_or(-1))).collect::<BTreeMap<_, _>>() == stored(&pg)
+            && parts.iter().map(|p| p["high_watermark"].as_i64().unwrap_or(-1)).sum::<i64>() == TOTAL as i64
+            && parts.iter().all(|p| p["lag_records"].as_i64() == Some(0))
+            && s["unprocessed_rows"].as_i64() == Some(rows)
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || settled(&status_json(port))),
+        "after the drain: {:#}\noffsets in PostgreSQL {:?}",
+        status_json(port),
+        stored(&pg)
+    );
+    assert_eq!(stored(&pg).values().sum::<i64>(), TOTAL as i64, "the dead letters' offsets moved on too");
+    let s = status_json(port);
+    assert_eq!((s["command"].as_str(), s["ready"].as_bool()), (Some("inbox"), Some(true)), "{s:#}");
+    assert_eq!(s["writer"]["state"], "running", "{s:#}");
+    assert_eq!(s["rows_total"].as_i64(), Some(rows), "{s:#}");
+    assert_eq!(s["dead_letters"]["total"].as_i64(), Some(BAD.len() as i64), "{s:#}");
+    assert_eq!(s["dead_letters"]["by_reason"][0]["reason"], "inbox_bad_event_id", "{s:#}");
+    assert_eq!(s["dead_letters"]["newest"].as_array().map(Vec::len), Some(BAD.len()), "{s:#}");
+    // A worker processes a third: the backlog figures follow the table (queried every 5 s).
+    pg.psql("UPDATE public.inbox SET processed_at = now() WHERE seq IN (SELECT seq FROM public.inbox ORDER BY seq LIMIT 1000)");
+    let unprocessed = rows - 1000;
+    assert!(
+        wait_until(Duration::from_secs(20), || status_json(port)["unprocessed_rows"].as_i64() == Some(unprocessed)),
+        "{:#}",
+        status_json(port)
+    );
+    let oldest_db: f64 = pg
+        .psql("SELECT extract(epoch FROM now() - min(received_at)) FROM public.inbox WHERE processed_at IS NULL")
+        .trim()
+        .parse()
+        .unwrap();
+    let oldest_page = status_json(port)["oldest_unprocessed_seconds"].as_f64().unwrap();
+    assert!((oldest_page - oldest_db).abs() < 7.0, "oldest unprocessed: page {oldest_page} s, database {oldest_db} s");
+    // The HTML carries the same figures without JavaScript.
+    let (code, html) = http_get(port, "/").expect("/ answers");
+    assert_eq!(code, 200);
+    let wants = [
+        format!("data-partition=\"{TOPIC}/0\""),
+        "inbox_bad_event_id".into(),
+        "running".into(),
+        unprocessed.to_string(),
+    ];
+    for want in wants {
+        assert!(html.contains(&want), "the page lacks {want}:\n{html}");
+    }
+    let (code, js) = http_get(port, "/status.js").expect("/status.js answers");
+    assert!(code == 200 && js.contains("partitions"), "{js}");
+    // PostgreSQL away: the writer is paused (with the reason) and the process not ready.
+    pg.stop("fast");
+    produce(&broker, TOPIC, "q", 10, &[]);
+    let paused = |s: &serde_json::Value| s["writer"]["state"] == "paused" && s["ready"] == false;
+    assert!(wait_until(Duration::from_secs(30), || paused(&status_json(port))), "{:#}", status_json(port));
+    assert!(status_json(port)["writer"]["reason"].as_str().is_some_and(|r| !r.is_empty()));
+    pg.start_again();
+    assert!(
+        wait_until(Duration::from_secs(60), || status_json(port)["writer"]["state"] == "running"
+            && count(&pg) == rows + 10),
+        "{:#}\n{}",
+        status_json(port),
+        inbox.log()
+    );
+    inbox.stop_cleanly();
+}

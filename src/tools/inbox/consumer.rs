@@ -181,9 +181,11 @@ impl ClientContext for Context {
                     let records = (part.ls_offset - at).max(0);
                     self.metrics.lag(topic, *p, records);
                     let ts = newest.get(topic, *p);
-                    if let Some(secs) = lag_seconds(records, ts, now_ms) {
+                    let secs = lag_seconds(records, ts, now_ms);
+                    if let Some(secs) = secs {
                         self.metrics.lag_seconds(topic, *p, secs);
                     }
+                    crate::status::inbox::inbox_board().lag(topic, *p, part.ls_offset, records, secs);
                 }
             }
         }

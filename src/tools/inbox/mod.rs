@@ -26,7 +26,8 @@
 //! * `store.rs`: the SQL (schema, offsets, the batch statement);
 //! * `record.rs`: a record into a row (the event id, the jsonb payload, the headers);
 //! * `dead.rs`: bad records' copies on the dead-letter topic, which `outboxd dlq` reads;
-//! * `beat.rs`: the consumer thread's heartbeat, which `/healthz` needs beside the writer's.
+//! * `beat.rs`: the consumer thread's heartbeat, which `/healthz` needs beside the writer's;
+//! * the status page is [`crate::status::inbox`]'s: the writer and the consumer write its board.
 
 mod beat;
 mod consumer;
@@ -49,8 +50,8 @@ pub async fn run(cfg: InboxConfig, shutdown: CancellationToken) -> Result<u8, Er
     let health = Health::new(cfg.health_stall_timeout);
     let beat = std::sync::Arc::new(beat::Beat::new());
     if let Some(addr) = cfg.metrics_addr {
-        let bound = crate::serve::serve(addr, health.clone(), None).await?;
-        tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
+        let bound = crate::serve::serve_inbox(addr, health.clone(), facts(&cfg)).await?;
+        tracing::info!(%bound, "serving /metrics, /healthz, /readyz and the status page (/ and /status.json)");
     }
     let mut writer = writer::Writer::new(cfg.clone(), health.clone(), beat.clone())?;
     // The schema must be there before the first assignment asks for offsets; a transient failure
@@ -89,4 +90,20 @@ pub async fn run(cfg: InboxConfig, shutdown: CancellationToken) -> Result<u8, Er
         return Err(Definite::TaskEnded { task: "the Kafka consumer thread".into(), how: "it panicked".into() }.into());
     }
     outcome.map(|()| 0)
+}
+
+/// What the status page shows of this inbox's configuration (the server in its masked form).
+fn facts(cfg: &InboxConfig) -> crate::status::inbox::InboxFacts {
+    use crate::config::inbox::Subscription;
+    crate::status::inbox::InboxFacts {
+        group: cfg.group.clone(),
+        table: format!("{}.{}", cfg.schema, cfg.table),
+        topics: match &cfg.subscription {
+            Subscription::Topics(t) => t.join(", "),
+            Subscription::Pattern(p) => format!("pattern {p}"),
+        },
+        server: cfg.postgres.to_string(),
+        dead_letter_topic: cfg.dlq_topic.clone(),
+        batch_size: cfg.batch_size as u64,
+    }
 }

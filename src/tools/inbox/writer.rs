@@ -36,6 +36,7 @@ use crate::error::{Definite, Error};
 use crate::health::Health;
 use crate::metrics::InboxMetrics;
 use crate::pg::admin::connect_primary;
+use crate::status::inbox::inbox_board;
 
 /// When the writer's periodic chores are next due: the backlog gauges every [`Chores::BACKLOG`],
 /// pruning every [`Chores::PRUNE`] (the first 30 s after the start). By the clock, not by counted
@@ -131,6 +132,7 @@ impl Writer {
         let statement = store::prepare_batch(&client, &self.sql).await.map_err(WriteError::into_error)?;
         self.client = Some((client, statement));
         self.health.set_streaming(true);
+        inbox_board().writer(None);
         Ok(())
     }
 
@@ -229,6 +231,7 @@ impl Writer {
                 let starts = starts
                     .into_iter()
                     .map(|(part, off, at)| {
+                        inbox_board().assigned(&part.0, part.1, at);
                         self.next.insert(part.clone(), at.unwrap_or(i64::MIN));
                         (part, off)
                     })
@@ -253,6 +256,7 @@ impl Writer {
                 self.flush(shutdown).await?;
                 for p in &parts {
                     self.next.remove(p);
+                    inbox_board().revoked(&p.0, p.1);
                 }
                 let _ = reply.send(());
             }
@@ -383,6 +387,9 @@ impl Writer {
         // Rows dead-lettered by this batch's attempts: none is copied twice while it is retried.
         self.refused.clear();
         if let Some(Done::Written(Some(n))) = written? {
+            for ((topic, p), next) in &batch.next {
+                inbox_board().stored(topic, *p, *next);
+            }
             self.metrics.written(n as u64, (batch.rows.len() as u64).saturating_sub(n as u64));
             tracing::debug!(records = batch.rows.len(), inserted = n, "batch written");
         }
@@ -403,6 +410,7 @@ impl Writer {
             attempt += 1;
         }
         self.metrics.dead_lettered(bad.reason);
+        crate::status::board().dead_lettered(None, Some(&r.topic), bad.reason, &bad.message);
         true
     }
 
@@ -466,6 +474,7 @@ impl Writer {
                     }
                     Err(Error::Transient(e)) => {
                         tracing::warn!("{e}; retrying, nothing is lost (readiness 503 meanwhile)");
+                        inbox_board().writer(Some(&e.to_string()));
                         self.client = None;
                     }
                     Err(e) => return Err(e),
