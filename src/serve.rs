@@ -29,7 +29,8 @@ use tokio::sync::Semaphore;
 
 use crate::error::Definite;
 use crate::health::{Health, Probe};
-use crate::status::{self, PageSetup, StatusPage};
+use crate::status::inbox::{InboxFacts, InboxPage};
+use crate::status::{self, Page, PageSetup, StatusPage};
 
 /// One connection's whole life: reading the request head, rendering, writing the answer.
 const CONN_DEADLINE: Duration = Duration::from_secs(5);
@@ -47,12 +48,31 @@ const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 ///
 /// With `page`, `/` and `/status.json` serve the status page ([`crate::status`]) too.
 pub async fn serve(addr: SocketAddr, health: Arc<Health>, page: Option<PageSetup>) -> Result<SocketAddr, Definite> {
+    serve_page(addr, health, |handle, health| {
+        page.map(|p| Arc::new(StatusPage::start(p, handle.clone(), health.clone())) as Arc<dyn Page>)
+    })
+    .await
+}
+
+/// [`serve`] for `outboxd inbox`: its own status page ([`crate::status::inbox`]).
+pub async fn serve_inbox(addr: SocketAddr, health: Arc<Health>, facts: InboxFacts) -> Result<SocketAddr, Definite> {
+    serve_page(addr, health, |handle, health| {
+        Some(Arc::new(InboxPage::new(facts, handle.clone(), health.clone())) as Arc<dyn Page>)
+    })
+    .await
+}
+
+async fn serve_page(
+    addr: SocketAddr,
+    health: Arc<Health>,
+    page: impl FnOnce(&PrometheusHandle, &Arc<Health>) -> Option<Arc<dyn Page>>,
+) -> Result<SocketAddr, Definite> {
     let handle = crate::metrics::install_recorder(crate::metrics::UPKEEP_INTERVAL)?;
     let listener = TcpListener::bind(addr).await.map_err(|e| {
         Definite::Config(format!("--metrics-addr {addr}: cannot listen ({e}); pick a free port, or 'off' to disable"))
     })?;
     let bound = listener.local_addr().unwrap_or(addr);
-    let page = page.map(|p| StatusPage::start(p, handle.clone(), health.clone()));
+    let page = page(&handle, &health);
     tokio::spawn(accept_loop(listener, handle, health, page));
     Ok(bound)
 }
@@ -82,7 +102,7 @@ async fn accept_loop(
     listener: TcpListener,
     handle: PrometheusHandle,
     health: Arc<Health>,
-    page: Option<Arc<StatusPage>>,
+    page: Option<Arc<dyn Page>>,
 ) {
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let waiting: Waiting = Arc::default();
@@ -140,7 +160,7 @@ async fn answer(
     mut sock: TcpStream,
     handle: &PrometheusHandle,
     health: &Health,
-    page: Option<&Arc<StatusPage>>,
+    page: Option<&Arc<dyn Page>>,
     forget: &Forget,
 ) {
     // Read the whole request head: closing with unread bytes would reset the connection.
@@ -192,7 +212,7 @@ async fn answer(
 
 /// The status page's paths: (status, body, content type) and the extra headers.
 fn page_answer(
-    page: &Arc<StatusPage>,
+    page: &Arc<dyn Page>,
     path: &str,
     query: &str,
     req: &str,
@@ -205,7 +225,7 @@ fn page_answer(
     match path {
         // Browsers ask for it; an empty answer keeps their consoles clean.
         "/favicon.ico" => (("204 No Content", String::new(), "image/x-icon"), ""),
-        "/status.js" => (("200 OK", status::page_js().to_owned(), "text/javascript; charset=utf-8"), ""),
+        "/status.js" => (("200 OK", page.script().to_owned(), "text/javascript; charset=utf-8"), ""),
         "/status.css" => (("200 OK", status::page_css().to_owned(), "text/css; charset=utf-8"), ""),
         _ if !page.authorized(req, query) => (
             (
@@ -215,10 +235,7 @@ fn page_answer(
             ),
             "WWW-Authenticate: Bearer\r\n",
         ),
-        "/status.json" => {
-            let json = serde_json::to_string(&page.status()).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
-            (("200 OK", json, "application/json"), "")
-        }
+        "/status.json" => (("200 OK", page.json(), "application/json"), ""),
         _ => {
             let token = query.split('&').find(|kv| kv.starts_with("token="));
             (("200 OK", page.html(token), "text/html; charset=utf-8"), status::PAGE_HEADERS)

@@ -110,7 +110,8 @@ pub struct InboxArgs {
     /// event, e.g. a replay); at least the longest a producer may send an event again.
     #[arg(long, env = "OUTBOXD_INBOX_DEDUPE_WINDOW", default_value = "168h", value_name = "DURATION")]
     pub dedupe_window: String,
-    /// Serve /metrics, /healthz and /readyz on this address; `off` disables.
+    /// Serve /metrics, /healthz, /readyz and the status page (/ and /status.json) on this address;
+    /// `off` disables.
     #[arg(long, env = "OUTBOXD_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     pub metrics_addr: String,
     /// /healthz answers 503 once the Kafka consumer's loop or the PostgreSQL writer's has made no

@@ -17,6 +17,7 @@
 
 pub mod board;
 pub mod host;
+pub mod inbox;
 mod page;
 pub mod preview;
 pub mod sample;
@@ -107,22 +108,7 @@ impl StatusPage {
     /// ended (a blank line) within what was read; a cut head may have lost its `Host` line, so it
     /// is never answered.
     pub fn host_allowed(&self, head: &str, complete: bool) -> Result<(), String> {
-        if !complete {
-            return Err(
-                "the request head is over 8 KiB or ended early; the status page answers only a whole head\n".into()
-            );
-        }
-        let h = host::header(head);
-        // HTTP/1.1 requires Host; only an HTTP/1.0 request may come without one.
-        let http10 = head.lines().next().is_some_and(|l| l.trim_end().ends_with("HTTP/1.0"));
-        if h.is_none() && !http10 {
-            return Err("the request has no Host header; HTTP/1.1 requires one\n".into());
-        }
-        if host::allowed(h, &self.cfg.status_page_allowed_hosts) {
-            Ok(())
-        } else {
-            Err(host::refusal(h.unwrap_or_default()))
-        }
+        host_check(head, complete, &self.cfg.status_page_allowed_hosts)
     }
 
     /// Whether a request may see the page: always without `--status-page-token-file`, else with
@@ -241,6 +227,62 @@ impl StatusPage {
                 tracing::error!(error = %e, "the status page's routing preview read failed; the next page view tries again");
             }
         });
+    }
+}
+
+/// A page served by the HTTP endpoint (`serve.rs`): `run`'s and `poll`'s [`StatusPage`], or
+/// `outboxd inbox`'s [`inbox::InboxPage`].
+pub trait Page: Send + Sync {
+    /// Whether the page answers this request head's `Host` ([`host`]); `complete`: the head ended.
+    fn host_allowed(&self, head: &str, complete: bool) -> Result<(), String>;
+    /// Whether the request carries the page's token, when it has one.
+    fn authorized(&self, head: &str, query: &str) -> bool;
+    /// `/status.json`.
+    fn json(&self) -> String;
+    /// `/`, the figures filled in; `token_query` is `token=…` when the page was asked for with one.
+    fn html(&self, token_query: Option<&str>) -> String;
+    /// `/status.js`.
+    fn script(&self) -> &'static str;
+}
+
+impl Page for Arc<StatusPage> {
+    fn host_allowed(&self, head: &str, complete: bool) -> Result<(), String> {
+        StatusPage::host_allowed(self, head, complete)
+    }
+
+    fn authorized(&self, head: &str, query: &str) -> bool {
+        StatusPage::authorized(self, head, query)
+    }
+
+    fn json(&self) -> String {
+        serde_json::to_string(&self.status()).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    fn html(&self, token_query: Option<&str>) -> String {
+        StatusPage::html(self, token_query)
+    }
+
+    fn script(&self) -> &'static str {
+        page::JS
+    }
+}
+
+/// Whether a page answers a request head's `Host` ([`host`]), besides the names `listed`. A cut
+/// head may have lost its `Host` line, so it is never answered.
+pub fn host_check(head: &str, complete: bool, listed: &[String]) -> Result<(), String> {
+    if !complete {
+        return Err("the request head is over 8 KiB or ended early; the status page answers only a whole head\n".into());
+    }
+    let h = host::header(head);
+    // HTTP/1.1 requires Host; only an HTTP/1.0 request may come without one.
+    let http10 = head.lines().next().is_some_and(|l| l.trim_end().ends_with("HTTP/1.0"));
+    if h.is_none() && !http10 {
+        return Err("the request has no Host header; HTTP/1.1 requires one\n".into());
+    }
+    if host::allowed(h, listed) {
+        Ok(())
+    } else {
+        Err(host::refusal(h.unwrap_or_default()))
     }
 }
 

@@ -152,7 +152,7 @@ pub fn render(s: &Status, token_query: Option<&str>) -> String {
 }
 
 /// The dead-letter queue: its reasons, its newest entries, and the commands that list and replay it.
-fn dead_letter_section(h: &mut String, d: &DeadLetters) {
+pub(super) fn dead_letter_section(h: &mut String, d: &DeadLetters) {
     h.push_str(&format!(
         "<section><h2>Dead-letter queue <span id=\"dlq-total\">{}</span></h2><p>destination <code id=\"dlq-destination\">{}</code>, --on-bad-event <code>{}</code></p>\
          <table><thead><tr><th>reason</th><th>events</th></tr></thead><tbody id=\"dlq-reasons\">",

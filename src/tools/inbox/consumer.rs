@@ -51,9 +51,15 @@ pub type Part = (String, i32);
 /// and one past its last; with read_committed, its last stable offset).
 pub type Range = (i64, i64);
 
+/// Most records handed to the writer in one [`Input::Records`]: one wake-up of the writer per
+/// chunk, not per record (on two busy cores, a wake-up per record cost more than the record).
+pub const CHUNK: usize = 64;
+
 /// What the consumer thread tells the writer.
 pub enum Input {
-    Record(Received),
+    /// Records in the log's order per partition; `idle`: librdkafka had nothing more buffered
+    /// when the chunk was sent, so the writer need not wait for its batch to fill.
+    Records(Vec<Received>, bool),
     /// Partitions about to be assigned, with their ranges: answer with where each starts (a
     /// dropped answer takes none of them).
     Assign(Vec<(Part, Range)>, std_mpsc::SyncSender<Vec<(Part, Offset)>>),
@@ -84,24 +90,30 @@ pub fn start_of(stored: Option<i64>, start_from: StartFrom) -> Offset {
     }
 }
 
-/// Per partition, the timestamp (ms) of the newest record polled from it, while it is assigned:
-/// the lag in seconds is its age while the partition has records not read yet.
-#[derive(Default)]
-struct Newest(HashMap<String, HashMap<i32, i64>>);
+/// A figure per assigned partition, keyed by topic then partition (so a record's lookup
+/// allocates nothing): the timestamp (ms) of the newest record polled, whose age is the lag in
+/// seconds while records are left to read; and the next offset to be handed to the writer.
+struct PerPart<T>(HashMap<String, HashMap<i32, T>>);
 
-impl Newest {
-    fn set(&mut self, topic: &str, partition: i32, ts: i64) {
+impl<T> Default for PerPart<T> {
+    fn default() -> Self {
+        PerPart(HashMap::new())
+    }
+}
+
+impl<T: Copy> PerPart<T> {
+    fn set(&mut self, topic: &str, partition: i32, v: T) {
         match self.0.get_mut(topic) {
             Some(t) => {
-                t.insert(partition, ts);
+                t.insert(partition, v);
             }
             None => {
-                self.0.insert(topic.to_owned(), HashMap::from([(partition, ts)]));
+                self.0.insert(topic.to_owned(), HashMap::from([(partition, v)]));
             }
         }
     }
 
-    fn get(&self, topic: &str, partition: i32) -> Option<i64> {
+    fn get(&self, topic: &str, partition: i32) -> Option<T> {
         self.0.get(topic).and_then(|t| t.get(&partition)).copied()
     }
 
@@ -119,6 +131,16 @@ impl Newest {
     }
 }
 
+/// Where an assigned partition starts, as an offset: a stored one, else its range's start or end.
+fn start_offset(start: Offset, (low, high): Range) -> Option<i64> {
+    match start {
+        Offset::Offset(n) => Some(n),
+        Offset::Beginning => Some(low),
+        Offset::End => Some(high),
+        _ => None,
+    }
+}
+
 struct Context {
     tx: mpsc::Sender<Input>,
     stop: Arc<AtomicBool>,
@@ -128,29 +150,45 @@ struct Context {
     commits: Arc<Commits>,
     /// Written and read on this thread only (polls, statistics and rebalances all run in `poll`);
     /// the lock is never contended.
-    newest: Mutex<Newest>,
+    newest: Mutex<PerPart<i64>>,
+    /// The next offset handed to the writer per partition, from its start at the assignment.
+    /// (librdkafka's `app_offset` is unset until a partition's first record is polled, and its
+    /// fetch position is past everything prefetched: neither is the lag of a partition just
+    /// assigned with a backlog.)
+    position: Mutex<PerPart<i64>>,
+    /// Records polled and not handed over yet (at most [`CHUNK`]); sent before anything else
+    /// goes to the writer, so the channel keeps the order of the polls and the rebalances.
+    pending: Mutex<Vec<Received>>,
 }
 
 impl ClientContext for Context {
     /// librdkafka's statistics (every `statistics.interval.ms`, 5 s by default here) carry each
-    /// assigned partition's last stable offset (the end a read_committed reader can reach) and
-    /// the position handed to us; the lag is the difference. (Their `consumer_lag` counts from the
-    /// group's committed offset in Kafka, which the inbox does not use.) The lag in seconds is the
-    /// age of the newest record read from the partition while records are left to read, else 0.
+    /// partition's last stable offset (the end a read_committed reader can reach); the lag is that
+    /// minus the next offset handed to the writer ([`Context::position`]). (Their `consumer_lag`
+    /// counts from the group's committed offset in Kafka, which the inbox does not use.) The lag in
+    /// seconds is the age of the newest record read from the partition while records are left to
+    /// read, else 0.
+    ///
+    /// Only partitions assigned here now are set: statistics are a snapshot taken on librdkafka's
+    /// thread and served by a later poll, so one taken before a revocation can arrive after it,
+    /// and would set a partition that is no longer ours back to its old lag, frozen there.
     fn stats(&self, statistics: Statistics) {
         let now_ms = jiff::Timestamp::now().as_millisecond();
         let newest = self.newest.lock().unwrap_or_else(PoisonError::into_inner);
+        let position = self.position.lock().unwrap_or_else(PoisonError::into_inner);
         for (topic, t) in &statistics.topics {
             for (p, part) in &t.partitions {
-                let at = if part.app_offset >= 0 { part.app_offset } else { part.next_offset };
-                // Partition -1 is librdkafka's internal one; negative offsets are not known yet.
-                if *p >= 0 && part.desired && at >= 0 && part.ls_offset >= 0 {
+                let Some(at) = position.get(topic, *p) else { continue };
+                // A negative offset is not known yet.
+                if part.ls_offset >= 0 {
                     let records = (part.ls_offset - at).max(0);
                     self.metrics.lag(topic, *p, records);
                     let ts = newest.get(topic, *p);
-                    if let Some(secs) = lag_seconds(records, ts, now_ms) {
+                    let secs = lag_seconds(records, ts, now_ms);
+                    if let Some(secs) = secs {
                         self.metrics.lag_seconds(topic, *p, secs);
                     }
+                    crate::status::inbox::inbox_board().lag(topic, *p, part.ls_offset, records, secs);
                 }
             }
         }
@@ -170,13 +208,20 @@ impl ConsumerContext for Context {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 let (reply, answer) = std_mpsc::sync_channel(1);
                 let ranged = self.ranges(consumer, &parts);
+                let ranges: HashMap<Part, Range> = ranged.iter().flatten().cloned().collect();
                 match ranged.and_then(|r| self.ask(Input::Assign(r, reply), &answer)) {
                     Some(starts) => {
+                        let mut position = self.position.lock().unwrap_or_else(PoisonError::into_inner);
                         for ((topic, p), off) in starts {
+                            let at = ranges.get(&(topic.clone(), p)).and_then(|r| start_offset(off, *r));
+                            if let Some(at) = at {
+                                position.set(&topic, p, at);
+                            }
                             if let Err(e) = tpl.set_partition_offset(&topic, p, off) {
                                 tracing::error!(%topic, partition = p, "cannot set the start offset: {e}");
                             }
                         }
+                        drop(position);
                         tracing::info!(partitions = ?parts, "assigned; starting at the offsets stored in PostgreSQL");
                         if cooperative {
                             consumer.incremental_assign(tpl)
@@ -213,6 +258,7 @@ impl Context {
     /// newest record's timestamp is dropped.
     fn forget(&self, parts: &[Part]) {
         self.newest.lock().unwrap_or_else(PoisonError::into_inner).forget(parts);
+        self.position.lock().unwrap_or_else(PoisonError::into_inner).forget(parts);
         for (topic, p) in parts {
             self.metrics.lag(topic, *p, 0);
             self.metrics.lag_seconds(topic, *p, 0.0);
@@ -248,6 +294,7 @@ impl Context {
 
     /// Send `input` and wait for the writer's answer; `None` when shutting down or the writer is gone.
     fn ask<T>(&self, input: Input, answer: &std_mpsc::Receiver<T>) -> Option<T> {
+        self.hand_over(false)?;
         self.send(input)?;
         self.beat.waiting_on_writer(|| loop {
             match answer.recv_timeout(Duration::from_millis(200)) {
@@ -261,6 +308,19 @@ impl Context {
     /// Hand `input` to the writer, waiting while its channel is full; `None` when it is gone.
     fn send(&self, input: Input) -> Option<()> {
         self.beat.waiting_on_writer(|| self.tx.blocking_send(input).ok())
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<Received>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Send the records polled so far, if any, as one chunk; `None` when the writer is gone.
+    fn hand_over(&self, idle: bool) -> Option<()> {
+        let chunk = std::mem::take(&mut *self.pending());
+        if chunk.is_empty() {
+            return Some(());
+        }
+        self.send(Input::Records(chunk, idle))
     }
 }
 
@@ -306,7 +366,9 @@ pub fn start(
         metrics: InboxMetrics::new(),
         beat,
         commits,
-        newest: Mutex::new(Newest::default()),
+        newest: Mutex::default(),
+        position: Mutex::default(),
+        pending: Mutex::new(Vec::with_capacity(CHUNK)),
     };
     let consumer: BaseConsumer<Context> = client::create(&conf, context, "consumer", &cfg.kafka)?;
     let topics: Vec<&str> = match &cfg.subscription {
@@ -327,34 +389,34 @@ pub fn start(
 /// Poll until told to stop or the writer is gone. Errors librdkafka reports per poll (a broker
 /// down, a topic not there yet) are logged and polled past: the client reconnects by itself;
 /// except a position out of a partition's range, which the writer is told of, and the thread ends.
+///
+/// While records are buffered in librdkafka they are taken without waiting and handed over in
+/// chunks of [`CHUNK`]; the first poll that finds nothing sends what is gathered marked idle, so a
+/// lone record is written at once rather than after `--batch-timeout`.
 fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
+    let ctx = consumer.context();
     while !stop.load(Ordering::Relaxed) {
-        consumer.context().beat.beat();
-        consumer.context().commits.send(consumer, false);
-        match consumer.poll(Duration::from_millis(100)) {
-            None => {}
-            Some(Ok(m)) => {
-                let headers = m
-                    .headers()
-                    .map(|hs| hs.iter().map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec))).collect())
-                    .unwrap_or_default();
-                let r = Received {
-                    topic: m.topic().to_owned(),
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    payload: m.payload().map(<[u8]>::to_vec),
-                    headers,
-                    timestamp_ms: m.timestamp().to_millis(),
-                };
-                if let Some(ts) = r.timestamp_ms {
-                    consumer.context().newest.lock().unwrap_or_else(PoisonError::into_inner).set(
-                        &r.topic,
-                        r.partition,
-                        ts,
-                    );
+        ctx.beat.beat();
+        ctx.commits.send(consumer, false);
+        let wait = if ctx.pending().is_empty() { Duration::from_millis(100) } else { Duration::ZERO };
+        match consumer.poll(wait) {
+            None => {
+                if ctx.hand_over(true).is_none() {
+                    break;
                 }
-                if consumer.context().send(Input::Record(r)).is_none() {
+            }
+            Some(Ok(m)) => {
+                let r = received(&m);
+                if let Some(ts) = r.timestamp_ms {
+                    ctx.newest.lock().unwrap_or_else(PoisonError::into_inner).set(&r.topic, r.partition, ts);
+                }
+                ctx.position.lock().unwrap_or_else(PoisonError::into_inner).set(&r.topic, r.partition, r.offset + 1);
+                let full = {
+                    let mut p = ctx.pending();
+                    p.push(r);
+                    p.len() >= CHUNK
+                };
+                if full && ctx.hand_over(false).is_none() {
                     break;
                 }
             }
@@ -363,8 +425,8 @@ fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
                     .assignment()
                     .map(|a| a.elements().iter().map(|e| (e.topic().to_owned(), e.partition())).collect())
                     .unwrap_or_default();
-                let ranges = consumer.context().ranges(consumer, &parts).unwrap_or_default();
-                let _ = consumer.context().send(Input::OutOfRange(ranges));
+                let ranges = ctx.ranges(consumer, &parts).unwrap_or_default();
+                let _ = ctx.hand_over(false).and_then(|()| ctx.send(Input::OutOfRange(ranges)));
                 break;
             }
             Some(Err(e)) => tracing::warn!("Kafka consumer: {e}"),
@@ -373,6 +435,23 @@ fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
     // What the writer stored last; closing the client (when it drops) waits for the commit.
     consumer.context().commits.send(consumer, true);
     tracing::info!("Kafka consumer stopping");
+}
+
+/// Owned copies of a record's parts (no librdkafka borrow outlives the poll).
+fn received(m: &rdkafka::message::BorrowedMessage<'_>) -> Received {
+    let headers = m
+        .headers()
+        .map(|hs| hs.iter().map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec))).collect())
+        .unwrap_or_default();
+    Received {
+        topic: m.topic().to_owned(),
+        partition: m.partition(),
+        offset: m.offset(),
+        key: m.key().map(<[u8]>::to_vec),
+        payload: m.payload().map(<[u8]>::to_vec),
+        headers,
+        timestamp_ms: m.timestamp().to_millis(),
+    }
 }
 
 #[cfg(test)]
@@ -394,8 +473,16 @@ mod tests {
     }
 
     #[test]
+    fn a_partition_starts_at_its_stored_offset_else_its_ranges_start_or_end() {
+        assert_eq!(start_offset(Offset::Offset(7), (3, 10)), Some(7));
+        assert_eq!(start_offset(Offset::Beginning, (3, 10)), Some(3));
+        assert_eq!(start_offset(Offset::End, (3, 10)), Some(10));
+        assert_eq!(start_offset(Offset::Invalid, (3, 10)), None);
+    }
+
+    #[test]
     fn a_partition_that_changes_hands_is_forgotten() {
-        let mut n = Newest::default();
+        let mut n = PerPart::default();
         n.set("a", 0, 10);
         n.set("a", 1, 20);
         n.set("b", 0, 30);

@@ -30,7 +30,8 @@
 //! * `decode.rs`: `--value-format avro|protobuf|json-schema`, values decoded to JSON by the
 //!   registry's schemas;
 //! * `commit.rs`: `--commit-kafka-offsets`, the stored offsets copied to the group in Kafka for
-//!   lag tools (never read back).
+//!   lag tools (never read back);
+//! * the status page is [`crate::status::inbox`]'s: the writer and the consumer write its board.
 
 mod beat;
 mod commit;
@@ -55,8 +56,8 @@ pub async fn run(cfg: InboxConfig, shutdown: CancellationToken) -> Result<u8, Er
     let health = Health::new(cfg.health_stall_timeout);
     let beat = std::sync::Arc::new(beat::Beat::new());
     if let Some(addr) = cfg.metrics_addr {
-        let bound = crate::serve::serve(addr, health.clone(), None).await?;
-        tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
+        let bound = crate::serve::serve_inbox(addr, health.clone(), facts(&cfg)).await?;
+        tracing::info!(%bound, "serving /metrics, /healthz, /readyz and the status page (/ and /status.json)");
     }
     let mut writer = writer::Writer::new(cfg.clone(), health.clone(), beat.clone())?;
     // The schema must be there before the first assignment asks for offsets; a transient failure
@@ -78,7 +79,8 @@ pub async fn run(cfg: InboxConfig, shutdown: CancellationToken) -> Result<u8, Er
             Err(e) => return Err(e),
         }
     }
-    let (tx, mut rx) = mpsc::channel(cfg.batch_size.saturating_mul(4).max(64));
+    // About four batches of records in chunks (at most `CHUNK` records each) between the threads.
+    let (tx, mut rx) = mpsc::channel(cfg.batch_size.saturating_mul(4).div_ceil(consumer::CHUNK).max(4));
     let running = consumer::start(&cfg, tx, beat, writer.commits())?;
     tracing::info!(group = %cfg.group, table = %format!("{}.{}", cfg.schema, cfg.table), "inbox consuming");
     let outcome = writer.run(&mut rx, &shutdown).await;
@@ -94,4 +96,20 @@ pub async fn run(cfg: InboxConfig, shutdown: CancellationToken) -> Result<u8, Er
         return Err(Definite::TaskEnded { task: "the Kafka consumer thread".into(), how: "it panicked".into() }.into());
     }
     outcome.map(|()| 0)
+}
+
+/// What the status page shows of this inbox's configuration (the server in its masked form).
+fn facts(cfg: &InboxConfig) -> crate::status::inbox::InboxFacts {
+    use crate::config::inbox::Subscription;
+    crate::status::inbox::InboxFacts {
+        group: cfg.group.clone(),
+        table: format!("{}.{}", cfg.schema, cfg.table),
+        topics: match &cfg.subscription {
+            Subscription::Topics(t) => t.join(", "),
+            Subscription::Pattern(p) => format!("pattern {p}"),
+        },
+        server: cfg.postgres.to_string(),
+        dead_letter_topic: cfg.dlq_topic.clone(),
+        batch_size: cfg.batch_size as u64,
+    }
 }

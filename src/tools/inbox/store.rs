@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Statement};
 
 use super::record::Row;
 use crate::error::Error;
@@ -133,8 +133,7 @@ pub struct Written {
     pub inserted: i64,
 }
 
-/// The batch statement's text for `names` (prepared once per connection by tokio-postgres' cache
-/// of the text; the same text every time).
+/// The batch statement's text for `names` (prepared once per connection: [`prepare_batch`]).
 pub fn batch_sql(names: &Names) -> String {
     format!(
         "WITH input AS ( \
@@ -207,11 +206,20 @@ fn write_error(grants: &str, e: tokio_postgres::Error) -> WriteError {
     }
 }
 
+/// The batch statement ([`batch_sql`]) prepared on `client`, once per connection. A table that
+/// lacks a column fails here, as the batch would, with the same message.
+pub async fn prepare_batch(client: &Client, sql: &str) -> Result<Statement, WriteError> {
+    client.prepare(sql).await.map_err(|e| {
+        write_error("the role needs SELECT, INSERT on the table and SELECT, INSERT, UPDATE on TABLE_offsets", e)
+    })
+}
+
 /// Write `rows` and move each partition of `next` to its offset, in one statement (one
-/// transaction). `next` must hold each partition once.
+/// transaction, one round trip: `statement` is [`prepare_batch`]'s). `next` must hold each
+/// partition once.
 pub async fn write_batch(
     client: &Client,
-    sql: &str,
+    statement: &Statement,
     group: &str,
     rows: &[Row],
     next: &HashMap<(String, i32), i64>,
@@ -233,7 +241,7 @@ pub async fn write_batch(
     let n_offs: Vec<i64> = next.values().copied().collect();
     let row = client
         .query_one(
-            sql,
+            statement,
             &[
                 &group, &ids, &topics, &parts, &offs, &agg, &keys, &types, &payloads, &json, &headers, &ts, &n_topics,
                 &n_parts, &n_offs,

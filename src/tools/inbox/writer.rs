@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Statement};
 use tokio_util::sync::CancellationToken;
 
 use super::beat::Beat;
@@ -38,6 +38,7 @@ use crate::error::{Definite, Error};
 use crate::health::Health;
 use crate::metrics::InboxMetrics;
 use crate::pg::admin::connect_primary;
+use crate::status::inbox::inbox_board;
 
 /// When the writer's periodic chores are next due: the backlog gauges every [`Chores::BACKLOG`],
 /// pruning every [`Chores::PRUNE`] (the first 30 s after the start). By the clock, not by counted
@@ -84,7 +85,9 @@ pub struct Writer {
     names: Names,
     naming: Naming,
     sql: String,
-    client: Option<Client>,
+    /// The connection, and the batch statement prepared on it (parsed once per connection, so a
+    /// batch is one round trip: Bind and Execute).
+    client: Option<(Client, Statement)>,
     health: Arc<Health>,
     /// The consumer thread's heartbeat: the writer's ticks count only while it beats too.
     beat: Arc<Beat>,
@@ -141,8 +144,10 @@ impl Writer {
     pub async fn prepare(&mut self) -> Result<(), Error> {
         let client = connect_primary(&self.cfg.postgres).await?;
         store::ensure_schema(&client, &self.names).await?;
-        self.client = Some(client);
+        let statement = store::prepare_batch(&client, &self.sql).await.map_err(WriteError::into_error)?;
+        self.client = Some((client, statement));
         self.health.set_streaming(true);
+        inbox_board().writer(None);
         Ok(())
     }
 
@@ -178,7 +183,16 @@ impl Writer {
                     }
                 }
                 input = rx.recv() => match input {
-                    Some(i) => self.take(i, shutdown).await?,
+                    Some(i) => {
+                        // The consumer had nothing more buffered and nothing waits behind it: write
+                        // now rather than wait out --batch-timeout (a lone record's latency); in a
+                        // catch-up the channel is never empty and batches fill.
+                        let idle = matches!(i, Input::Records(_, true));
+                        self.take(i, shutdown).await?;
+                        if idle && rx.is_empty() {
+                            self.flush(shutdown).await?;
+                        }
+                    }
                     None => return Err(Definite::TaskEnded {
                         task: "the Kafka consumer thread".into(),
                         how: "its channel closed".into(),
@@ -192,30 +206,9 @@ impl Writer {
 
     async fn take(&mut self, input: Input, shutdown: &CancellationToken) -> Result<(), Error> {
         match input {
-            Input::Record(r) => {
-                let part = (r.topic.clone(), r.partition);
-                match self.next.get(&part) {
-                    Some(n) if r.offset >= *n => {}
-                    // Stored already, or a partition no longer ours: nothing to do.
-                    _ => return Ok(()),
-                }
-                let Some(decoded) = self.decode(&r, shutdown).await? else { return Ok(()) };
-                self.next.insert(part.clone(), r.offset + 1);
-                self.batch.next.insert(part, r.offset + 1);
-                self.batch.since.get_or_insert_with(Instant::now);
-                match (to_row(r, &self.naming), decoded) {
-                    (Ok(mut row), Ok(json)) => {
-                        if let Some(json) = json {
-                            // The same rule as for JSON values: what jsonb refuses stays bytes only.
-                            row.payload_json = super::record::jsonb_text(json.as_bytes());
-                        }
-                        self.batch.rows.push(row);
-                    }
-                    (Ok(row), Err(bad)) => self.batch.bad.push((bad, row.received())),
-                    (Err(bad), _) => self.batch.bad.push(bad),
-                }
-                if self.batch.rows.len() >= self.cfg.batch_size {
-                    self.flush(shutdown).await?;
+            Input::Records(rs, _) => {
+                for r in rs {
+                    self.record(r, shutdown).await?;
                 }
             }
             Input::Assign(parts, reply) => {
@@ -253,6 +246,7 @@ impl Writer {
                 let starts = starts
                     .into_iter()
                     .map(|(part, off, at)| {
+                        inbox_board().assigned(&part.0, part.1, at);
                         self.next.insert(part.clone(), at.unwrap_or(i64::MIN));
                         (part, off)
                     })
@@ -277,9 +271,39 @@ impl Writer {
                 self.flush(shutdown).await?;
                 for p in &parts {
                     self.next.remove(p);
+                    inbox_board().revoked(&p.0, p.1);
                 }
                 let _ = reply.send(());
             }
+        }
+        Ok(())
+    }
+
+    /// One record into the batch (written when full), unless it was stored already.
+    async fn record(&mut self, r: Received, shutdown: &CancellationToken) -> Result<(), Error> {
+        let part = (r.topic.clone(), r.partition);
+        match self.next.get(&part) {
+            Some(n) if r.offset >= *n => {}
+            // Stored already, or a partition no longer ours: nothing to do.
+            _ => return Ok(()),
+        }
+        let Some(decoded) = self.decode(&r, shutdown).await? else { return Ok(()) };
+        self.next.insert(part.clone(), r.offset + 1);
+        self.batch.next.insert(part, r.offset + 1);
+        self.batch.since.get_or_insert_with(Instant::now);
+        match (to_row(r, &self.naming), decoded) {
+            (Ok(mut row), Ok(json)) => {
+                if let Some(json) = json {
+                    // The same rule as for JSON values: what jsonb refuses stays bytes only.
+                    row.payload_json = super::record::jsonb_text(json.as_bytes());
+                }
+                self.batch.rows.push(row);
+            }
+            (Ok(row), Err(bad)) => self.batch.bad.push((bad, row.received())),
+            (Err(bad), _) => self.batch.bad.push(bad),
+        }
+        if self.batch.rows.len() >= self.cfg.batch_size {
+            self.flush(shutdown).await?;
         }
         Ok(())
     }
@@ -352,7 +376,7 @@ impl Writer {
     /// The backlog gauges, from the table; a failure only leaves them as they were (the next
     /// write finds out whether PostgreSQL is away).
     async fn backlog(&self) {
-        let Some(client) = &self.client else { return };
+        let Some((client, _)) = &self.client else { return };
         let sql = format!(
             "SELECT count(*), coalesce(extract(epoch FROM now() - min(received_at)), 0)::float8 \
                FROM {} WHERE processed_at IS NULL",
@@ -367,7 +391,7 @@ impl Writer {
     /// `--retain`: rounds of `inbox_prune` until a round deletes less than a full one (a few at
     /// most per minute, so the batches never wait long). A failure waits for the next minute.
     async fn prune(&self) {
-        let (Some(retain), Some(client)) = (self.cfg.retain, &self.client) else { return };
+        let (Some(retain), Some((client, _))) = (self.cfg.retain, &self.client) else { return };
         for _ in 0..10 {
             match store::prune(client, &self.names, retain, self.cfg.dedupe_window).await {
                 Ok(n) if n > 0 => {
@@ -408,7 +432,7 @@ impl Writer {
     }
 
     async fn load(&mut self, parts: &[Part]) -> Result<HashMap<Part, i64>, Error> {
-        let client = self.client.as_ref().ok_or_else(not_connected)?;
+        let (client, _) = self.client.as_ref().ok_or_else(not_connected)?;
         store::load_offsets(client, &self.names, &self.cfg.group, parts).await
     }
 
@@ -427,6 +451,9 @@ impl Writer {
         // Rows dead-lettered by this batch's attempts: none is copied twice while it is retried.
         self.refused.clear();
         if let Some(Done::Written(Some(n))) = written? {
+            for ((topic, p), next) in &batch.next {
+                inbox_board().stored(topic, *p, *next);
+            }
             self.metrics.written(n as u64, (batch.rows.len() as u64).saturating_sub(n as u64));
             tracing::debug!(records = batch.rows.len(), inserted = n, "batch written");
         }
@@ -447,6 +474,7 @@ impl Writer {
             attempt += 1;
         }
         self.metrics.dead_lettered(bad.reason);
+        crate::status::board().dead_lettered(None, Some(&r.topic), bad.reason, &bad.message);
         true
     }
 
@@ -455,9 +483,9 @@ impl Writer {
     /// passed over. Any other refusal stops the inbox, with nothing dead-lettered. `None` when
     /// shutdown came while a copy waited for Kafka.
     async fn write(&mut self, batch: &Batch, shutdown: &CancellationToken) -> Result<Option<i64>, Error> {
-        let client = self.client.as_ref().ok_or_else(not_connected)?;
+        let (client, stmt) = self.client.as_ref().ok_or_else(not_connected)?;
         let group = &self.cfg.group;
-        match store::write_batch(client, &self.sql, group, &batch.rows, &batch.next).await {
+        match store::write_batch(client, stmt, group, &batch.rows, &batch.next).await {
             Ok(w) => return Ok(Some(w.inserted)),
             Err(WriteError::Row(e)) if !batch.rows.is_empty() => {
                 tracing::warn!("the batch was refused ({e}); writing its rows one by one");
@@ -470,9 +498,9 @@ impl Writer {
             if self.refused.contains(&at) {
                 continue;
             }
-            let client = self.client.as_ref().ok_or_else(not_connected)?;
+            let (client, stmt) = self.client.as_ref().ok_or_else(not_connected)?;
             let next = HashMap::from([((row.topic.clone(), row.partition), row.offset + 1)]);
-            match store::write_batch(client, &self.sql, group, std::slice::from_ref(row), &next).await {
+            match store::write_batch(client, stmt, group, std::slice::from_ref(row), &next).await {
                 Ok(w) => inserted += w.inserted,
                 Err(WriteError::Row(e)) => {
                     let why = format!(
@@ -488,8 +516,8 @@ impl Writer {
                 Err(e) => return Err(e.into_error()),
             }
         }
-        let client = self.client.as_ref().ok_or_else(not_connected)?;
-        store::write_batch(client, &self.sql, group, &[], &batch.next).await.map_err(WriteError::into_error)?;
+        let (client, stmt) = self.client.as_ref().ok_or_else(not_connected)?;
+        store::write_batch(client, stmt, group, &[], &batch.next).await.map_err(WriteError::into_error)?;
         Ok(Some(inserted))
     }
 
@@ -513,6 +541,7 @@ impl Writer {
                     }
                     Err(Error::Transient(e)) => {
                         tracing::warn!("{e}; retrying, nothing is lost (readiness 503 meanwhile)");
+                        inbox_board().writer(Some(&e.to_string()));
                         self.client = None;
                     }
                     Err(e) => return Err(e),
