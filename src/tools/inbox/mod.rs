@@ -32,6 +32,7 @@
 //! * `commit.rs`: `--commit-kafka-offsets`, the stored offsets copied to the group in Kafka for
 //!   lag tools (never read back).
 
+mod avro_walk;
 mod beat;
 mod commit;
 mod consumer;

@@ -304,7 +304,7 @@ impl Writer {
                         tracing::info!("the schema registry answers again; resuming");
                         self.health.set_streaming(true);
                     }
-                    return Ok(Some(Ok(Some(json))));
+                    return Ok(Some(Ok(json)));
                 }
                 Err(Failure::Bad(bad)) => return Ok(Some(Err(bad))),
                 Err(Failure::Definite(e)) => return Err(Definite::Config(e).into()),
@@ -505,7 +505,9 @@ impl Writer {
                 };
                 match done {
                     Ok(v) => {
-                        if let Step::Write(batch) = step {
+                        // Only a batch whose offsets PostgreSQL committed: `Written(None)` is a
+                        // shutdown before them, and Kafka must never be ahead of PostgreSQL.
+                        if let (Step::Write(batch), Done::Written(Some(_))) = (step, &v) {
                             self.commits.stored(&batch.next);
                         }
                         self.health.set_streaming(true);
