@@ -9,18 +9,21 @@
 //! answers) and kept for the process: an id never changes its schema.
 //!
 //! How a value maps to JSON: Avro by value (a record or map is an object, a union its branch's
-//! value, an enum its symbol, bytes and fixed an array of numbers, logical types their underlying
-//! number); Protobuf with its JSON mapping, but field names as declared in the `.proto`, 64-bit
-//! integers as numbers and fields at their default value included; JSON Schema as the body's own
-//! JSON (the schema id is checked, the body is not validated again).
+//! value, an enum its symbol, bytes, fixed, decimal and duration an array of byte values, uuid
+//! its text, the date and time types their number; a NaN or infinite float has no JSON, so the
+//! row keeps the bytes only); Protobuf with its JSON mapping, but field names as declared in the
+//! `.proto`, 64-bit integers as numbers and fields at their default value included; JSON Schema as
+//! the body's own JSON (the schema id is checked, the body is not validated again).
 //!
 //! Invariant: what is classified here is decided once, from the record and the registry's
 //! answer, never from message text. A record that cannot be decoded ([`Failure::Bad`]: not the
-//! wire format, an id the registry does not know, a schema of another format or one that does
-//! not compile, a body that does not decode) is a fact about that record: it is dead-lettered and
-//! the inbox moves on. A registry that cannot be asked ([`Failure::Unavailable`]) is never a fact
-//! about a record: the writer pauses and asks again. Refused credentials are
-//! [`Failure::Definite`]: an operator must act. A bad answer is kept [`RETRY_BAD_AFTER`] only, so
+//! wire format, an id the registry does not know, a schema that does not compile, a body that
+//! does not decode or nests deeper than 128 levels) is a fact about that record: it is
+//! dead-lettered and the inbox moves on. A registry that cannot be asked
+//! ([`Failure::Unavailable`]) is never a fact about a record: the writer pauses and asks again.
+//! Refused credentials, and a schema of another type than `--value-format` (a wrong flag or
+//! registry URL would otherwise dead-letter the whole topic), are [`Failure::Definite`]: an
+//! operator must act. A bad answer is kept [`RETRY_BAD_AFTER`] only, so
 //! registering a missing schema takes effect without a restart.
 
 use std::collections::HashMap;
