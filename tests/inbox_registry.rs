@@ -192,7 +192,7 @@ fn run_encodes_and_inbox_decodes_avro_protobuf_and_json_schema_bad_records_dead_
         "avro",
         "avro.order.events",
         &reg.url_via(proxy.port),
-        &["--metrics-addr", &addr],
+        &["--metrics-addr", &addr, "--schema-missing-timeout", "5s"],
     ));
     assert!(wait_until(Duration::from_secs(40), || avro.log().contains("waiting for the registry")), "{}", avro.log());
     std::thread::sleep(Duration::from_secs(3));
@@ -264,6 +264,13 @@ fn run_encodes_and_inbox_decodes_avro_protobuf_and_json_schema_bad_records_dead_
             .unwrap_or_default()
     };
     assert!(message("bad-id").contains(&format!("schema id {unknown_id}")), "{}", message("bad-id"));
+    // The unknown id held the inbox for --schema-missing-timeout first (it may be registered late).
+    let waited = format!("schema id {unknown_id} is not in the registry");
+    assert!(
+        avro.log().lines().any(|l| l.contains(&waited) && l.contains("--schema-missing-timeout")),
+        "{}",
+        avro.log()
+    );
     assert!(message("bad-magic").contains("avro.order.events/0/3"), "{}", message("bad-magic"));
     avro.stop_cleanly();
     for o in &mut others {

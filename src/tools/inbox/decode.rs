@@ -78,14 +78,24 @@ pub struct Decoder {
     registry: Registry,
     format: Format,
     schemas: HashMap<u32, Entry>,
+    /// `--schema-missing-timeout`: how long an unknown id is waited for before its records are bad.
+    missing_timeout: Duration,
+    /// Unknown ids and when the registry first said so.
+    missing_since: HashMap<u32, Instant>,
 }
 
 impl Decoder {
     /// For `cfg.value`'s format (set by the config for `--value-format` avro, protobuf or json-schema).
-    pub fn new(cfg: &RegistryConfig) -> Result<Decoder, String> {
+    pub fn new(cfg: &RegistryConfig, missing_timeout: Duration) -> Result<Decoder, String> {
         let format = cfg.value.ok_or_else(|| "a registry decoder without a value format".to_owned())?;
         cap_avro_allocation();
-        Ok(Decoder { registry: Registry::new(cfg)?, format, schemas: HashMap::new() })
+        Ok(Decoder {
+            registry: Registry::new(cfg)?,
+            format,
+            schemas: HashMap::new(),
+            missing_timeout,
+            missing_since: HashMap::new(),
+        })
     }
 
     /// `payload` as JSON text (`None` for a datum JSON cannot hold, such as an Avro NaN: the row
@@ -120,6 +130,7 @@ impl Decoder {
         }
         let entry = match self.registry.by_id(id).await {
             Ok(answer) => {
+                self.missing_since.remove(&id);
                 let kind = answer.schema_type.as_deref().unwrap_or("AVRO").to_ascii_uppercase();
                 // A schema of another type than --value-format is the flag's (or the URL's)
                 // mistake, not the record's: dead-lettering would empty the whole topic into the
@@ -138,6 +149,20 @@ impl Decoder {
             Err(e @ RegistryError::Unavailable { .. }) => return Err(Failure::Unavailable(e.to_string())),
             Err(e @ RegistryError::Refused { .. }) => return Err(Failure::Definite(e.to_string())),
             Err(RegistryError::NotRegistered { url, .. } | RegistryError::Missing { url, .. }) => {
+                // Registered late (a producer ahead of its registration), or a wrong registry:
+                // wait like an outage, for a bounded time, so one stray id cannot hold the inbox
+                // forever. The time counts from the first answer, across records of the id.
+                if self.missing_since.len() >= MAX_BAD_KEPT && !self.missing_since.contains_key(&id) {
+                    self.missing_since.clear();
+                }
+                let since = *self.missing_since.entry(id).or_insert_with(Instant::now);
+                if since.elapsed() < self.missing_timeout {
+                    return Err(Failure::Unavailable(format!(
+                        "schema id {id} is not in the registry {url} (a wrong --schema-registry-url, or not registered \
+                         yet); its records wait up to --schema-missing-timeout {:?} before they are dead-lettered",
+                        self.missing_timeout
+                    )));
+                }
                 Err((Instant::now(), SCHEMA_MISSING, format!("schema id {id} is not in the registry {url}")))
             }
             Err(e) => Err((Instant::now(), SCHEMA_INVALID, e.to_string())),
@@ -315,7 +340,7 @@ message OrderCancelled { string id = 1; string reason = 2; }
 
     #[test]
     fn avro_allocations_are_capped_at_64_mib_once_a_decoder_exists() {
-        Decoder::new(&cfg("http://127.0.0.1:9")).unwrap();
+        Decoder::new(&cfg("http://127.0.0.1:9"), Duration::ZERO).unwrap();
         // A string claiming 100 MiB (over our cap, under apache-avro's default 512 MiB), read by
         // apache-avro itself (the walk would refuse it first for want of bytes).
         let mut len = Vec::new();
@@ -412,6 +437,10 @@ message OrderCancelled { string id = 1; string reason = 2; }
 
     /// A registry on loopback answering every request 200 with `body`; its URL and the requests seen.
     fn registry(body: &'static str) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        registry_answering(200, body)
+    }
+
+    fn registry_answering(status: u16, body: &'static str) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
         use std::io::{Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -428,7 +457,7 @@ message OrderCancelled { string id = 1; string reason = 2; }
                 counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let _ = write!(
                     conn,
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                     body.len()
                 );
             }
@@ -439,7 +468,7 @@ message OrderCancelled { string id = 1; string reason = 2; }
     #[tokio::test]
     async fn an_id_beyond_2_31_is_a_bad_record_without_asking_the_registry() {
         let (url, seen) = registry(r#"{"schema":"{}","schemaType":"JSON"}"#);
-        let mut d = Decoder::new(&cfg(&url)).unwrap();
+        let mut d = Decoder::new(&cfg(&url), Duration::ZERO).unwrap();
         for id in [[0x80, 0, 0, 0], [0xff, 0xff, 0xff, 0xff]] {
             let mut v = vec![0];
             v.extend_from_slice(&id);
@@ -456,7 +485,7 @@ message OrderCancelled { string id = 1; string reason = 2; }
     #[tokio::test]
     async fn a_schema_of_another_type_stops_the_inbox_naming_the_flag() {
         let (url, _) = registry(r#"{"schema":"\"string\""}"#);
-        let mut d = Decoder::new(&cfg(&url)).unwrap();
+        let mut d = Decoder::new(&cfg(&url), Duration::ZERO).unwrap();
         let Err(Failure::Definite(e)) = d.decode(&[0, 0, 0, 0, 7, b'1'], "t/0/1").await else { panic!("not definite") };
         assert!(e.contains("schema id 7") && e.contains("AVRO") && e.contains("--value-format json-schema"), "{e}");
         assert!(!e.contains('\n'), "{e}");
@@ -465,10 +494,29 @@ message OrderCancelled { string id = 1; string reason = 2; }
     #[tokio::test]
     async fn deep_json_is_a_bad_record() {
         let (url, _) = registry(r#"{"schema":"{}","schemaType":"JSON"}"#);
-        let mut d = Decoder::new(&cfg(&url)).unwrap();
+        let mut d = Decoder::new(&cfg(&url), Duration::ZERO).unwrap();
         let mut v = vec![0, 0, 0, 0, 3];
         v.extend(std::iter::repeat_n(b'[', 5000).chain(std::iter::repeat_n(b']', 5000)));
         let Err(Failure::Bad(b)) = d.decode(&v, "t/0/1").await else { panic!("not bad") };
         assert_eq!(b.reason, UNDECODABLE);
+    }
+
+    #[tokio::test]
+    async fn an_unknown_id_waits_for_the_timeout_then_is_a_bad_record() {
+        let (url, seen) = registry_answering(404, r#"{"error_code":40403,"message":"Schema 5 not found"}"#);
+        let mut d = Decoder::new(&cfg(&url), Duration::from_millis(600)).unwrap();
+        let v = [0, 0, 0, 0, 5, b'1'];
+        let Err(Failure::Unavailable(e)) = d.decode(&v, "t/0/1").await else { panic!("not a wait") };
+        assert!(e.contains("schema id 5") && e.contains(&url) && e.contains("--schema-missing-timeout"), "{e}");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let Err(Failure::Bad(b)) = d.decode(&v, "t/0/2").await else { panic!("not bad") };
+        assert_eq!(b.reason, SCHEMA_MISSING, "{}", b.message);
+        // Kept: the next record of the id is bad at once, without asking.
+        let asked = seen.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(matches!(d.decode(&v, "t/0/3").await, Err(Failure::Bad(_))));
+        assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), asked);
+        // A timeout of 0: bad at once.
+        let mut now = Decoder::new(&cfg(&url), Duration::ZERO).unwrap();
+        assert!(matches!(now.decode(&v, "t/0/1").await, Err(Failure::Bad(b)) if b.reason == SCHEMA_MISSING));
     }
 }

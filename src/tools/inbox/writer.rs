@@ -110,7 +110,12 @@ impl Writer {
             Naming { event_id_header: cfg.event_id_header.clone(), event_type_header: cfg.event_type_header.clone() };
         let sql = store::batch_sql(&names);
         let dead = DeadLetters::new(&cfg.kafka, &cfg.dlq_topic)?;
-        let decoder = cfg.registry.as_ref().map(Decoder::new).transpose().map_err(Definite::Config)?;
+        let decoder = cfg
+            .registry
+            .as_ref()
+            .map(|r| Decoder::new(r, cfg.schema_missing_timeout))
+            .transpose()
+            .map_err(Definite::Config)?;
         let commits = Arc::new(Commits::new(cfg.commit_kafka_offsets));
         Ok(Writer {
             cfg,
