@@ -1,6 +1,7 @@
-//! `outboxd inbox` against real Kafka and PostgreSQL, for two findings of the registry/offsets
+//! `outboxd inbox` against real Kafka and PostgreSQL, for findings of the registry/offsets
 //! review: Kafka's copy of the offsets (`--commit-kafka-offsets`) is never ahead of PostgreSQL's,
-//! even when shutdown comes while a refused row's dead-letter copy waits for Kafka; and the
+//! even when shutdown comes while a refused row's dead-letter copy waits for Kafka, or while two
+//! processes of the group rebalance under load (and equals it at the end); and the
 //! cleartext-credentials warning of an `http://` registry URL is logged by `inbox` as by `run`.
 
 mod common;
@@ -124,4 +125,145 @@ fn inbox_warns_of_registry_credentials_over_http() {
     assert!(inbox.wait_for_log("PostgreSQL not reachable", Duration::from_secs(30)), "{}", inbox.log());
     assert!(!inbox.log().contains("clear text"), "{}", inbox.log());
     inbox.kill9();
+}
+
+/// Per partition of `TOPIC` (0..n): Kafka's committed offset for `group` (`None`: none).
+fn committed_all(broker: &Broker, group: &str, n: i32) -> Vec<Option<i64>> {
+    let mut cfg = broker.client_config();
+    cfg.set("group.id", group);
+    let c: BaseConsumer = cfg.create().expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..n {
+        tpl.add_partition(TOPIC, p);
+    }
+    let got = c.committed_offsets(tpl, Duration::from_secs(10)).expect("committed offsets");
+    (0..n)
+        .map(|p| match got.find_partition(TOPIC, p).map(|e| e.offset()) {
+            Some(Offset::Offset(n)) => Some(n),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Per partition (0..n): the next offset stored in PostgreSQL (`None`: none, or no table yet).
+fn stored_all(pg: &PgCluster, group: &str, n: i32) -> Vec<Option<i64>> {
+    let out = pg.psql(&format!(
+        "SELECT string_agg(p::text || ':' || coalesce(o.next_offset::text, ''), ',' ORDER BY p) \
+           FROM generate_series(0, {}) p LEFT JOIN public.inbox_offsets o \
+             ON o.kafka_partition = p AND o.group_id = '{group}' AND o.topic = '{TOPIC}'",
+        n - 1
+    ));
+    if !out.contains(':') {
+        return vec![None; n as usize];
+    }
+    out.trim().split(',').map(|e| e.split_once(':').and_then(|(_, v)| v.parse().ok())).collect()
+}
+
+#[test]
+fn kafka_offsets_follow_postgresql_through_rebalances_never_ahead() {
+    const PARTS: i32 = 4;
+    const TOTAL: usize = 4000;
+    let pg = PgCluster::start();
+    pg.apply_sql_file(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/08_inbox.sql"));
+    // Each batch's transaction takes 250 ms, so an offset sent to Kafka before PostgreSQL's commit
+    // would be seen ahead by the checks below (every 200 ms).
+    pg.psql(
+        "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.25); RETURN NULL; END $$; \
+         CREATE TRIGGER slow AFTER INSERT ON public.inbox FOR EACH STATEMENT EXECUTE FUNCTION slow()",
+    );
+    let broker = Broker::start();
+    broker.create_topic(TOPIC, PARTS);
+    let bootstrap = broker.bootstrap();
+    // A steady producer, 4000 records over about 8 s, keys spread over the partitions.
+    let producer: BaseProducer = broker.client_config().create().unwrap();
+    let load = std::thread::spawn(move || {
+        for n in 0..TOTAL {
+            let id = format!("e{n}");
+            let headers = OwnedHeaders::new().insert(Header { key: "id", value: Some(id.as_str()) });
+            let key = format!("k{}", n % 64);
+            let payload = format!("{{\"n\":{n}}}");
+            while producer.send(BaseRecord::to(TOPIC).key(&key).payload(&payload).headers(headers.clone())).is_err() {
+                producer.poll(Duration::from_millis(10));
+            }
+            if n % 50 == 49 {
+                producer.poll(Duration::ZERO);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+    });
+    let inbox = || {
+        Outboxd::spawn(&args(&[
+            "inbox",
+            "--kafka-brokers",
+            &bootstrap,
+            "--postgres-url",
+            &pg.url(),
+            "--topics",
+            TOPIC,
+            "--group",
+            "lag",
+            "--metrics-addr",
+            "off",
+            "--batch-size",
+            "200",
+            "--kafka-property",
+            "session.timeout.ms=6000",
+            "--kafka-property",
+            "heartbeat.interval.ms=500",
+        ]))
+    };
+    // Kafka read before PostgreSQL (which only grows): Kafka's must never be the higher.
+    let mut checks = 0;
+    let mut check = |when: &str| {
+        let kafka = committed_all(&broker, "lag", PARTS);
+        let stored = stored_all(&pg, "lag", PARTS);
+        for (p, (k, s)) in kafka.iter().zip(&stored).enumerate() {
+            if let Some(k) = k {
+                assert!(s.is_some_and(|s| *k <= s), "{when}: partition {p}: Kafka {k} ahead of PostgreSQL {s:?}");
+            }
+        }
+        checks += 1;
+    };
+    let mut a = inbox();
+    let until = |secs: u64, check: &mut dyn FnMut(&str), when: &str| {
+        let end = std::time::Instant::now() + Duration::from_secs(secs);
+        while std::time::Instant::now() < end {
+            check(when);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    until(4, &mut check, "A alone");
+    let mut b = inbox();
+    until(4, &mut check, "B joining");
+    assert!(
+        a.log().contains("revoked") && b.log().contains("assigned"),
+        "no rebalance:\nA:\n{}\nB:\n{}",
+        a.log(),
+        b.log()
+    );
+    a.stop_cleanly();
+    until(3, &mut check, "A left");
+    load.join().unwrap();
+    let total = TOTAL as i64;
+    let sum = |v: &[Option<i64>]| v.iter().map(|o| o.unwrap_or(0)).sum::<i64>();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while sum(&stored_all(&pg, "lag", PARTS)) < total && std::time::Instant::now() < deadline {
+        check("draining");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let stored = stored_all(&pg, "lag", PARTS);
+    assert_eq!(sum(&stored), total, "{}", b.log());
+    let rows: i64 = pg.psql("SELECT count(DISTINCT event_id) FROM public.inbox").trim().parse().unwrap();
+    assert_eq!(rows, total, "{}", b.log());
+    // At the end, Kafka has what PostgreSQL has (commits go out within 200 ms).
+    assert!(
+        wait_until(Duration::from_secs(10), || committed_all(&broker, "lag", PARTS) == stored),
+        "Kafka {:?}, PostgreSQL {stored:?}:\n{}",
+        committed_all(&broker, "lag", PARTS),
+        b.log()
+    );
+    check("at the end");
+    assert!(checks > 30, "{checks} checks");
+    b.stop_cleanly();
 }
