@@ -149,6 +149,9 @@ fn inbox(args: &outboxd::config::InboxArgs) -> ExitCode {
         }
     };
     init_logging(cfg.log_format);
+    if let Some(w) = cfg.registry.as_ref().and_then(outboxd::format::registry::cleartext_credentials) {
+        tracing::warn!("{w}");
+    }
     let run = async move {
         let shutdown = CancellationToken::new();
         spawn_signal_handler(shutdown.clone())

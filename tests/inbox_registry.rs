@@ -5,8 +5,9 @@
 //! * Registry formats: `outboxd run --value-converter avro`, `protobuf` and `json-schema` encode
 //!   outbox rows; `outboxd inbox --value-format …` decodes them: each inbox row's `payload_json`
 //!   equals its outbox row's payload and its `payload` the Kafka value's bytes. Records that do
-//!   not decode (not the wire format, an unknown schema id, a corrupt body) are dead-lettered
-//!   with their reasons, and the inbox moves on. While the registry is unreachable, the inbox
+//!   not decode (not the wire format, an unknown schema id after `--schema-missing-timeout`, a
+//!   corrupt body, a recursive value 5000 levels deep) are dead-lettered with their reasons, and
+//!   the inbox moves on. While the registry is unreachable, the inbox
 //!   waits (readiness 503) and dead-letters nothing; then everything arrives.
 //! * Kafka's copy of the offsets: after a drain the group's committed offsets in Kafka are the
 //!   log's end (lag 0 for lag tools); an offset set ahead by hand with kafka-consumer-groups is
@@ -175,10 +176,22 @@ fn run_encodes_and_inbox_decodes_avro_protobuf_and_json_schema_bad_records_dead_
     let mut cut = vec![0u8];
     cut.extend_from_slice(&ids[0].to_be_bytes());
     cut.extend_from_slice(&[0x06, b'o', b'-']);
+    // A linked list 5000 levels deep (one byte a level) of a recursive schema: a bad record, not a
+    // stack overflow of the process.
+    let list = reg.register(
+        "nodes-value",
+        "AVRO",
+        r#"{"type":"record","name":"Node","fields":[{"name":"next","type":["null","Node"]}]}"#,
+    );
+    let mut deep = vec![0u8];
+    deep.extend_from_slice(&list.to_be_bytes());
+    deep.extend(std::iter::repeat_n(2u8, 5000));
+    deep.push(0);
     let p = producer(&broker);
     send(&p, "avro.order.events", None, "bad-magic", br#"{"order_id": "o-9"}"#);
     send(&p, "avro.order.events", None, "bad-id", &unknown);
     send(&p, "avro.order.events", None, "bad-body", &cut);
+    send(&p, "avro.order.events", None, "bad-deep", &deep);
     p.flush(Duration::from_secs(10)).expect("flush");
 
     // The Avro inbox starts with the registry unreachable: it waits, 503, dead-letters nothing.
@@ -192,7 +205,7 @@ fn run_encodes_and_inbox_decodes_avro_protobuf_and_json_schema_bad_records_dead_
         "avro",
         "avro.order.events",
         &reg.url_via(proxy.port),
-        &["--metrics-addr", &addr],
+        &["--metrics-addr", &addr, "--schema-missing-timeout", "5s"],
     ));
     assert!(wait_until(Duration::from_secs(40), || avro.log().contains("waiting for the registry")), "{}", avro.log());
     std::thread::sleep(Duration::from_secs(3));
@@ -215,7 +228,7 @@ fn run_encodes_and_inbox_decodes_avro_protobuf_and_json_schema_bad_records_dead_
             ))
         })
         .collect();
-    for ((format, event_type, .., payloads), want) in FORMATS.iter().zip([6, 3, 3]) {
+    for ((format, event_type, .., payloads), want) in FORMATS.iter().zip([7, 3, 3]) {
         let table = format!("inbox_{}", format.replace('-', "_"));
         let logs =
             || format!("avro:\n{}\n{}", avro.log(), others.iter().map(|o| o.log()).collect::<Vec<_>>().join("\n"));
@@ -241,7 +254,7 @@ fn run_encodes_and_inbox_decodes_avro_protobuf_and_json_schema_bad_records_dead_
         assert_eq!(bytes.lines().map(str::to_owned).collect::<Vec<_>>(), kafka, "{format}: payload bytes");
     }
 
-    let dead = broker.consume_all("inbox.dlq", 1, 3, Duration::from_secs(30));
+    let dead = broker.consume_all("inbox.dlq", 1, 4, Duration::from_secs(30));
     let mut reasons: Vec<(String, String)> = dead
         .iter()
         .map(|c| (c.header_str("id").unwrap_or_default(), c.header_str("outboxd.error").unwrap_or_default()))
@@ -251,6 +264,7 @@ fn run_encodes_and_inbox_decodes_avro_protobuf_and_json_schema_bad_records_dead_
         reasons,
         [
             ("bad-body".to_owned(), "inbox_undecodable".to_owned()),
+            ("bad-deep".into(), "inbox_undecodable".into()),
             ("bad-id".into(), "inbox_schema_missing".into()),
             ("bad-magic".into(), "inbox_not_wire_format".into())
         ],
@@ -264,7 +278,16 @@ fn run_encodes_and_inbox_decodes_avro_protobuf_and_json_schema_bad_records_dead_
             .unwrap_or_default()
     };
     assert!(message("bad-id").contains(&format!("schema id {unknown_id}")), "{}", message("bad-id"));
+    // The unknown id held the inbox for --schema-missing-timeout first (it may be registered late).
+    let waited = format!("schema id {unknown_id} is not in the registry");
+    assert!(
+        avro.log().lines().any(|l| l.contains(&waited) && l.contains("--schema-missing-timeout")),
+        "{}",
+        avro.log()
+    );
     assert!(message("bad-magic").contains("avro.order.events/0/3"), "{}", message("bad-magic"));
+    assert!(message("bad-deep").contains("deeper than 128"), "{}", message("bad-deep"));
+    assert!(avro.is_running(), "{}", avro.log());
     avro.stop_cleanly();
     for o in &mut others {
         o.stop_cleanly();

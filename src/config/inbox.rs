@@ -86,6 +86,11 @@ pub struct InboxArgs {
     pub value_format: ValueFormat,
     #[command(flatten)]
     pub registry: RegistryArgs,
+    /// With --value-format avro, protobuf or json-schema: how long a record whose schema id the
+    /// registry does not know holds the inbox (readiness 503, asked again with backoff: it may be
+    /// registered late) before it is dead-lettered as inbox_schema_missing; 0 dead-letters at once.
+    #[arg(long, env = "OUTBOXD_INBOX_SCHEMA_MISSING_TIMEOUT", default_value = "5m", value_name = "DURATION")]
+    pub schema_missing_timeout: String,
     /// After each PostgreSQL commit, also commit the stored next offsets to the group in Kafka
     /// (asynchronously, at most every 200 ms), for lag tools such as kafka-consumer-groups. They
     /// are never read: PostgreSQL's offsets decide where a partition starts. Costs one
@@ -142,6 +147,8 @@ pub struct InboxConfig {
     pub dlq_topic: String,
     /// `--value-format` avro, protobuf or json-schema: the registry (`value` set) to decode with.
     pub registry: Option<RegistryConfig>,
+    /// `--schema-missing-timeout`.
+    pub schema_missing_timeout: Duration,
     /// `--commit-kafka-offsets`.
     pub commit_kafka_offsets: bool,
     pub batch_size: usize,
@@ -212,6 +219,7 @@ impl InboxConfig {
             event_type_header: a.event_type_header.clone(),
             dlq_topic: a.dlq_topic.clone(),
             registry,
+            schema_missing_timeout: parse_duration("--schema-missing-timeout", &a.schema_missing_timeout)?,
             commit_kafka_offsets: a.commit_kafka_offsets,
             batch_size: a.batch_size,
             batch_timeout: parse_duration("--batch-timeout", &a.batch_timeout)?,

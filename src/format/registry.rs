@@ -132,6 +132,11 @@ impl Registry {
         })
     }
 
+    /// The registry's URL for messages, secrets masked.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
     /// The latest version registered under `subject`.
     pub async fn latest(&self, subject: &str) -> Result<Registered, RegistryError> {
         let body = self.call(reqwest::Method::GET, &["subjects", subject, "versions", "latest"], None, subject).await?;

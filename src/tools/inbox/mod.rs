@@ -28,11 +28,12 @@
 //! * `dead.rs`: bad records' copies on the dead-letter topic, which `outboxd dlq` reads;
 //! * `beat.rs`: the consumer thread's heartbeat, which `/healthz` needs beside the writer's;
 //! * `decode.rs`: `--value-format avro|protobuf|json-schema`, values decoded to JSON by the
-//!   registry's schemas;
+//!   registry's schemas (`avro_walk.rs`: an Avro datum checked whole and of bounded depth first);
 //! * `commit.rs`: `--commit-kafka-offsets`, the stored offsets copied to the group in Kafka for
 //!   lag tools (never read back);
 //! * the status page is [`crate::status::inbox`]'s: the writer and the consumer write its board.
 
+mod avro_walk;
 mod beat;
 mod commit;
 mod consumer;

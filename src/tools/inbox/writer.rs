@@ -113,7 +113,12 @@ impl Writer {
             Naming { event_id_header: cfg.event_id_header.clone(), event_type_header: cfg.event_type_header.clone() };
         let sql = store::batch_sql(&names);
         let dead = DeadLetters::new(&cfg.kafka, &cfg.dlq_topic)?;
-        let decoder = cfg.registry.as_ref().map(Decoder::new).transpose().map_err(Definite::Config)?;
+        let decoder = cfg
+            .registry
+            .as_ref()
+            .map(|r| Decoder::new(r, cfg.schema_missing_timeout))
+            .transpose()
+            .map_err(Definite::Config)?;
         let commits = Arc::new(Commits::new(cfg.commit_kafka_offsets));
         Ok(Writer {
             cfg,
@@ -328,7 +333,7 @@ impl Writer {
                         tracing::info!("the schema registry answers again; resuming");
                         self.health.set_streaming(true);
                     }
-                    return Ok(Some(Ok(Some(json))));
+                    return Ok(Some(Ok(json)));
                 }
                 Err(Failure::Bad(bad)) => return Ok(Some(Err(bad))),
                 Err(Failure::Definite(e)) => return Err(Definite::Config(e).into()),
@@ -533,7 +538,9 @@ impl Writer {
                 };
                 match done {
                     Ok(v) => {
-                        if let Step::Write(batch) = step {
+                        // Only a batch whose offsets PostgreSQL committed: `Written(None)` is a
+                        // shutdown before them, and Kafka must never be ahead of PostgreSQL.
+                        if let (Step::Write(batch), Done::Written(Some(_))) = (step, &v) {
                             self.commits.stored(&batch.next);
                         }
                         self.health.set_streaming(true);
