@@ -20,8 +20,9 @@ source scripts/lib.sh
 N=${N:-20000}; REPS=${REPS:-5}; KEYS=${KEYS:-1000}; SHARDS=${SHARDS:-4}; FAIL_SHARE=${FAIL_SHARE:-0.1}
 PROFILE=${PROFILE:-release}
 ensure_tools
-cargo build --profile "${PROFILE/debug/dev}" --bin outboxd >/dev/null 2>&1
-OUTBOXD=./target/$PROFILE/outboxd
+# NO_BUILD=1 BIN=PATH: measure that binary (e.g. the release build CI made for the gate).
+[ "${NO_BUILD:-0}" = 1 ] || cargo build --profile "${PROFILE/debug/dev}" --bin outboxd >/dev/null 2>&1
+OUTBOXD=${BIN:-./target/$PROFILE/outboxd}
 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
 
 work=$(mktemp -d /tmp/outboxd-kinesisbench.XXXXXX)

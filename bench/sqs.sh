@@ -13,7 +13,7 @@
 # to a fresh standard and FIFO queue (topic), the FIFO one with a group per key
 # (tools/aws/client.py ceiling). Prints each run, then median (min..max) events/s per reader.
 # Usage: bench/sqs.sh   (env: SINK=sqs|sns N=10000 REPS=5 KEYS=1000 PROFILE=release;
-#   PROFILE=debug only to try the script out)
+#   PROFILE=debug only to try the script out; NO_BUILD=1 BIN=PATH to measure a given binary)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -21,8 +21,9 @@ SINK=${SINK:-sqs}; N=${N:-10000}; REPS=${REPS:-5}; KEYS=${KEYS:-1000}
 PROFILE=${PROFILE:-release}
 case $SINK in sqs | sns) ;; *) echo "bench/sqs.sh: SINK is sqs or sns" >&2; exit 2 ;; esac
 ensure_tools
-cargo build --profile "${PROFILE/debug/dev}" --bin outboxd >/dev/null 2>&1
-OUTBOXD=./target/$PROFILE/outboxd
+# NO_BUILD=1 BIN=PATH: measure that binary (e.g. the release build CI made for the gate).
+[ "${NO_BUILD:-0}" = 1 ] || cargo build --profile "${PROFILE/debug/dev}" --bin outboxd >/dev/null 2>&1
+OUTBOXD=${BIN:-./target/$PROFILE/outboxd}
 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
 
 work=$(mktemp -d /tmp/outboxd-sqsbench.XXXXXX)
