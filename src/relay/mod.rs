@@ -306,7 +306,7 @@ impl<'a, S: Sink> Relay<'a, S> {
         self.in_flight += 1;
         self.in_flight_bytes += bytes;
         self.report_in_flight();
-        Delivery::new(t, record.event_id.clone(), record.topic.clone(), source, self.tx.clone()).with_bytes(bytes)
+        Delivery::new(t, own_text(&record.event_id), record.topic.clone(), source, self.tx.clone()).with_bytes(bytes)
     }
 
     /// One record left the sink's hands without an ack on the channel.
@@ -512,5 +512,31 @@ pub(crate) fn route_masked(cfg: &Config, route: &Route, row: OutboxRow<'_>) -> R
     match route.route(row) {
         Ok(record) => mask.apply(record, event_type).map(|r| route.convert(r)),
         Err(bad) => Err(mask.scrub(bad, event_type)),
+    }
+}
+
+/// A copy of `id` in an allocation of its own. A record's event id is a slice of the WAL message it
+/// came in, and that message a slice of the session's read buffer (64 KiB, or several MiB after a
+/// big row): a delivery handle lives until the sink's ack (a Kafka delivery report, an
+/// exactly-once commit), long after the record itself is dropped, so sharing the slice would keep
+/// one whole read buffer alive per record in flight, outside what `--max-in-flight-bytes` counts.
+/// The topic is the route's own text (`router::topic`), never a slice of a message.
+fn own_text(id: &Text) -> Text {
+    Text::from(&**id)
+}
+
+#[cfg(test)]
+mod own_text_tests {
+    use super::*;
+    use bytes::Bytes;
+
+    #[test]
+    fn a_delivery_id_does_not_keep_the_read_buffer() {
+        let buffer = Bytes::from(vec![b'x'; 64 * 1024]);
+        let id = Text::try_from(buffer.slice(100..136)).expect("UTF-8");
+        let owned = own_text(&id);
+        drop(id);
+        assert_eq!(&*owned, "x".repeat(36));
+        assert!(buffer.is_unique(), "the copied id still shares the read buffer");
     }
 }
