@@ -1,8 +1,9 @@
 //! The HTTP endpoint on `--metrics-addr`: `/metrics` (Prometheus text), the probes `/healthz` and
 //! `/readyz` (answered by [`crate::health`]), and the status page (`/`, `/status.json`:
-//! [`crate::status`]) for `run` and `poll`; `shadow --follow` serves it without the page. The
-//! page's paths answer only the `Host` names [`crate::status::host`] allows (DNS rebinding); the
-//! probes and `/metrics` answer any. This module composes those parts and owns only the
+//! [`crate::status`]) for `run` and `poll`, and `outboxd inbox`'s own ([`crate::status::inbox`]);
+//! `shadow --follow` serves it without the page. The page's paths answer only the `Host` names
+//! [`crate::status::host`] allows (DNS rebinding) and, with a token, only requests that carry it;
+//! the probes and `/metrics` answer any. This module composes those parts and owns only the
 //! connection handling; none of them imports it.
 //!
 //! The server is hand-written on purpose: one request per connection, GET only, no keep-alive. It
@@ -29,7 +30,7 @@ use tokio::sync::Semaphore;
 
 use crate::error::Definite;
 use crate::health::{Health, Probe};
-use crate::status::inbox::{InboxFacts, InboxPage};
+use crate::status::inbox::{Access, InboxFacts, InboxPage};
 use crate::status::{self, Page, PageSetup, StatusPage};
 
 /// One connection's whole life: reading the request head, rendering, writing the answer.
@@ -54,10 +55,16 @@ pub async fn serve(addr: SocketAddr, health: Arc<Health>, page: Option<PageSetup
     .await
 }
 
-/// [`serve`] for `outboxd inbox`: its own status page ([`crate::status::inbox`]).
-pub async fn serve_inbox(addr: SocketAddr, health: Arc<Health>, facts: InboxFacts) -> Result<SocketAddr, Definite> {
+/// [`serve`] for `outboxd inbox`: its own status page ([`crate::status::inbox`]), behind the same
+/// token and `Host` checks as `run`'s.
+pub async fn serve_inbox(
+    addr: SocketAddr,
+    health: Arc<Health>,
+    facts: InboxFacts,
+    access: Access,
+) -> Result<SocketAddr, Definite> {
     serve_page(addr, health, |handle, health| {
-        Some(Arc::new(InboxPage::new(facts, handle.clone(), health.clone())) as Arc<dyn Page>)
+        Some(Arc::new(InboxPage::new(facts, access, handle.clone(), health.clone())) as Arc<dyn Page>)
     })
     .await
 }

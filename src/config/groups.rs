@@ -263,6 +263,21 @@ pub struct ProcessArgs {
     /// `off` disables.
     #[arg(long, env = "OUTBOXD_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     pub metrics_addr: String,
+    #[command(flatten)]
+    pub status_page: StatusPageArgs,
+    /// How often to poll the slot's lag and safe WAL size over the ordinary connection.
+    #[arg(long, env = "OUTBOXD_LAG_POLL_INTERVAL", default_value = "5s")]
+    pub lag_poll_interval: String,
+    /// Longest wait between reconnect attempts (exponential backoff with jitter).
+    #[arg(long, env = "OUTBOXD_RECONNECT_MAX_BACKOFF", default_value = "30s")]
+    pub reconnect_max_backoff: String,
+}
+
+/// Who may read the status page (/ and /status.json) on --metrics-addr: a token, and the Host
+/// names it answers besides localhost and IP addresses. `run` and `poll` (in [`ProcessArgs`]) and
+/// `outboxd inbox` take it; /metrics and the probes are never behind it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StatusPageArgs {
     /// The status page (/ and /status.json) answers only requests that carry the token in this
     /// file (`Authorization: Bearer TOKEN` or `?token=TOKEN`), for deployments that expose
     /// --metrics-addr; /metrics and the probes stay open.
@@ -274,12 +289,6 @@ pub struct ProcessArgs {
     /// answer any Host.
     #[arg(long, env = "OUTBOXD_STATUS_PAGE_ALLOWED_HOSTS", value_name = "HOSTS", value_delimiter = ',')]
     pub status_page_allowed_hosts: Vec<String>,
-    /// How often to poll the slot's lag and safe WAL size over the ordinary connection.
-    #[arg(long, env = "OUTBOXD_LAG_POLL_INTERVAL", default_value = "5s")]
-    pub lag_poll_interval: String,
-    /// Longest wait between reconnect attempts (exponential backoff with jitter).
-    #[arg(long, env = "OUTBOXD_RECONNECT_MAX_BACKOFF", default_value = "30s")]
-    pub reconnect_max_backoff: String,
 }
 
 /// Where the events go: the sink, where dead letters go, and every sink's own group (each defined

@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::groups::RegistryArgs;
+use super::groups::{RegistryArgs, StatusPageArgs};
 use super::{LogFormat, PgTarget};
 use crate::error::Definite;
 use crate::format::RegistryConfig;
@@ -119,6 +119,9 @@ pub struct InboxArgs {
     /// `off` disables.
     #[arg(long, env = "OUTBOXD_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     pub metrics_addr: String,
+    // `run`'s `--status-page-token-file` and `--status-page-allowed-hosts`, the same group.
+    #[command(flatten)]
+    pub status_page: StatusPageArgs,
     /// /healthz answers 503 once the Kafka consumer's loop or the PostgreSQL writer's has made no
     /// progress this long (a wedge; a PostgreSQL or Kafka outage is readiness, not this); 0 disables.
     #[arg(long, env = "OUTBOXD_HEALTH_STALL_TIMEOUT", default_value = "120s", value_name = "DURATION")]
@@ -158,6 +161,10 @@ pub struct InboxConfig {
     pub retain: Option<Duration>,
     pub dedupe_window: Duration,
     pub metrics_addr: Option<SocketAddr>,
+    /// `--status-page-token-file`: the page's token (shown as its file only).
+    pub status_page_token: Option<crate::format::Password>,
+    /// `--status-page-allowed-hosts`: Host names the page answers besides localhost and IPs.
+    pub status_page_allowed_hosts: Vec<String>,
     /// `/healthz` fails after this long without progress (zero: never).
     pub health_stall_timeout: Duration,
     pub reconnect_max_backoff: Duration,
@@ -208,6 +215,7 @@ impl InboxConfig {
             })?),
         };
         let registry = registry(a.value_format, &a.registry)?;
+        let (status_page_token, status_page_allowed_hosts) = super::validate::status_page_access(&a.status_page)?;
         Ok(InboxConfig {
             kafka,
             postgres,
@@ -227,6 +235,8 @@ impl InboxConfig {
             retain: a.retain.as_deref().map(|r| parse_duration("--retain", r)).transpose()?,
             dedupe_window: parse_duration("--dedupe-window", &a.dedupe_window)?,
             metrics_addr,
+            status_page_token,
+            status_page_allowed_hosts,
             health_stall_timeout: stall_timeout(&a.health_stall_timeout)?,
             reconnect_max_backoff: parse_duration("--reconnect-max-backoff", &a.reconnect_max_backoff)?,
             log_format: a.log_format,

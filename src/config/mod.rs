@@ -52,7 +52,7 @@ pub use cli::{
     StatusArgs,
 };
 pub use flags::{BackfillArgs, CheckArgs, ConfigArgs, Flags, PollArgs, RelayArgs, Relaying, RunArgs};
-pub use groups::{BudgetArgs, ProcessArgs, RouteArgs, SinkArgs, SourceArgs, WalArgs};
+pub use groups::{BudgetArgs, ProcessArgs, RouteArgs, SinkArgs, SourceArgs, StatusPageArgs, WalArgs};
 pub use inbox::{InboxArgs, InboxConfig};
 pub use poll::{PollColumns, PollConfig, PollLoopArgs, SeqColumnArgs, MAX_RETRY_BACKOFF};
 pub use postgres::{PgHost, PgTarget, SslMode};

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::{
     debezium, postgres, BudgetArgs, Config, Flags, PgTarget, PollConfig, ProcessArgs, Relaying, RouteArgs, SourceArgs,
-    TableName,
+    StatusPageArgs, TableName,
 };
 use crate::error::Definite;
 use crate::router::contract::{Contracts, SchemaMissing};
@@ -54,6 +54,7 @@ impl Config {
         let registry = registry_config(&a.route)?;
         let process = &a.process;
         let status_interval = positive("--status-interval", &process.status_interval)?;
+        let (status_page_token, status_page_allowed_hosts) = status_page_access(&process.status_page)?;
         let wal = &a.wal;
         Ok(Config {
             postgres,
@@ -85,16 +86,8 @@ impl Config {
             wal_receiver_timeout: parse_duration("--wal-receiver-timeout", &wal.wal_receiver_timeout)?,
             log_format: process.log_format,
             metrics_addr: metrics_addr(&process.metrics_addr)?,
-            status_page_token: match &process.status_page_token_file {
-                Some(path) => Some(crate::format::Password::read("--status-page-token-file", path).map_err(bad)?),
-                None => None,
-            },
-            status_page_allowed_hosts: process
-                .status_page_allowed_hosts
-                .iter()
-                .map(|h| allowed_host(h))
-                .collect::<Result<_, _>>()
-                .map_err(bad)?,
+            status_page_token,
+            status_page_allowed_hosts,
             on_bad_event: a.sinks.on_bad_event,
             delivery: s.delivery,
             dlq_sink: s.dlq_sink,
@@ -468,6 +461,20 @@ pub fn registry_connection(
         auto_register: false,
         schema_dir: None,
     })
+}
+
+/// `--status-page-token-file` (read now; a missing or empty file is an error) and
+/// `--status-page-allowed-hosts` (each entry checked): the status page's access, the same for
+/// `run`, `poll` and `outboxd inbox`.
+pub(super) fn status_page_access(
+    a: &StatusPageArgs,
+) -> Result<(Option<crate::format::Password>, Vec<String>), Definite> {
+    let token = match &a.status_page_token_file {
+        Some(path) => Some(crate::format::Password::read("--status-page-token-file", path).map_err(bad)?),
+        None => None,
+    };
+    let hosts = a.status_page_allowed_hosts.iter().map(|h| allowed_host(h)).collect::<Result<_, _>>().map_err(bad)?;
+    Ok((token, hosts))
 }
 
 /// A `--status-page-allowed-hosts` entry, checked: a name, `.domain` or `*`; no port, no scheme.

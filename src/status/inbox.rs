@@ -8,11 +8,13 @@
 //! [`board`](super::board) (the newest dead letters, the last WARN or ERROR line), and the
 //! [`InboxBoard`] here, which the inbox writes where things change: a partition's stored offset
 //! after each batch commits (not per record), its end and lag per statistics interval, the writer's
-//! state when it pauses or resumes. The machinery (the `Host` check, the stylesheet, escaping,
-//! the dead-letter section) is the run page's.
+//! state when it pauses or resumes. The machinery (the `Host` check, the token check, the
+//! stylesheet, escaping, the dead-letter section) is the run page's, and so are its flags
+//! (`--status-page-token-file`, `--status-page-allowed-hosts`: [`Access`]).
 //!
 //! Invariants: bounded (a group's assigned partitions, the board's ring); nothing secret (the
-//! server is `outboxd config`'s masked form; no payload is kept); read-only.
+//! server is `outboxd config`'s masked form; no payload is kept; the token is compared, never
+//! shown); read-only.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -24,7 +26,19 @@ use serde::Serialize;
 use super::board::{self, board};
 use super::page::esc;
 use super::sample::Scrape;
+use crate::format::Password;
 use crate::health::Health;
+
+/// Who may read the page, as for `run`'s: with a token, only requests that carry it
+/// (`Authorization: Bearer` or `?token=`); besides localhost and IP addresses, only the `Host`
+/// names listed. `/metrics` and the probes are not the page's and answer anyone.
+#[derive(Clone, Debug, Default)]
+pub struct Access {
+    /// `--status-page-token-file`.
+    pub token: Option<Password>,
+    /// `--status-page-allowed-hosts`, checked.
+    pub allowed_hosts: Vec<String>,
+}
 
 /// What the inbox is and where it points, set once at start.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -162,13 +176,14 @@ pub struct InboxPage {
     handle: PrometheusHandle,
     health: Arc<Health>,
     facts: InboxFacts,
+    access: Access,
     started: Instant,
     started_at: String,
 }
 
 impl InboxPage {
-    pub fn new(facts: InboxFacts, handle: PrometheusHandle, health: Arc<Health>) -> InboxPage {
-        InboxPage { handle, health, facts, started: Instant::now(), started_at: board::now_text() }
+    pub fn new(facts: InboxFacts, access: Access, handle: PrometheusHandle, health: Arc<Health>) -> InboxPage {
+        InboxPage { handle, health, facts, access, started: Instant::now(), started_at: board::now_text() }
     }
 
     pub fn status(&self) -> InboxStatus {
@@ -210,20 +225,19 @@ impl InboxPage {
 
 impl super::Page for InboxPage {
     fn host_allowed(&self, head: &str, complete: bool) -> Result<(), String> {
-        // No --status-page-allowed-hosts for the inbox: IP addresses and localhost only.
-        super::host_check(head, complete, &[])
+        super::host_check(head, complete, &self.access.allowed_hosts)
     }
 
-    fn authorized(&self, _head: &str, _query: &str) -> bool {
-        true
+    fn authorized(&self, head: &str, query: &str) -> bool {
+        super::authorized(self.access.token.as_ref().map(|t| t.expose()), head, query)
     }
 
     fn json(&self) -> String {
         serde_json::to_string(&self.status()).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 
-    fn html(&self, _token_query: Option<&str>) -> String {
-        render(&self.status())
+    fn html(&self, token_query: Option<&str>) -> String {
+        render(&self.status(), token_query)
     }
 
     fn script(&self) -> &'static str {
@@ -239,13 +253,16 @@ fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
 }
 
 /// The whole page, every figure filled in on the server (it reads without JavaScript).
-pub fn render(s: &InboxStatus) -> String {
+/// `token_query` is `token=…` when the page was asked for with one, so the script's requests and
+/// the JSON link carry it too.
+pub fn render(s: &InboxStatus, token_query: Option<&str>) -> String {
     let f = &s.facts;
+    let q = token_query.map(|t| format!("?{}", esc(t))).unwrap_or_default();
     let mut h = String::with_capacity(8 * 1024);
     h.push_str(&format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\">\
          <title>outboxd inbox · {group}</title><link rel=\"stylesheet\" href=\"/status.css\"></head>\n\
-         <body data-json=\"/status.json\" data-rendered=\"0\">\n<header><h1>outboxd inbox</h1>\
+         <body data-json=\"/status.json{q}\" data-rendered=\"0\">\n<header><h1>outboxd inbox</h1>\
          <span id=\"writer\" class=\"badge {wclass}\">{wstate}</span>\
          <span id=\"ready\" class=\"badge {rclass}\">{ready}</span>\
          <dl class=\"facts\"><dt>group</dt><dd id=\"group\">{group}</dd><dt>table</dt><dd id=\"table\">{table}</dd>\
@@ -306,11 +323,11 @@ pub fn render(s: &InboxStatus) -> String {
         Some(e) => h.push_str(&format!("{} {} <time>{}</time>", esc(&e.level), esc(&e.message), esc(&e.at))),
         None => h.push_str("none"),
     }
-    h.push_str(
-        "</p></section>\n</main><footer>The same data: <a href=\"/status.json\">/status.json</a> · \
+    h.push_str(&format!(
+        "</p></section>\n</main><footer>The same data: <a href=\"/status.json{q}\">/status.json</a> · \
          <a href=\"/metrics\">/metrics</a> · updated <span id=\"updated\">now</span></footer>\n\
-         <script src=\"/status.js\"></script></body></html>\n",
-    );
+         <script src=\"/status.js\"></script></body></html>\n"
+    ));
     h
 }
 
@@ -368,7 +385,11 @@ mod tests {
             },
             last_error: None,
         };
-        let h = render(&s);
+        let h = render(&s, None);
         assert!(!h.contains("<g>") && !h.contains("<t>") && h.contains("&lt;t&gt;"), "{h}");
+        // Asked for with a token, the script's requests and the JSON link carry it, escaped.
+        let h = render(&s, Some("token=a\"b"));
+        assert!(h.contains("data-json=\"/status.json?token=a&quot;b\"") && !h.contains("a\"b"), "{h}");
+        assert!(h.contains("href=\"/status.json?token=a&quot;b\""), "{h}");
     }
 }

@@ -57,7 +57,7 @@ pub async fn run(cfg: InboxConfig, shutdown: CancellationToken) -> Result<u8, Er
     let health = Health::new(cfg.health_stall_timeout);
     let beat = std::sync::Arc::new(beat::Beat::new());
     if let Some(addr) = cfg.metrics_addr {
-        let bound = crate::serve::serve_inbox(addr, health.clone(), facts(&cfg)).await?;
+        let bound = crate::serve::serve_inbox(addr, health.clone(), facts(&cfg), access(&cfg)).await?;
         tracing::info!(%bound, "serving /metrics, /healthz, /readyz and the status page (/ and /status.json)");
     }
     let mut writer = writer::Writer::new(cfg.clone(), health.clone(), beat.clone())?;
@@ -97,6 +97,14 @@ pub async fn run(cfg: InboxConfig, shutdown: CancellationToken) -> Result<u8, Er
         return Err(Definite::TaskEnded { task: "the Kafka consumer thread".into(), how: "it panicked".into() }.into());
     }
     outcome.map(|()| 0)
+}
+
+/// Who may read the status page: `--status-page-token-file`, `--status-page-allowed-hosts`.
+fn access(cfg: &InboxConfig) -> crate::status::inbox::Access {
+    crate::status::inbox::Access {
+        token: cfg.status_page_token.clone(),
+        allowed_hosts: cfg.status_page_allowed_hosts.clone(),
+    }
 }
 
 /// What the status page shows of this inbox's configuration (the server in its masked form).
