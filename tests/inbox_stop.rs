@@ -39,8 +39,6 @@ fn inbox_args(broker: &Broker, pg: &PgCluster, extra: &[&str]) -> Vec<String> {
         TOPIC,
         "--group",
         "stop",
-        "--metrics-addr",
-        "off",
     ]);
     a.extend(extra.iter().map(|s| s.to_string()));
     a
@@ -50,7 +48,7 @@ fn inbox_args(broker: &Broker, pg: &PgCluster, extra: &[&str]) -> Vec<String> {
 /// which needs no registry) come in one chunk; the registry cannot be reached, so record 1 waits
 /// (the same wait as an unknown schema id within --schema-missing-timeout). SIGTERM during the
 /// wait: record 0 is stored (written before the wait), and the stored next offset stays 1, not 3
-/// past the waiting record.
+/// past the waiting record. Meanwhile the status page shows the writer paused for the registry.
 #[test]
 fn shutdown_while_a_record_waits_for_the_registry_stores_nothing_past_it() {
     let pg = PgCluster::start();
@@ -63,13 +61,34 @@ fn shutdown_while_a_record_waits_for_the_registry_stores_nothing_past_it() {
     send(&producer, "e2", None);
     producer.flush(Duration::from_secs(10)).unwrap();
     // Port 9 (discard) is closed here: the registry is "unavailable", never a bad record.
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
     let mut inbox = Outboxd::spawn(&inbox_args(
         &broker,
         &pg,
-        &["--value-format", "avro", "--schema-registry-url", "http://127.0.0.1:9", "--reconnect-max-backoff", "1s"],
+        &[
+            "--value-format",
+            "avro",
+            "--schema-registry-url",
+            "http://127.0.0.1:9",
+            "--reconnect-max-backoff",
+            "1s",
+            "--metrics-addr",
+            &addr,
+        ],
     ));
     assert!(inbox.wait_for_log("waiting for the registry", Duration::from_secs(60)), "no wait:\n{}", inbox.log());
     assert!(wait_until(Duration::from_secs(10), || stored(&pg) == 1), "offset {}:\n{}", stored(&pg), inbox.log());
+    let writer = || -> serde_json::Value {
+        let body = http_get(port, "/status.json").map(|(_, b)| b).unwrap_or_default();
+        serde_json::from_str::<serde_json::Value>(&body).map(|v| v["writer"].clone()).unwrap_or_default()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || writer()["state"] == "paused"
+            && writer()["reason"].as_str().is_some_and(|r| r.contains("schema registry"))),
+        "the status page shows the writer {} while it waits for the registry",
+        writer()
+    );
     std::thread::sleep(Duration::from_secs(2));
     inbox.sigterm();
     assert!(inbox.wait_exit(Duration::from_secs(60)).is_some(), "no exit:\n{}", inbox.log());
@@ -92,7 +111,7 @@ fn a_burst_ending_on_a_full_chunk_is_written_without_waiting_for_the_batch_timeo
         send(&producer, &format!("e{n}"), Some(format!("{{\"n\":{n}}}").as_bytes()));
     }
     producer.flush(Duration::from_secs(10)).unwrap();
-    let mut inbox = Outboxd::spawn(&inbox_args(&broker, &pg, &["--batch-timeout", "60s"]));
+    let mut inbox = Outboxd::spawn(&inbox_args(&broker, &pg, &["--batch-timeout", "60s", "--metrics-addr", "off"]));
     assert!(
         wait_until(Duration::from_secs(20), || stored(&pg) == 64),
         "stored {} after 20 s (--batch-timeout 60s):\n{}",
