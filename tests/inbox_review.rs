@@ -32,6 +32,20 @@ fn committed(broker: &Broker, group: &str) -> Option<i64> {
 
 #[test]
 fn kafka_is_never_ahead_of_postgresql_when_shutdown_comes_during_a_dead_letter_copy() {
+    shutdown_during_a_dead_letter_copy(&[]);
+}
+
+/// With `--batch-size 5` the refused row 9 is in the middle of the consumer's chunk (records 0-11
+/// come in one): shutdown while its copy waits must drop the rest of the chunk (10 and 11), not
+/// write them with a next offset of 12 past row 9, which is neither in the inbox nor dead-lettered.
+#[test]
+fn shutdown_during_a_dead_letter_copy_mid_chunk_stores_nothing_past_the_refused_row() {
+    shutdown_during_a_dead_letter_copy(&["--batch-size", "5"]);
+}
+
+/// Records 0-11 (9 refused by a CHECK constraint, its dead-letter copy waiting for a topic that
+/// cannot be created), then SIGTERM: PostgreSQL's next offset stays 9 and Kafka's is not ahead.
+fn shutdown_during_a_dead_letter_copy(extra: &[&str]) {
     let pg = PgCluster::start();
     pg.apply_sql_file(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/08_inbox.sql"));
     pg.psql("ALTER TABLE public.inbox ADD CONSTRAINT no_poison CHECK (event_type IS DISTINCT FROM 'poison')");
@@ -49,7 +63,7 @@ fn kafka_is_never_ahead_of_postgresql_when_shutdown_comes_during_a_dead_letter_c
         producer.send(BaseRecord::to(TOPIC).key("k").payload(&payload).headers(headers)).unwrap();
     }
     producer.flush(Duration::from_secs(10)).unwrap();
-    let mut inbox = Outboxd::spawn(&args(&[
+    let mut a = args(&[
         "inbox",
         "--kafka-brokers",
         &broker.bootstrap(),
@@ -65,7 +79,9 @@ fn kafka_is_never_ahead_of_postgresql_when_shutdown_comes_during_a_dead_letter_c
         "missing.dlq",
         "--commit-kafka-offsets",
         "true",
-    ]));
+    ]);
+    a.extend(extra.iter().map(|s| s.to_string()));
+    let mut inbox = Outboxd::spawn(&a);
     let stored = || -> i64 {
         pg.psql("SELECT coalesce(max(next_offset), 0) FROM public.inbox_offsets").trim().parse().unwrap_or(0)
     };

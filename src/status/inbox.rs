@@ -1,7 +1,8 @@
 //! The status page of `outboxd inbox`: `/` (HTML) and `/status.json` on `--metrics-addr`, the
 //! inbox at a glance: each assigned partition with its offset stored in PostgreSQL, its end in
 //! Kafka and its lag, the inbox table's unprocessed rows and the oldest one's age, the writer's
-//! state (running, or paused while PostgreSQL is away), and the dead letters.
+//! state (running, or paused while PostgreSQL, the registry or a dead-letter copy is waited
+//! for), and the dead letters.
 //!
 //! Where the figures come from, as for `run`'s page ([`super`]): the Prometheus exporter's text
 //! (rows, duplicates, the backlog gauges, dead letters by reason), [`Health`] (ready, live), the

@@ -159,6 +159,10 @@ struct Context {
     /// Records polled and not handed over yet (at most [`CHUNK`]); sent before anything else
     /// goes to the writer, so the channel keeps the order of the polls and the rebalances.
     pending: Mutex<Vec<Received>>,
+    /// The last chunk handed over was a full one, not marked idle: the next poll that finds
+    /// nothing sends an empty idle chunk, else a burst that ends on a full chunk waits out
+    /// `--batch-timeout` in the writer.
+    unmarked: AtomicBool,
 }
 
 impl ClientContext for Context {
@@ -314,10 +318,13 @@ impl Context {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Send the records polled so far, if any, as one chunk; `None` when the writer is gone.
+    /// Send the records polled so far, if any, as one chunk (an empty one only to mark idle
+    /// what the last chunk did not); `None` when the writer is gone.
     fn hand_over(&self, idle: bool) -> Option<()> {
         let chunk = std::mem::take(&mut *self.pending());
-        if chunk.is_empty() {
+        let unmarked = self.unmarked.swap(!idle && !chunk.is_empty(), Ordering::Relaxed);
+        if chunk.is_empty() && !(idle && unmarked) {
+            self.unmarked.store(unmarked, Ordering::Relaxed);
             return Some(());
         }
         self.send(Input::Records(chunk, idle))
@@ -369,6 +376,7 @@ pub fn start(
         newest: Mutex::default(),
         position: Mutex::default(),
         pending: Mutex::new(Vec::with_capacity(CHUNK)),
+        unmarked: AtomicBool::new(false),
     };
     let consumer: BaseConsumer<Context> = client::create(&conf, context, "consumer", &cfg.kafka)?;
     let topics: Vec<&str> = match &cfg.subscription {

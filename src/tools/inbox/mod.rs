@@ -22,7 +22,8 @@
 //!   records (outboxd run --delivery exactly-once) never reach the table.
 //!
 //! * `consumer.rs`: the Kafka consumer's thread and its rebalance callback;
-//! * `writer.rs`: batches, the retry while PostgreSQL is away, the answers to rebalances;
+//! * `writer.rs`: batches, the retry while PostgreSQL is away, the answers to rebalances
+//!   (`batch.rs`: the batch in hand and its bounds; `chores.rs`: when the periodic chores are due);
 //! * `store.rs`: the SQL (schema, offsets, the batch statement);
 //! * `record.rs`: a record into a row (the event id, the jsonb payload, the headers);
 //! * `dead.rs`: bad records' copies on the dead-letter topic, which `outboxd dlq` reads;
@@ -34,7 +35,9 @@
 //! * the status page is [`crate::status::inbox`]'s: the writer and the consumer write its board.
 
 mod avro_walk;
+mod batch;
 mod beat;
+mod chores;
 mod commit;
 mod consumer;
 mod dead;

@@ -26,12 +26,14 @@ use tokio::sync::mpsc;
 use tokio_postgres::{Client, Statement};
 use tokio_util::sync::CancellationToken;
 
+use super::batch::{Batch, Halt};
 use super::beat::Beat;
+use super::chores::Chores;
 use super::commit::Commits;
 use super::consumer::{start_of, Input, Part};
 use super::dead::DeadLetters;
 use super::decode::{Decoder, Failure};
-use super::record::{to_row, Bad, Naming, Received, Row};
+use super::record::{to_row, Bad, Naming, Received};
 use super::store::{self, Names, WriteError};
 use crate::config::inbox::{InboxConfig, StartFrom};
 use crate::error::{Definite, Error};
@@ -39,46 +41,6 @@ use crate::health::Health;
 use crate::metrics::InboxMetrics;
 use crate::pg::admin::connect_primary;
 use crate::status::inbox::inbox_board;
-
-/// When the writer's periodic chores are next due: the backlog gauges every [`Chores::BACKLOG`],
-/// pruning every [`Chores::PRUNE`] (the first 30 s after the start). By the clock, not by counted
-/// turns, so a turn delayed by a long write does not push them back.
-struct Chores {
-    backlog: Instant,
-    prune: Instant,
-}
-
-impl Chores {
-    const BACKLOG: Duration = Duration::from_secs(5);
-    const PRUNE: Duration = Duration::from_secs(60);
-
-    fn new(now: Instant) -> Chores {
-        Chores { backlog: now, prune: now + Duration::from_secs(30) }
-    }
-
-    /// Whether the backlog and the pruning are due at `now`; a due one is set to its next time.
-    fn due(&mut self, now: Instant) -> (bool, bool) {
-        let next = |at: &mut Instant, every: Duration| {
-            let due = now >= *at;
-            if due {
-                *at = now + every;
-            }
-            due
-        };
-        (next(&mut self.backlog, Self::BACKLOG), next(&mut self.prune, Self::PRUNE))
-    }
-}
-
-/// The records gathered since the last write.
-#[derive(Default)]
-struct Batch {
-    rows: Vec<Row>,
-    /// Records that cannot be rows: dead-lettered before the batch's offsets are stored.
-    bad: Vec<(Bad, Received)>,
-    /// Per partition, one past the last record taken (bad ones included).
-    next: HashMap<Part, i64>,
-    since: Option<Instant>,
-}
 
 pub struct Writer {
     cfg: InboxConfig,
@@ -156,14 +118,32 @@ impl Writer {
         Ok(())
     }
 
-    /// Run until `shutdown`; the batch in hand is written first, then the consumer is let go.
+    /// Run until `shutdown`; the batch in hand is written first, then the consumer is let go,
+    /// unless shutdown came while something taken waited ([`Halt::Stopped`]): then nothing more is
+    /// written, and those records are read again after the restart.
     pub async fn run(&mut self, rx: &mut mpsc::Receiver<Input>, shutdown: &CancellationToken) -> Result<(), Error> {
+        let ended = match self.serve(rx, shutdown).await {
+            Ok(()) => self.flush(shutdown).await,
+            halt => halt,
+        };
+        match ended {
+            Ok(()) => Ok(()),
+            Err(Halt::Stopped) => {
+                tracing::info!("stopped while waiting; the records not written are read again after the restart");
+                Ok(())
+            }
+            Err(Halt::Failed(e)) => Err(e),
+        }
+    }
+
+    /// The loop of [`Writer::run`], until shutdown or a halt.
+    async fn serve(&mut self, rx: &mut mpsc::Receiver<Input>, shutdown: &CancellationToken) -> Result<(), Halt> {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         // A turn delayed by a long write is taken once, not caught up in a burst.
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut chores = Chores::new(Instant::now());
         loop {
-            let deadline = self.batch.since.map(|s| s + self.cfg.batch_timeout);
+            let deadline = self.batch.deadline(self.cfg.batch_timeout);
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
@@ -206,21 +186,30 @@ impl Writer {
                 _ = sleep_until(deadline), if deadline.is_some() => self.flush(shutdown).await?,
             }
         }
-        self.flush(shutdown).await
+        Ok(())
     }
 
-    async fn take(&mut self, input: Input, shutdown: &CancellationToken) -> Result<(), Error> {
+    async fn take(&mut self, input: Input, shutdown: &CancellationToken) -> Result<(), Halt> {
         match input {
             Input::Records(rs, _) => {
                 for r in rs {
+                    // The rest of the chunk is read again after the restart; the batch in hand
+                    // holds a prefix of it, and is written.
+                    if shutdown.is_cancelled() {
+                        break;
+                    }
                     self.record(r, shutdown).await?;
+                    // The loop's deadline arm gets no turn while the channel stays full.
+                    if self.batch.overdue(self.cfg.batch_timeout, Instant::now()) {
+                        self.flush(shutdown).await?;
+                    }
                 }
             }
             Input::Assign(parts, reply) => {
                 self.flush(shutdown).await?;
                 let names: Vec<Part> = parts.iter().map(|(p, _)| p.clone()).collect();
                 let Some(Done::Loaded(stored)) = self.retrying(shutdown, Step::Load(&names)).await? else {
-                    return Ok(());
+                    return Err(Halt::Stopped);
                 };
                 let mut starts = Vec::with_capacity(parts.len());
                 let mut fresh = HashMap::new();
@@ -243,8 +232,8 @@ impl Writer {
                 }
                 if !fresh.is_empty() {
                     let first = Batch { next: fresh, ..Batch::default() };
-                    if self.retrying(shutdown, Step::Write(&first)).await?.is_none() {
-                        return Ok(());
+                    if !matches!(self.retrying(shutdown, Step::Write(&first)).await?, Some(Done::Written(Some(_)))) {
+                        return Err(Halt::Stopped);
                     }
                     tracing::info!(partitions = ?first.next, "--start-from latest: stored where the new partitions start");
                 }
@@ -285,17 +274,16 @@ impl Writer {
     }
 
     /// One record into the batch (written when full), unless it was stored already.
-    async fn record(&mut self, r: Received, shutdown: &CancellationToken) -> Result<(), Error> {
+    async fn record(&mut self, r: Received, shutdown: &CancellationToken) -> Result<(), Halt> {
         let part = (r.topic.clone(), r.partition);
-        match self.next.get(&part) {
-            Some(n) if r.offset >= *n => {}
+        let expected = match self.next.get(&part) {
+            Some(n) if r.offset >= *n => *n,
             // Stored already, or a partition no longer ours: nothing to do.
             _ => return Ok(()),
-        }
-        let Some(decoded) = self.decode(&r, shutdown).await? else { return Ok(()) };
+        };
+        let decoded = self.decode(&r, shutdown).await?;
         self.next.insert(part.clone(), r.offset + 1);
-        self.batch.next.insert(part, r.offset + 1);
-        self.batch.since.get_or_insert_with(Instant::now);
+        self.batch.taken(part, r.offset, expected);
         match (to_row(r, &self.naming), decoded) {
             (Ok(mut row), Ok(json)) => {
                 if let Some(json) = json {
@@ -307,7 +295,7 @@ impl Writer {
             (Ok(row), Err(bad)) => self.batch.bad.push((bad, row.received())),
             (Err(bad), _) => self.batch.bad.push(bad),
         }
-        if self.batch.rows.len() >= self.cfg.batch_size {
+        if self.batch.full(self.cfg.batch_size) {
             self.flush(shutdown).await?;
         }
         Ok(())
@@ -316,26 +304,27 @@ impl Writer {
     /// With `--value-format` avro, protobuf or json-schema, `r`'s value decoded to JSON
     /// (`Ok(None)` for a null value, or without a registry format), or why it is a bad record.
     /// While the registry cannot be asked, the batch in hand is written, `/readyz` answers 503,
-    /// and the registry is asked again with backoff: never a dead letter. `None` when shutdown
-    /// came first (the record is not taken; it is read again after the restart).
+    /// and the registry is asked again with backoff: never a dead letter. [`Halt::Stopped`] when
+    /// shutdown came first (the record is not taken; it is read again after the restart).
     async fn decode(
         &mut self,
         r: &Received,
         shutdown: &CancellationToken,
-    ) -> Result<Option<Result<Option<String>, Bad>>, Error> {
-        let Some(payload) = r.payload.as_deref() else { return Ok(Some(Ok(None))) };
+    ) -> Result<Result<Option<String>, Bad>, Halt> {
+        let Some(payload) = r.payload.as_deref() else { return Ok(Ok(None)) };
         let mut attempt = 0u32;
         loop {
-            let Some(decoder) = self.decoder.as_mut() else { return Ok(Some(Ok(None))) };
+            let Some(decoder) = self.decoder.as_mut() else { return Ok(Ok(None)) };
             match decoder.decode(payload, &r.position()).await {
                 Ok(json) => {
                     if attempt > 0 {
                         tracing::info!("the schema registry answers again; resuming");
                         self.health.set_streaming(true);
+                        inbox_board().writer(None);
                     }
-                    return Ok(Some(Ok(json)));
+                    return Ok(Ok(json));
                 }
-                Err(Failure::Bad(bad)) => return Ok(Some(Err(bad))),
+                Err(Failure::Bad(bad)) => return Ok(Err(bad)),
                 Err(Failure::Definite(e)) => return Err(Definite::Config(e).into()),
                 Err(Failure::Unavailable(e)) => {
                     if attempt == 0 {
@@ -343,10 +332,11 @@ impl Writer {
                     }
                     tracing::warn!("{e}; waiting for the registry, nothing is dead-lettered (readiness 503 meanwhile)");
                     self.health.set_streaming(false);
+                    inbox_board().writer(Some(&format!("waiting for the schema registry: {e}")));
                     let wait = crate::retry::backoff(attempt, self.cfg.reconnect_max_backoff);
                     attempt = attempt.saturating_add(1);
                     tokio::select! {
-                        _ = shutdown.cancelled() => return Ok(None),
+                        _ = shutdown.cancelled() => return Err(Halt::Stopped),
                         _ = self.sleep_ticking(wait) => {}
                     }
                 }
@@ -441,27 +431,37 @@ impl Writer {
         store::load_offsets(client, &self.names, &self.cfg.group, parts).await
     }
 
-    /// Write the batch in hand, retrying while PostgreSQL is away (until shutdown).
-    async fn flush(&mut self, shutdown: &CancellationToken) -> Result<(), Error> {
+    /// Write the batch in hand, retrying while PostgreSQL is away. [`Halt::Stopped`] when
+    /// shutdown came first: the batch is abandoned, and its partitions' expected offsets go back
+    /// to its start, so nothing after it can be stored past its records.
+    async fn flush(&mut self, shutdown: &CancellationToken) -> Result<(), Halt> {
         if self.batch.next.is_empty() {
             return Ok(());
         }
         let batch = std::mem::take(&mut self.batch);
+        let mut copied = true;
         for (bad, r) in &batch.bad {
             if !self.dead_letter(r, bad, shutdown).await {
-                return Ok(());
+                copied = false;
+                break;
             }
         }
-        let written = self.retrying(shutdown, Step::Write(&batch)).await;
+        let written = if copied { self.retrying(shutdown, Step::Write(&batch)).await } else { Ok(None) };
         // Rows dead-lettered by this batch's attempts: none is copied twice while it is retried.
         self.refused.clear();
-        if let Some(Done::Written(Some(n))) = written? {
-            for ((topic, p), next) in &batch.next {
-                inbox_board().stored(topic, *p, *next);
+        let Some(Done::Written(Some(n))) = written? else {
+            for (part, start) in &batch.start {
+                if let Some(next) = self.next.get_mut(part) {
+                    *next = (*next).min(*start);
+                }
             }
-            self.metrics.written(n as u64, (batch.rows.len() as u64).saturating_sub(n as u64));
-            tracing::debug!(records = batch.rows.len(), inserted = n, "batch written");
+            return Err(Halt::Stopped);
+        };
+        for ((topic, p), next) in &batch.next {
+            inbox_board().stored(topic, *p, *next);
         }
+        self.metrics.written(n as u64, (batch.rows.len() as u64).saturating_sub(n as u64));
+        tracing::debug!(records = batch.rows.len(), inserted = n, "batch written");
         Ok(())
     }
 
@@ -472,11 +472,15 @@ impl Writer {
         let mut attempt = 0;
         while let Err(e) = self.dead.send(r, bad).await {
             tracing::warn!("{e}; sending it again");
+            inbox_board().writer(Some(&format!("waiting for a dead-letter copy: {e}")));
             tokio::select! {
                 _ = shutdown.cancelled() => return false,
                 _ = self.sleep_ticking(crate::retry::backoff(attempt, self.cfg.reconnect_max_backoff)) => {}
             }
             attempt += 1;
+        }
+        if attempt > 0 {
+            inbox_board().writer(None);
         }
         self.metrics.dead_lettered(bad.reason);
         crate::status::board().dead_lettered(None, Some(&r.topic), bad.reason, &bad.message);
@@ -591,23 +595,5 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d.into()).await,
         None => std::future::pending().await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chores_come_by_the_clock_however_late_the_turns() {
-        let t0 = Instant::now();
-        let mut c = Chores::new(t0);
-        assert_eq!(c.due(t0), (true, false), "the backlog at once, pruning after 30 s");
-        assert_eq!(c.due(t0 + Duration::from_secs(4)), (false, false));
-        // One turn 40 s late (a long write): both are due once, not once per missed turn.
-        assert_eq!(c.due(t0 + Duration::from_secs(40)), (true, true));
-        assert_eq!(c.due(t0 + Duration::from_secs(41)), (false, false));
-        assert_eq!(c.due(t0 + Duration::from_secs(45)), (true, false));
-        assert_eq!(c.due(t0 + Duration::from_secs(100)), (true, true));
     }
 }
