@@ -31,7 +31,12 @@ fn refused(n: u64) -> bool {
 }
 
 fn dlq_args(cmd: &str, endpoint: &str, state: &std::path::Path, extra: &[&str]) -> Vec<String> {
-    let mut a = args(&["dlq", cmd, "--sink", "kinesis", "--kinesis-dlq-stream", "main-dlq"]);
+    dlq_args_for("main-dlq", cmd, endpoint, state, extra)
+}
+
+/// [`dlq_args`] for the dead-letter stream given as `dlq` (a name or an ARN).
+fn dlq_args_for(dlq: &str, cmd: &str, endpoint: &str, state: &std::path::Path, extra: &[&str]) -> Vec<String> {
+    let mut a = args(&["dlq", cmd, "--sink", "kinesis", "--kinesis-dlq-stream", dlq]);
     a.extend(args(&["--aws-endpoint-url", endpoint, "--aws-region", "us-east-1", "--read-timeout", "20s"]));
     if cmd == "replay" {
         a.extend(args(&["--kinesis-stream", "main", "--state-dir", state.to_str().expect("path")]));
@@ -64,7 +69,7 @@ fn records(moto: &Moto) -> Vec<(u64, String, Vec<u8>)> {
 fn refused_events_are_replayed_byte_for_byte_in_key_order_and_a_killed_replay_loses_nothing() {
     let moto = Moto::start();
     create_stream(&moto, "main", 1);
-    create_stream(&moto, "main-dlq", 2);
+    let dlq_arn = create_stream(&moto, "main-dlq", 2);
     let pg = PgCluster::start();
     pg.apply_all_sql();
     {
@@ -124,7 +129,8 @@ fn refused_events_are_replayed_byte_for_byte_in_key_order_and_a_killed_replay_lo
         .unwrap_or_else(|| panic!("no count\n{out}"));
     assert!(resumed < (N / 3) as usize, "{resumed} replayed: the run did not resume from the file\n{out}");
     let records_after_second = records(&moto).len();
-    let (code, again) = run(&dlq_args("replay", &moto.url, state.path(), &[]));
+    // The stream given by its ARN this time: the same progress file.
+    let (code, again) = run(&dlq_args_for(&dlq_arn, "replay", &moto.url, state.path(), &[]));
     assert_eq!(code, Some(0), "{again}");
     assert!(again.contains("replayed 0,"), "{again}");
 
