@@ -16,6 +16,7 @@ use crate::error::Definite;
 pub mod chunk;
 pub mod copy;
 pub mod entry;
+pub mod held;
 pub mod record;
 
 pub use copy::{copy_part, DeadLetter};

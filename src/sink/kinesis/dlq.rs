@@ -16,19 +16,18 @@
 //! progress is numbers, a copy's partition is its shard's place in the list of shards, and its
 //! offset its place in this run's reading of that shard; neither is kept between runs.
 //!
-//! Replay's progress is the reader's own file, `<state-dir>/kinesis.<stream>.json`: per shard, a
-//! checkpoint (every record up to that sequence number was replayed, or already done) and the
-//! sequence numbers replayed past it. It is written (temp, fsync, rename) after each batch the
-//! main stream accepted ([`KinesisReader::replayed`]), never before. A run resumes after each
+//! Replay's progress is the reader's own file ([`super::progress`]): per shard, a checkpoint
+//! (every record up to that sequence number was replayed, or already done) and the sequence
+//! numbers replayed past it. It is written after each batch the main stream accepted
+//! ([`KinesisReader::replayed`]), never before. A run resumes after each
 //! shard's checkpoint (`AFTER_SEQUENCE_NUMBER`) and skips the copies named done. Copies left out
 //! (filtered, no destination, failed) are not marked, so the checkpoint stays before them and a
 //! later run reads them again. A replay killed between the main stream's answer and the write
 //! sends that batch again next time: nothing is lost, and those events are in the main stream
 //! twice (Kinesis has no deduplication; at most one batch, 1000 events).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use aws_sdk_kinesis::error::{DisplayErrorContext, ProvideErrorMetadata};
@@ -36,85 +35,14 @@ use aws_sdk_kinesis::types::{Record as KRecord, ShardIteratorType};
 use aws_sdk_kinesis::Client;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
-use serde::{Deserialize, Serialize};
 
+use super::progress::{Identity, Progress};
 use crate::error::{Definite, Error};
 use crate::sink::aws::{class_of, sdk_config, AwsConfig, Class};
 use crate::sink::dead_letter::{DlqRecord, H_LSN, H_SEQ};
 
 /// Records asked for in one `GetRecords`.
 const PAGE: i32 = 1000;
-
-/// One shard's replay progress.
-#[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq, Eq)]
-struct ShardProgress {
-    /// Every record up to this sequence number is done.
-    after: Option<String>,
-    /// Records past `after` that are done.
-    done: BTreeSet<String>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct ProgressFile {
-    version: u32,
-    stream: String,
-    shards: BTreeMap<String, ShardProgress>,
-}
-
-/// Replay's progress file, `None` for `list`.
-struct Progress {
-    path: PathBuf,
-    stream: String,
-    shards: BTreeMap<String, ShardProgress>,
-}
-
-impl Progress {
-    fn load(dir: &Path, stream: &str) -> Result<Progress, Definite> {
-        let name = percent_encoding::utf8_percent_encode(stream, FILE_NAME_KEEPS);
-        let path = dir.join(format!("kinesis.{name}.json"));
-        let shards = match std::fs::read(&path) {
-            Ok(b) => {
-                let f: ProgressFile = serde_json::from_slice(&b).map_err(|e| {
-                    Definite::Config(format!(
-                        "{}: not a Kinesis replay progress file ({e}); move it away to replay from the start",
-                        path.display()
-                    ))
-                })?;
-                if f.version != 1 || f.stream != stream {
-                    return Err(Definite::Config(format!(
-                        "{}: version {} for stream {:?}, not version 1 for {stream:?}; move it away to replay from the start",
-                        path.display(),
-                        f.version,
-                        f.stream
-                    )));
-                }
-                f.shards
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(e) => return Err(Definite::Config(format!("cannot read {}: {e}", path.display()))),
-        };
-        Ok(Progress { path, stream: stream.to_owned(), shards })
-    }
-
-    fn save(&self) -> Result<(), Definite> {
-        let f = ProgressFile { version: 1, stream: self.stream.clone(), shards: self.shards.clone() };
-        let tmp = self.path.with_extension("json.tmp");
-        let write = || -> std::io::Result<()> {
-            if let Some(d) = self.path.parent() {
-                std::fs::create_dir_all(d)?;
-            }
-            let mut file = std::fs::File::create(&tmp)?;
-            file.write_all(&serde_json::to_vec(&f).unwrap_or_default())?;
-            file.sync_all()?;
-            std::fs::rename(&tmp, &self.path)
-        };
-        write().map_err(|e| Definite::Config(format!("cannot write {}: {e}", self.path.display())))
-    }
-}
-
-/// What a replay state's file name keeps of a stream name as it is; the rest is percent-encoded.
-const FILE_NAME_KEEPS: &percent_encoding::AsciiSet =
-    &percent_encoding::NON_ALPHANUMERIC.remove(b'.').remove(b'-').remove(b'_');
 
 /// Reads `--kinesis-dlq-stream`; see the module doc.
 pub struct KinesisReader {
@@ -144,7 +72,10 @@ impl KinesisReader {
         timeout: Duration,
     ) -> Result<Option<KinesisReader>, Error> {
         let client = Client::new(&sdk_config(aws).await);
-        let progress = state_dir.map(|d| Progress::load(d, stream)).transpose()?;
+        let progress = match state_dir {
+            Some(d) => Some(Progress::load(d, &identity(&client, stream, timeout).await?)?),
+            None => None,
+        };
         let mut shard_ids = list_shards(&client, stream, timeout).await?;
         shard_ids.sort();
         let mut all: Vec<Read> = Vec::new();
@@ -219,6 +150,24 @@ impl KinesisReader {
         }
         progress.save()
     }
+}
+
+/// What names the stream replay reads, for its progress file (`DescribeStreamSummary`).
+async fn identity(client: &Client, stream: &str, timeout: Duration) -> Result<Identity, Error> {
+    let out = retried(timeout, stream, "DescribeStreamSummary", || {
+        let call = client.describe_stream_summary();
+        let call = if stream.starts_with("arn:") { call.stream_arn(stream) } else { call.stream_name(stream) };
+        call.send()
+    })
+    .await?;
+    let s = out.stream_description_summary().ok_or_else(|| {
+        Definite::Setup(format!("--kinesis-dlq-stream {stream}: DescribeStreamSummary answered no summary"))
+    })?;
+    Ok(Identity {
+        name: s.stream_name().to_owned(),
+        arn: s.stream_arn().to_owned(),
+        created_ms: s.stream_creation_timestamp().to_millis().unwrap_or(0),
+    })
 }
 
 /// The ids of the stream's shards (open and closed ones still holding records).
@@ -306,7 +255,7 @@ where
         );
         if class_of(code.as_deref(), status, false) == Class::Setup {
             return Err(Definite::Setup(format!(
-                "{why}; check the stream name, --aws-region, and that the credentials may kinesis:ListShards, GetShardIterator and GetRecords on it"
+                "{why}; check the stream name, --aws-region, and that the credentials may kinesis:DescribeStreamSummary, ListShards, GetShardIterator and GetRecords on it"
             ))
             .into());
         }

@@ -16,6 +16,7 @@
 
 pub mod config;
 pub mod dlq;
+mod progress;
 pub(crate) mod publisher;
 pub mod record;
 pub mod replay;

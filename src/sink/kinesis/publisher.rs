@@ -17,9 +17,9 @@ use super::record::Job;
 use crate::sink::aws::publisher::{self as shared, Call, Entry, Failure};
 
 /// Records in one `PutRecords` (Kinesis's limit).
-const BATCH: usize = 500;
+pub(super) const BATCH: usize = 500;
 /// Data and partition key bytes in one `PutRecords` (Kinesis's limit: 5 MiB).
-const BATCH_BYTES: usize = 5 * 1024 * 1024;
+pub(super) const BATCH_BYTES: usize = 5 * 1024 * 1024;
 /// Jobs waiting here at most (the channel holds as many more).
 pub const WINDOW: usize = 8192;
 

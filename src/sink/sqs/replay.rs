@@ -6,7 +6,8 @@
 //! Order on a FIFO destination: a call holds one message of a group, and a group with an event not
 //! replayed in this run (refused, failed, or its copy held back by the reader's side: no
 //! destination, no payload, unreadable) gets none of its later events in this run, in any later
-//! batch: [`SqsTarget`] keeps those groups for the whole run.
+//! batch: [`SqsTarget`] keeps those groups for the whole run. Its earlier events still go, and a
+//! keyless held copy holds nothing back ([`Held`]).
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -19,6 +20,7 @@ use super::publisher::Failure;
 use super::{queue_facts, QueueFacts, DEFAULT_MAX_BYTES};
 use crate::sink::aws::{class_of, sdk_config, AwsConfig, Class};
 use crate::sink::dead_letter::entry::Entry;
+use crate::sink::dead_letter::held::Held;
 
 /// Messages in one send call (SQS's and SNS's limit).
 const PAGE: usize = 10;
@@ -144,44 +146,38 @@ struct Out {
 /// `Ok(the new message id)` or `Err(why)`. `held` are the keys of copies this run holds without
 /// replaying them (no destination, no payload, unreadable): on a FIFO destination their later
 /// events are not sent. See the module doc for order on a FIFO queue.
-pub async fn send_batch(
-    t: &mut SqsTarget,
-    batch: &[(Entry, String)],
-    held: &HashSet<Option<Vec<u8>>>,
-) -> Vec<Result<String, String>> {
-    let held: HashSet<String> = held.iter().map(|k| group_of(k.as_deref(), false)).collect();
+pub async fn send_batch(t: &mut SqsTarget, batch: &[(Entry, String)], held: &Held) -> Vec<Result<String, String>> {
     let mut results: Vec<Option<Result<String, String>>> = vec![None; batch.len()];
     let mut outs: Vec<Option<Out>> = Vec::with_capacity(batch.len());
+    // Each event's FIFO (destination, group); `None` on a standard destination (no order).
+    let mut groups: Vec<Option<(String, String)>> = Vec::with_capacity(batch.len());
     for (i, (e, dest)) in batch.iter().enumerate() {
         let facts = t.facts(dest).await;
-        let group = matches!(facts, Ok((true, _))).then(|| group_of(e.head.key.as_deref(), false));
-        if let Some(g) = group.as_ref().filter(|g| held.contains(*g)) {
-            t.blocked.insert((dest.clone(), g.clone()));
+        let group = matches!(facts, Ok((true, _))).then(|| (dest.clone(), group_of(e.head.key.as_deref(), false)));
+        let held_back = group.is_some() && held.blocks(e.head.key.as_deref(), batch.len(), i);
+        groups.push(group);
+        if held_back {
+            results[i] = Some(Err(NOT_SENT.into()));
+            outs.push(None);
+            continue;
         }
         let built = match facts {
             Ok((fifo, max)) => event_message(&replayed(&e.head, dest), fifo, max)
                 .map_err(|(code, why)| format!("SQS cannot take it ({code}): {why}")),
             Err(why) => Err(why),
         };
-        outs.push(match built {
-            Ok(msg) => Some(Out { dest: dest.clone(), msg }),
-            Err(why) => {
-                // Not sent: on a FIFO destination its key's later events wait for a later run.
-                if let Some(g) = group {
-                    t.blocked.insert((dest.clone(), g));
-                }
-                results[i] = Some(Err(why));
-                None
-            }
-        });
+        // Not sent: on a FIFO destination its key's later events wait for a later run ([`pick`]).
+        outs.push(built.map(|msg| Out { dest: dest.clone(), msg }).map_err(|why| results[i] = Some(Err(why))).ok());
     }
+    // Per FIFO group, the first event of this batch not replayed.
+    let mut failed_at: HashMap<(String, String), usize> = HashMap::new();
     let mut tries = 0u32;
     loop {
         let pending: Vec<usize> = (0..batch.len()).filter(|&i| results[i].is_none()).collect();
         if pending.is_empty() {
             break;
         }
-        let call = pick(&pending, &outs, &mut t.blocked, &mut results);
+        let call = pick(&pending, &outs, &groups, &t.blocked, &mut failed_at, &mut results);
         if call.is_empty() {
             continue;
         }
@@ -237,25 +233,32 @@ pub async fn send_batch(
             tokio::time::sleep(crate::retry::backoff(tries, Duration::from_secs(5))).await;
         }
     }
+    pick(&[], &outs, &groups, &t.blocked, &mut failed_at, &mut results);
+    t.blocked.extend(failed_at.into_keys());
     results.into_iter().map(|r| r.unwrap_or_else(|| Err("not sent".into()))).collect()
 }
 
+/// Why an event of a FIFO group with an earlier event not replayed is not sent.
+const NOT_SENT: &str = "an earlier event of its key was not replayed; left for a later run";
+
 /// The events of the next call, in order: all to the first pending event's queue, at most
-/// [`PAGE`], within the queue's size, one per FIFO group; an event of a group in `failed` (one
-/// of its events was not replayed in this run, in this batch or an earlier one) is failed too,
-/// and a group skipped for room stays skipped for this call (its order).
+/// [`PAGE`], within the queue's size, one per FIFO group (`fifo`: each event's); an event of a
+/// group `blocked` in an earlier batch, or after an event of its group not replayed in this one
+/// (`failed_at`, filled here from `results`), is failed too, and a group skipped for room stays
+/// skipped for this call (its order).
 fn pick(
     pending: &[usize],
     outs: &[Option<Out>],
-    failed: &mut HashSet<(String, String)>,
+    fifo: &[Option<(String, String)>],
+    blocked: &HashSet<(String, String)>,
+    failed_at: &mut HashMap<(String, String), usize>,
     results: &mut [Option<Result<String, String>>],
 ) -> Vec<usize> {
-    // Refused events fail their group for the rest of the run.
+    // An event not replayed fails its group's later events (only), for the rest of the run.
     for (i, r) in results.iter().enumerate() {
-        if let (Some(Err(_)), Some(Some(o))) = (r, outs.get(i)) {
-            if let Some(g) = &o.msg.group {
-                failed.insert((o.dest.clone(), g.clone()));
-            }
+        if let (Some(Err(_)), Some(Some(g))) = (r, fifo.get(i)) {
+            let at = failed_at.entry(g.clone()).or_insert(i);
+            *at = (*at).min(i);
         }
     }
     let mut call = Vec::new();
@@ -265,9 +268,9 @@ fn pick(
     let mut dest: Option<&str> = None;
     for &i in pending {
         let Some(o) = &outs[i] else { continue };
-        if let Some(g) = &o.msg.group {
-            if failed.contains(&(o.dest.clone(), g.clone())) {
-                results[i] = Some(Err("an earlier event of its key was not replayed; left for a later run".into()));
+        if let Some(g) = &fifo[i] {
+            if blocked.contains(g) || failed_at.get(g).is_some_and(|&f| f < i) {
+                results[i] = Some(Err(NOT_SENT.into()));
                 continue;
             }
         }
@@ -353,14 +356,36 @@ mod tests {
     #[tokio::test]
     async fn a_key_not_replayed_in_one_batch_is_held_back_in_the_later_batches() {
         let mut t = target(&[("q", true, 300)]);
-        let none = HashSet::new();
+        let none = Held::default();
         let first = send_batch(&mut t, &[entry("k", "e1", 400)], &none).await;
         assert!(matches!(&first[0], Err(w) if w.contains("cannot take it")), "{first:?}");
         let later = send_batch(&mut t, &[entry("k", "e2", 10)], &none).await;
         assert!(matches!(&later[0], Err(w) if w.contains("earlier event")), "{later:?}");
-        let held: HashSet<Option<Vec<u8>>> = [Some(b"h".to_vec())].into();
+        let mut held = Held::default();
+        held.hold(Some(b"h"));
+        held.pushed();
         let behind = send_batch(&mut t, &[entry("h", "e3", 10)], &held).await;
         assert!(matches!(&behind[0], Err(w) if w.contains("earlier event")), "{behind:?}");
+    }
+
+    /// A copy of a key held back after an event of the key went into the unsent batch keeps only
+    /// the key's later events back; a keyless held copy keeps nothing back.
+    #[tokio::test]
+    async fn a_held_copy_blocks_only_its_keys_later_events() {
+        let mut t = target(&[("q", true, 300)]);
+        let mut held = Held::default();
+        held.pushed();
+        held.hold(Some(b"h"));
+        held.hold(None);
+        held.pushed();
+        held.pushed();
+        let mut keyless = entry("", "e3", 400);
+        keyless.0.head.key = None;
+        let r = send_batch(&mut t, &[entry("h", "e1", 400), entry("h", "e2", 10), keyless], &held).await;
+        // Events that go fail at once (too large), so the test needs no server.
+        assert!(matches!(&r[0], Err(w) if w.contains("cannot take it")), "the earlier event was held back: {r:?}");
+        assert!(matches!(&r[1], Err(w) if w.contains("earlier event")), "{r:?}");
+        assert!(matches!(&r[2], Err(w) if w.contains("cannot take it")), "the keyless event was held back: {r:?}");
     }
 
     /// No answer from the destination is not kept: the next batch asks again.
@@ -378,11 +403,13 @@ mod tests {
     fn a_call_holds_one_message_of_a_group_and_a_failed_group_stays_behind() {
         let outs = vec![out("q", Some("a"), 10), out("q", Some("a"), 10), out("q", Some("b"), 10), out("r", None, 10)];
         let mut results = vec![None; 4];
-        let mut failed = HashSet::new();
-        assert_eq!(pick(&[0, 1, 2, 3], &outs, &mut failed, &mut results), vec![0, 2]);
+        let fifo: Vec<_> =
+            outs.iter().map(|o| o.as_ref().and_then(|o| o.msg.group.clone().map(|g| (o.dest.clone(), g)))).collect();
+        let (blocked, mut failed) = (HashSet::new(), HashMap::new());
+        assert_eq!(pick(&[0, 1, 2, 3], &outs, &fifo, &blocked, &mut failed, &mut results), vec![0, 2]);
         results[0] = Some(Err("refused".into()));
-        assert_eq!(pick(&[1, 2, 3], &outs, &mut failed, &mut results), vec![2]);
+        assert_eq!(pick(&[1, 2, 3], &outs, &fifo, &blocked, &mut failed, &mut results), vec![2]);
         assert!(matches!(&results[1], Some(Err(w)) if w.contains("earlier event")), "{results:?}");
-        assert_eq!(pick(&[3], &outs, &mut failed, &mut results), vec![3]);
+        assert_eq!(pick(&[3], &outs, &fifo, &blocked, &mut failed, &mut results), vec![3]);
     }
 }

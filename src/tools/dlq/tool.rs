@@ -32,7 +32,7 @@
 //! each batch ([`Source::replayed`]), reads on while deleting frees more ([`Source::again`]), and
 //! at the end makes the copies it left visible again ([`Source::release`]); nothing is saved.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
@@ -46,6 +46,7 @@ use super::state::State;
 use super::{H_LSN, H_MESSAGE, H_PAYLOAD_DROPPED, H_SEQ, H_SIZE, H_TABLE};
 use crate::config::{DlqCommand, DlqListArgs, DlqReplayArgs};
 use crate::error::{Definite, Error};
+use crate::sink::dead_letter::held::Held;
 use crate::sink::dead_letter::DlqRecord;
 use crate::sink::kafka::reader::StreamReader;
 
@@ -326,7 +327,7 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
         first_failure: None,
     };
     let mut publisher =
-        Publisher { common: &common, clients: None, topics: BTreeMap::new(), target: None, held: HashSet::new() };
+        Publisher { common: &common, clients: None, topics: BTreeMap::new(), target: None, held: Held::default() };
     let mut collector = Collector::default();
     let mut batch: Vec<(Entry, String)> = Vec::new();
     let mut batch_bytes = 0usize;
@@ -360,7 +361,7 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
                     Fed::Entry(e) => e,
                     Fed::Pending => continue,
                     Fed::Unreadable(r, why) => {
-                        publisher.held.insert(r.key.clone());
+                        publisher.held.hold(r.key.as_deref());
                         out.unusable.push(|| unreadable_line(&r, &why));
                         continue;
                     }
@@ -368,13 +369,13 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
                 let dest =
                     a.to_topic.clone().or_else(|| common.default_destination()).or_else(|| e.head.original_topic());
                 let Some(dest) = dest.filter(|d| *d != common.topic) else {
-                    publisher.held.insert(e.head.key.clone());
+                    publisher.held.hold(e.head.key.as_deref());
                     out.no_destination
                         .push(|| format!("{} id={} reason={}", e.head.position(), e.head.id_shown(), e.head.reason()));
                     continue;
                 };
                 if e.head.payload_not_kept() {
-                    publisher.held.insert(e.head.key.clone());
+                    publisher.held.hold(e.head.key.as_deref());
                     let r = &e.head;
                     out.no_payload.push(|| {
                         let why = match r.header(H_PAYLOAD_DROPPED) {
@@ -397,6 +398,7 @@ async fn replay(a: &DlqReplayArgs) -> Result<u8, Error> {
                 }
                 batch_bytes += e.payload_len.unwrap_or(0);
                 batch.push((e, dest));
+                publisher.held.pushed();
                 if batch.len() >= batch_max || batch_bytes + collector.held_bytes() >= BATCH_BYTES {
                     let done = publisher.publish(std::mem::take(&mut batch), &mut state, &mut out).await?;
                     reader.replayed(&done).await?;
@@ -465,9 +467,9 @@ struct Publisher<'a> {
     topics: BTreeMap<String, Result<(), String>>,
     /// The client for the sinks other than Kafka, made at the first batch.
     target: Option<Target>,
-    /// SQS: keys of copies held without being replayed (no destination, no payload,
-    /// unreadable), whose later events a FIFO destination must not get in this run.
-    held: HashSet<Option<Vec<u8>>>,
+    /// SQS, Kinesis: keys of copies held without being replayed (no destination, no payload,
+    /// unreadable), whose later events must not be sent in this run.
+    held: Held,
 }
 
 impl Publisher<'_> {
