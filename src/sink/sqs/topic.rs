@@ -11,8 +11,8 @@ use aws_sdk_sns::primitives::Blob;
 use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
 
 use super::message::{Job, Value};
-use super::publisher::{Call, Failure};
 use crate::sink::aws::publisher::by_id;
+use crate::sink::aws::publisher::{Call, Failure};
 use crate::sink::aws::{class_of, setup_failure, Class};
 
 fn attribute(v: &Value) -> MessageAttributeValue {

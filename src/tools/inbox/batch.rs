@@ -12,8 +12,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::consumer::Part;
 use super::record::{Bad, Received, Row};
+use super::Part;
 use crate::error::{Definite, Error};
 
 /// The records gathered since the last write.

@@ -22,7 +22,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::KafkaResult;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use super::consumer::Part;
+use super::Part;
 
 #[derive(Default)]
 struct State {

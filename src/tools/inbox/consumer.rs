@@ -44,8 +44,7 @@ use crate::sink::kafka::client;
 const WATERMARK_TIMEOUT: Duration = Duration::from_secs(2);
 const WATERMARK_PAUSE: Duration = Duration::from_secs(1);
 
-/// A partition: topic and number.
-pub type Part = (String, i32);
+pub use super::Part;
 
 /// A partition's range in Kafka: its low and high watermarks (the first offset it still holds,
 /// and one past its last; with read_committed, its last stable offset).

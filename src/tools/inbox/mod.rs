@@ -36,6 +36,11 @@
 
 mod avro_walk;
 mod batch;
+
+/// A partition: topic and number (the consumer, the writer, the batch and the Kafka commits all
+/// name partitions so; defined here so none of them imports another for it).
+pub type Part = (String, i32);
+
 mod beat;
 mod chores;
 mod commit;
