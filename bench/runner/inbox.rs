@@ -10,6 +10,10 @@
 //! topics use `LogAppendTime`: the broker's clock, the same host's). Then the hand loop is killed
 //! with SIGKILL a few times while it drains, and the records it read again (skipped by its unique
 //! event id) are counted: what `outboxd inbox`, storing offsets in the same transaction, never reads.
+//! With INBOX_JDBC=1 (the default), Debezium's JDBC sink connector on Kafka Connect drains the
+//! same backlog as a third reader in each repetition (inbox/jdbc.rs).
+
+mod jdbc;
 
 use std::path::Path;
 use std::process::{Child, Command};
@@ -27,10 +31,10 @@ use crate::stats::{commas, Spread};
 
 const BACKLOG_TOPIC: &str = "inbox.bench";
 
-const INTRO: &str = "Both consumers read the same backlog (one topic, 4 partitions, records like outboxd's: ~300 B JSON, 1,000 keys, `id` and `eventType` headers) into tables of the same shape (sql/08_inbox.sql's columns and indexes), `--batch-size` / `--batch` the same, each repetition into a fresh table and a fresh group, the order alternating. outboxd inbox stores each partition's next offset in the same statement as the rows; the hand loop (`examples/bench_inbox.rs hand`: rdkafka BaseConsumer + tokio-postgres, one multi-row `INSERT … ON CONFLICT (event_id) DO NOTHING` per batch, then a synchronous Kafka offset commit) is the usual at-least-once loop. rows/s = rows / (last commit − the first batch's start), both read from PostgreSQL (`track_commit_timestamp`); wall = process start → all rows committed (includes connecting and joining the group). Peak RSS = VmHWM.";
+const INTRO: &str = "The consumers read the same backlog (one topic, 4 partitions, records like outboxd's: ~300 B JSON, 1,000 keys, `id` and `eventType` headers) into tables of the same shape (sql/08_inbox.sql's columns and indexes), `--batch-size` / `--batch` the same, each repetition into a fresh table and a fresh group, the order rotating. outboxd inbox stores each partition's next offset in the same statement as the rows; the hand loop (`examples/bench_inbox.rs hand`: rdkafka BaseConsumer + tokio-postgres, one multi-row `INSERT … ON CONFLICT (event_id) DO NOTHING` per batch, then a synchronous Kafka offset commit) is the usual at-least-once loop. rows/s = rows / (last commit − the first batch's start), both read from PostgreSQL (`track_commit_timestamp`); wall = process start → all rows committed (includes connecting and joining the group). Peak RSS = VmHWM.";
 
 /// One consumer's drain.
-struct Drained {
+pub(crate) struct Drained {
     rate: f64,
     wall: f64,
     rows: i64,
@@ -48,27 +52,34 @@ pub fn inbox(b: &mut Bench) -> Result<()> {
     println!("   producing {} records into {BACKLOG_TOPIC}", k.inbox_n);
     println!("   {}", produce(b, BACKLOG_TOPIC, k.inbox_n, 0, "d")?);
 
-    let (mut ours, mut hands) = (Vec::new(), Vec::new());
+    let plugins = if k.inbox_jdbc { Some(jdbc::fetch()?) } else { None };
+    let (mut ours, mut hands, mut dbz) = (Vec::new(), Vec::new(), Vec::new());
+    let readers = if plugins.is_some() { 3 } else { 2 };
     for rep in 0..k.reps {
-        let order: [bool; 2] = if rep % 2 == 0 { [true, false] } else { [false, true] };
-        for outboxd in order {
-            let d = if outboxd { drain_outboxd(b, rep)? } else { drain_hand(b, rep)? };
-            let who = if outboxd { "outboxd inbox" } else { "hand loop" };
+        // The order rotates: 0 outboxd, 1 the hand loop, 2 the JDBC sink.
+        for who in (0..readers).map(|i| (i + rep) % readers) {
+            let d = match (who, &plugins) {
+                (0, _) => drain_outboxd(b, rep)?,
+                (1, _) => drain_hand(b, rep)?,
+                (_, Some(p)) => jdbc::drain(b, rep, p)?,
+                _ => bail!("the JDBC sink runs only when fetched (INBOX_JDBC=1)"),
+            };
+            let who_name = ["outboxd inbox", "hand loop", jdbc::NAME][who];
             println!(
-                "   rep {rep} {who}: {} rows/s, {:.1} s wall, {} rows, {:?} MiB",
+                "   rep {rep} {who_name}: {} rows/s, {:.1} s wall, {} rows, {:?} MiB",
                 commas(d.rate),
                 d.wall,
                 d.rows,
                 d.rss_mib
             );
             if d.rows != k.inbox_n as i64 {
-                bail!("{who} stored {} rows of {}", d.rows, k.inbox_n);
+                bail!("{who_name} stored {} rows of {}", d.rows, k.inbox_n);
             }
-            if outboxd {
-                ours.push(d)
-            } else {
-                hands.push(d)
-            };
+            match who {
+                0 => ours.push(d),
+                1 => hands.push(d),
+                _ => dbz.push(d),
+            }
         }
     }
     let mut md = format!(
@@ -87,7 +98,11 @@ pub fn inbox(b: &mut Bench) -> Result<()> {
             }
         })
     };
-    for (name, runs) in [("outboxd inbox", &ours), ("hand-written loop", &hands)] {
+    let jdbc_row = format!("{} (Kafka Connect 4.4.0)", jdbc::NAME);
+    for (name, runs) in [("outboxd inbox", &ours), ("hand-written loop", &hands), (jdbc_row.as_str(), &dbz)] {
+        if runs.is_empty() {
+            continue;
+        }
         md.push_str(&format!(
             "| {name} | {} | {} | {} | {} |\n",
             cell(runs.iter().map(|d| d.rate).collect(), commas),
@@ -105,6 +120,13 @@ pub fn inbox(b: &mut Bench) -> Result<()> {
         ratio.map_or("n/a".to_owned(), |r| format!("{r:.2}× (medians)")),
         at_least(ratio, 1.0),
     );
+    if !dbz.is_empty() {
+        let vs = match (Spread::of(&rates(&ours)), Spread::of(&rates(&dbz))) {
+            (Some(o), Some(j)) if j.median > 0.0 => format!("{:.2}×", o.median / j.median),
+            _ => "n/a".to_owned(),
+        };
+        md.push_str(&format!("\n{} outboxd inbox / JDBC sink rows/s: {vs} (medians).\n", jdbc::INTRO));
+    }
     let read_again = kills(b, &mut md)?;
     md.push_str(&format!(
         "\nThe hand loop killed with SIGKILL {} times while draining (then run to the end): {read_again} records read again \

@@ -128,6 +128,8 @@ pub struct Knobs {
     pub inbox_rate: u64,
     /// `inbox`: SIGKILLs of the hand loop while it drains.
     pub inbox_kills: u64,
+    /// `inbox`: also drain with Debezium's JDBC sink connector (INBOX_JDBC=1, the default).
+    pub inbox_jdbc: bool,
 }
 
 fn raw(name: &str) -> Option<String> {
@@ -207,6 +209,7 @@ impl Knobs {
             inbox_batch: num("INBOX_BATCH", 500)?,
             inbox_rate: num("INBOX_RATE", 5000)?,
             inbox_kills: num("INBOX_KILLS", 5)?,
+            inbox_jdbc: flag("INBOX_JDBC", true)?,
         })
     }
 
