@@ -25,6 +25,25 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// For the replays' tests: the copy of event `id` with key `key` and a payload of `payload`
+    /// bytes, read from partition 0, offset 0.
+    #[cfg(test)]
+    pub(crate) fn for_test(key: &str, id: &str, payload: usize) -> Entry {
+        Entry::single(DlqRecord {
+            partition: 0,
+            offset: 0,
+            key: Some(key.as_bytes().to_vec()),
+            payload: Some(vec![b'x'; payload]),
+            payload_len: Some(payload),
+            headers: vec![("id".into(), Some(id.as_bytes().to_vec()))],
+            timestamp_ms: None,
+            time_ms: None,
+            label: None,
+            undecoded: Vec::new(),
+            moved_later: false,
+        })
+    }
+
     fn single(r: DlqRecord) -> Entry {
         Entry { payload_len: r.payload_len, chunks: 1, positions: vec![(r.partition, r.offset)], head: r }
     }

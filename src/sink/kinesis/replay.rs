@@ -218,23 +218,9 @@ async fn put(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sink::dead_letter::DlqRecord;
 
     fn entry(key: &str, id: &str, payload: usize) -> (Entry, String) {
-        let head = DlqRecord {
-            partition: 0,
-            offset: 0,
-            key: Some(key.as_bytes().to_vec()),
-            payload: Some(vec![b'x'; payload]),
-            payload_len: Some(payload),
-            headers: vec![("id".into(), Some(id.as_bytes().to_vec()))],
-            timestamp_ms: None,
-            time_ms: None,
-            label: None,
-            undecoded: Vec::new(),
-            moved_later: false,
-        };
-        (Entry { head, payload_len: Some(payload), chunks: 1, positions: vec![(0, 0)] }, "s".into())
+        (Entry::for_test(key, id, payload), "s".into())
     }
 
     /// 100 copies of 60 KiB (6 MB) are more than one `PutRecords` may carry: a call is cut at

@@ -300,7 +300,6 @@ fn pick(
 mod tests {
     use super::super::message::Value;
     use super::*;
-    use crate::sink::dead_letter::DlqRecord;
 
     fn out(dest: &str, group: Option<&str>, size: usize) -> Option<Out> {
         let msg = super::super::message::Message {
@@ -335,20 +334,7 @@ mod tests {
     }
 
     fn entry(key: &str, id: &str, payload: usize) -> (Entry, String) {
-        let head = DlqRecord {
-            partition: 0,
-            offset: 0,
-            key: Some(key.as_bytes().to_vec()),
-            payload: Some(vec![b'x'; payload]),
-            payload_len: Some(payload),
-            headers: vec![("id".into(), Some(id.as_bytes().to_vec()))],
-            timestamp_ms: None,
-            time_ms: None,
-            label: None,
-            undecoded: Vec::new(),
-            moved_later: false,
-        };
-        (Entry { head, payload_len: Some(payload), chunks: 1, positions: vec![(0, 0)] }, "q".into())
+        (Entry::for_test(key, id, payload), "q".into())
     }
 
     /// Replay calls [`send_batch`] per 10 copies: a key whose event was not replayed in one call
