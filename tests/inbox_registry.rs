@@ -24,7 +24,6 @@ use common::*;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 const AVRO: &str = r#"{"type":"record","name":"OrderPlaced","namespace":"shop.v1","fields":[
   {"name":"order_id","type":"string"},
@@ -300,20 +299,7 @@ fn hex(b: &[u8]) -> String {
 
 /// The group's committed offsets in Kafka for `topic`'s `partitions` (`None`: no offset).
 fn committed(broker: &Broker, group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
-    let mut cfg = broker.client_config();
-    cfg.set("group.id", group);
-    let c: BaseConsumer = cfg.create().expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition(topic, p);
-    }
-    let got = c.committed_offsets(tpl, Duration::from_secs(10)).expect("committed offsets");
-    (0..partitions)
-        .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
-            Some(Offset::Offset(n)) => Some(n),
-            _ => None,
-        })
-        .collect()
+    broker.committed_offsets(group, topic, partitions)
 }
 
 fn high(broker: &Broker, topic: &str, partitions: i32) -> Vec<Option<i64>> {

@@ -9,25 +9,14 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 const TOPIC: &str = "orders.events";
 
 /// The group's committed offset of partition 0 in Kafka (`None`: none).
 fn committed(broker: &Broker, group: &str) -> Option<i64> {
-    let mut cfg = broker.client_config();
-    cfg.set("group.id", group);
-    let c: BaseConsumer = cfg.create().expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition(TOPIC, 0);
-    let got = c.committed_offsets(tpl, Duration::from_secs(10)).expect("committed offsets");
-    match got.find_partition(TOPIC, 0).map(|e| e.offset()) {
-        Some(Offset::Offset(n)) => Some(n),
-        _ => None,
-    }
+    broker.committed_offsets(group, TOPIC, 1)[0]
 }
 
 #[test]
@@ -145,20 +134,7 @@ fn inbox_warns_of_registry_credentials_over_http() {
 
 /// Per partition of `TOPIC` (0..n): Kafka's committed offset for `group` (`None`: none).
 fn committed_all(broker: &Broker, group: &str, n: i32) -> Vec<Option<i64>> {
-    let mut cfg = broker.client_config();
-    cfg.set("group.id", group);
-    let c: BaseConsumer = cfg.create().expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..n {
-        tpl.add_partition(TOPIC, p);
-    }
-    let got = c.committed_offsets(tpl, Duration::from_secs(10)).expect("committed offsets");
-    (0..n)
-        .map(|p| match got.find_partition(TOPIC, p).map(|e| e.offset()) {
-            Some(Offset::Offset(n)) => Some(n),
-            _ => None,
-        })
-        .collect()
+    broker.committed_offsets(group, TOPIC, n)
 }
 
 /// Per partition (0..n): the next offset stored in PostgreSQL (`None`: none, or no table yet).

@@ -336,6 +336,45 @@ impl Broker {
         cfg
     }
 
+    /// The group's committed offsets in Kafka for `topic`'s partitions `0..partitions` (`None`:
+    /// none committed). A coordinator that is moving or loading (`NotCoordinator`,
+    /// `CoordinatorLoadInProgress`, a timeout, seen while a rebalance or a commit is under way) is
+    /// asked again for up to 30 s; any other error fails the test.
+    pub fn committed_offsets(&self, group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
+        use rdkafka::error::KafkaError;
+        use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+        let mut cfg = self.client_config();
+        cfg.set("group.id", group);
+        let c: BaseConsumer = cfg.create().expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(topic, p);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let got = loop {
+            match c.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+                Ok(got) => break got,
+                Err(KafkaError::MetadataFetch(
+                    code @ (RDKafkaErrorCode::NotCoordinator
+                    | RDKafkaErrorCode::CoordinatorLoadInProgress
+                    | RDKafkaErrorCode::CoordinatorNotAvailable
+                    | RDKafkaErrorCode::OperationTimedOut
+                    | RDKafkaErrorCode::RequestTimedOut),
+                )) if Instant::now() < deadline => {
+                    eprintln!("committed offsets of {group}: {code:?}, asking again");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("committed offsets of {group}: {e}"),
+            }
+        };
+        (0..partitions)
+            .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(n)) => Some(n),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Creates `name` with `partitions` partitions and the cluster's default replication factor,
     /// and waits until the metadata shows them. Panics if it exists (see [`ensure_topic`](Self::ensure_topic)).
     pub fn create_topic(&self, name: &str, partitions: i32) {
