@@ -227,13 +227,15 @@ impl Knobs {
             format!(" OUTBOXD_EXTRA=\"{}\"", self.outboxd_extra)
         };
         format!(
-            "Settings:{extra} N={} REPS={} N_BIG={} BIG_TXN_ROWS={} N_HUGE={} DBZ_HUGE={} RATES=\"{}\" LAT_SECS={} N_BACKLOG={} \
-             BACKLOG_TXN_ROWS={} N_PROFILE={} N_TLS={} TLS_REPS={} TLS_NULL={} TLS_SPLIT={} WARM_ROWS={}.",
+            "Settings:{extra} N={} REPS={} N_BIG={} BIG_TXN_ROWS={} N_HUGE={} REPS_HUGE={} DBZ_HUGE={} RATES=\"{}\" \
+             LAT_SECS={} N_BACKLOG={} BACKLOG_TXN_ROWS={} N_PROFILE={} N_TLS={} TLS_REPS={} TLS_NULL={} TLS_SPLIT={} \
+             WARM_ROWS={} DRAIN_BROKER={} DRAIN_RABBITMQ={} HTTP_DRAIN={}.",
             self.n,
             self.reps,
             self.n_big,
             self.big_txn_rows,
             self.n_huge,
+            self.reps_huge,
             self.dbz_huge,
             rates.join(" "),
             self.lat_secs,
@@ -245,6 +247,9 @@ impl Knobs {
             b(self.tls_null),
             b(self.tls_split),
             self.warm_rows,
+            b(self.drain_broker),
+            b(self.drain_rabbitmq),
+            b(self.http_drain),
         )
     }
 }
@@ -264,5 +269,17 @@ mod tests {
         let all = scenarios(&args(&["all"])).unwrap();
         assert_eq!(all.len(), 6);
         assert!(scenarios(&args(&["drian"])).is_err());
+    }
+
+    /// The report's settings line names every knob that changes what the drain tables hold: how
+    /// many runs the one-transaction shape's medians are of, and which readers took part.
+    #[test]
+    fn settings_line_names_the_repetitions_and_readers_of_every_shape() {
+        let mut k = Knobs::from_env().unwrap();
+        (k.reps, k.reps_huge, k.drain_broker, k.drain_rabbitmq, k.http_drain) = (5, 4, true, false, false);
+        let line = k.settings_line();
+        for want in [" REPS=5 ", " REPS_HUGE=4 ", " DRAIN_BROKER=1 ", " DRAIN_RABBITMQ=0 ", " HTTP_DRAIN=0."] {
+            assert!(line.contains(want), "{want:?} not in {line}");
+        }
     }
 }
