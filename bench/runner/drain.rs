@@ -178,6 +178,15 @@ fn rss_targets(b: &mut Bench, sums: &[tables::Summary], what: &str) {
     }
 }
 
+/// How many runs a table's cells summarise: "1 run", or "median of N" (REPS_HUGE=5 gave "5 run").
+fn runs_note(reps: usize) -> String {
+    if reps == 1 {
+        "1 run".to_owned()
+    } else {
+        format!("median of {reps}")
+    }
+}
+
 pub fn bigtx(b: &mut Bench) -> Result<()> {
     let k = b.knobs.clone();
     let rds = [local(Kind::Recv), local(Kind::Null), local(Kind::Kafka)];
@@ -190,9 +199,13 @@ pub fn bigtx(b: &mut Bench) -> Result<()> {
     let title = format!("1 txn of {} rows", k.n_huge);
     let (huge, sums) = tables::drain_rows(&b.raw, "huge", k.n_huge, &title, &rds, k.http_batch);
     b.report.section(&format!(
-        "### Big transactions: {} rows in {}-row transactions (median of {}), and one {}-row transaction ({} run)\n\n\
+        "### Big transactions: {} rows in {}-row transactions ({}), and one {}-row transaction ({})\n\n\
          {DRAIN_HEADER}\n{big}{huge}\n",
-        k.n_big, k.big_txn_rows, k.reps, k.n_huge, k.reps_huge
+        k.n_big,
+        k.big_txn_rows,
+        runs_note(k.reps),
+        k.n_huge,
+        runs_note(k.reps_huge)
     ));
     kafka_targets(b, &big_sums, &format!("{}-row txns", k.big_txn_rows));
     kafka_targets(b, &sums, &format!("one {}-row txn", k.n_huge));
@@ -333,6 +346,12 @@ mod tests {
         assert_eq!(rotated(&rds, 2), vec![rds[1], rds[2], rds[0]]);
         assert_eq!(rotated(&rds, 3), vec![rds[2], rds[0], rds[1]]);
         assert_eq!(rotated(&rds, 4), rds.to_vec());
+    }
+
+    #[test]
+    fn headings_say_one_run_or_a_median() {
+        assert_eq!(runs_note(1), "1 run");
+        assert_eq!(runs_note(5), "median of 5");
     }
 
     #[test]
