@@ -13,6 +13,11 @@ boto3 against a local moto_server, to create destinations and read back what out
   drain-queue URL [SECONDS]    receive and delete every message until the queue has stayed empty
                                for SECONDS (default 2); prints one JSON object a line: body
                                (base64), attributes {name: base64 of the value}, group, dedup
+  iam-setup                    an IAM user "outboxd" with an access key and a role "outboxd-role"
+                               it (and a web identity) may assume, both allowed sqs:*; prints
+                               {"key", "secret", "role"} as JSON (before `auth on`)
+  auth on|off                  moto checks every request's signature and IAM permissions from now
+                               on (on), or takes any credentials again (off)
   ceiling sqs|sns DEST N SIZE KEYS [fifo]
                                moto's own ceiling (bench/sqs.sh): N messages of SIZE bytes sent to
                                the queue URL (SendMessageBatch) or topic ARN (PublishBatch) 10 a
@@ -93,6 +98,31 @@ def drain_queue(endpoint, url, quiet="2"):
             {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(msgs)])
 
 
+ALLOW_SQS = json.dumps({"Version": "2012-10-17",
+                        "Statement": [{"Effect": "Allow", "Action": ["sqs:*", "sts:AssumeRole"], "Resource": "*"}]})
+
+
+def iam_setup(endpoint):
+    iam = client(endpoint, "iam")
+    iam.create_user(UserName="outboxd")
+    iam.put_user_policy(UserName="outboxd", PolicyName="sqs", PolicyDocument=ALLOW_SQS)
+    key = iam.create_access_key(UserName="outboxd")["AccessKey"]
+    trust = json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::123456789012:user/outboxd"}, "Action": "sts:AssumeRole"},
+        {"Effect": "Allow", "Principal": {"Federated": "arn:aws:iam::123456789012:oidc-provider/oidc.example"},
+         "Action": "sts:AssumeRoleWithWebIdentity"}]})
+    role = iam.create_role(RoleName="outboxd-role", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+    iam.put_role_policy(RoleName="outboxd-role", PolicyName="sqs", PolicyDocument=ALLOW_SQS)
+    print(json.dumps({"key": key["AccessKeyId"], "secret": key["SecretAccessKey"], "role": role}))
+
+
+def auth(endpoint, state):
+    import urllib.request
+    count = {"on": "0", "off": "inf"}[state]
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=count.encode(), method="POST",
+                                                  headers={"Content-Type": "text/plain"})).read()
+
+
 def ceiling(endpoint, service, dest, n, size, keys, fifo=""):
     c = client(endpoint, service)
     n, body, keys = int(n), "x" * int(size), int(keys)
@@ -117,7 +147,7 @@ def ceiling(endpoint, service, dest, n, size, keys, fifo=""):
     print(n, round(time.monotonic() - start, 3))
 
 
-COMMANDS = {"ceiling": ceiling, "create-queue": create_queue, "create-queue-max": create_queue_max, "drain-queue": drain_queue,
+COMMANDS = {"ceiling": ceiling, "iam-setup": iam_setup, "auth": auth, "create-queue": create_queue, "create-queue-max": create_queue_max, "drain-queue": drain_queue,
             "set-queue-max": set_queue_max, "create-topic": create_topic, "subscribe-queue": subscribe_queue,
             "queue-count": queue_count}
 

@@ -91,6 +91,36 @@ pub fn class_of(code: Option<&str>, status: Option<u16>, per_message: bool) -> C
     }
 }
 
+/// Codes that say the service refused the credentials themselves (not what they may do): a wrong
+/// secret, an unknown or deleted key, an expired session.
+const REFUSED_CREDENTIALS: &[&str] = &[
+    "SignatureDoesNotMatch",
+    "InvalidClientTokenId",
+    "UnrecognizedClientException",
+    "IncompleteSignature",
+    "IncompleteSignatureException",
+    "InvalidSignatureException",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "MissingAuthenticationToken",
+    "MissingAuthenticationTokenException",
+    "AuthFailure",
+];
+
+/// The fix for a fault of the setup the service answered with `code`: for refused credentials,
+/// which ones to check; for anything else (no such queue, access denied), `otherwise`.
+pub fn setup_fix(code: Option<&str>, otherwise: &str) -> String {
+    match code {
+        Some(c) if REFUSED_CREDENTIALS.iter().any(|r| r.eq_ignore_ascii_case(c)) => {
+            "the credentials were refused: check the access key and secret the chain found (the environment, \
+             the profile of AWS_PROFILE or --aws-profile and the role it assumes, web identity), or renew \
+             expired ones"
+                .into()
+        }
+        _ => otherwise.into(),
+    }
+}
+
 /// How to give outboxd credentials, said with every error that found none usable.
 pub const CREDENTIALS_FIX: &str = "provide AWS credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, \
 a profile of ~/.aws/credentials or ~/.aws/config (AWS_PROFILE or --aws-profile; static keys, \
@@ -161,6 +191,16 @@ mod tests {
         assert_eq!(class_of(None, None, false), Class::Transient);
         assert_eq!(class_of(None, Some(429), false), Class::Transient);
         assert_eq!(class_of(None, Some(404), false), Class::Setup);
+    }
+
+    #[test]
+    fn refused_credentials_name_the_credentials_not_the_queue() {
+        for code in ["SignatureDoesNotMatch", "InvalidClientTokenId", "UnrecognizedClientException"] {
+            assert_eq!(class_of(Some(code), Some(403), false), Class::Setup, "{code}");
+            assert!(setup_fix(Some(code), "check the URL").contains("credentials were refused"), "{code}");
+        }
+        assert_eq!(setup_fix(Some("AccessDenied"), "check the URL"), "check the URL");
+        assert_eq!(setup_fix(None, "check the URL"), "check the URL");
     }
 
     #[test]
