@@ -169,7 +169,7 @@ fn one_line(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{class_of, setup_failure, Class};
+    use super::{class_of, setup_failure, setup_fix, Class};
     use aws_credential_types::provider::error::CredentialsError;
     use aws_sdk_sqs::error::SdkError;
 
