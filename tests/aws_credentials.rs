@@ -251,6 +251,24 @@ fn web_identity_authenticates_check_and_run_and_shows_no_token() {
     assert_eq!(code, Some(0), "outboxd check with web identity:\n{check}");
     let run = relays(&pg, &iam, &[], &env, home.path());
 
+    // A token file that is not there: `check` and `run` stop at once, in one line saying how to
+    // provide credentials (not "no answer from SQS", and `run` does not retry it for good).
+    let missing = home.path().join("no-token").to_string_lossy().into_owned();
+    let env = [
+        ("AWS_WEB_IDENTITY_TOKEN_FILE", missing.as_str()),
+        ("AWS_ROLE_ARN", iam.role.as_str()),
+        ("AWS_ENDPOINT_URL_STS", iam.moto.url.as_str()),
+    ];
+    let (code, out) = outboxd(&check_args(&pg, &iam, &[]), &env, home.path(), Duration::from_secs(60));
+    assert_eq!(code, Some(1), "outboxd check with a missing token file:\n{out}");
+    // check prints the fault, then its fix on the next line.
+    assert!(out.lines().any(|l| l.contains("no usable AWS credentials")), "{out}");
+    assert!(out.contains("AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN"), "{out}");
+    let mut a = daemon_args_pg_only(&pg, &["--sink", "sqs", "--on-bad-event", "fail", "--sqs-queue-url", &iam.queue]);
+    a.extend(args(&["--aws-endpoint-url", &iam.moto.url, "--aws-region", "us-east-1"]));
+    let (code, out) = outboxd(&a, &env, home.path(), Duration::from_secs(30));
+    assert!(code.is_some_and(|c| c != 0), "outboxd run with a missing token file ({code:?}):\n{out}");
+    assert!(out.contains("no usable AWS credentials"), "{out}");
     // The session tokens moto's STS gives all begin with this.
     assert_no_secret(&[&check, &run], &[token, &iam.secret, STS_TOKEN]);
 }

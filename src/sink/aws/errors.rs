@@ -133,7 +133,7 @@ or an ECS/EKS container or EC2 instance role";
 /// [`class_of`] would take it for "no answer" and retry it forever. Decided by the error's type:
 /// a [`CredentialsError`] anywhere in its source chain, or `SdkError::ConstructionFailure`. A
 /// provider that timed out or failed on its way (the instance metadata service, STS) is left to
-/// the retries. What it gives: what is wrong, and how to fix it. No secret is in either:
+/// the retries; one that could not read its file (a web identity token file not there) is not. What it gives: what is wrong, and how to fix it. No secret is in either:
 /// credential errors carry none.
 pub fn setup_failure<E, R>(e: &SdkError<E, R>) -> Option<(String, &'static str)>
 where
@@ -144,6 +144,12 @@ where
     while let Some(c) = cause {
         if let Some(ce) = c.downcast_ref::<CredentialsError>() {
             return match ce {
+                // A file the chain was told to read (AWS_WEB_IDENTITY_TOKEN_FILE) is not there or
+                // not readable: no retry brings it; the rest of provider errors may pass.
+                CredentialsError::ProviderError(_) if unreadable_file(ce) => Some((
+                    format!("no usable AWS credentials ({})", one_line(&DisplayErrorContext(ce).to_string())),
+                    CREDENTIALS_FIX,
+                )),
                 CredentialsError::ProviderTimedOut(_) | CredentialsError::ProviderError(_) => None,
                 _ => Some((
                     format!("no usable AWS credentials ({})", one_line(&DisplayErrorContext(ce).to_string())),
@@ -160,6 +166,19 @@ where
         )),
         _ => None,
     }
+}
+
+/// Whether a credential provider failed on a file it could not read (not found, no permission),
+/// by the `io::Error` kind in its source chain.
+fn unreadable_file(e: &CredentialsError) -> bool {
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return matches!(io.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied);
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// `text` on one line: the SDK's credential errors list what they tried on lines of their own.
@@ -220,6 +239,15 @@ mod tests {
         assert_eq!(setup_failure(&slow), None);
         let timeout: E = SdkError::timeout_error("attempt timed out");
         assert_eq!(setup_failure(&timeout), None);
+        // A provider that failed on its way may too (STS refused a connection), unless it could
+        // not read its file (a web identity token file not there).
+        let io = |k| CredentialsError::provider_error(std::io::Error::from(k));
+        let refused: E = SdkError::construction_failure(io(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(setup_failure(&refused), None);
+        let no_file: E = SdkError::construction_failure(io(std::io::ErrorKind::NotFound));
+        assert!(setup_failure(&no_file).is_some_and(
+            |(m, fix)| m.contains("no usable AWS credentials") && fix.contains("AWS_WEB_IDENTITY_TOKEN_FILE")
+        ));
         let built: E = SdkError::construction_failure("no region");
         assert!(setup_failure(&built).is_some_and(|(_, fix)| fix.contains("--aws-region")));
     }
