@@ -11,13 +11,16 @@
 # launch until the slot is confirmed past the backlog. Then moto's own ceiling, alone: boto3
 # SendMessageBatch (PublishBatch for sns), 10 messages a call, of N messages of the payload's size
 # to a fresh standard and FIFO queue (topic), the FIFO one with a group per key
-# (tools/aws/client.py ceiling). Prints each run, then median (min..max) events/s per reader.
-# Usage: bench/sqs.sh   (env: SINK=sqs|sns N=10000 REPS=5 KEYS=1000 PROFILE=release;
+# (tools/aws/client.py ceiling), one call at a time, then CALLS (8, outboxd's) calls at a time.
+# Prints each run, then median (min..max) events/s per reader.
+# Usage: bench/sqs.sh   (env: SINK=sqs|sns N=10000 REPS=5 KEYS=1000 CALLS=8 PROFILE=release;
 #   PROFILE=debug only to try the script out; NO_BUILD=1 BIN=PATH to measure a given binary)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 SINK=${SINK:-sqs}; N=${N:-10000}; REPS=${REPS:-5}; KEYS=${KEYS:-1000}
+# The concurrent ceiling's calls in flight: outboxd's own (sink/aws/publisher.rs REQUESTS).
+CALLS=${CALLS:-8}
 PROFILE=${PROFILE:-release}
 case $SINK in sqs | sns) ;; *) echo "bench/sqs.sh: SINK is sqs or sns" >&2; exit 2 ;; esac
 ensure_tools
@@ -75,7 +78,7 @@ relay() { # slot end fifo(""|fifo) -> seconds
   kill -TERM "$pid"; wait "$pid" || true
 }
 
-READERS="recv standard fifo ceiling_standard ceiling_fifo"
+READERS="recv standard fifo ceiling_standard ceiling_fifo ceiling${CALLS}_standard ceiling${CALLS}_fifo"
 declare -A RATES
 for r in $(seq 1 "$REPS"); do
   for s in recv standard fifo; do
@@ -95,18 +98,20 @@ for r in $(seq 1 "$REPS"); do
     line="$line $s=$rate/s"
     pg_psql -qAt -c "SELECT pg_drop_replication_slot('${s}_$r')" >/dev/null
   done
-  for f in "" fifo; do
-    name="ceiling_$r"; [ "$f" = fifo ] && name="ceiling_$r.fifo"
-    dest=$(destination "$name" "$f")
-    read -r _ secs < <(aws_client ceiling "$SINK" "$dest" "$N" 60 "$KEYS" $f)
-    rate=$(awk "BEGIN {printf \"%d\", $N / $secs}")
-    s=ceiling_${f:-standard}
-    RATES[$s]="${RATES[$s]:-} $rate"
-    line="$line $s=$rate/s"
+  for calls in 1 "$CALLS"; do
+    for f in "" fifo; do
+      name="ceiling${calls}_$r"; [ "$f" = fifo ] && name="$name.fifo"
+      dest=$(destination "$name" "$f")
+      read -r _ secs < <(export CALLS=$calls; aws_client ceiling "$SINK" "$dest" "$N" 60 "$KEYS" $f)
+      rate=$(awk "BEGIN {printf \"%d\", $N / $secs}")
+      s=ceiling_${f:-standard}; [ "$calls" = 1 ] || s=ceiling${calls}_${f:-standard}
+      RATES[$s]="${RATES[$s]:-} $rate"
+      line="$line $s=$rate/s"
+    done
   done
   echo "$line"
 done
-echo "SINK=$SINK N=$N REPS=$REPS KEYS=$KEYS PROFILE=$PROFILE $(bash scripts/aws version)"
+echo "SINK=$SINK N=$N REPS=$REPS KEYS=$KEYS CALLS=$CALLS PROFILE=$PROFILE $(bash scripts/aws version)"
 for s in $READERS; do
   # shellcheck disable=SC2086
   printf '%-17s %s\n' "$s" "$(printf '%s\n' ${RATES[$s]} | sort -n | awk '{a[NR]=$1} END {printf "median %d (%d..%d) events/s", a[int((NR+1)/2)], a[1], a[NR]}')"

@@ -13,16 +13,24 @@ boto3 against a local moto_server, to create destinations and read back what out
   drain-queue URL [SECONDS]    receive and delete every message until the queue has stayed empty
                                for SECONDS (default 2); prints one JSON object a line: body
                                (base64), attributes {name: base64 of the value}, group, dedup
+  iam-setup                    an IAM user "outboxd" with an access key and a role "outboxd-role"
+                               it (and a web identity) may assume, both allowed sqs:*; prints
+                               {"key", "secret", "role"} as JSON (before `auth on`)
+  auth on|off                  moto checks every request's signature and IAM permissions from now
+                               on (on), or takes any credentials again (off)
   ceiling sqs|sns DEST N SIZE KEYS [fifo]
                                moto's own ceiling (bench/sqs.sh): N messages of SIZE bytes sent to
                                the queue URL (SendMessageBatch) or topic ARN (PublishBatch) 10 a
-                               call, one call after another; on a FIFO one with the group id
+                               call, $CALLS calls at a time (default 1: one after another); on a
+                               FIFO one with the group id
                                k<i % KEYS> and a deduplication id each; prints "N SECONDS"
 """
 import base64
 import json
+import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import boto3
 
@@ -93,15 +101,40 @@ def drain_queue(endpoint, url, quiet="2"):
             {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(msgs)])
 
 
+ALLOW_SQS = json.dumps({"Version": "2012-10-17",
+                        "Statement": [{"Effect": "Allow", "Action": ["sqs:*", "sts:AssumeRole"], "Resource": "*"}]})
+
+
+def iam_setup(endpoint):
+    iam = client(endpoint, "iam")
+    iam.create_user(UserName="outboxd")
+    iam.put_user_policy(UserName="outboxd", PolicyName="sqs", PolicyDocument=ALLOW_SQS)
+    key = iam.create_access_key(UserName="outboxd")["AccessKey"]
+    trust = json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::123456789012:user/outboxd"}, "Action": "sts:AssumeRole"},
+        {"Effect": "Allow", "Principal": {"Federated": "arn:aws:iam::123456789012:oidc-provider/oidc.example"},
+         "Action": "sts:AssumeRoleWithWebIdentity"}]})
+    role = iam.create_role(RoleName="outboxd-role", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+    iam.put_role_policy(RoleName="outboxd-role", PolicyName="sqs", PolicyDocument=ALLOW_SQS)
+    print(json.dumps({"key": key["AccessKeyId"], "secret": key["SecretAccessKey"], "role": role}))
+
+
+def auth(endpoint, state):
+    import urllib.request
+    count = {"on": "0", "off": "inf"}[state]
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=count.encode(), method="POST",
+                                                  headers={"Content-Type": "text/plain"})).read()
+
+
 def ceiling(endpoint, service, dest, n, size, keys, fifo=""):
     c = client(endpoint, service)
     n, body, keys = int(n), "x" * int(size), int(keys)
-    start = time.monotonic()
-    sent = 0
-    while sent < n:
+    calls = int(os.environ.get("CALLS", "1"))
+
+    def send(first):
         batch = []
-        for i in range(sent, min(sent + 10, n)):
-            e = {"Id": str(i - sent)}
+        for i in range(first, min(first + 10, n)):
+            e = {"Id": str(i - first)}
             e["MessageBody" if service == "sqs" else "Message"] = body
             if fifo == "fifo":
                 e["MessageGroupId"] = f"k{i % keys}"
@@ -113,11 +146,16 @@ def ceiling(endpoint, service, dest, n, size, keys, fifo=""):
             out = c.publish_batch(TopicArn=dest, PublishBatchRequestEntries=batch)
         if out.get("Failed"):
             sys.exit(f"{len(out['Failed'])} messages failed: {out['Failed'][0]}")
-        sent += len(batch)
+
+    start = time.monotonic()
+    # CALLS calls in flight at once (boto3's clients are thread-safe); consecutive batches hold
+    # distinct groups when KEYS >= 10 * CALLS, so no group has two messages in flight.
+    with ThreadPoolExecutor(calls) as pool:
+        list(pool.map(send, range(0, n, 10)))
     print(n, round(time.monotonic() - start, 3))
 
 
-COMMANDS = {"ceiling": ceiling, "create-queue": create_queue, "create-queue-max": create_queue_max, "drain-queue": drain_queue,
+COMMANDS = {"ceiling": ceiling, "iam-setup": iam_setup, "auth": auth, "create-queue": create_queue, "create-queue-max": create_queue_max, "drain-queue": drain_queue,
             "set-queue-max": set_queue_max, "create-topic": create_topic, "subscribe-queue": subscribe_queue,
             "queue-count": queue_count}
 

@@ -91,6 +91,36 @@ pub fn class_of(code: Option<&str>, status: Option<u16>, per_message: bool) -> C
     }
 }
 
+/// Codes that say the service refused the credentials themselves (not what they may do): a wrong
+/// secret, an unknown or deleted key, an expired session.
+const REFUSED_CREDENTIALS: &[&str] = &[
+    "SignatureDoesNotMatch",
+    "InvalidClientTokenId",
+    "UnrecognizedClientException",
+    "IncompleteSignature",
+    "IncompleteSignatureException",
+    "InvalidSignatureException",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "MissingAuthenticationToken",
+    "MissingAuthenticationTokenException",
+    "AuthFailure",
+];
+
+/// The fix for a fault of the setup the service answered with `code`: for refused credentials,
+/// which ones to check; for anything else (no such queue, access denied), `otherwise`.
+pub fn setup_fix(code: Option<&str>, otherwise: &str) -> String {
+    match code {
+        Some(c) if REFUSED_CREDENTIALS.iter().any(|r| r.eq_ignore_ascii_case(c)) => {
+            "the credentials were refused: check the access key and secret the chain found (the environment, \
+             the profile of AWS_PROFILE or --aws-profile and the role it assumes, web identity), or renew \
+             expired ones"
+                .into()
+        }
+        _ => otherwise.into(),
+    }
+}
+
 /// How to give outboxd credentials, said with every error that found none usable.
 pub const CREDENTIALS_FIX: &str = "provide AWS credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, \
 a profile of ~/.aws/credentials or ~/.aws/config (AWS_PROFILE or --aws-profile; static keys, \
@@ -103,7 +133,7 @@ or an ECS/EKS container or EC2 instance role";
 /// [`class_of`] would take it for "no answer" and retry it forever. Decided by the error's type:
 /// a [`CredentialsError`] anywhere in its source chain, or `SdkError::ConstructionFailure`. A
 /// provider that timed out or failed on its way (the instance metadata service, STS) is left to
-/// the retries. What it gives: what is wrong, and how to fix it. No secret is in either:
+/// the retries; one that could not read its file (a web identity token file not there) is not. What it gives: what is wrong, and how to fix it. No secret is in either:
 /// credential errors carry none.
 pub fn setup_failure<E, R>(e: &SdkError<E, R>) -> Option<(String, &'static str)>
 where
@@ -114,6 +144,12 @@ where
     while let Some(c) = cause {
         if let Some(ce) = c.downcast_ref::<CredentialsError>() {
             return match ce {
+                // A file the chain was told to read (AWS_WEB_IDENTITY_TOKEN_FILE) is not there or
+                // not readable: no retry brings it; the rest of provider errors may pass.
+                CredentialsError::ProviderError(_) if unreadable_file(ce) => Some((
+                    format!("no usable AWS credentials ({})", one_line(&DisplayErrorContext(ce).to_string())),
+                    CREDENTIALS_FIX,
+                )),
                 CredentialsError::ProviderTimedOut(_) | CredentialsError::ProviderError(_) => None,
                 _ => Some((
                     format!("no usable AWS credentials ({})", one_line(&DisplayErrorContext(ce).to_string())),
@@ -132,6 +168,19 @@ where
     }
 }
 
+/// Whether a credential provider failed on a file it could not read (not found, no permission),
+/// by the `io::Error` kind in its source chain.
+fn unreadable_file(e: &CredentialsError) -> bool {
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return matches!(io.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied);
+        }
+        cause = c.source();
+    }
+    false
+}
+
 /// `text` on one line: the SDK's credential errors list what they tried on lines of their own.
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -139,7 +188,7 @@ fn one_line(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{class_of, setup_failure, Class};
+    use super::{class_of, setup_failure, setup_fix, Class};
     use aws_credential_types::provider::error::CredentialsError;
     use aws_sdk_sqs::error::SdkError;
 
@@ -164,6 +213,16 @@ mod tests {
     }
 
     #[test]
+    fn refused_credentials_name_the_credentials_not_the_queue() {
+        for code in ["SignatureDoesNotMatch", "InvalidClientTokenId", "UnrecognizedClientException"] {
+            assert_eq!(class_of(Some(code), Some(403), false), Class::Setup, "{code}");
+            assert!(setup_fix(Some(code), "check the URL").contains("credentials were refused"), "{code}");
+        }
+        assert_eq!(setup_fix(Some("AccessDenied"), "check the URL"), "check the URL");
+        assert_eq!(setup_fix(None, "check the URL"), "check the URL");
+    }
+
+    #[test]
     fn missing_credentials_and_unbuildable_requests_are_setup_faults_by_type() {
         type E = SdkError<std::io::Error, ()>;
         let none: E = SdkError::construction_failure(CredentialsError::not_loaded(
@@ -180,6 +239,15 @@ mod tests {
         assert_eq!(setup_failure(&slow), None);
         let timeout: E = SdkError::timeout_error("attempt timed out");
         assert_eq!(setup_failure(&timeout), None);
+        // A provider that failed on its way may too (STS refused a connection), unless it could
+        // not read its file (a web identity token file not there).
+        let io = |k| CredentialsError::provider_error(std::io::Error::from(k));
+        let refused: E = SdkError::construction_failure(io(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(setup_failure(&refused), None);
+        let no_file: E = SdkError::construction_failure(io(std::io::ErrorKind::NotFound));
+        assert!(setup_failure(&no_file).is_some_and(
+            |(m, fix)| m.contains("no usable AWS credentials") && fix.contains("AWS_WEB_IDENTITY_TOKEN_FILE")
+        ));
         let built: E = SdkError::construction_failure("no region");
         assert!(setup_failure(&built).is_some_and(|(_, fix)| fix.contains("--aws-region")));
     }

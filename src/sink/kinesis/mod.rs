@@ -33,7 +33,7 @@ use super::{Sink, SinkError};
 use crate::error::Definite;
 use crate::health::Health;
 use crate::router::Record;
-use crate::sink::aws::{class_of, sdk_config, setup_failure, AwsConfig, Class};
+use crate::sink::aws::{class_of, sdk_config, setup_failure, setup_fix, AwsConfig, Class};
 use config::KinesisConfig;
 use record::MAX_RECORD_BYTES;
 
@@ -84,9 +84,11 @@ where
     let text = e.message().map(str::to_owned).unwrap_or_else(|| DisplayErrorContext(e).to_string());
     Some(Refused {
         detail: format!("{flag} {stream}: Kinesis answered {call} with {code}: {text}"),
-        fix: "check the stream's name (or create it), --aws-region, and that the credentials may \
-              kinesis:DescribeStreamSummary and kinesis:PutRecords on it"
-            .into(),
+        fix: setup_fix(
+            Some(&code),
+            "check the stream's name (or create it), --aws-region, and that the credentials may \
+             kinesis:DescribeStreamSummary and kinesis:PutRecords on it",
+        ),
     })
 }
 

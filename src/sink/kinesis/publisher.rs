@@ -75,9 +75,10 @@ impl shared::Service for Target {
     }
 
     fn setup_reason(&self, code: &str, text: &str) -> String {
-        format!(
-            "Kinesis refused the call ({code}): {text}; check --kinesis-stream (and --kinesis-dlq-stream), --aws-region, and that the credentials may kinesis:PutRecords on the stream (and use its KMS key)"
-        )
+        let otherwise =
+            "check --kinesis-stream (and --kinesis-dlq-stream), --aws-region, and that the credentials may \
+                         kinesis:PutRecords on the stream (and use its KMS key)";
+        format!("Kinesis refused the call ({code}): {text}; {}", crate::sink::aws::setup_fix(Some(code), otherwise))
     }
 }
 

@@ -34,7 +34,7 @@ use super::{Sink, SinkError};
 use crate::error::Definite;
 use crate::health::Health;
 use crate::router::Record;
-use crate::sink::aws::{class_of, sdk_config, setup_failure, AwsConfig, Class};
+use crate::sink::aws::{class_of, sdk_config, setup_failure, setup_fix, AwsConfig, Class};
 use crate::sink::escape::Limits;
 use config::SqsConfig;
 use message::Queues;
@@ -99,10 +99,11 @@ pub(crate) async fn queue_facts(
             if class_of(code.as_deref(), status, false) == Class::Setup {
                 let code = code.unwrap_or_else(|| format!("HTTP {}", status.unwrap_or(0)));
                 let text = e.message().map(str::to_owned).unwrap_or_else(|| DisplayErrorContext(&e).to_string());
-                Err(Refused {
-                    detail: format!("{flag} {url}: SQS answered {code}: {text}"),
-                    fix: "check the URL (or create the queue), --aws-region, and that the credentials may sqs:GetQueueAttributes and sqs:SendMessage on it".into(),
-                })
+                let fix = setup_fix(
+                    Some(&code),
+                    "check the URL (or create the queue), --aws-region, and that the credentials may sqs:GetQueueAttributes and sqs:SendMessage on it",
+                );
+                Err(Refused { detail: format!("{flag} {url}: SQS answered {code}: {text}"), fix })
             } else {
                 tracing::warn!(queue = url, error = %DisplayErrorContext(&e), "SQS did not answer GetQueueAttributes; going on with the defaults");
                 Ok(None)

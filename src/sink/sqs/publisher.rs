@@ -61,10 +61,11 @@ impl shared::Service for Target {
     }
 
     fn setup_reason(&self, code: &str, text: &str) -> String {
-        format!(
-            "AWS refused the call ({code}): {text}; check {}, --aws-region, and that the credentials may send to it (sqs:SendMessage, sns:Publish) and use its KMS key",
+        let otherwise = format!(
+            "check {}, --aws-region, and that the credentials may send to it (sqs:SendMessage, sns:Publish) and use its KMS key",
             self.flags
-        )
+        );
+        format!("AWS refused the call ({code}): {text}; {}", crate::sink::aws::setup_fix(Some(code), &otherwise))
     }
 }
 

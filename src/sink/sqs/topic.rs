@@ -13,7 +13,7 @@ use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
 use super::message::{Job, Value};
 use crate::sink::aws::publisher::by_id;
 use crate::sink::aws::publisher::{Call, Failure};
-use crate::sink::aws::{class_of, setup_failure, Class};
+use crate::sink::aws::{class_of, setup_failure, setup_fix, Class};
 
 fn attribute(v: &Value) -> MessageAttributeValue {
     let b = MessageAttributeValue::builder();
@@ -78,9 +78,11 @@ pub(crate) async fn topic_fifo(client: &aws_sdk_sns::Client, arn: &str) -> Resul
             if class_of(code.as_deref(), status, false) == Class::Setup {
                 let code = code.unwrap_or_else(|| format!("HTTP {}", status.unwrap_or(0)));
                 let text = e.message().map(str::to_owned).unwrap_or_else(|| DisplayErrorContext(&e).to_string());
-                Err(format!(
-                    "--sns-topic-arn {arn}: SNS answered {code}: {text}; check the ARN (or create the topic), --aws-region, and that the credentials may sns:GetTopicAttributes and sns:Publish on it"
-                ))
+                let fix = setup_fix(
+                    Some(&code),
+                    "check the ARN (or create the topic), --aws-region, and that the credentials may sns:GetTopicAttributes and sns:Publish on it",
+                );
+                Err(format!("--sns-topic-arn {arn}: SNS answered {code}: {text}; {fix}"))
             } else {
                 tracing::warn!(topic = arn, error = %DisplayErrorContext(&e), "SNS did not answer GetTopicAttributes");
                 Ok(None)
