@@ -400,7 +400,7 @@ impl crate::sink::registered::Registered for KafkaSink {
 }
 
 impl Sink for KafkaSink {
-    async fn send(&mut self, record: Record, mut delivery: Delivery) -> Result<(), SinkError> {
+    fn send(&mut self, record: Record, mut delivery: Delivery) -> Result<(), SinkError> {
         if let Some((t, _)) = self.txns.as_deref_mut() {
             delivery = t.placed(delivery);
             if let Some((code, reason)) = t.condemned(&delivery) {
