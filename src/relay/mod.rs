@@ -10,7 +10,8 @@
 //! the WAL session's ledger is the LSN tracker (a ticket is a transaction), poll's is its batch's
 //! row fates (a ticket is a row), backfill's is its summary (one ticket for everything). The relay
 //! owns what they all share, once:
-//! * the ack channel, and the count and bytes of records handed to the sink and not yet resolved;
+//! * the ack queue ([`crate::sink::acks`]), and the count and bytes of records handed to the sink
+//!   and not yet resolved;
 //! * the budgets (`--max-in-flight`, `--max-in-flight-bytes`) every source checks before handing
 //!   over more ([`budget`], [`Relay::room`]), and the loops a source waits in for room, for the
 //!   sink's held records, or for its acks ([`wait`]);
@@ -362,7 +363,7 @@ impl<'a, S: Sink> Relay<'a, S> {
         Delivery::new(t, own_text(&record.event_id), record.topic.clone(), source, self.tx.clone()).with_bytes(bytes)
     }
 
-    /// One record left the sink's hands without an ack on the channel.
+    /// One record left the sink's hands without an ack through the queue.
     fn resolved(&mut self, bytes: usize) {
         self.in_flight = self.in_flight.saturating_sub(1);
         self.in_flight_bytes = self.in_flight_bytes.saturating_sub(bytes);
@@ -390,7 +391,7 @@ impl<'a, S: Sink> Relay<'a, S> {
                 let t = delivery.ticket();
                 let copy = delivery.is_dead_letter();
                 let source = delivery.source().clone();
-                // Resolved here, not through the channel.
+                // Resolved here, not through the ack queue.
                 delivery.disarm();
                 if copy {
                     self.metrics.failed(code);

@@ -3,8 +3,8 @@
 //! A [`Delivery`] travels with its record into a sink. The sink resolves it exactly once: `ack()`
 //! once the destination durably took the record, `reject()` when the destination refuses this
 //! record for good, `fail()` when it can never be delivered. Each becomes an [`Ack`] on the relay's
-//! channel. Dropping a handle unresolved reports a failure, so a sink that loses a record can never
-//! let a source count it as delivered.
+//! queue ([`super::acks`]). Dropping a handle unresolved reports a failure, so a sink that loses a
+//! record can never let a source count it as delivered.
 //!
 //! The handle carries its source's [`Ticket`], a number the relay never interprets: the WAL
 //! session's transaction, poll's row in its batch, nothing for backfill (see [`crate::relay::Ledger`]).
@@ -31,7 +31,7 @@ pub enum Outcome {
     },
     /// The broker refused this record for good (too large, invalid topic, policy); the record's
     /// parts come back so the bad-event policy can dead-letter them. Boxed: the rare case, and
-    /// every ack through the relay's channel is copied at the size of the largest outcome.
+    /// every ack through the relay's queue is moved at the size of the largest outcome.
     Rejected(Box<Refusal>),
 }
 
