@@ -10,7 +10,8 @@
 //! the WAL session's ledger is the LSN tracker (a ticket is a transaction), poll's is its batch's
 //! row fates (a ticket is a row), backfill's is its summary (one ticket for everything). The relay
 //! owns what they all share, once:
-//! * the ack channel, and the count and bytes of records handed to the sink and not yet resolved;
+//! * the ack queue ([`crate::sink::acks`]), and the count and bytes of records handed to the sink
+//!   and not yet resolved;
 //! * the budgets (`--max-in-flight`, `--max-in-flight-bytes`) every source checks before handing
 //!   over more ([`budget`], [`Relay::room`]), and the loops a source waits in for room, for the
 //!   sink's held records, or for its acks ([`wait`]);
@@ -41,14 +42,13 @@ pub mod wait;
 
 pub use crate::sink::dead_letter::{self, chunk};
 
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
-
 use crate::config::BadEventPolicy;
 use crate::config::Config;
 use crate::error::{Definite, Error, Transient};
 use crate::format::{Encoder, Failure, RegistryConfig};
 use crate::metrics::Metrics;
 use crate::router::{BadEvent, OutboxRow, Record, Route, Text};
+use crate::sink::acks::{ack_queue, AckReceiver, AckSender};
 pub use crate::sink::delivery::{Ack, Delivery, Outcome, Position, Refusal, Source, Ticket};
 use crate::sink::{Sink, SinkError};
 pub use budget::Budget;
@@ -107,6 +107,14 @@ pub enum Settled {
     DeadLettered,
 }
 
+/// Why [`Relay::hand_over`] did not hand a record over.
+enum NotTaken {
+    /// Over the sink's size limit: a bad event.
+    Refused(DeadLetter),
+    /// What the sink's `send` said.
+    Sink(SinkError),
+}
+
 /// Distinct topics [`Relay::tally_acked`] keeps before it counts what it has.
 const ACKED_TOPICS: usize = 16;
 
@@ -145,8 +153,9 @@ pub struct Relay<'a, S: Sink> {
     sink: &'a mut S,
     cfg: RelayConfig,
     metrics: Metrics,
-    tx: UnboundedSender<Ack>,
-    rx: UnboundedReceiver<Ack>,
+    /// The acks' way back ([`crate::sink::acks`]): a clone of `tx` rides in every delivery handle.
+    tx: AckSender,
+    rx: AckReceiver,
     /// Fires when a task the sink depends on died ([`Sink::failure`]).
     sink_failure: crate::task::Failure,
     /// Records handed to the sink and not yet resolved, and their bytes.
@@ -162,7 +171,7 @@ pub struct Relay<'a, S: Sink> {
 
 impl<'a, S: Sink> Relay<'a, S> {
     pub fn new(sink: &'a mut S, cfg: RelayConfig, metrics: Metrics) -> Self {
-        let (tx, rx) = unbounded_channel();
+        let (tx, rx) = ack_queue();
         let sink_failure = sink.failure().unwrap_or_default();
         let format = cfg.registry.as_ref().map(Encoder::new);
         Relay {
@@ -216,10 +225,14 @@ impl<'a, S: Sink> Relay<'a, S> {
         let blocked = self.sink.blocked();
         let stepping = blocked || self.sink.settling();
         let due = if blocked { None } else { self.sink.due() };
+        // `select!` builds every arm's future, the disabled ones too, on every call: the sink's
+        // step is built lazily and boxed when first polled (only while stepping), so the wake
+        // future a source's loop builds per turn does not carry the largest sink's step inline.
+        let sink = &mut *self.sink;
         tokio::select! {
             biased;
-            Some(ack) = self.rx.recv() => Wake::Ack(ack),
-            r = self.sink.unblock(), if stepping => Wake::Unblocked(r),
+            ack = self.rx.recv() => Wake::Ack(ack),
+            r = async { Box::pin(sink.unblock()).await }, if stepping => Wake::Unblocked(r),
             _ = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)), if due.is_some() => Wake::Due,
             e = self.sink_failure.wait() => Wake::SinkFailed(e.into()),
         }
@@ -230,19 +243,21 @@ impl<'a, S: Sink> Relay<'a, S> {
     pub async fn handle(&mut self, ledger: &mut impl Ledger, wake: Wake) -> Result<(), Error> {
         match wake {
             Wake::Ack(ack) => self.on_acks(ledger, ack).await,
-            Wake::Unblocked(r) => self.on_sink_result(ledger, r).await,
+            Wake::Unblocked(Ok(())) => Ok(()),
+            // The rare paths are boxed: this future is built per wake.
+            Wake::Unblocked(Err(e)) => Box::pin(self.on_sink_error(ledger, e)).await,
             Wake::SinkFailed(e) => Err(e),
-            Wake::Due => {
-                let r = self.sink.commit().await;
-                self.on_sink_result(ledger, r).await
-            }
+            Wake::Due => match Box::pin(self.sink.commit()).await {
+                Ok(()) => Ok(()),
+                Err(e) => Box::pin(self.on_sink_error(ledger, e)).await,
+            },
         }
     }
 
     /// After the source's loop ended: hand every ack already queued to `done` (its ticket), until
     /// it returns false. Failures and refusals are dropped: nothing acts on them any more.
     pub fn drain_acked(&mut self, mut done: impl FnMut(Ticket) -> bool) {
-        while let Ok(ack) = self.rx.try_recv() {
+        while let Some(ack) = self.rx.try_recv() {
             self.resolved(ack.bytes);
             if matches!(ack.outcome, Outcome::Acked) && !done(ack.ticket) {
                 break;
@@ -251,7 +266,29 @@ impl<'a, S: Sink> Relay<'a, S> {
     }
 
     /// Send a record counted under `t`, checking its size first.
+    ///
+    /// The usual record (no value format; it fits; the sink takes it) is handed over without an
+    /// await ([`Relay::hand_over`]). What awaits — the registry's encoding, the bad-event policy
+    /// — is boxed, so this future, which a source builds and moves per record, holds little more
+    /// than its arguments.
     pub async fn send(
+        &mut self,
+        ledger: &mut impl Ledger,
+        t: Ticket,
+        record: Record,
+        source: Source,
+    ) -> Result<(), Error> {
+        if self.format.is_some() {
+            return Box::pin(self.send_formatted(ledger, t, record, source)).await;
+        }
+        match self.hand_over(t, record, source) {
+            Ok(()) => Ok(()),
+            Err(slow) => Box::pin(self.not_taken(ledger, t, *slow)).await,
+        }
+    }
+
+    /// [`Relay::send`] with a value format: encode, then hand over.
+    async fn send_formatted(
         &mut self,
         ledger: &mut impl Ledger,
         t: Ticket,
@@ -271,6 +308,24 @@ impl<'a, S: Sink> Relay<'a, S> {
                 Err(Failure::Definite(reason)) => return Err(Definite::Config(reason).into()),
             }
         }
+        match self.hand_over(t, record, source) {
+            Ok(()) => Ok(()),
+            Err(slow) => self.not_taken(ledger, t, *slow).await,
+        }
+    }
+
+    /// What follows a record [`Relay::hand_over`] could not hand over.
+    async fn not_taken(&mut self, ledger: &mut impl Ledger, t: Ticket, slow: NotTaken) -> Result<(), Error> {
+        match slow {
+            NotTaken::Refused(dl) => self.refused(ledger, t, dl, RefusedBy::Sink).await,
+            NotTaken::Sink(e) => self.on_sink_error(ledger, e).await,
+        }
+    }
+
+    /// The synchronous part of a send: trace context, the size check, the delivery handle, the
+    /// sink's `send`. Boxed error: the rare case, and the common one returns nothing.
+    fn hand_over(&mut self, t: Ticket, record: Record, source: Source) -> Result<(), Box<NotTaken>> {
+        let mut record = record;
         if let Some(otlp) = crate::otlp::exporter() {
             let lsn = match source.position {
                 Position::Lsn(l) => Some(l),
@@ -283,12 +338,11 @@ impl<'a, S: Sink> Relay<'a, S> {
             if size > max {
                 let message = format!("record of {size} bytes exceeds message.max.bytes {max}");
                 let dl = DeadLetter::from_record(record, "too_large", message, source);
-                return self.refused(ledger, t, dl, RefusedBy::Sink).await;
+                return Err(Box::new(NotTaken::Refused(dl)));
             }
         }
         let delivery = self.delivery(t, &record, size, source);
-        let r = self.sink.send(record, delivery).await;
-        self.on_sink_result(ledger, r).await
+        self.sink.send(record, delivery).map_err(|e| Box::new(NotTaken::Sink(e)))
     }
 
     /// A row the router refused, counted under `t`.
@@ -309,7 +363,7 @@ impl<'a, S: Sink> Relay<'a, S> {
         Delivery::new(t, own_text(&record.event_id), record.topic.clone(), source, self.tx.clone()).with_bytes(bytes)
     }
 
-    /// One record left the sink's hands without an ack on the channel.
+    /// One record left the sink's hands without an ack through the queue.
     fn resolved(&mut self, bytes: usize) {
         self.in_flight = self.in_flight.saturating_sub(1);
         self.in_flight_bytes = self.in_flight_bytes.saturating_sub(bytes);
@@ -326,18 +380,18 @@ impl<'a, S: Sink> Relay<'a, S> {
         }
     }
 
-    /// What `send` or `unblock` said: a refusal of one record goes to the ledger and the policy.
-    async fn on_sink_result(&mut self, ledger: &mut impl Ledger, r: Result<(), SinkError>) -> Result<(), Error> {
-        match r {
-            Ok(()) => Ok(()),
-            Err(SinkError::Fatal(d)) => Err(d.into()),
-            Err(SinkError::Transient(t)) => Err(t.into()),
-            Err(SinkError::Rejected { code, reason, record, delivery }) => {
+    /// What `send`, `unblock` or `commit` failed with: a refusal of one record goes to the ledger
+    /// and the policy.
+    async fn on_sink_error(&mut self, ledger: &mut impl Ledger, e: SinkError) -> Result<(), Error> {
+        match e {
+            SinkError::Fatal(d) => Err(d.into()),
+            SinkError::Transient(t) => Err(t.into()),
+            SinkError::Rejected { code, reason, record, delivery } => {
                 self.resolved(delivery.bytes());
                 let t = delivery.ticket();
                 let copy = delivery.is_dead_letter();
                 let source = delivery.source().clone();
-                // Resolved here, not through the channel.
+                // Resolved here, not through the ack queue.
                 delivery.disarm();
                 if copy {
                     self.metrics.failed(code);
@@ -391,10 +445,11 @@ impl<'a, S: Sink> Relay<'a, S> {
                         return Err(copy_refused(ack.event_id, ack.topic, &refusal.reason).into());
                     }
                     let dl = DeadLetter::from_refusal(ack.event_id, ack.topic, *refusal, ack.source);
-                    self.refused(ledger, ack.ticket, dl, RefusedBy::Sink).await?;
+                    // Boxed: the rare path, kept out of the future built per run of acks.
+                    Box::pin(self.refused(ledger, ack.ticket, dl, RefusedBy::Sink)).await?;
                 }
             }
-            next = self.rx.try_recv().ok();
+            next = self.rx.try_recv();
         }
         Ok(())
     }
@@ -471,7 +526,7 @@ impl<'a, S: Sink> Relay<'a, S> {
                     let delivery =
                         self.delivery(t, &record, bytes, source.clone()).for_dead_letter(copy_part(&record, &source));
                     // Chunks not sent stay counted, so a refusal never lets the ticket complete.
-                    match self.sink.send(record, delivery).await {
+                    match self.sink.send(record, delivery) {
                         Ok(()) => {}
                         Err(SinkError::Fatal(d)) => return Err(d.into()),
                         Err(SinkError::Transient(t)) => return Err(t.into()),

@@ -65,8 +65,8 @@ impl AnySink {
 }
 
 impl Sink for AnySink {
-    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
-        self.for_delivery(&delivery).send(record, delivery).await
+    fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
+        self.for_delivery(&delivery).send(record, delivery)
     }
 
     fn blocked(&self) -> bool {

@@ -3,8 +3,8 @@
 //! A [`Delivery`] travels with its record into a sink. The sink resolves it exactly once: `ack()`
 //! once the destination durably took the record, `reject()` when the destination refuses this
 //! record for good, `fail()` when it can never be delivered. Each becomes an [`Ack`] on the relay's
-//! channel. Dropping a handle unresolved reports a failure, so a sink that loses a record can never
-//! let a source count it as delivered.
+//! queue ([`super::acks`]). Dropping a handle unresolved reports a failure, so a sink that loses a
+//! record can never let a source count it as delivered.
 //!
 //! The handle carries its source's [`Ticket`], a number the relay never interprets: the WAL
 //! session's transaction, poll's row in its batch, nothing for backfill (see [`crate::relay::Ledger`]).
@@ -12,8 +12,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tokio::sync::mpsc::UnboundedSender;
 
+use super::acks::AckSender;
 use crate::lsn::Lsn;
 use crate::router::Text;
 
@@ -31,7 +31,7 @@ pub enum Outcome {
     },
     /// The broker refused this record for good (too large, invalid topic, policy); the record's
     /// parts come back so the bad-event policy can dead-letter them. Boxed: the rare case, and
-    /// every ack through the relay's channel is copied at the size of the largest outcome.
+    /// every ack through the relay's queue is moved at the size of the largest outcome.
     Rejected(Box<Refusal>),
 }
 
@@ -102,11 +102,11 @@ pub struct Delivery {
     /// Which of the changes at its LSN the record came from (1 for the first; a COPY's rows share
     /// one LSN); 0 when not known. With the LSN it names the record by its place in the stream.
     nth: u64,
-    tx: Option<UnboundedSender<Ack>>,
+    tx: Option<AckSender>,
 }
 
 impl Delivery {
-    pub fn new(ticket: Ticket, event_id: Text, topic: Text, source: Source, tx: UnboundedSender<Ack>) -> Self {
+    pub fn new(ticket: Ticket, event_id: Text, topic: Text, source: Source, tx: AckSender) -> Self {
         Delivery { ticket, event_id, topic, source, copy_part: None, bytes: 0, nth: 0, tx: Some(tx) }
     }
 
@@ -194,7 +194,7 @@ impl Delivery {
     fn send(&mut self, outcome: Outcome) {
         if let Some(tx) = self.tx.take() {
             // The loop may be gone (shutdown); then nobody needs the outcome.
-            let _ = tx.send(Ack {
+            tx.send(Ack {
                 ticket: self.ticket,
                 event_id: std::mem::take(&mut self.event_id),
                 topic: std::mem::take(&mut self.topic),
@@ -219,7 +219,7 @@ mod tests {
 
     #[test]
     fn dropped_delivery_reports_failure() {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, mut rx) = super::super::acks::ack_queue();
         let src = Source { position: Position::Lsn(Lsn(1)), table: Arc::from("public.outbox") };
         let d = Delivery::new(Ticket(3), "e1".into(), "t".into(), src.clone(), tx.clone());
         drop(d);
@@ -229,6 +229,6 @@ mod tests {
         Delivery::new(Ticket(4), "e2".into(), "t".into(), src, tx).ack();
         let ack = rx.try_recv().unwrap();
         assert!(matches!(ack.outcome, Outcome::Acked));
-        assert!(rx.try_recv().is_err(), "ack() must not also report a failure on drop");
+        assert!(rx.try_recv().is_none(), "ack() must not also report a failure on drop");
     }
 }

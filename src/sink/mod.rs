@@ -5,7 +5,8 @@
 //! for good, `fail()` when it can never be delivered. Dropping the handle counts as failure, so a
 //! sink bug can stall the pipeline but never lose an event.
 //!
-//! `send` must not wait on the destination: a sink that cannot take a record yet (its topic is
+//! `send` is a plain function, so it cannot wait on the destination (and the relay hands a record
+//! over without building a future per record and per layer): a sink that cannot take a record yet (its topic is
 //! being created, its client queue is full) keeps it, in order, and reports [`Sink::blocked`]. The
 //! replication loop then reads no more WAL and polls [`Sink::unblock`] beside its acks, status timer
 //! and shutdown, so a slow destination never silences the loop.
@@ -27,6 +28,7 @@
 //! `outboxd config` lines in `config/sinks.rs`; a sink whose dead letters are read back also adds
 //! its reader and replay client to `tools/dlq/sinks.rs` and `tools/dlq/tool.rs`.
 
+pub mod acks;
 mod any;
 pub mod aws;
 pub mod dead_letter;
@@ -92,9 +94,10 @@ pub enum Boundary {
 
 #[allow(async_fn_in_trait)]
 pub trait Sink {
-    /// Hand one record over without waiting. Ordering: records sent to the same topic and key keep
-    /// send order.
-    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError>;
+    /// Hand one record over without waiting (a sink that cannot take it yet holds it and reports
+    /// [`Sink::blocked`]). Ordering: records sent to the same topic and key keep send order.
+    #[allow(clippy::result_large_err)] // a rejection hands the record back; the rare path
+    fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError>;
 
     /// True while the sink holds records it could not hand over yet.
     fn blocked(&self) -> bool {

@@ -77,8 +77,8 @@ macro_rules! sinks {
         }
 
         impl Sink for OneSink {
-            async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
-                match self { $( OneSink::$kind(s) => s.send(record, delivery).await, )* }
+            fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
+                match self { $( OneSink::$kind(s) => s.send(record, delivery), )* }
             }
 
             fn blocked(&self) -> bool {

@@ -46,7 +46,7 @@ impl crate::sink::registered::Registered for StdoutSink {
 const NO_BROKER: &str = "no broker to check (--sink stdout or null)";
 
 impl Sink for NullSink {
-    async fn send(&mut self, _record: Record, delivery: Delivery) -> Result<(), SinkError> {
+    fn send(&mut self, _record: Record, delivery: Delivery) -> Result<(), SinkError> {
         delivery.ack();
         Ok(())
     }
@@ -103,7 +103,7 @@ pub fn record_json(r: &Record) -> String {
 }
 
 impl Sink for StdoutSink {
-    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
+    fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
         let line = record_json(&record);
         let res = self
             .out

@@ -384,23 +384,23 @@ mod tests {
     //! rest wait again (with their backoff), and nothing panics, whatever ids or counts come back.
     use std::sync::Arc;
 
+    use crate::sink::acks::{ack_queue, AckReceiver, AckSender};
     use aws_sdk_kinesis::operation::put_records::PutRecordsOutput;
     use aws_sdk_kinesis::types::PutRecordsResultEntry;
-    use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
     use super::*;
-    use crate::sink::delivery::{Ack, Delivery, Outcome, Position, Source, Ticket};
+    use crate::sink::delivery::{Delivery, Outcome, Position, Source, Ticket};
     use crate::sink::kinesis::publisher as kinesis;
     use crate::sink::kinesis::record::Job as KJob;
     use crate::sink::sqs::message::Job as SJob;
     use crate::sink::sqs::publisher as sqs;
 
-    fn delivery(n: u64, tx: &UnboundedSender<Ack>) -> Delivery {
+    fn delivery(n: u64, tx: &AckSender) -> Delivery {
         let src = Source { position: Position::Lsn(crate::lsn::Lsn(n + 1)), table: Arc::from("public.outbox") };
         Delivery::new(Ticket(n), format!("e{n}").into(), "t".into(), src, tx.clone())
     }
 
-    fn kjob(n: u64, tx: &UnboundedSender<Ack>) -> (u64, KJob) {
+    fn kjob(n: u64, tx: &AckSender) -> (u64, KJob) {
         let job = KJob {
             dlq: false,
             partition_key: format!("k{n}"),
@@ -415,7 +415,7 @@ mod tests {
         (n, job)
     }
 
-    fn sjob(n: u64, tx: &UnboundedSender<Ack>) -> (u64, SJob) {
+    fn sjob(n: u64, tx: &AckSender) -> (u64, SJob) {
         let job = SJob {
             dlq: false,
             group: Some(format!("k{n}")),
@@ -466,9 +466,9 @@ mod tests {
     }
 
     /// The tickets resolved so far, with whether each was acked.
-    fn resolved(rx: &mut UnboundedReceiver<Ack>) -> Vec<(u64, bool)> {
+    fn resolved(rx: &mut AckReceiver) -> Vec<(u64, bool)> {
         let mut out = Vec::new();
-        while let Ok(a) = rx.try_recv() {
+        while let Some(a) = rx.try_recv() {
             out.push((a.ticket.0, matches!(a.outcome, Outcome::Acked)));
         }
         out
@@ -480,7 +480,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_short_put_records_answer_acks_only_the_records_it_answers() {
-        let (tx, mut rx) = unbounded_channel();
+        let (tx, mut rx) = ack_queue();
         let target = kinesis_target();
         let sent: Vec<(u64, KJob)> = (0..4).map(|n| kjob(n, &tx)).collect();
         // Two result entries for four records: the first stored, the second with neither a
@@ -516,7 +516,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_batch_answer_that_omits_an_entry_acks_only_the_entries_it_names() {
-        let (tx, mut rx) = unbounded_channel();
+        let (tx, mut rx) = ack_queue();
         let target = sqs_target();
         let sent: Vec<(u64, SJob)> = (0..4).map(|n| sjob(n, &tx)).collect();
         // Entry 0 stored, 2 throttled, 1 and 3 named nowhere; ids out of range or not numbers

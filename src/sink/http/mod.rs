@@ -163,7 +163,7 @@ impl crate::sink::registered::Registered for HttpSink {
 }
 
 impl Sink for HttpSink {
-    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
+    fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
         let url = match self.url(&record.topic) {
             Ok(u) => u,
             Err(reason) => {

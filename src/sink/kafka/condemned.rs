@@ -75,7 +75,7 @@ mod tests {
     use crate::sink::delivery::{Source, Ticket};
 
     fn record(id: &str, at: u64, nth: u64) -> Delivery {
-        let (tx, _) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, _) = crate::sink::acks::ack_queue();
         let source = Source { position: Position::Lsn(Lsn(at)), table: Arc::from("public.outbox") };
         Delivery::new(Ticket(1), id.into(), "t".into(), source, tx).at_change(nth)
     }

@@ -37,6 +37,7 @@ mod condemned;
 pub mod config;
 pub mod dlq;
 mod events;
+mod produce;
 pub mod reader;
 mod sent;
 mod takeover;
@@ -52,8 +53,7 @@ use std::time::Duration;
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseProducer, Producer};
 
 use super::delivery::Delivery;
 use super::link::Link;
@@ -67,6 +67,7 @@ use crate::router::Record;
 use client::{Retry, TopicError};
 use config::KafkaConfig;
 use events::{rejection_code, DeliveryContext};
+use produce::{produce, Parts, TopicHandle};
 use sent::Sent;
 use topics::{partitions_ready, topic_exists};
 pub use topics::{TopicCache, TOPIC_CACHE};
@@ -99,7 +100,8 @@ pub struct KafkaSink {
     failure: crate::task::Failure,
     admin: Arc<AdminClient<DefaultClientContext>>,
     properties: Arc<Vec<(String, String)>>,
-    known_topics: TopicCache,
+    /// Topics known to exist, each with librdkafka's object for it ([`produce`]).
+    known_topics: TopicCache<TopicHandle>,
     partitions: i32,
     replication: i32,
     max_message_bytes: usize,
@@ -245,31 +247,22 @@ impl KafkaSink {
     fn try_produce(&mut self, held: Held) -> Result<Option<Held>, SinkError> {
         let Held { record, delivery, refreshed } = held;
         let bytes = delivery.bytes();
-        if !self.known_topics.touch(&record.topic) {
+        let Some(topic) = self.known_topics.touch(&record.topic) else {
             if self.creating.is_none() {
                 self.start_creating(&record.topic);
             }
             return Ok(Some(Held { record, delivery, refreshed }));
-        }
-        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
-        for (k, v) in &record.headers {
-            headers = headers.insert(Header { key: k, value: Some(v.as_ref()) });
-        }
-        let mut br: BaseRecord<'_, [u8], [u8], Box<Sent>> =
-            BaseRecord::with_opaque_to(&record.topic, Box::new(Sent::Record(delivery))).headers(headers);
-        if let Some(k) = &record.key {
-            br = br.key(k.as_ref());
-        }
-        if let Some(p) = &record.payload {
-            br = br.payload(p.as_ref());
-        }
-        if let Some(p) = record.partition {
-            br = br.partition(p);
-        }
-        if let Some(ts) = record.timestamp_ms {
-            br = br.timestamp(librdkafka_timestamp(ts));
-        }
-        match self.producer.send(br) {
+        };
+        let parts = Parts {
+            key: record.key.as_deref(),
+            payload: record.payload.as_deref(),
+            headers: &record.headers,
+            partition: record.partition,
+            timestamp: record.timestamp_ms.map_or(0, librdkafka_timestamp),
+        };
+        let produced = produce(topic, &parts, Box::new(Sent::Record(delivery)))
+            .map_err(|(code, back)| (KafkaError::MessageProduction(code), back));
+        match produced {
             Ok(()) => {
                 if let Some((t, _)) = self.txns.as_deref_mut() {
                     t.produced(bytes);
@@ -277,12 +270,12 @@ impl KafkaSink {
                 Ok(None)
             }
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                let delivery = back.delivery_opaque.given_back()?;
+                let delivery = back.given_back()?;
                 self.retry_at.get_or_insert_with(|| tokio::time::Instant::now() + QUEUE_FULL_WAIT);
                 Ok(Some(Held { record, delivery, refreshed }))
             }
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::UnknownPartition), back)) if !refreshed => {
-                let delivery = back.delivery_opaque.given_back()?;
+                let delivery = back.given_back()?;
                 // One background task at a time: behind another topic's, this record waits its turn.
                 let refreshed = self.creating.is_none();
                 if refreshed {
@@ -295,13 +288,13 @@ impl KafkaSink {
             Err((KafkaError::MessageProduction(code @ (RDKafkaErrorCode::State | RDKafkaErrorCode::Fatal)), back))
                 if self.txns.is_some() =>
             {
-                back.delivery_opaque.disarm();
+                back.disarm();
                 let fatal = self.producer.client().fatal_error().map(|(c, _)| c);
                 let (t, _) = self.txns.as_deref_mut().expect("checked above");
                 Err(SinkError::Transient(t.produce_refused(code, fatal)))
             }
             Err((e, back)) => {
-                let delivery = back.delivery_opaque.given_back()?;
+                let delivery = back.given_back()?;
                 let reason = client::scrub(&e.to_string(), &self.properties);
                 Err(match rejection_code(&e) {
                     Some(code) => SinkError::Rejected { code, reason, record: Box::new(record), delivery },
@@ -400,7 +393,7 @@ impl crate::sink::registered::Registered for KafkaSink {
 }
 
 impl Sink for KafkaSink {
-    async fn send(&mut self, record: Record, mut delivery: Delivery) -> Result<(), SinkError> {
+    fn send(&mut self, record: Record, mut delivery: Delivery) -> Result<(), SinkError> {
         if let Some((t, _)) = self.txns.as_deref_mut() {
             delivery = t.placed(delivery);
             if let Some((code, reason)) = t.condemned(&delivery) {
@@ -443,7 +436,19 @@ impl Sink for KafkaSink {
             let topic = std::mem::take(&mut c.topic);
             self.creating = None;
             match outcome {
-                Ok(Ok(_)) => self.known_topics.insert(topic),
+                Ok(Ok(_)) => match TopicHandle::new(&self.producer, &topic) {
+                    Ok(handle) => self.known_topics.insert(topic, handle),
+                    // The cluster has the topic, and librdkafka will not take its name: every held
+                    // record bound for it is refused, one per attempt, as below.
+                    Err(reason) => {
+                        if let Some(pos) = self.held.iter().position(|h| h.record.topic == topic) {
+                            if let Some(Held { record, delivery, .. }) = self.held.remove(pos) {
+                                let (code, record) = ("invalid_topic", Box::new(record));
+                                return Err(SinkError::Rejected { code, reason, record, delivery });
+                            }
+                        }
+                    }
+                },
                 Ok(Err(TopicError { refused: Some(code), error })) => {
                     // Every held record bound for this topic is refused with it; the first one
                     // goes back now, the rest meet the same answer on their own attempt.

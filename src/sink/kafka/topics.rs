@@ -22,40 +22,42 @@ pub const TOPIC_CACHE: usize = 10_000;
 /// How long a new topic's partitions may take to answer before records go anyway.
 const PARTITIONS_READY_WAIT: Duration = Duration::from_secs(30);
 
-/// Least-recently-used set of topic names known to exist.
-#[derive(Debug, Default)]
-pub struct TopicCache {
+/// Least-recently-used set of topic names known to exist, each with a value of its own (the
+/// sink's: librdkafka's topic object, [`super::produce::TopicHandle`]). Looked up per record:
+/// foldhash, not SipHash (the names are the routes' own).
+#[derive(Debug)]
+pub struct TopicCache<V = ()> {
     cap: usize,
     clock: u64,
-    used: HashMap<String, u64>,
+    used: HashMap<String, (u64, V), foldhash::fast::RandomState>,
 }
 
-impl TopicCache {
+impl<V> TopicCache<V> {
     pub fn new(cap: usize) -> Self {
-        TopicCache { cap: cap.max(1), clock: 0, used: HashMap::new() }
+        TopicCache { cap: cap.max(1), clock: 0, used: HashMap::default() }
     }
 
-    /// True if `topic` is known; marks it used.
-    pub fn touch(&mut self, topic: &str) -> bool {
+    /// `topic`'s value if it is known; marks it used.
+    pub fn touch(&mut self, topic: &str) -> Option<&V> {
         self.clock += 1;
         match self.used.get_mut(topic) {
-            Some(t) => {
+            Some((t, v)) => {
                 *t = self.clock;
-                true
+                Some(v)
             }
-            None => false,
+            None => None,
         }
     }
 
-    pub fn insert(&mut self, topic: String) {
+    pub fn insert(&mut self, topic: String, value: V) {
         if self.used.len() >= self.cap && !self.used.contains_key(&topic) {
             // Linear, but only on a miss past the cap, which already costs an admin round trip.
-            if let Some(oldest) = self.used.iter().min_by_key(|(_, &t)| t).map(|(k, _)| k.clone()) {
+            if let Some(oldest) = self.used.iter().min_by_key(|(_, (t, _))| *t).map(|(k, _)| k.clone()) {
                 self.used.remove(&oldest);
             }
         }
         self.clock += 1;
-        self.used.insert(topic, self.clock);
+        self.used.insert(topic, (self.clock, value));
     }
 
     #[cfg(test)]
@@ -124,15 +126,15 @@ mod tests {
     fn topic_cache_forgets_the_least_recently_used() {
         let mut c = TopicCache::new(3);
         for t in ["a", "b", "c"] {
-            c.insert(t.into());
+            c.insert(t.into(), ());
         }
-        assert!(c.touch("a"));
-        c.insert("d".into());
+        assert!(c.touch("a").is_some());
+        c.insert("d".into(), ());
         assert_eq!(c.len(), 3);
-        assert!(!c.touch("b"), "b was least recently used");
-        assert!(c.touch("a") && c.touch("c") && c.touch("d"));
+        assert!(c.touch("b").is_none(), "b was least recently used");
+        assert!(c.touch("a").is_some() && c.touch("c").is_some() && c.touch("d").is_some());
         for i in 0..10_000 {
-            c.insert(format!("t{i}"));
+            c.insert(format!("t{i}"), ());
         }
         assert_eq!(c.len(), 3, "bounded whatever the number of distinct topics");
     }

@@ -252,7 +252,7 @@ async fn check(aws: &AwsConfig, cfg: &KinesisConfig) -> crate::sink::registered:
 }
 
 impl Sink for KinesisSink {
-    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
+    fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
         let max = if delivery.is_dead_letter() { self.dlq_max_bytes } else { self.max_bytes };
         match record::job(record, delivery, max) {
             Ok(job) => self.handoff.push(0, job),

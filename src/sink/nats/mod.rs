@@ -142,7 +142,7 @@ impl crate::sink::registered::Registered for NatsSink {
 }
 
 impl Sink for NatsSink {
-    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
+    fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
         let job = match job(record, delivery, self.max_payload) {
             Ok(j) => j,
             Err(e) => return Err(*e),

@@ -85,7 +85,7 @@ impl crate::sink::registered::Registered for RabbitSink {
 }
 
 impl Sink for RabbitSink {
-    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
+    fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
         let job = job(record, delivery).map_err(|e| *e)?;
         self.handoff.push(0, job)
     }

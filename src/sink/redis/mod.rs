@@ -98,7 +98,7 @@ impl crate::sink::registered::Registered for RedisSink {
 }
 
 impl Sink for RedisSink {
-    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
+    fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
         self.handoff.push(0, Item { record, delivery })
     }
 

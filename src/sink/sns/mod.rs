@@ -129,7 +129,7 @@ async fn check(aws: &AwsConfig, cfg: &SnsConfig) -> crate::sink::registered::Ver
 }
 
 impl Sink for SnsSink {
-    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
+    fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
         match message::job(record, delivery, &self.queues) {
             Ok(job) => self.handoff.push(0, job),
             Err(e) => Err(*e),

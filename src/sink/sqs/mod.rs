@@ -204,7 +204,7 @@ async fn check(aws: &AwsConfig, cfg: &SqsConfig) -> crate::sink::registered::Ver
 }
 
 impl Sink for SqsSink {
-    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
+    fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
         match message::job(record, delivery, &self.queues) {
             Ok(job) => self.handoff.push(0, job),
             Err(e) => Err(*e),

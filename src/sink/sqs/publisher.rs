@@ -143,7 +143,7 @@ mod tests {
     /// A copy with no dead-letter queue fails as a bug; it is never published to the topic.
     #[tokio::test]
     async fn a_dead_letter_copy_without_a_dead_letter_queue_fails_as_a_bug() {
-        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, _rx) = crate::sink::acks::ack_queue();
         let src = Source { position: Position::Lsn(crate::lsn::Lsn(1)), table: Arc::from("public.outbox") };
         let job = Job {
             dlq: true,

@@ -326,7 +326,7 @@ struct MemSink {
 }
 
 impl Sink for MemSink {
-    async fn send(&mut self, _record: Record, delivery: Delivery) -> Result<(), SinkError> {
+    fn send(&mut self, _record: Record, delivery: Delivery) -> Result<(), SinkError> {
         self.sent += 1;
         if !self.waiting.is_empty() || (self.block_every > 0 && self.sent % self.block_every == 0) {
             self.waiting.push_back(delivery);
@@ -641,7 +641,7 @@ struct CaptureSink {
 }
 
 impl Sink for CaptureSink {
-    async fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
+    fn send(&mut self, record: Record, delivery: Delivery) -> Result<(), SinkError> {
         self.got.push(record);
         delivery.ack();
         Ok(())

@@ -1,0 +1,182 @@
+//! The acks' way back from the sinks to the relay: a queue that many [`AckSender`]s (one per
+//! [`Delivery`](super::delivery::Delivery) in flight) push into and one [`AckReceiver`] (the
+//! relay's) takes from in batches.
+//!
+//! A channel per ack (tokio's unbounded mpsc: a slot claimed in a block list, a semaphore, a wake-up
+//! per push, the same on the way out) costs several hundred instructions a record; acks come in
+//! runs (a Kafka delivery report resolves a whole broker response, the null sink acks as it is
+//! handed a burst), so here a push is a short lock and a `VecDeque` push, and the receiver swaps
+//! the whole queue out under one lock and hands its acks out one by one without touching the
+//! shared state again.
+//!
+//! # Invariants
+//! * Order: acks leave in the order they were pushed (a swap keeps the queue's order, and the
+//!   receiver empties what it swapped out before it swaps again).
+//! * No lost wake-up: a push onto an empty queue wakes the receiver's registered waker; the
+//!   receiver registers before it looks a second time, so a push between its first look and its
+//!   registration is seen by the second look.
+//! * Once the receiver is gone (the relay's session ended) pushes are dropped, as a send on a
+//!   closed channel was: nobody needs those outcomes, and the next session reads the records again.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
+
+use futures_util::task::AtomicWaker;
+
+use super::delivery::Ack;
+
+struct Shared {
+    queue: Mutex<VecDeque<Ack>>,
+    waker: AtomicWaker,
+    closed: AtomicBool,
+}
+
+impl Shared {
+    /// The queue, even if a thread panicked while holding it (a push or a swap cannot leave it
+    /// half-changed).
+    fn queue(&self) -> MutexGuard<'_, VecDeque<Ack>> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A new queue: the sender half goes into every delivery handle, the receiver to the relay.
+pub fn ack_queue() -> (AckSender, AckReceiver) {
+    let shared = Arc::new(Shared {
+        queue: Mutex::new(VecDeque::new()),
+        waker: AtomicWaker::new(),
+        closed: AtomicBool::new(false),
+    });
+    (AckSender(shared.clone()), AckReceiver { shared, ready: VecDeque::new() })
+}
+
+/// Pushes acks; cheap to clone (a reference count).
+#[derive(Clone)]
+pub struct AckSender(Arc<Shared>);
+
+impl std::fmt::Debug for AckSender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AckSender")
+    }
+}
+
+impl AckSender {
+    /// Queue `ack` for the relay; dropped if the relay is gone.
+    pub fn send(&self, ack: Ack) {
+        if self.0.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        let was_empty = {
+            let mut q = self.0.queue();
+            let was_empty = q.is_empty();
+            q.push_back(ack);
+            was_empty
+        };
+        // Only the first ack of a run wakes the receiver: it takes the whole queue at once.
+        if was_empty {
+            self.0.waker.wake();
+        }
+    }
+}
+
+/// The relay's end: takes acks in push order.
+pub struct AckReceiver {
+    shared: Arc<Shared>,
+    /// Acks swapped out of the shared queue, not yet handed out.
+    ready: VecDeque<Ack>,
+}
+
+impl AckReceiver {
+    /// The next ack if one is queued, without waiting.
+    pub fn try_recv(&mut self) -> Option<Ack> {
+        if let Some(ack) = self.ready.pop_front() {
+            return Some(ack);
+        }
+        {
+            let mut q = self.shared.queue();
+            if q.is_empty() {
+                return None;
+            }
+            // `ready` is empty: the swap gives the queue its capacity back for the next run.
+            std::mem::swap(&mut *q, &mut self.ready);
+        }
+        self.ready.pop_front()
+    }
+
+    /// Wait for the next ack. Cancel-safe: an ack is taken only in the poll that returns it.
+    pub async fn recv(&mut self) -> Ack {
+        std::future::poll_fn(|cx| {
+            if let Some(ack) = self.try_recv() {
+                return Poll::Ready(ack);
+            }
+            self.shared.waker.register(cx.waker());
+            match self.try_recv() {
+                Some(ack) => Poll::Ready(ack),
+                None => Poll::Pending,
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for AckReceiver {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Relaxed);
+        // Release what was queued (handles' texts) now, not when the last handle goes.
+        self.shared.queue().clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lsn::Lsn;
+    use crate::sink::delivery::{Outcome, Position, Source, Ticket};
+
+    fn ack(n: u64) -> Ack {
+        Ack {
+            ticket: Ticket(n),
+            event_id: "e".into(),
+            topic: "t".into(),
+            source: Source { position: Position::Lsn(Lsn(n)), table: Arc::from("public.outbox") },
+            dead_letter: false,
+            bytes: 1,
+            outcome: Outcome::Acked,
+        }
+    }
+
+    #[test]
+    fn acks_leave_in_push_order_across_swaps() {
+        let (tx, mut rx) = ack_queue();
+        tx.send(ack(1));
+        tx.send(ack(2));
+        assert_eq!(rx.try_recv().map(|a| a.ticket), Some(Ticket(1)));
+        // Pushed while the receiver holds a swapped-out run: after that run, not before.
+        tx.send(ack(3));
+        assert_eq!(rx.try_recv().map(|a| a.ticket), Some(Ticket(2)));
+        assert_eq!(rx.try_recv().map(|a| a.ticket), Some(Ticket(3)));
+        assert!(rx.try_recv().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_push_from_another_task_wakes_the_waiting_receiver() {
+        let (tx, mut rx) = ack_queue();
+        let pusher = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            tx.send(ack(7));
+        });
+        let got = tokio::time::timeout(std::time::Duration::from_secs(5), rx.recv()).await.expect("woken");
+        assert_eq!(got.ticket, Ticket(7));
+        pusher.await.unwrap();
+    }
+
+    #[test]
+    fn pushes_after_the_receiver_is_gone_are_dropped() {
+        let (tx, rx) = ack_queue();
+        tx.send(ack(1));
+        drop(rx);
+        tx.send(ack(2));
+        assert!(tx.0.queue().is_empty());
+    }
+}

@@ -1,0 +1,147 @@
+//! Handing one record to librdkafka through a topic handle kept per topic ([`TopicHandle`]).
+//!
+//! rdkafka's `BaseProducer::send` names the topic by a `CString` made per record, and librdkafka's
+//! `rd_kafka_producev` then looks the name up in its topic list under the client's lock and takes
+//! and drops a reference per record; its headers are built through `OwnedHeaders`' by-value
+//! builder. Here the sink keeps librdkafka's topic object (`rd_kafka_topic_t`) per known topic, beside
+//! its entry in the known-topic cache, and produces with `RD_KAFKA_V_RKT`, the headers added straight
+//! to librdkafka's list. What librdkafka does with the record is the same: the same default topic
+//! configuration (no per-topic one is given, as `producev` with a name gives none), `F_COPY` of key,
+//! value and headers, the opaque handed to the delivery report.
+//!
+//! # Invariants
+//! * A [`TopicHandle`] holds a reference to the producer, so the client outlives every topic object
+//!   taken from it; dropping the handle releases exactly the reference `rd_kafka_topic_new` gave.
+//! * [`produce`] hands the opaque to librdkafka only on success; on an error it comes back (as
+//!   `BaseProducer::send` gives its record back), and the header list librdkafka did not take is
+//!   destroyed here.
+
+use std::ffi::{c_void, CString};
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+
+use rdkafka::bindings as rd;
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::producer::{BaseProducer, Producer};
+
+use super::events::DeliveryContext;
+use super::sent::Sent;
+
+/// librdkafka's object for one topic, taken once per topic the sink produces to.
+pub struct TopicHandle {
+    rkt: NonNull<rd::rd_kafka_topic_t>,
+    /// Keeps the client alive for as long as the topic object.
+    producer: Arc<BaseProducer<DeliveryContext>>,
+}
+
+// SAFETY: librdkafka's topic objects are reference counted and may be used and released from any
+// thread (the library's own threads share them).
+unsafe impl Send for TopicHandle {}
+// SAFETY: as above; produce calls through a shared handle are thread-safe in librdkafka.
+unsafe impl Sync for TopicHandle {}
+
+impl std::fmt::Debug for TopicHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TopicHandle")
+    }
+}
+
+impl TopicHandle {
+    /// librdkafka's object for `topic`, or why there is none (a name librdkafka refuses).
+    pub fn new(producer: &Arc<BaseProducer<DeliveryContext>>, topic: &str) -> Result<TopicHandle, String> {
+        let name = CString::new(topic).map_err(|_| format!("topic name {topic:?} contains a NUL byte"))?;
+        // SAFETY: the client pointer is valid while `producer` lives (kept in the handle); a null
+        // configuration means the client's default topic configuration, which librdkafka copies.
+        let rkt = unsafe { rd::rd_kafka_topic_new(producer.client().native_ptr(), name.as_ptr(), ptr::null_mut()) };
+        match NonNull::new(rkt) {
+            Some(rkt) => Ok(TopicHandle { rkt, producer: producer.clone() }),
+            None => Err(format!("librdkafka refused the topic name {topic:?}")),
+        }
+    }
+}
+
+impl Drop for TopicHandle {
+    fn drop(&mut self) {
+        // SAFETY: the reference taken in `new`, released once; the client is still alive.
+        unsafe { rd::rd_kafka_topic_destroy(self.rkt.as_ptr()) }
+    }
+}
+
+/// One record's parts, borrowed from the [`crate::router::Record`].
+pub struct Parts<'a> {
+    pub key: Option<&'a [u8]>,
+    pub payload: Option<&'a [u8]>,
+    pub headers: &'a [(String, bytes::Bytes)],
+    pub partition: Option<i32>,
+    /// librdkafka's timestamp (0: stamp it with the send time).
+    pub timestamp: i64,
+}
+
+fn raw(b: Option<&[u8]>) -> (*mut c_void, usize) {
+    match b {
+        Some(b) => (b.as_ptr() as *mut c_void, b.len()),
+        None => (ptr::null_mut(), 0),
+    }
+}
+
+/// Hand the record to librdkafka on `topic`'s handle. On an error the opaque comes back unsent.
+#[allow(clippy::result_large_err)]
+pub fn produce(topic: &TopicHandle, parts: &Parts<'_>, opaque: Box<Sent>) -> Result<(), (RDKafkaErrorCode, Box<Sent>)> {
+    use rd::rd_kafka_vtype_t::*;
+    // SAFETY: a new, empty list owned here until librdkafka takes it.
+    let headers = unsafe { rd::rd_kafka_headers_new(parts.headers.len()) };
+    for (name, value) in parts.headers {
+        // SAFETY: `headers` is valid; librdkafka copies the name and the value (sizes given, so
+        // neither needs a terminating NUL).
+        unsafe {
+            rd::rd_kafka_header_add(
+                headers,
+                name.as_ptr() as *const std::ffi::c_char,
+                name.len() as isize,
+                value.as_ptr() as *const c_void,
+                value.len() as isize,
+            );
+        }
+    }
+    let (payload, payload_len) = raw(parts.payload);
+    let (key, key_len) = raw(parts.key);
+    let opaque = Box::into_raw(opaque) as *mut c_void;
+    // SAFETY: the arguments are those `BaseProducer::send` passes, with the topic object in place of
+    // its name; `F_COPY` makes librdkafka copy key and value before returning; the pointers are
+    // valid for the call.
+    let err = unsafe {
+        rd::rd_kafka_producev(
+            topic.producer.client().native_ptr(),
+            RD_KAFKA_VTYPE_RKT,
+            topic.rkt.as_ptr(),
+            RD_KAFKA_VTYPE_PARTITION,
+            parts.partition.unwrap_or(-1),
+            RD_KAFKA_VTYPE_MSGFLAGS,
+            rd::RD_KAFKA_MSG_F_COPY,
+            RD_KAFKA_VTYPE_VALUE,
+            payload,
+            payload_len,
+            RD_KAFKA_VTYPE_KEY,
+            key,
+            key_len,
+            RD_KAFKA_VTYPE_OPAQUE,
+            opaque,
+            RD_KAFKA_VTYPE_TIMESTAMP,
+            parts.timestamp,
+            RD_KAFKA_VTYPE_HEADERS,
+            headers,
+            RD_KAFKA_VTYPE_END,
+        )
+    };
+    if err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+        // librdkafka owns the message, its headers and the opaque now.
+        return Ok(());
+    }
+    // SAFETY: on an error librdkafka took neither the headers nor the opaque: both are still ours,
+    // and the opaque is the box made above.
+    let back = unsafe {
+        rd::rd_kafka_headers_destroy(headers);
+        Box::from_raw(opaque as *mut Sent)
+    };
+    Err((err.into(), back))
+}
