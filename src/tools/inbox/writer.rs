@@ -211,6 +211,12 @@ impl Writer {
                 let Some(Done::Loaded(stored)) = self.retrying(shutdown, Step::Load(&names)).await? else {
                     return Err(Halt::Stopped);
                 };
+                // Kafka's copy follows the stored offsets of partitions taken over too, not only
+                // those of the next batch: the previous owner's last copy may be lost (kill -9
+                // within its 200 ms, `--commit-kafka-offsets false` there), and with no traffic a
+                // lag tool would show the old offset for good. Read from PostgreSQL, so committed
+                // there: never ahead of it.
+                self.commits.stored(&stored);
                 let mut starts = Vec::with_capacity(parts.len());
                 let mut fresh = HashMap::new();
                 for (part, range) in parts {
