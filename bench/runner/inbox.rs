@@ -320,7 +320,7 @@ fn latency(b: &mut Bench, md: &mut String) -> Result<()> {
         let cmd = if outboxd {
             let mut cmd = outboxd_cmd(b, &topic, &table, &schema, true);
             // The per-batch lines `breakdown::from_log` reads.
-            cmd.env("RUST_LOG", "info,outboxd::tools::inbox::writer=debug");
+            cmd.env("RUST_LOG", "info,outboxd::tools::inbox=debug");
             cmd
         } else {
             hand_cmd(b, &topic, &table, &schema, None)
