@@ -145,7 +145,7 @@ impl Writer {
         // stop with this loop, however it ends.
         let stop_chores = shutdown.child_token();
         let chores = chores::spawn(&self.cfg, self.names.clone(), stop_chores.clone());
-        let _stop_chores = stop_chores.drop_guard();
+        let _stop_chores = stop_chores.clone().drop_guard();
         loop {
             let deadline = self.batch.deadline(self.cfg.batch_timeout);
             tokio::select! {
@@ -163,7 +163,8 @@ impl Writer {
                         );
                     }
                     self.stalled = !alive;
-                    if chores.is_finished() {
+                    // Ended by anything but the shutdown (which it may have seen first): a panic.
+                    if chores.is_finished() && !stop_chores.is_cancelled() {
                         return Err(Definite::TaskEnded {
                             task: "the inbox chores (backlog gauges, --retain)".into(),
                             how: "it panicked".into(),
