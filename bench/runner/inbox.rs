@@ -13,6 +13,7 @@
 //! With INBOX_JDBC=1 (the default), Debezium's JDBC sink connector on Kafka Connect drains the
 //! same backlog as a third reader in each repetition (inbox/jdbc.rs).
 
+mod breakdown;
 mod jdbc;
 
 use std::path::Path;
@@ -303,6 +304,8 @@ fn latency(b: &mut Bench, md: &mut String) -> Result<()> {
          | consumer | rows | p50 ms | p99 ms | max ms | peak RSS MiB |\n|---|---|---|---|---|---|\n",
         k.inbox_rate, k.lat_secs, k.warm_secs
     ));
+    let mut parts = String::from(breakdown::DB_HEAD);
+    let mut own = String::new();
     for outboxd in [true, false] {
         let name = if outboxd { "o" } else { "h" };
         let (topic, schema) = (format!("inbox.lat.{name}"), format!("ib_lat_{name}"));
@@ -315,7 +318,10 @@ fn latency(b: &mut Bench, md: &mut String) -> Result<()> {
         };
         let log = b.work.join(format!("inbox_lat_{name}.log"));
         let cmd = if outboxd {
-            outboxd_cmd(b, &topic, &table, &schema, true)
+            let mut cmd = outboxd_cmd(b, &topic, &table, &schema, true);
+            // The per-batch lines `breakdown::from_log` reads.
+            cmd.env("RUST_LOG", "info,outboxd::tools::inbox=debug");
+            cmd
         } else {
             hand_cmd(b, &topic, &table, &schema, None)
         };
@@ -347,6 +353,10 @@ fn latency(b: &mut Bench, md: &mut String) -> Result<()> {
         ))?;
         let rss = hwm.map(|h| h as f64 / 1024.0);
         let who = if outboxd { "outboxd inbox" } else { "hand-written loop" };
+        parts.push_str(&breakdown::from_table(b, who, &table)?);
+        if outboxd {
+            own = breakdown::from_log(&log)?;
+        }
         let c = |i: usize| r.get(i).cloned().unwrap_or_else(|| "?".into());
         println!("   {who}: rows {} p50 {} p99 {} max {} ms, RSS {rss:?}", c(0), c(1), c(2), c(3));
         md.push_str(&format!(
@@ -371,5 +381,10 @@ fn latency(b: &mut Bench, md: &mut String) -> Result<()> {
             );
         }
     }
+    md.push_str(&format!(
+        "\nWhere a row's time goes (the measured rows; parts that hold under any load): the wait from the Kafka \
+         append to the start of its batch's statement (`received_at`, the transaction's start), and the statement \
+         to its commit (`pg_xact_commit_timestamp`).\n\n{parts}\n{own}"
+    ));
     Ok(())
 }

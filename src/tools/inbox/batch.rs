@@ -27,6 +27,9 @@ pub(super) struct Batch {
     /// Per partition, the offset the writer expected before this batch's first record of it.
     pub start: HashMap<Part, i64>,
     pub since: Option<Instant>,
+    /// The first record's age (ms since its Kafka timestamp) when the writer took it: the time
+    /// it spent in Kafka, the consumer and the channel (the per-batch debug line reports it).
+    pub first_age_ms: Option<i64>,
 }
 
 impl Batch {

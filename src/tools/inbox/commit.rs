@@ -3,7 +3,9 @@
 //! the inbox is.
 //!
 //! Invariant: Kafka's copy is written only from offsets PostgreSQL has committed ([`Commits::stored`]
-//! is called after the write's commit), so it is never ahead of PostgreSQL's by this process; and
+//! is called after the write's commit, and with the offsets read for partitions an assignment
+//! hands over, so a takeover's copy does not wait for new records), so it is never ahead of
+//! PostgreSQL's by this process; and
 //! it is never read: a partition starts at PostgreSQL's offset ([`super::consumer`]), so a Kafka
 //! offset that is behind (a commit lost in a crash or a rebalance), or ahead (set by hand), changes
 //! nothing but what lag tools show. Hence the commits are asynchronous and their failures only

@@ -23,7 +23,8 @@
 //!
 //! * `consumer.rs`: the Kafka consumer's thread and its rebalance callback;
 //! * `writer.rs`: batches, the retry while PostgreSQL is away, the answers to rebalances
-//!   (`batch.rs`: the batch in hand and its bounds; `chores.rs`: when the periodic chores are due);
+//!   (`batch.rs`: the batch in hand and its bounds; `chores.rs`: the backlog gauges and `--retain`,
+//!   on a connection of their own);
 //! * `store.rs`: the SQL (schema, offsets, the batch statement);
 //! * `record.rs`: a record into a row (the event id, the jsonb payload, the headers);
 //! * `dead.rs`: bad records' copies on the dead-letter topic, which `outboxd dlq` reads;

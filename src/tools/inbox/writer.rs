@@ -2,8 +2,8 @@
 //! (`--batch-size`, `--batch-timeout`) and written with their partitions' next offsets in one
 //! statement ([`super::store::write_batch`]); the answers to the consumer's rebalances.
 //!
-//! The loop, one `tokio::select!` in this priority: shutdown, then the one-second turn (`/healthz`,
-//! the backlog gauges every 5 s, `--retain` every minute: due by the clock, [`Chores`]), then the
+//! The loop, one `tokio::select!` in this priority: shutdown, then the one-second turn (`/healthz`;
+//! the backlog gauges and `--retain` run beside it, on a connection of their own: [`chores`]), then the
 //! consumer's input, then the batch's deadline. Its state is the batch being gathered ([`Batch`]) and, per assigned
 //! partition, the next offset it expects ([`Writer::next`]): a record below it was stored already
 //! (fetched again after a seek or a rebalance) and is dropped before it costs a row.
@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::batch::{Batch, Halt};
 use super::beat::Beat;
-use super::chores::Chores;
+use super::chores;
 use super::commit::Commits;
 use super::consumer::{start_of, Input, Part};
 use super::dead::DeadLetters;
@@ -141,7 +141,11 @@ impl Writer {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         // A turn delayed by a long write is taken once, not caught up in a burst.
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut chores = Chores::new(Instant::now());
+        // The backlog gauges and --retain, on a connection of their own (chores.rs says why); they
+        // stop with this loop, however it ends.
+        let stop_chores = shutdown.child_token();
+        let chores = chores::spawn(&self.cfg, self.names.clone(), stop_chores.clone());
+        let _stop_chores = stop_chores.clone().drop_guard();
         loop {
             let deadline = self.batch.deadline(self.cfg.batch_timeout);
             tokio::select! {
@@ -159,12 +163,12 @@ impl Writer {
                         );
                     }
                     self.stalled = !alive;
-                    let (backlog, prune) = chores.due(Instant::now());
-                    if backlog {
-                        self.backlog().await;
-                    }
-                    if prune {
-                        self.prune().await;
+                    // Ended by anything but the shutdown (which it may have seen first): a panic.
+                    if chores.is_finished() && !stop_chores.is_cancelled() {
+                        return Err(Definite::TaskEnded {
+                            task: "the inbox chores (backlog gauges, --retain)".into(),
+                            how: "it panicked".into(),
+                        }.into());
                     }
                 }
                 input = rx.recv() => match input {
@@ -211,6 +215,12 @@ impl Writer {
                 let Some(Done::Loaded(stored)) = self.retrying(shutdown, Step::Load(&names)).await? else {
                     return Err(Halt::Stopped);
                 };
+                // Kafka's copy follows the stored offsets of partitions taken over too, not only
+                // those of the next batch: the previous owner's last copy may be lost (kill -9
+                // within its 200 ms, `--commit-kafka-offsets false` there), and with no traffic a
+                // lag tool would show the old offset for good. Read from PostgreSQL, so committed
+                // there: never ahead of it.
+                self.commits.stored(&stored);
                 let mut starts = Vec::with_capacity(parts.len());
                 let mut fresh = HashMap::new();
                 for (part, range) in parts {
@@ -283,6 +293,9 @@ impl Writer {
         };
         let decoded = self.decode(&r, shutdown).await?;
         self.next.insert(part.clone(), r.offset + 1);
+        if self.batch.since.is_none() {
+            self.batch.first_age_ms = r.timestamp_ms.map(|ts| jiff::Timestamp::now().as_millisecond() - ts);
+        }
         self.batch.taken(part, r.offset, expected);
         match (to_row(r, &self.naming), decoded) {
             (Ok(mut row), Ok(json)) => {
@@ -368,39 +381,6 @@ impl Writer {
         }
     }
 
-    /// The backlog gauges, from the table; a failure only leaves them as they were (the next
-    /// write finds out whether PostgreSQL is away).
-    async fn backlog(&self) {
-        let Some((client, _)) = &self.client else { return };
-        let sql = format!(
-            "SELECT count(*), coalesce(extract(epoch FROM now() - min(received_at)), 0)::float8 \
-               FROM {} WHERE processed_at IS NULL",
-            self.names.inbox()
-        );
-        match client.query_one(&sql, &[]).await {
-            Ok(r) => self.metrics.backlog(r.get(0), r.get(1)),
-            Err(e) => tracing::debug!("reading the inbox backlog: {e}"),
-        }
-    }
-
-    /// `--retain`: rounds of `inbox_prune` until a round deletes less than a full one (a few at
-    /// most per minute, so the batches never wait long). A failure waits for the next minute.
-    async fn prune(&self) {
-        let (Some(retain), Some((client, _))) = (self.cfg.retain, &self.client) else { return };
-        for _ in 0..10 {
-            match store::prune(client, &self.names, retain, self.cfg.dedupe_window).await {
-                Ok(n) if n > 0 => {
-                    tracing::info!(rows = n, "pruned processed inbox rows (--retain)");
-                    if n < store::PRUNE_ROUND {
-                        return;
-                    }
-                }
-                Ok(_) => return,
-                Err(e) => return tracing::warn!("{e}; trying again in a minute"),
-            }
-        }
-    }
-
     /// A stored offset must lie within the partition's log (`low..=high`); outside it the records
     /// in between are gone (below: the retention deleted them) or the offset belongs to another
     /// log (beyond: the topic was created again). Either way the inbox stops, naming the fix.
@@ -439,6 +419,7 @@ impl Writer {
             return Ok(());
         }
         let batch = std::mem::take(&mut self.batch);
+        let started = Instant::now();
         let mut copied = true;
         for (bad, r) in &batch.bad {
             if !self.dead_letter(r, bad, shutdown).await {
@@ -461,7 +442,17 @@ impl Writer {
             inbox_board().stored(topic, *p, *next);
         }
         self.metrics.written(n as u64, (batch.rows.len() as u64).saturating_sub(n as u64));
-        tracing::debug!(records = batch.rows.len(), inserted = n, "batch written");
+        // Where a batch's time went (bench/run inbox reads these): its first record's age when
+        // taken, the gathering until the write started, the write and its commit.
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        tracing::debug!(
+            records = batch.rows.len(),
+            inserted = n,
+            first_age_ms = batch.first_age_ms.unwrap_or(-1),
+            gather_ms = format_args!("{:.2}", batch.since.map_or(0.0, |s| ms(started.saturating_duration_since(s)))),
+            write_ms = format_args!("{:.2}", ms(started.elapsed())),
+            "batch written"
+        );
         Ok(())
     }
 
