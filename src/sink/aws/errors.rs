@@ -5,11 +5,19 @@
 //! message text; a call that failed before it was sent is classed by the type of its error
 //! ([`setup_failure`]): no usable credentials, or a request the SDK could not build, is a fault of
 //! the setup, not "no answer".
+//!
+//! Invariant: a service's message reaches a log line or an error only through [`service_text`]
+//! (or [`error_text`], [`context_text`] built on it): AWS's signature-mismatch messages quote the
+//! canonical request, session token included, over several lines.
 
 use std::error::Error;
+use std::sync::LazyLock;
+use std::time::Duration;
 
 use aws_credential_types::provider::error::CredentialsError;
-use aws_sdk_sqs::error::{DisplayErrorContext, SdkError};
+use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use regex::Regex;
+use tokio::time::Instant;
 
 /// What to do about an AWS error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +50,6 @@ const TRANSIENT: &[&str] = &[
     "InternalServerError",
     "RequestTimeout",
     "RequestTimeoutException",
-    "RequestExpired",
     "SlowDown",
     "AWS.SimpleQueueService.RequestThrottled",
     "KMS.KMSInternalException",
@@ -71,6 +78,10 @@ const BAD_EVENT: &[&str] = &[
 /// status, if any. A batch entry's failure passes `per_message`: only then may the codes that
 /// blame one message make it a bad event; every other client fault blames the setup.
 pub fn class_of(code: Option<&str>, status: Option<u16>, per_message: bool) -> Class {
+    if code.is_some_and(expired) {
+        // Transient here; a run stops on them only when they last ([`Expiry`]).
+        return Class::Transient;
+    }
     let Some(code) = code else {
         return match status {
             Some(s) if (400..500).contains(&s) && s != 408 && s != 429 => Class::Setup,
@@ -88,6 +99,50 @@ pub fn class_of(code: Option<&str>, status: Option<u16>, per_message: bool) -> C
     match status {
         Some(s) if s >= 500 || s == 429 => Class::Transient,
         _ => Class::Setup,
+    }
+}
+
+/// Codes that say the session (or the request's signing time) ran out: with temporary credentials
+/// (an assumed role, web identity, a container or instance role) the SDK's credentials cache
+/// fetches new ones a little before they expire by the local clock, so a clock running behind
+/// sends the old ones for a while. Retried, not a stop, until they last [`EXPIRED_FOR`].
+const EXPIRED: &[&str] = &["ExpiredToken", "ExpiredTokenException", "RequestExpired"];
+
+/// Whether `code` says the credentials or the request's signing time expired.
+pub fn expired(code: &str) -> bool {
+    EXPIRED.iter().any(|c| c.eq_ignore_ascii_case(code))
+}
+
+/// How long calls may be answered "expired" before the relay stops: ten minutes is twice the five
+/// minutes of clock skew AWS accepts in a signature, and the SDK's cache refreshes well within it
+/// once the local clock reaches the credentials' expiry.
+pub const EXPIRED_FOR: Duration = Duration::from_secs(600);
+
+/// Since when the calls have been answered "expired" (none answered otherwise since).
+#[derive(Debug, Default)]
+pub struct Expiry {
+    since: Option<Instant>,
+}
+
+impl Expiry {
+    /// The class of a call that failed as a whole with `code` and `status` at `now`: as
+    /// [`class_of`], except that an expired session answered for [`EXPIRED_FOR`] on end is a
+    /// fault of the setup.
+    pub fn class(&mut self, code: Option<&str>, status: Option<u16>, now: Instant) -> Class {
+        if !code.is_some_and(expired) {
+            return class_of(code, status, false);
+        }
+        let since = *self.since.get_or_insert(now);
+        if now.saturating_duration_since(since) >= EXPIRED_FOR {
+            Class::Setup
+        } else {
+            Class::Transient
+        }
+    }
+
+    /// A call was answered: the credentials work (again).
+    pub fn answered(&mut self) {
+        self.since = None;
     }
 }
 
@@ -111,6 +166,12 @@ const REFUSED_CREDENTIALS: &[&str] = &[
 /// which ones to check; for anything else (no such queue, access denied), `otherwise`.
 pub fn setup_fix(code: Option<&str>, otherwise: &str) -> String {
     match code {
+        Some(c) if expired(c) => format!(
+            "the credentials were answered as expired for {} minutes on end: check that the machine's clock is \
+             right (AWS accepts 5 minutes of skew) and that the chain can renew them (the role it assumes, \
+             the web identity token file, the container or instance role), or renew expired ones",
+            EXPIRED_FOR.as_secs() / 60
+        ),
         Some(c) if REFUSED_CREDENTIALS.iter().any(|r| r.eq_ignore_ascii_case(c)) => {
             "the credentials were refused: check the access key and secret the chain found (the environment, \
              the profile of AWS_PROFILE or --aws-profile and the role it assumes, web identity), or renew \
@@ -147,38 +208,95 @@ where
                 // A file the chain was told to read (AWS_WEB_IDENTITY_TOKEN_FILE) is not there or
                 // not readable: no retry brings it; the rest of provider errors may pass.
                 CredentialsError::ProviderError(_) if unreadable_file(ce) => Some((
-                    format!("no usable AWS credentials ({})", one_line(&DisplayErrorContext(ce).to_string())),
+                    format!(
+                        "no usable AWS credentials: {} could not be read ({})",
+                        token_files(|v| std::env::var(v).ok()),
+                        context_text(ce)
+                    ),
                     CREDENTIALS_FIX,
                 )),
                 CredentialsError::ProviderTimedOut(_) | CredentialsError::ProviderError(_) => None,
-                _ => Some((
-                    format!("no usable AWS credentials ({})", one_line(&DisplayErrorContext(ce).to_string())),
-                    CREDENTIALS_FIX,
-                )),
+                _ => Some((format!("no usable AWS credentials ({})", context_text(ce)), CREDENTIALS_FIX)),
             };
         }
         cause = c.source();
     }
     match e {
         SdkError::ConstructionFailure(_) => Some((
-            format!("the AWS SDK could not build the request ({})", one_line(&DisplayErrorContext(e).to_string())),
+            format!("the AWS SDK could not build the request ({})", context_text(e)),
             "check --aws-region and --aws-endpoint-url",
         )),
         _ => None,
     }
 }
 
-/// Whether a credential provider failed on a file it could not read (not found, no permission),
-/// by the `io::Error` kind in its source chain.
+/// Whether a credential provider failed on a file it could not read (not found, no permission):
+/// its own error is an `io::Error` of that kind, as aws-config's providers give when reading a
+/// token file fails. Only the immediate source: an `io::Error` deeper down (under an STS call's
+/// dispatch failure: a name lookup, a firewall) is the network's, and worth another try.
 fn unreadable_file(e: &CredentialsError) -> bool {
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        if let Some(io) = c.downcast_ref::<std::io::Error>() {
-            return matches!(io.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied);
-        }
-        cause = c.source();
+    e.source()
+        .and_then(|c| c.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| matches!(io.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied))
+}
+
+/// The token files the chain reads, as set in the environment (`get` reads a variable), to name in
+/// the error when one could not be read; the paths are not secret, the tokens in them are.
+fn token_files(get: impl Fn(&str) -> Option<String>) -> String {
+    let set: Vec<String> = ["AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"]
+        .iter()
+        .filter_map(|v| get(v).map(|path| format!("{v}={path}")))
+        .collect();
+    if set.is_empty() {
+        "the token file of the profile's web_identity_token_file".into()
+    } else {
+        format!("the token file ({})", set.join(" or "))
     }
-    false
+}
+
+/// A session token as a header of a quoted canonical request (`x-amz-security-token:TOKEN`) or as
+/// a presigned URL's query parameter (`X-Amz-Security-Token=TOKEN`).
+static SESSION_TOKEN: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?i)(x-amz-security-token\s*[:=]\s*)[^\s&]+").expect("a valid pattern"));
+
+/// A service's message as it may be logged or returned: its first part only (up to the first
+/// blank line, or to "The Canonical String" / "The String-to-Sign" that signature-mismatch
+/// answers add), any session token in it redacted, on one line.
+pub fn service_text(text: &str) -> String {
+    let mut head = String::new();
+    for line in text.lines() {
+        if line.trim().is_empty() {
+            if head.trim().is_empty() {
+                continue;
+            }
+            break;
+        }
+        head.push_str(line);
+        head.push('\n');
+    }
+    let cut = ["The Canonical String", "The String-to-Sign"].iter().filter_map(|m| head.find(m)).min();
+    if let Some(at) = cut {
+        head.truncate(at);
+    }
+    one_line(&SESSION_TOKEN.replace_all(&head, "${1}<redacted>"))
+}
+
+/// The service's message of `e` (or, without one, the error with its causes) through
+/// [`service_text`]: what an error returned or a refusal logged says of it.
+pub fn error_text<E, R>(e: &SdkError<E, R>) -> String
+where
+    E: ProvideErrorMetadata + Error + 'static,
+    R: std::fmt::Debug + 'static,
+{
+    match e.message() {
+        Some(m) => service_text(m),
+        None => context_text(e),
+    }
+}
+
+/// `e` with its causes (the SDK's `DisplayErrorContext`) through [`service_text`], for a warning.
+pub fn context_text<E: Error + 'static>(e: &E) -> String {
+    service_text(&DisplayErrorContext(e).to_string())
 }
 
 /// `text` on one line: the SDK's credential errors list what they tried on lines of their own.
@@ -188,9 +306,11 @@ fn one_line(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{class_of, setup_failure, setup_fix, Class};
+    use super::{class_of, service_text, setup_failure, setup_fix, token_files, Class, Expiry, EXPIRED_FOR};
     use aws_credential_types::provider::error::CredentialsError;
     use aws_sdk_sqs::error::SdkError;
+    use std::time::Duration;
+    use tokio::time::Instant;
 
     #[test]
     fn throttles_retry_message_faults_are_bad_events_setup_faults_stop() {
@@ -250,5 +370,86 @@ mod tests {
         ));
         let built: E = SdkError::construction_failure("no region");
         assert!(setup_failure(&built).is_some_and(|(_, fix)| fix.contains("--aws-region")));
+    }
+
+    #[test]
+    fn a_service_message_keeps_its_first_part_on_one_line_without_a_session_token() {
+        let token = "IQoJb3JpZ2luX2VjEXAMPLEsessionTOKEN/+=";
+        let aws = format!(
+            "The request signature we calculated does not match the signature you provided. Check your AWS \
+             Secret Access Key and signing method. Consult the service documentation for details.\n\n\
+             The Canonical String for this request should have been\n'POST\n/\n\n\
+             content-type:application/x-amz-json-1.0\nhost:sqs.us-east-1.amazonaws.com\n\
+             x-amz-date:20261206T051500Z\nx-amz-security-token:{token}\n\n\
+             content-type;host;x-amz-date;x-amz-security-token\nabc123'\n\n\
+             The String-to-Sign should have been\n'AWS4-HMAC-SHA256\n20261206T051500Z\n...'\n"
+        );
+        let m = service_text(&aws);
+        assert_eq!(
+            m,
+            "The request signature we calculated does not match the signature you provided. Check your AWS \
+             Secret Access Key and signing method. Consult the service documentation for details."
+        );
+        // The same on one paragraph (no blank line before the quote), and a token in the part
+        // kept, as a header or a presigned URL's parameter, is redacted.
+        let flat = aws.replace("\n\n", "\n");
+        let m = service_text(&flat);
+        assert!(!m.contains(token) && !m.contains('\n') && !m.contains("Canonical"), "{m}");
+        let m = service_text(&format!(
+            "denied x-amz-security-token:{token}\nfor https://q?X-Amz-Security-Token={token}&X-Amz-Date=1"
+        ));
+        assert_eq!(
+            m,
+            "denied x-amz-security-token:<redacted> for https://q?X-Amz-Security-Token=<redacted>&X-Amz-Date=1"
+        );
+        assert_eq!(service_text("\n  Access to the resource is denied.\n"), "Access to the resource is denied.");
+    }
+
+    #[test]
+    fn an_expired_session_is_retried_and_stops_only_when_it_lasts() {
+        for code in ["ExpiredToken", "ExpiredTokenException", "RequestExpired"] {
+            assert_eq!(class_of(Some(code), Some(400), false), Class::Transient, "{code}");
+            let mut e = Expiry::default();
+            let t0 = Instant::now();
+            assert_eq!(e.class(Some(code), Some(400), t0), Class::Transient, "{code}");
+            assert_eq!(e.class(Some(code), Some(400), t0 + EXPIRED_FOR / 2), Class::Transient, "{code}");
+            // Another failure meanwhile neither resets nor ends the count.
+            assert_eq!(e.class(Some("Throttling"), Some(400), t0 + EXPIRED_FOR / 2), Class::Transient);
+            assert_eq!(e.class(Some(code), Some(400), t0 + EXPIRED_FOR), Class::Setup, "{code}");
+            // The final stop names the credentials.
+            assert!(setup_fix(Some(code), "check the URL").contains("renew expired ones"), "{code}");
+            // An answered call starts the count again: a refresh that came late stops nothing.
+            e.answered();
+            let t1 = t0 + EXPIRED_FOR * 3;
+            assert_eq!(e.class(Some(code), Some(400), t1), Class::Transient, "{code}");
+            assert_eq!(e.class(Some(code), Some(400), t1 + EXPIRED_FOR - Duration::from_secs(1)), Class::Transient);
+        }
+        // Other codes are classed as before.
+        let mut e = Expiry::default();
+        assert_eq!(e.class(Some("AccessDenied"), Some(403), Instant::now()), Class::Setup);
+        assert_eq!(e.class(Some("InvalidClientTokenId"), Some(403), Instant::now()), Class::Setup);
+    }
+
+    #[test]
+    fn only_the_providers_own_io_error_is_an_unreadable_file() {
+        type E = SdkError<std::io::Error, ()>;
+        // STS could not be reached: a name lookup or a firewall answers with an io error, under
+        // the STS call's dispatch failure under the provider's error. Worth another try.
+        let lookup = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let sts: E = SdkError::dispatch_failure(aws_sdk_sqs::error::ConnectorError::io(lookup.into()));
+        let through: E = SdkError::construction_failure(CredentialsError::provider_error(sts));
+        assert_eq!(setup_failure(&through), None);
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let sts: E = SdkError::dispatch_failure(aws_sdk_sqs::error::ConnectorError::io(denied.into()));
+        let through: E = SdkError::construction_failure(CredentialsError::provider_error(sts));
+        assert_eq!(setup_failure(&through), None);
+        // The token file itself not there stops, naming the file.
+        let no_file: E = SdkError::construction_failure(CredentialsError::provider_error(std::io::Error::from(
+            std::io::ErrorKind::NotFound,
+        )));
+        assert!(setup_failure(&no_file).is_some_and(|(m, _)| m.contains("could not be read")));
+        let env = |v: &str| (v == "AWS_WEB_IDENTITY_TOKEN_FILE").then(|| "/var/run/token".to_owned());
+        assert_eq!(token_files(env), "the token file (AWS_WEB_IDENTITY_TOKEN_FILE=/var/run/token)");
+        assert!(token_files(|_| None).contains("web_identity_token_file"));
     }
 }

@@ -20,7 +20,7 @@ pub mod publisher;
 use std::time::Duration;
 
 pub use config::{AwsArgs, AwsConfig};
-pub use errors::{class_of, setup_failure, setup_fix, Class, CREDENTIALS_FIX};
+pub use errors::{class_of, context_text, error_text, service_text, setup_failure, setup_fix, Class, CREDENTIALS_FIX};
 
 /// The SDK configuration for `cfg`: the default credential and region chains, `--aws-region` and
 /// `--aws-endpoint-url` over them.

@@ -37,11 +37,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::errors::Expiry;
 use super::{class_of, setup_failure, Class};
 
 /// Batch calls in flight at once.
@@ -78,7 +79,7 @@ impl Failure {
             setup: setup_failure(e).map(|(what, fix)| format!("{call} was not sent: {what}; {fix}")),
             code: e.code().map(str::to_owned),
             status: e.raw_response().map(|r| r.status().as_u16()),
-            text: e.message().map(str::to_owned).unwrap_or_else(|| DisplayErrorContext(e).to_string()),
+            text: crate::sink::aws::error_text(e),
         }
     }
 }
@@ -152,12 +153,13 @@ struct Retry {
     due: Instant,
 }
 
-/// The jobs not resolved yet and not in flight, by arrival number, with the lanes in flight and
-/// the backoffs of the jobs that failed before.
+/// The jobs not resolved yet and not in flight, by arrival number, with the lanes in flight, the
+/// backoffs of the jobs that failed before, and how long calls have been answered "expired".
 struct Queue<J> {
     waiting: BTreeMap<u64, J>,
     busy: Busy,
     retries: HashMap<u64, Retry>,
+    expiry: Expiry,
 }
 
 impl<J> Queue<J> {
@@ -183,7 +185,12 @@ enum Ended {
 
 /// The publisher: runs until the channel closes and nothing is left in flight.
 pub async fn run<S: Service>(service: S, window: usize, mut rx: mpsc::Receiver<S::Job>) {
-    let mut q = Queue { waiting: BTreeMap::new(), busy: Default::default(), retries: HashMap::new() };
+    let mut q = Queue {
+        waiting: BTreeMap::new(),
+        busy: Default::default(),
+        retries: HashMap::new(),
+        expiry: Expiry::default(),
+    };
     let mut calls: FuturesUnordered<Call<S::Job>> = FuturesUnordered::new();
     let mut next_seq = 0u64;
     let mut attempt = 0u32;
@@ -287,7 +294,10 @@ fn settle<S: Service>(
         }
     }
     let entries = match answer {
-        Ok(entries) => entries,
+        Ok(entries) => {
+            q.expiry.answered();
+            entries
+        }
         Err(Failure { setup: Some(reason), .. }) => {
             tracing::error!(error = %reason, "a batch call could not be made");
             for (seq, job) in sent {
@@ -297,7 +307,7 @@ fn settle<S: Service>(
             return Ended::Stopped;
         }
         Err(f) => {
-            let class = class_of(f.code.as_deref(), f.status, false);
+            let class = q.expiry.class(f.code.as_deref(), f.status, now);
             let code = f.code.unwrap_or_else(|| "no answer".into());
             if class == Class::Setup {
                 let reason = service.setup_reason(&code, &f.text);
@@ -308,7 +318,11 @@ fn settle<S: Service>(
                 }
                 return Ended::Stopped;
             }
-            tracing::warn!(code = %code, error = %f.text, entries = sent.len(), "a batch call failed; sending again after a backoff");
+            if super::errors::expired(&code) {
+                tracing::warn!(code = %code, error = %f.text, entries = sent.len(), "AWS answered that the credentials (or the request's time) expired; sending again after a backoff while the SDK renews them (the relay stops if this lasts {} minutes)", super::errors::EXPIRED_FOR.as_secs() / 60);
+            } else {
+                tracing::warn!(code = %code, error = %f.text, entries = sent.len(), "a batch call failed; sending again after a backoff");
+            }
             for (seq, job) in sent {
                 q.again(seq, job, now);
             }
@@ -372,7 +386,7 @@ pub fn by_id<'a>(
     }
     for (id, code, message) in failed {
         if let Some(i) = place(id) {
-            out[i] = Entry::Failed { code: code.to_owned(), message: message.to_owned() };
+            out[i] = Entry::Failed { code: code.to_owned(), message: super::service_text(message) };
         }
     }
     out
@@ -462,7 +476,7 @@ mod tests {
     }
 
     fn queue<J>() -> Queue<J> {
-        Queue { waiting: BTreeMap::new(), busy: Default::default(), retries: HashMap::new() }
+        Queue { waiting: BTreeMap::new(), busy: Default::default(), retries: HashMap::new(), expiry: Expiry::default() }
     }
 
     /// The tickets resolved so far, with whether each was acked.
@@ -544,5 +558,26 @@ mod tests {
         for (_, j) in std::mem::take(&mut q.waiting) {
             Job::ack(j);
         }
+    }
+
+    #[tokio::test]
+    async fn an_expired_session_sends_again_and_stops_the_relay_only_when_it_lasts() {
+        let (tx, mut rx) = ack_queue();
+        let target = sqs_target();
+        let expired = || Failure {
+            code: Some("ExpiredToken".into()),
+            status: Some(403),
+            text: "The security token included in the request is expired".into(),
+            setup: None,
+        };
+        let mut q = queue();
+        let t0 = Instant::now();
+        let sent: Vec<(u64, SJob)> = (0..2).map(|n| sjob(n, &tx)).collect();
+        assert_eq!(settle(&target, sent, Err(expired()), &mut q, t0), Ended::Failed);
+        assert!(resolved(&mut rx).is_empty(), "nothing failed: the jobs wait again");
+        let sent: Vec<(u64, SJob)> = std::mem::take(&mut q.waiting).into_iter().collect();
+        let later = t0 + super::super::errors::EXPIRED_FOR;
+        assert_eq!(settle(&target, sent, Err(expired()), &mut q, later), Ended::Stopped);
+        assert_eq!(resolved(&mut rx), vec![(0, false), (1, false)], "expired for good: the relay stops");
     }
 }

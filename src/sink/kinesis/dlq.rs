@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use aws_sdk_kinesis::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_kinesis::error::ProvideErrorMetadata;
 use aws_sdk_kinesis::types::{Record as KRecord, ShardIteratorType};
 use aws_sdk_kinesis::Client;
 use base64::engine::general_purpose::STANDARD;
@@ -251,7 +251,7 @@ where
         let why = format!(
             "--kinesis-dlq-stream {stream}: {what} failed ({}): {}",
             code.as_deref().unwrap_or("no answer"),
-            e.message().map(str::to_owned).unwrap_or_else(|| DisplayErrorContext(&e).to_string())
+            crate::sink::aws::error_text(&e)
         );
         if class_of(code.as_deref(), status, false) == Class::Setup {
             return Err(Definite::Setup(format!(

@@ -23,7 +23,7 @@ pub mod replay;
 
 use std::sync::Arc;
 
-use aws_sdk_kinesis::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_kinesis::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_kinesis::types::StreamStatus;
 use tokio::sync::mpsc;
 
@@ -81,7 +81,7 @@ where
         return None;
     }
     let code = code.unwrap_or_else(|| format!("HTTP {}", status.unwrap_or(0)));
-    let text = e.message().map(str::to_owned).unwrap_or_else(|| DisplayErrorContext(e).to_string());
+    let text = crate::sink::aws::error_text(e);
     Some(Refused {
         detail: format!("{flag} {stream}: Kinesis answered {call} with {code}: {text}"),
         fix: setup_fix(
@@ -117,7 +117,7 @@ pub(crate) async fn stream_facts(
             match refusal(&e, flag, stream, "DescribeStreamSummary", status) {
                 Some(r) => Err(r),
                 None => {
-                    tracing::warn!(stream, error = %DisplayErrorContext(&e), "Kinesis did not answer DescribeStreamSummary");
+                    tracing::warn!(stream, error = %crate::sink::aws::context_text(&e), "Kinesis did not answer DescribeStreamSummary");
                     Ok(None)
                 }
             }
@@ -140,7 +140,10 @@ async fn writable(client: &aws_sdk_kinesis::Client, flag: &str, stream: &str) ->
             match refusal(&e, flag, stream, "PutRecords", status) {
                 Some(r) => Err(r),
                 None => Err(Refused {
-                    detail: format!("{flag} {stream}: no answer to PutRecords ({})", DisplayErrorContext(&e)),
+                    detail: format!(
+                        "{flag} {stream}: no answer to PutRecords ({})",
+                        crate::sink::aws::context_text(&e)
+                    ),
                     fix: "check --aws-endpoint-url / --aws-region and the network".into(),
                 }),
             }

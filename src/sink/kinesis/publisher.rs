@@ -91,9 +91,10 @@ pub(crate) fn entries(out: &PutRecordsOutput, sent: usize) -> Vec<Entry> {
         .map(|i| match results.get(i) {
             None => Entry::Missing,
             Some(r) => match (r.error_code(), r.sequence_number()) {
-                (Some(code), _) => {
-                    Entry::Failed { code: code.to_owned(), message: r.error_message().unwrap_or("").to_owned() }
-                }
+                (Some(code), _) => Entry::Failed {
+                    code: code.to_owned(),
+                    message: crate::sink::aws::service_text(r.error_message().unwrap_or("")),
+                },
                 (None, Some(_)) => Entry::Stored,
                 (None, None) => Entry::Missing,
             },

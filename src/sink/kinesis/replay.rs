@@ -179,9 +179,10 @@ async fn put(
                 let rs = o.records();
                 (0..left.len())
                     .map(|n| match rs.get(n).map(|r| (r, r.error_code(), r.sequence_number())) {
-                        Some((r, Some(c), _)) => {
-                            Got::Refused(c.to_owned(), r.error_message().unwrap_or_default().to_owned())
-                        }
+                        Some((r, Some(c), _)) => Got::Refused(
+                            c.to_owned(),
+                            crate::sink::aws::service_text(r.error_message().unwrap_or_default()),
+                        ),
                         Some((r, None, Some(s))) => Got::Stored(format!("{}/{s}", r.shard_id().unwrap_or("-"))),
                         _ => Got::Again,
                     })

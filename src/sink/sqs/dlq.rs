@@ -36,7 +36,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_sqs::error::ProvideErrorMetadata;
 use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, Message as SqsMsg,
     MessageSystemAttributeName,
@@ -183,7 +183,7 @@ impl SqsReader {
                         return Err(Definite::Setup(format!("--sqs-dlq-queue-url {}: {what}; {fix}", self.url)));
                     }
                     let code = e.code().map(str::to_owned);
-                    let text = e.message().map(str::to_owned).unwrap_or_else(|| DisplayErrorContext(&e).to_string());
+                    let text = crate::sink::aws::error_text(&e);
                     if class_of(code.as_deref(), e.raw_response().map(|r| r.status().as_u16()), false) == Class::Setup {
                         return Err(Definite::Setup(format!(
                             "--sqs-dlq-queue-url {}: SQS refused ReceiveMessage ({}): {text}; check the URL and that the credentials may sqs:ReceiveMessage, sqs:DeleteMessage and sqs:ChangeMessageVisibility on it",
@@ -238,11 +238,11 @@ impl SqsReader {
                         break;
                     }
                     Err(e) if tries < TRIES => {
-                        tracing::warn!(error = %DisplayErrorContext(&e), "deleting replayed dead letters; retrying");
+                        tracing::warn!(error = %crate::sink::aws::context_text(&e), "deleting replayed dead letters; retrying");
                         tokio::time::sleep(crate::retry::backoff(tries, Duration::from_secs(5))).await;
                     }
                     Err(e) => {
-                        tracing::warn!(error = %DisplayErrorContext(&e), "SQS did not delete {} replayed dead letters; they come back after the visibility timeout and a later replay sends them again", chunk.len());
+                        tracing::warn!(error = %crate::sink::aws::context_text(&e), "SQS did not delete {} replayed dead letters; they come back after the visibility timeout and a later replay sends them again", chunk.len());
                         break;
                     }
                 }
@@ -306,7 +306,7 @@ impl SqsReader {
                 .send()
                 .await;
             if let Err(e) = sent {
-                tracing::warn!(error = %DisplayErrorContext(&e), "could not make {} dead letters visible again; they are when their visibility timeout runs out", chunk.len());
+                tracing::warn!(error = %crate::sink::aws::context_text(&e), "could not make {} dead letters visible again; they are when their visibility timeout runs out", chunk.len());
             }
         }
     }

@@ -24,7 +24,7 @@ pub(crate) mod topic;
 
 use std::sync::Arc;
 
-use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_sqs::error::ProvideErrorMetadata;
 use aws_sdk_sqs::types::QueueAttributeName;
 use tokio::sync::mpsc;
 
@@ -98,14 +98,14 @@ pub(crate) async fn queue_facts(
             let code = e.code().map(str::to_owned);
             if class_of(code.as_deref(), status, false) == Class::Setup {
                 let code = code.unwrap_or_else(|| format!("HTTP {}", status.unwrap_or(0)));
-                let text = e.message().map(str::to_owned).unwrap_or_else(|| DisplayErrorContext(&e).to_string());
+                let text = crate::sink::aws::error_text(&e);
                 let fix = setup_fix(
                     Some(&code),
                     "check the URL (or create the queue), --aws-region, and that the credentials may sqs:GetQueueAttributes and sqs:SendMessage on it",
                 );
                 Err(Refused { detail: format!("{flag} {url}: SQS answered {code}: {text}"), fix })
             } else {
-                tracing::warn!(queue = url, error = %DisplayErrorContext(&e), "SQS did not answer GetQueueAttributes; going on with the defaults");
+                tracing::warn!(queue = url, error = %crate::sink::aws::context_text(&e), "SQS did not answer GetQueueAttributes; going on with the defaults");
                 Ok(None)
             }
         }

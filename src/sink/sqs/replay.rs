@@ -103,8 +103,9 @@ impl SqsTarget {
     /// One `SendMessageBatch` (a queue) or `PublishBatch` (a topic) call with `msgs`, entry ids
     /// their numbers.
     async fn call(&self, dest: &str, msgs: &[(usize, &super::message::Message)]) -> Result<Answered, Failure> {
-        let failed =
-            |id: &str, code: &str, m: Option<&str>| (id.to_owned(), code.to_owned(), m.unwrap_or("").to_owned());
+        let failed = |id: &str, code: &str, m: Option<&str>| {
+            (id.to_owned(), code.to_owned(), crate::sink::aws::service_text(m.unwrap_or("")))
+        };
         if is_topic(dest) {
             let entries = msgs
                 .iter()

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_sns::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_sns::error::ProvideErrorMetadata;
 use aws_sdk_sns::primitives::Blob;
 use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
 
@@ -77,14 +77,14 @@ pub(crate) async fn topic_fifo(client: &aws_sdk_sns::Client, arn: &str) -> Resul
             let code = e.code().map(str::to_owned);
             if class_of(code.as_deref(), status, false) == Class::Setup {
                 let code = code.unwrap_or_else(|| format!("HTTP {}", status.unwrap_or(0)));
-                let text = e.message().map(str::to_owned).unwrap_or_else(|| DisplayErrorContext(&e).to_string());
+                let text = crate::sink::aws::error_text(&e);
                 let fix = setup_fix(
                     Some(&code),
                     "check the ARN (or create the topic), --aws-region, and that the credentials may sns:GetTopicAttributes and sns:Publish on it",
                 );
                 Err(format!("--sns-topic-arn {arn}: SNS answered {code}: {text}; {fix}"))
             } else {
-                tracing::warn!(topic = arn, error = %DisplayErrorContext(&e), "SNS did not answer GetTopicAttributes");
+                tracing::warn!(topic = arn, error = %crate::sink::aws::context_text(&e), "SNS did not answer GetTopicAttributes");
                 Ok(None)
             }
         }
