@@ -1,8 +1,11 @@
 """The test side of the AWS sinks (run with `scripts/aws python tools/aws/client.py ENDPOINT CMD ...`):
 boto3 against a local moto_server, to create destinations and read back what outboxd sent.
 
-  create-queue NAME [fifo]     create an SQS queue (FIFO when asked, NAME must then end .fifo);
-                               prints its URL
+  create-queue NAME [fifo] [ATTR=VALUE...]
+                               create an SQS queue (FIFO when asked, NAME must then end .fifo)
+                               with those attributes; prints its URL
+  send-message URL BODY [GROUP]
+                               send one message (with GROUP as its group id, on a FIFO queue)
   create-queue-max NAME BYTES  create a standard SQS queue with MaximumMessageSize BYTES
   set-queue-max URL BYTES      set an SQS queue's MaximumMessageSize to BYTES
   queue-count URL              print the queue's ApproximateNumberOfMessages (nothing received)
@@ -40,9 +43,16 @@ def client(endpoint, service):
                         aws_access_key_id="test", aws_secret_access_key="test")
 
 
-def create_queue(endpoint, name, fifo=""):
-    attrs = {"FifoQueue": "true"} if fifo == "fifo" else {}
+def create_queue(endpoint, name, *opts):
+    attrs = dict(o.split("=", 1) for o in opts if o != "fifo")
+    if "fifo" in opts:
+        attrs["FifoQueue"] = "true"
     print(client(endpoint, "sqs").create_queue(QueueName=name, Attributes=attrs)["QueueUrl"])
+
+
+def send_message(endpoint, url, body, group=None):
+    extra = {"MessageGroupId": group} if group else {}
+    client(endpoint, "sqs").send_message(QueueUrl=url, MessageBody=body, **extra)
 
 
 def create_queue_max(endpoint, name, max_bytes):
@@ -156,6 +166,7 @@ def ceiling(endpoint, service, dest, n, size, keys, fifo=""):
 
 
 COMMANDS = {"ceiling": ceiling, "iam-setup": iam_setup, "auth": auth, "create-queue": create_queue, "create-queue-max": create_queue_max, "drain-queue": drain_queue,
+            "send-message": send_message,
             "set-queue-max": set_queue_max, "create-topic": create_topic, "subscribe-queue": subscribe_queue,
             "queue-count": queue_count}
 

@@ -12,7 +12,8 @@ ContentBasedDeduplication), and moto builds that dict whole each time, counting 
 visible, delayed and in-flight messages with a clock read per message. A send so costs O(messages
 already in the queue) with a large constant: 10,000 messages into one queue took minutes, a FIFO
 queue (more reads per message) far longer, and outboxd's 15 s attempt timeout fired under
-`bench/run sqs`. While moto stores a message, `attributes` answers that one attribute only; every
+`bench/run sqs`. While moto stores a message, `attributes` answers that one attribute only (nothing for a standard
+queue, as moto's own lists it for FIFO queues only); every
 other read (GetQueueAttributes, the counts the tests read) is moto's own. What is stored, and how
 FIFO deduplication decides, is unchanged.
 
@@ -56,6 +57,10 @@ _attributes = sqs_models.Queue.attributes.fget
 def attributes(self):
     if getattr(_SENDING, "depth", 0) == 0:
         return _attributes(self)
+    # moto's own lists ContentBasedDeduplication for FIFO queues only (a standard queue with it
+    # set would otherwise get content-based deduplication ids it never has on AWS).
+    if not self.fifo_queue:
+        return {}
     value = getattr(self, "content_based_deduplication", False)
     if isinstance(value, bool):
         value = str(value).lower()
