@@ -1,17 +1,20 @@
 //! The AWS sinks' credential chain beyond environment variables, against a local AWS API that
 //! checks them: moto with IAM authentication on (`client.py auth on`), where only an IAM user's
 //! access key, or the keys STS gave for a role, sign a request it accepts. Each test makes an IAM
-//! user with an access key and a role both allowed `sqs:*` (`client.py iam-setup`) while moto still
-//! takes anything, then turns authentication on and runs `outboxd check` and `outboxd run --sink
-//! sqs` with no `AWS_ACCESS_KEY_ID` in the environment, only:
+//! user allowed `sqs:*`, a user allowed only `sts:AssumeRole`, each with an access key, and a role
+//! allowed `sqs:*` (`client.py iam-setup`) while moto still takes anything, then turns
+//! authentication on and runs `outboxd check` and `outboxd run --sink sqs` with no
+//! `AWS_ACCESS_KEY_ID` in the environment, only:
 //! * a shared credentials file and a named profile (`--aws-profile`, `AWS_PROFILE`), and a profile
-//!   of the config file with `role_arn` and `source_profile` (STS AssumeRole);
+//!   of the config file with `role_arn` and `source_profile` (STS AssumeRole; the source
+//!   profile's own keys are refused by SQS, so only the role's keys can have sent);
 //! * web identity, as IRSA on EKS gives it (`AWS_WEB_IDENTITY_TOKEN_FILE`, `AWS_ROLE_ARN`: STS
 //!   AssumeRoleWithWebIdentity, which moto answers without verifying the token).
 //!
 //! A profile with a wrong secret fails `check` and `run` with one line naming the code and what
-//! to check; no secret (the access key's secret, the session token STS gave, the web identity
-//! token) appears in any output. The container endpoint and the instance metadata service are not
+//! to check; no secret (the access keys' secrets, the secret keys and session tokens STS gave, as
+//! moto's state lists them, the web identity token) appears in any output, with the SDK's own
+//! logs at debug (`RUST_LOG` with `aws_config=debug,aws_smithy_runtime=debug`). The container endpoint and the instance metadata service are not
 //! proven here: moto's instance metadata answers fixed keys its own IAM check refuses, and nothing
 //! local serves the container endpoint.
 
@@ -32,6 +35,8 @@ struct Iam {
     key: String,
     secret: String,
     role: String,
+    assumer_key: String,
+    assumer_secret: String,
 }
 
 impl Iam {
@@ -41,7 +46,29 @@ impl Iam {
         let v: serde_json::Value = serde_json::from_str(&moto.client(&["iam-setup"])).expect("iam-setup JSON");
         let s = |k: &str| v[k].as_str().expect("iam-setup field").to_owned();
         moto.client(&["auth", "on"]);
-        Iam { queue, key: s("key"), secret: s("secret"), role: s("role"), moto }
+        Iam {
+            queue,
+            key: s("key"),
+            secret: s("secret"),
+            role: s("role"),
+            assumer_key: s("assumer_key"),
+            assumer_secret: s("assumer_secret"),
+            moto,
+        }
+    }
+
+    /// The secret keys and session tokens moto's STS handed out so far (at least one asserted).
+    fn sts_issued(&self) -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_str(&self.moto.client(&["sts-issued"])).expect("sts-issued JSON");
+        let issued: Vec<String> = v
+            .as_array()
+            .expect("a list")
+            .iter()
+            .flat_map(|r| [r["secret"].as_str(), r["token"].as_str()])
+            .map(|s| s.expect("secret and token").to_owned())
+            .collect();
+        assert!(!issued.is_empty(), "STS handed out no keys: the role was not assumed");
+        issued
     }
 
     /// What the queue holds, read with authentication off for the moment.
@@ -68,7 +95,7 @@ fn spawn(a: &[String], env: &[(&str, &str)], home: &Path) -> (Child, PathBuf) {
     cmd.args(a)
         .env("HOME", home)
         .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env("RUST_LOG", "outboxd=debug,aws_config=debug,info")
+        .env("RUST_LOG", "outboxd=debug,aws_config=debug,aws_smithy_runtime=debug,aws_sdk_sts=debug,info")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(file.try_clone().expect("clone"))
@@ -136,9 +163,9 @@ fn relays(pg: &PgCluster, iam: &Iam, extra: &[&str], env: &[(&str, &str)], home:
     log
 }
 
-fn assert_no_secret(texts: &[&str], secrets: &[&str]) {
+fn assert_no_secret<S: AsRef<str>>(texts: &[&str], secrets: &[S]) {
     for t in texts {
-        for s in secrets {
+        for s in secrets.iter().map(AsRef::as_ref) {
             assert!(!t.contains(s), "a secret ({}...) appears in:\n{t}", &s[..4]);
         }
     }
@@ -161,16 +188,19 @@ fn shared_file_profiles_and_an_assumed_role_authenticate_and_a_wrong_secret_stop
         aws.join("credentials"),
         format!(
             "[default]\naws_access_key_id = {key}\naws_secret_access_key = {wrong}\n\n\
-             [relay]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n",
+             [relay]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n\n\
+             [assume-only]\naws_access_key_id = {akey}\naws_secret_access_key = {asecret}\n",
             key = iam.key,
-            secret = iam.secret
+            secret = iam.secret,
+            akey = iam.assumer_key,
+            asecret = iam.assumer_secret
         ),
     )
     .expect("credentials file");
     std::fs::write(
         aws.join("config"),
         format!(
-            "[default]\nregion = us-east-1\n\n[profile assumer]\nrole_arn = {}\nsource_profile = relay\n",
+            "[default]\nregion = us-east-1\n\n[profile assumer]\nrole_arn = {}\nsource_profile = assume-only\n",
             iam.role
         ),
     )
@@ -188,6 +218,12 @@ fn shared_file_profiles_and_an_assumed_role_authenticate_and_a_wrong_secret_stop
         assert_eq!(code, Some(0), "outboxd check {extra:?} {env:?}:\n{out}");
         outputs.push(out);
     }
+    // The assuming user's own keys may not use the queue: what the role's profile sent, the
+    // role's keys signed.
+    let (code, out) =
+        outboxd(&check_args(&pg, &iam, &["--aws-profile", "assume-only"]), &[], home.path(), Duration::from_secs(60));
+    assert_eq!(code, Some(1), "outboxd check with keys allowed only sts:AssumeRole:\n{out}");
+    outputs.push(out);
     outputs.push(relays(&pg, &iam, &["--aws-profile", "relay"], &[], home.path()));
     outputs.push(relays(&pg, &iam, &[], &[("AWS_PROFILE", "assumer"), sts], home.path()));
 
@@ -209,7 +245,10 @@ fn shared_file_profiles_and_an_assumed_role_authenticate_and_a_wrong_secret_stop
     eprintln!("the wrong secret's line: {line}");
     outputs.push(out);
 
-    let mut config = args(&["config", "--postgres-url", "postgres://u@127.0.0.1/db"]);
+    // `outboxd config` resolves no credentials; what it prints of the flags: the profile's name,
+    // and a password given by the environment masked. The AWS secrets in its environment too are
+    // in none of it.
+    let mut config = args(&["config"]);
     config.extend(args(&[
         "--sink",
         "sqs",
@@ -220,12 +259,23 @@ fn shared_file_profiles_and_an_assumed_role_authenticate_and_a_wrong_secret_stop
         "--aws-profile",
         "relay",
     ]));
-    let (code, out) = outboxd(&config, &[], home.path(), Duration::from_secs(20));
+    let pg_password = "pw-7d1e-config-secret";
+    let pg_url = format!("postgres://u:{pg_password}@127.0.0.1/db");
+    let env = [
+        ("OUTBOXD_POSTGRES_URL", pg_url.as_str()),
+        ("AWS_SECRET_ACCESS_KEY", iam.secret.as_str()),
+        ("AWS_SESSION_TOKEN", STS_TOKEN),
+    ];
+    let (code, out) = outboxd(&config, &env, home.path(), Duration::from_secs(20));
     assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("relay"), "{out}");
+    assert!(out.contains("--aws-profile relay"), "{out}");
+    assert!(out.contains("--postgres-url 'postgres://u:****@127.0.0.1"), "{out}");
+    assert!(!out.contains(pg_password), "{out}");
     outputs.push(out);
     let texts: Vec<&str> = outputs.iter().map(String::as_str).collect();
-    assert_no_secret(&texts, &[&iam.secret, &wrong, STS_TOKEN]);
+    let mut secrets = iam.sts_issued();
+    secrets.extend([iam.secret.clone(), iam.assumer_secret.clone(), wrong.clone(), STS_TOKEN.to_owned()]);
+    assert_no_secret(&texts, &secrets);
 }
 
 /// Web identity, as IRSA on EKS sets it up: a token file and a role ARN in the environment, STS
@@ -269,8 +319,10 @@ fn web_identity_authenticates_check_and_run_and_shows_no_token() {
     let (code, out) = outboxd(&a, &env, home.path(), Duration::from_secs(30));
     assert!(code.is_some_and(|c| c != 0), "outboxd run with a missing token file ({code:?}):\n{out}");
     assert!(out.contains("no usable AWS credentials"), "{out}");
-    // The session tokens moto's STS gives all begin with this.
-    assert_no_secret(&[&check, &run], &[token, &iam.secret, STS_TOKEN]);
+    // The session tokens moto's STS gives all begin with this; and the keys it gave, by its state.
+    let mut secrets = iam.sts_issued();
+    secrets.extend([token.to_owned(), iam.secret.clone(), STS_TOKEN.to_owned()]);
+    assert_no_secret(&[&check, &run, &out], &secrets);
 }
 
 /// What the fix says when AWS refused the credentials themselves.

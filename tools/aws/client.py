@@ -16,9 +16,13 @@ boto3 against a local moto_server, to create destinations and read back what out
   drain-queue URL [SECONDS]    receive and delete every message until the queue has stayed empty
                                for SECONDS (default 2); prints one JSON object a line: body
                                (base64), attributes {name: base64 of the value}, group, dedup
-  iam-setup                    an IAM user "outboxd" with an access key and a role "outboxd-role"
-                               it (and a web identity) may assume, both allowed sqs:*; prints
-                               {"key", "secret", "role"} as JSON (before `auth on`)
+  iam-setup                    an IAM user "outboxd" allowed sqs:*, a user "outboxd-assumer"
+                               allowed sts:AssumeRole only, each with an access key, and a role
+                               "outboxd-role" allowed sqs:* that the assumer (and a web identity)
+                               may assume; prints {"key", "secret", "role", "assumer_key",
+                               "assumer_secret"} as JSON (before `auth on`)
+  sts-issued                   the secret keys and session tokens moto's STS has handed out so
+                               far, from its state (/moto-api/data.json): [{"secret", "token"}]
   auth on|off                  moto checks every request's signature and IAM permissions from now
                                on (on), or takes any credentials again (off)
   ceiling sqs|sns DEST N SIZE KEYS [fifo]
@@ -111,22 +115,36 @@ def drain_queue(endpoint, url, quiet="2"):
             {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(msgs)])
 
 
-ALLOW_SQS = json.dumps({"Version": "2012-10-17",
-                        "Statement": [{"Effect": "Allow", "Action": ["sqs:*", "sts:AssumeRole"], "Resource": "*"}]})
+def allow(action):
+    return json.dumps({"Version": "2012-10-17",
+                       "Statement": [{"Effect": "Allow", "Action": [action], "Resource": "*"}]})
 
 
 def iam_setup(endpoint):
     iam = client(endpoint, "iam")
     iam.create_user(UserName="outboxd")
-    iam.put_user_policy(UserName="outboxd", PolicyName="sqs", PolicyDocument=ALLOW_SQS)
+    iam.put_user_policy(UserName="outboxd", PolicyName="sqs", PolicyDocument=allow("sqs:*"))
     key = iam.create_access_key(UserName="outboxd")["AccessKey"]
+    # The user that assumes the role may do nothing else: only the role's keys can send.
+    iam.create_user(UserName="outboxd-assumer")
+    iam.put_user_policy(UserName="outboxd-assumer", PolicyName="assume", PolicyDocument=allow("sts:AssumeRole"))
+    assumer = iam.create_access_key(UserName="outboxd-assumer")["AccessKey"]
     trust = json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::123456789012:user/outboxd"}, "Action": "sts:AssumeRole"},
+        {"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::123456789012:user/outboxd-assumer"},
+         "Action": "sts:AssumeRole"},
         {"Effect": "Allow", "Principal": {"Federated": "arn:aws:iam::123456789012:oidc-provider/oidc.example"},
          "Action": "sts:AssumeRoleWithWebIdentity"}]})
     role = iam.create_role(RoleName="outboxd-role", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
-    iam.put_role_policy(RoleName="outboxd-role", PolicyName="sqs", PolicyDocument=ALLOW_SQS)
-    print(json.dumps({"key": key["AccessKeyId"], "secret": key["SecretAccessKey"], "role": role}))
+    iam.put_role_policy(RoleName="outboxd-role", PolicyName="sqs", PolicyDocument=allow("sqs:*"))
+    print(json.dumps({"key": key["AccessKeyId"], "secret": key["SecretAccessKey"], "role": role,
+                      "assumer_key": assumer["AccessKeyId"], "assumer_secret": assumer["SecretAccessKey"]}))
+
+
+def sts_issued(endpoint):
+    import urllib.request
+    data = json.loads(urllib.request.urlopen(f"{endpoint}/moto-api/data.json").read())
+    roles = data.get("sts", {}).get("AssumedRole", [])
+    print(json.dumps([{"secret": r["secret_access_key"], "token": r["session_token"]} for r in roles]))
 
 
 def auth(endpoint, state):
@@ -165,7 +183,7 @@ def ceiling(endpoint, service, dest, n, size, keys, fifo=""):
     print(n, round(time.monotonic() - start, 3))
 
 
-COMMANDS = {"ceiling": ceiling, "iam-setup": iam_setup, "auth": auth, "create-queue": create_queue, "create-queue-max": create_queue_max, "drain-queue": drain_queue,
+COMMANDS = {"ceiling": ceiling, "iam-setup": iam_setup, "sts-issued": sts_issued, "auth": auth, "create-queue": create_queue, "create-queue-max": create_queue_max, "drain-queue": drain_queue,
             "send-message": send_message,
             "set-queue-max": set_queue_max, "create-topic": create_topic, "subscribe-queue": subscribe_queue,
             "queue-count": queue_count}
