@@ -356,7 +356,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                 let routed = route_masked(self.cfg, route, OutboxRow { tuple: &input::row(ins.tuple), commit_time_us });
                 self.change(at, seen, routed, Source { position: Position::Lsn(at), table }, false).await?;
             }
-            LogicalMessage::Update(u) => self.on_update(u, at).await?,
+            LogicalMessage::Update(u) => self.on_update(*u, at).await?,
             LogicalMessage::Delete(d) => {
                 if let Some(RelationEntry::Outbox(_, table, _)) = self.relations.get(&d.relation_id) {
                     tracing::debug!(%at, %table, "DELETE on the outbox produces no event");
