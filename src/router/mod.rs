@@ -291,8 +291,10 @@ impl Route {
 
     /// The key and value as `--key-converter` and `--value-converter` write them (after masking,
     /// which reads the routed JSON).
-    pub fn convert(&self, record: Record) -> Record {
-        self.conversion.apply(record)
+    #[inline]
+    pub fn convert(&self, mut record: Record) -> Record {
+        self.conversion.apply(&mut record);
+        record
     }
 
     /// `schema.table` of the relation this route was compiled for.
