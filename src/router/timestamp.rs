@@ -69,42 +69,31 @@ pub fn epoch_ms(type_oid: u32, text: &[u8]) -> Result<Option<i64>, String> {
 /// else, valid or not, is `None` and goes to the general parser, which gives the same instant or
 /// the error.
 fn walsender_epoch_ms(text: &[u8], utc_suffix: bool) -> Option<i64> {
-    // Fixed positions up to the seconds: one bounds check, the separators, then the fourteen
-    // digits checked together (straight-line code: this runs once per record).
+    // Fixed positions up to the seconds: one bounds check, then digit by digit.
     let head: &[u8; 19] = text.get(..19)?.try_into().ok()?;
+    let digit = |i: usize| -> Option<i64> {
+        let d = head[i].wrapping_sub(b'0');
+        (d < 10).then_some(i64::from(d))
+    };
+    let two = |i: usize| Some(digit(i)? * 10 + digit(i + 1)?);
     if !(head[4] == b'-' && head[7] == b'-' && head[10] == b' ' && head[13] == b':' && head[16] == b':') {
         return None;
     }
-    const DIGITS: [usize; 14] = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18];
-    let mut d = [0u8; 14];
-    for (v, &i) in d.iter_mut().zip(&DIGITS) {
-        *v = head[i].wrapping_sub(b'0');
-    }
-    if d.iter().any(|&v| v > 9) {
-        return None;
-    }
-    let two = |k: usize| i64::from(d[k]) * 10 + i64::from(d[k + 1]);
-    let year = two(0) * 100 + two(2);
-    let (month, day, hour, minute, second) = (two(4), two(6), two(8), two(10), two(12));
+    let year = two(0)? * 100 + two(2)?;
+    let (month, day) = (two(5)?, two(8)?);
+    let (hour, minute, second) = (two(11)?, two(14)?, two(17)?);
     let mut rest = &text[19..];
     let mut millis = 0;
     if let [b'.', fraction @ ..] = rest {
-        // 1-6 fraction digits; milliseconds truncate the fraction, as jiff's `as_millisecond`
-        // does for instants >= 1970.
-        let mut n = 0;
-        while n < 7 && n < fraction.len() && fraction[n].is_ascii_digit() {
-            if n < 3 {
-                millis = millis * 10 + i64::from(fraction[n] - b'0');
-            }
-            n += 1;
-        }
-        if !(1..=6).contains(&n) {
+        let digits = fraction.iter().take(7).take_while(|b| b.is_ascii_digit()).count();
+        if !(1..=6).contains(&digits) {
             return None;
         }
-        for _ in n..3 {
-            millis *= 10;
+        // Milliseconds truncate the fraction, as jiff's `as_millisecond` does for instants >= 1970.
+        for i in 0..3 {
+            millis = millis * 10 + fraction.get(i).filter(|_| i < digits).map_or(0, |b| i64::from(b - b'0'));
         }
-        rest = &fraction[n..];
+        rest = &fraction[digits..];
     }
     if rest != if utc_suffix { &b"+00"[..] } else { &b""[..] } {
         return None;
