@@ -46,17 +46,22 @@ fn column(cols: &Row, c: Col) -> Result<Option<&[u8]>, String> {
 /// [`column`] as shared bytes (a slice of the message), for the values a record keeps.
 #[inline(always)]
 fn shared(cols: &Row, c: Col) -> Result<Option<Bytes>, String> {
-    Ok(column(cols, c)?.and_then(|_| cols.share(c.idx)))
+    match cols.share_text(c.idx) {
+        Some(b) => Ok(Some(b)),
+        // NULL, or a value the router cannot read: `column` says which.
+        None => column(cols, c).map(|_| None),
+    }
 }
 
 impl Route {
     /// Turn one inserted row into a record, contracts aside.
+    // Inlined into `Route::route`, its one caller: as a call it moved the large result once more.
     #[allow(clippy::result_large_err)]
+    #[inline(always)]
     pub(super) fn build(&self, row: OutboxRow<'_>) -> Result<Record, BadEvent> {
         let cols = row.tuple;
-        let value = |c: Col| column(cols, c);
         // Salvage first, so every error can carry the event's id, key and payload.
-        let event_id = || value(self.id).ok().flatten().map(|b| String::from_utf8_lossy(b).into_owned());
+        let event_id = || column(cols, self.id).ok().flatten().map(|b| String::from_utf8_lossy(b).into_owned());
         let key_raw = shared(cols, self.key).ok().flatten();
         let payload_raw = shared(cols, self.payload).ok().flatten();
         let key = key_raw.as_ref().map(|k| as_bytes(self.key.type_oid, k)).transpose();
@@ -91,7 +96,7 @@ impl Route {
             Ok(None) => return Err(bad("null_id", "the event id column is NULL".into(), None)),
             Err(e) => return Err(bad("bad_value", e, None)),
         };
-        let routed = match value(self.route_by) {
+        let routed = match column(cols, self.route_by) {
             Ok(Some(v)) => v,
             Ok(None) => return Err(bad("null_route", "the route-by column is NULL".into(), None)),
             Err(e) => return Err(bad("bad_value", e, None)),
@@ -129,7 +134,7 @@ impl Route {
             Some(p) => p.iter().all(|b| *b <= b' '),
         };
         let timestamp_ms = match self.timestamp {
-            Some(c) => match value(c).map_err(|e| fail("bad_value", e))? {
+            Some(c) => match column(cols, c).map_err(|e| fail("bad_value", e))? {
                 Some(b) => timestamp::epoch_ms(c.type_oid, b).map_err(|e| fail("bad_value", e))?,
                 None => Some(pg_us_to_unix_ms(row.commit_time_us)),
             },
@@ -143,12 +148,12 @@ impl Route {
         }
         let mut headers = vec![("id".to_owned(), id_header)];
         if let Some(c) = self.headers {
-            if let Some(h) = value(c).map_err(|e| fail("bad_value", e))? {
+            if let Some(h) = column(cols, c).map_err(|e| fail("bad_value", e))? {
                 expand_headers(h, &mut headers).map_err(|e| fail("invalid_json", e))?;
             }
         }
         if let Some(c) = self.trace {
-            if let Some(v) = value(c).map_err(|e| fail("bad_value", e))? {
+            if let Some(v) = column(cols, c).map_err(|e| fail("bad_value", e))? {
                 self.trace_context(v, &id, &mut headers);
             }
         }
@@ -280,12 +285,9 @@ impl Route {
     }
 
     /// The event type column's text as sent (a cheap `Bytes` clone, no conversion).
+    #[inline(always)]
     fn raw_event_type(&self, cols: &Row) -> Option<Bytes> {
-        let idx = self.event_type?.idx;
-        match cols.get(idx) {
-            Some(Field::Text(_)) => cols.share(idx),
-            _ => None,
-        }
+        cols.share_text(self.event_type?.idx)
     }
 
     /// The trace context column's value as `traceparent` and `tracestate` headers (they replace

@@ -159,6 +159,22 @@ impl Row {
         }
     }
 
+    /// Column `i`'s value as shared bytes when it is text; `None` otherwise.
+    #[inline(always)]
+    pub fn share_text(&self, i: usize) -> Option<Bytes> {
+        match &self.0 {
+            Repr::Values(v) => match v.get(i)? {
+                Value::Text(b) => Some(b.clone()),
+                _ => None,
+            },
+            Repr::Wire { buf, cells } => {
+                let c = cells.get(i).filter(|c| c.kind == Kind::Text)?;
+                let (start, end) = (c.start as usize, c.start as usize + c.len as usize);
+                (end <= buf.len()).then(|| buf.slice(start..end))
+            }
+        }
+    }
+
     /// Every column's value, in order.
     pub fn fields(&self) -> impl Iterator<Item = Field<'_>> {
         (0..self.len()).filter_map(|i| self.get(i))
@@ -280,10 +296,12 @@ mod tests {
         for i in 0..7 {
             assert_eq!(wire.get(i), vals.get(i), "{i}");
             assert_eq!(wire.share(i), vals.share(i), "{i}");
+            assert_eq!(wire.share_text(i), vals.share_text(i), "{i}");
         }
         assert_eq!(wire.get(5), None);
         assert_eq!(wire.share(1), None);
         assert_eq!(wire.share(3).as_deref(), Some(&[0, 0xff][..]));
+        assert_eq!((wire.share_text(0).as_deref(), wire.share_text(3)), (Some(&b"abc"[..]), None));
         assert_ne!(wire, Row::packed(values()[..4].to_vec()));
     }
 
