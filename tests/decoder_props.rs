@@ -22,6 +22,7 @@ use outboxd::pg::pgoutput::{
     TupleData, TupleValue, TypeMessage, Update,
 };
 use outboxd::pg::replication::{parse_copy_data, WalMessage};
+use outboxd::router::Field;
 use proptest::prelude::*;
 use proptest::strategy::Union;
 use proptest::test_runner::{Config, TestRunner};
@@ -118,16 +119,16 @@ impl Enc {
         }
     }
     fn tuple(&mut self, t: &TupleData) {
-        self.count16(t.0.len());
-        for v in &t.0 {
+        self.count16(t.len());
+        for v in t.fields() {
             match v {
-                TupleValue::Null => self.u8(b'n'),
-                TupleValue::UnchangedToast => self.u8(b'u'),
-                TupleValue::Text(b) => {
+                Field::Null => self.u8(b'n'),
+                Field::UnchangedToast => self.u8(b'u'),
+                Field::Text(b) => {
                     self.u8(b't');
                     self.len_prefixed(b);
                 }
-                TupleValue::Binary(b) => {
+                Field::Binary(b) => {
                     self.u8(b'b');
                     self.len_prefixed(b);
                 }
@@ -327,7 +328,7 @@ fn tuple_value() -> impl Strategy<Value = TupleValue> + Clone {
 }
 
 fn tuple(max_cols: usize) -> impl Strategy<Value = TupleData> + Clone {
-    prop::collection::vec(tuple_value(), 0..max_cols).prop_map(TupleData)
+    prop::collection::vec(tuple_value(), 0..max_cols).prop_map(TupleData::from)
 }
 
 fn old_kind() -> impl Strategy<Value = OldKind> + Clone {
@@ -402,7 +403,7 @@ fn message(proto_version: u32, in_stream: bool, max_cols: usize) -> BoxedStrateg
             .prop_map(|(xid, relation_id, tuple)| M::Insert(Insert { xid, relation_id, tuple }))
             .boxed(),
         (xid(), any::<u32>(), prop::option::of((old_kind(), tuple(max_cols))), tuple(max_cols))
-            .prop_map(|(xid, relation_id, old, new)| M::Update(Update { xid, relation_id, old, new }))
+            .prop_map(|(xid, relation_id, old, new)| M::Update(Box::new(Update { xid, relation_id, old, new })))
             .boxed(),
         (xid(), any::<u32>(), old_kind(), tuple(max_cols))
             .prop_map(|(xid, relation_id, kind, t)| M::Delete(Delete { xid, relation_id, old: (kind, t) }))

@@ -12,8 +12,9 @@
 //! - Never panics, whatever the input: every read is bounds-checked and returns
 //!   [`DecodeError`]; declared lengths and counts are checked against the remaining input
 //!   before anything is allocated from them.
-//! - Zero-copy: tuple values and message contents are [`Bytes`] slices of the input buffer.
-//!   Names (C strings) are copied into `String` after a UTF-8 check.
+//! - Zero-copy: a tuple is a view of the input buffer (one offset and length per column, no
+//!   reference per column); message contents are [`Bytes`] slices of it. Names (C strings) are
+//!   copied into `String` after a UTF-8 check.
 //! - A message must be consumed exactly: leftover bytes are an error, not ignored.
 
 use bytes::Bytes;
@@ -46,7 +47,8 @@ pub enum LogicalMessage {
     Relation(Relation),
     Type(TypeMessage),
     Insert(Insert),
-    Update(Update),
+    /// Boxed: it carries two rows, and every message is the size of the largest variant.
+    Update(Box<Update>),
     Delete(Delete),
     Truncate(Truncate),
     Message(Message),
@@ -225,13 +227,14 @@ pub struct RollbackPrepared {
     pub gid: String,
 }
 
-/// Column values of one row, in relation column order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TupleData(pub Vec<TupleValue>);
+/// Column values of one row, in relation column order: the router's own row type, decoded
+/// straight into as a view of the message (one cell per column, no `Bytes` per column).
+pub use crate::router::Row as TupleData;
 
-/// One column value (`n` NULL, `u` unchanged TOAST, `t` text, `b` binary): the router's own
-/// value type, decoded straight into, so a row reaches the router without a conversion.
+/// One column value (`n` NULL, `u` unchanged TOAST, `t` text, `b` binary), as a row built from
+/// values holds it (the decoder itself writes cells of a [`WireRow`]).
 pub use crate::router::Value as TupleValue;
+use crate::router::WireRow;
 
 /// Stateful pgoutput decoder: tracks whether we are inside a Stream Start/Stop block.
 #[derive(Debug, Clone)]
@@ -333,7 +336,7 @@ impl Decoder {
                 if old.is_some() {
                     r.expect(b'N', "Update new-tuple marker")?;
                 }
-                M::Update(Update { xid, relation_id, old, new: r.tuple()? })
+                M::Update(Box::new(Update { xid, relation_id, old, new: r.tuple()? }))
             }
             b'D' => {
                 let xid = stream_xid(r)?;
@@ -520,8 +523,59 @@ impl Reader {
         self.bytes(n, what)
     }
 
+    /// TupleData as a view of the message: one cell per column, offsets into the buffer. One
+    /// tight loop over the bytes (this runs for every column of every row): the same checks and
+    /// errors as the general reads, without a call and an error value built per field.
     fn tuple(&mut self) -> Result<TupleData> {
         let n = self.count16("TupleData column count")?;
+        if u32::try_from(self.buf.len()).is_err() {
+            // Beyond what a cell's 32-bit offsets address: read the tuple as values.
+            return self.tuple_values(n);
+        }
+        let mut row = WireRow::new(self.buf.clone(), n);
+        let data: &[u8] = &self.buf;
+        let mut pos = self.pos;
+        for _ in 0..n {
+            let Some(&kind) = data.get(pos) else {
+                return Err(DecodeError::Truncated { what: "TupleData value kind" });
+            };
+            pos += 1;
+            let binary = match kind {
+                b'n' => {
+                    row.null();
+                    continue;
+                }
+                b'u' => {
+                    row.unchanged_toast();
+                    continue;
+                }
+                b't' => false,
+                b'b' => true,
+                b => return Err(bad_marker("TupleData value kind", b)),
+            };
+            let what = if binary { "TupleData binary value" } else { "TupleData text value" };
+            let len = match data.get(pos..).and_then(|r| r.first_chunk::<4>()) {
+                Some(b) => i32::from_be_bytes(*b),
+                None => return Err(DecodeError::Truncated { what }),
+            };
+            let len = usize::try_from(len).map_err(|_| negative(what, len.into()))?;
+            pos += 4;
+            if data.len() - pos < len {
+                return Err(DecodeError::Truncated { what });
+            }
+            if !row.push(pos..pos + len, binary) {
+                // Unreachable (the buffer's length was checked), but never a panic.
+                return Err(DecodeError::Truncated { what });
+            }
+            pos += len;
+        }
+        self.pos = pos;
+        Ok(row.finish())
+    }
+
+    /// TupleData as a vector of values (shared slices of the message), for a buffer the cells'
+    /// 32-bit offsets cannot address; the tests compare [`Reader::tuple`] against it.
+    fn tuple_values(&mut self, n: usize) -> Result<TupleData> {
         let mut values = Vec::with_capacity(n);
         for _ in 0..n {
             values.push(match self.u8("TupleData value kind")? {
@@ -532,7 +586,7 @@ impl Reader {
                 b => return Err(bad_marker("TupleData value kind", b)),
             });
         }
-        Ok(TupleData(values))
+        Ok(TupleData::from(values))
     }
 
     fn prepare_info(&mut self) -> Result<PrepareInfo> {
@@ -554,6 +608,7 @@ fn negative(what: &'static str, n: i64) -> DecodeError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::router::Field;
 
     /// Test-only big-endian byte builder.
     struct W(Vec<u8>);
@@ -577,7 +632,7 @@ mod tests {
     }
 
     fn tuple() -> TupleData {
-        TupleData(vec![
+        TupleData::from(vec![
             TupleValue::Text(Bytes::from_static(b"42")),
             TupleValue::Null,
             TupleValue::UnchangedToast,
@@ -617,13 +672,13 @@ mod tests {
             (1, false, W::tag(b'I').u32(16384).u8(b'N').tuple().bytes(),
              M::Insert(Insert { xid: None, relation_id: 16384, tuple: tuple() })),
             (1, false, W::tag(b'U').u32(5).u8(b'N').tuple().bytes(),
-             M::Update(Update { xid: None, relation_id: 5, old: None, new: tuple() })),
+             M::Update(Box::new(Update { xid: None, relation_id: 5, old: None, new: tuple() }))),
             (2, true, W::tag(b'U').u32(77).u32(5).u8(b'K').i16(1).u8(b'n').u8(b'N').tuple().bytes(),
-             M::Update(Update { xid: x, relation_id: 5,
-                old: Some((OldKind::Key, TupleData(vec![TupleValue::Null]))), new: tuple() })),
+             M::Update(Box::new(Update { xid: x, relation_id: 5,
+                old: Some((OldKind::Key, TupleData::from(vec![TupleValue::Null]))), new: tuple() }))),
             (1, false, W::tag(b'U').u32(5).u8(b'O').tuple().u8(b'N').i16(0).bytes(),
-             M::Update(Update { xid: None, relation_id: 5, old: Some((OldKind::Full, tuple())),
-                new: TupleData(vec![]) })),
+             M::Update(Box::new(Update { xid: None, relation_id: 5, old: Some((OldKind::Full, tuple())),
+                new: TupleData::from(vec![]) }))),
             (1, false, W::tag(b'D').u32(5).u8(b'K').tuple().bytes(),
              M::Delete(Delete { xid: None, relation_id: 5, old: (OldKind::Key, tuple()) })),
             (2, true, W::tag(b'D').u32(77).u32(5).u8(b'O').tuple().bytes(),
@@ -735,10 +790,13 @@ mod tests {
         let buf = W::tag(b'I').u32(1).u8(b'N').tuple().bytes();
         let range = buf.as_ptr_range();
         let LogicalMessage::Insert(ins) = Decoder::new(1).decode(buf.clone()).unwrap() else { panic!("not an insert") };
-        for v in &ins.tuple.0 {
-            if let TupleValue::Text(b) | TupleValue::Binary(b) = v {
+        for v in ins.tuple.fields() {
+            if let Field::Text(b) | Field::Binary(b) = v {
                 assert!(range.contains(&b.as_ptr()), "value was copied");
             }
+        }
+        for i in [0, 3] {
+            assert!(range.contains(&ins.tuple.share(i).unwrap().as_ptr()), "shared value was copied");
         }
     }
 
@@ -771,6 +829,60 @@ mod tests {
             let err = Decoder::new(1).decode(buf.clone());
             assert!(err.is_err(), "{buf:?} decoded as {err:?}");
         }
+    }
+
+    /// The tuple view ([`Reader::tuple`]) reads every input as the value reader does: the same
+    /// values, the same error, the same bytes consumed, on valid, truncated and mutated tuples.
+    #[test]
+    fn tuple_view_agrees_with_the_value_reader() {
+        let mut s: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut rnd = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let mut ok = 0;
+        for _ in 0..20_000 {
+            let cols = (rnd() % 20) as i16;
+            let mut w = W(Vec::new()).i16(cols);
+            for _ in 0..cols {
+                w = match rnd() % 5 {
+                    0 => w.u8(b'n'),
+                    1 => w.u8(b'u'),
+                    k => {
+                        let len = (rnd() % 12) as usize;
+                        let body: Vec<u8> = (0..len).map(|_| rnd() as u8).collect();
+                        w.u8([b't', b'b', b't'][k as usize - 2]).i32(len as i32).raw(&body)
+                    }
+                };
+            }
+            let mut v = w.0;
+            for _ in 0..(rnd() % 3) {
+                if v.is_empty() {
+                    break;
+                }
+                let at = (rnd() as usize) % v.len();
+                match rnd() % 4 {
+                    0 => v[at] = rnd() as u8,
+                    1 => v[at] = [0x00, 0x7f, 0x80, 0xff, b'n', b'u', b't', b'b'][(rnd() % 8) as usize],
+                    2 => v.truncate(at),
+                    _ => v.insert(at, rnd() as u8),
+                }
+            }
+            let buf = Bytes::from(v);
+            let mut view = Reader { buf: buf.clone(), pos: 0 };
+            let mut values = Reader { buf, pos: 0 };
+            let a = view.tuple();
+            let b = values.count16("TupleData column count").and_then(|n| values.tuple_values(n));
+            assert_eq!(format!("{a:?}"), format!("{b:?}"));
+            assert_eq!(a.as_ref().ok(), b.as_ref().ok());
+            if a.is_ok() {
+                assert_eq!(view.pos, values.pos);
+                ok += 1;
+            }
+        }
+        assert!(ok > 1000, "only {ok} inputs decoded");
     }
 
     /// Cheap deterministic fuzzing: random and mutated inputs must never panic.

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use super::contract::{self, Contracts, Verdict};
 use super::converter::{self, Converter};
 use super::render::{self, as_bytes, as_json, as_string, is_json, is_text};
-use super::row::{OutboxRow, Value};
+use super::row::{Field, OutboxRow, Row};
 use super::{
     check_topic, expand, pg_us_to_unix_ms, placed, timestamp, trace, BadEvent, Col, PlacementTarget, Record, Route,
     Text,
@@ -32,50 +32,63 @@ struct Placed<'r> {
 }
 
 /// One column of a row as text: `None` for NULL; a value the router cannot read is an error.
-fn column(cols: &[Value], c: Col) -> Result<Option<&Bytes>, String> {
+#[inline(always)]
+fn column(cols: &Row, c: Col) -> Result<Option<&[u8]>, String> {
     match cols.get(c.idx) {
-        Some(Value::Text(b)) => Ok(Some(b)),
-        Some(Value::Null) => Ok(None),
-        Some(Value::UnchangedToast) => Err(format!("column {} arrived as an unchanged TOAST value", c.idx)),
-        Some(Value::Binary(_)) => Err(format!("column {} arrived in binary format", c.idx)),
+        Some(Field::Text(b)) => Ok(Some(b)),
+        Some(Field::Null) => Ok(None),
+        Some(Field::UnchangedToast) => Err(format!("column {} arrived as an unchanged TOAST value", c.idx)),
+        Some(Field::Binary(_)) => Err(format!("column {} arrived in binary format", c.idx)),
         None => Err(format!("row has {} columns, expected at least {}", cols.len(), c.idx + 1)),
+    }
+}
+
+/// [`column`] as shared bytes (a slice of the message), for the values a record keeps.
+#[inline(always)]
+fn shared(cols: &Row, c: Col) -> Result<Option<Bytes>, String> {
+    match cols.share_text(c.idx) {
+        Some(b) => Ok(Some(b)),
+        // NULL, or a value the router cannot read: `column` says which.
+        None => column(cols, c).map(|_| None),
     }
 }
 
 impl Route {
     /// Turn one inserted row into a record, contracts aside.
+    // Inlined into `Route::route`, its one caller: as a call it moved the large result once more.
     #[allow(clippy::result_large_err)]
+    #[inline(always)]
     pub(super) fn build(&self, row: OutboxRow<'_>) -> Result<Record, BadEvent> {
-        let cols = &row.tuple.0;
-        let value = |c: Col| column(cols, c);
+        let cols = row.tuple;
         // Salvage first, so every error can carry the event's id, key and payload.
-        let event_id = || value(self.id).ok().flatten().map(|b| String::from_utf8_lossy(b).into_owned());
-        let key_raw = value(self.key).ok().flatten();
-        let payload_raw = value(self.payload).ok().flatten();
-        let key = key_raw.map(|k| as_bytes(self.key.type_oid, k)).transpose();
-        let payload = payload_raw.map(|p| as_bytes(self.payload.type_oid, p)).transpose();
+        let event_id = || column(cols, self.id).ok().flatten().map(|b| String::from_utf8_lossy(b).into_owned());
+        let key_raw = shared(cols, self.key).ok().flatten();
+        let payload_raw = shared(cols, self.payload).ok().flatten();
+        let key = key_raw.as_ref().map(|k| as_bytes(self.key.type_oid, k)).transpose();
+        let payload = payload_raw.as_ref().map(|p| as_bytes(self.payload.type_oid, p)).transpose();
         // Salvage for a dead-letter copy is built only when a row is bad: the converted value when
         // it converts, else the raw text.
-        let salvage =
-            |raw: Option<&Bytes>, type_oid: u32| raw.map(|v| as_bytes(type_oid, v).unwrap_or_else(|_| v.clone()));
+        let salvage = |raw: &Option<Bytes>, type_oid: u32| {
+            raw.as_ref().map(|v| as_bytes(type_oid, v).unwrap_or_else(|_| v.clone()))
+        };
         let bad = |code: &'static str, message: String, topic: Option<String>| BadEvent {
             event_id: event_id(),
             code,
             message,
             topic,
-            key: salvage(key_raw, self.key.type_oid),
-            payload: salvage(payload_raw, self.payload.type_oid),
+            key: salvage(&key_raw, self.key.type_oid),
+            payload: salvage(&payload_raw, self.payload.type_oid),
             headers: Vec::new(),
             payload_dropped: None,
         };
         // The id header is the column's own bytes (a slice of the message, not a copy) when they
         // are UTF-8, as a text column's always are; else the lossy text the event id is.
         // The event id is that same slice, shared.
-        let (id, id_header) = match value(self.id) {
+        let (id, id_header) = match shared(cols, self.id) {
             Ok(Some(raw)) => match Text::try_from(raw.clone()) {
-                Ok(s) => (s, raw.clone()),
+                Ok(s) => (s, raw),
                 Err(_) => {
-                    let s = Text::from(String::from_utf8_lossy(raw).into_owned());
+                    let s = Text::from(String::from_utf8_lossy(&raw).into_owned());
                     let b = s.as_bytes().clone();
                     (s, b)
                 }
@@ -83,7 +96,7 @@ impl Route {
             Ok(None) => return Err(bad("null_id", "the event id column is NULL".into(), None)),
             Err(e) => return Err(bad("bad_value", e, None)),
         };
-        let routed = match value(self.route_by) {
+        let routed = match column(cols, self.route_by) {
             Ok(Some(v)) => v,
             Ok(None) => return Err(bad("null_route", "the route-by column is NULL".into(), None)),
             Err(e) => return Err(bad("bad_value", e, None)),
@@ -121,7 +134,7 @@ impl Route {
             Some(p) => p.iter().all(|b| *b <= b' '),
         };
         let timestamp_ms = match self.timestamp {
-            Some(c) => match value(c).map_err(|e| fail("bad_value", e))? {
+            Some(c) => match column(cols, c).map_err(|e| fail("bad_value", e))? {
                 Some(b) => timestamp::epoch_ms(c.type_oid, b).map_err(|e| fail("bad_value", e))?,
                 None => Some(pg_us_to_unix_ms(row.commit_time_us)),
             },
@@ -135,12 +148,12 @@ impl Route {
         }
         let mut headers = vec![("id".to_owned(), id_header)];
         if let Some(c) = self.headers {
-            if let Some(h) = value(c).map_err(|e| fail("bad_value", e))? {
+            if let Some(h) = column(cols, c).map_err(|e| fail("bad_value", e))? {
                 expand_headers(h, &mut headers).map_err(|e| fail("invalid_json", e))?;
             }
         }
         if let Some(c) = self.trace {
-            if let Some(v) = value(c).map_err(|e| fail("bad_value", e))? {
+            if let Some(v) = column(cols, c).map_err(|e| fail("bad_value", e))? {
                 self.trace_context(v, &id, &mut headers);
             }
         }
@@ -171,7 +184,7 @@ impl Route {
     #[inline(always)]
     fn place<'r>(
         &'r self,
-        cols: &[Value],
+        cols: &Row,
         headers: &mut Vec<(String, Bytes)>,
         fail: &impl Fn(&'static str, String) -> BadEvent,
     ) -> Result<Placed<'r>, BadEvent> {
@@ -182,7 +195,7 @@ impl Route {
                 PlacementTarget::Header(alias) => {
                     if let Some(v) = v {
                         let b = if is_json(c.type_oid) {
-                            Some(v.clone())
+                            cols.share(c.idx)
                         } else {
                             placed::header(&self.typed(*c, v).map_err(|e| fail("bad_value", e))?)
                         };
@@ -222,7 +235,7 @@ impl Route {
     }
 
     /// A placed column's value as Debezium's connector types it.
-    fn typed(&self, c: Col, v: &Bytes) -> Result<placed::Typed, String> {
+    fn typed(&self, c: Col, v: &[u8]) -> Result<placed::Typed, String> {
         let text = std::str::from_utf8(v).map_err(|_| format!("column {} is not UTF-8 text", c.idx))?;
         placed::typed(c.type_oid, c.typmod, text, self.mapping)
     }
@@ -272,11 +285,9 @@ impl Route {
     }
 
     /// The event type column's text as sent (a cheap `Bytes` clone, no conversion).
-    fn raw_event_type(&self, cols: &[Value]) -> Option<Bytes> {
-        match cols.get(self.event_type?.idx) {
-            Some(Value::Text(b)) => Some(b.clone()),
-            _ => None,
-        }
+    #[inline(always)]
+    fn raw_event_type(&self, cols: &Row) -> Option<Bytes> {
+        cols.share_text(self.event_type?.idx)
     }
 
     /// The trace context column's value as `traceparent` and `tracestate` headers (they replace
@@ -310,16 +321,16 @@ pub(super) fn enforce(
     contracts: &Contracts,
     record: Record,
 ) -> Result<Record, BadEvent> {
-    let text = |c: Col| match row.tuple.0.get(c.idx) {
-        Some(Value::Text(b)) => Some(b),
+    let text = |c: Col| match row.tuple.get(c.idx) {
+        Some(Field::Text(_)) => row.tuple.share(c.idx),
         _ => None,
     };
-    let event_type = text(type_col).and_then(|b| as_string(type_col.type_oid, b).ok());
+    let event_type = text(type_col).and_then(|b| as_string(type_col.type_oid, &b).ok());
     // A tombstone (no value) has nothing to check; otherwise the column converted when the record
     // was built, so it converts again.
     let payload = match record.payload {
         None => None,
-        Some(_) => text(payload_col).and_then(|b| as_bytes(payload_col.type_oid, b).ok()),
+        Some(_) => text(payload_col).and_then(|b| as_bytes(payload_col.type_oid, &b).ok()),
     };
     let violation = match contracts.check(event_type.as_deref(), payload.as_deref()) {
         Verdict::Valid | Verdict::Unchecked => return Ok(record),

@@ -143,9 +143,10 @@ pub struct Conversion {
 }
 
 impl Conversion {
-    pub fn apply(&self, mut record: super::Record) -> super::Record {
+    /// Rewrite the key and value in place (the record is not moved: it is a few hundred bytes).
+    pub fn apply(&self, record: &mut super::Record) {
         use super::expand::{self, NotExpanded};
-        record.key = match record.key {
+        record.key = match record.key.take() {
             Some(k) => Some(convert(self.key, self.key_type, k)),
             // JsonConverter writes a NULL column as the JSON `null` (four bytes, a key like any
             // other); only the tombstone rule's record has no schema and so no value.
@@ -160,7 +161,7 @@ impl Conversion {
             );
             jackson_string(&String::from_utf8_lossy(p))
         };
-        record.payload = match record.payload {
+        record.payload = match record.payload.take() {
             Some(p) if self.envelope_written => Some(p),
             None if json && !self.tombstone => Some(Bytes::from_static(b"null")),
             None => None,
@@ -179,7 +180,6 @@ impl Conversion {
             }),
             Some(p) => Some(convert(self.value, self.payload_type, p)),
         };
-        record
     }
 }
 
@@ -213,7 +213,8 @@ mod tests {
             envelope_written: false,
         };
         let kv = |c: &Conversion, k, p| {
-            let r = c.apply(record(k, p));
+            let mut r = record(k, p);
+            c.apply(&mut r);
             (r.key, r.payload)
         };
         // NULLs are the JSON null; values are JSON strings.

@@ -116,7 +116,7 @@ impl MessageRoute {
             b.event_id = object.get(&self.id_field).filter(|v| v.get() != "null").and_then(|v| text(v));
             return Err(b);
         }
-        let values = self
+        let values: Vec<Value> = self
             .fields
             .iter()
             .map(|(name, kind)| match object.get(name) {
@@ -129,7 +129,7 @@ impl MessageRoute {
                 }),
             })
             .collect();
-        Ok(Row(values))
+        Ok(Row::from(values))
     }
 }
 

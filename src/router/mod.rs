@@ -55,7 +55,7 @@ pub const HEADER_PREFIX: &str = "outboxd.";
 pub use config::{HeadersField, MissingPolicy, Placement, PlacementTarget, RouteConfig};
 pub use converter::Converter;
 use render::as_string;
-pub use row::{Column, OutboxRow, Row, Table, Value};
+pub use row::{Column, Field, OutboxRow, Row, Table, Value, WireRow};
 use topic::TopicMemo;
 pub use topic::TopicRule;
 
@@ -291,8 +291,10 @@ impl Route {
 
     /// The key and value as `--key-converter` and `--value-converter` write them (after masking,
     /// which reads the routed JSON).
-    pub fn convert(&self, record: Record) -> Record {
-        self.conversion.apply(record)
+    #[inline]
+    pub fn convert(&self, mut record: Record) -> Record {
+        self.conversion.apply(&mut record);
+        record
     }
 
     /// `schema.table` of the relation this route was compiled for.
@@ -308,8 +310,8 @@ impl Route {
     /// The row's event type as text; `None` when NULL, absent or unreadable.
     pub fn event_type(&self, row: OutboxRow<'_>) -> Option<String> {
         let c = self.event_type?;
-        match row.tuple.0.get(c.idx) {
-            Some(Value::Text(b)) => as_string(c.type_oid, b).ok(),
+        match row.tuple.get(c.idx) {
+            Some(Field::Text(b)) => as_string(c.type_oid, b).ok(),
             _ => None,
         }
     }

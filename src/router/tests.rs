@@ -56,7 +56,12 @@ fn relation(cols: &[(&str, u32)]) -> Table {
     }
 }
 
+/// The row as the WAL source hands it over: a view of one buffer ([`Row::packed`]).
 fn row(overrides: &[(&str, Option<&str>)]) -> Row {
+    Row::packed(row_values(overrides))
+}
+
+fn row_values(overrides: &[(&str, Option<&str>)]) -> Vec<Value> {
     let base: [(&str, Option<&str>); 11] = [
         ("event_id", Some(ID)),
         ("aggregate_type", Some("order")),
@@ -70,8 +75,7 @@ fn row(overrides: &[(&str, Option<&str>)]) -> Row {
         ("text_payload", Some(r#"{ "spaced" : true }"#)),
         ("blob", Some("\\x00ff")),
     ];
-    Row(base
-        .iter()
+    base.iter()
         .map(|(name, v)| {
             let v = overrides.iter().find(|(n, _)| n == name).map_or(*v, |(_, o)| *o);
             match v {
@@ -79,7 +83,7 @@ fn row(overrides: &[(&str, Option<&str>)]) -> Row {
                 None => Value::Null,
             }
         })
-        .collect())
+        .collect()
 }
 
 /// Column values replacing the defaults of [`row`]; `None` is NULL.
@@ -425,8 +429,9 @@ fn binary_and_toast_timestamps_are_bad_events() {
     for (v, want) in
         [(Value::Binary(Bytes::from_static(&[0x7f; 8])), "binary format"), (Value::UnchangedToast, "unchanged TOAST")]
     {
-        let mut t = row(&[]);
-        t.0[at] = v;
+        let mut values = row_values(&[]);
+        values[at] = v;
+        let t = Row::packed(values);
         let e = r.route(OutboxRow { tuple: &t, commit_time_us: 0 }).unwrap_err();
         assert_eq!(e.code, "bad_value");
         assert!(e.message.contains(want), "{}", e.message);

@@ -35,7 +35,7 @@ impl TopicMemo {
         self.0.lock().ok()?.get(raw).cloned()
     }
 
-    pub fn put(&self, raw: &Bytes, topic: &super::Text) {
+    pub fn put(&self, raw: &[u8], topic: &super::Text) {
         if let Ok(mut m) = self.0.lock() {
             if m.len() >= MEMO_CAP {
                 m.clear();
@@ -245,12 +245,12 @@ mod tests {
     #[test]
     fn topic_memo_is_bounded_and_clones_empty() {
         let m = TopicMemo::default();
-        m.put(&Bytes::from_static(b"order"), &"order.events".into());
+        m.put(b"order", &"order.events".into());
         assert_eq!(m.get(b"order").as_deref(), Some("order.events"));
         assert_eq!(m.get(b"other"), None);
         assert_eq!(m.clone().get(b"order"), None);
         for i in 0..(MEMO_CAP * 2 + 7) {
-            m.put(&Bytes::from(format!("v{i}")), &"t".into());
+            m.put(format!("v{i}").as_bytes(), &"t".into());
             assert!(m.len() <= MEMO_CAP);
         }
     }

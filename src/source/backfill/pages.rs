@@ -221,14 +221,14 @@ impl Pages {
                     None => Value::Null,
                 })
                 .collect();
-            out.push(Row(tuple));
+            out.push(tuple);
         }
         match out.last() {
             Some(last) => {
                 let key = self
                     .keys
                     .iter()
-                    .map(|&k| match last.0.get(k) {
+                    .map(|&k| match last.get(k) {
                         Some(Value::Text(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
                         _ => Err(Definite::Setup(format!(
                             "a row of {}.{} has a NULL key column {:?}; backfill pages by it",
@@ -244,8 +244,9 @@ impl Pages {
         }
         // The rows go on as the relation describes them: without the extra key values.
         for row in &mut out {
-            row.0.truncate(self.width);
+            row.truncate(self.width);
         }
+        let out: Vec<Row> = out.into_iter().map(Row::from).collect();
         if out.len() < self.page_size {
             self.done = true;
         }

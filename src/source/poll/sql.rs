@@ -217,7 +217,7 @@ impl Claimed {
                 None => Value::Null,
             });
         }
-        Ok(Claimed { seq, attempts, tuple: Row(values) })
+        Ok(Claimed { seq, attempts, tuple: Row::from(values) })
     }
 }
 

@@ -3,8 +3,8 @@
 //! # Invariants
 //! * A [`Table`] is built once per Relation message of an outbox table, not per row; its names
 //!   are moved out of the message, not copied.
-//! * A row's values are moved, not copied or converted: the decoder writes the router's own
-//!   [`Value`](crate::router::Value)s, so the vector goes over as it came off the wire.
+//! * A row is moved, not copied or converted: the decoder writes the router's own
+//!   [`Row`] (a view of the message), so it goes over as it came off the wire.
 
 use crate::pg::pgoutput::{Relation, TupleData};
 use crate::router::{Column, Row, Table};
@@ -25,7 +25,7 @@ pub fn table(rel: Relation) -> Table {
 
 /// An inserted tuple as a row for the router: the decoder already wrote the router's values.
 pub fn row(tuple: TupleData) -> Row {
-    Row(tuple.0)
+    tuple
 }
 
 #[cfg(test)]
@@ -34,7 +34,7 @@ mod tests {
 
     use super::*;
     use crate::pg::pgoutput::{Column as PgColumn, TupleValue};
-    use crate::router::Value;
+    use crate::router::Field;
 
     #[test]
     fn a_relation_and_a_tuple_keep_names_types_and_values() {
@@ -55,18 +55,18 @@ mod tests {
         assert_eq!(cols, [("event_id", 2950), ("payload", 3802)]);
 
         let text = Bytes::from_static(b"{}");
-        let r = row(TupleData(vec![
+        let r = row(TupleData::from(vec![
             TupleValue::Text(text.clone()),
             TupleValue::Null,
             TupleValue::UnchangedToast,
             TupleValue::Binary(Bytes::from_static(b"\x01")),
         ]));
         assert_eq!(
-            r.0,
-            [Value::Text(text.clone()), Value::Null, Value::UnchangedToast, Value::Binary(Bytes::from_static(b"\x01"))]
+            r.fields().collect::<Vec<_>>(),
+            [Field::Text(b"{}"), Field::Null, Field::UnchangedToast, Field::Binary(b"\x01")]
         );
         // The same bytes, not a copy of them.
-        let Value::Text(b) = &r.0[0] else { unreachable!() };
+        let Some(Field::Text(b)) = r.get(0) else { unreachable!() };
         assert_eq!(b.as_ptr(), text.as_ptr());
     }
 }

@@ -18,7 +18,7 @@ use bytes::Bytes;
 
 use crate::pg::pgoutput::{OldKind, Relation, TupleData};
 use crate::router::render::as_json;
-use crate::router::Value;
+use crate::router::Field;
 
 /// The header Debezium's create record carries the old key in.
 pub const OLD_KEY_HEADER: &str = "__debezium.oldkey";
@@ -47,9 +47,9 @@ impl KeyColumns {
     /// the UPDATE kept its key (or sent no key image).
     pub fn old_key(&self, old: Option<&(OldKind, TupleData)>, new: &TupleData) -> Option<Bytes> {
         let Some((OldKind::Key, old)) = old else { return None };
-        let changed = self.0.iter().any(|(i, _, _)| match (old.0.get(*i), new.0.get(*i)) {
+        let changed = self.0.iter().any(|(i, _, _)| match (old.get(*i), new.get(*i)) {
             // An unchanged out-of-line value is the same value.
-            (_, Some(Value::UnchangedToast)) | (Some(Value::UnchangedToast), _) => false,
+            (_, Some(Field::UnchangedToast)) | (Some(Field::UnchangedToast), _) => false,
             (a, b) => a != b,
         });
         if !changed {
@@ -63,8 +63,8 @@ impl KeyColumns {
             }
             out.push_str(&serde_json::Value::String(name.clone()).to_string());
             out.push(':');
-            let v = match old.0.get(*i) {
-                Some(Value::Text(b)) => as_json(*type_oid, b)
+            let v = match old.get(*i) {
+                Some(Field::Text(b)) => as_json(*type_oid, b)
                     .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(b).into_owned())),
                 _ => serde_json::Value::Null,
             };
@@ -79,6 +79,7 @@ impl KeyColumns {
 mod tests {
     use super::*;
     use crate::pg::pgoutput::Column;
+    use crate::router::Value;
 
     fn rel(identity: u8) -> Relation {
         let col = |flags, name: &str, type_oid| Column { flags, name: name.into(), type_oid, type_modifier: -1 };
@@ -93,8 +94,10 @@ mod tests {
     }
 
     fn tuple(vals: &[Option<&'static str>]) -> TupleData {
-        TupleData(
-            vals.iter().map(|v| v.map_or(Value::Null, |s| Value::Text(Bytes::from_static(s.as_bytes())))).collect(),
+        TupleData::from(
+            vals.iter()
+                .map(|v| v.map_or(Value::Null, |s| Value::Text(Bytes::from_static(s.as_bytes()))))
+                .collect::<Vec<_>>(),
         )
     }
 
