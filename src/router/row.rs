@@ -130,7 +130,9 @@ impl Row {
             }),
             Repr::Wire { buf, cells } => {
                 let c = cells.get(i)?;
-                // In bounds by construction (`WireRow::push`); `get` keeps even a bug panic-free.
+                // In bounds by construction (`WireRow::push`); `get` keeps even a bug panic-free
+                // in release builds, and says so loudly in tests.
+                debug_assert!(c.start as usize + c.len as usize <= buf.len(), "cell {i} outside its message");
                 let bytes = || buf.get(c.start as usize..c.start as usize + c.len as usize).unwrap_or_default();
                 Some(match c.kind {
                     Kind::Null => Field::Null,
@@ -154,6 +156,7 @@ impl Row {
             Repr::Wire { buf, cells } => {
                 let c = cells.get(i).filter(|c| matches!(c.kind, Kind::Text | Kind::Binary))?;
                 let (start, end) = (c.start as usize, c.start as usize + c.len as usize);
+                debug_assert!(end <= buf.len(), "cell {i} outside its message");
                 (end <= buf.len()).then(|| buf.slice(start..end))
             }
         }
@@ -170,6 +173,7 @@ impl Row {
             Repr::Wire { buf, cells } => {
                 let c = cells.get(i).filter(|c| c.kind == Kind::Text)?;
                 let (start, end) = (c.start as usize, c.start as usize + c.len as usize);
+                debug_assert!(end <= buf.len(), "cell {i} outside its message");
                 (end <= buf.len()).then(|| buf.slice(start..end))
             }
         }

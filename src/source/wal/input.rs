@@ -54,9 +54,8 @@ mod tests {
         let cols: Vec<(&str, u32)> = t.columns.iter().map(|c| (c.name.as_str(), c.type_oid)).collect();
         assert_eq!(cols, [("event_id", 2950), ("payload", 3802)]);
 
-        let text = Bytes::from_static(b"{}");
         let r = row(TupleData::from(vec![
-            TupleValue::Text(text.clone()),
+            TupleValue::Text(Bytes::from_static(b"{}")),
             TupleValue::Null,
             TupleValue::UnchangedToast,
             TupleValue::Binary(Bytes::from_static(b"\x01")),
@@ -65,8 +64,8 @@ mod tests {
             r.fields().collect::<Vec<_>>(),
             [Field::Text(b"{}"), Field::Null, Field::UnchangedToast, Field::Binary(b"\x01")]
         );
-        // The same bytes, not a copy of them.
-        let Some(Field::Text(b)) = r.get(0) else { unreachable!() };
-        assert_eq!(b.as_ptr(), text.as_ptr());
+        // That a decoded row's values are the message's bytes, not copies, is pgoutput's
+        // `tuple_values_are_zero_copy` (on the wire form the session decodes); here `row` only
+        // passes the row on.
     }
 }
