@@ -39,6 +39,10 @@ pub enum Transient {
     /// past it, and the batch is tried again.
     #[error("{reason}; the record's offset stays until its copy is acked, retrying")]
     DeadLetter { reason: String },
+    /// The sink's client could not do what a working client does (librdkafka gave no topic
+    /// object for a valid name): the session ends, and the next one starts with a new client.
+    #[error("{reason}; retrying with a new client")]
+    SinkClient { reason: String },
     /// Another instance took over the transactional id (and so the slot): this one stands by.
     #[error("fenced by another outboxd with the same transactional.id ({reason}); standing by")]
     Fenced { reason: String },

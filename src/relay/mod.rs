@@ -38,6 +38,7 @@
 //!   the source stops reading while [`Relay::room`] says no.
 
 pub mod budget;
+mod took;
 pub mod wait;
 
 pub use crate::sink::dead_letter::{self, chunk};
@@ -114,9 +115,6 @@ enum NotTaken {
     /// What the sink's `send` said.
     Sink(SinkError),
 }
-
-/// Distinct topics [`Relay::tally_acked`] keeps before it counts what it has.
-const ACKED_TOPICS: usize = 16;
 
 /// What woke the relay; feed it to [`Relay::handle`].
 pub enum Wake {
@@ -255,14 +253,18 @@ impl<'a, S: Sink> Relay<'a, S> {
     }
 
     /// After the source's loop ended: hand every ack already queued to `done` (its ticket), until
-    /// it returns false. Failures and refusals are dropped: nothing acts on them any more.
+    /// it returns false. Each is taken as [`Relay::apply_acks`] takes it ([`Relay::took`]: counted
+    /// in `outboxd_events_total`, its span ended); failures and refusals are dropped after that,
+    /// as nothing acts on them any more.
     pub fn drain_acked(&mut self, mut done: impl FnMut(Ticket) -> bool) {
         while let Some(ack) = self.rx.try_recv() {
-            self.resolved(ack.bytes);
-            if matches!(ack.outcome, Outcome::Acked) && !done(ack.ticket) {
-                break;
+            if let Ok(t) = self.took(ack) {
+                if !done(t) {
+                    break;
+                }
             }
         }
+        self.count_acked();
     }
 
     /// Send a record counted under `t`, checking its size first.
@@ -413,67 +415,30 @@ impl<'a, S: Sink> Relay<'a, S> {
     async fn apply_acks(&mut self, ledger: &mut impl Ledger, first: Ack) -> Result<(), Error> {
         let mut next = Some(first);
         while let Some(ack) = next {
-            self.resolved(ack.bytes);
-            if let Some(otlp) = crate::otlp::exporter() {
-                let outcome = match (&ack.outcome, ack.dead_letter) {
-                    (Outcome::Acked, false) => "acked",
-                    (Outcome::Acked, true) => "dead_lettered",
-                    (Outcome::Failed { .. }, _) => "failed",
-                    (Outcome::Rejected(_), _) => "",
-                };
-                if !outcome.is_empty() {
-                    otlp.end(&ack.event_id, outcome);
-                }
-            }
-            match ack.outcome {
-                Outcome::Acked => {
-                    ledger.done(ack.ticket)?;
-                    // A dead-letter copy (or chunk) is counted by outboxd_dlq_events_total, not as
-                    // an event delivered to its topic.
-                    if !ack.dead_letter {
-                        self.tally_acked(ack.topic);
+            match self.took(ack) {
+                Ok(t) => ledger.done(t)?,
+                Err(ack) => match ack.outcome {
+                    // `took` hands back only failures and refusals.
+                    Outcome::Acked => {}
+                    Outcome::Failed { ref reason } => {
+                        self.metrics.failed("delivery");
+                        let reason = reason.clone();
+                        ledger.failed(ack, reason)?;
                     }
-                }
-                Outcome::Failed { ref reason } => {
-                    self.metrics.failed("delivery");
-                    let reason = reason.clone();
-                    ledger.failed(ack, reason)?;
-                }
-                Outcome::Rejected(refusal) => {
-                    if ack.dead_letter {
-                        self.metrics.failed(refusal.code);
-                        return Err(copy_refused(ack.event_id, ack.topic, &refusal.reason).into());
+                    Outcome::Rejected(refusal) => {
+                        if ack.dead_letter {
+                            self.metrics.failed(refusal.code);
+                            return Err(copy_refused(ack.event_id, ack.topic, &refusal.reason).into());
+                        }
+                        let dl = DeadLetter::from_refusal(ack.event_id, ack.topic, *refusal, ack.source);
+                        // Boxed: the rare path, kept out of the future built per run of acks.
+                        Box::pin(self.refused(ledger, ack.ticket, dl, RefusedBy::Sink)).await?;
                     }
-                    let dl = DeadLetter::from_refusal(ack.event_id, ack.topic, *refusal, ack.source);
-                    // Boxed: the rare path, kept out of the future built per run of acks.
-                    Box::pin(self.refused(ledger, ack.ticket, dl, RefusedBy::Sink)).await?;
-                }
+                },
             }
             next = self.rx.try_recv();
         }
         Ok(())
-    }
-
-    /// One more record acked to `topic`. Acks to several topics interleave (events of several
-    /// types), so they are tallied per topic over a whole run of acks: one series lookup per topic
-    /// and run ([`Relay::count_acked`]), not per record. A handful of topics is the usual case; past
-    /// [`ACKED_TOPICS`] the tally is counted and starts over, so the scan stays short.
-    fn tally_acked(&mut self, topic: Text) {
-        if let Some((_, n)) = self.acked.iter_mut().find(|(t, _)| *t == topic) {
-            *n += 1;
-            return;
-        }
-        if self.acked.len() >= ACKED_TOPICS {
-            self.count_acked();
-        }
-        self.acked.push((topic, 1));
-    }
-
-    /// Add the tallied acks to `outboxd_events_total`.
-    fn count_acked(&mut self) {
-        for (topic, n) in self.acked.drain(..) {
-            self.metrics.acked_n(&topic, n);
-        }
     }
 
     /// A record of `t` will not be delivered as it is: the ledger, then `--on-bad-event`.

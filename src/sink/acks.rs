@@ -179,4 +179,56 @@ mod tests {
         tx.send(ack(2));
         assert!(tx.0.queue().is_empty());
     }
+
+    /// Several pushers on a multi-thread runtime, the receiver waiting on another: every ack
+    /// arrives exactly once, and each pusher's acks in the order it pushed them. A lost wake-up
+    /// hangs the receiver with acks queued (the timeout turns that into a failure); it needs a push
+    /// to land in a window of a few instructions, so the test runs several rounds.
+    #[test]
+    fn many_pushers_on_many_threads_lose_nothing_and_keep_each_ones_order() {
+        const PUSHERS: u64 = 6;
+        const EACH: u64 = 20_000;
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
+        for round in 0..8 {
+            rt.block_on(async {
+                let (tx, mut rx) = ack_queue();
+                let receiver = tokio::spawn(async move {
+                    let mut next = vec![0u64; PUSHERS as usize];
+                    for _ in 0..PUSHERS * EACH {
+                        let a = rx.recv().await;
+                        let (p, i) = (a.ticket.0 / EACH, a.ticket.0 % EACH);
+                        assert_eq!(i, next[p as usize], "pusher {p}'s acks out of order (or one twice)");
+                        next[p as usize] += 1;
+                    }
+                    assert!(rx.try_recv().is_none(), "more acks than were pushed");
+                    next
+                });
+                let pushers: Vec<_> = (0..PUSHERS)
+                    .map(|p| {
+                        let tx = tx.clone();
+                        tokio::spawn(async move {
+                            for i in 0..EACH {
+                                tx.send(ack(p * EACH + i));
+                                // Short runs: the receiver empties the queue and waits again and
+                                // again, so pushes meet it busy, registering and asleep.
+                                if i % 4 == 0 {
+                                    tokio::task::yield_now().await;
+                                }
+                            }
+                        })
+                    })
+                    .collect();
+                for p in pushers {
+                    p.await.unwrap();
+                }
+                let next = tokio::time::timeout(std::time::Duration::from_secs(10), receiver)
+                    .await
+                    .unwrap_or_else(|_| {
+                        panic!("round {round}: the receiver is stuck with acks queued (a lost wake-up)")
+                    })
+                    .unwrap();
+                assert_eq!(next, vec![EACH; PUSHERS as usize]);
+            });
+        }
+    }
 }

@@ -59,15 +59,15 @@ use super::delivery::Delivery;
 use super::link::Link;
 use super::{Boundary, Sink, SinkError};
 use crate::debezium_offset::DebeziumOffset;
-use crate::error::Definite;
 use crate::error::Error;
+use crate::error::{Definite, Transient};
 use crate::health::Health;
 use crate::lineage::Lineage;
 use crate::router::Record;
 use client::{Retry, TopicError};
 use config::KafkaConfig;
 use events::{rejection_code, DeliveryContext};
-use produce::{produce, Parts, TopicHandle};
+use produce::{produce, NoHandle, Parts, TopicHandle};
 use sent::Sent;
 use topics::{partitions_ready, topic_exists};
 pub use topics::{TopicCache, TOPIC_CACHE};
@@ -260,7 +260,7 @@ impl KafkaSink {
             partition: record.partition,
             timestamp: record.timestamp_ms.map_or(0, librdkafka_timestamp),
         };
-        let produced = produce(topic, &parts, Box::new(Sent::Record(delivery)))
+        let produced = produce(&self.producer, topic, &parts, Box::new(Sent::Record(delivery)))
             .map_err(|(code, back)| (KafkaError::MessageProduction(code), back));
         match produced {
             Ok(()) => {
@@ -438,15 +438,20 @@ impl Sink for KafkaSink {
             match outcome {
                 Ok(Ok(_)) => match TopicHandle::new(&self.producer, &topic) {
                     Ok(handle) => self.known_topics.insert(topic, handle),
-                    // The cluster has the topic, and librdkafka will not take its name: every held
-                    // record bound for it is refused, one per attempt, as below.
-                    Err(reason) => {
+                    // A name that cannot be a C string: every held record bound for it is
+                    // refused, one per attempt, as below.
+                    Err(NoHandle::Name(reason)) => {
                         if let Some(pos) = self.held.iter().position(|h| h.record.topic == topic) {
                             if let Some(Held { record, delivery, .. }) = self.held.remove(pos) {
                                 let (code, record) = ("invalid_topic", Box::new(record));
                                 return Err(SinkError::Rejected { code, reason, record, delivery });
                             }
                         }
+                    }
+                    // The client's failure, not the records': they stay unconfirmed and the
+                    // next session sends them again, with a new client.
+                    Err(NoHandle::Client(reason)) => {
+                        return Err(SinkError::Transient(Transient::SinkClient { reason }))
                     }
                 },
                 Ok(Err(TopicError { refused: Some(code), error })) => {
@@ -471,7 +476,8 @@ impl Sink for KafkaSink {
     }
 
     fn discard_held(&mut self) {
-        // Handles fail on drop into the ended session's channel; the topic task may finish.
+        // Handles fail on drop into the ended session's ack queue (closed: dropped there); the topic
+        // task may finish.
         self.held.clear();
         self.retry_at = None;
     }

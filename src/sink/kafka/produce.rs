@@ -46,16 +46,30 @@ impl std::fmt::Debug for TopicHandle {
     }
 }
 
+/// Why there is no [`TopicHandle`] for a topic.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NoHandle {
+    /// The name cannot be a C string (a NUL byte): a fact about the record, a bad event.
+    Name(String),
+    /// librdkafka gave no object for a valid name: the client's failure, not the record's.
+    Client(String),
+}
+
 impl TopicHandle {
-    /// librdkafka's object for `topic`, or why there is none (a name librdkafka refuses).
-    pub fn new(producer: &Arc<BaseProducer<DeliveryContext>>, topic: &str) -> Result<TopicHandle, String> {
-        let name = CString::new(topic).map_err(|_| format!("topic name {topic:?} contains a NUL byte"))?;
+    /// librdkafka's object for `topic`, or why there is none.
+    pub fn new(producer: &Arc<BaseProducer<DeliveryContext>>, topic: &str) -> Result<TopicHandle, NoHandle> {
+        let name =
+            CString::new(topic).map_err(|_| NoHandle::Name(format!("topic name {topic:?} contains a NUL byte")))?;
         // SAFETY: the client pointer is valid while `producer` lives (kept in the handle); a null
         // configuration means the client's default topic configuration, which librdkafka copies.
         let rkt = unsafe { rd::rd_kafka_topic_new(producer.client().native_ptr(), name.as_ptr(), ptr::null_mut()) };
         match NonNull::new(rkt) {
             Some(rkt) => Ok(TopicHandle { rkt, producer: producer.clone() }),
-            None => Err(format!("librdkafka refused the topic name {topic:?}")),
+            None => {
+                // SAFETY: reads the calling thread's last error, which `rd_kafka_topic_new` set.
+                let code = RDKafkaErrorCode::from(unsafe { rd::rd_kafka_last_error() });
+                Err(NoHandle::Client(format!("librdkafka gave no topic object for topic {topic:?}: {code}")))
+            }
         }
     }
 }
@@ -84,10 +98,20 @@ fn raw(b: Option<&[u8]>) -> (*mut c_void, usize) {
     }
 }
 
-/// Hand the record to librdkafka on `topic`'s handle. On an error the opaque comes back unsent.
+/// Hand the record to `producer` on `topic`'s handle. On an error the opaque comes back unsent.
+///
+/// The producer is named by the caller, not taken from the handle: a topic object belongs to the
+/// client it was taken from, and a handle kept past a new producer (the sink rebuilt, with its
+/// cache) would otherwise send on the old client without a word. Checked in debug builds.
 #[allow(clippy::result_large_err)]
-pub fn produce(topic: &TopicHandle, parts: &Parts<'_>, opaque: Box<Sent>) -> Result<(), (RDKafkaErrorCode, Box<Sent>)> {
+pub fn produce(
+    producer: &Arc<BaseProducer<DeliveryContext>>,
+    topic: &TopicHandle,
+    parts: &Parts<'_>,
+    opaque: Box<Sent>,
+) -> Result<(), (RDKafkaErrorCode, Box<Sent>)> {
     use rd::rd_kafka_vtype_t::*;
+    debug_assert!(Arc::ptr_eq(producer, &topic.producer), "a topic handle of another producer");
     // SAFETY: a new, empty list owned here until librdkafka takes it.
     let headers = unsafe { rd::rd_kafka_headers_new(parts.headers.len()) };
     for (name, value) in parts.headers {
@@ -111,7 +135,7 @@ pub fn produce(topic: &TopicHandle, parts: &Parts<'_>, opaque: Box<Sent>) -> Res
     // valid for the call.
     let err = unsafe {
         rd::rd_kafka_producev(
-            topic.producer.client().native_ptr(),
+            producer.client().native_ptr(),
             RD_KAFKA_VTYPE_RKT,
             topic.rkt.as_ptr(),
             RD_KAFKA_VTYPE_PARTITION,
@@ -144,4 +168,46 @@ pub fn produce(topic: &TopicHandle, parts: &Parts<'_>, opaque: Box<Sent>) -> Res
         Box::from_raw(opaque as *mut Sent)
     };
     Err((err.into(), back))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+
+    use rdkafka::config::ClientConfig;
+
+    use super::*;
+    use crate::sink::link::Link;
+
+    /// A producer that never connects: topic objects are client-side.
+    fn producer() -> Arc<BaseProducer<DeliveryContext>> {
+        let health = crate::health::Health::new(std::time::Duration::from_secs(120));
+        let context = DeliveryContext {
+            link: Link::new("kafka", "Kafka", health),
+            properties: Vec::new(),
+            acks: AtomicU64::new(0),
+            txn: None,
+        };
+        let producer = ClientConfig::new()
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .create_with_context(context)
+            .expect("a producer");
+        Arc::new(producer)
+    }
+
+    /// Only a name that cannot be a C string is the record's fault (a bad event); librdkafka
+    /// giving no object for a valid name (here: over its 512-byte limit) is the client's.
+    #[test]
+    fn only_a_nul_byte_in_the_name_is_the_records_fault() {
+        let p = producer();
+        assert!(TopicHandle::new(&p, "orders").is_ok());
+        match TopicHandle::new(&p, "ord\0ers") {
+            Err(NoHandle::Name(reason)) => assert!(reason.contains("NUL byte"), "{reason}"),
+            other => panic!("expected a bad name, got {other:?}"),
+        }
+        match TopicHandle::new(&p, &"t".repeat(600)) {
+            Err(NoHandle::Client(reason)) => assert!(reason.contains("no topic object"), "{reason}"),
+            other => panic!("expected the client's failure, got {other:?}"),
+        }
+    }
 }
