@@ -144,7 +144,7 @@ impl Writer {
         // The backlog gauges and --retain, on a connection of their own (chores.rs says why); they
         // stop with this loop, however it ends.
         let stop_chores = shutdown.child_token();
-        let chores = chores::spawn(&self.cfg, self.names.clone(), stop_chores.clone());
+        let chores = chores::spawn(&self.cfg, self.names.clone(), self.health.clone(), stop_chores.clone());
         let _stop_chores = stop_chores.clone().drop_guard();
         loop {
             let deadline = self.batch.deadline(self.cfg.batch_timeout);
