@@ -92,3 +92,31 @@ fn with_one_connection_slot_the_writer_gets_it_back_after_a_restart_and_the_chor
     assert_eq!(rows(&pg), 20);
     inbox.stop_cleanly();
 }
+
+#[test]
+fn without_metrics_or_retain_the_chores_make_no_connection() {
+    let pg = PgCluster::start();
+    pg.apply_sql_file(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/08_inbox.sql"));
+    let broker = Broker::start();
+    broker.create_topic(TOPIC, 1);
+    let mut inbox = Outboxd::spawn(&args(&[
+        "inbox",
+        "--kafka-brokers",
+        &broker.bootstrap(),
+        "--postgres-url",
+        &pg.url(),
+        "--topics",
+        TOPIC,
+        "--metrics-addr",
+        "off",
+    ]));
+    produce(&broker, 0, 5);
+    assert!(wait_until(Duration::from_secs(60), || rows(&pg) == 5), "{} of 5 rows:\n{}", rows(&pg), inbox.log());
+    // The backlog was read every 5 s on a second connection: well past its first turn now.
+    std::thread::sleep(Duration::from_secs(8));
+    let conns = pg.psql(
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+    );
+    assert_eq!(conns.trim(), "1", "only the writer's connection:\n{}", inbox.log());
+    inbox.stop_cleanly();
+}
