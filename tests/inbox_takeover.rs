@@ -2,7 +2,10 @@
 //! partitions, Kafka's copy of their offsets follows the offsets stored in PostgreSQL at once,
 //! not only when a new batch is written there. Two inbox processes in one group, one killed with
 //! SIGKILL, and no new traffic: the group's committed offsets in Kafka reach PostgreSQL's within
-//! a few seconds of the survivor's assignment, and are never ahead of them.
+//! 15 s of the survivor's assignment (under a second when the box is quiet; the margin is for a
+//! loaded CI box). That the copy is never ahead of PostgreSQL is by construction (it is only ever
+//! set from offsets PostgreSQL committed) and is not checked here: with no traffic PostgreSQL's
+//! offsets are the partitions' ends, which nothing could exceed.
 //!
 //! The first process runs with `--commit-kafka-offsets false`: it stands for an owner whose last
 //! copy to Kafka was lost (a kill -9 inside its 200 ms between commits), deterministically, so
@@ -99,26 +102,22 @@ fn kafka_offsets_follow_postgresql_after_a_takeover_without_new_traffic() {
         b.log()
     );
     let took = Instant::now();
-    // Kafka is read before PostgreSQL (which does not move now): Kafka's must never be the higher.
-    let mut kafka = Vec::new();
-    while took.elapsed() < Duration::from_secs(5) {
-        kafka = broker.committed_offsets(GROUP, TOPIC, PARTS);
-        let pg_now = stored(&pg);
-        assert_eq!(pg_now, at_rest, "no traffic: PostgreSQL's offsets stay");
-        for (p, (k, s)) in kafka.iter().zip(&pg_now).enumerate() {
-            if let Some(k) = k {
-                assert!(s.is_some_and(|s| *k <= s), "partition {p}: Kafka {k} ahead of PostgreSQL {s:?}");
-            }
-        }
-        if kafka == at_rest {
-            break;
+    let deadline = took + Duration::from_secs(15);
+    // Read until they match; the last read comes after the deadline, so a slow turn of this loop
+    // never fails a commit that did arrive in time.
+    let kafka = loop {
+        let past = Instant::now() >= deadline;
+        let kafka = broker.committed_offsets(GROUP, TOPIC, PARTS);
+        if kafka == at_rest || past {
+            break kafka;
         }
         std::thread::sleep(Duration::from_millis(200));
-    }
+    };
+    assert_eq!(stored(&pg), at_rest, "no traffic: PostgreSQL's offsets stay");
     assert_eq!(
         kafka,
         at_rest,
-        "5 s after B took every partition with no new traffic, Kafka's committed offsets (left) are not \
+        "15 s after B took every partition with no new traffic, Kafka's committed offsets (left) are not \
          PostgreSQL's (right):\n{}",
         b.log()
     );

@@ -295,8 +295,12 @@ fn kills(b: &Bench, md: &mut String) -> Result<u64> {
 
 /// Kafka append → inbox commit at INBOX_RATE for LAT_SECS (after WARM_SECS not measured), for
 /// outboxd inbox and the hand loop, each on a topic of its own; and outboxd inbox's peak RSS.
+/// With INBOX_BREAKDOWN=1 outboxd inbox runs with its per-batch debug lines on
+/// (`RUST_LOG=info,outboxd::tools::inbox=debug`) and the report adds their breakdown; off by
+/// default, since writing those lines is work the measured run would not otherwise do.
 fn latency(b: &mut Bench, md: &mut String) -> Result<()> {
     let k = b.knobs.clone();
+    let debug_lines = breakdown_asked()?;
     md.push_str(&format!(
         "\nLatency at {}/s for {} s (after {} s not measured): each row's commit timestamp − its record's Kafka append \
          time (LogAppendTime), read from the table; one producer paced on a schedule, linger.ms=5. The same \
@@ -319,8 +323,10 @@ fn latency(b: &mut Bench, md: &mut String) -> Result<()> {
         let log = b.work.join(format!("inbox_lat_{name}.log"));
         let cmd = if outboxd {
             let mut cmd = outboxd_cmd(b, &topic, &table, &schema, true);
-            // The per-batch lines `breakdown::from_log` reads.
-            cmd.env("RUST_LOG", "info,outboxd::tools::inbox=debug");
+            if debug_lines {
+                // The per-batch lines `breakdown::from_log` reads.
+                cmd.env("RUST_LOG", BREAKDOWN_LOG);
+            }
             cmd
         } else {
             hand_cmd(b, &topic, &table, &schema, None)
@@ -354,7 +360,7 @@ fn latency(b: &mut Bench, md: &mut String) -> Result<()> {
         let rss = hwm.map(|h| h as f64 / 1024.0);
         let who = if outboxd { "outboxd inbox" } else { "hand-written loop" };
         parts.push_str(&breakdown::from_table(b, who, &table)?);
-        if outboxd {
+        if outboxd && debug_lines {
             own = breakdown::from_log(&log)?;
         }
         let c = |i: usize| r.get(i).cloned().unwrap_or_else(|| "?".into());
@@ -386,5 +392,22 @@ fn latency(b: &mut Bench, md: &mut String) -> Result<()> {
          append to the start of its batch's statement (`received_at`, the transaction's start), and the statement \
          to its commit (`pg_xact_commit_timestamp`).\n\n{parts}\n{own}"
     ));
+    if debug_lines {
+        md.push_str(&format!(
+            "\n(INBOX_BREAKDOWN=1: outboxd inbox ran with RUST_LOG={BREAKDOWN_LOG} in the latency run.)\n"
+        ));
+    }
     Ok(())
+}
+
+/// outboxd's log filter when the per-batch breakdown is asked for.
+const BREAKDOWN_LOG: &str = "info,outboxd::tools::inbox=debug";
+
+/// INBOX_BREAKDOWN: 1 for outboxd inbox's per-batch debug lines in the latency run (default 0).
+fn breakdown_asked() -> Result<bool> {
+    match std::env::var("INBOX_BREAKDOWN").ok().filter(|v| !v.is_empty()).as_deref() {
+        None | Some("0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(v) => bail!("INBOX_BREAKDOWN={v}: use 1 (outboxd inbox's per-batch debug lines) or 0"),
+    }
 }

@@ -199,8 +199,8 @@ impl ClientContext for Context {
 }
 
 impl ConsumerContext for Context {
-    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
-        self.commits.answered(result);
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        self.commits.answered(result, offsets);
     }
 
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
@@ -225,6 +225,7 @@ impl ConsumerContext for Context {
                             }
                         }
                         drop(position);
+                        self.commits.assigned(&parts);
                         tracing::info!(partitions = ?parts, "assigned; starting at the offsets stored in PostgreSQL");
                         if cooperative {
                             consumer.incremental_assign(tpl)
@@ -241,11 +242,13 @@ impl ConsumerContext for Context {
                 self.ask(Input::Revoke(parts.clone(), reply), &answer);
                 // The writer has stored what it held of them: Kafka's copy follows before they go.
                 self.commits.send(consumer, true);
+                self.commits.revoked(&parts);
                 tracing::info!(partitions = ?parts, "revoked");
                 unassign(consumer, tpl, cooperative)
             }
             other => {
                 tracing::warn!("rebalance error {other:?}; releasing the assignment");
+                self.commits.revoked(&parts);
                 unassign(consumer, tpl, cooperative)
             }
         };

@@ -144,7 +144,7 @@ impl Writer {
         // The backlog gauges and --retain, on a connection of their own (chores.rs says why); they
         // stop with this loop, however it ends.
         let stop_chores = shutdown.child_token();
-        let chores = chores::spawn(&self.cfg, self.names.clone(), stop_chores.clone());
+        let chores = chores::spawn(&self.cfg, self.names.clone(), self.health.clone(), stop_chores.clone());
         let _stop_chores = stop_chores.clone().drop_guard();
         loop {
             let deadline = self.batch.deadline(self.cfg.batch_timeout);
@@ -215,12 +215,6 @@ impl Writer {
                 let Some(Done::Loaded(stored)) = self.retrying(shutdown, Step::Load(&names)).await? else {
                     return Err(Halt::Stopped);
                 };
-                // Kafka's copy follows the stored offsets of partitions taken over too, not only
-                // those of the next batch: the previous owner's last copy may be lost (kill -9
-                // within its 200 ms, `--commit-kafka-offsets false` there), and with no traffic a
-                // lag tool would show the old offset for good. Read from PostgreSQL, so committed
-                // there: never ahead of it.
-                self.commits.stored(&stored);
                 let mut starts = Vec::with_capacity(parts.len());
                 let mut fresh = HashMap::new();
                 for (part, range) in parts {
@@ -255,6 +249,13 @@ impl Writer {
                         (part, off)
                     })
                     .collect();
+                // Kafka's copy follows the stored offsets of partitions taken over too, not only
+                // those of the next batch: the previous owner's last copy may be lost (kill -9
+                // within its 200 ms, `--commit-kafka-offsets false` there), and with no traffic a
+                // lag tool would show the old offset for good. Read from PostgreSQL, so committed
+                // there: never ahead of it. Here, after the range checks and the --start-from
+                // latest write: only partitions actually taken are handed over.
+                self.commits.stored(&stored);
                 let _ = reply.send(starts);
             }
             Input::OutOfRange(ranges) => {
