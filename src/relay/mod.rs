@@ -152,8 +152,8 @@ pub struct Relay<'a, S: Sink> {
     cfg: RelayConfig,
     metrics: Metrics,
     /// The acks' way back ([`crate::sink::acks`]): a clone of `tx` rides in every delivery handle.
-    tx: AckSender,
-    rx: AckReceiver,
+    tx: AckSender<Ack>,
+    rx: AckReceiver<Ack>,
     /// Fires when a task the sink depends on died ([`Sink::failure`]).
     sink_failure: crate::task::Failure,
     /// Records handed to the sink and not yet resolved, and their bytes.

@@ -1,6 +1,7 @@
 //! The acks' way back from the sinks to the relay: a queue that many [`AckSender`]s (one per
-//! [`Delivery`](super::delivery::Delivery) in flight) push into and one [`AckReceiver`] (the
-//! relay's) takes from in batches.
+//! delivery handle in flight) push into and one [`AckReceiver`] (the relay's) takes from in
+//! batches. Generic over what it carries (the sinks' `delivery::Ack`), so this file names nothing
+//! of the delivery module that holds its senders.
 //!
 //! A channel per ack (tokio's unbounded mpsc: a slot claimed in a block list, a semaphore, a wake-up
 //! per push, the same on the way out) costs several hundred instructions a record; acks come in
@@ -25,15 +26,13 @@ use std::task::Poll;
 
 use futures_util::task::AtomicWaker;
 
-use super::delivery::Ack;
-
-struct Shared {
+struct Shared<Ack> {
     queue: Mutex<VecDeque<Ack>>,
     waker: AtomicWaker,
     closed: AtomicBool,
 }
 
-impl Shared {
+impl<Ack> Shared<Ack> {
     /// The queue, even if a thread panicked while holding it (a push or a swap cannot leave it
     /// half-changed).
     fn queue(&self) -> MutexGuard<'_, VecDeque<Ack>> {
@@ -42,7 +41,7 @@ impl Shared {
 }
 
 /// A new queue: the sender half goes into every delivery handle, the receiver to the relay.
-pub fn ack_queue() -> (AckSender, AckReceiver) {
+pub fn ack_queue<Ack>() -> (AckSender<Ack>, AckReceiver<Ack>) {
     let shared = Arc::new(Shared {
         queue: Mutex::new(VecDeque::new()),
         waker: AtomicWaker::new(),
@@ -52,16 +51,22 @@ pub fn ack_queue() -> (AckSender, AckReceiver) {
 }
 
 /// Pushes acks; cheap to clone (a reference count).
-#[derive(Clone)]
-pub struct AckSender(Arc<Shared>);
+pub struct AckSender<Ack>(Arc<Shared<Ack>>);
 
-impl std::fmt::Debug for AckSender {
+// By hand: a derived Clone would ask `Ack: Clone`, and only the reference count is cloned.
+impl<Ack> Clone for AckSender<Ack> {
+    fn clone(&self) -> Self {
+        AckSender(self.0.clone())
+    }
+}
+
+impl<Ack> std::fmt::Debug for AckSender<Ack> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("AckSender")
     }
 }
 
-impl AckSender {
+impl<Ack> AckSender<Ack> {
     /// Queue `ack` for the relay; dropped if the relay is gone.
     pub fn send(&self, ack: Ack) {
         if self.0.closed.load(Ordering::Relaxed) {
@@ -81,13 +86,13 @@ impl AckSender {
 }
 
 /// The relay's end: takes acks in push order.
-pub struct AckReceiver {
-    shared: Arc<Shared>,
+pub struct AckReceiver<Ack> {
+    shared: Arc<Shared<Ack>>,
     /// Acks swapped out of the shared queue, not yet handed out.
     ready: VecDeque<Ack>,
 }
 
-impl AckReceiver {
+impl<Ack> AckReceiver<Ack> {
     /// The next ack if one is queued, without waiting.
     pub fn try_recv(&mut self) -> Option<Ack> {
         if let Some(ack) = self.ready.pop_front() {
@@ -120,7 +125,7 @@ impl AckReceiver {
     }
 }
 
-impl Drop for AckReceiver {
+impl<Ack> Drop for AckReceiver<Ack> {
     fn drop(&mut self) {
         self.shared.closed.store(true, Ordering::Relaxed);
         // Release what was queued (handles' texts) now, not when the last handle goes.
@@ -132,7 +137,7 @@ impl Drop for AckReceiver {
 mod tests {
     use super::*;
     use crate::lsn::Lsn;
-    use crate::sink::delivery::{Outcome, Position, Source, Ticket};
+    use crate::sink::delivery::{Ack, Outcome, Position, Source, Ticket};
 
     fn ack(n: u64) -> Ack {
         Ack {
@@ -191,7 +196,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
         for round in 0..8 {
             rt.block_on(async {
-                let (tx, mut rx) = ack_queue();
+                let (tx, mut rx) = ack_queue::<Ack>();
                 let receiver = tokio::spawn(async move {
                     let mut next = vec![0u64; PUSHERS as usize];
                     for _ in 0..PUSHERS * EACH {

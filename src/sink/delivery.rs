@@ -102,11 +102,11 @@ pub struct Delivery {
     /// Which of the changes at its LSN the record came from (1 for the first; a COPY's rows share
     /// one LSN); 0 when not known. With the LSN it names the record by its place in the stream.
     nth: u64,
-    tx: Option<AckSender>,
+    tx: Option<AckSender<Ack>>,
 }
 
 impl Delivery {
-    pub fn new(ticket: Ticket, event_id: Text, topic: Text, source: Source, tx: AckSender) -> Self {
+    pub fn new(ticket: Ticket, event_id: Text, topic: Text, source: Source, tx: AckSender<Ack>) -> Self {
         Delivery { ticket, event_id, topic, source, copy_part: None, bytes: 0, nth: 0, tx: Some(tx) }
     }
 

@@ -403,18 +403,18 @@ mod tests {
     use aws_sdk_kinesis::types::PutRecordsResultEntry;
 
     use super::*;
-    use crate::sink::delivery::{Delivery, Outcome, Position, Source, Ticket};
+    use crate::sink::delivery::{Ack, Delivery, Outcome, Position, Source, Ticket};
     use crate::sink::kinesis::publisher as kinesis;
     use crate::sink::kinesis::record::Job as KJob;
     use crate::sink::sqs::message::Job as SJob;
     use crate::sink::sqs::publisher as sqs;
 
-    fn delivery(n: u64, tx: &AckSender) -> Delivery {
+    fn delivery(n: u64, tx: &AckSender<Ack>) -> Delivery {
         let src = Source { position: Position::Lsn(crate::lsn::Lsn(n + 1)), table: Arc::from("public.outbox") };
         Delivery::new(Ticket(n), format!("e{n}").into(), "t".into(), src, tx.clone())
     }
 
-    fn kjob(n: u64, tx: &AckSender) -> (u64, KJob) {
+    fn kjob(n: u64, tx: &AckSender<Ack>) -> (u64, KJob) {
         let job = KJob {
             dlq: false,
             partition_key: format!("k{n}"),
@@ -429,7 +429,7 @@ mod tests {
         (n, job)
     }
 
-    fn sjob(n: u64, tx: &AckSender) -> (u64, SJob) {
+    fn sjob(n: u64, tx: &AckSender<Ack>) -> (u64, SJob) {
         let job = SJob {
             dlq: false,
             group: Some(format!("k{n}")),
@@ -480,7 +480,7 @@ mod tests {
     }
 
     /// The tickets resolved so far, with whether each was acked.
-    fn resolved(rx: &mut AckReceiver) -> Vec<(u64, bool)> {
+    fn resolved(rx: &mut AckReceiver<Ack>) -> Vec<(u64, bool)> {
         let mut out = Vec::new();
         while let Some(a) = rx.try_recv() {
             out.push((a.ticket.0, matches!(a.outcome, Outcome::Acked)));
