@@ -321,10 +321,22 @@ fn web_identity_authenticates_check_and_run_and_shows_no_token() {
     let (code, out) = outboxd(&a, &env, home.path(), Duration::from_secs(30));
     assert!(code.is_some_and(|c| c != 0), "outboxd run with a missing token file ({code:?}):\n{out}");
     assert!(out.contains("no usable AWS credentials"), "{out}");
+    // STS not answering (a closed port): `check` names the credential chain's source, not the
+    // queue's silence ("no answer from SQS" would send the user to the SQS endpoint).
+    let env = [
+        ("AWS_WEB_IDENTITY_TOKEN_FILE", token_path.as_str()),
+        ("AWS_ROLE_ARN", iam.role.as_str()),
+        ("AWS_ENDPOINT_URL_STS", "http://127.0.0.1:1"),
+    ];
+    let (code, no_sts) = outboxd(&check_args(&pg, &iam, &[]), &env, home.path(), Duration::from_secs(60));
+    assert_eq!(code, Some(1), "outboxd check with STS unreachable:\n{no_sts}");
+    assert!(no_sts.contains("credential chain's source did not answer"), "{no_sts}");
+    assert!(no_sts.contains("AWS_ENDPOINT_URL_STS"), "the fix names STS's endpoint:\n{no_sts}");
+    assert!(!no_sts.contains("no answer from SQS"), "{no_sts}");
     // The session tokens moto's STS gives all begin with this; and the keys it gave, by its state.
     let mut secrets = iam.sts_issued();
     secrets.extend([token.to_owned(), iam.secret.clone(), STS_TOKEN.to_owned()]);
-    assert_no_secret(&[&check, &run, &out], &secrets);
+    assert_no_secret(&[&check, &run, &out, &no_sts], &secrets);
 }
 
 /// What the fix says when AWS refused the credentials themselves.

@@ -204,20 +204,7 @@ where
     let mut cause: Option<&(dyn Error + 'static)> = Some(e);
     while let Some(c) = cause {
         if let Some(ce) = c.downcast_ref::<CredentialsError>() {
-            return match ce {
-                // A file the chain was told to read (AWS_WEB_IDENTITY_TOKEN_FILE) is not there or
-                // not readable: no retry brings it; the rest of provider errors may pass.
-                CredentialsError::ProviderError(_) if unreadable_file(ce) => Some((
-                    format!(
-                        "no usable AWS credentials: {} could not be read ({})",
-                        token_files(|v| std::env::var(v).ok()),
-                        context_text(ce)
-                    ),
-                    CREDENTIALS_FIX,
-                )),
-                CredentialsError::ProviderTimedOut(_) | CredentialsError::ProviderError(_) => None,
-                _ => Some((format!("no usable AWS credentials ({})", context_text(ce)), CREDENTIALS_FIX)),
-            };
+            return credentials_setup_failure(ce);
         }
         cause = c.source();
     }
@@ -228,6 +215,39 @@ where
         )),
         _ => None,
     }
+}
+
+/// The setup's fault in a credential chain's error, if it is one (what is wrong, how to fix it);
+/// `None` for a provider that timed out or failed on its way (the instance metadata service, STS,
+/// the container endpoint): that one is retried.
+fn credentials_setup_failure(ce: &CredentialsError) -> Option<(String, &'static str)> {
+    match ce {
+        // A file the chain was told to read (AWS_WEB_IDENTITY_TOKEN_FILE) is not there or not
+        // readable: no retry brings it; the rest of provider errors may pass.
+        CredentialsError::ProviderError(_) if unreadable_file(ce) => Some((
+            format!(
+                "no usable AWS credentials: {} could not be read ({})",
+                token_files(|v| std::env::var(v).ok()),
+                context_text(ce)
+            ),
+            CREDENTIALS_FIX,
+        )),
+        CredentialsError::ProviderTimedOut(_) | CredentialsError::ProviderError(_) => None,
+        _ => Some((format!("no usable AWS credentials ({})", context_text(ce)), CREDENTIALS_FIX)),
+    }
+}
+
+/// What `outboxd check` says of a credential chain that gave no credentials: the setup's fault as
+/// [`setup_failure`] words it, or, for a source that did not answer (which `run` retries), that
+/// source's own error, so the line does not read as the service's silence.
+pub fn credentials_verdict(ce: &CredentialsError) -> (String, &'static str) {
+    credentials_setup_failure(ce).unwrap_or_else(|| {
+        (
+            format!("the AWS credential chain's source did not answer ({})", context_text(ce)),
+            "check that the credentials' source is reachable (STS or AWS_ENDPOINT_URL_STS for a role or \
+web identity, the EC2 instance metadata service, the ECS/EKS container endpoint); `run` retries it",
+        )
+    })
 }
 
 /// Whether a credential provider failed on a file it could not read (not found, no permission):

@@ -22,6 +22,19 @@ use std::time::Duration;
 pub use config::{AwsArgs, AwsConfig};
 pub use errors::{class_of, context_text, error_text, service_text, setup_failure, setup_fix, Class, CREDENTIALS_FIX};
 
+/// `outboxd check`, before any service is asked: the credential chain of `sdk` gives credentials,
+/// or the reason it gave none ([`errors::credentials_verdict`]: what, and the fix). Without this, a
+/// source that fails on its way (STS, the instance metadata service) would read as the service's
+/// silence ("no answer from SQS"). No secret is in the reason: credential errors carry none.
+pub async fn check_credentials(sdk: &aws_config::SdkConfig) -> Result<(), (String, &'static str)> {
+    use aws_credential_types::provider::ProvideCredentials;
+    let Some(provider) = sdk.credentials_provider() else { return Ok(()) };
+    match provider.provide_credentials().await {
+        Ok(_) => Ok(()),
+        Err(e) => Err(errors::credentials_verdict(&e)),
+    }
+}
+
 /// The SDK configuration for `cfg`: the default credential and region chains, `--aws-region` and
 /// `--aws-endpoint-url` over them.
 pub async fn sdk_config(cfg: &AwsConfig) -> aws_config::SdkConfig {
