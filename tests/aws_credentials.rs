@@ -331,7 +331,6 @@ fn web_identity_authenticates_check_and_run_and_shows_no_token() {
     let (code, no_sts) = outboxd(&check_args(&pg, &iam, &[]), &env, home.path(), Duration::from_secs(60));
     assert_eq!(code, Some(1), "outboxd check with STS unreachable:\n{no_sts}");
     assert!(no_sts.contains("credential chain's source did not answer"), "{no_sts}");
-    assert!(no_sts.contains("AWS_ENDPOINT_URL_STS"), "the fix names STS's endpoint:\n{no_sts}");
     assert!(!no_sts.contains("no answer from SQS"), "{no_sts}");
     // The session tokens moto's STS gives all begin with this; and the keys it gave, by its state.
     let mut secrets = iam.sts_issued();

@@ -238,16 +238,39 @@ fn credentials_setup_failure(ce: &CredentialsError) -> Option<(String, &'static 
 }
 
 /// What `outboxd check` says of a credential chain that gave no credentials: the setup's fault as
-/// [`setup_failure`] words it, or, for a source that did not answer (which `run` retries), that
-/// source's own error, so the line does not read as the service's silence.
+/// [`setup_failure`] words it; for a source that did not answer (timed out, or a connection or name
+/// lookup that failed under it), that; for a source that answered with a refusal or failed
+/// otherwise (STS's AccessDenied or InvalidIdentityToken, a `credential_process` that exited
+/// non-zero), that, with its own error. `run` retries the last two.
 pub fn credentials_verdict(ce: &CredentialsError) -> (String, &'static str) {
-    credentials_setup_failure(ce).unwrap_or_else(|| {
-        (
+    if let Some(setup) = credentials_setup_failure(ce) {
+        return setup;
+    }
+    if matches!(ce, CredentialsError::ProviderTimedOut(_)) || under_a_connection_failure(ce) {
+        return (
             format!("the AWS credential chain's source did not answer ({})", context_text(ce)),
             "check that the credentials' source is reachable (STS or AWS_ENDPOINT_URL_STS for a role or \
 web identity, the EC2 instance metadata service, the ECS/EKS container endpoint); `run` retries it",
-        )
-    })
+        );
+    }
+    (
+        format!("the AWS credential chain's source refused or failed ({})", context_text(ce)),
+        "see its error: for a role or web identity, the role's trust policy and the token's audience; \
+for credential_process, the command; `run` retries it",
+    )
+}
+
+/// Whether a connection that was never answered is among `e`'s causes: the connector's own error
+/// (a refused or reset connection, a name lookup, a TLS handshake, a timeout), or an `io::Error`.
+fn under_a_connection_failure(e: &(dyn Error + 'static)) -> bool {
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        if c.is::<aws_sdk_sqs::error::ConnectorError>() || c.is::<std::io::Error>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// Whether a credential provider failed on a file it could not read (not found, no permission):
@@ -326,7 +349,9 @@ fn one_line(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{class_of, service_text, setup_failure, setup_fix, token_files, Class, Expiry, EXPIRED_FOR};
+    use super::{
+        class_of, credentials_verdict, service_text, setup_failure, setup_fix, token_files, Class, Expiry, EXPIRED_FOR,
+    };
     use aws_credential_types::provider::error::CredentialsError;
     use aws_sdk_sqs::error::SdkError;
     use std::time::Duration;
@@ -471,5 +496,28 @@ mod tests {
         let env = |v: &str| (v == "AWS_WEB_IDENTITY_TOKEN_FILE").then(|| "/var/run/token".to_owned());
         assert_eq!(token_files(env), "the token file (AWS_WEB_IDENTITY_TOKEN_FILE=/var/run/token)");
         assert!(token_files(|_| None).contains("web_identity_token_file"));
+    }
+
+    /// `outboxd check`'s words for a chain that gave nothing: a source that was never reached (or
+    /// timed out) "did not answer"; one that answered with a refusal (STS's AccessDenied, wrapped
+    /// by aws-config as a provider error with no connection failure under it) "refused or failed";
+    /// the setup's faults as `run` words them.
+    #[test]
+    fn check_tells_a_source_not_reached_from_one_that_refused() {
+        type E = SdkError<std::io::Error, ()>;
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let sts: E = SdkError::dispatch_failure(aws_sdk_sqs::error::ConnectorError::io(refused.into()));
+        let (what, fix) = credentials_verdict(&CredentialsError::provider_error(sts));
+        assert!(what.contains("did not answer") && fix.contains("AWS_ENDPOINT_URL_STS"), "{what}");
+        let (what, _) = credentials_verdict(&CredentialsError::provider_timed_out(Duration::from_secs(5)));
+        assert!(what.contains("did not answer"), "{what}");
+        let denied: Box<dyn std::error::Error + Send + Sync> =
+            "AccessDenied: Not authorized to perform sts:AssumeRoleWithWebIdentity".into();
+        let (what, fix) = credentials_verdict(&CredentialsError::provider_error(denied));
+        assert!(what.contains("refused or failed") && what.contains("AccessDenied"), "{what}");
+        assert!(fix.contains("trust policy"), "{fix}");
+        let (what, _) =
+            credentials_verdict(&CredentialsError::not_loaded("no providers in chain provided credentials"));
+        assert!(what.starts_with("no usable AWS credentials"), "{what}");
     }
 }

@@ -25,15 +25,26 @@ pub use errors::{class_of, context_text, error_text, service_text, setup_failure
 /// `outboxd check`, before any service is asked: the credential chain of `sdk` gives credentials,
 /// or the reason it gave none ([`errors::credentials_verdict`]: what, and the fix). Without this, a
 /// source that fails on its way (STS, the instance metadata service) would read as the service's
-/// silence ("no answer from SQS"). No secret is in the reason: credential errors carry none.
+/// silence ("no answer from SQS"). Bounded by [`CREDENTIALS_WAIT`]: the chain called directly has
+/// no load timeout of its own, and a `credential_process` waiting for an unlock would hang `check`.
+/// Credential errors carry no key; a failed `credential_process` brings its stderr, which `run`
+/// logs too.
 pub async fn check_credentials(sdk: &aws_config::SdkConfig) -> Result<(), (String, &'static str)> {
     use aws_credential_types::provider::ProvideCredentials;
     let Some(provider) = sdk.credentials_provider() else { return Ok(()) };
-    match provider.provide_credentials().await {
-        Ok(_) => Ok(()),
-        Err(e) => Err(errors::credentials_verdict(&e)),
+    match tokio::time::timeout(CREDENTIALS_WAIT, provider.provide_credentials()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(errors::credentials_verdict(&e)),
+        Err(_) => Err((
+            format!("the AWS credential chain gave no credentials within {} s", CREDENTIALS_WAIT.as_secs()),
+            "check the credentials' source: a credential_process that waits (for an unlock, a prompt), \
+a source that does not answer (STS, the instance metadata service, the container endpoint)",
+        )),
     }
 }
+
+/// How long `outboxd check` waits for the credential chain.
+const CREDENTIALS_WAIT: Duration = Duration::from_secs(60);
 
 /// The SDK configuration for `cfg`: the default credential and region chains, `--aws-region` and
 /// `--aws-endpoint-url` over them.
