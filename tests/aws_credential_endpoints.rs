@@ -226,9 +226,10 @@ type Source = fn(&str) -> Vec<(&'static str, String)>;
 
 /// Against the endpoint `source` points outboxd at: `check` passes and `run` relays (the
 /// endpoint asked for `path`); a wrong secret from it fails `check` with SignatureDoesNotMatch;
-/// the endpoint stopped, `check` fails; no secret is printed. `creds_extra` goes into the
+/// the endpoint stopped, `check` fails on "no usable AWS credentials" with `stopped_says`; no
+/// secret is printed. `creds_extra` goes into the
 /// endpoint's file (the container endpoint's required authorization).
-fn proves(source: Source, path: &str, creds_extra: &[(&str, &str)], mut secrets: Vec<String>) {
+fn proves(source: Source, path: &str, stopped_says: &str, creds_extra: &[(&str, &str)], mut secrets: Vec<String>) {
     let iam = Iam::start();
     let pg = PgCluster::start();
     pg.apply_all_sql();
@@ -267,7 +268,8 @@ fn proves(source: Source, path: &str, creds_extra: &[(&str, &str)], mut secrets:
     endpoint.stop();
     let (code, out) = check(&pg, &iam, &env, home.path());
     assert_eq!(code, Some(1), "outboxd check with the endpoint stopped:\n{out}");
-    eprintln!("with the endpoint stopped, check said:\n{out}");
+    let line = out.lines().find(|l| l.contains("no usable AWS credentials")).unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains(stopped_says), "{line}");
     outputs.push(out);
 
     secrets.extend(iam.secrets.iter().cloned());
@@ -288,7 +290,13 @@ fn the_container_endpoint_authenticates_check_and_run() {
             ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
         ]
     }
-    proves(source, "GET /creds", &[("Authorization", CONTAINER_AUTH)], vec![CONTAINER_AUTH.to_owned()]);
+    proves(
+        source,
+        "GET /creds",
+        "Connection refused",
+        &[("Authorization", CONTAINER_AUTH)],
+        vec![CONTAINER_AUTH.to_owned()],
+    );
 }
 
 /// The instance metadata service, IMDSv2 (a session token first, then the role and its keys).
@@ -297,5 +305,6 @@ fn the_instance_metadata_service_authenticates_check_and_run() {
     fn source(url: &str) -> Vec<(&'static str, String)> {
         vec![("AWS_EC2_METADATA_SERVICE_ENDPOINT", url.to_owned())]
     }
-    proves(source, "GET /latest/meta-data/iam/security-credentials/outboxd-instance-role", &[], vec![]);
+    let path = "GET /latest/meta-data/iam/security-credentials/outboxd-instance-role";
+    proves(source, path, "could not communicate with IMDS", &[], vec![]);
 }
