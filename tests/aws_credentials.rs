@@ -15,10 +15,9 @@
 //! to check; no secret (the access keys' secrets, the secret keys and session tokens STS gave, as
 //! moto's state lists them, the web identity token) appears in any output, with the SDK's own
 //! logs at debug (`RUST_LOG` with `aws_config=debug,aws_smithy_runtime=debug`). The container
-//! endpoint and the instance metadata service are not proven here: nothing local serves the
-//! container endpoint, and moto's instance metadata answers the IMDSv2 token PUT without the
-//! `x-aws-ec2-metadata-token-ttl-seconds` header, so the SDK (IMDSv2 only, no IMDSv1 fallback)
-//! fails with "token response did not contain a TTL header" and never asks for the keys.
+//! endpoint and the instance metadata service are proven in `aws_credential_endpoints.rs`
+//! (tools/aws/cred_endpoint.py serves a role's keys in both formats; moto's own instance metadata
+//! answers the IMDSv2 token PUT without the TTL header the SDK requires).
 
 mod common;
 
