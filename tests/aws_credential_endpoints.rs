@@ -19,21 +19,18 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::aws::Moto;
+use common::aws_auth::{assert_no_secret, relays, run_isolated, IamMoto};
 use common::*;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// moto with a standard queue and a role allowed `sqs:*`, authentication on, and the role's keys
-/// from STS (AssumeRole by the user allowed only that).
+/// [`IamMoto`] and the role's keys from STS (AssumeRole by the user allowed only that).
 struct Iam {
-    moto: Moto,
-    queue: String,
+    aws: IamMoto,
     /// The role's keys: AccessKeyId, SecretAccessKey, Token.
     creds: serde_json::Value,
     secrets: Vec<String>,
@@ -41,37 +38,25 @@ struct Iam {
 
 impl Iam {
     fn start() -> Iam {
-        let moto = Moto::start();
-        let queue = moto.create_queue("creds", false);
-        let v: serde_json::Value = serde_json::from_str(&moto.client(&["iam-setup"])).expect("iam-setup JSON");
-        let s = |k: &str| v[k].as_str().expect("iam-setup field").to_owned();
-        moto.client(&["auth", "on"]);
+        let aws = IamMoto::start();
         let out = Command::new("bash")
             .arg(root().join("scripts/aws"))
             .arg("python")
             .arg(root().join("tools/aws/cred_endpoint.py"))
-            .args(["assume", &moto.url, &s("role")])
-            .env("AWS_ACCESS_KEY_ID", s("assumer_key"))
-            .env("AWS_SECRET_ACCESS_KEY", s("assumer_secret"))
+            .args(["assume", &aws.moto.url, &aws.role])
+            .env("AWS_ACCESS_KEY_ID", &aws.assumer_key)
+            .env("AWS_SECRET_ACCESS_KEY", &aws.assumer_secret)
             .output()
             .expect("cred_endpoint.py assume");
         assert!(out.status.success(), "assume: {}", String::from_utf8_lossy(&out.stderr));
         let creds: serde_json::Value = serde_json::from_slice(&out.stdout).expect("assume JSON");
         let secrets = vec![
-            s("secret"),
-            s("assumer_secret"),
+            aws.secret.clone(),
+            aws.assumer_secret.clone(),
             creds["SecretAccessKey"].as_str().expect("secret").to_owned(),
             creds["Token"].as_str().expect("token").to_owned(),
         ];
-        Iam { moto, queue, creds, secrets }
-    }
-
-    /// What the queue holds, read with authentication off for the moment.
-    fn count(&self) -> usize {
-        self.moto.client(&["auth", "off"]);
-        let n = self.moto.client(&["queue-count", &self.queue]).trim().parse().expect("count");
-        self.moto.client(&["auth", "on"]);
-        n
+        Iam { aws, creds, secrets }
     }
 }
 
@@ -125,91 +110,9 @@ impl Drop for Endpoint {
     }
 }
 
-/// `outboxd ARGS` started with no `AWS_*` or `OUTBOXD_*` variable but `env`, `HOME` = `home`
-/// (empty: no shared config or credentials file); its output goes to the file returned.
-fn spawn(a: &[String], env: &[(&str, &str)], home: &Path) -> (Child, PathBuf) {
-    let out = home.join(format!("outboxd-{}-{}.out", a[0], SPAWNED.fetch_add(1, Ordering::Relaxed)));
-    let file = std::fs::File::create(&out).expect("output file");
-    let mut cmd = Command::new(outboxd_bin());
-    for (k, _) in std::env::vars_os() {
-        let name = k.to_string_lossy();
-        if name.starts_with("AWS_") || name.starts_with("OUTBOXD_") {
-            cmd.env_remove(&k);
-        }
-    }
-    cmd.args(a)
-        .env("HOME", home)
-        .env("RUST_LOG", "outboxd=debug,aws_config=debug,aws_smithy_runtime=debug,info")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().expect("clone"))
-        .stderr(file);
-    (cmd.spawn().expect("spawn outboxd"), out)
-}
-
-static SPAWNED: AtomicUsize = AtomicUsize::new(0);
-
-/// [`spawn`], waited for: its exit code (`None`: still running after `timeout`, then killed) and
-/// its output.
-fn outboxd(a: &[String], env: &[(&str, &str)], home: &Path, timeout: Duration) -> (Option<i32>, String) {
-    let (mut child, out) = spawn(a, env, home);
-    let start = Instant::now();
-    let mut code = None;
-    while start.elapsed() < timeout {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            code = Some(status.code().unwrap_or(-1));
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    if code.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    (code, std::fs::read_to_string(&out).unwrap_or_default())
-}
-
 fn check(pg: &PgCluster, iam: &Iam, env: &[(&str, &str)], home: &Path) -> (Option<i32>, String) {
-    let mut a = args(&["check", "--postgres-url"]);
-    a.push(pg.url());
-    a.extend(args(&["--sink", "sqs", "--on-bad-event", "fail", "--sqs-queue-url", &iam.queue]));
-    a.extend(args(&["--aws-endpoint-url", &iam.moto.url, "--aws-region", "us-east-1"]));
-    outboxd(&a, env, home, Duration::from_secs(60))
-}
-
-/// `outboxd run` with `env` relays 3 events into the queue: the slot is confirmed past them and
-/// the queue holds them (so every SendMessageBatch was signed with keys moto knows).
-fn relays(pg: &PgCluster, iam: &Iam, env: &[(&str, &str)], home: &Path) -> String {
-    let before = iam.count();
-    let mut a = daemon_args_pg_only(pg, &["--sink", "sqs", "--on-bad-event", "fail", "--sqs-queue-url", &iam.queue]);
-    a.extend(args(&["--aws-endpoint-url", &iam.moto.url, "--aws-region", "us-east-1", "--status-interval", "200ms"]));
-    let (mut child, out) = spawn(&a, env, home);
-    let slot = || pg.psql("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'outboxd'").trim() == "1";
-    assert!(
-        wait_until(Duration::from_secs(40), slot),
-        "no slot: {}",
-        std::fs::read_to_string(&out).unwrap_or_default()
-    );
-    for i in 0..3 {
-        pg.insert_event("order", &format!("k{i}"), Some("paid"), "{\"n\": 1}", None);
-    }
-    let end = pg.current_lsn();
-    let confirmed = pg.wait_slot_confirms(&end, Duration::from_secs(40));
-    let exited = child.try_wait().expect("try_wait");
-    let _ = child.kill();
-    let _ = child.wait();
-    let log = std::fs::read_to_string(&out).unwrap_or_default();
-    assert!(confirmed, "slot not confirmed past {end}; outboxd exited {exited:?}:\n{log}");
-    assert_eq!(iam.count(), before + 3, "{log}");
-    log
-}
-
-fn assert_no_secret(texts: &[String], secrets: &[String]) {
-    for t in texts {
-        for s in secrets {
-            assert!(!t.contains(s.as_str()), "a secret ({}...) appears in:\n{t}", &s[..4]);
-        }
-    }
+    let (code, out, _) = run_isolated(&iam.aws.check_args(pg, &[]), env, home, Duration::from_secs(60));
+    (code, out)
 }
 
 /// The role's keys with the secret's last 5 characters changed.
@@ -248,7 +151,7 @@ fn proves(source: Source, path: &str, stopped_says: &str, creds_extra: &[(&str, 
     let (code, out) = check(&pg, &iam, &env, home.path());
     assert_eq!(code, Some(0), "outboxd check through {path}:\n{out}\nendpoint:\n{}", endpoint.requests());
     outputs.push(out);
-    outputs.push(relays(&pg, &iam, &env, home.path()));
+    outputs.push(relays(&pg, &iam.aws, &[], &env, home.path()));
     let served = endpoint.requests();
     assert!(served.contains(path), "the endpoint was not asked for {path}:\n{served}");
 
@@ -303,7 +206,7 @@ fn the_container_endpoint_authenticates_check_and_run() {
 #[test]
 fn the_instance_metadata_service_authenticates_check_and_run() {
     fn source(url: &str) -> Vec<(&'static str, String)> {
-        vec![("AWS_EC2_METADATA_SERVICE_ENDPOINT", url.to_owned())]
+        vec![("AWS_EC2_METADATA_SERVICE_ENDPOINT", url.to_owned()), ("AWS_EC2_METADATA_DISABLED", "false".to_owned())]
     }
     let path = "GET /latest/meta-data/iam/security-credentials/outboxd-instance-role";
     proves(source, path, "could not communicate with IMDS", &[], vec![]);

@@ -21,155 +21,16 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
-use common::aws::Moto;
+use common::aws_auth::{assert_no_secret, relays, run_isolated, IamMoto as Iam};
 use common::*;
 
-/// moto with a standard queue, an IAM user and a role, authentication on.
-struct Iam {
-    moto: Moto,
-    queue: String,
-    key: String,
-    secret: String,
-    role: String,
-    assumer_key: String,
-    assumer_secret: String,
-}
-
-impl Iam {
-    fn start() -> Iam {
-        let moto = Moto::start();
-        let queue = moto.create_queue("creds", false);
-        let v: serde_json::Value = serde_json::from_str(&moto.client(&["iam-setup"])).expect("iam-setup JSON");
-        let s = |k: &str| v[k].as_str().expect("iam-setup field").to_owned();
-        moto.client(&["auth", "on"]);
-        Iam {
-            queue,
-            key: s("key"),
-            secret: s("secret"),
-            role: s("role"),
-            assumer_key: s("assumer_key"),
-            assumer_secret: s("assumer_secret"),
-            moto,
-        }
-    }
-
-    /// The secret keys and session tokens moto's STS handed out so far (at least one asserted).
-    fn sts_issued(&self) -> Vec<String> {
-        let v: serde_json::Value = serde_json::from_str(&self.moto.client(&["sts-issued"])).expect("sts-issued JSON");
-        let issued: Vec<String> = v
-            .as_array()
-            .expect("a list")
-            .iter()
-            .flat_map(|r| [r["secret"].as_str(), r["token"].as_str()])
-            .map(|s| s.expect("secret and token").to_owned())
-            .collect();
-        assert!(!issued.is_empty(), "STS handed out no keys: the role was not assumed");
-        issued
-    }
-
-    /// What the queue holds, read with authentication off for the moment.
-    fn count(&self) -> usize {
-        self.moto.client(&["auth", "off"]);
-        let n = self.moto.client(&["queue-count", &self.queue]).trim().parse().expect("count");
-        self.moto.client(&["auth", "on"]);
-        n
-    }
-}
-
-/// `outboxd ARGS` started with no `AWS_*` or `OUTBOXD_*` variable but `env`, `HOME` = `home` (its
-/// ~/.aws is the test's), the instance metadata service off; its output goes to the file returned.
-fn spawn(a: &[String], env: &[(&str, &str)], home: &Path) -> (Child, PathBuf) {
-    let out = home.join(format!("outboxd-{}-{}.out", a[0], SPAWNED.fetch_add(1, Ordering::Relaxed)));
-    let file = std::fs::File::create(&out).expect("output file");
-    let mut cmd = Command::new(outboxd_bin());
-    for (k, _) in std::env::vars_os() {
-        let name = k.to_string_lossy();
-        if name.starts_with("AWS_") || name.starts_with("OUTBOXD_") {
-            cmd.env_remove(&k);
-        }
-    }
-    cmd.args(a)
-        .env("HOME", home)
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env("RUST_LOG", "outboxd=debug,aws_config=debug,aws_smithy_runtime=debug,aws_sdk_sts=debug,info")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().expect("clone"))
-        .stderr(file);
-    (cmd.spawn().expect("spawn outboxd"), out)
-}
-
-static SPAWNED: AtomicUsize = AtomicUsize::new(0);
-
-/// [`spawn`], waited for: its exit code (`None`: still running after `timeout`, then killed) and
-/// its output.
+/// `outboxd ARGS` as [`run_isolated`] runs it: its exit code and output.
 fn outboxd(a: &[String], env: &[(&str, &str)], home: &Path, timeout: Duration) -> (Option<i32>, String) {
-    let (mut child, out) = spawn(a, env, home);
-    let start = Instant::now();
-    let mut code = None;
-    while start.elapsed() < timeout {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            code = Some(status.code().unwrap_or(-1));
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    if code.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    (code, std::fs::read_to_string(&out).unwrap_or_default())
-}
-
-fn check_args(pg: &PgCluster, iam: &Iam, extra: &[&str]) -> Vec<String> {
-    let mut a = args(&["check", "--postgres-url"]);
-    a.push(pg.url());
-    a.extend(args(&["--sink", "sqs", "--on-bad-event", "fail", "--sqs-queue-url", &iam.queue]));
-    a.extend(args(&["--aws-endpoint-url", &iam.moto.url, "--aws-region", "us-east-1"]));
-    a.extend(args(extra));
-    a
-}
-
-/// `outboxd run` with `extra` and `env` relays 3 events into the queue: the slot is confirmed
-/// past them and the queue holds them (so every SendMessageBatch was signed with keys moto knows).
-fn relays(pg: &PgCluster, iam: &Iam, extra: &[&str], env: &[(&str, &str)], home: &Path) -> String {
-    let before = iam.count();
-    let mut a = daemon_args_pg_only(pg, &["--sink", "sqs", "--on-bad-event", "fail", "--sqs-queue-url", &iam.queue]);
-    a.extend(args(&["--aws-endpoint-url", &iam.moto.url, "--aws-region", "us-east-1", "--status-interval", "200ms"]));
-    a.extend(args(extra));
-    let (mut child, out) = spawn(&a, env, home);
-    // The events go in once the slot is there (the first run creates it), so they are in it.
-    let slot = || pg.psql("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'outboxd'").trim() == "1";
-    assert!(
-        wait_until(Duration::from_secs(40), slot),
-        "no slot: {}",
-        std::fs::read_to_string(&out).unwrap_or_default()
-    );
-    for i in 0..3 {
-        pg.insert_event("order", &format!("k{i}"), Some("paid"), "{\"n\": 1}", None);
-    }
-    let end = pg.current_lsn();
-    let confirmed = pg.wait_slot_confirms(&end, Duration::from_secs(40));
-    let exited = child.try_wait().expect("try_wait");
-    let _ = child.kill();
-    let _ = child.wait();
-    let log = std::fs::read_to_string(&out).unwrap_or_default();
-    assert!(confirmed, "slot not confirmed past {end}; outboxd exited {exited:?}:\n{log}");
-    assert_eq!(iam.count(), before + 3, "{log}");
-    log
-}
-
-fn assert_no_secret<S: AsRef<str>>(texts: &[&str], secrets: &[S]) {
-    for t in texts {
-        for s in secrets.iter().map(AsRef::as_ref) {
-            assert!(!t.contains(s), "a secret ({}...) appears in:\n{t}", &s[..4]);
-        }
-    }
+    let (code, out, _) = run_isolated(a, env, home, timeout);
+    (code, out)
 }
 
 /// A named profile of ~/.aws/credentials (by `--aws-profile` and by `AWS_PROFILE`) and a profile
@@ -215,21 +76,21 @@ fn shared_file_profiles_and_an_assumed_role_authenticate_and_a_wrong_secret_stop
         (vec![], vec![("AWS_PROFILE", "relay")]),
         (vec!["--aws-profile", "assumer"], vec![sts]),
     ] {
-        let (code, out) = outboxd(&check_args(&pg, &iam, &extra), &env, home.path(), Duration::from_secs(60));
+        let (code, out) = outboxd(&iam.check_args(&pg, &extra), &env, home.path(), Duration::from_secs(60));
         assert_eq!(code, Some(0), "outboxd check {extra:?} {env:?}:\n{out}");
         outputs.push(out);
     }
     // The assuming user's own keys may not use the queue: what the role's profile sent, the
     // role's keys signed.
     let (code, out) =
-        outboxd(&check_args(&pg, &iam, &["--aws-profile", "assume-only"]), &[], home.path(), Duration::from_secs(60));
+        outboxd(&iam.check_args(&pg, &["--aws-profile", "assume-only"]), &[], home.path(), Duration::from_secs(60));
     assert_eq!(code, Some(1), "outboxd check with keys allowed only sts:AssumeRole:\n{out}");
     outputs.push(out);
     outputs.push(relays(&pg, &iam, &["--aws-profile", "relay"], &[], home.path()));
     outputs.push(relays(&pg, &iam, &[], &[("AWS_PROFILE", "assumer"), sts], home.path()));
 
     // The default profile: the right key, a wrong secret.
-    let (code, out) = outboxd(&check_args(&pg, &iam, &[]), &[], home.path(), Duration::from_secs(60));
+    let (code, out) = outboxd(&iam.check_args(&pg, &[]), &[], home.path(), Duration::from_secs(60));
     assert_eq!(code, Some(1), "outboxd check with a wrong secret:\n{out}");
     let line = out.lines().find(|l| l.contains("SignatureDoesNotMatch")).unwrap_or_else(|| panic!("{out}"));
     assert!(line.contains("--sqs-queue-url"), "{line}");
@@ -298,7 +159,7 @@ fn web_identity_authenticates_check_and_run_and_shows_no_token() {
         ("AWS_ROLE_SESSION_NAME", "outboxd-test"),
         ("AWS_ENDPOINT_URL_STS", iam.moto.url.as_str()),
     ];
-    let (code, check) = outboxd(&check_args(&pg, &iam, &[]), &env, home.path(), Duration::from_secs(60));
+    let (code, check) = outboxd(&iam.check_args(&pg, &[]), &env, home.path(), Duration::from_secs(60));
     assert_eq!(code, Some(0), "outboxd check with web identity:\n{check}");
     let run = relays(&pg, &iam, &[], &env, home.path());
 
@@ -310,7 +171,7 @@ fn web_identity_authenticates_check_and_run_and_shows_no_token() {
         ("AWS_ROLE_ARN", iam.role.as_str()),
         ("AWS_ENDPOINT_URL_STS", iam.moto.url.as_str()),
     ];
-    let (code, out) = outboxd(&check_args(&pg, &iam, &[]), &env, home.path(), Duration::from_secs(60));
+    let (code, out) = outboxd(&iam.check_args(&pg, &[]), &env, home.path(), Duration::from_secs(60));
     assert_eq!(code, Some(1), "outboxd check with a missing token file:\n{out}");
     // check prints the fault, then its fix on the next line.
     assert!(out.lines().any(|l| l.contains("no usable AWS credentials")), "{out}");
@@ -327,7 +188,7 @@ fn web_identity_authenticates_check_and_run_and_shows_no_token() {
         ("AWS_ROLE_ARN", iam.role.as_str()),
         ("AWS_ENDPOINT_URL_STS", "http://127.0.0.1:1"),
     ];
-    let (code, no_sts) = outboxd(&check_args(&pg, &iam, &[]), &env, home.path(), Duration::from_secs(60));
+    let (code, no_sts) = outboxd(&iam.check_args(&pg, &[]), &env, home.path(), Duration::from_secs(60));
     assert_eq!(code, Some(1), "outboxd check with STS unreachable:\n{no_sts}");
     assert!(no_sts.contains("credential chain's source did not answer"), "{no_sts}");
     assert!(!no_sts.contains("no answer from SQS"), "{no_sts}");

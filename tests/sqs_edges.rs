@@ -7,10 +7,10 @@ mod common;
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::aws::{Moto, SqsMessage};
+use common::aws_auth::run_isolated;
 use common::*;
 
 /// moto takes any credentials; these keep the SDK from looking for real ones.
@@ -21,40 +21,10 @@ fn attr(m: &SqsMessage, name: &str) -> Option<String> {
 }
 
 /// `outboxd ARGS` with no credentials anywhere: no `AWS_*` (nor `OUTBOXD_*`) variable, `HOME` an
-/// empty directory (no ~/.aws), the instance metadata service off. Its exit code (`None`: still
-/// running after `timeout`, then killed), its output, and how long it ran.
+/// empty directory (no ~/.aws), the instance metadata service off ([`run_isolated`]). Its exit
+/// code (`None`: still running after `timeout`, then killed), its output, and how long it ran.
 fn run_without_credentials(a: &[String], home: &Path, timeout: Duration) -> (Option<i32>, String, Duration) {
-    let out = home.join("outboxd.out");
-    let file = std::fs::File::create(&out).expect("output file");
-    let mut cmd = Command::new(outboxd_bin());
-    for (k, _) in std::env::vars_os() {
-        let name = k.to_string_lossy();
-        if name.starts_with("AWS_") || name.starts_with("OUTBOXD_") {
-            cmd.env_remove(&k);
-        }
-    }
-    cmd.args(a)
-        .env("HOME", home)
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env("RUST_LOG", "outboxd=debug,info")
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().expect("clone"))
-        .stderr(file);
-    let start = Instant::now();
-    let mut child = cmd.spawn().expect("spawn outboxd");
-    let mut code = None;
-    while start.elapsed() < timeout {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            code = Some(status.code().unwrap_or(-1));
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    if code.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    (code, std::fs::read_to_string(&out).unwrap_or_default(), start.elapsed())
+    run_isolated(a, &[("RUST_LOG", "outboxd=debug,info")], home, timeout)
 }
 
 /// No credentials at all: `outboxd run` exits at once, non-zero, with one line naming the missing

@@ -35,6 +35,7 @@
 
 pub mod assertions;
 pub mod aws;
+pub mod aws_auth;
 pub mod certs;
 pub mod debezium;
 pub mod dlq_copies;
