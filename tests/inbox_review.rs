@@ -139,16 +139,7 @@ fn committed_all(broker: &Broker, group: &str, n: i32) -> Vec<Option<i64>> {
 
 /// Per partition (0..n): the next offset stored in PostgreSQL (`None`: none, or no table yet).
 fn stored_all(pg: &PgCluster, group: &str, n: i32) -> Vec<Option<i64>> {
-    let out = pg.psql(&format!(
-        "SELECT string_agg(p::text || ':' || coalesce(o.next_offset::text, ''), ',' ORDER BY p) \
-           FROM generate_series(0, {}) p LEFT JOIN public.inbox_offsets o \
-             ON o.kafka_partition = p AND o.group_id = '{group}' AND o.topic = '{TOPIC}'",
-        n - 1
-    ));
-    if !out.contains(':') {
-        return vec![None; n as usize];
-    }
-    out.trim().split(',').map(|e| e.split_once(':').and_then(|(_, v)| v.parse().ok())).collect()
+    pg.inbox_offsets(group, TOPIC, n)
 }
 
 #[test]

@@ -26,16 +26,7 @@ const TOTAL: i64 = 400;
 
 /// Per partition (0..PARTS): the next offset stored in PostgreSQL (`None`: none, or no table yet).
 fn stored(pg: &PgCluster) -> Vec<Option<i64>> {
-    let out = pg.psql(&format!(
-        "SELECT string_agg(p::text || ':' || coalesce(o.next_offset::text, ''), ',' ORDER BY p) \
-           FROM generate_series(0, {}) p LEFT JOIN public.inbox_offsets o \
-             ON o.kafka_partition = p AND o.group_id = '{GROUP}' AND o.topic = '{TOPIC}'",
-        PARTS - 1
-    ));
-    if !out.contains(':') {
-        return vec![None; PARTS as usize];
-    }
-    out.trim().split(',').map(|e| e.split_once(':').and_then(|(_, v)| v.parse().ok())).collect()
+    pg.inbox_offsets(GROUP, TOPIC, PARTS)
 }
 
 fn assignments(d: &Outboxd) -> usize {

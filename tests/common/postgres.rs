@@ -532,6 +532,21 @@ pub struct StandbyOptions<'a> {
 }
 
 impl PgCluster {
+    /// `outboxd inbox`'s next offsets stored in `public.inbox_offsets` for `group` and `topic`,
+    /// per partition `0..partitions` (`None`: none stored, or no table yet).
+    pub fn inbox_offsets(&self, group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
+        let out = self.psql(&format!(
+            "SELECT string_agg(p::text || ':' || coalesce(o.next_offset::text, ''), ',' ORDER BY p) \
+               FROM generate_series(0, {}) p LEFT JOIN public.inbox_offsets o \
+                 ON o.kafka_partition = p AND o.group_id = '{group}' AND o.topic = '{topic}'",
+            partitions - 1
+        ));
+        if !out.contains(':') {
+            return vec![None; partitions as usize];
+        }
+        out.trim().split(',').map(|e| e.split_once(':').and_then(|(_, v)| v.parse().ok())).collect()
+    }
+
     /// A streaming physical standby of `primary`, made from a copy of its data directory taken
     /// while it is stopped (fast stop, copy, start again: no pg_basebackup needed), with
     /// `standby.signal`, `primary_conninfo` naming the `app` database (slot sync needs one),
