@@ -22,18 +22,20 @@ use std::time::Duration;
 pub use config::{AwsArgs, AwsConfig};
 pub use errors::{class_of, context_text, error_text, service_text, setup_failure, setup_fix, Class, CREDENTIALS_FIX};
 
-/// `outboxd check`, before any service is asked: the credential chain of `sdk` gives credentials,
-/// or the reason it gave none ([`errors::credentials_verdict`]: what, and the fix). Without this, a
-/// source that fails on its way (STS, the instance metadata service) would read as the service's
-/// silence ("no answer from SQS"). Bounded by [`CREDENTIALS_WAIT`]: the chain called directly has
-/// no load timeout of its own, and a `credential_process` waiting for an unlock would hang `check`.
-/// Credential errors carry no key; a failed `credential_process` brings its stderr, which `run`
-/// logs too.
-pub async fn check_credentials(sdk: &aws_config::SdkConfig) -> Result<(), (String, &'static str)> {
-    use aws_credential_types::provider::ProvideCredentials;
-    let Some(provider) = sdk.credentials_provider() else { return Ok(()) };
+/// `outboxd check`'s SDK configuration: [`sdk_config`] with the credentials its chain gave, asked
+/// once before any service is (so the check's calls sign with them and the chain, an STS call or a
+/// `credential_process`, runs once), or the reason it gave none ([`errors::credentials_verdict`]:
+/// what, and the fix). Without this, a source that fails on its way (STS, the instance metadata
+/// service) would read as the service's silence ("no answer from SQS"). Bounded by
+/// [`CREDENTIALS_WAIT`]: the chain called directly has no load timeout of its own, and a
+/// `credential_process` waiting for an unlock would hang `check`. Credential errors carry no key;
+/// a failed `credential_process` brings its stderr, which `run` logs too.
+pub async fn check_sdk_config(cfg: &AwsConfig) -> Result<aws_config::SdkConfig, (String, &'static str)> {
+    use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+    let sdk = sdk_config(cfg).await;
+    let Some(provider) = sdk.credentials_provider() else { return Ok(sdk) };
     match tokio::time::timeout(CREDENTIALS_WAIT, provider.provide_credentials()).await {
-        Ok(Ok(_)) => Ok(()),
+        Ok(Ok(creds)) => Ok(sdk.into_builder().credentials_provider(SharedCredentialsProvider::new(creds)).build()),
         Ok(Err(e)) => Err(errors::credentials_verdict(&e)),
         Err(_) => Err((
             format!("the AWS credential chain gave no credentials within {} s", CREDENTIALS_WAIT.as_secs()),

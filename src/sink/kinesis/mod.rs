@@ -224,10 +224,10 @@ impl crate::sink::registered::Registered for KinesisSink {
 /// `outboxd check`: each stream exists, is ACTIVE, and the credentials may write to it.
 async fn check(aws: &AwsConfig, cfg: &KinesisConfig) -> crate::sink::registered::Verdict {
     use crate::sink::registered::Verdict;
-    let sdk = sdk_config(aws).await;
-    if let Err((detail, fix)) = crate::sink::aws::check_credentials(&sdk).await {
-        return Verdict::Fail { name: "kinesis", detail, fix: fix.to_owned() };
-    }
+    let sdk = match crate::sink::aws::check_sdk_config(aws).await {
+        Ok(sdk) => sdk,
+        Err((detail, fix)) => return Verdict::Fail { name: "kinesis", detail, fix: fix.to_owned() },
+    };
     let client = aws_sdk_kinesis::Client::new(&sdk);
     let mut lines = Vec::new();
     for (flag, stream) in std::iter::once(("--kinesis-stream", &cfg.stream))

@@ -96,11 +96,11 @@ impl crate::sink::registered::Registered for SnsSink {
 /// the dead-letter queue answers GetQueueAttributes.
 async fn check(aws: &AwsConfig, cfg: &SnsConfig) -> crate::sink::registered::Verdict {
     use crate::sink::registered::Verdict;
-    let sdk = sdk_config(aws).await;
     let fail = |detail: String, fix: &str| Verdict::Fail { name: "sns", detail, fix: fix.to_owned() };
-    if let Err((detail, fix)) = crate::sink::aws::check_credentials(&sdk).await {
-        return fail(detail, fix);
-    }
+    let sdk = match crate::sink::aws::check_sdk_config(aws).await {
+        Ok(sdk) => sdk,
+        Err((detail, fix)) => return fail(detail, fix),
+    };
     let named = SnsConfig::is_fifo(&cfg.topic_arn);
     let mut lines = match topic_fifo(&aws_sdk_sns::Client::new(&sdk), &cfg.topic_arn).await {
         Err(why) => return fail(why, "see above"),

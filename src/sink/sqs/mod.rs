@@ -168,10 +168,10 @@ impl crate::sink::registered::Registered for SqsSink {
 /// `outboxd check`: each queue answers GetQueueAttributes, and is FIFO exactly when its name says.
 async fn check(aws: &AwsConfig, cfg: &SqsConfig) -> crate::sink::registered::Verdict {
     use crate::sink::registered::Verdict;
-    let sdk = sdk_config(aws).await;
-    if let Err((detail, fix)) = crate::sink::aws::check_credentials(&sdk).await {
-        return Verdict::Fail { name: "sqs", detail, fix: fix.to_owned() };
-    }
+    let sdk = match crate::sink::aws::check_sdk_config(aws).await {
+        Ok(sdk) => sdk,
+        Err((detail, fix)) => return Verdict::Fail { name: "sqs", detail, fix: fix.to_owned() },
+    };
     let client = aws_sdk_sqs::Client::new(&sdk);
     let mut lines = Vec::new();
     for (flag, url) in std::iter::once(("--sqs-queue-url", &cfg.queue_url))
