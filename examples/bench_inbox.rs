@@ -217,7 +217,7 @@ fn hand(h: Hand) -> Res<()> {
         for ((t, p), o) in &next {
             tpl.add_partition_offset(t, *p, Offset::Offset(*o))?;
         }
-        consumer.commit(&tpl, CommitMode::Sync)?;
+        commit(&consumer, &tpl)?;
         records += c.ids.len() as u64;
         inserted += n;
         // A line per batch (stdout is line-buffered): what a kill -9 leaves is still counted.
@@ -229,4 +229,26 @@ fn hand(h: Hand) -> Res<()> {
         t0.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// A synchronous offset commit, asked again (up to ~10 s) while the group coordinator is loading or
+/// moving, as any loop that commits by hand must (librdkafka answers those at once, without a
+/// retry of its own): without it one slow coordinator start ended the benchmark's hand loop.
+fn commit<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    tpl: &TopicPartitionList,
+) -> rdkafka::error::KafkaResult<()> {
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode as C};
+    let mut tries = 0;
+    loop {
+        match consumer.commit(tpl, CommitMode::Sync) {
+            Err(KafkaError::ConsumerCommit(
+                C::CoordinatorLoadInProgress | C::NotCoordinator | C::CoordinatorNotAvailable | C::RequestTimedOut,
+            )) if tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
 }
