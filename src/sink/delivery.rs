@@ -299,7 +299,11 @@ impl Delivery {
 
 impl Drop for Delivery {
     fn drop(&mut self) {
-        self.send(Outcome::Failed { reason: "the sink dropped the record without a result".into() });
+        // Checked first: every resolved handle is dropped too, and the failure's text is an
+        // allocation (and its free) that only an unresolved one needs.
+        if self.tx.is_some() {
+            self.send(Outcome::Failed { reason: "the sink dropped the record without a result".into() });
+        }
     }
 }
 
