@@ -30,7 +30,8 @@
 //!
 //! # Invariants
 //! * A ticket completes only through [`Ledger::done`], called once per record counted under it: on
-//!   the sink's ack, on a skip, or on the ack of each dead-letter chunk. A copy's chunks are all
+//!   the sink's ack, on a skip, or on the ack of each dead-letter chunk (a run of consecutive acks
+//!   of one ticket arrives as one [`Ledger::done_many`], before anything later reaches the ledger). A copy's chunks are all
 //!   counted ([`Ledger::add`]) before the original is resolved and before any chunk is sent, so a
 //!   ticket never completes on a partial copy.
 //! * A dead-letter copy is never dead-lettered again: its refusal stops the source.
@@ -50,7 +51,7 @@ use crate::format::{Encoder, Failure, RegistryConfig};
 use crate::metrics::Metrics;
 use crate::router::{BadEvent, OutboxRow, Record, Route, Text};
 use crate::sink::acks::{ack_queue, AckReceiver, AckSender};
-pub use crate::sink::delivery::{Ack, Delivery, Outcome, Position, Refusal, Source, Ticket};
+pub use crate::sink::delivery::{About, Ack, Delivery, Outcome, Position, Refusal, Source, Ticket};
 use crate::sink::{Sink, SinkError};
 pub use budget::Budget;
 use dead_letter::{copy_part, copy_refused, record_size, DeadLetter};
@@ -64,6 +65,15 @@ pub trait Ledger {
     /// dead-letter copy acked.
     fn done(&mut self, t: Ticket) -> Result<(), Error>;
 
+    /// `n` records counted under `t` are finished: a run of acks of one ticket (the records of one
+    /// transaction, acked in a row), as `n` calls of [`Ledger::done`] would finish them.
+    fn done_many(&mut self, t: Ticket, n: usize) -> Result<(), Error> {
+        for _ in 0..n {
+            self.done(t)?;
+        }
+        Ok(())
+    }
+
     /// The record of `t` will not be delivered as it is. [`Refused::Policy`] hands it to
     /// `--on-bad-event`; [`Refused::Kept`] means the ledger resolved it itself.
     fn refused(&mut self, t: Ticket, dl: &DeadLetter, by: RefusedBy) -> Refused;
@@ -75,7 +85,7 @@ pub trait Ledger {
     /// A record could never be delivered (the sink's `fail()`, or a dropped handle). Stops the
     /// source unless the ledger only reports (backfill).
     fn failed(&mut self, ack: Ack, reason: String) -> Result<(), Error> {
-        Err(Definite::Delivery { event_id: ack.event_id.into(), topic: ack.topic.into(), reason }.into())
+        Err(Definite::Delivery { event_id: ack.event_id().into(), topic: ack.topic.into(), reason }.into())
     }
 }
 
@@ -362,7 +372,7 @@ impl<'a, S: Sink> Relay<'a, S> {
         self.in_flight += 1;
         self.in_flight_bytes += bytes;
         self.report_in_flight();
-        Delivery::new(t, own_text(&record.event_id), record.topic.clone(), source, self.tx.clone()).with_bytes(bytes)
+        Delivery::of(t, &record.event_id, record.topic.clone(), source, self.tx.clone()).with_bytes(bytes)
     }
 
     /// One record left the sink's hands without an ack through the queue.
@@ -412,31 +422,63 @@ impl<'a, S: Sink> Relay<'a, S> {
         r
     }
 
+    /// Acks of one ticket that follow each other (the records of a transaction, acked in a row)
+    /// reach the ledger as one [`Ledger::done_many`]: the WAL session's tracker finds the
+    /// transaction and tries to move its frontier once per run, not once per record. The run is
+    /// handed over before anything else reaches the ledger, so it sees the same calls in the same
+    /// order, only grouped.
     async fn apply_acks(&mut self, ledger: &mut impl Ledger, first: Ack) -> Result<(), Error> {
         let mut next = Some(first);
+        let mut run: Option<(Ticket, usize)> = None;
         while let Some(ack) = next {
             match self.took(ack) {
-                Ok(t) => ledger.done(t)?,
-                Err(ack) => match ack.outcome {
-                    // `took` hands back only failures and refusals.
-                    Outcome::Acked => {}
-                    Outcome::Failed { ref reason } => {
-                        self.metrics.failed("delivery");
-                        let reason = reason.clone();
-                        ledger.failed(ack, reason)?;
-                    }
-                    Outcome::Rejected(refusal) => {
-                        if ack.dead_letter {
-                            self.metrics.failed(refusal.code);
-                            return Err(copy_refused(ack.event_id, ack.topic, &refusal.reason).into());
+                Ok(t) => match &mut run {
+                    Some((r, n)) if *r == t => *n += 1,
+                    _ => {
+                        if let Some((r, n)) = run.replace((t, 1)) {
+                            ledger.done_many(r, n)?;
                         }
-                        let dl = DeadLetter::from_refusal(ack.event_id, ack.topic, *refusal, ack.source);
-                        // Boxed: the rare path, kept out of the future built per run of acks.
-                        Box::pin(self.refused(ledger, ack.ticket, dl, RefusedBy::Sink)).await?;
                     }
                 },
+                Err(ack) => {
+                    // Earlier acks reach the ledger before this one's fate.
+                    if let Some((r, n)) = run.take() {
+                        ledger.done_many(r, n)?;
+                    }
+                    // Boxed: the rare path, kept out of the future built per run of acks.
+                    Box::pin(self.not_acked(ledger, ack)).await?;
+                }
             }
             next = self.rx.try_recv();
+        }
+        match run {
+            Some((r, n)) => ledger.done_many(r, n),
+            None => Ok(()),
+        }
+    }
+
+    /// A failure or a refusal [`Relay::took`] handed back.
+    async fn not_acked(&mut self, ledger: &mut impl Ledger, ack: Ack) -> Result<(), Error> {
+        match ack.outcome {
+            // `took` hands back only failures and refusals.
+            Outcome::Acked => {}
+            Outcome::Failed { ref reason } => {
+                self.metrics.failed("delivery");
+                let reason = reason.clone();
+                ledger.failed(ack, reason)?;
+            }
+            Outcome::Rejected(refusal) => {
+                // `Delivery::reject` always says who the record was.
+                let Some(about) = ack.about else {
+                    return Err(Definite::Bug("a refused record's ack without its event id".into()).into());
+                };
+                if ack.dead_letter {
+                    self.metrics.failed(refusal.code);
+                    return Err(copy_refused(about.event_id, ack.topic, &refusal.reason).into());
+                }
+                let dl = DeadLetter::from_refusal(about.event_id, ack.topic, *refusal, about.source);
+                self.refused(ledger, ack.ticket, dl, RefusedBy::Sink).await?;
+            }
         }
         Ok(())
     }
@@ -535,28 +577,85 @@ pub(crate) fn route_masked(cfg: &Config, route: &Route, row: OutboxRow<'_>) -> R
     }
 }
 
-/// A copy of `id` in an allocation of its own. A record's event id is a slice of the WAL message it
-/// came in, and that message a slice of the session's read buffer (64 KiB, or several MiB after a
-/// big row): a delivery handle lives until the sink's ack (a Kafka delivery report, an
-/// exactly-once commit), long after the record itself is dropped, so sharing the slice would keep
-/// one whole read buffer alive per record in flight, outside what `--max-in-flight-bytes` counts.
-/// The topic is the route's own text (`router::topic`), never a slice of a message.
-fn own_text(id: &Text) -> Text {
-    Text::from(&**id)
-}
-
 #[cfg(test)]
-mod own_text_tests {
-    use super::*;
-    use bytes::Bytes;
+mod tests {
+    use std::sync::Arc;
 
-    #[test]
-    fn a_delivery_id_does_not_keep_the_read_buffer() {
-        let buffer = Bytes::from(vec![b'x'; 64 * 1024]);
-        let id = Text::try_from(buffer.slice(100..136)).expect("UTF-8");
-        let owned = own_text(&id);
-        drop(id);
-        assert_eq!(&*owned, "x".repeat(36));
-        assert!(buffer.is_unique(), "the copied id still shares the read buffer");
+    use super::*;
+    use crate::lsn::Lsn;
+    use crate::sink::NullSink;
+    use crate::source::wal::tracker::AckTracker;
+
+    fn record(id: u64) -> Record {
+        Record {
+            topic: Text::from("orders"),
+            key: None,
+            payload: Some(bytes::Bytes::from_static(b"{}")),
+            headers: Vec::new(),
+            partition: None,
+            timestamp_ms: None,
+            event_id: Text::from(format!("e{id}")),
+            event_type: None,
+        }
+    }
+
+    fn cfg() -> RelayConfig {
+        RelayConfig {
+            on_bad_event: BadEventPolicy::Fail,
+            dlq_topic: "dlq".into(),
+            registry: None,
+            budget: Budget { records: 100, bytes: 1 << 20 },
+        }
+    }
+
+    /// Acks of several transactions interleaved, one record still in flight: the runs the relay
+    /// groups per ticket ([`Relay::apply_acks`]) never let the tracker confirm past that record,
+    /// and a failure behind a run reaches the ledger after the run's acks.
+    #[tokio::test]
+    async fn grouped_acks_never_confirm_past_a_record_in_flight() {
+        let mut sink = NullSink;
+        let mut relay = Relay::new(&mut sink, cfg(), Metrics::new());
+        let source = Source { position: Position::Lsn(Lsn(1)), table: Arc::from("public.outbox") };
+        let mut tracker = AckTracker::new(Lsn(0));
+        let mut handles = Vec::new();
+        for (end, records) in [(10, 3), (20, 2)] {
+            tracker.begin(0).unwrap();
+            for _ in 0..records {
+                let t = Ticket::from(tracker.record().unwrap());
+                let n = handles.len() as u64;
+                handles.push(Some(relay.delivery(t, &record(n), 10, source.clone())));
+            }
+            tracker.commit(Lsn(end)).unwrap();
+        }
+        let mut ack = |i: usize| handles[i].take().expect("not acked yet").ack();
+        // b, a, a, b: all of the second transaction, two of the first's three.
+        for i in [3, 0, 1, 4] {
+            ack(i);
+        }
+        let first = relay.rx.try_recv().expect("queued");
+        relay.handle(&mut tracker, Wake::Ack(first)).await.unwrap();
+        assert_eq!(tracker.confirmed(), Lsn(0), "confirmed past the first transaction's third record");
+        assert_eq!((tracker.in_flight(), relay.in_flight()), (1, 1));
+        ack(2);
+        let first = relay.rx.try_recv().expect("queued");
+        relay.handle(&mut tracker, Wake::Ack(first)).await.unwrap();
+        assert_eq!(tracker.confirmed(), Lsn(20));
+
+        // A run of acks, then a failure: the run is counted, the failure stops the relay.
+        tracker.begin(0).unwrap();
+        let t = Ticket::from(tracker.record().unwrap());
+        tracker.record().unwrap();
+        tracker.record().unwrap();
+        tracker.commit(Lsn(30)).unwrap();
+        let d: Vec<Delivery> = (0..3).map(|n| relay.delivery(t, &record(10 + n), 10, source.clone())).collect();
+        let mut d = d.into_iter();
+        d.next().unwrap().ack();
+        d.next().unwrap().ack();
+        drop(d.next());
+        let first = relay.rx.try_recv().expect("queued");
+        let err = relay.handle(&mut tracker, Wake::Ack(first)).await.expect_err("a dropped handle fails");
+        assert!(err.to_string().contains("e12"), "the failure names its record: {err}");
+        assert_eq!(tracker.in_flight(), 1, "the two acks before the failure were counted");
+        assert_eq!(tracker.confirmed(), Lsn(20));
     }
 }

@@ -33,8 +33,9 @@ impl<S: Sink> Relay<'_, S> {
                 // The policy ends it (skipped, dead-lettered) or the source stops.
                 (Outcome::Rejected(_), _) => "",
             };
-            if !outcome.is_empty() {
-                otlp.end(&ack.event_id, outcome);
+            // An ack made before the exporter started carries no id; its span was never begun.
+            if !outcome.is_empty() && !ack.event_id().is_empty() {
+                otlp.end(ack.event_id(), outcome);
             }
         }
         if !matches!(ack.outcome, Outcome::Acked) {
@@ -51,7 +52,10 @@ impl<S: Sink> Relay<'_, S> {
     /// and run ([`Relay::count_acked`]), not per record. A handful of topics is the usual case; past
     /// [`ACKED_TOPICS`] the tally is counted and starts over, so the scan stays short.
     fn tally_acked(&mut self, topic: Text) {
-        if let Some((_, n)) = self.acked.iter_mut().find(|(t, _)| *t == topic) {
+        // The records of a route share its topic text: the same bytes at the same address, found
+        // without comparing them.
+        let same = |t: &Text| (t.as_ptr() == topic.as_ptr() && t.len() == topic.len()) || *t == topic;
+        if let Some((_, n)) = self.acked.iter_mut().find(|(t, _)| same(t)) {
             *n += 1;
             return;
         }

@@ -136,19 +136,10 @@ impl<Ack> Drop for AckReceiver<Ack> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lsn::Lsn;
-    use crate::sink::delivery::{Ack, Outcome, Position, Source, Ticket};
+    use crate::sink::delivery::{Ack, Outcome, Ticket};
 
     fn ack(n: u64) -> Ack {
-        Ack {
-            ticket: Ticket(n),
-            event_id: "e".into(),
-            topic: "t".into(),
-            source: Source { position: Position::Lsn(Lsn(n)), table: Arc::from("public.outbox") },
-            dead_letter: false,
-            bytes: 1,
-            outcome: Outcome::Acked,
-        }
+        Ack { ticket: Ticket(n), bytes: 1, topic: "t".into(), dead_letter: false, outcome: Outcome::Acked, about: None }
     }
 
     #[test]

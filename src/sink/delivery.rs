@@ -6,6 +6,10 @@
 //! queue ([`super::acks`]). Dropping a handle unresolved reports a failure, so a sink that loses a
 //! record can never let a source count it as delivered.
 //!
+//! Both are on every record's path, so both stay small: the handle keeps its own copy of the event
+//! id inline when it is short (never a slice of the read buffer; see `EventId`), and an ack carries
+//! who the record was ([`About`]) only on a failure or a refusal, or while traces are exported.
+//!
 //! The handle carries its source's [`Ticket`], a number the relay never interprets: the WAL
 //! session's transaction, poll's row in its batch, nothing for backfill (see [`crate::relay::Ledger`]).
 
@@ -74,26 +78,95 @@ impl std::fmt::Display for Position {
     }
 }
 
-/// A resolved delivery, sent back to the replication loop.
+/// A resolved delivery, sent back to the relay. Slim on the usual path (an ack with no trace
+/// exporter): a ticket, a size, the topic for `outboxd_events_total` and the outcome; who the record
+/// was ([`About`]) rides along only where something reads it.
 #[derive(Debug)]
 pub struct Ack {
     pub ticket: Ticket,
-    pub event_id: Text,
-    pub topic: Text,
-    pub source: Source,
-    /// This record was itself a dead-letter copy: it may not be dead-lettered again.
-    pub dead_letter: bool,
     /// The record's size, counted against `--max-in-flight-bytes` until this ack.
     pub bytes: usize,
+    pub topic: Text,
+    /// This record was itself a dead-letter copy: it may not be dead-lettered again.
+    pub dead_letter: bool,
     pub outcome: Outcome,
+    /// Always there on a failure or a refusal (their messages and dead-letter copies name the
+    /// record); on an ack only while traces are exported (the record's span ends with it).
+    pub about: Option<Box<About>>,
+}
+
+/// Who a resolved record was: its event id and where it came from.
+#[derive(Debug)]
+pub struct About {
+    pub event_id: Text,
+    pub source: Source,
+}
+
+impl Ack {
+    /// The record's event id, or `""` on an ack that carries none (see [`Ack::about`]).
+    pub fn event_id(&self) -> &str {
+        self.about.as_ref().map_or("", |a| &a.event_id)
+    }
+}
+
+/// A record's event id as its delivery handle keeps it: inline when it is short (a UUID's 36
+/// characters fit), else in an allocation of its own. Never a slice of the record's own text: that
+/// is a slice of the WAL message it came in, and that message a slice of the session's read buffer
+/// (64 KiB, or several MiB after a big row); a handle lives until the sink's ack (a Kafka delivery
+/// report, an exactly-once commit), long after the record is dropped, so sharing the slice would
+/// keep one whole read buffer alive per record in flight, outside what `--max-in-flight-bytes`
+/// counts. Inline, the usual id costs a copy of its bytes instead of an allocation and its free.
+#[derive(Clone)]
+enum EventId {
+    /// `buf[..len]` holds a copy of a whole `&str`.
+    Inline {
+        len: u8,
+        buf: [u8; INLINE_ID],
+    },
+    Heap(Box<str>),
+}
+
+/// The longest event id kept inline: the enum stays 48 bytes.
+const INLINE_ID: usize = 46;
+
+impl EventId {
+    fn new(id: &str) -> EventId {
+        let b = id.as_bytes();
+        if b.len() <= INLINE_ID {
+            let mut buf = [0u8; INLINE_ID];
+            buf[..b.len()].copy_from_slice(b);
+            EventId::Inline { len: b.len() as u8, buf }
+        } else {
+            EventId::Heap(id.into())
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            EventId::Inline { len, buf } => {
+                let b = buf.get(..usize::from(*len)).unwrap_or_default();
+                // SAFETY: `new` copied exactly these bytes from a `&str` (a whole one, so the end is
+                // a character boundary) and nothing writes `buf` or `len` afterwards.
+                unsafe { std::str::from_utf8_unchecked(b) }
+            }
+            EventId::Heap(s) => s,
+        }
+    }
+}
+
+impl std::fmt::Debug for EventId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
+    }
 }
 
 /// The per-record handle a sink must resolve. Dropped unresolved means failed.
 #[derive(Debug)]
 pub struct Delivery {
     ticket: Ticket,
-    // The record's own text, shared (a reference count each, not a copy).
-    event_id: Text,
+    event_id: EventId,
+    /// The record's own topic text, shared (a reference count, not a copy): the route's, never a
+    /// slice of a message (`router::topic`).
     topic: Text,
     source: Source,
     /// On a dead-letter copy: which part of the copy it is ([`Delivery::copy_part`]).
@@ -107,7 +180,21 @@ pub struct Delivery {
 
 impl Delivery {
     pub fn new(ticket: Ticket, event_id: Text, topic: Text, source: Source, tx: AckSender<Ack>) -> Self {
-        Delivery { ticket, event_id, topic, source, copy_part: None, bytes: 0, nth: 0, tx: Some(tx) }
+        Delivery::of(ticket, &event_id, topic, source, tx)
+    }
+
+    /// [`Delivery::new`] with the event id borrowed: the handle keeps its own copy ([`EventId`]).
+    pub fn of(ticket: Ticket, event_id: &str, topic: Text, source: Source, tx: AckSender<Ack>) -> Self {
+        Delivery {
+            ticket,
+            event_id: EventId::new(event_id),
+            topic,
+            source,
+            copy_part: None,
+            bytes: 0,
+            nth: 0,
+            tx: Some(tx),
+        }
     }
 
     /// The record came from the `nth` change at its LSN (see [`Delivery::nth`]).
@@ -159,7 +246,7 @@ impl Delivery {
     }
 
     pub fn event_id(&self) -> &str {
-        &self.event_id
+        self.event_id.as_str()
     }
 
     pub fn topic(&self) -> &str {
@@ -193,15 +280,18 @@ impl Delivery {
 
     fn send(&mut self, outcome: Outcome) {
         if let Some(tx) = self.tx.take() {
+            // Who the record was, only where it is read: a failure or a refusal names it, and an
+            // exported trace ends its span with it (`relay::took`).
+            let about = (!matches!(outcome, Outcome::Acked) || crate::otlp::exporter().is_some())
+                .then(|| Box::new(About { event_id: Text::from(self.event_id.as_str()), source: self.source.clone() }));
             // The loop may be gone (shutdown); then nobody needs the outcome.
             tx.send(Ack {
                 ticket: self.ticket,
-                event_id: std::mem::take(&mut self.event_id),
-                topic: std::mem::take(&mut self.topic),
-                source: self.source.clone(),
-                dead_letter: self.copy_part.is_some(),
                 bytes: self.bytes,
+                topic: std::mem::take(&mut self.topic),
+                dead_letter: self.copy_part.is_some(),
                 outcome,
+                about,
             });
         }
     }
@@ -209,7 +299,11 @@ impl Delivery {
 
 impl Drop for Delivery {
     fn drop(&mut self) {
-        self.send(Outcome::Failed { reason: "the sink dropped the record without a result".into() });
+        // Checked first: every resolved handle is dropped too, and the failure's text is an
+        // allocation (and its free) that only an unresolved one needs.
+        if self.tx.is_some() {
+            self.send(Outcome::Failed { reason: "the sink dropped the record without a result".into() });
+        }
     }
 }
 
@@ -226,9 +320,41 @@ mod tests {
         let ack = rx.try_recv().unwrap();
         assert!(matches!(ack.outcome, Outcome::Failed { .. }));
         assert_eq!(ack.ticket, Ticket(3));
+        assert_eq!(ack.event_id(), "e1", "a failure names its record");
         Delivery::new(Ticket(4), "e2".into(), "t".into(), src, tx).ack();
         let ack = rx.try_recv().unwrap();
         assert!(matches!(ack.outcome, Outcome::Acked));
+        assert!(ack.about.is_none(), "an ack without a trace exporter carries nothing it does not need");
         assert!(rx.try_recv().is_none(), "ack() must not also report a failure on drop");
+    }
+
+    #[test]
+    fn event_ids_short_and_long_read_back_whole() {
+        let long = "é".repeat(40);
+        for id in
+            ["", "e", "0190b6c2-7f1d-7c3e-9a55-2f1e3c4d5e6f", &"x".repeat(INLINE_ID), &"x".repeat(INLINE_ID + 1), &long]
+        {
+            let e = EventId::new(id);
+            assert_eq!(e.as_str(), id);
+            assert_eq!(matches!(e, EventId::Inline { .. }), id.len() <= INLINE_ID, "{id}");
+        }
+        assert_eq!(std::mem::size_of::<EventId>(), 48);
+    }
+
+    /// A handle's id is its own copy: the record's text (a slice of the session's read buffer)
+    /// is not kept alive by a handle waiting for its ack.
+    #[test]
+    fn a_delivery_id_does_not_keep_the_read_buffer() {
+        let buffer = Bytes::from(vec![b'x'; 64 * 1024]);
+        for len in [36, 200] {
+            let id = Text::try_from(buffer.slice(100..100 + len)).expect("UTF-8");
+            let (tx, _rx) = super::super::acks::ack_queue();
+            let src = Source { position: Position::Lsn(Lsn(1)), table: Arc::from("public.outbox") };
+            let d = Delivery::of(Ticket(1), &id, "t".into(), src, tx);
+            drop(id);
+            assert_eq!(d.event_id(), "x".repeat(len));
+            assert!(buffer.is_unique(), "the handle's id still shares the read buffer");
+            d.disarm();
+        }
     }
 }

@@ -143,7 +143,7 @@ impl Ledger for Summary {
     }
 
     fn failed(&mut self, ack: Ack, reason: String) -> Result<(), Error> {
-        undelivered(self, &ack.event_id, &ack.topic, "delivery", &reason);
+        undelivered(self, ack.event_id(), &ack.topic, "delivery", &reason);
         Ok(())
     }
 }

@@ -256,13 +256,18 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         // The clock is read only when a transaction completed: this runs at every COMMIT, and
         // with an asynchronous sink most commits complete nothing yet (a clock read is ~100
         // instructions, as much as a small event's routing step).
+        // The counter moves once per run of acks, by what the run completed.
         let mut now = None;
+        let mut n = 0;
         let m = &self.metrics;
         self.tracker.drain_completed(|commit_time| {
             let now = *now.get_or_insert_with(now_pg_us);
-            m.transactions.increment(1);
+            n += 1;
             m.commit_to_ack.record((now - commit_time).max(0) as f64 / 1e6);
         });
+        if n > 0 {
+            m.transactions.increment(n);
+        }
     }
 
     /// The messages of a burst that are buffered already, up to [`WAL_BURST`], each handled as

@@ -64,6 +64,11 @@ impl Ledger for AckTracker {
         Ok(())
     }
 
+    fn done_many(&mut self, t: Ticket, n: usize) -> Result<(), Error> {
+        self.ack_n(TxnId(t.0), n)?;
+        Ok(())
+    }
+
     fn refused(&mut self, _t: Ticket, dl: &DeadLetter, _by: RefusedBy) -> Refused {
         Refused::Policy { reason: format!("{} ({})", dl.message, dl.code) }
     }
@@ -244,16 +249,23 @@ impl AckTracker {
 
     /// The sink confirmed one record of `id`. Returns the frontier after it.
     pub fn ack(&mut self, id: TxnId) -> Result<Lsn, AckError> {
+        self.ack_n(id, 1)
+    }
+
+    /// The sink confirmed `n` records of `id` (a run of its acks): as `n` calls of
+    /// [`AckTracker::ack`], with one lookup. More acks than `id` has pending is an error that
+    /// changes nothing, so the frontier never passes a record still in flight.
+    pub fn ack_n(&mut self, id: TxnId, n: usize) -> Result<Lsn, AckError> {
         let txn = self.get_mut(id)?;
-        if txn.pending == 0 {
+        if txn.pending < n || n == 0 {
             return Err(AckError::UnknownTxn(id));
         }
-        txn.pending -= 1;
+        txn.pending -= n;
         if txn.pending == 0 && txn.end_lsn.is_some() {
             let t = txn.commit_time_us;
             self.completed.push(t);
         }
-        self.in_flight -= 1;
+        self.in_flight -= n;
         self.advance();
         Ok(self.confirmed)
     }

@@ -303,3 +303,35 @@ fn a_transaction_completes_on_its_own_last_ack_not_on_the_frontier() {
     t.drain_completed(|c| done.push(c));
     assert_eq!(done, vec![2, 1, 3]);
 }
+
+/// A run of acks (`ack_n`, the relay's grouping of consecutive acks of one transaction) moves the
+/// frontier exactly as that many single acks would: never past a transaction with a record still
+/// in flight, and an over-long run is refused without changing anything.
+#[test]
+fn a_run_of_acks_never_confirms_past_a_record_in_flight() {
+    let mut t = AckTracker::new(lsn(0));
+    let a = t.begin(0).unwrap();
+    for _ in 0..3 {
+        t.record().unwrap();
+    }
+    t.commit(lsn(10)).unwrap();
+    let b = t.begin(0).unwrap();
+    t.record().unwrap();
+    t.record().unwrap();
+    t.commit(lsn(20)).unwrap();
+    // All of b, two of a's three: nothing may be confirmed.
+    assert_eq!(t.ack_n(b, 2).unwrap(), lsn(0));
+    assert_eq!(t.ack_n(a, 2).unwrap(), lsn(0));
+    assert_eq!(t.in_flight(), 1);
+    // A run longer than what is pending is a bug: refused, and the frontier does not move.
+    assert_eq!(t.ack_n(a, 2), Err(AckError::UnknownTxn(a)));
+    assert_eq!(t.ack_n(a, 0), Err(AckError::UnknownTxn(a)));
+    assert_eq!(t.confirmed(), lsn(0));
+    assert_eq!(t.in_flight(), 1);
+    // The last record of a: both transactions are confirmed, and both counted as completed.
+    assert_eq!(t.ack_n(a, 1).unwrap(), lsn(20));
+    let mut completed = 0;
+    t.drain_completed(|_| completed += 1);
+    assert_eq!(completed, 2);
+    assert!(!t.busy());
+}
