@@ -234,7 +234,7 @@ fn copy_data_header(b: &[u8]) -> Result<CopyDataHeader, String> {
             if b.len() != 1 + 17 {
                 return Err(format!("keepalive must be 17 bytes, got {}", b.len() - 1));
             }
-            Ok(CopyDataHeader::Keepalive { wal_end: Lsn(word(1)), reply_requested: b[17] == 1 })
+            Ok(CopyDataHeader::Keepalive { wal_end: Lsn(word(1)), reply_requested: b.get(17) == Some(&1) })
         }
         Some(t) => Err(format!("unknown replication message tag 0x{t:02x}")),
     }
