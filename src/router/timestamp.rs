@@ -87,8 +87,8 @@ fn walsender_epoch_ms(text: &[u8], utc_suffix: bool) -> Option<i64> {
         let ones = 0x0101_0101_0101_0101 & digits;
         // Separators exactly; digits' high nibble 3 and, with 6 added, still 3 (0x30..=0x39).
         // After the first test every byte is at most 0x3f, so adding 6 never carries.
-        (w & (!digits | 0xf0f0_f0f0_f0f0_f0f0)) == (seps | 0x30 * ones)
-            && (w.wrapping_add(6 * ones) & 0xf0 * ones) == 0x30 * ones
+        (w & (!digits | 0xf0f0_f0f0_f0f0_f0f0)) == (seps | (0x30 * ones))
+            && (w.wrapping_add(6 * ones) & (0xf0 * ones)) == 0x30 * ones
     };
     if !(fixed(w0, D0, S0) && fixed(w1, D1, S1) && fixed(w2, D2, S2)) {
         return None;

@@ -291,7 +291,7 @@ impl ReplicationStream {
         loop {
             let tag = self.conn.fill_frame().await?;
             match tag {
-                b'd' => return Ok(self.take_copy_data()?),
+                b'd' => return self.take_copy_data(),
                 b'c' => return Err(Transient::PgClosed { target: self.conn.target.clone() }.into()),
                 _ => match self.conn.read_message().await? {
                     backend::Message::ErrorResponse(body) => return Err(stream_error(server_error(&body))),
