@@ -534,19 +534,22 @@ impl Reader {
         }
         let mut row = WireRow::new(self.buf.clone(), n);
         let data: &[u8] = &self.buf;
-        let mut pos = self.pos;
+        // The unread bytes; a value's offset is `data.len() - rest.len()`, which fits in 32 bits
+        // (checked above).
+        let mut rest = data.get(self.pos..).unwrap_or_default();
         for _ in 0..n {
-            let Some(&kind) = data.get(pos) else {
+            let Some((&kind, tail)) = rest.split_first() else {
                 return Err(DecodeError::Truncated { what: "TupleData value kind" });
             };
-            pos += 1;
             let binary = match kind {
                 b'n' => {
                     row.null();
+                    rest = tail;
                     continue;
                 }
                 b'u' => {
                     row.unchanged_toast();
+                    rest = tail;
                     continue;
                 }
                 b't' => false,
@@ -554,22 +557,17 @@ impl Reader {
                 b => return Err(bad_marker("TupleData value kind", b)),
             };
             let what = if binary { "TupleData binary value" } else { "TupleData text value" };
-            let len = match data.get(pos..).and_then(|r| r.first_chunk::<4>()) {
-                Some(b) => i32::from_be_bytes(*b),
-                None => return Err(DecodeError::Truncated { what }),
+            let Some((len, tail)) = tail.split_first_chunk::<4>() else {
+                return Err(DecodeError::Truncated { what });
             };
-            let len = usize::try_from(len).map_err(|_| negative(what, len.into()))?;
-            pos += 4;
-            if data.len() - pos < len {
-                return Err(DecodeError::Truncated { what });
-            }
-            if !row.push(pos..pos + len, binary) {
-                // Unreachable (the buffer's length was checked), but never a panic.
-                return Err(DecodeError::Truncated { what });
-            }
-            pos += len;
+            let len = i32::from_be_bytes(*len);
+            let Some((value, after)) = usize::try_from(len).ok().and_then(|l| tail.split_at_checked(l)) else {
+                return Err(if len < 0 { negative(what, len.into()) } else { DecodeError::Truncated { what } });
+            };
+            row.push_within((data.len() - tail.len()) as u32, value.len() as u32, binary);
+            rest = after;
         }
-        self.pos = pos;
+        self.pos = data.len() - rest.len();
         Ok(row.finish())
     }
 

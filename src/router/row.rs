@@ -264,6 +264,17 @@ impl WireRow {
         true
     }
 
+    /// A text (`binary == false`) or binary value at `buf[start..start + len]`, which the caller
+    /// has checked lies within the buffer (the decoder's loop, which already compared the length
+    /// with the bytes left). A cell outside it would still never panic: [`Row`]'s reads are
+    /// checked and give nothing for it (and fail a debug assertion).
+    #[inline(always)]
+    pub fn push_within(&mut self, start: u32, len: u32, binary: bool) {
+        debug_assert!(start as usize + len as usize <= self.buf.len(), "cell outside its message");
+        let kind = if binary { Kind::Binary } else { Kind::Text };
+        self.cells.push(Cell { start, len, kind });
+    }
+
     pub fn finish(self) -> Row {
         Row(Repr::Wire { buf: self.buf, cells: self.cells })
     }

@@ -68,31 +68,63 @@ pub fn epoch_ms(type_oid: u32, text: &[u8]) -> Result<Option<i64>, String> {
 /// years 1970..=9998, so the result is never negative and never near jiff's range limits. Anything
 /// else, valid or not, is `None` and goes to the general parser, which gives the same instant or
 /// the error.
+///
+/// The fixed part is read eight bytes at a time: each word's separators and digits are checked
+/// with a few masks rather than byte by byte, and adjacent digits are paired in one multiply.
 fn walsender_epoch_ms(text: &[u8], utc_suffix: bool) -> Option<i64> {
-    // Fixed positions up to the seconds: one bounds check, then digit by digit.
-    let head: &[u8; 19] = text.get(..19)?.try_into().ok()?;
-    let digit = |i: usize| -> Option<i64> {
-        let d = head[i].wrapping_sub(b'0');
-        (d < 10).then_some(i64::from(d))
+    // `YYYY-MM-` `DD HH:MM` and (overlapping) `HH:MM:SS`, little-endian: byte i of the text is
+    // bits 8i.. of its word.
+    let word = |at: usize| -> Option<u64> { Some(u64::from_le_bytes(text.get(at..at + 8)?.try_into().ok()?)) };
+    let (w0, w1, w2) = (word(0)?, word(8)?, word(11)?);
+    // Per word: which bytes are digits (0xff) and which separators must be (the digits' bytes 0).
+    const D0: u64 = 0x00ff_ff00_ffff_ffff; // YYYY-MM-
+    const S0: u64 = 0x2d00_002d_0000_0000;
+    const D1: u64 = 0xffff_00ff_ff00_ffff; // DD HH:MM
+    const S1: u64 = 0x0000_3a00_0020_0000;
+    const D2: u64 = 0xffff_00ff_ff00_ffff; // HH:MM:SS
+    const S2: u64 = 0x0000_3a00_003a_0000;
+    let fixed = |w: u64, digits: u64, seps: u64| {
+        let ones = 0x0101_0101_0101_0101 & digits;
+        // Separators exactly; digits' high nibble 3 and, with 6 added, still 3 (0x30..=0x39).
+        // After the first test every byte is at most 0x3f, so adding 6 never carries.
+        (w & (!digits | 0xf0f0_f0f0_f0f0_f0f0)) == (seps | (0x30 * ones))
+            && (w.wrapping_add(6 * ones) & (0xf0 * ones)) == 0x30 * ones
     };
-    let two = |i: usize| Some(digit(i)? * 10 + digit(i + 1)?);
-    if !(head[4] == b'-' && head[7] == b'-' && head[10] == b' ' && head[13] == b':' && head[16] == b':') {
+    if !(fixed(w0, D0, S0) && fixed(w1, D1, S1) && fixed(w2, D2, S2)) {
         return None;
     }
-    let year = two(0)? * 100 + two(2)?;
-    let (month, day) = (two(5)?, two(8)?);
-    let (hour, minute, second) = (two(11)?, two(14)?, two(17)?);
+    // Byte i of `pairs(w)` is 10 × digit i + digit i+1 (< 256: no carries between bytes).
+    let pairs = |w: u64| (w & 0x0f0f_0f0f_0f0f_0f0f) * 10 + ((w >> 8) & 0x000f_0f0f_0f0f_0f0f);
+    let (p0, p1, p2) = (pairs(w0), pairs(w1), pairs(w2));
+    let at = |p: u64, i: u32| ((p >> (8 * i)) & 0xff) as i64;
+    let year = at(p0, 0) * 100 + at(p0, 2);
+    let (month, day) = (at(p0, 5), at(p1, 0));
+    let (hour, minute, second) = (at(p2, 0), at(p2, 3), at(p2, 6));
     let mut rest = &text[19..];
     let mut millis = 0;
     if let [b'.', fraction @ ..] = rest {
-        let digits = fraction.iter().take(7).take_while(|b| b.is_ascii_digit()).count();
+        // Up to 8 fraction bytes, zero-padded (zero is not a digit); count the leading digits.
+        // (The walsender's `ffffff+00` is 9 bytes: one load, no copy.)
+        let w = match fraction.first_chunk::<8>() {
+            Some(head) => u64::from_le_bytes(*head),
+            None => {
+                let mut buf = [0u8; 8];
+                buf[..fraction.len()].copy_from_slice(fraction);
+                u64::from_le_bytes(buf)
+            }
+        };
+        // High bit of each byte set where that byte is not an ASCII digit.
+        let not_digit = ((w & 0xf0f0_f0f0_f0f0_f0f0) ^ 0x3030_3030_3030_3030).wrapping_add(0x7f7f_7f7f_7f7f_7f7f)
+            | (w & 0x0f0f_0f0f_0f0f_0f0f).wrapping_add(0x7676_7676_7676_7676);
+        let digits = ((not_digit & 0x8080_8080_8080_8080).trailing_zeros() / 8) as usize;
         if !(1..=6).contains(&digits) {
             return None;
         }
-        // Milliseconds truncate the fraction, as jiff's `as_millisecond` does for instants >= 1970.
-        for i in 0..3 {
-            millis = millis * 10 + fraction.get(i).filter(|_| i < digits).map_or(0, |b| i64::from(b - b'0'));
-        }
+        // Milliseconds truncate the fraction, as jiff's `as_millisecond` does for instants >= 1970;
+        // digits past the fraction's end count as 0.
+        let kept = w & (u64::MAX >> (64 - 8 * digits.min(3)));
+        let d = |i: u32| ((kept >> (8 * i)) & 0x0f) as i64;
+        millis = d(0) * 100 + d(1) * 10 + d(2);
         rest = &fraction[digits..];
     }
     if rest != if utc_suffix { &b"+00"[..] } else { &b""[..] } {
@@ -324,6 +356,21 @@ mod tests {
             // Day 31 of a short month: both refuse (jiff with an error, the fast path with None).
             proptest::prop_assert_eq!(fast, slow, "{}", text);
             proptest::prop_assert_eq!(epoch_ms(if utc { TIMESTAMPTZ } else { TIMESTAMP }, text.as_bytes()).ok().flatten(), slow);
+        }
+    }
+
+    proptest::proptest! {
+        /// Near-misses of the walsender's spelling (any byte from a small alphabet of digits,
+        /// separators and strays, at any length up to 32): whatever the word-wide checks accept
+        /// must read as the general parser reads it.
+        #[test]
+        fn fast_path_accepts_nothing_jiff_reads_otherwise(
+            text in "[0-9 :.+-]{0,6}[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}[0-9:.+a-]{0,10}|[0-9 :.+\\-]{0,32}",
+            utc in proptest::bool::ANY,
+        ) {
+            if let Some(fast) = walsender_epoch_ms(text.as_bytes(), utc) {
+                proptest::prop_assert_eq!(Some(fast), jiff_epoch_ms(&text, utc), "{}", text);
+            }
         }
     }
 

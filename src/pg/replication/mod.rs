@@ -200,33 +200,56 @@ fn server_error(body: &backend::ErrorResponseBody) -> ServerError {
     ServerError { code, message }
 }
 
+/// The fixed header of one CopyData body of the replication stream, read in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CopyDataHeader {
+    /// XLogData; its payload is the rest of the body after [`XLOG_HEADER`] bytes.
+    Data {
+        wal_start: Lsn,
+        wal_end: Lsn,
+    },
+    Keepalive {
+        wal_end: Lsn,
+        reply_requested: bool,
+    },
+}
+
+/// XLogData's header: the tag, start and end LSNs and the send time.
+const XLOG_HEADER: usize = 1 + 24;
+
+/// Read the header of a CopyData body (`w` XLogData or `k` keepalive) without taking the body
+/// apart. Pure: never panics; a short, long or unknown message is an error naming what was wrong.
+fn copy_data_header(b: &[u8]) -> Result<CopyDataHeader, String> {
+    // Total, so nothing here can panic; the lengths are checked before any field is read.
+    let word = |at: usize| b.get(at..at + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()).map_or(0, u64::from_be_bytes);
+    match b.first() {
+        None => Err("empty replication message".into()),
+        Some(b'w') => {
+            if b.len() < XLOG_HEADER {
+                return Err(format!("XLogData header needs 24 bytes, got {}", b.len() - 1));
+            }
+            Ok(CopyDataHeader::Data { wal_start: Lsn(word(1)), wal_end: Lsn(word(9)) })
+        }
+        Some(b'k') => {
+            if b.len() != 1 + 17 {
+                return Err(format!("keepalive must be 17 bytes, got {}", b.len() - 1));
+            }
+            Ok(CopyDataHeader::Keepalive { wal_end: Lsn(word(1)), reply_requested: b.get(17) == Some(&1) })
+        }
+        Some(t) => Err(format!("unknown replication message tag 0x{t:02x}")),
+    }
+}
+
 /// Parse the body of one CopyData frame of the replication stream (`w` XLogData or `k` keepalive).
 /// Pure: never panics; a short, long or unknown message is an error naming what was wrong.
 pub fn parse_copy_data(mut b: Bytes) -> Result<WalMessage, String> {
-    let Some(&tag) = b.first() else {
-        return Err("empty replication message".into());
-    };
-    b.advance(1);
-    match tag {
-        b'w' => {
-            if b.len() < 24 {
-                return Err(format!("XLogData header needs 24 bytes, got {}", b.len()));
-            }
-            let wal_start = Lsn(b.get_u64());
-            let wal_end = Lsn(b.get_u64());
-            let _send_time = b.get_i64();
-            Ok(WalMessage::Data { wal_start, wal_end, data: b })
+    Ok(match copy_data_header(&b)? {
+        CopyDataHeader::Data { wal_start, wal_end } => {
+            b.advance(XLOG_HEADER);
+            WalMessage::Data { wal_start, wal_end, data: b }
         }
-        b'k' => {
-            if b.len() != 17 {
-                return Err(format!("keepalive must be 17 bytes, got {}", b.len()));
-            }
-            let wal_end = Lsn(b.get_u64());
-            let _send_time = b.get_i64();
-            Ok(WalMessage::Keepalive { wal_end, reply_requested: b.get_u8() == 1 })
-        }
-        t => Err(format!("unknown replication message tag 0x{t:02x}")),
-    }
+        CopyDataHeader::Keepalive { wal_end, reply_requested } => WalMessage::Keepalive { wal_end, reply_requested },
+    })
 }
 
 /// An error the walsender sent mid-stream. Most are the server going away (transient); a missing
@@ -268,7 +291,7 @@ impl ReplicationStream {
         loop {
             let tag = self.conn.fill_frame().await?;
             match tag {
-                b'd' => return Ok(self.take_copy_data()?),
+                b'd' => return self.take_copy_data(),
                 b'c' => return Err(Transient::PgClosed { target: self.conn.target.clone() }.into()),
                 _ => match self.conn.read_message().await? {
                     backend::Message::ErrorResponse(body) => return Err(stream_error(server_error(&body))),
@@ -298,8 +321,9 @@ impl ReplicationStream {
     }
 
     /// Take the CopyData frame at the head of the buffer (its header checked and the whole frame
-    /// buffered by the caller) and parse its body. The frame is split off the read buffer, not
-    /// copied: the XLogData payload, and every value decoded from it, share that allocation.
+    /// buffered by the caller) and parse its body. The header is read in place; only an XLogData
+    /// payload is split off the read buffer (not copied: it, and every value decoded from it,
+    /// share that allocation), so a frame costs at most one reference count.
     fn take_copy_data(&mut self) -> Result<WalMessage, Error> {
         let Some((_, len)) = frame_header(&self.conn.rbuf) else {
             return Err(self.conn.protocol("short CopyData frame").into());
@@ -311,20 +335,32 @@ impl ReplicationStream {
             return Err(self.conn.io(source).into());
         }
         // Tag (1 byte), then the length (4 bytes, counting itself), then the body.
-        let mut frame = self.conn.rbuf.split_to(1 + len);
-        frame.advance(5);
         self.pinged = false;
-        let msg = self.parse_copy_data(frame.freeze())?;
+        let header = match copy_data_header(&self.conn.rbuf[5..1 + len]) {
+            Ok(header) => header,
+            Err(detail) => {
+                // The bad frame is consumed all the same, as before the header was read in place.
+                self.conn.rbuf.advance(1 + len);
+                return Err(Definite::Protocol { lsn: self.last_received, detail }.into());
+            }
+        };
+        let msg = match header {
+            CopyDataHeader::Data { wal_start, wal_end } => {
+                self.conn.rbuf.advance(5 + XLOG_HEADER);
+                let data = self.conn.rbuf.split_to(len - 4 - XLOG_HEADER).freeze();
+                WalMessage::Data { wal_start, wal_end, data }
+            }
+            CopyDataHeader::Keepalive { wal_end, reply_requested } => {
+                self.conn.rbuf.advance(1 + len);
+                WalMessage::Keepalive { wal_end, reply_requested }
+            }
+        };
         match &msg {
             WalMessage::Data { wal_end, .. } | WalMessage::Keepalive { wal_end, .. } => {
                 self.last_received = self.last_received.max(*wal_end);
             }
         }
         Ok(msg)
-    }
-
-    fn parse_copy_data(&self, b: Bytes) -> Result<WalMessage, Definite> {
-        parse_copy_data(b).map_err(|detail| Definite::Protocol { lsn: self.last_received, detail })
     }
 
     /// Standby status update: flush = apply = `confirmed`.
@@ -643,6 +679,67 @@ mod tests {
         let e = s.next().await.expect_err("a length field below 4 is an error");
         // A corrupt stream reconnects (as when postgres-protocol read these frames); it does not stop outboxd.
         assert!(e.is_transient(), "{e}");
+    }
+
+    /// Keepalives are read in place and dropped from the buffer; an XLogData payload is exactly
+    /// its frame's body past the 25-byte header; a frame with an unknown tag is an error and is
+    /// consumed, so the frames after it still parse.
+    #[tokio::test]
+    async fn take_copy_data_reads_headers_in_place() {
+        let (client, _server) = tokio::io::duplex(1024);
+        let conn = ReplicationConn {
+            sock: Box::new(client),
+            rbuf: BytesMut::new(),
+            wbuf: BytesMut::new(),
+            target: "test".into(),
+            backend_pid: None,
+            last_rx: Instant::now(),
+        };
+        let mut s = ReplicationStream { conn, last_received: Lsn(0), receiver_timeout: Duration::ZERO, pinged: true };
+        let frame = |body: &[u8]| {
+            let mut f = vec![b'd'];
+            f.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+            f.extend_from_slice(body);
+            f
+        };
+        let mut keepalive = vec![b'k'];
+        keepalive.extend_from_slice(&40u64.to_be_bytes());
+        keepalive.extend_from_slice(&0i64.to_be_bytes());
+        keepalive.push(1);
+        let buffered = [
+            frame(&keepalive),
+            xlog_frame(50, b"Iafter"),
+            frame(b"zjunk"),
+            xlog_frame(60, b""),
+            xlog_frame(70, b"Ctail"),
+        ]
+        .concat();
+        s.conn.rbuf.extend_from_slice(&buffered);
+        match s.try_next().unwrap().unwrap() {
+            WalMessage::Keepalive { wal_end, reply_requested } => {
+                assert_eq!((wal_end, reply_requested), (Lsn(40), true))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!s.pinged, "a frame counts as the server's answer");
+        match s.try_next().unwrap().unwrap() {
+            WalMessage::Data { wal_start, wal_end, data } => {
+                assert_eq!((wal_start, wal_end, &data[..]), (Lsn(50), Lsn(51), &b"Iafter"[..]))
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = s.try_next().unwrap().expect_err("unknown tag");
+        assert!(e.to_string().contains("0x7a"), "{e}");
+        match s.try_next().unwrap().unwrap() {
+            WalMessage::Data { wal_start, data, .. } => assert_eq!((wal_start, data.len()), (Lsn(60), 0)),
+            other => panic!("{other:?}"),
+        }
+        match s.try_next().unwrap().unwrap() {
+            WalMessage::Data { wal_start, data, .. } => assert_eq!((wal_start, &data[..]), (Lsn(70), &b"Ctail"[..])),
+            other => panic!("{other:?}"),
+        }
+        assert!(s.try_next().is_none() && s.conn.rbuf.is_empty());
+        assert_eq!(s.last_received(), Lsn(71));
     }
 
     #[test]
