@@ -31,9 +31,9 @@
 //! # Invariants
 //! * A ticket completes only through [`Ledger::done`], called once per record counted under it: on
 //!   the sink's ack, on a skip, or on the ack of each dead-letter chunk (a run of consecutive acks
-//!   of one ticket arrives as one [`Ledger::done_many`], before anything later reaches the ledger). A copy's chunks are all
-//!   counted ([`Ledger::add`]) before the original is resolved and before any chunk is sent, so a
-//!   ticket never completes on a partial copy.
+//!   of one ticket arrives as one [`Ledger::done_many`], before anything later reaches the
+//!   ledger). A copy's chunks are all counted ([`Ledger::add`]) before the original is resolved
+//!   and before any chunk is sent, so a ticket never completes on a partial copy.
 //! * A dead-letter copy is never dead-lettered again: its refusal stops the source.
 //! * Nothing here waits on the destination: `send` hands over or the sink holds the record, and
 //!   the source stops reading while [`Relay::room`] says no.
@@ -425,8 +425,10 @@ impl<'a, S: Sink> Relay<'a, S> {
     /// Acks of one ticket that follow each other (the records of a transaction, acked in a row)
     /// reach the ledger as one [`Ledger::done_many`]: the WAL session's tracker finds the
     /// transaction and tries to move its frontier once per run, not once per record. The run is
-    /// handed over before anything else reaches the ledger, so it sees the same calls in the same
-    /// order, only grouped.
+    /// handed over before anything else reaches the ledger, so while nothing fails it sees the
+    /// same calls in the same order, only grouped. When `done_many` fails (a bug, which stops the
+    /// session), none of the run is applied, and an ack that already passed [`Relay::took`] may
+    /// never reach the ledger: both on the safe side, nothing more is confirmed.
     async fn apply_acks(&mut self, ledger: &mut impl Ledger, first: Ack) -> Result<(), Error> {
         let mut next = Some(first);
         let mut run: Option<(Ticket, usize)> = None;

@@ -33,8 +33,9 @@ impl<S: Sink> Relay<'_, S> {
                 // The policy ends it (skipped, dead-lettered) or the source stops.
                 (Outcome::Rejected(_), _) => "",
             };
-            // An ack made before the exporter started carries no id; its span was never begun.
-            if !outcome.is_empty() && !ack.event_id().is_empty() {
+            // An ack made before the exporter started carries no `about` (so no id); its span was
+            // never begun. An empty event id is an id like any other.
+            if !outcome.is_empty() && ack.about.is_some() {
                 otlp.end(ack.event_id(), outcome);
             }
         }

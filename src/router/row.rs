@@ -77,7 +77,9 @@ enum Repr {
 }
 
 /// A column of a [`Repr::Wire`] row: `buf[start..start + len]` for text and binary values.
-/// Offsets are `u32`: [`WireRow::push`] refuses a buffer they cannot address.
+/// Offsets are `u32`: [`WireRow::push`] refuses a buffer they cannot address, and the decoder,
+/// which fills rows with [`WireRow::push_within`], checks the message's length against `u32`
+/// before its loop and each value's length against the bytes left.
 #[derive(Clone, Copy, Debug)]
 struct Cell {
     start: u32,
@@ -130,7 +132,8 @@ impl Row {
             }),
             Repr::Wire { buf, cells } => {
                 let c = cells.get(i)?;
-                // In bounds by construction (`WireRow::push`); `get` keeps even a bug panic-free
+                // In bounds by construction (`WireRow::push`, or the decoder's checks before
+                // `WireRow::push_within`); `get` keeps even a bug panic-free
                 // in release builds, and says so loudly in tests.
                 debug_assert!(c.start as usize + c.len as usize <= buf.len(), "cell {i} outside its message");
                 let bytes = || buf.get(c.start as usize..c.start as usize + c.len as usize).unwrap_or_default();

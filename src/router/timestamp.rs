@@ -113,9 +113,12 @@ fn walsender_epoch_ms(text: &[u8], utc_suffix: bool) -> Option<i64> {
                 u64::from_le_bytes(buf)
             }
         };
-        // High bit of each byte set where that byte is not an ASCII digit.
-        let not_digit = ((w & 0xf0f0_f0f0_f0f0_f0f0) ^ 0x3030_3030_3030_3030).wrapping_add(0x7f7f_7f7f_7f7f_7f7f)
-            | (w & 0x0f0f_0f0f_0f0f_0f0f).wrapping_add(0x7676_7676_7676_7676);
+        // High bit of each byte set where that byte is not an ASCII digit: `x` is the byte minus
+        // '0' for a digit (0..=9); any other byte has its high bit set in `x` already, or a low
+        // seven bits of at least 10, which + 0x76 carries into the high bit. No byte carries into
+        // the next (at most 0x7f + 0x76).
+        let x = w ^ 0x3030_3030_3030_3030;
+        let not_digit = ((x & 0x7f7f_7f7f_7f7f_7f7f) + 0x7676_7676_7676_7676) | x;
         let digits = ((not_digit & 0x8080_8080_8080_8080).trailing_zeros() / 8) as usize;
         if !(1..=6).contains(&digits) {
             return None;
@@ -365,11 +368,43 @@ mod tests {
         /// must read as the general parser reads it.
         #[test]
         fn fast_path_accepts_nothing_jiff_reads_otherwise(
-            text in "[0-9 :.+-]{0,6}[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}[0-9:.+a-]{0,10}|[0-9 :.+\\-]{0,32}",
+            text in "[0-9 :.+-]{0,6}[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}[0-9:.+a\u{80}\u{e9}é-]{0,10}|[0-9 :.+\\-]{0,32}",
             utc in proptest::bool::ANY,
         ) {
             if let Some(fast) = walsender_epoch_ms(text.as_bytes(), utc) {
                 proptest::prop_assert_eq!(Some(fast), jiff_epoch_ms(&text, utc), "{}", text);
+            }
+        }
+    }
+
+    /// A fraction byte that is not an ASCII digit ends the digits, whatever its high nibble: bytes
+    /// such as 0x80-0x89 or 0xc3 0xa9 (`é`) are never read as digits.
+    #[test]
+    fn non_ascii_fraction_bytes_are_not_digits() {
+        assert_eq!(walsender_epoch_ms("2026-12-02 10:49:10.é+00".as_bytes(), true), None);
+        assert_eq!(walsender_epoch_ms(b"2026-12-02 10:49:10.\x80+00", true), None);
+        assert_eq!(walsender_epoch_ms(b"2026-12-02 10:49:10.1\x89+00", true), None);
+        assert_eq!(walsender_epoch_ms(b"2026-12-02 10:49:10.12\xf9", false), None);
+        assert_eq!(
+            walsender_epoch_ms(b"2026-12-02 10:49:10.12", false),
+            jiff_epoch_ms("2026-12-02 10:49:10.12", false)
+        );
+    }
+
+    proptest::proptest! {
+        /// Any bytes after a valid date and time and a `.`: what the fast path accepts is text
+        /// the general parser reads the same (every byte value, so non-ASCII ones too).
+        #[test]
+        fn fast_path_fraction_accepts_only_what_jiff_reads(
+            tail in proptest::collection::vec(proptest::num::u8::ANY, 0..12),
+            utc in proptest::bool::ANY,
+        ) {
+            let mut text = b"2026-12-02 10:49:10.".to_vec();
+            text.extend_from_slice(&tail);
+            if let Some(fast) = walsender_epoch_ms(&text, utc) {
+                let s = std::str::from_utf8(&text);
+                proptest::prop_assert!(s.is_ok(), "accepted bytes that are not UTF-8: {:?}", text);
+                proptest::prop_assert_eq!(Some(fast), jiff_epoch_ms(s.unwrap(), utc), "{:?}", text);
             }
         }
     }

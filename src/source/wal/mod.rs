@@ -256,7 +256,8 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         // The clock is read only when a transaction completed: this runs at every COMMIT, and
         // with an asynchronous sink most commits complete nothing yet (a clock read is ~100
         // instructions, as much as a small event's routing step).
-        // The counter moves once per run of acks, by what the run completed.
+        // The counter moves once per call (each batch of acks applied, and each COMMIT), by what
+        // completed since the last.
         let mut now = None;
         let mut n = 0;
         let m = &self.metrics;

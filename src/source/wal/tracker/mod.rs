@@ -95,6 +95,8 @@ pub enum AckError {
     Backwards { end: Lsn, prev: Lsn },
     #[error("ack for unknown transaction {0:?}")]
     UnknownTxn(TxnId),
+    #[error("{n} acks for transaction {id:?}, which has {pending} records in flight")]
+    TooManyAcks { id: TxnId, n: usize, pending: usize },
 }
 
 /// A tracker error is a bug of the caller or of the protocol decoding, never a state to go on from.
@@ -253,12 +255,16 @@ impl AckTracker {
     }
 
     /// The sink confirmed `n` records of `id` (a run of its acks): as `n` calls of
-    /// [`AckTracker::ack`], with one lookup. More acks than `id` has pending is an error that
-    /// changes nothing, so the frontier never passes a record still in flight.
+    /// [`AckTracker::ack`], with one lookup; `n == 0` changes nothing. More acks than `id` has
+    /// pending is an error that changes nothing, so the frontier never passes a record still in
+    /// flight.
     pub fn ack_n(&mut self, id: TxnId, n: usize) -> Result<Lsn, AckError> {
         let txn = self.get_mut(id)?;
-        if txn.pending < n || n == 0 {
-            return Err(AckError::UnknownTxn(id));
+        if txn.pending < n {
+            return Err(AckError::TooManyAcks { id, n, pending: txn.pending });
+        }
+        if n == 0 {
+            return Ok(self.confirmed);
         }
         txn.pending -= n;
         if txn.pending == 0 && txn.end_lsn.is_some() {
