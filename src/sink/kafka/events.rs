@@ -26,8 +26,9 @@
 //!   the socket closes, and drops the queue handle it took.
 //! * At most [`SERVE_BATCH`] events are served before the task yields, so a flood of reports cannot
 //!   starve the replication loop's other work.
-//! * Every opaque of a delivery report is taken back exactly once, and the event is destroyed only
-//!   after all its messages were served (their key, value and headers are borrowed from it).
+//! * Every delivery report takes its record's [`Sent`] out of [`InFlight`] (once: a second report
+//!   of a slot finds nothing), and the event is destroyed only after all its messages were served
+//!   (their key, value and headers are borrowed from it).
 
 use std::ffi::{c_void, CStr};
 use std::io;
@@ -42,12 +43,13 @@ use bytes::Bytes;
 use rdkafka::bindings as rd;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
+use rdkafka::util::IntoOpaque;
 use rdkafka::ClientContext;
 use tokio::net::UnixStream;
 use tokio::task::JoinHandle;
 
 use super::client;
-use super::sent::Sent;
+use super::sent::{InFlight, Sent, Slot};
 use crate::sink::link::Link;
 
 /// Which broker errors condemn one record rather than the pipeline.
@@ -79,6 +81,8 @@ pub struct DeliveryContext {
     pub(super) acks: AtomicU64,
     /// `--delivery exactly-once`: reports are held here until the transaction commits.
     pub(super) txn: Option<Arc<super::written::Written>>,
+    /// What each record librdkafka holds carries to its delivery report (its opaque is the slot).
+    pub(super) in_flight: InFlight,
 }
 
 impl DeliveryContext {
@@ -108,19 +112,25 @@ impl ClientContext for DeliveryContext {
 }
 
 impl DeliveryContext {
-    /// Resolve one message of a delivery report: `msg` is librdkafka's message, `sent` the opaque
-    /// it carried, taken back from it.
+    /// Resolve one message of a delivery report: `msg` is librdkafka's message, `slot` the opaque
+    /// it carried.
     ///
     /// Only a failure reads more than the error code: the rejection path copies the key, the
     /// value and the headers the dead-letter copy needs.
-    fn report(&self, msg: &rd::rd_kafka_message_t, sent: Box<Sent>) {
+    fn report(&self, msg: &rd::rd_kafka_message_t, slot: Slot) {
+        let Some(sent) = self.in_flight.take(slot) else {
+            // Every record the sink produces carries its slot, reported once: a bug, not a
+            // record's fault.
+            tracing::error!("a Kafka delivery report without its handle; the record is not resolved");
+            return;
+        };
         if msg.err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
             self.acks.fetch_add(1, Ordering::Relaxed);
             if !self.link.is_up() {
                 self.kafka_up(true, "");
             }
             match &self.txn {
-                Some(held) => held.acked(*sent),
+                Some(held) => held.acked(sent),
                 None => sent.ack(),
             }
             return;
@@ -129,10 +139,10 @@ impl DeliveryContext {
         let e = KafkaError::MessageProduction(msg.err.into());
         match &self.txn {
             // In a transaction, any failure aborts it: the next session sends the records again.
-            Some(held) => held.failed(*sent, client::scrub(&e.to_string(), &self.properties), rejection_code(&e)),
+            Some(held) => held.failed(sent, client::scrub(&e.to_string(), &self.properties), rejection_code(&e)),
             // Outside a transaction only events are produced: a position record has no handle.
             None => {
-                let Sent::Record(delivery) = *sent else { return };
+                let Sent::Record(delivery) = sent else { return };
                 match rejection_code(&e) {
                     Some(code) => {
                         // SAFETY: `msg` is a valid message of a live delivery report; the
@@ -194,16 +204,16 @@ unsafe fn headers_of(msg: &rd::rd_kafka_message_t) -> Vec<(String, Bytes)> {
 }
 
 impl ProducerContext for DeliveryContext {
-    type DeliveryOpaque = Box<Sent>;
+    type DeliveryOpaque = Slot;
 
     /// Reports served by rdkafka's own `poll` (the producer's `flush`, and its drop) take the
     /// same way as the pump's.
-    fn delivery(&self, result: &DeliveryResult<'_>, sent: Box<Sent>) {
+    fn delivery(&self, result: &DeliveryResult<'_>, slot: Slot) {
         let msg = match result {
             Ok(m) | Err((_, m)) => m.ptr(),
         };
         // SAFETY: the borrowed message is valid for as long as `result` is.
-        self.report(unsafe { &*msg }, sent)
+        self.report(unsafe { &*msg }, slot)
     }
 }
 
@@ -237,15 +247,9 @@ fn serve_one(queue: *mut rd::rd_kafka_queue_t, context: &DeliveryContext) {
                 break;
             }
             let msg = unsafe { &*msg };
-            if msg._private.is_null() {
-                // Every record the sink produces carries its opaque: a bug, not a record's fault.
-                tracing::error!("a Kafka delivery report without its handle; the record is not resolved");
-                continue;
-            }
-            // SAFETY: the opaque is the `Box<Sent>` `produce` (or rdkafka's `send`) handed over,
-            // taken back exactly once, here.
-            let sent = unsafe { Box::from_raw(msg._private as *mut Sent) };
-            context.report(msg, sent);
+            // SAFETY: every record of this client carries a `Slot` made by `into_ptr`.
+            let slot = unsafe { Slot::from_ptr(msg._private) };
+            context.report(msg, slot);
         },
         rd::RD_KAFKA_EVENT_ERROR => {
             let code = unsafe { rd::rd_kafka_event_error(ev.0) };
