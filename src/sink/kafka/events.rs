@@ -9,6 +9,13 @@
 //! the queue. Delivery callbacks so run on the thread that runs the replication loop, in batches of
 //! one broker response each.
 //!
+//! The pump serves the queue with librdkafka's own calls ([`serve_one`]) rather than rdkafka's
+//! `BaseProducer::poll`, which builds a message vector, a reference-counted event and a borrowed
+//! message and delivery result per report. Each event type is handled as rdkafka handles it, through
+//! the same [`DeliveryContext`] callbacks (`error`, `log`, `stats_raw`, the delivery outcome), except
+//! that a client error is reported once (rdkafka's producer poll reports it twice). Reports served by
+//! rdkafka itself (the producer's `flush` and drop) go through [`DeliveryContext::report`] too.
+//!
 //! # Invariants
 //! * The socket is drained before the queue is served, and the queue is served until it is empty
 //!   before the next wait: a report enqueued after the last look leaves a byte behind, so no report
@@ -19,8 +26,11 @@
 //!   the socket closes, and drops the queue handle it took.
 //! * At most [`SERVE_BATCH`] events are served before the task yields, so a flood of reports cannot
 //!   starve the replication loop's other work.
+//! * Every delivery report takes its record's [`Sent`] out of [`InFlight`] (once: a second report
+//!   of a slot finds nothing), and the event is destroyed only after all its messages were served
+//!   (their key, value and headers are borrowed from it).
 
-use std::ffi::c_void;
+use std::ffi::{c_void, CStr};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream as StdStream;
@@ -32,14 +42,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use rdkafka::bindings as rd;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
+use rdkafka::util::IntoOpaque;
 use rdkafka::ClientContext;
 use tokio::net::UnixStream;
 use tokio::task::JoinHandle;
 
 use super::client;
-use super::sent::Sent;
+use super::sent::{InFlight, Sent, Slot};
 use crate::sink::link::Link;
 
 /// Which broker errors condemn one record rather than the pipeline.
@@ -71,6 +81,8 @@ pub struct DeliveryContext {
     pub(super) acks: AtomicU64,
     /// `--delivery exactly-once`: reports are held here until the transaction commits.
     pub(super) txn: Option<Arc<super::written::Written>>,
+    /// What each record librdkafka holds carries to its delivery report (its opaque is the slot).
+    pub(super) in_flight: InFlight,
 }
 
 impl DeliveryContext {
@@ -99,52 +111,199 @@ impl ClientContext for DeliveryContext {
     }
 }
 
-impl ProducerContext for DeliveryContext {
-    type DeliveryOpaque = Box<Sent>;
-
-    fn delivery(&self, result: &DeliveryResult<'_>, sent: Box<Sent>) {
-        match result {
-            Ok(_) => {
-                self.acks.fetch_add(1, Ordering::Relaxed);
-                if !self.link.is_up() {
-                    self.kafka_up(true, "");
-                }
-                match &self.txn {
-                    Some(held) => held.acked(*sent),
-                    None => sent.ack(),
-                }
+impl DeliveryContext {
+    /// Resolve one message of a delivery report: `msg` is librdkafka's message, `slot` the opaque
+    /// it carried.
+    ///
+    /// Only a failure reads more than the error code: the rejection path copies the key, the
+    /// value and the headers the dead-letter copy needs.
+    fn report(&self, msg: &rd::rd_kafka_message_t, slot: Slot) {
+        let Some(sent) = self.in_flight.take(slot) else {
+            // Every record the sink produces carries its slot, reported once: a bug, not a
+            // record's fault.
+            tracing::error!("a Kafka delivery report without its handle; the record is not resolved");
+            return;
+        };
+        if msg.err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            self.acks.fetch_add(1, Ordering::Relaxed);
+            if !self.link.is_up() {
+                self.kafka_up(true, "");
             }
+            match &self.txn {
+                Some(held) => held.acked(sent),
+                None => sent.ack(),
+            }
+            return;
+        }
+        // The same error value (and so the same text) rdkafka's own delivery result carries.
+        let e = KafkaError::MessageProduction(msg.err.into());
+        match &self.txn {
             // In a transaction, any failure aborts it: the next session sends the records again.
-            Err((e, _)) if self.txn.is_some() => {
-                if let Some(held) = &self.txn {
-                    held.failed(*sent, client::scrub(&e.to_string(), &self.properties), rejection_code(e));
-                }
-            }
+            Some(held) => held.failed(sent, client::scrub(&e.to_string(), &self.properties), rejection_code(&e)),
             // Outside a transaction only events are produced: a position record has no handle.
-            Err((e, msg)) => {
-                let Sent::Record(delivery) = *sent else { return };
-                match rejection_code(e) {
+            None => {
+                let Sent::Record(delivery) = sent else { return };
+                match rejection_code(&e) {
                     Some(code) => {
-                        let headers = msg
-                            .headers()
-                            .map(|hs| {
-                                hs.iter()
-                                    .map(|h| (h.key.to_owned(), Bytes::copy_from_slice(h.value.unwrap_or_default())))
-                                    .collect()
-                            })
-                            .unwrap_or_default();
-                        delivery.reject(
-                            code,
-                            e.to_string(),
-                            msg.key().map(Bytes::copy_from_slice),
-                            msg.payload().map(Bytes::copy_from_slice),
-                            headers,
-                        )
+                        // SAFETY: `msg` is a valid message of a live delivery report; the
+                        // pointers and lengths it holds stay valid for the call (copied here).
+                        let (key, payload, headers) = unsafe {
+                            (
+                                borrowed(msg.key as *const u8, msg.key_len).map(Bytes::copy_from_slice),
+                                borrowed(msg.payload as *const u8, msg.len).map(Bytes::copy_from_slice),
+                                headers_of(msg),
+                            )
+                        };
+                        delivery.reject(code, e.to_string(), key, payload, headers)
                     }
                     None => delivery.fail(e.to_string()),
                 }
             }
         }
+    }
+}
+
+/// `len` bytes at `ptr`, or none for a null pointer.
+///
+/// # Safety
+/// A non-null `ptr` must point to `len` readable bytes that outlive the returned slice.
+unsafe fn borrowed<'a>(ptr: *const u8, len: usize) -> Option<&'a [u8]> {
+    if ptr.is_null() {
+        None
+    } else {
+        // SAFETY: the caller's promise.
+        Some(unsafe { std::slice::from_raw_parts(ptr, len) })
+    }
+}
+
+/// A copy of the message's headers, in order (a header without a value has an empty one).
+///
+/// # Safety
+/// `msg` must be a valid message of a live delivery report.
+unsafe fn headers_of(msg: &rd::rd_kafka_message_t) -> Vec<(String, Bytes)> {
+    let mut hdrs: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
+    // SAFETY: `msg` is valid (the caller's promise); the list stays the message's.
+    if unsafe { rd::rd_kafka_message_headers(msg, &mut hdrs) } != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+        || hdrs.is_null()
+    {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for idx in 0.. {
+        let (mut name, mut value, mut size) = (std::ptr::null(), std::ptr::null(), 0usize);
+        // SAFETY: `hdrs` is the message's live list; out of range gives an error, not a read.
+        let err = unsafe { rd::rd_kafka_header_get_all(hdrs, idx, &mut name, &mut value, &mut size) };
+        if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
+            break;
+        }
+        // SAFETY: librdkafka's header names are NUL-terminated; the value is `size` bytes or null.
+        let (name, value) = unsafe { (CStr::from_ptr(name), borrowed(value as *const u8, size)) };
+        out.push((name.to_string_lossy().into_owned(), Bytes::copy_from_slice(value.unwrap_or_default())));
+    }
+    out
+}
+
+impl ProducerContext for DeliveryContext {
+    type DeliveryOpaque = Slot;
+
+    /// Reports served by rdkafka's own `poll` (the producer's `flush`, and its drop) take the
+    /// same way as the pump's.
+    fn delivery(&self, result: &DeliveryResult<'_>, slot: Slot) {
+        let msg = match result {
+            Ok(m) | Err((_, m)) => m.ptr(),
+        };
+        // SAFETY: the borrowed message is valid for as long as `result` is.
+        self.report(unsafe { &*msg }, slot)
+    }
+}
+
+/// One event taken off the queue, destroyed when dropped.
+struct Event(*mut rd::rd_kafka_event_t);
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: the event `rd_kafka_queue_poll` returned, destroyed once, after every message
+        // borrowed from it was served.
+        unsafe { rd::rd_kafka_event_destroy(self.0) }
+    }
+}
+
+/// Serve one event of `queue`, if there is one: a delivery report's every message, a client
+/// error, a log line, statistics, as rdkafka's `BaseProducer::poll` (and its client's event poll)
+/// serves them through the same [`DeliveryContext`].
+fn serve_one(queue: *mut rd::rd_kafka_queue_t, context: &DeliveryContext) {
+    // SAFETY: `queue` is valid (the pump's); a zero timeout does not block.
+    let ev = unsafe { rd::rd_kafka_queue_poll(queue, 0) };
+    if ev.is_null() {
+        return;
+    }
+    let ev = Event(ev);
+    // SAFETY (for each call below): `ev.0` is a live event until `ev` drops at the end of this
+    // function; the strings and messages read from it are used before then.
+    match unsafe { rd::rd_kafka_event_type(ev.0) } {
+        rd::RD_KAFKA_EVENT_DR => loop {
+            let msg = unsafe { rd::rd_kafka_event_message_next(ev.0) };
+            if msg.is_null() {
+                break;
+            }
+            let msg = unsafe { &*msg };
+            // SAFETY: every record of this client carries a `Slot` made by `into_ptr`.
+            let slot = unsafe { Slot::from_ptr(msg._private) };
+            context.report(msg, slot);
+        },
+        rd::RD_KAFKA_EVENT_ERROR => {
+            let code = unsafe { rd::rd_kafka_event_error(ev.0) };
+            let reason = unsafe { c_text(rd::rd_kafka_event_error_string(ev.0)) };
+            context.error(KafkaError::Global(code.into()), reason.trim());
+        }
+        rd::RD_KAFKA_EVENT_LOG => {
+            let (mut fac, mut text, mut level) = (std::ptr::null(), std::ptr::null(), 0);
+            if unsafe { rd::rd_kafka_event_log(ev.0, &mut fac, &mut text, &mut level) } == 0 {
+                let (fac, text) = unsafe { (c_text(fac), c_text(text)) };
+                context.log(log_level(level), fac.trim(), text.trim());
+            }
+        }
+        rd::RD_KAFKA_EVENT_STATS => {
+            let json = unsafe { rd::rd_kafka_event_stats(ev.0) };
+            if !json.is_null() {
+                context.stats_raw(unsafe { CStr::from_ptr(json) }.to_bytes());
+            }
+        }
+        // The context refreshes no OAuth token itself (librdkafka's own OIDC flow does, if set):
+        // rdkafka consumes the event without a word, and so does the pump.
+        rd::RD_KAFKA_EVENT_OAUTHBEARER_TOKEN_REFRESH => {}
+        _ => {
+            let name = unsafe { c_text(rd::rd_kafka_event_name(ev.0)) };
+            tracing::warn!(target: "librdkafka", "ignored event '{name}' on the producer's main queue");
+        }
+    }
+}
+
+/// librdkafka's text, or none for a null pointer.
+///
+/// # Safety
+/// A non-null `p` must be a NUL-terminated string that outlives the returned text.
+unsafe fn c_text<'a>(p: *const std::ffi::c_char) -> std::borrow::Cow<'a, str> {
+    if p.is_null() {
+        std::borrow::Cow::Borrowed("")
+    } else {
+        // SAFETY: the caller's promise.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy()
+    }
+}
+
+/// librdkafka's syslog level as rdkafka names it.
+fn log_level(level: i32) -> rdkafka::config::RDKafkaLogLevel {
+    use rdkafka::config::RDKafkaLogLevel as L;
+    match level {
+        0 => L::Emerg,
+        1 => L::Alert,
+        2 => L::Critical,
+        3 => L::Error,
+        4 => L::Warning,
+        5 => L::Notice,
+        6 => L::Info,
+        _ => L::Debug,
     }
 }
 
@@ -210,9 +369,9 @@ impl Pump {
                 if before == 0 {
                     break;
                 }
-                // One event per call (a zero timeout): a delivery-report event carries every
-                // message of one broker response.
-                self.producer.poll(Duration::ZERO);
+                // One event per call: a delivery-report event carries every message of one
+                // broker response.
+                serve_one(self.queue, self.producer.context());
                 served += 1;
                 // The length counts every op on the queue; should some op not come out of a
                 // poll, back off rather than spin.

@@ -176,6 +176,7 @@ impl KafkaSink {
             properties: cfg.properties.clone(),
             acks: AtomicU64::new(0),
             txn: txns.as_ref().map(|t| t.written.clone()),
+            in_flight: Default::default(),
         };
         let built = Built { cfg: cfg.clone(), max_in_flight, max_in_flight_bytes, health: health.clone() };
         let producer: BaseProducer<DeliveryContext> = client::create(&c, context, "producer", cfg)?;
@@ -260,7 +261,7 @@ impl KafkaSink {
             partition: record.partition,
             timestamp: record.timestamp_ms.map_or(0, librdkafka_timestamp),
         };
-        let produced = produce(&self.producer, topic, &parts, Box::new(Sent::Record(delivery)))
+        let produced = produce(&self.producer, topic, &parts, Sent::Record(delivery))
             .map_err(|(code, back)| (KafkaError::MessageProduction(code), back));
         match produced {
             Ok(()) => {
@@ -270,12 +271,12 @@ impl KafkaSink {
                 Ok(None)
             }
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                let delivery = back.given_back()?;
+                let delivery = Sent::given_back(back)?;
                 self.retry_at.get_or_insert_with(|| tokio::time::Instant::now() + QUEUE_FULL_WAIT);
                 Ok(Some(Held { record, delivery, refreshed }))
             }
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::UnknownPartition), back)) if !refreshed => {
-                let delivery = back.given_back()?;
+                let delivery = Sent::given_back(back)?;
                 // One background task at a time: behind another topic's, this record waits its turn.
                 let refreshed = self.creating.is_none();
                 if refreshed {
@@ -288,13 +289,13 @@ impl KafkaSink {
             Err((KafkaError::MessageProduction(code @ (RDKafkaErrorCode::State | RDKafkaErrorCode::Fatal)), back))
                 if self.txns.is_some() =>
             {
-                back.disarm();
+                back.into_iter().for_each(Sent::disarm);
                 let fatal = self.producer.client().fatal_error().map(|(c, _)| c);
                 let (t, _) = self.txns.as_deref_mut().expect("checked above");
                 Err(SinkError::Transient(t.produce_refused(code, fatal)))
             }
             Err((e, back)) => {
-                let delivery = back.given_back()?;
+                let delivery = Sent::given_back(back)?;
                 let reason = client::scrub(&e.to_string(), &self.properties);
                 Err(match rejection_code(&e) {
                     Some(code) => SinkError::Rejected { code, reason, record: Box::new(record), delivery },

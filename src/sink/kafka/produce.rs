@@ -7,12 +7,13 @@
 //! its entry in the known-topic cache, and produces with `RD_KAFKA_V_RKT`, the headers added straight
 //! to librdkafka's list. What librdkafka does with the record is the same: the same default topic
 //! configuration (no per-topic one is given, as `producev` with a name gives none), `F_COPY` of key,
-//! value and headers, the opaque handed to the delivery report.
+//! value and headers, the opaque handed to the delivery report (a [`super::sent::Slot`] of the
+//! client's [`super::sent::InFlight`]).
 //!
 //! # Invariants
 //! * A [`TopicHandle`] holds a reference to the producer, so the client outlives every topic object
 //!   taken from it; dropping the handle releases exactly the reference `rd_kafka_topic_new` gave.
-//! * [`produce`] hands the opaque to librdkafka only on success; on an error it comes back (as
+//! * [`produce`] leaves the [`Sent`] in flight only on success; on an error it comes back (as
 //!   `BaseProducer::send` gives its record back), and the header list librdkafka did not take is
 //!   destroyed here.
 
@@ -26,6 +27,7 @@ use rdkafka::producer::{BaseProducer, Producer};
 
 use super::events::DeliveryContext;
 use super::sent::Sent;
+use rdkafka::util::IntoOpaque;
 
 /// librdkafka's object for one topic, taken once per topic the sink produces to.
 pub struct TopicHandle {
@@ -98,7 +100,8 @@ fn raw(b: Option<&[u8]>) -> (*mut c_void, usize) {
     }
 }
 
-/// Hand the record to `producer` on `topic`'s handle. On an error the opaque comes back unsent.
+/// Hand the record to `producer` on `topic`'s handle. On an error `sent` comes back unsent (none
+/// only should the in-flight slab have lost it: a bug the caller reports).
 ///
 /// The producer is named by the caller, not taken from the handle: a topic object belongs to the
 /// client it was taken from, and a handle kept past a new producer (the sink rebuilt, with its
@@ -108,8 +111,8 @@ pub fn produce(
     producer: &Arc<BaseProducer<DeliveryContext>>,
     topic: &TopicHandle,
     parts: &Parts<'_>,
-    opaque: Box<Sent>,
-) -> Result<(), (RDKafkaErrorCode, Box<Sent>)> {
+    sent: Sent,
+) -> Result<(), (RDKafkaErrorCode, Option<Sent>)> {
     use rd::rd_kafka_vtype_t::*;
     debug_assert!(Arc::ptr_eq(producer, &topic.producer), "a topic handle of another producer");
     // SAFETY: a new, empty list owned here until librdkafka takes it.
@@ -129,7 +132,8 @@ pub fn produce(
     }
     let (payload, payload_len) = raw(parts.payload);
     let (key, key_len) = raw(parts.key);
-    let opaque = Box::into_raw(opaque) as *mut c_void;
+    let in_flight = &producer.context().in_flight;
+    let slot = in_flight.put(sent);
     // SAFETY: the arguments are those `BaseProducer::send` passes, with the topic object in place of
     // its name; `F_COPY` makes librdkafka copy key and value before returning; the pointers are
     // valid for the call.
@@ -149,7 +153,7 @@ pub fn produce(
             key,
             key_len,
             RD_KAFKA_VTYPE_OPAQUE,
-            opaque,
+            slot.into_ptr(),
             RD_KAFKA_VTYPE_TIMESTAMP,
             parts.timestamp,
             RD_KAFKA_VTYPE_HEADERS,
@@ -158,16 +162,13 @@ pub fn produce(
         )
     };
     if err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-        // librdkafka owns the message, its headers and the opaque now.
+        // librdkafka owns the message and its headers now; its report takes the slot.
         return Ok(());
     }
-    // SAFETY: on an error librdkafka took neither the headers nor the opaque: both are still ours,
-    // and the opaque is the box made above.
-    let back = unsafe {
-        rd::rd_kafka_headers_destroy(headers);
-        Box::from_raw(opaque as *mut Sent)
-    };
-    Err((err.into(), back))
+    // SAFETY: on an error librdkafka did not take the headers: they are still ours.
+    unsafe { rd::rd_kafka_headers_destroy(headers) };
+    // Nor will a report come: the record is back in our hands.
+    Err((err.into(), in_flight.take(slot)))
 }
 
 #[cfg(test)]
@@ -187,6 +188,7 @@ mod tests {
             properties: Vec::new(),
             acks: AtomicU64::new(0),
             txn: None,
+            in_flight: Default::default(),
         };
         let producer = ClientConfig::new()
             .set("bootstrap.servers", "127.0.0.1:1")

@@ -308,9 +308,11 @@ impl Txns {
         };
         let value = serde_json::to_vec(&StoredPosition::of(&position, self.stamp)).unwrap_or_default();
         let key = self.cfg.key();
-        let record =
-            BaseRecord::with_opaque_to(&self.cfg.position_topic, Box::new(Sent::Position)).key(&key).payload(&value);
+        let slot = producer.context().in_flight.put(Sent::Position);
+        let record = BaseRecord::with_opaque_to(&self.cfg.position_topic, slot).key(&key).payload(&value);
         if let Err((e, _)) = producer.send(record) {
+            // No report will come for it.
+            let _ = producer.context().in_flight.take(slot);
             return Err(self.abort(producer, format!("the position record was refused: {e}"), metrics).await);
         }
         let records = self.state.open().map_or(0, |b| b.sent) + 1;
