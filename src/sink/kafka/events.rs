@@ -85,6 +85,19 @@ pub struct DeliveryContext {
     pub(super) in_flight: InFlight,
 }
 
+impl Drop for DeliveryContext {
+    /// Records still in flight when the client goes away are not delivered: their handles fail
+    /// on drop, except in a transaction, whose handles are disarmed (the next session sends the
+    /// aborted transaction's records again; super::txn's invariant).
+    fn drop(&mut self) {
+        if self.txn.is_some() {
+            for sent in self.in_flight.drain() {
+                sent.disarm();
+            }
+        }
+    }
+}
+
 impl DeliveryContext {
     pub(super) fn kafka_up(&self, up: bool, reason: &str) {
         self.link.set(up, reason);
@@ -120,9 +133,16 @@ impl DeliveryContext {
     fn report(&self, msg: &rd::rd_kafka_message_t, slot: Slot) {
         let Some(sent) = self.in_flight.take(slot) else {
             // Every record the sink produces carries its slot, reported once: a bug, not a
-            // record's fault.
-            tracing::error!("a Kafka delivery report without its handle; the record is not resolved");
-            return;
+            // record's fault. Loud, not a log line: a record never resolved would hold its
+            // transaction's LSN back for good without a word. The pump's panic ends the session
+            // (crate::task), and the next one sends again from the confirmed position.
+            // SAFETY: `rkt` is the message's topic, valid while the event that holds `msg` is.
+            let topic = unsafe { c_text(rd::rd_kafka_topic_name(msg.rkt)) };
+            panic!(
+                "a Kafka delivery report without its handle (topic {topic:?}, partition {}, error {:?}): \
+                 the record cannot be resolved",
+                msg.partition, msg.err
+            );
         };
         if msg.err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
             self.acks.fetch_add(1, Ordering::Relaxed);
@@ -271,7 +291,10 @@ fn serve_one(queue: *mut rd::rd_kafka_queue_t, context: &DeliveryContext) {
         }
         // The context refreshes no OAuth token itself (librdkafka's own OIDC flow does, if set):
         // rdkafka consumes the event without a word, and so does the pump.
-        rd::RD_KAFKA_EVENT_OAUTHBEARER_TOKEN_REFRESH => {}
+        rd::RD_KAFKA_EVENT_OAUTHBEARER_TOKEN_REFRESH => {
+            // Should the context ever refresh tokens itself, this arm must call it.
+            const _: () = assert!(!<DeliveryContext as ClientContext>::ENABLE_REFRESH_OAUTH_TOKEN);
+        }
         _ => {
             let name = unsafe { c_text(rd::rd_kafka_event_name(ev.0)) };
             tracing::warn!(target: "librdkafka", "ignored event '{name}' on the producer's main queue");

@@ -1,7 +1,8 @@
 //! The Kafka sink: librdkafka's idempotent producer, with delivery handles riding as opaques.
 //!
-//! Each record carries its [`Delivery`] into librdkafka as the per-message opaque; the delivery
-//! report callback resolves it, on the runtime's thread ([`events`]). So an ack means
+//! Each record's [`Delivery`] waits in the client's slab of records in flight, under the slot
+//! librdkafka carries as the message's opaque ([`sent`]); the delivery report resolves it, on the
+//! runtime's thread ([`events`]). So an ack means
 //! the broker accepted the record under our `acks` setting, and nothing else does.
 //!
 //! Defaults, each overridable with `--kafka-property`: `enable.idempotence=true` and `acks=all` so

@@ -12,11 +12,13 @@
 //!   if it were an event.
 //! * A [`Sent`] put in [`InFlight`] is taken out exactly once: by its delivery report, or by the
 //!   producer call that refused its record. A slot librdkafka reports twice, or never handed out,
-//!   finds nothing ([`InFlight::take`] gives `None`), never another record's handle in its place
-//!   while that record is in flight (slab keys are reused only after their entry was taken).
+//!   finds nothing ([`InFlight::take`] gives `None`), never another record's handle: a slab key is
+//!   reused as soon as its entry was taken, so a [`Slot`] carries the entry's generation beside
+//!   its key (a stale slot's generation differs, for 2^32 reuses of one key).
 //! * No [`Slot`] is a null opaque (keys are stored plus one).
 //! * A [`Sent`] still in [`InFlight`] when the client goes away is dropped with it: an event's
-//!   handle dropped without a result counts as not delivered.
+//!   handle dropped without a result counts as not delivered; in a transaction it is disarmed
+//!   instead (`DeliveryContext`'s drop).
 
 use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard};
@@ -66,25 +68,51 @@ impl Sent {
 
 /// The [`Sent`] of every record librdkafka holds, each under its [`Slot`].
 #[derive(Default)]
-pub struct InFlight(Mutex<Slab<Sent>>);
+pub struct InFlight(Mutex<Held>);
 
-/// A record's key into [`InFlight`], as librdkafka carries it (its opaque).
+/// The slab, and the generation the next entry gets.
+#[derive(Default)]
+struct Held {
+    slab: Slab<(u32, Sent)>,
+    generation: u32,
+}
+
+/// A record's key into [`InFlight`], as librdkafka carries it (its opaque): the slab key plus one
+/// in the low 32 bits, the entry's generation in the high 32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot(usize);
 
+// The slot packs two 32-bit halves into the opaque.
+const _: () = assert!(usize::BITS == 64, "sink/kafka/sent.rs packs a slot into a 64-bit opaque");
+
 impl InFlight {
-    /// Keep `sent` until its record's report (or refusal) takes it back.
+    /// Keep `sent` until its record's report (or refusal) takes it back. Keys stay below 2^32 - 1:
+    /// the in-flight budget holds far fewer records at once.
     pub fn put(&self, sent: Sent) -> Slot {
-        Slot(self.lock().insert(sent) + 1)
+        let mut held = self.lock();
+        let generation = held.generation;
+        held.generation = generation.wrapping_add(1);
+        let key = held.slab.insert((generation, sent));
+        Slot(((generation as usize) << 32) | ((key + 1) & 0xffff_ffff))
     }
 
     /// Take back what `slot` holds; nothing for a slot not (or no longer) in flight.
     pub fn take(&self, slot: Slot) -> Option<Sent> {
-        let key = slot.0.checked_sub(1)?;
-        self.lock().try_remove(key)
+        let key = (slot.0 & 0xffff_ffff).checked_sub(1)?;
+        let generation = (slot.0 >> 32) as u32;
+        let mut held = self.lock();
+        match held.slab.get(key) {
+            Some((g, _)) if *g == generation => held.slab.try_remove(key).map(|(_, sent)| sent),
+            _ => None,
+        }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Slab<Sent>> {
+    /// Everything still held, taken out.
+    pub fn drain(&self) -> Vec<Sent> {
+        self.lock().slab.drain().map(|(_, sent)| sent).collect()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Held> {
         // A panic while the lock is held cannot leave the slab half-changed (insert and remove
         // either happen or not), so a poisoned lock is still a sound one.
         self.0.lock().unwrap_or_else(|p| p.into_inner())
@@ -119,6 +147,19 @@ mod tests {
         assert!(slab.take(Slot(0)).is_none(), "a null opaque finds nothing");
         assert!(slab.take(Slot(99)).is_none(), "a slot never handed out finds nothing");
         assert!(matches!(slab.take(b), Some(Sent::Position)));
+    }
+
+    /// A key is reused at once; a report of its earlier record (a slot reported twice) must not
+    /// take the record now waiting under it.
+    #[test]
+    fn a_stale_slot_never_takes_the_record_reusing_its_key() {
+        let slab = InFlight::default();
+        let first = slab.put(Sent::Position);
+        assert!(slab.take(first).is_some());
+        let second = slab.put(Sent::Position);
+        assert_eq!(first.0 & 0xffff_ffff, second.0 & 0xffff_ffff, "the key is reused");
+        assert!(slab.take(first).is_none(), "the stale slot finds nothing");
+        assert!(slab.take(second).is_some(), "the new record is still there");
     }
 
     #[test]
