@@ -589,8 +589,13 @@ mod tests {
     use crate::source::wal::tracker::AckTracker;
 
     fn record(id: u64) -> Record {
+        record_on("orders", id)
+    }
+
+    /// A small event `e{id}` on `topic` (took.rs's tests share it).
+    pub(super) fn record_on(topic: &str, id: u64) -> Record {
         Record {
-            topic: Text::from("orders"),
+            topic: Text::from(topic),
             key: None,
             payload: Some(bytes::Bytes::from_static(b"{}")),
             headers: Vec::new(),
@@ -601,7 +606,7 @@ mod tests {
         }
     }
 
-    fn cfg() -> RelayConfig {
+    pub(super) fn cfg() -> RelayConfig {
         RelayConfig {
             on_bad_event: BadEventPolicy::Fail,
             dlq_topic: "dlq".into(),

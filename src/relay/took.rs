@@ -79,34 +79,11 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::config::BadEventPolicy;
     use crate::lsn::Lsn;
     use crate::metrics::Metrics;
-    use crate::relay::{Budget, Position, RelayConfig, Source};
-    use crate::router::Record;
+    use crate::relay::tests::{cfg, record_on as record};
+    use crate::relay::{Position, Source};
     use crate::sink::NullSink;
-
-    fn record(topic: &str, id: u64) -> Record {
-        Record {
-            topic: Text::from(topic),
-            key: None,
-            payload: Some(bytes::Bytes::from_static(b"{}")),
-            headers: Vec::new(),
-            partition: None,
-            timestamp_ms: None,
-            event_id: Text::from(format!("e{id}")),
-            event_type: None,
-        }
-    }
-
-    fn cfg() -> RelayConfig {
-        RelayConfig {
-            on_bad_event: BadEventPolicy::Fail,
-            dlq_topic: "dlq".into(),
-            registry: None,
-            budget: Budget { records: 100, bytes: 1 << 20 },
-        }
-    }
 
     /// Acks the session's loop did not take before it ended (a shutdown during a burst of delivery
     /// reports) confirm their LSN through `drain_acked`: they count in `outboxd_events_total` as

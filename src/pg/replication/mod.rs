@@ -627,20 +627,25 @@ mod tests {
         f
     }
 
-    /// `try_next` hands out whole buffered CopyData frames in order, without I/O; a partial frame
-    /// or a frame of another kind is left for `next`, which reads the rest or reports it.
-    #[tokio::test]
-    async fn try_next_takes_only_whole_buffered_copy_data() {
-        let (client, mut server) = tokio::io::duplex(64 * 1024);
+    /// A replication stream reading `sock`, nothing buffered, at LSN 0 (`pinged` as given).
+    fn stream_over(sock: tokio::io::DuplexStream, pinged: bool) -> ReplicationStream {
         let conn = ReplicationConn {
-            sock: Box::new(client),
+            sock: Box::new(sock),
             rbuf: BytesMut::new(),
             wbuf: BytesMut::new(),
             target: "test".into(),
             backend_pid: None,
             last_rx: Instant::now(),
         };
-        let mut s = ReplicationStream { conn, last_received: Lsn(0), receiver_timeout: Duration::ZERO, pinged: false };
+        ReplicationStream { conn, last_received: Lsn(0), receiver_timeout: Duration::ZERO, pinged }
+    }
+
+    /// `try_next` hands out whole buffered CopyData frames in order, without I/O; a partial frame
+    /// or a frame of another kind is left for `next`, which reads the rest or reports it.
+    #[tokio::test]
+    async fn try_next_takes_only_whole_buffered_copy_data() {
+        let (client, mut server) = tokio::io::duplex(64 * 1024);
+        let mut s = stream_over(client, false);
         assert!(s.try_next().is_none(), "nothing buffered yet");
         let third = xlog_frame(30, b"Cthird");
         let mut burst = [xlog_frame(10, b"Bfirst"), xlog_frame(20, b"Isecond")].concat();
@@ -687,15 +692,7 @@ mod tests {
     #[tokio::test]
     async fn take_copy_data_reads_headers_in_place() {
         let (client, _server) = tokio::io::duplex(1024);
-        let conn = ReplicationConn {
-            sock: Box::new(client),
-            rbuf: BytesMut::new(),
-            wbuf: BytesMut::new(),
-            target: "test".into(),
-            backend_pid: None,
-            last_rx: Instant::now(),
-        };
-        let mut s = ReplicationStream { conn, last_received: Lsn(0), receiver_timeout: Duration::ZERO, pinged: true };
+        let mut s = stream_over(client, true);
         let frame = |body: &[u8]| {
             let mut f = vec![b'd'];
             f.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
