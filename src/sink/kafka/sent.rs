@@ -55,6 +55,7 @@ impl Sent {
 
     /// The handle of a record the producer gave back unsent. Only the sink's own records come
     /// back there; the position record is sent, and given back, by the transaction alone.
+    #[allow(clippy::result_large_err)]
     pub fn given_back(back: Option<Sent>) -> Result<Delivery, SinkError> {
         match back {
             Some(Sent::Record(d)) => Ok(d),
