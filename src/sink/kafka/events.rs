@@ -27,7 +27,7 @@
 //! * At most [`SERVE_BATCH`] events are served before the task yields, so a flood of reports cannot
 //!   starve the replication loop's other work.
 //! * Every delivery report takes its record's [`Sent`] out of [`InFlight`] (once: a second report
-//!   of a slot finds nothing), and the event is destroyed only after all its messages were served
+//!   of a slot finds nothing, a bug that ends the session with a panic naming the record), and the event is destroyed only after all its messages were served
 //!   (their key, value and headers are borrowed from it).
 
 use std::ffi::{c_void, CStr};
@@ -136,8 +136,12 @@ impl DeliveryContext {
             // record's fault. Loud, not a log line: a record never resolved would hold its
             // transaction's LSN back for good without a word. The pump's panic ends the session
             // (crate::task), and the next one sends again from the confirmed position.
-            // SAFETY: `rkt` is the message's topic, valid while the event that holds `msg` is.
-            let topic = unsafe { c_text(rd::rd_kafka_topic_name(msg.rkt)) };
+            let topic = if msg.rkt.is_null() {
+                String::from("?")
+            } else {
+                // SAFETY: `rkt` is the message's topic, valid while the event that holds `msg` is.
+                unsafe { c_text(rd::rd_kafka_topic_name(msg.rkt)) }.to_string()
+            };
             panic!(
                 "a Kafka delivery report without its handle (topic {topic:?}, partition {}, error {:?}): \
                  the record cannot be resolved",
