@@ -1,11 +1,15 @@
 //! Benchmark helper for `bench/run inbox`: the records `outboxd inbox` is timed on, and the loop a
 //! team would write by hand to compare it with.
 //!
-//! `bench_inbox produce --brokers B --topic T --count N [--partitions P] [--rate R] [--id-prefix X]`
-//! creates the topic if missing (P partitions, default 4, `message.timestamp.type=LogAppendTime`, so
-//! a record's timestamp is when the broker appended it) and produces N records like outboxd's
-//! (~300 B JSON payload, key one of 1,000 aggregates, headers `id` = X-i and `eventType`), as fast
-//! as the broker acks them, or R a second on a schedule. Prints `produced=N secs=S rate=R`.
+//! `bench_inbox produce --brokers B --topic T --count N [--partitions P] [--rate R] [--id-prefix X]
+//! [--warm W]` creates the topic if missing (P partitions, default 4,
+//! `message.timestamp.type=LogAppendTime`, so a record's timestamp is when the broker appended it)
+//! and produces N records like outboxd's (~300 B JSON payload, key one of 1,000 aggregates, headers
+//! `id` = X-i and `eventType`), as fast as the broker acks them, or R a second on a schedule; with
+//! `--warm W`, W more records first on the same schedule, with ids w-0 … w-(W−1), so a latency
+//! run's measured records follow its warm-up without a gap or a burst. The schedule starts once
+//! the producer has the topic's metadata (its connection is up): records queued while it connects
+//! would otherwise leave as one burst. Prints `produced=N secs=S rate=R` (warm-up included).
 //!
 //! `bench_inbox hand --brokers B --topic T --group G --pg CONNINFO --table SCHEMA.TABLE
 //! [--batch 500] [--batch-timeout-ms 20] [--expect N]` is the hand-written consumer loop:
@@ -51,6 +55,7 @@ fn main() -> Res<()> {
             num("partitions", 4)? as i32,
             num("rate", 0)?,
             opts.get("id-prefix").map_or("e", String::as_str),
+            num("warm", 0)?,
         ),
         "hand" => hand(Hand {
             brokers: get("brokers")?,
@@ -66,7 +71,7 @@ fn main() -> Res<()> {
     }
 }
 
-fn produce(brokers: &str, topic: &str, count: u64, partitions: i32, rate: u64, prefix: &str) -> Res<()> {
+fn produce(brokers: &str, topic: &str, count: u64, partitions: i32, rate: u64, prefix: &str, warm: u64) -> Res<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", brokers).create()?;
     let t = NewTopic::new(topic, partitions, TopicReplication::Fixed(1)).set("message.timestamp.type", "LogAppendTime");
@@ -79,16 +84,31 @@ fn produce(brokers: &str, topic: &str, count: u64, partitions: i32, rate: u64, p
         .set("linger.ms", "5")
         .set("queue.buffering.max.messages", "1000000")
         .create()?;
+    // Connected, with the topic's partitions and leaders, before the schedule's first tick.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let md = producer.client().fetch_metadata(Some(topic), Duration::from_secs(5));
+        let ready =
+            md.as_ref().is_ok_and(|m| m.topics().iter().any(|t| t.error().is_none() && !t.partitions().is_empty()));
+        if ready {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("no metadata for topic {topic} within 30 s: {md:?}").into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let filler = "x".repeat(180);
+    let total = warm + count;
     let t0 = Instant::now();
-    for i in 0..count {
+    for i in 0..total {
         if rate > 0 {
             let due = t0 + Duration::from_secs_f64(i as f64 / rate as f64);
             if let Some(wait) = due.checked_duration_since(Instant::now()) {
                 std::thread::sleep(wait);
             }
         }
-        let id = format!("{prefix}-{i}");
+        let id = if i < warm { format!("w-{i}") } else { format!("{prefix}-{}", i - warm) };
         let key = format!("agg-{}", i % 1000);
         let ty = TYPES[(i % 5) as usize];
         let payload =
@@ -109,7 +129,7 @@ fn produce(brokers: &str, topic: &str, count: u64, partitions: i32, rate: u64, p
     }
     producer.flush(Duration::from_secs(120))?;
     let secs = t0.elapsed().as_secs_f64();
-    println!("produced={count} secs={secs:.3} rate={:.0}", count as f64 / secs);
+    println!("produced={total} secs={secs:.3} rate={:.0}", total as f64 / secs);
     Ok(())
 }
 
