@@ -11,6 +11,10 @@
 //! must not finish before the positions are known. The writer runs on the tokio runtime, so the
 //! two never wait on each other's thread.
 //!
+//! Kafka's reachability is the inbox's sink flag behind `/readyz` ([`Link`], as `run`'s Kafka sink
+//! reports it): down when librdkafka reports every broker down or an authentication failure, up
+//! again with the next record polled or the next statistics that show a broker up (every 5 s).
+//!
 //! Invariant: records reach the channel in the order librdkafka returns them (per partition, the
 //! log's order), and the thread never ends silently: when it stops, the channel closes and the
 //! writer reports it. A position Kafka does not hold is never skipped over: `auto.offset.reset`
@@ -36,8 +40,10 @@ use super::commit::Commits;
 use super::record::Received;
 use crate::config::inbox::{InboxConfig, StartFrom, Subscription};
 use crate::error::Definite;
+use crate::health::Health;
 use crate::metrics::InboxMetrics;
 use crate::sink::kafka::client;
+use crate::sink::link::Link;
 
 /// How long one watermark fetch may take, and the pause before the next after a failed one
 /// ([`Context::ranges`]); together under [`MIN_STALL`](crate::config::inbox::MIN_STALL) (a unit test holds it).
@@ -162,9 +168,26 @@ struct Context {
     /// nothing sends an empty idle chunk, else a burst that ends on a full chunk waits out
     /// `--batch-timeout` in the writer.
     unmarked: AtomicBool,
+    /// Kafka's reachability as `/readyz`, the metrics and the log show it.
+    link: Link,
+    /// The user's Kafka properties, to scrub secret values from librdkafka's error texts.
+    properties: Vec<(String, String)>,
 }
 
 impl ClientContext for Context {
+    /// librdkafka's global errors: every broker down, or the login refused (wrong credentials, a
+    /// certificate not trusted), turn readiness off until Kafka answers again.
+    fn error(&self, error: KafkaError, reason: &str) {
+        use RDKafkaErrorCode as C;
+        let reason = client::scrub(reason, &self.properties);
+        match error.rdkafka_error_code() {
+            Some(C::AllBrokersDown) => self.link.set(false, "all brokers down"),
+            Some(C::Authentication | C::SaslAuthenticationFailed | C::SSL) => self.link.set(false, &reason),
+            _ => false,
+        };
+        tracing::warn!(target: "librdkafka", %error, "{reason}");
+    }
+
     /// librdkafka's statistics (every `statistics.interval.ms`, 5 s by default here) carry each
     /// partition's last stable offset (the end a read_committed reader can reach); the lag is that
     /// minus the next offset handed to the writer ([`Context::position`]). (Their `consumer_lag`
@@ -176,6 +199,9 @@ impl ClientContext for Context {
     /// thread and served by a later poll, so one taken before a revocation can arrive after it,
     /// and would set a partition that is no longer ours back to its old lag, frozen there.
     fn stats(&self, statistics: Statistics) {
+        if !self.link.is_up() && statistics.brokers.values().any(|b| b.state == "UP") {
+            self.link.set(true, "");
+        }
         let now_ms = jiff::Timestamp::now().as_millisecond();
         let newest = self.newest.lock().unwrap_or_else(PoisonError::into_inner);
         let position = self.position.lock().unwrap_or_else(PoisonError::into_inner);
@@ -353,6 +379,7 @@ pub fn start(
     tx: mpsc::Sender<Input>,
     beat: Arc<Beat>,
     commits: Arc<Commits>,
+    health: Arc<Health>,
 ) -> Result<Running, Definite> {
     let stop = Arc::new(AtomicBool::new(false));
     let defaults = [
@@ -379,6 +406,8 @@ pub fn start(
         position: Mutex::default(),
         pending: Mutex::new(Vec::with_capacity(CHUNK)),
         unmarked: AtomicBool::new(false),
+        link: Link::new("kafka", "Kafka", health),
+        properties: cfg.kafka.properties.clone(),
     };
     let consumer: BaseConsumer<Context> = client::create(&conf, context, "consumer", &cfg.kafka)?;
     let topics: Vec<&str> = match &cfg.subscription {
@@ -416,6 +445,9 @@ fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
                 }
             }
             Some(Ok(m)) => {
+                if !ctx.link.is_up() {
+                    ctx.link.set(true, "");
+                }
                 let r = received(&m);
                 if let Some(ts) = r.timestamp_ms {
                     ctx.newest.lock().unwrap_or_else(PoisonError::into_inner).set(&r.topic, r.partition, ts);

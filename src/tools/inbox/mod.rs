@@ -91,7 +91,7 @@ pub async fn run(cfg: InboxConfig, shutdown: CancellationToken) -> Result<u8, Er
     }
     // About four batches of records in chunks (at most `CHUNK` records each) between the threads.
     let (tx, mut rx) = mpsc::channel(cfg.batch_size.saturating_mul(4).div_ceil(consumer::CHUNK).max(4));
-    let running = consumer::start(&cfg, tx, beat, writer.commits())?;
+    let running = consumer::start(&cfg, tx, beat, writer.commits(), health.clone())?;
     tracing::info!(group = %cfg.group, table = %format!("{}.{}", cfg.schema, cfg.table), "inbox consuming");
     let outcome = writer.run(&mut rx, &shutdown).await;
     // Let the consumer go: it leaves the group, and its revocation is answered until it is gone.
