@@ -1,5 +1,5 @@
 //! The pattern end to end, two services: a producer's PostgreSQL with the outbox, `outboxd run
-//! --delivery exactly-once` into Apache Kafka, `outboxd inbox` into a consumer's PostgreSQL (a
+//! --delivery exactly-once` into Apache Kafka (three brokers), `outboxd inbox` into a consumer's PostgreSQL (a
 //! second cluster), with kill -9 of both daemons, alternately, while the producer commits. Each
 //! outbox row must appear once in the other database's inbox, under its own event id, and each
 //! aggregate's rows in the order they were committed.
@@ -21,7 +21,9 @@ fn outbox_to_inbox_with_kill_9_on_both_sides_puts_each_row_once_in_the_other_dat
     let producer_db = PgCluster::start();
     producer_db.apply_all_sql();
     let consumer_db = PgCluster::start();
-    let broker = Broker::options().prop("group.min.session.timeout.ms=1000").start();
+    // Three brokers (replication factor 3, min.insync.replicas 2: the cluster's defaults), as the
+    // transaction log and the topic would have in production.
+    let broker = Broker::options().brokers(3).prop("group.min.session.timeout.ms=1000").start();
     broker.create_topic(TOPIC, 3);
     let relay_args = daemon_args(&producer_db, &broker, &["--delivery", "exactly-once", "--max-in-flight", "200"]);
     let inbox_args = args(&[
