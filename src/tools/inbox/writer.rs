@@ -33,6 +33,7 @@ use super::commit::Commits;
 use super::consumer::{start_of, Input, Part};
 use super::dead::DeadLetters;
 use super::decode::{Decoder, Failure};
+use super::lag::Lag;
 use super::record::{to_row, Bad, Naming, Received};
 use super::store::{self, Names, WriteError};
 use crate::config::inbox::{InboxConfig, StartFrom};
@@ -66,6 +67,8 @@ pub struct Writer {
     decoder: Option<Decoder>,
     /// Stored offsets for Kafka's copy (`--commit-kafka-offsets`).
     commits: Arc<Commits>,
+    /// Stored offsets for the lag gauges.
+    lag: Arc<Lag>,
 }
 
 impl Writer {
@@ -98,12 +101,18 @@ impl Writer {
             batch: Batch::default(),
             decoder,
             commits,
+            lag: Arc::new(Lag::default()),
         })
     }
 
     /// The stored offsets for Kafka's copy, which the consumer thread sends.
     pub fn commits(&self) -> Arc<Commits> {
         self.commits.clone()
+    }
+
+    /// The lag's state, which the consumer thread and its lag thread share.
+    pub fn lag(&self) -> Arc<Lag> {
+        self.lag.clone()
     }
 
     /// Connect and make sure the schema is there; a definite failure (bad credentials, no
@@ -538,6 +547,7 @@ impl Writer {
                         // shutdown before them, and Kafka must never be ahead of PostgreSQL.
                         if let (Step::Write(batch), Done::Written(Some(_))) = (step, &v) {
                             self.commits.stored(&batch.next);
+                            self.lag.stored(&batch.next);
                         }
                         self.health.set_streaming(true);
                         return Ok(Some(v));
