@@ -1,7 +1,9 @@
 //! `outboxd inbox` against real Apache Kafka and PostgreSQL: every event once in the inbox table,
 //! none missing, each key's events in the order they were produced, through kill -9 of the inbox
 //! under a steady producer, a PostgreSQL restart (readiness 503 meanwhile) and a rebalance between
-//! two inbox processes of one group.
+//! two inbox processes of one group. These fault tests run on three Apache Kafka brokers, the topic
+//! replicated three times with `min.insync.replicas=2` (the issue's "three brokers for the fault
+//! ones"): the inbox must read through a replicated cluster's group coordinator and leaders.
 //!
 //! The producer numbers each key's events 0, 1, 2, ... in the payload (`n`) and sends every 40th
 //! event twice (an at-least-once producer's duplicate, same `id` header). So the inbox must hold
@@ -103,6 +105,20 @@ fn inbox_args(pg: &PgCluster, broker: &Broker, extra: &[&str]) -> Vec<String> {
     a
 }
 
+/// A three-broker cluster with `props`, and the topic on it: `partitions`, replication factor 3,
+/// `min.insync.replicas=2` (the producer's idempotence implies acks=all).
+fn three_brokers(props: &[&str], partitions: i32) -> Broker {
+    let mut opts = Broker::options().brokers(3);
+    for p in props {
+        opts = opts.prop(p);
+    }
+    let broker = opts.start();
+    broker.create_topic_with(TOPIC, partitions, &[("min.insync.replicas", "2")], false);
+    let rf: Vec<usize> = broker.replicas(TOPIC).iter().map(|(_, _, r)| r.len()).collect();
+    assert_eq!(rf, vec![3; partitions as usize], "replicas per partition");
+    broker
+}
+
 /// Rows in the inbox; 0 before the inbox created its table.
 fn count(pg: &PgCluster) -> usize {
     if pg.psql("SELECT to_regclass('public.inbox') IS NULL").trim() == "t" {
@@ -157,8 +173,7 @@ fn kill_9_of_the_inbox_under_a_steady_producer_loses_and_doubles_nothing() {
     let pg = PgCluster::start();
     // A killed member leaves the group after its session timeout; a short one keeps each restart
     // to about two seconds, so the kills land while the inbox writes, not while it waits to join.
-    let broker = Broker::options().prop("group.min.session.timeout.ms=1000").start();
-    broker.create_topic(TOPIC, 3);
+    let broker = three_brokers(&["group.min.session.timeout.ms=1000"], 3);
     let total = 30_000;
     let mut load = Load::start(&broker, total, 330);
     let fast = ["--kafka-property", "session.timeout.ms=2000"];
@@ -192,8 +207,7 @@ fn kill_9_of_the_inbox_under_a_steady_producer_loses_and_doubles_nothing() {
 #[test]
 fn a_postgresql_restart_pauses_the_inbox_with_readiness_503_and_loses_nothing() {
     let mut pg = PgCluster::start();
-    let broker = Broker::start();
-    broker.create_topic(TOPIC, 2);
+    let broker = three_brokers(&[], 2);
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let mut a = inbox_args(&pg, &broker, &[]);
@@ -236,8 +250,7 @@ fn a_postgresql_restart_pauses_the_inbox_with_readiness_503_and_loses_nothing() 
 #[test]
 fn two_inbox_processes_in_one_group_rebalance_without_loss_or_doubles() {
     let pg = PgCluster::start();
-    let broker = Broker::start();
-    broker.create_topic(TOPIC, 4);
+    let broker = three_brokers(&[], 4);
     let total = 12_000;
     let mut load = Load::start(&broker, total, 600);
     let mut a = Outboxd::spawn(&inbox_args(&pg, &broker, &[]));

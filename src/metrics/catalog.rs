@@ -86,8 +86,8 @@ pub const ALL: &[Metric] = &[
     m("outboxd_inbox_dlq_total", Counter, &["reason"], "inbox", "Bad records copied to the dead-letter topic, per reason."),
     m("outboxd_inbox_unprocessed_rows", Gauge, &[], "inbox", "Inbox rows no worker has marked processed yet."),
     m("outboxd_inbox_oldest_unprocessed_seconds", Gauge, &[], "inbox", "Age of the oldest unprocessed inbox row (0 when there is none)."),
-    m("outboxd_inbox_lag_records", Gauge, &["topic", "partition"], "inbox", "Records of an assigned partition not read yet (high watermark minus position)."),
-    m("outboxd_inbox_lag_seconds", Gauge, &["topic", "partition"], "inbox", "Age of the newest record read from a partition while it has records not read yet; 0 when caught up."),
+    m("outboxd_inbox_lag_records", Gauge, &["topic", "partition"], "inbox", "Records of an assigned partition not stored yet (its last stable offset minus the next offset stored in PostgreSQL); grows through a PostgreSQL outage."),
+    m("outboxd_inbox_lag_seconds", Gauge, &["topic", "partition"], "inbox", "Age of the oldest record read from a partition and not stored yet; 0 when none is. Grows with the clock through a PostgreSQL outage."),
 ];
 
 /// Gives the current recorder every description (call right after installing it).

@@ -8,7 +8,7 @@
 //! (rows, duplicates, the backlog gauges, dead letters by reason), [`Health`] (ready, live), the
 //! [`board`](super::board) (the newest dead letters, the last WARN or ERROR line), and the
 //! [`InboxBoard`] here, which the inbox writes where things change: a partition's stored offset
-//! after each batch commits (not per record), its end and lag per statistics interval, the writer's
+//! after each batch commits (not per record), its end and lag every second, the writer's
 //! state when it pauses or resumes. The machinery (the `Host` check, the token check, the
 //! stylesheet, escaping, the dead-letter section) is the run page's, and so are its flags
 //! (`--status-page-token-file`, `--status-page-allowed-hosts`: [`Access`]).
@@ -118,7 +118,7 @@ impl InboxBoard {
         }
     }
 
-    /// A statistics interval: the partition's end and lag (only while assigned here).
+    /// The lag's turn (every second): the partition's end and lag (only while assigned here).
     pub fn lag(&self, topic: &str, partition: i32, end: i64, records: i64, seconds: Option<f64>) {
         if let Some(p) = self.parts().get_mut(&(topic.to_owned(), partition)) {
             p.high_watermark = Some(end);

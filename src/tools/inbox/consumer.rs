@@ -19,6 +19,10 @@
 //! log's order), and the thread never ends silently: when it stops, the channel closes and the
 //! writer reports it. A position Kafka does not hold is never skipped over: `auto.offset.reset`
 //! is `error`, and that error stops the inbox ([`Input::OutOfRange`]).
+//!
+//! The lag gauges are [`super::lag`]'s: this thread notes where each assigned partition starts and
+//! each record it reads, and runs the lag's own thread beside it ([`lag::watch`]), which asks Kafka
+//! for the ends with the same client, so the gauges move while this thread waits on the writer.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,6 +41,7 @@ use tokio::sync::mpsc;
 
 use super::beat::Beat;
 use super::commit::Commits;
+use super::lag::{self, Lag};
 use super::record::Received;
 use crate::config::inbox::{InboxConfig, StartFrom, Subscription};
 use crate::error::Definite;
@@ -75,64 +80,12 @@ pub enum Input {
     OutOfRange(Vec<(Part, Range)>),
 }
 
-/// A partition's lag in seconds: 0 when nothing is left to read; else the age of the newest
-/// record read (`None` before the first, when it is not known). A clock behind the broker's
-/// gives 0, never a negative age.
-pub fn lag_seconds(records: i64, newest_ms: Option<i64>, now_ms: i64) -> Option<f64> {
-    match (records, newest_ms) {
-        (0, _) => Some(0.0),
-        (_, Some(ts)) => Some((now_ms - ts).max(0) as f64 / 1000.0),
-        (_, None) => None,
-    }
-}
-
 /// Where a partition starts: its stored next offset, else `--start-from`.
 pub fn start_of(stored: Option<i64>, start_from: StartFrom) -> Offset {
     match (stored, start_from) {
         (Some(n), _) => Offset::Offset(n),
         (None, StartFrom::Earliest) => Offset::Beginning,
         (None, StartFrom::Latest) => Offset::End,
-    }
-}
-
-/// A figure per assigned partition, keyed by topic then partition (so a record's lookup
-/// allocates nothing): the timestamp (ms) of the newest record polled, whose age is the lag in
-/// seconds while records are left to read; and the next offset to be handed to the writer.
-struct PerPart<T>(HashMap<String, HashMap<i32, T>>);
-
-impl<T> Default for PerPart<T> {
-    fn default() -> Self {
-        PerPart(HashMap::new())
-    }
-}
-
-impl<T: Copy> PerPart<T> {
-    fn set(&mut self, topic: &str, partition: i32, v: T) {
-        match self.0.get_mut(topic) {
-            Some(t) => {
-                t.insert(partition, v);
-            }
-            None => {
-                self.0.insert(topic.to_owned(), HashMap::from([(partition, v)]));
-            }
-        }
-    }
-
-    fn get(&self, topic: &str, partition: i32) -> Option<T> {
-        self.0.get(topic).and_then(|t| t.get(&partition)).copied()
-    }
-
-    /// Partitions assigned or revoked: what was read of them before (here or, for one assigned
-    /// again, in an earlier assignment) says nothing of their lag now.
-    fn forget(&mut self, parts: &[Part]) {
-        for (topic, p) in parts {
-            if let Some(t) = self.0.get_mut(topic) {
-                t.remove(p);
-                if t.is_empty() {
-                    self.0.remove(topic);
-                }
-            }
-        }
     }
 }
 
@@ -153,14 +106,8 @@ struct Context {
     beat: Arc<Beat>,
     /// The stored offsets for Kafka's copy (`--commit-kafka-offsets`), sent from this thread.
     commits: Arc<Commits>,
-    /// Written and read on this thread only (polls, statistics and rebalances all run in `poll`);
-    /// the lock is never contended.
-    newest: Mutex<PerPart<i64>>,
-    /// The next offset handed to the writer per partition, from its start at the assignment.
-    /// (librdkafka's `app_offset` is unset until a partition's first record is polled, and its
-    /// fetch position is past everything prefetched: neither is the lag of a partition just
-    /// assigned with a backlog.)
-    position: Mutex<PerPart<i64>>,
+    /// The lag's state: where each assigned partition starts, and the records read.
+    lag: Arc<Lag>,
     /// Records polled and not handed over yet (at most [`CHUNK`]); sent before anything else
     /// goes to the writer, so the channel keeps the order of the polls and the rebalances.
     pending: Mutex<Vec<Received>>,
@@ -188,38 +135,12 @@ impl ClientContext for Context {
         tracing::warn!(target: "librdkafka", %error, "{reason}");
     }
 
-    /// librdkafka's statistics (every `statistics.interval.ms`, 5 s by default here) carry each
-    /// partition's last stable offset (the end a read_committed reader can reach); the lag is that
-    /// minus the next offset handed to the writer ([`Context::position`]). (Their `consumer_lag`
-    /// counts from the group's committed offset in Kafka, which the inbox does not use.) The lag in
-    /// seconds is the age of the newest record read from the partition while records are left to
-    /// read, else 0.
-    ///
-    /// Only partitions assigned here now are set: statistics are a snapshot taken on librdkafka's
-    /// thread and served by a later poll, so one taken before a revocation can arrive after it,
-    /// and would set a partition that is no longer ours back to its old lag, frozen there.
+    /// librdkafka's statistics (every `statistics.interval.ms`, 5 s by default here): only Kafka's
+    /// reachability comes from them (a broker up again). The lag is [`super::lag`]'s, which does
+    /// not wait for this thread's polls.
     fn stats(&self, statistics: Statistics) {
         if !self.link.is_up() && statistics.brokers.values().any(|b| b.state == "UP") {
             self.link.set(true, "");
-        }
-        let now_ms = jiff::Timestamp::now().as_millisecond();
-        let newest = self.newest.lock().unwrap_or_else(PoisonError::into_inner);
-        let position = self.position.lock().unwrap_or_else(PoisonError::into_inner);
-        for (topic, t) in &statistics.topics {
-            for (p, part) in &t.partitions {
-                let Some(at) = position.get(topic, *p) else { continue };
-                // A negative offset is not known yet.
-                if part.ls_offset >= 0 {
-                    let records = (part.ls_offset - at).max(0);
-                    self.metrics.lag(topic, *p, records);
-                    let ts = newest.get(topic, *p);
-                    let secs = lag_seconds(records, ts, now_ms);
-                    if let Some(secs) = secs {
-                        self.metrics.lag_seconds(topic, *p, secs);
-                    }
-                    crate::status::inbox::inbox_board().lag(topic, *p, part.ls_offset, records, secs);
-                }
-            }
         }
     }
 }
@@ -240,17 +161,13 @@ impl ConsumerContext for Context {
                 let ranges: HashMap<Part, Range> = ranged.iter().flatten().cloned().collect();
                 match ranged.and_then(|r| self.ask(Input::Assign(r, reply), &answer)) {
                     Some(starts) => {
-                        let mut position = self.position.lock().unwrap_or_else(PoisonError::into_inner);
-                        for ((topic, p), off) in starts {
-                            let at = ranges.get(&(topic.clone(), p)).and_then(|r| start_offset(off, *r));
-                            if let Some(at) = at {
-                                position.set(&topic, p, at);
-                            }
-                            if let Err(e) = tpl.set_partition_offset(&topic, p, off) {
-                                tracing::error!(%topic, partition = p, "cannot set the start offset: {e}");
+                        for (part, off) in starts {
+                            let at = ranges.get(&part).and_then(|r| start_offset(off, *r));
+                            self.lag.assigned(&part, at);
+                            if let Err(e) = tpl.set_partition_offset(&part.0, part.1, off) {
+                                tracing::error!(topic = %part.0, partition = part.1, "cannot set the start offset: {e}");
                             }
                         }
-                        drop(position);
                         self.commits.assigned(&parts);
                         tracing::info!(partitions = ?parts, "assigned; starting at the offsets stored in PostgreSQL");
                         if cooperative {
@@ -286,11 +203,9 @@ impl ConsumerContext for Context {
 
 impl Context {
     /// Partitions that change hands: their lag gauges go to 0 (the instance that holds them now
-    /// reports theirs; statistics set them again here only while assigned here), and their
-    /// newest record's timestamp is dropped.
+    /// reports theirs; [`lag::watch`] sets them again here only while assigned here).
     fn forget(&self, parts: &[Part]) {
-        self.newest.lock().unwrap_or_else(PoisonError::into_inner).forget(parts);
-        self.position.lock().unwrap_or_else(PoisonError::into_inner).forget(parts);
+        self.lag.forget(parts);
         for (topic, p) in parts {
             self.metrics.lag(topic, *p, 0);
             self.metrics.lag_seconds(topic, *p, 0.0);
@@ -380,6 +295,7 @@ pub fn start(
     beat: Arc<Beat>,
     commits: Arc<Commits>,
     health: Arc<Health>,
+    lag: Arc<Lag>,
 ) -> Result<Running, Definite> {
     let stop = Arc::new(AtomicBool::new(false));
     let defaults = [
@@ -389,6 +305,7 @@ pub fn start(
         // outboxd's exactly-once output arrives whole; aborted records never reach the inbox.
         ("isolation.level", "read_committed".to_owned()),
         ("enable.partition.eof", "false".to_owned()),
+        // Kafka's reachability (a broker up again) is read from them.
         ("statistics.interval.ms", "5000".to_owned()),
     ];
     let mut conf = client::consumer_config(&cfg.kafka, "outboxd-inbox", &defaults);
@@ -402,8 +319,7 @@ pub fn start(
         metrics: InboxMetrics::new(),
         beat,
         commits,
-        newest: Mutex::default(),
-        position: Mutex::default(),
+        lag: lag.clone(),
         pending: Mutex::new(Vec::with_capacity(CHUNK)),
         unmarked: AtomicBool::new(false),
         link: Link::new("kafka", "Kafka", health),
@@ -420,9 +336,30 @@ pub fn start(
     let flag = stop.clone();
     let thread = std::thread::Builder::new()
         .name("inbox-consumer".into())
-        .spawn(move || poll_loop(&consumer, &flag))
+        .spawn(move || with_lag(&consumer, &lag, || poll_loop(&consumer, &flag)))
         .map_err(|e| Definite::Setup(format!("cannot start the consumer thread: {e}")))?;
     Ok(Running { thread, stop })
+}
+
+/// Run `body` (the poll loop) with [`lag::watch`] beside it on a thread of its own, sharing the
+/// client; the watch ends (and is waited for) when `body` returns, before the client closes. A
+/// watch that cannot start or panics is an error in the log, never the inbox's end: only the
+/// gauges stop.
+fn with_lag(consumer: &BaseConsumer<Context>, lag: &Lag, body: impl FnOnce()) {
+    std::thread::scope(|s| {
+        let (done, watching) = std_mpsc::channel::<()>();
+        let started = std::thread::Builder::new().name("inbox-lag".into()).spawn_scoped(s, move || {
+            let run = std::panic::AssertUnwindSafe(|| lag::watch(consumer, lag, &watching));
+            if std::panic::catch_unwind(run).is_err() {
+                tracing::error!("the inbox's lag thread panicked; the lag gauges are no longer updated");
+            }
+        });
+        if let Err(e) = started {
+            tracing::error!("cannot start the inbox's lag thread: {e}; the lag gauges are not updated");
+        }
+        body();
+        drop(done);
+    });
 }
 
 /// Poll until told to stop or the writer is gone. Errors librdkafka reports per poll (a broker
@@ -449,10 +386,7 @@ fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
                     ctx.link.set(true, "");
                 }
                 let r = received(&m);
-                if let Some(ts) = r.timestamp_ms {
-                    ctx.newest.lock().unwrap_or_else(PoisonError::into_inner).set(&r.topic, r.partition, ts);
-                }
-                ctx.position.lock().unwrap_or_else(PoisonError::into_inner).set(&r.topic, r.partition, r.offset + 1);
+                ctx.lag.read(&r.topic, r.partition, r.offset, r.timestamp_ms);
                 let full = {
                     let mut p = ctx.pending();
                     p.push(r);
@@ -501,15 +435,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lag_seconds_is_the_newest_records_age_while_records_are_left() {
-        assert_eq!(lag_seconds(0, None, 10_000), Some(0.0));
-        assert_eq!(lag_seconds(0, Some(1_000), 10_000), Some(0.0), "caught up: no lag, however old the record");
-        assert_eq!(lag_seconds(5, Some(7_500), 10_000), Some(2.5));
-        assert_eq!(lag_seconds(5, None, 10_000), None);
-        assert_eq!(lag_seconds(5, Some(12_000), 10_000), Some(0.0), "a clock behind the broker's");
-    }
-
-    #[test]
     fn a_watermark_fetch_and_its_pause_fit_in_the_shortest_stall_timeout() {
         assert!(WATERMARK_TIMEOUT + WATERMARK_PAUSE < crate::config::inbox::MIN_STALL);
     }
@@ -520,19 +445,5 @@ mod tests {
         assert_eq!(start_offset(Offset::Beginning, (3, 10)), Some(3));
         assert_eq!(start_offset(Offset::End, (3, 10)), Some(10));
         assert_eq!(start_offset(Offset::Invalid, (3, 10)), None);
-    }
-
-    #[test]
-    fn a_partition_that_changes_hands_is_forgotten() {
-        let mut n = PerPart::default();
-        n.set("a", 0, 10);
-        n.set("a", 1, 20);
-        n.set("b", 0, 30);
-        n.set("a", 0, 15);
-        assert_eq!((n.get("a", 0), n.get("a", 1), n.get("b", 0)), (Some(15), Some(20), Some(30)));
-        n.forget(&[("a".into(), 0), ("b".into(), 0), ("c".into(), 3)]);
-        assert_eq!((n.get("a", 0), n.get("a", 1), n.get("b", 0)), (None, Some(20), None));
-        assert!(!n.0.contains_key("b"), "an emptied topic goes too");
-        assert_eq!(lag_seconds(5, n.get("a", 0), 10_000), None, "no age until a record is read again");
     }
 }

@@ -31,6 +31,8 @@
 //! * `beat.rs`: the consumer thread's heartbeat, which `/healthz` needs beside the writer's;
 //! * `decode.rs`: `--value-format avro|protobuf|json-schema`, values decoded to JSON by the
 //!   registry's schemas (`avro_walk.rs`: an Avro datum checked whole and of bounded depth first);
+//! * `lag.rs`: the lag gauges per partition (Kafka's end against the offsets stored), on a thread
+//!   of their own that asks Kafka for the ends, so they move while the writer waits;
 //! * `commit.rs`: `--commit-kafka-offsets`, the stored offsets copied to the group in Kafka for
 //!   lag tools (never read back);
 //! * the status page is [`crate::status::inbox`]'s: the writer and the consumer write its board.
@@ -48,6 +50,7 @@ mod commit;
 mod consumer;
 mod dead;
 mod decode;
+mod lag;
 pub mod record;
 pub mod store;
 mod writer;
@@ -91,7 +94,7 @@ pub async fn run(cfg: InboxConfig, shutdown: CancellationToken) -> Result<u8, Er
     }
     // About four batches of records in chunks (at most `CHUNK` records each) between the threads.
     let (tx, mut rx) = mpsc::channel(cfg.batch_size.saturating_mul(4).div_ceil(consumer::CHUNK).max(4));
-    let running = consumer::start(&cfg, tx, beat, writer.commits(), health.clone())?;
+    let running = consumer::start(&cfg, tx, beat, writer.commits(), health.clone(), writer.lag())?;
     tracing::info!(group = %cfg.group, table = %format!("{}.{}", cfg.schema, cfg.table), "inbox consuming");
     let outcome = writer.run(&mut rx, &shutdown).await;
     // Let the consumer go: it leaves the group, and its revocation is answered until it is gone.

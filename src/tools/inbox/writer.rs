@@ -10,7 +10,9 @@
 //!
 //! A failed write is retried whole (the batch is idempotent: `ON CONFLICT DO NOTHING`, offsets
 //! that only grow) while PostgreSQL is away, with `/readyz` answering 503 and the consumer held
-//! back by the full channel; nothing is acknowledged anywhere until the write commits. A write
+//! back by the full channel; nothing is acknowledged anywhere until the write commits. An idle
+//! writer checks its connection ([`PROBE_EVERY`] after its last success, one `SELECT 1`) through
+//! the same retry, so `/readyz` answers 503 through an outage with no records flowing too. A write
 //! PostgreSQL refuses for its data (SQLSTATE class 22 or 23, [`store::WriteError`]) is retried row
 //! by row, and a row refused alone is a bad record, as is a record without a usable event id:
 //! copied to `--dlq-topic` with its reason ([`super::dead`]), acked, and passed over, its offset
@@ -33,6 +35,7 @@ use super::commit::Commits;
 use super::consumer::{start_of, Input, Part};
 use super::dead::DeadLetters;
 use super::decode::{Decoder, Failure};
+use super::lag::Lag;
 use super::record::{to_row, Bad, Naming, Received};
 use super::store::{self, Names, WriteError};
 use crate::config::inbox::{InboxConfig, StartFrom};
@@ -66,7 +69,18 @@ pub struct Writer {
     decoder: Option<Decoder>,
     /// Stored offsets for Kafka's copy (`--commit-kafka-offsets`).
     commits: Arc<Commits>,
+    /// Stored offsets for the lag gauges.
+    lag: Arc<Lag>,
+    /// When a step last succeeded on the connection: an idle writer checks it after
+    /// [`PROBE_EVERY`] without one ([`Writer::probe_due`]).
+    last_ok: Instant,
 }
+
+/// An idle writer checks its connection this long after its last success, so `/readyz` answers
+/// 503 during a PostgreSQL outage with no records flowing (documented: docs/src/inbox.md).
+pub const PROBE_EVERY: Duration = Duration::from_secs(5);
+/// The longest a check may take: a server that stops answering is an outage too.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Writer {
     pub fn new(cfg: InboxConfig, health: Arc<Health>, beat: Arc<Beat>) -> Result<Writer, Definite> {
@@ -98,12 +112,19 @@ impl Writer {
             batch: Batch::default(),
             decoder,
             commits,
+            lag: Arc::new(Lag::default()),
+            last_ok: Instant::now(),
         })
     }
 
     /// The stored offsets for Kafka's copy, which the consumer thread sends.
     pub fn commits(&self) -> Arc<Commits> {
         self.commits.clone()
+    }
+
+    /// The lag's state, which the consumer thread and its lag thread share.
+    pub fn lag(&self) -> Arc<Lag> {
+        self.lag.clone()
     }
 
     /// Connect and make sure the schema is there; a definite failure (bad credentials, no
@@ -163,6 +184,13 @@ impl Writer {
                         );
                     }
                     self.stalled = !alive;
+                    if self.probe_due(Instant::now()) {
+                        // Nothing to write: a check, through the same retry as a write, so an
+                        // outage makes /readyz 503 now and its end 200 again.
+                        if self.retrying(shutdown, Step::Probe).await?.is_none() {
+                            break;
+                        }
+                    }
                     // Ended by anything but the shutdown (which it may have seen first): a panic.
                     if chores.is_finished() && !stop_chores.is_cancelled() {
                         return Err(Definite::TaskEnded {
@@ -407,6 +435,26 @@ impl Writer {
         )))
     }
 
+    /// Whether the connection is due a check at `now`: nothing in hand and no success for
+    /// [`PROBE_EVERY`] (a busy writer's writes are its checks).
+    fn probe_due(&self, now: Instant) -> bool {
+        self.batch.next.is_empty() && now.saturating_duration_since(self.last_ok) >= PROBE_EVERY
+    }
+
+    /// One round trip on the connection, bounded by [`PROBE_TIMEOUT`]; its failure is classified
+    /// by SQLSTATE like a write's (a closed connection is transient, class 08).
+    async fn probe(&mut self) -> Result<(), Error> {
+        let (client, _) = self.client.as_ref().ok_or_else(not_connected)?;
+        match tokio::time::timeout(PROBE_TIMEOUT, client.simple_query("SELECT 1")).await {
+            Ok(r) => r.map(drop).map_err(|e| crate::pg::sqlstate::query_error("checking the connection", e)),
+            Err(_) => Err(crate::error::Transient::PgServer {
+                code: "57014".into(),
+                message: format!("checking the connection: no answer in {}s", PROBE_TIMEOUT.as_secs()),
+            }
+            .into()),
+        }
+    }
+
     async fn load(&mut self, parts: &[Part]) -> Result<HashMap<Part, i64>, Error> {
         let (client, _) = self.client.as_ref().ok_or_else(not_connected)?;
         store::load_offsets(client, &self.names, &self.cfg.group, parts).await
@@ -531,6 +579,7 @@ impl Writer {
                 let done = match step {
                     Step::Load(parts) => self.load(parts).await.map(Done::Loaded),
                     Step::Write(batch) => self.write(batch, shutdown).await.map(Done::Written),
+                    Step::Probe => self.probe().await.map(|()| Done::Probed),
                 };
                 match done {
                     Ok(v) => {
@@ -538,7 +587,9 @@ impl Writer {
                         // shutdown before them, and Kafka must never be ahead of PostgreSQL.
                         if let (Step::Write(batch), Done::Written(Some(_))) = (step, &v) {
                             self.commits.stored(&batch.next);
+                            self.lag.stored(&batch.next);
                         }
+                        self.last_ok = Instant::now();
                         self.health.set_streaming(true);
                         return Ok(Some(v));
                     }
@@ -571,12 +622,15 @@ impl Writer {
 enum Step<'b> {
     Load(&'b [Part]),
     Write(&'b Batch),
+    /// A check of an idle writer's connection.
+    Probe,
 }
 
 /// What a [`Step`] gave.
 enum Done {
     Loaded(HashMap<Part, i64>),
     Written(Option<i64>),
+    Probed,
 }
 
 fn not_connected() -> Error {
