@@ -60,9 +60,10 @@ pub struct InboxArgs {
     /// Topics to read, comma-separated.
     #[arg(long, env = "OUTBOXD_INBOX_TOPICS", value_delimiter = ',', conflicts_with = "topic_pattern")]
     pub topics: Vec<String>,
-    /// Read every topic whose name matches this regex whole (new topics are picked up at
-    /// librdkafka's next metadata refresh, topic.metadata.refresh.interval.ms). A POSIX extended
-    /// regex, as librdkafka takes it: no (?:...) and no \d (write [0-9]).
+    /// Read every topic whose name matches this regex whole; a topic created later is picked up
+    /// at the next metadata refresh (topic.metadata.refresh.interval.ms, 30 s here unless
+    /// --kafka-property sets it). A POSIX extended regex, as librdkafka takes it: no (?:...) and
+    /// no \d (write [0-9]).
     #[arg(long, env = "OUTBOXD_INBOX_TOPIC_PATTERN", value_name = "REGEX")]
     pub topic_pattern: Option<String>,
     /// The inbox table, as [SCHEMA.]TABLE (lowercase letters, digits, _); created with

@@ -46,6 +46,10 @@ use crate::sink::kafka::client;
 const WATERMARK_TIMEOUT: Duration = Duration::from_secs(2);
 const WATERMARK_PAUSE: Duration = Duration::from_secs(1);
 
+/// `topic.metadata.refresh.interval.ms` with `--topic-pattern` (unless --kafka-property sets it):
+/// how soon a matching topic created later is read.
+const PATTERN_REFRESH_MS: &str = "30000";
+
 pub use super::Part;
 
 /// A partition's range in Kafka: its low and high watermarks (the first offset it still holds,
@@ -401,7 +405,7 @@ pub fn start(
     commits: Arc<Commits>,
 ) -> Result<Running, Definite> {
     let stop = Arc::new(AtomicBool::new(false));
-    let defaults = [
+    let mut defaults = vec![
         ("group.id", cfg.group.clone()),
         ("enable.auto.commit", "false".to_owned()),
         ("enable.auto.offset.store", "false".to_owned()),
@@ -410,6 +414,12 @@ pub fn start(
         ("enable.partition.eof", "false".to_owned()),
         ("statistics.interval.ms", "5000".to_owned()),
     ];
+    // A --topic-pattern subscription finds a topic created later at the next metadata refresh:
+    // librdkafka's default of 5 min (measured: 301 s, tests/inbox_migrate.rs) is too slow to
+    // notice, one Metadata request every 30 s is cheap. --kafka-property overrides it.
+    if matches!(cfg.subscription, Subscription::Pattern(_)) {
+        defaults.push(("topic.metadata.refresh.interval.ms", PATTERN_REFRESH_MS.to_owned()));
+    }
     let mut conf = client::consumer_config(&cfg.kafka, "outboxd-inbox", &defaults);
     // Never librdkafka's default `latest`: a stored offset below the log's start (the inbox was
     // away longer than the retention) or beyond its end (the topic was created again) would jump
