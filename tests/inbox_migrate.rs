@@ -246,3 +246,21 @@ fn a_topic_pattern_picks_up_a_new_matching_topic_and_never_another() {
     assert_eq!(topics(&pg).split_whitespace().collect::<Vec<_>>(), ["orders.a:3", "orders.b:4", "orders.c:6"]);
     inbox.stop_cleanly();
 }
+
+#[test]
+fn a_committed_offset_outside_the_log_stops_the_inbox_and_stores_nothing() {
+    let pg = PgCluster::start();
+    let broker = Broker::start();
+    broker.create_topic(TOPIC, 2);
+    produce(&broker, TOPIC, 2, &[0, 0], 3);
+    // Beyond p1's end (3): the topic was created again after the old consumer committed.
+    legacy_commit(&broker, &[Some(2), Some(40)]);
+    let extra = ["--group", GROUP, "--start-from", "committed"];
+    let mut inbox = Outboxd::spawn(&inbox_args(&pg, &broker, &["--topics", TOPIC], &extra));
+    let status = inbox.wait_exit(Duration::from_secs(45));
+    let log = inbox.log();
+    assert!(status.is_some_and(|s| !s.success()), "the inbox did not stop with an error ({status:?}):\n{log}");
+    assert!(log.contains(&format!("partition {TOPIC}/1")) && log.contains("committed offset 40"), "{log}");
+    assert!(stored(&pg).is_empty(), "offsets stored: {:?}", stored(&pg));
+    assert!(ids(&pg).is_empty(), "rows stored: {:?}", ids(&pg));
+}

@@ -101,9 +101,10 @@ pub struct InboxArgs {
     pub schema_missing_timeout: String,
     /// After each PostgreSQL commit, and for the partitions an assignment hands over, also commit
     /// the stored next offsets to the group in Kafka (asynchronously, at most every 200 ms; a
-    /// failed commit is sent again), for lag tools such as kafka-consumer-groups. They are never
-    /// read: PostgreSQL's offsets decide where a partition starts. Costs one OffsetCommit request
-    /// to the group coordinator per 200 ms while records arrive.
+    /// failed commit is sent again), for lag tools such as kafka-consumer-groups. PostgreSQL's
+    /// offsets decide where a partition starts; the group's are read only by --start-from
+    /// committed, for a partition with none in PostgreSQL, and are then the same. Costs one
+    /// OffsetCommit request to the group coordinator per 200 ms while records arrive.
     #[arg(long, env = "OUTBOXD_INBOX_COMMIT_KAFKA_OFFSETS", num_args = 0..=1, default_value = "true", default_missing_value = "true", value_name = "BOOL")]
     pub commit_kafka_offsets: bool,
     /// Most records written in one PostgreSQL transaction.
