@@ -101,16 +101,17 @@ impl Received {
     }
 }
 
-/// The row for `r`, or why there is none (with the record, for its dead-letter copy).
-pub fn to_row(r: Received, naming: &Naming) -> Result<Row, (Bad, Received)> {
+/// The row for `r`, or why there is none (with the record, for its dead-letter copy; boxed, as
+/// it is rare and the row is what the hot path returns).
+pub fn to_row(r: Received, naming: &Naming) -> Result<Row, Box<(Bad, Received)>> {
     let found = naming.event_id_headers.iter().find_map(|name| r.header(name).map(|v| (name, v)));
     let event_id = match found {
         None => r.position(),
         Some((_, Some(v))) if !v.is_empty() => match std::str::from_utf8(v) {
             Ok(s) if !s.contains('\0') => s.to_owned(),
-            _ => return Err((bad_id(&r, found.map(|f| f.0), "is not UTF-8 text"), r)),
+            _ => return Err(Box::new((bad_id(&r, found.map(|f| f.0), "is not UTF-8 text"), r))),
         },
-        Some((name, _)) => return Err((bad_id(&r, Some(name), "is empty"), r)),
+        Some((name, _)) => return Err(Box::new((bad_id(&r, Some(name), "is empty"), r))),
     };
     let event_type = r.header(&naming.event_type_header).and_then(|v| v.as_deref()).map(text).filter(|s| !s.is_empty());
     let mut headers = Map::new();
@@ -189,10 +190,10 @@ mod tests {
     #[test]
     fn the_first_header_present_decides_even_when_unusable() {
         let n = named("eventId");
-        let (e, _) = to_row(rec(vec![("id", Some(b"")), ("eventId", Some(b"named"))], None), &n).unwrap_err();
+        let (e, _) = *to_row(rec(vec![("id", Some(b"")), ("eventId", Some(b"named"))], None), &n).unwrap_err();
         assert_eq!(e.reason, "inbox_bad_event_id");
         assert!(e.message.contains("\"id\" header that is empty"), "{}", e.message);
-        let (e, _) = to_row(rec(vec![("eventId", Some(b"\xff"))], None), &n).unwrap_err();
+        let (e, _) = *to_row(rec(vec![("eventId", Some(b"\xff"))], None), &n).unwrap_err();
         assert!(e.message.contains("\"eventId\" header that is not UTF-8"), "{}", e.message);
     }
 
@@ -220,7 +221,7 @@ mod tests {
     #[test]
     fn an_unusable_id_header_is_a_bad_record_not_a_fallback() {
         for v in [None, Some(&b""[..]), Some(&b"\xff\xfe"[..]), Some(&b"a\0b"[..])] {
-            let (e, back) = to_row(rec(vec![("id", v)], None), &naming()).unwrap_err();
+            let (e, back) = *to_row(rec(vec![("id", v)], None), &naming()).unwrap_err();
             assert_eq!(back.offset, 41);
             assert_eq!(e.reason, "inbox_bad_event_id", "{v:?}");
             assert!(e.message.contains("orders.events/2/41"), "{}", e.message);

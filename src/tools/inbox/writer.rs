@@ -317,7 +317,7 @@ impl Writer {
                 self.batch.rows.push(row);
             }
             (Ok(row), Err(bad)) => self.batch.bad.push((bad, row.received())),
-            (Err(bad), _) => self.batch.bad.push(bad),
+            (Err(bad), _) => self.batch.bad.push(*bad),
         }
         if self.batch.full(self.cfg.batch_size) {
             self.flush(shutdown).await?;
