@@ -1,12 +1,13 @@
 //! Taking a consumer over, against real Apache Kafka and PostgreSQL: `outboxd inbox --group G
-//! --start-from committed` starts each partition PostgreSQL has no offset of at the offset the old
-//! consumer committed to group G (else at the earliest), and from then on PostgreSQL's stored
-//! offsets win over anything in Kafka; and `--topic-pattern`, whose subscription picks up a
-//! matching topic created after the start and never a topic that does not match.
+//! --start-from committed` starts each partition PostgreSQL has no offset of at the offset the
+//! old consumer committed to group G (else at the earliest), and from then on PostgreSQL's stored
+//! offsets win over anything in Kafka; the manual's import and rollback SQL; the event id chain
+//! (`id`, then `--event-id-header`, then the position); and `--topic-pattern`, whose subscription
+//! picks up a matching topic created after the start and never a topic that does not match.
 //!
-//! Each record's `id` header names its topic, partition and offset (`TOPIC:p{P}-{offset}`), so the inbox's
-//! event ids are exactly the records it read: a record before the committed offset, one read
-//! twice past a stored offset, or a missing one each change the set the tests compare.
+//! Each record's `id` header names its topic, partition and offset (`TOPIC:p{P}-{offset}`), so
+//! the inbox's event ids are exactly the records it read: a record before the committed offset,
+//! one read twice past a stored offset, or a missing one each change the set the tests compare.
 
 mod common;
 
@@ -263,4 +264,31 @@ fn a_committed_offset_outside_the_log_stops_the_inbox_and_stores_nothing() {
     assert!(log.contains(&format!("partition {TOPIC}/1")) && log.contains("committed offset 40"), "{log}");
     assert!(stored(&pg).is_empty(), "offsets stored: {:?}", stored(&pg));
     assert!(ids(&pg).is_empty(), "rows stored: {:?}", ids(&pg));
+}
+
+#[test]
+fn the_event_id_is_the_id_header_else_the_named_one_else_the_position() {
+    let pg = PgCluster::start();
+    let broker = Broker::start();
+    broker.create_topic(TOPIC, 1);
+    let producer: BaseProducer = broker.client_config().create().unwrap();
+    let sends: [&[(&str, &str)]; 4] = [
+        &[("id", "router-1"), ("eventId", "named-1")],
+        &[("eventId", "named-2")],
+        &[("other", "x")],
+        &[("id", "router-4")],
+    ];
+    for hs in sends {
+        let mut headers = OwnedHeaders::new();
+        for (k, v) in hs {
+            headers = headers.insert(Header { key: k, value: Some(*v) });
+        }
+        producer.send(BaseRecord::to(TOPIC).partition(0).key("k").payload("{}").headers(headers)).unwrap();
+    }
+    producer.flush(Duration::from_secs(20)).unwrap();
+    let extra = ["--event-id-header", "eventId"];
+    let inbox = Outboxd::spawn(&inbox_args(&pg, &broker, &["--topics", TOPIC], &extra));
+    let want: BTreeSet<String> =
+        ["router-1", "named-2", &format!("{TOPIC}/0/2"), "router-4"].iter().map(|s| s.to_string()).collect();
+    assert_ids(&pg, &want, &inbox);
 }
