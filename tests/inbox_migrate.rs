@@ -190,6 +190,32 @@ fn start_from_committed_takes_over_the_groups_offsets_and_then_postgresql_wins()
     pg.psql(&doc_sql("INSERT INTO processed_events"));
     let back: BTreeSet<String> = pg.psql("SELECT event_id FROM processed_events").lines().map(str::to_owned).collect();
     assert_eq!(back, want, "the ids handed back to the old consumer: its own and the inbox's");
+
+    // Without --commit-kafka-offsets, the manual sets the group's offsets from the offsets table:
+    // the \copy's CSV, read by kafka-consumer-groups --reset-offsets --from-file.
+    legacy_commit(&broker, &[Some(0), Some(0), Some(0)]);
+    let csv = pg.psql(&format!(
+        "COPY (SELECT topic, kafka_partition, next_offset FROM public.inbox_offsets WHERE group_id = '{GROUP}') \
+         TO STDOUT CSV"
+    ));
+    let file = std::env::temp_dir().join(format!("inbox-migrate-{}.csv", std::process::id()));
+    std::fs::write(&file, csv).unwrap();
+    let (ok, out) = broker.tool(
+        "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+        &[
+            "--bootstrap-server",
+            &broker.admin_bootstrap(),
+            "--group",
+            GROUP,
+            "--reset-offsets",
+            "--from-file",
+            file.to_str().unwrap(),
+            "--execute",
+        ],
+    );
+    let _ = std::fs::remove_file(&file);
+    assert!(ok, "kafka-consumer-groups --reset-offsets --from-file:\n{out}");
+    assert_eq!(broker.committed_offsets(GROUP, TOPIC, 3), vec![Some(17), Some(17), Some(17)], "{out}");
 }
 
 /// The ```sql block of docs/src/inbox.md that contains `needle`, unindented: the tests run the
