@@ -13,12 +13,13 @@
 --     arrive in their partition's order, so seq orders each key.
 --   * inbox_offsets holds, per consumer group and partition, the next offset to read. It is
 --     written in the same transaction as the rows, and `outboxd inbox` starts every partition
---     there, never at the group's Kafka offsets: a crash at any instant loses no row and
---     doubles none.
+--     there, never at the group's Kafka offsets (`--start-from committed` reads those once, for
+--     a partition with no row here, and stores them here first): a crash at any instant loses
+--     no row and doubles none.
 
 CREATE TABLE IF NOT EXISTS public.inbox (
     seq             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    -- The `id` header (--event-id-header), else 'TOPIC/PARTITION/OFFSET'.
+    -- The `id` header, else the --event-id-header header, else 'TOPIC/PARTITION/OFFSET'.
     event_id        text        NOT NULL UNIQUE,
     topic           text        NOT NULL,
     kafka_partition integer     NOT NULL,

@@ -28,6 +28,9 @@ pub enum StartFrom {
     Earliest,
     /// Records appended after the partition was first assigned.
     Latest,
+    /// The offset the Kafka group (`--group`) has committed for the partition, else the oldest
+    /// record: the migration path from a consumer that used the same group (docs/src/inbox.md).
+    Committed,
 }
 
 /// How record values are read into `payload_json`.
@@ -57,7 +60,10 @@ pub struct InboxArgs {
     /// Topics to read, comma-separated.
     #[arg(long, env = "OUTBOXD_INBOX_TOPICS", value_delimiter = ',', conflicts_with = "topic_pattern")]
     pub topics: Vec<String>,
-    /// Read every topic whose name matches this regex whole (new topics are picked up).
+    /// Read every topic whose name matches this regex whole; a topic created later is picked up
+    /// at the next metadata refresh (topic.metadata.refresh.interval.ms, 30 s here unless
+    /// --kafka-property sets it). A POSIX extended regex, as librdkafka takes it: no (?:...) and
+    /// no \d (write [0-9]).
     #[arg(long, env = "OUTBOXD_INBOX_TOPIC_PATTERN", value_name = "REGEX")]
     pub topic_pattern: Option<String>,
     /// The inbox table, as [SCHEMA.]TABLE (lowercase letters, digits, _); created with
@@ -67,8 +73,10 @@ pub struct InboxArgs {
     /// Kafka consumer group; also the key of the offsets stored beside the inbox table.
     #[arg(long, env = "OUTBOXD_INBOX_GROUP", default_value = "outboxd-inbox")]
     pub group: String,
-    /// Header holding the event id (outboxd and Debezium's EventRouter send `id`); a record
-    /// without it is stored as TOPIC/PARTITION/OFFSET.
+    /// A header holding the event id, tried after `id` (which outboxd and Debezium's EventRouter
+    /// send): the id is the `id` header, else this one (when it is another name), else
+    /// TOPIC/PARTITION/OFFSET. The first of them a record carries decides; an empty one, or one
+    /// not UTF-8, makes it a bad record.
     #[arg(long, env = "OUTBOXD_INBOX_EVENT_ID_HEADER", default_value = "id")]
     pub event_id_header: String,
     /// Header holding the event type, stored in the event_type column (NULL without it).
@@ -93,9 +101,10 @@ pub struct InboxArgs {
     pub schema_missing_timeout: String,
     /// After each PostgreSQL commit, and for the partitions an assignment hands over, also commit
     /// the stored next offsets to the group in Kafka (asynchronously, at most every 200 ms; a
-    /// failed commit is sent again), for lag tools such as kafka-consumer-groups. They are never
-    /// read: PostgreSQL's offsets decide where a partition starts. Costs one OffsetCommit request
-    /// to the group coordinator per 200 ms while records arrive.
+    /// failed commit is sent again), for lag tools such as kafka-consumer-groups. PostgreSQL's
+    /// offsets decide where a partition starts; the group's are read only by --start-from
+    /// committed, for a partition with none in PostgreSQL, and are then the same. Costs one
+    /// OffsetCommit request to the group coordinator per 200 ms while records arrive.
     #[arg(long, env = "OUTBOXD_INBOX_COMMIT_KAFKA_OFFSETS", num_args = 0..=1, default_value = "true", default_missing_value = "true", value_name = "BOOL")]
     pub commit_kafka_offsets: bool,
     /// Most records written in one PostgreSQL transaction.
@@ -104,8 +113,11 @@ pub struct InboxArgs {
     /// Longest a record waits for its batch to fill before the batch is written.
     #[arg(long, env = "OUTBOXD_INBOX_BATCH_TIMEOUT", default_value = "20ms", value_name = "DURATION")]
     pub batch_timeout: String,
-    /// Where a partition with no offset stored in PostgreSQL starts (the group's Kafka offsets
-    /// are never read).
+    /// Where a partition with no offset stored in PostgreSQL starts: `earliest`, `latest`, or
+    /// `committed`: the offset the group (--group) has committed in Kafka, else the earliest (to
+    /// take over from a consumer that used that group). The start is stored in PostgreSQL at the
+    /// assignment; from then on, and for every partition with a stored offset, PostgreSQL's
+    /// offset decides and the group's Kafka offsets are not read.
     #[arg(long, env = "OUTBOXD_INBOX_START_FROM", value_enum, default_value_t = StartFrom::Earliest)]
     pub start_from: StartFrom,
     /// Delete processed rows this long after they were processed (every minute); left out,
@@ -176,7 +188,7 @@ pub struct InboxConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Subscription {
     Topics(Vec<String>),
-    /// librdkafka's regex subscription: `^` then the user's regex, matched whole.
+    /// librdkafka's regex subscription: `^(REGEX)$`, the user's regex matched whole.
     Pattern(String),
 }
 
@@ -305,7 +317,15 @@ fn subscription(topics: &[String], pattern: Option<&str>) -> Result<Subscription
         (true, Some(p)) => {
             regex::Regex::new(p)
                 .map_err(|e| Definite::Config(format!("--topic-pattern {p:?} is not a valid regex: {e}")))?;
-            Ok(Subscription::Pattern(format!("^(?:{p})$")))
+            // librdkafka compiles the subscription as a POSIX extended regex (regcomp): no
+            // `(?...)` groups, and `\d` would quietly mean a plain `d` there.
+            if p.contains("(?") || p.contains("\\d") || p.contains("\\D") {
+                return Err(Definite::Config(format!(
+                    "--topic-pattern {p:?}: librdkafka takes a POSIX extended regex; write (...) for (?:...), \
+                     [0-9] for \\d"
+                )));
+            }
+            Ok(Subscription::Pattern(format!("^({p})$")))
         }
     }
 }
@@ -377,6 +397,11 @@ mod tests {
         assert!(subscription(&["a".into()], Some("b")).is_err());
         assert!(subscription(&[], Some("(")).is_err());
         assert_eq!(subscription(&[" a ".into(), "".into()], None).unwrap(), Subscription::Topics(vec!["a".into()]));
-        assert_eq!(subscription(&[], Some("orders\\..*")).unwrap(), Subscription::Pattern("^(?:orders\\..*)$".into()));
+        assert_eq!(subscription(&[], Some("orders\\..*")).unwrap(), Subscription::Pattern("^(orders\\..*)$".into()));
+        assert_eq!(subscription(&[], Some("a|b")).unwrap(), Subscription::Pattern("^(a|b)$".into()));
+        for perl in ["(?:a|b)", "orders\\.v\\d", "(?i)orders"] {
+            let e = subscription(&[], Some(perl)).unwrap_err().to_string();
+            assert!(e.contains("POSIX extended"), "{perl}: {e}");
+        }
     }
 }

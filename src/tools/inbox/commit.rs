@@ -6,9 +6,12 @@
 //! is called after the write's commit, and with the offsets read for partitions an assignment
 //! hands over, so a takeover's copy does not wait for new records), so it is never ahead of
 //! PostgreSQL's by this process; and
-//! it is never read: a partition starts at PostgreSQL's offset ([`super::consumer`]), so a Kafka
-//! offset that is behind (a commit lost in a crash or a rebalance), or ahead (set by hand), changes
-//! nothing but what lag tools show. Hence the commits are asynchronous; a failed one (a
+//! it is never read for a partition PostgreSQL has an offset of: such a partition starts at
+//! PostgreSQL's offset ([`super::consumer`]), so a Kafka offset that is behind (a commit lost in a
+//! crash or a rebalance), or ahead (set by hand), changes nothing but what lag tools show. (Only
+//! `--start-from committed` reads the group's offset, for a partition with none in PostgreSQL,
+//! and stores it there first; since nothing is copied to Kafka before PostgreSQL has an offset,
+//! the two never disagree about such a partition.) Hence the commits are asynchronous; a failed one (a
 //! rebalance in progress, an old generation) is merged back into the pending map, for the
 //! partitions still assigned here ([`Commits::requeue`]), so the next turn sends it again: with no
 //! traffic after a takeover, nothing else would carry those offsets to Kafka. It came from

@@ -4,8 +4,10 @@
 //! Where a partition starts is decided in the rebalance callback, which runs on this thread: on
 //! an assignment it reads each partition's range in Kafka (its watermarks), hands them to the
 //! writer, which checks the offsets stored in PostgreSQL against them (and stores where a new
-//! partition starts under `--start-from latest`), and waits for the answer before it assigns, so
-//! fetching starts there and never at the group's Kafka offsets; on a
+//! partition starts under `--start-from latest` or `committed`), and waits for the answer before
+//! it assigns, so fetching starts there and never at the group's Kafka offsets (`--start-from
+//! committed` reads those once, here, for partitions PostgreSQL has no offset of, and the writer
+//! stores them before anything is fetched); on a
 //! revocation it waits until the writer has written (or dropped) what it holds of those
 //! partitions. A blocking wait is right here: this thread does nothing else, and a rebalance
 //! must not finish before the positions are known. The writer runs on the tokio runtime, so the
@@ -55,6 +57,10 @@ use crate::sink::link::Link;
 const WATERMARK_TIMEOUT: Duration = Duration::from_secs(2);
 const WATERMARK_PAUSE: Duration = Duration::from_secs(1);
 
+/// `topic.metadata.refresh.interval.ms` with `--topic-pattern` (unless --kafka-property sets it):
+/// how soon a matching topic created later is read.
+const PATTERN_REFRESH_MS: &str = "30000";
+
 pub use super::Part;
 
 /// A partition's range in Kafka: its low and high watermarks (the first offset it still holds,
@@ -70,9 +76,10 @@ pub enum Input {
     /// Records in the log's order per partition; `idle`: librdkafka had nothing more buffered
     /// when the chunk was sent, so the writer need not wait for its batch to fill.
     Records(Vec<Received>, bool),
-    /// Partitions about to be assigned, with their ranges: answer with where each starts (a
+    /// Partitions about to be assigned, with their ranges and (`--start-from committed` only)
+    /// the offsets the group has committed in Kafka for them: answer with where each starts (a
     /// dropped answer takes none of them).
-    Assign(Vec<(Part, Range)>, std_mpsc::SyncSender<Vec<(Part, Offset)>>),
+    Assign(Vec<(Part, Range)>, HashMap<Part, i64>, std_mpsc::SyncSender<Vec<(Part, Offset)>>),
     /// Partitions about to be taken away: answer once nothing of them is held any more.
     Revoke(Vec<Part>, std_mpsc::SyncSender<()>),
     /// librdkafka found a position outside a partition's log (`auto.offset.reset=error`): the
@@ -80,11 +87,12 @@ pub enum Input {
     OutOfRange(Vec<(Part, Range)>),
 }
 
-/// Where a partition starts: its stored next offset, else `--start-from`.
+/// Where a partition starts: its stored next offset, else `--start-from` (`committed` with
+/// nothing committed is `earliest`; one committed was stored, so it comes here as `stored`).
 pub fn start_of(stored: Option<i64>, start_from: StartFrom) -> Offset {
     match (stored, start_from) {
         (Some(n), _) => Offset::Offset(n),
-        (None, StartFrom::Earliest) => Offset::Beginning,
+        (None, StartFrom::Earliest | StartFrom::Committed) => Offset::Beginning,
         (None, StartFrom::Latest) => Offset::End,
     }
 }
@@ -101,6 +109,8 @@ fn start_offset(start: Offset, (low, high): Range) -> Option<i64> {
 
 struct Context {
     tx: mpsc::Sender<Input>,
+    /// `--start-from`: with `committed`, an assignment reads the group's Kafka offsets too.
+    start_from: StartFrom,
     stop: Arc<AtomicBool>,
     metrics: InboxMetrics,
     beat: Arc<Beat>,
@@ -159,7 +169,12 @@ impl ConsumerContext for Context {
                 let (reply, answer) = std_mpsc::sync_channel(1);
                 let ranged = self.ranges(consumer, &parts);
                 let ranges: HashMap<Part, Range> = ranged.iter().flatten().cloned().collect();
-                match ranged.and_then(|r| self.ask(Input::Assign(r, reply), &answer)) {
+                let committed = match self.start_from {
+                    StartFrom::Committed => self.committed(consumer, &parts),
+                    _ => Some(HashMap::new()),
+                };
+                let asked = ranged.zip(committed).and_then(|(r, c)| self.ask(Input::Assign(r, c, reply), &answer));
+                match asked {
                     Some(starts) => {
                         for (part, off) in starts {
                             let at = ranges.get(&part).and_then(|r| start_offset(off, *r));
@@ -239,6 +254,41 @@ impl Context {
         Some(out)
     }
 
+    /// `--start-from committed`: the offsets the group has committed in Kafka for `parts` (a
+    /// partition with none is left out), asked again every second while Kafka does not answer;
+    /// `None` when shutting down. Read before the writer loads PostgreSQL's, and used only for
+    /// partitions that have none there, so a stored offset always wins.
+    fn committed(&self, consumer: &BaseConsumer<Self>, parts: &[Part]) -> Option<HashMap<Part, i64>> {
+        let mut tpl = TopicPartitionList::with_capacity(parts.len());
+        for (topic, p) in parts {
+            tpl.add_partition(topic, *p);
+        }
+        loop {
+            self.beat.beat();
+            let got = consumer.committed_offsets(tpl.clone(), WATERMARK_TIMEOUT).and_then(|list| {
+                let mut out = HashMap::new();
+                for e in list.elements() {
+                    e.error()?;
+                    if let Offset::Offset(n) = e.offset() {
+                        out.insert((e.topic().to_owned(), e.partition()), n);
+                    }
+                }
+                Ok(out)
+            });
+            match got {
+                Ok(out) => {
+                    tracing::info!(group_offsets = ?out, "--start-from committed: read the group's offsets in Kafka");
+                    return Some(out);
+                }
+                Err(e) if !self.stop.load(Ordering::Relaxed) => {
+                    tracing::warn!("cannot read the group's committed offsets yet: {e}; retrying");
+                    std::thread::sleep(WATERMARK_PAUSE);
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
     /// Send `input` and wait for the writer's answer; `None` when shutting down or the writer is gone.
     fn ask<T>(&self, input: Input, answer: &std_mpsc::Receiver<T>) -> Option<T> {
         self.hand_over(false)?;
@@ -298,7 +348,7 @@ pub fn start(
     lag: Arc<Lag>,
 ) -> Result<Running, Definite> {
     let stop = Arc::new(AtomicBool::new(false));
-    let defaults = [
+    let mut defaults = vec![
         ("group.id", cfg.group.clone()),
         ("enable.auto.commit", "false".to_owned()),
         ("enable.auto.offset.store", "false".to_owned()),
@@ -308,6 +358,12 @@ pub fn start(
         // Kafka's reachability (a broker up again) is read from them.
         ("statistics.interval.ms", "5000".to_owned()),
     ];
+    // A --topic-pattern subscription finds a topic created later at the next metadata refresh:
+    // librdkafka's default of 5 min (measured: 301 s, tests/inbox_migrate.rs) is too slow to
+    // notice, one Metadata request every 30 s is cheap. --kafka-property overrides it.
+    if matches!(cfg.subscription, Subscription::Pattern(_)) {
+        defaults.push(("topic.metadata.refresh.interval.ms", PATTERN_REFRESH_MS.to_owned()));
+    }
     let mut conf = client::consumer_config(&cfg.kafka, "outboxd-inbox", &defaults);
     // Never librdkafka's default `latest`: a stored offset below the log's start (the inbox was
     // away longer than the retention) or beyond its end (the topic was created again) would jump
@@ -315,6 +371,7 @@ pub fn start(
     conf.set("auto.offset.reset", "error");
     let context = Context {
         tx,
+        start_from: cfg.start_from,
         stop: stop.clone(),
         metrics: InboxMetrics::new(),
         beat,

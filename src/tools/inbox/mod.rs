@@ -13,7 +13,9 @@
 //! * **Nothing lost.** A partition starts at the next offset stored in PostgreSQL, which moves
 //!   only in the transaction that stores the records before it. So whatever ends the process
 //!   (kill -9, a PostgreSQL restart, a broker failure, a rebalance), the records after the last
-//!   commit are read again. Kafka's own group offsets are never read.
+//!   commit are read again. Kafka's own group offsets are never read, but for a partition
+//!   PostgreSQL has no offset of under `--start-from committed` (a migration), and that start is
+//!   stored before anything is fetched.
 //! * **Nothing twice.** `event_id` is unique and rows go in with `ON CONFLICT DO NOTHING`, so a
 //!   record read again, or sent twice by an at-least-once producer, is one row.
 //! * **Order per key.** A key lives in one partition, read in order by one consumer of the

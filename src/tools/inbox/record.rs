@@ -1,11 +1,13 @@
 //! One Kafka record as the inbox stores it: [`Received`] (what the consumer thread copies out of
 //! librdkafka) into [`Row`] (the inbox table's columns). Pure: no I/O, so every case is a unit test.
 //!
-//! The event id is the `--event-id-header` header (`id`, the EventRouter's and outboxd's), else
+//! The event id is a chain ([`Naming::event_id_headers`]): the `id` header (the EventRouter's and
+//! outboxd's), else the header `--event-id-header` names (when it is another), else
 //! `TOPIC/PARTITION/OFFSET`, which names the record itself: a redelivery of the same record is
-//! then deduplicated, a second copy the producer wrote is not (it is another record). A header
-//! that is there but unusable (empty, not UTF-8) is a bad record, never replaced by the fallback,
-//! since the same event sent again would then get another id.
+//! then deduplicated, a second copy the producer wrote is not (it is another record). The first
+//! header of the chain that the record carries decides: one that is there but unusable (empty,
+//! not UTF-8) is a bad record, never replaced by a later link, since the same event sent again
+//! would then get another id.
 
 use serde_json::{Map, Value};
 
@@ -61,8 +63,24 @@ impl Row {
 /// Which headers name the event and its type.
 #[derive(Debug, Clone)]
 pub struct Naming {
-    pub event_id_header: String,
+    /// The event id's headers, in the order they are tried: `id`, then `--event-id-header`'s
+    /// when it names another ([`Naming::event_id_headers`]).
+    pub event_id_headers: Vec<String>,
     pub event_type_header: String,
+}
+
+/// The header every outbox event router sends the event id in; always the chain's first link.
+pub const ID_HEADER: &str = "id";
+
+impl Naming {
+    /// The chain for `--event-id-header NAME`: `id`, then NAME unless it is `id` too.
+    pub fn event_id_headers(named: &str) -> Vec<String> {
+        let mut chain = vec![ID_HEADER.to_owned()];
+        if named != ID_HEADER {
+            chain.push(named.to_owned());
+        }
+        chain
+    }
 }
 
 /// Why a record cannot be a row; the reason is a dead letter's `outboxd.error`.
@@ -83,18 +101,19 @@ impl Received {
     }
 }
 
-/// The row for `r`, or why there is none (with the record, for its dead-letter copy).
-pub fn to_row(r: Received, naming: &Naming) -> Result<Row, (Bad, Received)> {
-    let event_id = match r.header(&naming.event_id_header) {
+/// The row for `r`, or why there is none (with the record, for its dead-letter copy; boxed, as
+/// it is rare and the row is what the hot path returns).
+pub fn to_row(r: Received, naming: &Naming) -> Result<Row, Box<(Bad, Received)>> {
+    let found = naming.event_id_headers.iter().find_map(|name| r.header(name).map(|v| (name, v)));
+    let event_id = match found {
         None => r.position(),
-        Some(Some(v)) if !v.is_empty() => match std::str::from_utf8(v) {
+        Some((_, Some(v))) if !v.is_empty() => match std::str::from_utf8(v) {
             Ok(s) if !s.contains('\0') => s.to_owned(),
-            _ => return Err((bad_id(&r, naming, "is not UTF-8 text"), r)),
+            _ => return Err(Box::new((bad_id(&r, found.map(|f| f.0), "is not UTF-8 text"), r))),
         },
-        Some(_) => return Err((bad_id(&r, naming, "is empty"), r)),
+        Some((name, _)) => return Err(Box::new((bad_id(&r, Some(name), "is empty"), r))),
     };
-    let event_type =
-        r.header(&naming.event_type_header).and_then(|v| v.as_deref()).map(|v| text(v)).filter(|s| !s.is_empty());
+    let event_type = r.header(&naming.event_type_header).and_then(|v| v.as_deref()).map(text).filter(|s| !s.is_empty());
     let mut headers = Map::new();
     for (name, value) in &r.headers {
         headers
@@ -116,13 +135,13 @@ pub fn to_row(r: Received, naming: &Naming) -> Result<Row, (Bad, Received)> {
     })
 }
 
-fn bad_id(r: &Received, naming: &Naming, what: &str) -> Bad {
+fn bad_id(r: &Received, header: Option<&String>, what: &str) -> Bad {
     Bad {
         reason: "inbox_bad_event_id",
         message: format!(
             "record {} has a {:?} header that {what}; the producer must send the event id as text",
             r.position(),
-            naming.event_id_header
+            header.map_or("", String::as_str)
         ),
     }
 }
@@ -148,7 +167,34 @@ mod tests {
     use super::*;
 
     fn naming() -> Naming {
-        Naming { event_id_header: "id".into(), event_type_header: "eventType".into() }
+        Naming { event_id_headers: Naming::event_id_headers("id"), event_type_header: "eventType".into() }
+    }
+
+    fn named(header: &str) -> Naming {
+        Naming { event_id_headers: Naming::event_id_headers(header), ..naming() }
+    }
+
+    #[test]
+    fn the_chain_is_id_then_the_named_header_then_the_position() {
+        assert_eq!(Naming::event_id_headers("id"), vec!["id".to_owned()]);
+        assert_eq!(Naming::event_id_headers("eventId"), vec!["id".to_owned(), "eventId".to_owned()]);
+        let n = named("eventId");
+        let both = rec(vec![("eventId", Some(b"named")), ("id", Some(b"router"))], None);
+        assert_eq!(to_row(both, &n).unwrap().event_id, "router", "`id` comes first, wherever it is");
+        let named_only = rec(vec![("eventId", Some(b"named")), ("other", Some(b"x"))], None);
+        assert_eq!(to_row(named_only.clone(), &n).unwrap().event_id, "named");
+        assert_eq!(to_row(named_only, &naming()).unwrap().event_id, "orders.events/2/41", "no flag: id, then position");
+        assert_eq!(to_row(rec(vec![("other", Some(b"x"))], None), &n).unwrap().event_id, "orders.events/2/41");
+    }
+
+    #[test]
+    fn the_first_header_present_decides_even_when_unusable() {
+        let n = named("eventId");
+        let (e, _) = *to_row(rec(vec![("id", Some(b"")), ("eventId", Some(b"named"))], None), &n).unwrap_err();
+        assert_eq!(e.reason, "inbox_bad_event_id");
+        assert!(e.message.contains("\"id\" header that is empty"), "{}", e.message);
+        let (e, _) = *to_row(rec(vec![("eventId", Some(b"\xff"))], None), &n).unwrap_err();
+        assert!(e.message.contains("\"eventId\" header that is not UTF-8"), "{}", e.message);
     }
 
     fn rec(headers: Vec<(&str, Option<&[u8]>)>, payload: Option<&[u8]>) -> Received {
@@ -175,7 +221,7 @@ mod tests {
     #[test]
     fn an_unusable_id_header_is_a_bad_record_not_a_fallback() {
         for v in [None, Some(&b""[..]), Some(&b"\xff\xfe"[..]), Some(&b"a\0b"[..])] {
-            let (e, back) = to_row(rec(vec![("id", v)], None), &naming()).unwrap_err();
+            let (e, back) = *to_row(rec(vec![("id", v)], None), &naming()).unwrap_err();
             assert_eq!(back.offset, 41);
             assert_eq!(e.reason, "inbox_bad_event_id", "{v:?}");
             assert!(e.message.contains("orders.events/2/41"), "{}", e.message);

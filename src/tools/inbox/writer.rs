@@ -85,8 +85,10 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 impl Writer {
     pub fn new(cfg: InboxConfig, health: Arc<Health>, beat: Arc<Beat>) -> Result<Writer, Definite> {
         let names = Names { schema: cfg.schema.clone(), table: cfg.table.clone() };
-        let naming =
-            Naming { event_id_header: cfg.event_id_header.clone(), event_type_header: cfg.event_type_header.clone() };
+        let naming = Naming {
+            event_id_headers: Naming::event_id_headers(&cfg.event_id_header),
+            event_type_header: cfg.event_type_header.clone(),
+        };
         let sql = store::batch_sql(&names);
         let dead = DeadLetters::new(&cfg.kafka, &cfg.dlq_topic)?;
         let decoder = cfg
@@ -237,7 +239,7 @@ impl Writer {
                     }
                 }
             }
-            Input::Assign(parts, reply) => {
+            Input::Assign(parts, committed, reply) => {
                 self.flush(shutdown).await?;
                 let names: Vec<Part> = parts.iter().map(|(p, _)| p.clone()).collect();
                 let Some(Done::Loaded(stored)) = self.retrying(shutdown, Step::Load(&names)).await? else {
@@ -257,8 +259,16 @@ impl Writer {
                             fresh.insert(part.clone(), range.1);
                             Some(range.1)
                         }
+                        // The group's offset in Kafka, checked like a stored one and stored
+                        // the same way, so from now on PostgreSQL's offset decides.
+                        (None, StartFrom::Committed) if committed.contains_key(&part) => {
+                            let n = committed[&part];
+                            self.check_committed(&part, n, range)?;
+                            fresh.insert(part.clone(), n);
+                            Some(n)
+                        }
                         // The first record seen sets its position.
-                        (None, StartFrom::Earliest) => None,
+                        (None, StartFrom::Earliest | StartFrom::Committed) => None,
                     };
                     starts.push((part, start_of(at, self.cfg.start_from), at));
                 }
@@ -267,7 +277,7 @@ impl Writer {
                     if !matches!(self.retrying(shutdown, Step::Write(&first)).await?, Some(Done::Written(Some(_)))) {
                         return Err(Halt::Stopped);
                     }
-                    tracing::info!(partitions = ?first.next, "--start-from latest: stored where the new partitions start");
+                    tracing::info!(partitions = ?first.next, "--start-from: stored where the new partitions start");
                 }
                 let starts = starts
                     .into_iter()
@@ -335,7 +345,7 @@ impl Writer {
                 self.batch.rows.push(row);
             }
             (Ok(row), Err(bad)) => self.batch.bad.push((bad, row.received())),
-            (Err(bad), _) => self.batch.bad.push(bad),
+            (Err(bad), _) => self.batch.bad.push(*bad),
         }
         if self.batch.full(self.cfg.batch_size) {
             self.flush(shutdown).await?;
@@ -453,6 +463,22 @@ impl Writer {
             }
             .into()),
         }
+    }
+
+    /// `--start-from committed`: the group's Kafka offset `n` must lie in the partition's log,
+    /// else nothing is read (below: records the old consumer never committed are gone).
+    fn check_committed(&self, (topic, p): &Part, n: i64, (low, high): (i64, i64)) -> Result<(), Definite> {
+        if (low..=high).contains(&n) {
+            return Ok(());
+        }
+        Err(Definite::Setup(format!(
+            "partition {topic}/{p}: --start-from committed: group {group} has committed offset {n} in Kafka, outside \
+             the partition's log ({low} to {high}); nothing was read or stored. Set the group's offset with \
+             kafka-consumer-groups --reset-offsets (or insert the start into {offsets}) and start again \
+             (docs/src/inbox.md, 'Migrating a consumer that deduplicates by hand')",
+            group = self.cfg.group,
+            offsets = self.names.offsets(),
+        )))
     }
 
     async fn load(&mut self, parts: &[Part]) -> Result<HashMap<Part, i64>, Error> {
