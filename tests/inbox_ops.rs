@@ -77,8 +77,14 @@ fn a_postgresql_outage_is_readiness_not_liveness_and_the_lag_in_seconds_grows_me
     let lag_s = || get("/metrics").and_then(|(_, b)| metric(&b, "outboxd_inbox_lag_seconds{"));
     let lag_n = || get("/metrics").and_then(|(_, b)| metric(&b, "outboxd_inbox_lag_records{"));
     assert!(wait_until(Duration::from_secs(30), || status("/readyz") == Some(200)), "never ready:\n{}", inbox.log());
-    // A backlog stamped two minutes ago, drained five records per transaction: the gauges (set
-    // every second) come while records are left.
+    // A backlog stamped two minutes ago, drained five records per transaction, each row held 2 ms
+    // by a trigger: the drain lasts 10 s or more on any box, so the gauges (set every second)
+    // come while records are left (unslowed, a quiet box drained it in half a second, between two).
+    pg.psql(
+        "CREATE FUNCTION slow_row() RETURNS trigger LANGUAGE plpgsql AS \
+           $$BEGIN PERFORM pg_sleep(0.002); RETURN NEW; END$$; \
+         CREATE TRIGGER slow BEFORE INSERT ON public.inbox FOR EACH ROW EXECUTE FUNCTION slow_row();",
+    );
     let stamp = jiff::Timestamp::now().as_millisecond() - 120_000;
     produce(&broker, 0, BACKLOG, Some(stamp));
     let mut seen = Vec::new();
