@@ -516,7 +516,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                 .ok_or_else(|| Definite::Protocol { lsn: at, detail: "UPDATE outside a transaction".into() })?;
             let mut routed = route_masked(self.cfg, route, OutboxRow { tuple: &input::row(u.new), commit_time_us });
             if let Ok(record) = &mut routed {
-                record.headers.insert(0, (key_change::OLD_KEY_HEADER.to_owned(), old_key));
+                record.headers.insert(0, (key_change::OLD_KEY_HEADER.into(), old_key));
             }
             // Debezium's delete and create share its LSN: the offset may name it with the
             // create unsent.
