@@ -300,8 +300,14 @@ impl Route {
     /// which reads the routed JSON).
     #[inline]
     pub fn convert(&self, mut record: Record) -> Record {
-        self.conversion.apply(&mut record);
+        self.convert_in_place(&mut record);
         record
+    }
+
+    /// [`Route::convert`] on a record where it lies (the per-row path: no move of the record).
+    #[inline]
+    pub fn convert_in_place(&self, record: &mut Record) {
+        self.conversion.apply(record);
     }
 
     /// `schema.table` of the relation this route was compiled for.
