@@ -72,7 +72,7 @@ impl Exporter {
         topic: &str,
         timestamp_ms: Option<i64>,
         lsn: Option<crate::lsn::Lsn>,
-        headers: &mut [(String, Bytes)],
+        headers: &mut [crate::router::Header],
     ) {
         let Some((_, tp)) = headers.iter_mut().find(|(k, _)| k == "traceparent") else { return };
         let Some((trace_id, parent, flags)) = parse_traceparent(tp) else { return };
@@ -298,8 +298,7 @@ mod tests {
         let (tx, mut rx) = tokio::sync::mpsc::channel(4);
         let e = Exporter { tx, pending: Mutex::new(HashMap::new()), dropped: Default::default() };
         let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        let mut headers =
-            vec![("id".to_owned(), Bytes::from_static(b"e-1")), ("traceparent".to_owned(), Bytes::from(tp))];
+        let mut headers = vec![("id".into(), Bytes::from_static(b"e-1")), ("traceparent".into(), Bytes::from(tp))];
         e.begin("e-1", "orders.events", Some(1_700_000_000_000), Some(crate::lsn::Lsn(0x16B3748)), &mut headers);
         let written = String::from_utf8(headers[1].1.to_vec()).unwrap();
         assert!(written.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-") && written.ends_with("-01"), "{written}");
@@ -322,7 +321,7 @@ mod tests {
         let back = pb::ExportTraceServiceRequest::decode(bytes.as_slice()).unwrap();
         assert_eq!(back.resource_spans[0].scope_spans[0].spans[0], span);
         // A record without trace context gets no span, and an unknown event ends nothing.
-        let mut plain = vec![("id".to_owned(), Bytes::from_static(b"e-2"))];
+        let mut plain = vec![("id".into(), Bytes::from_static(b"e-2"))];
         e.begin("e-2", "t", None, None, &mut plain);
         e.end("e-2", "acked");
         assert!(rx.try_recv().is_err());

@@ -27,7 +27,7 @@ use outboxd::router::Record;
 async fn nats_publish(js: &jetstream::Context, r: &Record, n: usize) {
     let mut h = async_nats::HeaderMap::new();
     for (k, v) in &r.headers {
-        h.append(k.as_str(), std::str::from_utf8(v).unwrap());
+        h.append(&**k, std::str::from_utf8(v).unwrap());
     }
     if let Some(k) = &r.key {
         h.append("key", std::str::from_utf8(k).unwrap());

@@ -33,7 +33,7 @@ fn long(b: &[u8]) -> AMQPValue {
 async fn rabbit_publish(chan: &Channel, r: &Record) {
     let mut t = FieldTable::default();
     for (k, v) in &r.headers {
-        t.insert(k.as_str().into(), long(v));
+        t.insert((&**k).into(), long(v));
     }
     if let Some(k) = &r.key {
         t.insert("key".into(), long(k));

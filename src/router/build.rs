@@ -17,8 +17,8 @@ use super::converter::{self, Converter};
 use super::render::{self, as_bytes, as_json, as_string, is_json, is_text};
 use super::row::{Field, OutboxRow, Row};
 use super::{
-    check_topic, expand, pg_us_to_unix_ms, placed, timestamp, trace, BadEvent, Col, PlacementTarget, Record, Route,
-    Text,
+    check_topic, expand, pg_us_to_unix_ms, placed, timestamp, trace, BadEvent, Col, HeaderName, PlacementTarget,
+    Record, Route, Text,
 };
 
 /// What the placements add to a record besides headers.
@@ -146,7 +146,7 @@ impl Route {
         if let Some(ms) = timestamp_ms.filter(|ms| *ms < 0) {
             return Err(fail("invalid_timestamp", timestamp::before_epoch(ms)));
         }
-        let mut headers = vec![("id".to_owned(), id_header)];
+        let mut headers = vec![(HeaderName::Borrowed("id"), id_header)];
         if let Some(c) = self.headers {
             if let Some(h) = column(cols, c).map_err(|e| fail("bad_value", e))? {
                 expand_headers(h, &mut headers).map_err(|e| fail("invalid_json", e))?;
@@ -185,7 +185,7 @@ impl Route {
     fn place<'r>(
         &'r self,
         cols: &Row,
-        headers: &mut Vec<(String, Bytes)>,
+        headers: &mut Vec<super::Header>,
         fail: &impl Fn(&'static str, String) -> BadEvent,
     ) -> Result<Placed<'r>, BadEvent> {
         let mut placed = Placed::default();
@@ -199,7 +199,7 @@ impl Route {
                         } else {
                             placed::header(&self.typed(*c, v).map_err(|e| fail("bad_value", e))?)
                         };
-                        headers.extend(b.map(|b| (alias.clone(), b)));
+                        headers.extend(b.map(|b| (alias.clone().into(), b)));
                     }
                 }
                 PlacementTarget::Envelope(alias) if self.json_envelope => {
@@ -293,7 +293,7 @@ impl Route {
     /// The trace context column's value as `traceparent` and `tracestate` headers (they replace
     /// any of those names from the headers column). A value that is not trace context is left
     /// out: the event goes without it, and the first such value per table is logged.
-    fn trace_context(&self, v: &[u8], event_id: &str, headers: &mut Vec<(String, Bytes)>) {
+    fn trace_context(&self, v: &[u8], event_id: &str, headers: &mut Vec<super::Header>) {
         match trace::parse(v) {
             Ok(ctx) => {
                 headers.retain(|(k, _)| k != "traceparent" && k != "tracestate");
@@ -351,7 +351,7 @@ pub(super) fn enforce(
 }
 
 /// Each top-level key of a JSON object becomes a header: strings as their text, others as JSON.
-fn expand_headers(json: &[u8], out: &mut Vec<(String, Bytes)>) -> Result<(), String> {
+fn expand_headers(json: &[u8], out: &mut Vec<super::Header>) -> Result<(), String> {
     if json == b"{}" {
         return Ok(());
     }
@@ -362,7 +362,7 @@ fn expand_headers(json: &[u8], out: &mut Vec<(String, Bytes)>) -> Result<(), Str
             serde_json::Value::String(s) => Bytes::from(s),
             other => Bytes::from(other.to_string()),
         };
-        out.push((k, b));
+        out.push((k.into(), b));
     }
     Ok(())
 }

@@ -210,12 +210,12 @@ impl Violation {
     }
 
     /// The [`H_ERRORS`] header, when there are validation errors to report.
-    pub fn header(&self) -> Option<(String, Bytes)> {
+    pub fn header(&self) -> Option<super::Header> {
         if self.errors.is_empty() {
             return None;
         }
         let json = serde_json::to_string(&self.errors).unwrap_or_default();
-        Some((H_ERRORS.to_owned(), Bytes::from(json)))
+        Some((H_ERRORS.into(), Bytes::from(json)))
     }
 }
 

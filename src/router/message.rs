@@ -189,7 +189,7 @@ mod tests {
         // The payload's exact JSON text, key order and spacing kept.
         assert_eq!(r.payload.as_deref(), Some(&br#"{"b":1, "a":[1,2]}"#[..]));
         assert_eq!(r.event_id, "e-1");
-        let h: Vec<(&str, &[u8])> = r.headers.iter().map(|(k, v)| (k.as_str(), &v[..])).collect();
+        let h: Vec<(&str, &[u8])> = r.headers.iter().map(|(k, v)| (&**k, &v[..])).collect();
         // Expanded as a row's headers column is: keys in serde_json's (sorted) order.
         assert_eq!(h, vec![("id", &b"e-1"[..]), ("n", b"3"), ("traceparent", b"00-x")]);
         assert_eq!(r.timestamp_ms, Some(1_796_119_200_500));

@@ -49,6 +49,13 @@ pub use bytestring::ByteString as Text;
 
 use crate::error::Definite;
 use contract::Contracts;
+/// A header's name: borrowed for the names outboxd writes itself (`id`, `traceparent`, the
+/// `outboxd.*` ones), so the header every record carries costs no allocation; owned for names a
+/// row, a dead-letter copy or a sink's read-back brings.
+pub type HeaderName = std::borrow::Cow<'static, str>;
+/// One record header: its name and its value's bytes.
+pub type Header = (HeaderName, Bytes);
+
 /// The prefix of every header outboxd itself adds to a record (dead-letter copies, masking).
 pub const HEADER_PREFIX: &str = "outboxd.";
 
@@ -66,7 +73,7 @@ pub struct Record {
     pub key: Option<Bytes>,
     /// `None` is a null value (tombstone).
     pub payload: Option<Bytes>,
-    pub headers: Vec<(String, Bytes)>,
+    pub headers: Vec<Header>,
     pub partition: Option<i32>,
     pub timestamp_ms: Option<i64>,
     /// For error messages and logs.
@@ -102,7 +109,7 @@ pub struct BadEvent {
     pub payload: Option<Bytes>,
     /// Headers for the dead-letter copy: the record's own when it was routed (a contract
     /// violation), plus any that explain the failure (`outboxd.schema.errors`).
-    pub headers: Vec<(String, Bytes)>,
+    pub headers: Vec<Header>,
     /// Why `payload` was left out of the dead-letter copy: the masking rules could not be
     /// applied to it ([`mask::Masking::scrub`]).
     pub payload_dropped: Option<String>,
@@ -293,8 +300,14 @@ impl Route {
     /// which reads the routed JSON).
     #[inline]
     pub fn convert(&self, mut record: Record) -> Record {
-        self.conversion.apply(&mut record);
+        self.convert_in_place(&mut record);
         record
+    }
+
+    /// [`Route::convert`] on a record where it lies (the per-row path: no move of the record).
+    #[inline]
+    pub fn convert_in_place(&self, record: &mut Record) {
+        self.conversion.apply(record);
     }
 
     /// `schema.table` of the relation this route was compiled for.

@@ -97,7 +97,7 @@ fn route_with(c: &RouteConfig, overrides: Overrides<'_>) -> Result<Record, BadEv
 }
 
 fn h(rec: &Record) -> Vec<(&str, String)> {
-    rec.headers.iter().map(|(k, v)| (k.as_str(), String::from_utf8_lossy(v).into_owned())).collect()
+    rec.headers.iter().map(|(k, v)| (&**k, String::from_utf8_lossy(v).into_owned())).collect()
 }
 
 #[test]
@@ -456,7 +456,7 @@ fn tombstones_keep_headers_like_debezium() {
     fn tombstone(r: &Record) {
         assert_eq!(r.payload, None, "a tombstone");
         assert_eq!(r.key.as_deref(), Some(&b"42"[..]));
-        assert_eq!(r.headers[0], ("id".to_owned(), Bytes::from_static(ID.as_bytes())));
+        assert_eq!(r.headers[0], ("id".into(), Bytes::from_static(ID.as_bytes())));
     }
     let cases: Vec<(&str, Tweak, Overrides<'_>, Check)> = vec![
         (
@@ -576,7 +576,7 @@ fn a_payload_that_breaks_its_contract_is_a_bad_event_with_the_whole_record() {
     assert!(e.message.contains("at /: \"currency\" is a required property (and 1 more error)"), "{}", e.message);
     assert_eq!((e.event_id.as_deref(), e.topic.as_deref()), (Some(ID), Some("order.paid.v1.events")));
     assert_eq!((&e.key, &e.payload), (&good.key, &good.payload));
-    let names: Vec<&str> = e.headers.iter().map(|(k, _)| k.as_str()).collect();
+    let names: Vec<&str> = e.headers.iter().map(|(k, _)| &**k).collect();
     assert_eq!(names, ["id", "attempt", "nested", "traceId", contract::H_ERRORS]);
     let errors: serde_json::Value = serde_json::from_slice(&e.headers[4].1).unwrap();
     assert_eq!(errors[1]["path"], "/total");

@@ -46,7 +46,7 @@ pub struct Refusal {
     pub reason: String,
     pub key: Option<Bytes>,
     pub payload: Option<Bytes>,
-    pub headers: Vec<(String, Bytes)>,
+    pub headers: Vec<crate::router::Header>,
 }
 
 /// Where a record came from, for dead-letter headers and error messages.
@@ -273,7 +273,7 @@ impl Delivery {
         reason: impl Into<String>,
         key: Option<Bytes>,
         payload: Option<Bytes>,
-        headers: Vec<(String, Bytes)>,
+        headers: Vec<crate::router::Header>,
     ) {
         self.send(Outcome::Rejected(Box::new(Refusal { code, reason: reason.into(), key, payload, headers })));
     }

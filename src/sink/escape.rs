@@ -88,7 +88,7 @@ fn encode(b: &[u8]) -> String {
 
 /// Apply the rules of the module doc to a copy's headers and key under `limits`; returns the key
 /// the copy keeps (`None` when it moved to [`H_ESCAPED_KEY`]).
-pub fn make_writable(headers: &mut Vec<(String, Bytes)>, key: Option<Bytes>, limits: &Limits) -> Option<Bytes> {
+pub fn make_writable(headers: &mut Vec<crate::router::Header>, key: Option<Bytes>, limits: &Limits) -> Option<Bytes> {
     let mut n = 0;
     for (name, value) in headers.iter_mut() {
         // A row's own header that looks escaped (or moved, see super::moved) is escaped too, so
@@ -97,12 +97,12 @@ pub fn make_writable(headers: &mut Vec<(String, Bytes)>, key: Option<Bytes>, lim
             continue;
         }
         *value = Bytes::from(format!("{}={}", encode(name.as_bytes()), encode(value)));
-        *name = format!("{H_ESCAPED_HEADER}.{n}");
+        *name = format!("{H_ESCAPED_HEADER}.{n}").into();
         n += 1;
     }
     match key {
         Some(k) if !(limits.key)(&k) => {
-            headers.push((H_ESCAPED_KEY.to_owned(), Bytes::from(encode(&k))));
+            headers.push((H_ESCAPED_KEY.into(), Bytes::from(encode(&k))));
             None
         }
         key => key,
@@ -164,10 +164,10 @@ mod tests {
     #[test]
     fn escaped_headers_and_keys_read_back_byte_for_byte() {
         let long = "n".repeat(300);
-        let mut headers: Vec<(String, Bytes)> = vec![
+        let mut headers: Vec<crate::router::Header> = vec![
             ("id".into(), Bytes::from_static(b"e-1")),
             ("note".into(), Bytes::from_static(b"line1\nline2")),
-            (long.clone(), Bytes::from_static(b"v")),
+            (long.clone().into(), Bytes::from_static(b"v")),
             ("bin".into(), Bytes::from_static(b"\x00\xff=%&")),
         ];
         let original = headers.clone();
@@ -175,13 +175,13 @@ mod tests {
             make_writable(&mut headers, Some(Bytes::from_static(b"k-1")), &strict()).as_deref(),
             Some(&b"k-1"[..])
         );
-        let names: Vec<&str> = headers.iter().map(|(n, _)| n.as_str()).collect();
+        let names: Vec<&str> = headers.iter().map(|(n, _)| &**n).collect();
         assert_eq!(names, ["id", "outboxd.escaped-header.0", "outboxd.escaped-header.1", "outboxd.escaped-header.2"]);
         assert_eq!(&headers[1].1[..], b"note=line1%0Aline2");
         for ((name, value), (was_name, was_value)) in headers.iter().zip(&original) {
             assert!(plain_text(value), "an escaped value is plain text: {value:?}");
             if is_escaped(name) {
-                assert_eq!(unescape_header(value), Some((was_name.clone(), was_value.to_vec())));
+                assert_eq!(unescape_header(value), Some((was_name.to_string(), was_value.to_vec())));
             } else {
                 assert_eq!((name, value), (was_name, was_value));
             }
@@ -192,7 +192,7 @@ mod tests {
         assert!(is_escaped(h) && plain_text(v));
         assert_eq!(unescape_key(v), b"k\r\n1");
         assert!(!is_escaped("outboxd.escaped-headers") && !is_escaped("outboxd.error"));
-        let mut lookalike = vec![("outboxd.escaped-header.0".to_owned(), Bytes::from_static(b"x"))];
+        let mut lookalike = vec![("outboxd.escaped-header.0".into(), Bytes::from_static(b"x"))];
         make_writable(&mut lookalike, None, &Limits::ANY);
         assert_eq!(unescape_header(&lookalike[0].1), Some(("outboxd.escaped-header.0".to_owned(), b"x".to_vec())));
         assert_eq!(unescape_header(b"no-equals-sign"), None);

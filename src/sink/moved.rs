@@ -41,7 +41,7 @@ struct Section {
 }
 
 /// Bytes the key and headers take, counted as [`crate::sink::dead_letter::record_size`] does.
-fn size(headers: &[(String, Bytes)], key: Option<&Bytes>) -> usize {
+fn size(headers: &[crate::router::Header], key: Option<&Bytes>) -> usize {
     headers.iter().map(|(n, v)| n.len() + v.len() + 8).sum::<usize>() + key.map_or(0, Bytes::len)
 }
 
@@ -51,7 +51,7 @@ fn size(headers: &[(String, Bytes)], key: Option<&Bytes>) -> usize {
 /// fit, or when the kept headers alone leave no room (then moving cannot make the copy fit, and
 /// the copy is written as it is).
 pub fn fit(
-    headers: &mut Vec<(String, Bytes)>,
+    headers: &mut Vec<crate::router::Header>,
     key: &mut Option<Bytes>,
     payload: &mut Option<Bytes>,
     budget: usize,
@@ -92,7 +92,7 @@ pub fn fit(
     let mut kept = Vec::with_capacity(headers.len());
     for (i, (name, value)) in std::mem::take(headers).into_iter().enumerate() {
         if moving[i] {
-            section.headers.push((i, name, STANDARD.encode(&value)));
+            section.headers.push((i, name.into_owned(), STANDARD.encode(&value)));
         } else {
             kept.push((name, value));
         }
@@ -100,7 +100,7 @@ pub fn fit(
     *headers = kept;
     section.no_payload = payload.is_none();
     let mut body = serde_json::to_vec(&section).unwrap_or_default();
-    headers.push((H_MOVED.to_owned(), Bytes::from(body.len().to_string())));
+    headers.push((H_MOVED.into(), Bytes::from(body.len().to_string())));
     body.extend_from_slice(payload.as_deref().unwrap_or_default());
     *payload = Some(Bytes::from(body));
 }
@@ -143,13 +143,13 @@ pub fn restore(
 mod tests {
     use super::*;
 
-    fn read_back(h: &[(String, Bytes)]) -> Vec<(String, Option<Vec<u8>>)> {
-        h.iter().map(|(n, v)| (n.clone(), Some(v.to_vec()))).collect()
+    fn read_back(h: &[crate::router::Header]) -> Vec<(String, Option<Vec<u8>>)> {
+        h.iter().map(|(n, v)| (n.to_string(), Some(v.to_vec()))).collect()
     }
 
     #[test]
     fn what_does_not_fit_moves_into_the_body_and_comes_back_in_place() {
-        let original: Vec<(String, Bytes)> = vec![
+        let original: Vec<crate::router::Header> = vec![
             ("id".into(), Bytes::from_static(b"e-1")),
             ("big".into(), Bytes::from(vec![b'%'; 50_000])),
             ("trace".into(), Bytes::from_static(b"t-1")),
@@ -164,7 +164,7 @@ mod tests {
             let (mut h, mut k, mut p) = (original.clone(), key.clone(), payload.clone());
             fit(&mut h, &mut k, &mut p, 8192, &[]);
             assert!(size(&h, k.as_ref()) <= 8192, "fits: {}", size(&h, k.as_ref()));
-            let names: Vec<&str> = h.iter().map(|(n, _)| n.as_str()).collect();
+            let names: Vec<&str> = h.iter().map(|(n, _)| &**n).collect();
             assert_eq!(names, ["id", "trace", "outboxd.error", H_MOVED], "the small ones stay, in order");
             let (mut rh, mut rk, mut rp) = (read_back(&h), k.map(|k| k.to_vec()), p.map(|p| p.to_vec()));
             assert_eq!(restore(&mut rh, &mut rk, &mut rp), Ok(true));
@@ -176,7 +176,7 @@ mod tests {
 
     #[test]
     fn a_copy_that_fits_is_left_alone_and_a_bad_section_is_an_error() {
-        let mut h = vec![("id".to_owned(), Bytes::from_static(b"e-1"))];
+        let mut h = vec![("id".into(), Bytes::from_static(b"e-1"))];
         let (mut k, mut p) = (None, Some(Bytes::from_static(b"{}")));
         fit(&mut h, &mut k, &mut p, 8192, &[]);
         assert_eq!((h.len(), p.as_deref()), (1, Some(&b"{}"[..])));

@@ -93,7 +93,7 @@ pub fn record_json(r: &Record) -> String {
     let line = Line {
         topic: &r.topic,
         key: r.key.as_ref().map(|k| String::from_utf8_lossy(k)),
-        headers: r.headers.iter().map(|(k, v)| (k.as_str(), String::from_utf8_lossy(v))).collect(),
+        headers: r.headers.iter().map(|(k, v)| (&**k, String::from_utf8_lossy(v))).collect(),
         payload,
         partition: r.partition,
         timestamp: r.timestamp_ms,

@@ -243,7 +243,11 @@ impl Masking {
     }
 
     /// The masked headers of event `id`; `None` when unchanged.
-    fn mask_headers(&self, headers: &[(String, Bytes)], id: &str) -> Result<Option<Vec<(String, Bytes)>>, String> {
+    fn mask_headers(
+        &self,
+        headers: &[crate::router::Header],
+        id: &str,
+    ) -> Result<Option<Vec<crate::router::Header>>, String> {
         if self.headers.is_empty() {
             return Ok(None);
         }

@@ -57,7 +57,7 @@ fn record(payload: &str, headers: &[(&str, &str)]) -> Record {
         topic: "order.paid.v1.events".into(),
         key: Some(Bytes::from_static(b"42")),
         payload: Some(Bytes::copy_from_slice(payload.as_bytes())),
-        headers: headers.iter().map(|(k, v)| (k.to_string(), Bytes::copy_from_slice(v.as_bytes()))).collect(),
+        headers: headers.iter().map(|(k, v)| (k.to_string().into(), Bytes::copy_from_slice(v.as_bytes()))).collect(),
         partition: None,
         timestamp_ms: Some(1),
         event_id: "e-1".into(),
@@ -208,7 +208,7 @@ fn header_rules() {
         ],
     );
     let out = m.apply(r, None).unwrap();
-    let h: Vec<(&str, &str)> = out.headers.iter().map(|(k, v)| (k.as_str(), std::str::from_utf8(v).unwrap())).collect();
+    let h: Vec<(&str, &str)> = out.headers.iter().map(|(k, v)| (&**k, std::str::from_utf8(v).unwrap())).collect();
     assert_eq!(
         h,
         [
@@ -459,7 +459,7 @@ fn bad_flags() {
 #[test]
 fn contract_violations_are_scrubbed_like_records() {
     let keys = Keys::new();
-    let violation = |payload: &str, headers: Vec<(String, Bytes)>| BadEvent {
+    let violation = |payload: &str, headers: Vec<crate::router::Header>| BadEvent {
         event_id: Some("e-1".into()),
         code: crate::router::contract::CODE,
         message: "the payload violates the schema".into(),
@@ -469,7 +469,7 @@ fn contract_violations_are_scrubbed_like_records() {
         headers,
         payload_dropped: None,
     };
-    let h = |k: &str, v: &str| (k.to_owned(), Bytes::copy_from_slice(v.as_bytes()));
+    let h = |k: &str, v: &str| (k.to_owned().into(), Bytes::copy_from_slice(v.as_bytes()));
     // Enveloped: the rule's pointer addresses the inside of `payload`.
     let m = Masking::compile(spec(&["/card=redact", "headers/email=drop"], &keys), true).unwrap();
     let b = m.scrub(
@@ -480,9 +480,9 @@ fn contract_violations_are_scrubbed_like_records() {
         None,
     );
     assert_eq!(text(&b.payload), r#"{"payload":{"card":"***"},"tenant":"t"}"#);
-    assert_eq!(b.headers.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), vec!["outboxd.schema.errors"]);
+    assert_eq!(b.headers.iter().map(|(k, _)| &**k).collect::<Vec<_>>(), vec!["outboxd.schema.errors"]);
     // A header a nested rule cannot reach (not JSON): dropped, our diagnostics kept.
     let m = Masking::compile(spec(&["headers/profile/email=redact"], &keys), false).unwrap();
     let b = m.scrub(violation(r#"{"a":1}"#, vec![h("profile", "not json"), h("outboxd.schema.errors", "[]")]), None);
-    assert_eq!(b.headers.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), vec!["outboxd.schema.errors"]);
+    assert_eq!(b.headers.iter().map(|(k, _)| &**k).collect::<Vec<_>>(), vec!["outboxd.schema.errors"]);
 }

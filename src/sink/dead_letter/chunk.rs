@@ -79,7 +79,7 @@ pub struct ChunkInfo {
 
 impl ChunkInfo {
     /// The headers to add to chunk `index` of `count`.
-    pub fn headers(&self) -> [(String, Bytes); 5] {
+    pub fn headers(&self) -> [crate::router::Header; 5] {
         [
             (H_ID.into(), Bytes::from(self.id.clone())),
             (H_INDEX.into(), Bytes::from(self.index.to_string())),

@@ -34,7 +34,7 @@ pub struct DeadLetter {
     pub original_topic: Option<String>,
     pub key: Option<Bytes>,
     pub payload: Option<Bytes>,
-    pub headers: Vec<(String, Bytes)>,
+    pub headers: Vec<crate::router::Header>,
     pub source: Source,
 }
 
@@ -58,7 +58,7 @@ impl DeadLetter {
     pub fn from_bad_event(bad: BadEvent, source: Source) -> DeadLetter {
         let mut headers = bad.headers;
         if let Some(why) = bad.payload_dropped {
-            headers.push((H_PAYLOAD_DROPPED.to_owned(), Bytes::from(why)));
+            headers.push((H_PAYLOAD_DROPPED.into(), Bytes::from(why)));
         }
         DeadLetter {
             event_id: bad.event_id,
@@ -143,7 +143,7 @@ impl DeadLetter {
         let kept = [H_ERROR, H_MESSAGE, H_LSN, H_SEQ, H_TABLE, H_SIZE, H_PAYLOAD_DROPPED];
         moved::fit(&mut headers, &mut self.key, &mut self.payload, room.min(limits.header_bytes), &kept);
         let event_id = Text::from(self.event_id.unwrap_or_else(|| "(unknown)".into()));
-        let record = |payload: Option<Bytes>, headers: Vec<(String, Bytes)>, partition: Option<i32>| Record {
+        let record = |payload: Option<Bytes>, headers: Vec<crate::router::Header>, partition: Option<i32>| Record {
             topic: Text::from(dlq_topic),
             key: self.key.clone(),
             payload,

@@ -194,7 +194,7 @@ mod tests {
             key: r.key.map(|k| k.to_vec()),
             payload_len: r.payload.as_ref().map(Bytes::len),
             payload: r.payload.map(|p| p.to_vec()),
-            headers: r.headers.into_iter().map(|(k, v)| (k, Some(v.to_vec()))).collect(),
+            headers: r.headers.into_iter().map(|(k, v)| (k.into_owned(), Some(v.to_vec()))).collect(),
             timestamp_ms: None,
             time_ms: None,
             label: None,
@@ -223,7 +223,7 @@ mod tests {
             payload: Some(Bytes::from(payload.clone())),
             headers: vec![
                 ("note".into(), Bytes::from_static(b"line1\nline2")),
-                (long.clone(), Bytes::from_static(b"v")),
+                (long.clone().into(), Bytes::from_static(b"v")),
                 ("trace".into(), Bytes::from_static(b"t-1")),
             ],
             source: Source { position: Position::Lsn(Lsn(0x10)), table: Arc::from("public.outbox") },

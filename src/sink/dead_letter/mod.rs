@@ -39,7 +39,7 @@ pub const H_PAYLOAD_DROPPED: &str = "outboxd.payload.dropped";
 pub use crate::router::HEADER_PREFIX as PREFIX;
 
 /// Bytes a record occupies on the wire, near enough for the `message.max.bytes` check.
-pub fn record_size(key: Option<&Bytes>, payload: Option<&Bytes>, headers: &[(String, Bytes)]) -> usize {
+pub fn record_size(key: Option<&Bytes>, payload: Option<&Bytes>, headers: &[crate::router::Header]) -> usize {
     let h: usize = headers.iter().map(|(k, v)| k.len() + v.len() + 8).sum();
     key.map_or(0, |k| k.len()) + payload.map_or(0, |p| p.len()) + h + 64
 }

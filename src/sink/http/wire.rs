@@ -75,7 +75,7 @@ pub const RESERVED: &[&str] = &[
 pub struct Event {
     pub key: Option<Bytes>,
     pub payload: Option<Bytes>,
-    pub headers: Vec<(String, Bytes)>,
+    pub headers: Vec<crate::router::Header>,
     pub event_type: Option<Bytes>,
     pub timestamp_ms: Option<i64>,
     /// `ce-id` and `Idempotency-Key`.
@@ -221,7 +221,7 @@ pub fn batch_element(event: &Event, source: &str, out: &mut Vec<u8>) -> Result<(
     if !event.headers.is_empty() {
         let mut hm = serde_json::Map::new();
         for (name, value) in &event.headers {
-            hm.insert(name.clone(), utf8(value)?.into());
+            hm.insert(name.to_string(), utf8(value)?.into());
         }
         m.insert("outboxdheaders".into(), serde_json::Value::Object(hm).to_string().into());
         // W3C trace context as CloudEvents' distributed-tracing extension attributes.
@@ -318,7 +318,7 @@ mod tests {
             topic: "t".into(),
             key: Some(Bytes::from_static(b"agg-1")),
             payload: payload.map(Bytes::from_static),
-            headers: headers.iter().map(|(k, v)| (k.to_string(), Bytes::copy_from_slice(v))).collect(),
+            headers: headers.iter().map(|(k, v)| (k.to_string().into(), Bytes::copy_from_slice(v))).collect(),
             partition: None,
             timestamp_ms: Some(1_700_000_000_123),
             event_id: "e-1".into(),
@@ -366,7 +366,8 @@ mod tests {
             ("x", b"a\r\nb"),
             ("x", b"a\0"),
         ] {
-            let r = Record { headers: vec![(name.to_owned(), Bytes::copy_from_slice(value))], ..record(None, &[]) };
+            let r =
+                Record { headers: vec![(name.to_owned().into(), Bytes::copy_from_slice(value))], ..record(None, &[]) };
             assert!(check(&r, "e-1", false).is_err(), "{name:?}: {value:?}");
         }
         let latin1 = record(None, &[("x", b"\xe9")]);
@@ -442,7 +443,7 @@ mod tests {
         check(&r, &ce_id, true).unwrap();
         check(&r, &ce_id, false).unwrap();
         assert!(ce_id.starts_with("sha256.") && ce_id.contains("/dlq/"), "{ce_id}");
-        let got: Vec<(&str, &[u8])> = r.headers.iter().map(|(k, v)| (k.as_str(), &v[..])).collect();
+        let got: Vec<(&str, &[u8])> = r.headers.iter().map(|(k, v)| (&**k, &v[..])).collect();
         assert_eq!(
             got,
             vec![

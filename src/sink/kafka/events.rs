@@ -204,7 +204,7 @@ unsafe fn borrowed<'a>(ptr: *const u8, len: usize) -> Option<&'a [u8]> {
 ///
 /// # Safety
 /// `msg` must be a valid message of a live delivery report.
-unsafe fn headers_of(msg: &rd::rd_kafka_message_t) -> Vec<(String, Bytes)> {
+unsafe fn headers_of(msg: &rd::rd_kafka_message_t) -> Vec<crate::router::Header> {
     let mut hdrs: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
     // SAFETY: `msg` is valid (the caller's promise); the list stays the message's.
     if unsafe { rd::rd_kafka_message_headers(msg, &mut hdrs) } != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
@@ -222,7 +222,7 @@ unsafe fn headers_of(msg: &rd::rd_kafka_message_t) -> Vec<(String, Bytes)> {
         }
         // SAFETY: librdkafka's header names are NUL-terminated; the value is `size` bytes or null.
         let (name, value) = unsafe { (CStr::from_ptr(name), borrowed(value as *const u8, size)) };
-        out.push((name.to_string_lossy().into_owned(), Bytes::copy_from_slice(value.unwrap_or_default())));
+        out.push((name.to_string_lossy().into_owned().into(), Bytes::copy_from_slice(value.unwrap_or_default())));
     }
     out
 }

@@ -87,7 +87,7 @@ impl Drop for TopicHandle {
 pub struct Parts<'a> {
     pub key: Option<&'a [u8]>,
     pub payload: Option<&'a [u8]>,
-    pub headers: &'a [(String, bytes::Bytes)],
+    pub headers: &'a [crate::router::Header],
     pub partition: Option<i32>,
     /// librdkafka's timestamp (0: stamp it with the send time).
     pub timestamp: i64,

@@ -167,7 +167,7 @@ mod tests {
             topic: "t".into(),
             key: None,
             payload: None,
-            headers: id.map(|i| ("id".to_owned(), Bytes::copy_from_slice(i.as_bytes()))).into_iter().collect(),
+            headers: id.map(|i| ("id".into(), Bytes::copy_from_slice(i.as_bytes()))).into_iter().collect(),
             partition: None,
             timestamp_ms: ts,
             event_id: id.unwrap_or("").into(),

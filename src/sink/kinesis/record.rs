@@ -43,7 +43,7 @@ pub struct Job {
     pub keyed: bool,
     pub key: Option<Bytes>,
     pub payload: Option<Bytes>,
-    pub headers: Vec<(String, Bytes)>,
+    pub headers: Vec<crate::router::Header>,
     pub delivery: Delivery,
 }
 
@@ -61,9 +61,9 @@ pub fn partition_key(k: &[u8]) -> String {
 }
 
 /// A dead-letter copy's data: the JSON envelope of the module doc.
-pub fn envelope(key: Option<&Bytes>, headers: &[(String, Bytes)], payload: Option<&Bytes>) -> Vec<u8> {
+pub fn envelope(key: Option<&Bytes>, headers: &[crate::router::Header], payload: Option<&Bytes>) -> Vec<u8> {
     let b64 = |b: Option<&Bytes>| b.map(|b| STANDARD.encode(b));
-    let headers: Vec<(&str, String)> = headers.iter().map(|(n, v)| (n.as_str(), STANDARD.encode(v))).collect();
+    let headers: Vec<(&str, String)> = headers.iter().map(|(n, v)| (&**n, STANDARD.encode(v))).collect();
     let v = serde_json::json!({ "key": b64(key), "headers": headers, "payload": b64(payload) });
     serde_json::to_vec(&v).unwrap_or_default()
 }

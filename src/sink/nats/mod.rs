@@ -69,7 +69,7 @@ struct Job {
     payload: Bytes,
     /// The record's parts, for a rejection.
     key: Option<Bytes>,
-    record_headers: Vec<(String, Bytes)>,
+    record_headers: Vec<crate::router::Header>,
     delivery: Delivery,
 }
 

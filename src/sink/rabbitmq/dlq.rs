@@ -204,7 +204,12 @@ fn replayed(r: &DlqRecord, dest: &str) -> Record {
         topic: dest.into(),
         key: r.key.clone().map(bytes::Bytes::from),
         payload: r.payload.clone().map(bytes::Bytes::from),
-        headers: r.headers.iter().filter(|(k, _)| !k.starts_with(PREFIX)).map(|(k, v)| (k.clone(), bytes(v))).collect(),
+        headers: r
+            .headers
+            .iter()
+            .filter(|(k, _)| !k.starts_with(PREFIX))
+            .map(|(k, v)| (k.clone().into(), bytes(v)))
+            .collect(),
         partition: None,
         timestamp_ms: None,
         event_id: r.event_id().unwrap_or_default().into(),

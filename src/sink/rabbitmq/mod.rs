@@ -174,7 +174,7 @@ pub(crate) fn properties(r: &Record) -> BasicProperties {
     // Record headers first, then `key` and `id`: a headers-column entry of the same name is
     // overridden (the router's own `id` header has the same value anyway).
     for (name, value) in &r.headers {
-        table.insert(ShortString::from(name.as_str()), long(value));
+        table.insert(ShortString::from(&**name), long(value));
     }
     if let Some(k) = &r.key {
         table.insert("key".into(), long(k));
@@ -199,7 +199,7 @@ mod tests {
             topic: "outbox.event.order".into(),
             key: key.map(Bytes::from_static),
             payload: Some(Bytes::from_static(b"{\"a\":1}")),
-            headers: headers.into_iter().map(|(k, v)| (k.to_owned(), Bytes::from_static(v))).collect(),
+            headers: headers.into_iter().map(|(k, v)| (k.to_owned().into(), Bytes::from_static(v))).collect(),
             partition: None,
             timestamp_ms: Some(1_700_000_000_123),
             event_id: "e-1".into(),

@@ -79,7 +79,7 @@ pub(super) struct Job {
     pub properties: BasicProperties,
     pub key: Option<Bytes>,
     pub payload: Option<Bytes>,
-    pub headers: Vec<(String, Bytes)>,
+    pub headers: Vec<crate::router::Header>,
     pub delivery: Delivery,
 }
 

@@ -232,7 +232,7 @@ fn replayed(r: &DlqRecord, dest: &str) -> Record {
             .headers
             .iter()
             .filter(|(k, _)| !k.starts_with(PREFIX))
-            .map(|(k, v)| (k.clone(), Bytes::from(v.clone().unwrap_or_default())))
+            .map(|(k, v)| (k.clone().into(), Bytes::from(v.clone().unwrap_or_default())))
             .collect(),
         partition: None,
         timestamp_ms: None,

@@ -268,7 +268,7 @@ mod tests {
             topic: "outbox.event.order".into(),
             key: key.map(Bytes::from_static),
             payload: payload.map(Bytes::from_static),
-            headers: headers.into_iter().map(|(k, v)| (k.to_owned(), Bytes::from_static(v))).collect(),
+            headers: headers.into_iter().map(|(k, v)| (k.to_owned().into(), Bytes::from_static(v))).collect(),
             partition: None,
             timestamp_ms: None,
             event_id: "e-1".into(),

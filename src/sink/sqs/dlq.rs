@@ -373,7 +373,7 @@ pub(super) fn replayed(r: &DlqRecord, dest: &str) -> Record {
             .headers
             .iter()
             .filter(|(k, _)| !k.starts_with(PREFIX))
-            .map(|(k, v)| (k.clone(), Bytes::from(v.clone().unwrap_or_default())))
+            .map(|(k, v)| (k.clone().into(), Bytes::from(v.clone().unwrap_or_default())))
             .collect(),
         partition: None,
         timestamp_ms: None,
@@ -423,7 +423,7 @@ mod tests {
         let back = replayed(&r, "https://q");
         assert_eq!(
             back.headers,
-            vec![("id".to_owned(), Bytes::from("e-1")), ("trace".to_owned(), Bytes::from(vec![0u8, 1, 2]))]
+            vec![("id".into(), Bytes::from("e-1")), ("trace".into(), Bytes::from(vec![0u8, 1, 2]))]
         );
         assert!(record(&copy("null", "[]", None), 0).payload.is_none());
         assert!(!record(&copy("hello", "[]", None), 0).undecoded.is_empty());

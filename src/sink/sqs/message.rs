@@ -63,7 +63,7 @@ pub struct Job {
     pub size: usize,
     pub key: Option<Bytes>,
     pub payload: Option<Bytes>,
-    pub headers: Vec<(String, Bytes)>,
+    pub headers: Vec<crate::router::Header>,
     pub delivery: Delivery,
 }
 
@@ -223,7 +223,7 @@ fn event_parts(record: &Record, q: &Queues) -> Result<Parts, Refusal> {
         if v.is_empty() {
             return Err(("invalid_header", format!("header {name} is empty, and SQS takes no empty attribute value")));
         }
-        attributes.push((name.clone(), value(v)));
+        attributes.push((name.to_string(), value(v)));
     }
     if let Some(k) = record.key.as_ref().filter(|k| !k.is_empty()) {
         attributes.push(("key".to_owned(), value(k)));
@@ -236,7 +236,7 @@ fn copy_parts(record: &Record, delivery: &Delivery, q: &Queues) -> Result<Parts,
         Some(p) => format!("b64:{}", STANDARD.encode(p)),
         None => "null".to_owned(),
     };
-    let headers: Vec<(&str, String)> = record.headers.iter().map(|(n, v)| (n.as_str(), STANDARD.encode(v))).collect();
+    let headers: Vec<(&str, String)> = record.headers.iter().map(|(n, v)| (&**n, STANDARD.encode(v))).collect();
     let mut attributes =
         vec![(H_COPY_HEADERS.to_owned(), Value::Text(serde_json::to_string(&headers).unwrap_or_else(|_| "[]".into())))];
     if let Some(k) = &record.key {

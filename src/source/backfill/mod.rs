@@ -94,7 +94,7 @@ pub async fn backfill<S: Sink>(cfg: &Config, range: &Range, sink: &mut S) -> Res
                 let row = OutboxRow { tuple, commit_time_us: crate::pg::replication::pg_now_us() };
                 match route_masked(cfg, &route, row) {
                     Ok(mut record) => {
-                        record.headers.push((HEADER.to_owned(), Bytes::from_static(b"true")));
+                        record.headers.push((HEADER.into(), Bytes::from_static(b"true")));
                         run.send(record, source.clone()).await?;
                     }
                     Err(bad) => {

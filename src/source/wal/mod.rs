@@ -26,6 +26,11 @@
 //! in-flight acks up to `--shutdown-timeout`, then sends a final status update. Every LSN that
 //! leaves this module comes from the [`AckTracker`]; see `pg::replication` for the contract.
 //!
+//! A row's record is routed and handed to the sink without an await in the usual case
+//! ([`Relay::offer`], from [`Session::change_now`]): it is built in one frame and moved into the
+//! sink, not carried through each `async fn`'s state. Only what must wait (a value format's
+//! registry, the bad-event policy, a sink's error) goes through [`Relay::finish`].
+//!
 //! Transactional logical messages with a `--messages-prefix` prefix are events of their
 //! transaction, routed and acked exactly as rows ([`message`]).
 //!
@@ -61,7 +66,7 @@ use crate::lsn::Lsn;
 use crate::metrics::Metrics;
 use crate::pg::pgoutput::{Decoder, LogicalMessage};
 use crate::pg::replication::{WalMessage, WalSource};
-use crate::relay::{route_masked, Ledger, Position, Relay, RelayConfig, Source, Ticket, Wake};
+use crate::relay::{route_masked, Ledger, Pending, Position, Relay, RelayConfig, Source, Ticket, Wake};
 use crate::router::{BadEvent, OutboxRow, Record, Route};
 use crate::sink::{Boundary, Sink};
 use resume::Seen;
@@ -363,8 +368,16 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                     .tracker
                     .open_commit_time()
                     .ok_or_else(|| Definite::Protocol { lsn: at, detail: "INSERT outside a transaction".into() })?;
-                let routed = route_masked(self.cfg, route, OutboxRow { tuple: &input::row(ins.tuple), commit_time_us });
-                self.change(at, seen, routed, Source { position: Position::Lsn(at), table }, false).await?;
+                // Routed and handed over without an await in the usual case: the record goes from
+                // the router's frame to the sink's, not through each async layer's state.
+                let pending = {
+                    let routed =
+                        route_masked(self.cfg, route, OutboxRow { tuple: &input::row(ins.tuple), commit_time_us });
+                    self.change_now(at, seen, routed, Source { position: Position::Lsn(at), table }, false)?
+                };
+                if let Some(p) = pending {
+                    Box::pin(self.relay.finish(&mut self.tracker, p)).await?;
+                }
             }
             LogicalMessage::Update(u) => self.on_update(*u, at).await?,
             LogicalMessage::Delete(d) => {
@@ -436,20 +449,38 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
         source: Source,
         after_unsent: bool,
     ) -> Result<(), Error> {
+        match self.change_now(at, seen, routed, source, after_unsent)? {
+            None => Ok(()),
+            Some(p) => self.relay.finish(&mut self.tracker, p).await,
+        }
+    }
+
+    /// [`Session::change`] up to its first await: what is left, if anything, is for
+    /// [`Relay::finish`].
+    #[allow(clippy::result_large_err)]
+    #[inline]
+    fn change_now(
+        &mut self,
+        at: Lsn,
+        seen: Seen,
+        routed: Result<Record, BadEvent>,
+        source: Source,
+        after_unsent: bool,
+    ) -> Result<Option<Box<Pending>>, Error> {
         match seen {
             Seen::Ask => {
                 let shared = self.shared.get_or_insert_with(|| shared_lsn::SharedLsn::new(at));
                 shared.after_unsent |= after_unsent;
                 shared.held.push((routed, source));
-                Ok(())
+                Ok(None)
             }
             Seen::Yes => {
                 self.relay.sink().boundary(Boundary::Change { at });
-                Ok(())
+                Ok(None)
             }
             Seen::No => {
                 self.relay.sink().boundary(Boundary::Change { at });
-                self.emit(routed, source).await
+                self.emit_now(routed, source)
             }
         }
     }
@@ -492,12 +523,22 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
     /// is counted in the open transaction first.
     #[allow(clippy::result_large_err)]
     async fn emit(&mut self, routed: Result<Record, BadEvent>, source: Source) -> Result<(), Error> {
+        match self.emit_now(routed, source)? {
+            None => Ok(()),
+            Some(p) => self.relay.finish(&mut self.tracker, p).await,
+        }
+    }
+
+    /// [`Session::emit`] up to its first await (none for a record the sink takes).
+    #[allow(clippy::result_large_err)]
+    #[inline]
+    fn emit_now(&mut self, routed: Result<Record, BadEvent>, source: Source) -> Result<Option<Box<Pending>>, Error> {
         self.health.activity();
         let t = Ticket::from(self.tracker.record()?);
-        match routed {
-            Ok(record) => self.relay.send(&mut self.tracker, t, record, source).await,
-            Err(bad) => self.relay.bad_row(&mut self.tracker, t, bad, source).await,
-        }
+        Ok(match routed {
+            Ok(record) => self.relay.offer(t, record, source).err(),
+            Err(bad) => Some(Box::new(Pending::Bad(t, bad, source))),
+        })
     }
 
     /// An UPDATE of an outbox row: with `--debezium-config` one that changes the primary key is
@@ -516,7 +557,7 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
                 .ok_or_else(|| Definite::Protocol { lsn: at, detail: "UPDATE outside a transaction".into() })?;
             let mut routed = route_masked(self.cfg, route, OutboxRow { tuple: &input::row(u.new), commit_time_us });
             if let Ok(record) = &mut routed {
-                record.headers.insert(0, (key_change::OLD_KEY_HEADER.to_owned(), old_key));
+                record.headers.insert(0, (key_change::OLD_KEY_HEADER.into(), old_key));
             }
             // Debezium's delete and create share its LSN: the offset may name it with the
             // create unsent.

@@ -44,7 +44,8 @@ impl DeadLetters {
     /// the writer sends this copy again (only this one), and the offset does not move past it
     /// meanwhile.
     pub async fn send(&self, r: &Received, bad: &Bad) -> Result<(), Error> {
-        let headers = r.headers.iter().map(|(k, v)| (k.clone(), Bytes::from(v.clone().unwrap_or_default()))).collect();
+        let headers =
+            r.headers.iter().map(|(k, v)| (k.clone().into(), Bytes::from(v.clone().unwrap_or_default()))).collect();
         let copy = DeadLetter {
             event_id: None,
             code: bad.reason,
