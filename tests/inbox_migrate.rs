@@ -318,3 +318,38 @@ fn the_event_id_is_the_id_header_else_the_named_one_else_the_position() {
         ["router-1", "named-2", &format!("{TOPIC}/0/2"), "router-4"].iter().map(|s| s.to_string()).collect();
     assert_ids(&pg, &want, &inbox);
 }
+
+/// After the cut-over, `--start-from committed` left in the deployment must not trust the
+/// group's Kafka offsets (by then the inbox's own copy): PostgreSQL restored to an earlier point
+/// loses a partition's offset row and its later rows, while Kafka's copy is ahead. That partition
+/// starts at the earliest (the rows still there come again as duplicates), never at the copy,
+/// which would skip the rows the restore lost.
+#[test]
+fn after_the_cut_over_a_partition_missing_from_postgresql_starts_at_the_earliest_not_the_copy() {
+    let pg = PgCluster::start();
+    let broker = Broker::start();
+    broker.create_topic(TOPIC, 3);
+    produce(&broker, TOPIC, 3, &[0, 0, 0], 10);
+    let topics = ["--topics", TOPIC];
+    let extra = ["--group", GROUP, "--start-from", "committed"];
+    let mut inbox = Outboxd::spawn(&inbox_args(&pg, &broker, &topics, &extra));
+    let mut want = BTreeSet::new();
+    for p in 0..3 {
+        want.extend(span(p, 0, 10));
+    }
+    assert_ids(&pg, &want, &inbox);
+    let copied = wait_until(Duration::from_secs(20), || broker.committed_offsets(GROUP, TOPIC, 3) == vec![Some(10); 3]);
+    assert!(copied, "Kafka's copy {:?}", broker.committed_offsets(GROUP, TOPIC, 3));
+    inbox.stop_cleanly();
+
+    // The restore: p1's offset row and its rows from offset 4 on are gone; Kafka's copy says 10.
+    pg.psql(&format!(
+        "DELETE FROM public.inbox_offsets WHERE group_id = '{GROUP}' AND kafka_partition = 1; \
+         DELETE FROM public.inbox WHERE kafka_partition = 1 AND kafka_offset >= 4"
+    ));
+    let mut inbox = Outboxd::spawn(&inbox_args(&pg, &broker, &topics, &extra));
+    assert_ids(&pg, &want, &inbox);
+    assert!(wait_until(Duration::from_secs(10), || stored(&pg) == vec![10, 10, 10]), "stored {:?}", stored(&pg));
+    assert!(inbox.log().contains("start at the earliest"), "no warning about the ignored offsets:\n{}", inbox.log());
+    inbox.stop_cleanly();
+}

@@ -29,7 +29,8 @@ pub enum StartFrom {
     /// Records appended after the partition was first assigned.
     Latest,
     /// The offset the Kafka group (`--group`) has committed for the partition, else the oldest
-    /// record: the migration path from a consumer that used the same group (docs/src/inbox.md).
+    /// record: the migration path from a consumer that used the same group (docs/src/inbox.md);
+    /// only while PostgreSQL holds no offset of the group at all (else the oldest record).
     Committed,
 }
 

@@ -92,20 +92,42 @@ pub async fn load_offsets(
     names: &Names,
     group: &str,
     partitions: &[(String, i32)],
-) -> Result<HashMap<(String, i32), i64>, Error> {
+) -> Result<Stored, Error> {
     let topics: Vec<&str> = partitions.iter().map(|(t, _)| t.as_str()).collect();
     let parts: Vec<i32> = partitions.iter().map(|(_, p)| *p).collect();
+    // The last row, with no topic, says whether the group has stored any partition at all.
     let sql = format!(
-        "SELECT o.topic, o.kafka_partition, o.next_offset FROM {} o \
+        "SELECT o.topic, o.kafka_partition, o.next_offset FROM {o} o \
            JOIN unnest($2::text[], $3::int4[]) AS a(topic, kafka_partition) USING (topic, kafka_partition) \
-          WHERE o.group_id = $1",
-        names.offsets()
+          WHERE o.group_id = $1 \
+         UNION ALL SELECT NULL, NULL, NULL WHERE EXISTS (SELECT 1 FROM {o} WHERE group_id = $1)",
+        o = names.offsets()
     );
     let rows = client
         .query(&sql, &[&group, &topics, &parts])
         .await
         .map_err(|e| query_error(&format!("reading the stored offsets in {}", names.offsets()), e))?;
-    Ok(rows.into_iter().map(|r| ((r.get(0), r.get(1)), r.get(2))).collect())
+    let mut out = Stored::default();
+    for r in rows {
+        match (r.get::<_, Option<String>>(0), r.get::<_, Option<i32>>(1), r.get::<_, Option<i64>>(2)) {
+            (Some(topic), Some(p), Some(n)) => {
+                out.offsets.insert((topic, p), n);
+            }
+            _ => out.group_known = true,
+        }
+    }
+    Ok(out)
+}
+
+/// What [`load_offsets`] read.
+#[derive(Debug, Default)]
+pub struct Stored {
+    /// The next offset stored per partition asked for.
+    pub offsets: HashMap<(String, i32), i64>,
+    /// Whether the group has stored an offset for any partition at all: once it has, the inbox
+    /// has taken over from whatever consumer used the group before, and the group's offsets in
+    /// Kafka (its own copy, by then) are never a partition's start again.
+    pub group_known: bool,
 }
 
 /// Rows `inbox_prune` deletes in one round.

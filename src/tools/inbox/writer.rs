@@ -242,8 +242,30 @@ impl Writer {
             Input::Assign(parts, committed, reply) => {
                 self.flush(shutdown).await?;
                 let names: Vec<Part> = parts.iter().map(|(p, _)| p.clone()).collect();
-                let Some(Done::Loaded(stored)) = self.retrying(shutdown, Step::Load(&names)).await? else {
+                let Some(Done::Loaded(loaded)) = self.retrying(shutdown, Step::Load(&names)).await? else {
                     return Err(Halt::Stopped);
+                };
+                let stored = loaded.offsets;
+                // --start-from committed reads the group's Kafka offsets only for the cut-over
+                // itself: while PostgreSQL holds no offset of the group. After it, the group's
+                // offsets in Kafka are the inbox's own copy (--commit-kafka-offsets), and a
+                // partition missing from PostgreSQL (a restore, a lagging replica, a row deleted)
+                // starting there would skip what lies between: it starts at the earliest instead.
+                let committed = if loaded.group_known && !committed.is_empty() {
+                    let ignored: Vec<_> = names.iter().filter(|p| !stored.contains_key(*p)).collect();
+                    if !ignored.is_empty() {
+                        tracing::warn!(
+                            partitions = ?ignored,
+                            "--start-from committed: group {} already has offsets stored in {}, so these partitions \
+                             with none there start at the earliest, not at the group's offsets in Kafka; drop \
+                             --start-from committed once the cut-over is done (docs/src/inbox.md)",
+                            self.cfg.group,
+                            self.names.offsets()
+                        );
+                    }
+                    HashMap::new()
+                } else {
+                    committed
                 };
                 let mut starts = Vec::with_capacity(parts.len());
                 let mut fresh = HashMap::new();
@@ -481,7 +503,7 @@ impl Writer {
         )))
     }
 
-    async fn load(&mut self, parts: &[Part]) -> Result<HashMap<Part, i64>, Error> {
+    async fn load(&mut self, parts: &[Part]) -> Result<store::Stored, Error> {
         let (client, _) = self.client.as_ref().ok_or_else(not_connected)?;
         store::load_offsets(client, &self.names, &self.cfg.group, parts).await
     }
@@ -654,7 +676,7 @@ enum Step<'b> {
 
 /// What a [`Step`] gave.
 enum Done {
-    Loaded(HashMap<Part, i64>),
+    Loaded(store::Stored),
     Written(Option<i64>),
     Probed,
 }
