@@ -119,7 +119,7 @@ pub enum Settled {
 }
 
 /// What [`Relay::offer`] could not finish without an await; [`Relay::finish`] does the rest.
-pub enum Pending {
+pub(crate) enum Pending {
     /// A value format is configured: the record is encoded (which may await the registry).
     Format(Ticket, Record, Source),
     /// The sink did not take the record, or it is over the sink's size limit.
@@ -129,7 +129,7 @@ pub enum Pending {
 }
 
 /// Why [`Relay::hand_over`] did not hand a record over.
-pub enum NotTaken {
+pub(crate) enum NotTaken {
     /// Over the sink's size limit: a bad event.
     Refused(DeadLetter),
     /// What the sink's `send` said.
@@ -300,12 +300,9 @@ impl<'a, S: Sink> Relay<'a, S> {
         record: Record,
         source: Source,
     ) -> Result<(), Error> {
-        if self.format.is_some() {
-            return Box::pin(self.send_formatted(ledger, t, record, source)).await;
-        }
-        match self.hand_over(t, record, source) {
+        match self.offer(t, record, source) {
             Ok(()) => Ok(()),
-            Err(slow) => Box::pin(self.not_taken(ledger, t, *slow)).await,
+            Err(pending) => Box::pin(self.finish(ledger, pending)).await,
         }
     }
 
@@ -314,7 +311,7 @@ impl<'a, S: Sink> Relay<'a, S> {
     /// [`Relay::finish`]. The record is moved once, into the sink, rather than into each `async
     /// fn`'s state on the way (a `Record` is ~200 bytes).
     #[inline]
-    pub fn offer(&mut self, t: Ticket, record: Record, source: Source) -> Result<(), Box<Pending>> {
+    pub(crate) fn offer(&mut self, t: Ticket, record: Record, source: Source) -> Result<(), Box<Pending>> {
         if self.format.is_some() {
             return Err(Box::new(Pending::Format(t, record, source)));
         }
@@ -323,7 +320,7 @@ impl<'a, S: Sink> Relay<'a, S> {
 
     /// The part of a send [`Relay::offer`] left: the registry's encoding, the bad-event policy,
     /// a sink's error.
-    pub async fn finish(&mut self, ledger: &mut impl Ledger, pending: Box<Pending>) -> Result<(), Error> {
+    pub(crate) async fn finish(&mut self, ledger: &mut impl Ledger, pending: Box<Pending>) -> Result<(), Error> {
         match *pending {
             Pending::Format(t, record, source) => self.send_formatted(ledger, t, record, source).await,
             Pending::NotTaken(t, slow) => self.not_taken(ledger, t, slow).await,

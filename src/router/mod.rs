@@ -49,9 +49,10 @@ pub use bytestring::ByteString as Text;
 
 use crate::error::Definite;
 use contract::Contracts;
-/// A header's name: borrowed for the names outboxd writes itself (`id`, `traceparent`, the
-/// `outboxd.*` ones), so the header every record carries costs no allocation; owned for names a
-/// row, a dead-letter copy or a sink's read-back brings.
+/// A header's name: borrowed for the fixed names outboxd writes itself (`id`, `traceparent`, the
+/// fixed `outboxd.*` ones), so the header every record carries costs no allocation; owned for
+/// names a row, a dead-letter copy or a sink's read-back brings, and for numbered ones such as
+/// `outboxd.escaped-header.N`.
 pub type HeaderName = std::borrow::Cow<'static, str>;
 /// One record header: its name and its value's bytes.
 pub type Header = (HeaderName, Bytes);

@@ -29,7 +29,8 @@
 //! A row's record is routed and handed to the sink without an await in the usual case
 //! ([`Relay::offer`], from [`Session::change_now`]): it is built in one frame and moved into the
 //! sink, not carried through each `async fn`'s state. Only what must wait (a value format's
-//! registry, the bad-event policy, a sink's error) goes through [`Relay::finish`].
+//! registry, the bad-event policy, a record over the sink's size limit, a sink's error) goes
+//! through [`Relay::finish`], boxed.
 //!
 //! Transactional logical messages with a `--messages-prefix` prefix are events of their
 //! transaction, routed and acked exactly as rows ([`message`]).
@@ -451,7 +452,8 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
     ) -> Result<(), Error> {
         match self.change_now(at, seen, routed, source, after_unsent)? {
             None => Ok(()),
-            Some(p) => self.relay.finish(&mut self.tracker, p).await,
+            // Boxed: the registry's and the policy's states stay out of every WAL message's future.
+            Some(p) => Box::pin(self.relay.finish(&mut self.tracker, p)).await,
         }
     }
 
@@ -525,7 +527,8 @@ impl<'a, S: Sink, W: WalSource> Session<'a, S, W> {
     async fn emit(&mut self, routed: Result<Record, BadEvent>, source: Source) -> Result<(), Error> {
         match self.emit_now(routed, source)? {
             None => Ok(()),
-            Some(p) => self.relay.finish(&mut self.tracker, p).await,
+            // Boxed: the registry's and the policy's states stay out of every WAL message's future.
+            Some(p) => Box::pin(self.relay.finish(&mut self.tracker, p)).await,
         }
     }
 
