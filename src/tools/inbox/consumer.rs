@@ -220,11 +220,7 @@ impl Context {
     /// Partitions that change hands: their lag gauges go to 0 (the instance that holds them now
     /// reports theirs; [`lag::watch`] sets them again here only while assigned here).
     fn forget(&self, parts: &[Part]) {
-        self.lag.forget(parts);
-        for (topic, p) in parts {
-            self.metrics.lag(topic, *p, 0);
-            self.metrics.lag_seconds(topic, *p, 0.0);
-        }
+        self.lag.forget(parts, &self.metrics);
     }
 
     /// Each partition's watermarks, asked again every second while Kafka does not answer;

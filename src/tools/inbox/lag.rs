@@ -90,10 +90,14 @@ impl Lag {
         self.parts().entry(topic.clone()).or_default().insert(*p, track);
     }
 
-    /// The consumer: these partitions change hands; nothing of them is reported here any more.
-    pub fn forget(&self, parts: &[Part]) {
+    /// The consumer: these partitions change hands; nothing of them is reported here any more,
+    /// and their gauges go to 0 (the instance they move to reports them). Under the same lock as
+    /// [`watch`]'s publishing, so figures taken before cannot set them back afterwards.
+    pub fn forget(&self, parts: &[Part], metrics: &InboxMetrics) {
         let mut all = self.parts();
         for (topic, p) in parts {
+            metrics.lag(topic, *p, 0);
+            metrics.lag_seconds(topic, *p, 0.0);
             if let Some(t) = all.get_mut(topic) {
                 t.remove(p);
                 if t.is_empty() {
@@ -136,17 +140,23 @@ impl Lag {
     }
 
     /// Per assigned partition whose figures are known: (topic, partition, end, records, seconds).
+    #[cfg(test)]
     fn figures(&self, now_ms: i64) -> Vec<(String, i32, i64, i64, f64)> {
-        let all = self.parts();
         let mut out = Vec::new();
+        self.each(now_ms, |topic, p, end, records, secs| out.push((topic.to_owned(), p, end, records, secs)));
+        out
+    }
+
+    /// Calls `f` with each assigned partition's known figures, under the lock.
+    fn each(&self, now_ms: i64, mut f: impl FnMut(&str, i32, i64, i64, f64)) {
+        let all = self.parts();
         for (topic, ps) in all.iter() {
             for (p, track) in ps {
                 if let Some((end, records, secs)) = track.figures(now_ms) {
-                    out.push((topic.clone(), *p, end, records, secs));
+                    f(topic, *p, end, records, secs);
                 }
             }
         }
-        out
     }
 }
 
@@ -178,11 +188,12 @@ pub fn watch<C: ConsumerContext>(consumer: &BaseConsumer<C>, lag: &Lag, done: &s
             Err(e) => tracing::debug!("cannot read the partitions' ends for the lag: {e}; keeping the last"),
         }
         let now_ms = jiff::Timestamp::now().as_millisecond();
-        for (topic, p, end, records, secs) in lag.figures(now_ms) {
-            metrics.lag(&topic, p, records);
-            metrics.lag_seconds(&topic, p, secs);
-            crate::status::inbox::inbox_board().lag(&topic, p, end, records, Some(secs));
-        }
+        // Set under the lock: a partition forgotten meanwhile is not set back to its old figures.
+        lag.each(now_ms, |topic, p, end, records, secs| {
+            metrics.lag(topic, p, records);
+            metrics.lag_seconds(topic, p, secs);
+            crate::status::inbox::inbox_board().lag(topic, p, end, records, Some(secs));
+        });
     }
 }
 
@@ -247,7 +258,7 @@ mod tests {
         lag.stored(&HashMap::from([(part(0), 6)]));
         assert_eq!(one(&lag, 5_000), Some((24, 0.0)), "nothing read past the stored offset: no age known");
         lag.read("t", 7, 1, Some(1_000));
-        lag.forget(&[part(0), part(1)]);
+        lag.forget(&[part(0), part(1)], &InboxMetrics::new());
         assert!(lag.parts().is_empty(), "an emptied topic goes too");
         lag.read("t", 0, 40, Some(1_000));
         assert!(lag.figures(9_000).is_empty(), "a record of a partition not assigned here is ignored");
