@@ -184,8 +184,8 @@ fn an_idle_inbox_answers_503_within_seconds_of_a_postgresql_outage_and_200_after
     pg.stop("fast");
     let t0 = Instant::now();
     assert!(
-        wait_until(Duration::from_secs(8), || status("/readyz") == Some(503)),
-        "/readyz {:?} 8 s into a PostgreSQL outage with no records flowing:\n{}",
+        wait_until(Duration::from_secs(15), || status("/readyz") == Some(503)),
+        "/readyz {:?} 15 s into a PostgreSQL outage with no records flowing:\n{}",
         status("/readyz"),
         inbox.log()
     );

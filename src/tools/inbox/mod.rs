@@ -98,6 +98,13 @@ pub async fn run(cfg: InboxConfig, shutdown: CancellationToken) -> Result<u8, Er
     let (tx, mut rx) = mpsc::channel(cfg.batch_size.saturating_mul(4).div_ceil(consumer::CHUNK).max(4));
     let running = consumer::start(&cfg, tx, beat, writer.commits(), health.clone(), writer.lag())?;
     tracing::info!(group = %cfg.group, table = %format!("{}.{}", cfg.schema, cfg.table), "inbox consuming");
+    if cfg.event_id_header != "id" {
+        tracing::info!(
+            "event ids: the `id` header first, then `{}`, then TOPIC/PARTITION/OFFSET; a record carrying both \
+             headers is stored under its `id` (--event-id-header)",
+            cfg.event_id_header
+        );
+    }
     let outcome = writer.run(&mut rx, &shutdown).await;
     // Let the consumer go: it leaves the group, and its revocation is answered until it is gone.
     running.stop.store(true, std::sync::atomic::Ordering::Relaxed);

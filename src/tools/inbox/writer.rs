@@ -187,11 +187,9 @@ impl Writer {
                     }
                     self.stalled = !alive;
                     if self.probe_due(Instant::now()) {
-                        // Nothing to write: a check, through the same retry as a write, so an
-                        // outage makes /readyz 503 now and its end 200 again.
-                        if self.retrying(shutdown, Step::Probe).await?.is_none() {
-                            break;
-                        }
+                        // Nothing to write: one check, so an outage makes /readyz 503 now and its
+                        // end 200 again, without waiting here for PostgreSQL to come back.
+                        self.probe_once(shutdown).await?;
                     }
                     // Ended by anything but the shutdown (which it may have seen first): a panic.
                     if chores.is_finished() && !stop_chores.is_cancelled() {
@@ -473,6 +471,45 @@ impl Writer {
         self.batch.next.is_empty() && now.saturating_duration_since(self.last_ok) >= PROBE_EVERY
     }
 
+    /// An idle writer's check: one attempt (connecting first when the client was dropped), bounded
+    /// by [`PROBE_TIMEOUT`] and the shutdown. A transient failure turns readiness off and drops the
+    /// client, and the next tick tries again: the writer never waits here for PostgreSQL, so a
+    /// revocation or a shutdown is answered meanwhile. A definite failure stops the inbox, as a
+    /// write's would.
+    async fn probe_once(&mut self, shutdown: &CancellationToken) -> Result<(), Error> {
+        let was_up = self.health.streaming();
+        let result = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            r = tokio::time::timeout(PROBE_TIMEOUT, async {
+                if self.client.is_none() {
+                    self.prepare().await?;
+                }
+                self.probe().await
+            }) => r,
+        };
+        let failure = match result {
+            Ok(Ok(())) => {
+                if !was_up {
+                    tracing::info!("PostgreSQL reachable again; resuming");
+                }
+                self.last_ok = Instant::now();
+                self.health.set_streaming(true);
+                inbox_board().writer(None);
+                return Ok(());
+            }
+            Ok(Err(Error::Transient(e))) => e.to_string(),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => format!("checking the connection: no answer in {}s", PROBE_TIMEOUT.as_secs()),
+        };
+        if was_up {
+            tracing::warn!("{failure}; nothing to write meanwhile (readiness 503), checking again every second");
+        }
+        inbox_board().writer(Some(&failure));
+        self.client = None;
+        self.health.set_streaming(false);
+        Ok(())
+    }
+
     /// One round trip on the connection, bounded by [`PROBE_TIMEOUT`]; its failure is classified
     /// by SQLSTATE like a write's (a closed connection is transient, class 08).
     async fn probe(&mut self) -> Result<(), Error> {
@@ -627,7 +664,6 @@ impl Writer {
                 let done = match step {
                     Step::Load(parts) => self.load(parts).await.map(Done::Loaded),
                     Step::Write(batch) => self.write(batch, shutdown).await.map(Done::Written),
-                    Step::Probe => self.probe().await.map(|()| Done::Probed),
                 };
                 match done {
                     Ok(v) => {
@@ -670,15 +706,12 @@ impl Writer {
 enum Step<'b> {
     Load(&'b [Part]),
     Write(&'b Batch),
-    /// A check of an idle writer's connection.
-    Probe,
 }
 
 /// What a [`Step`] gave.
 enum Done {
     Loaded(store::Stored),
     Written(Option<i64>),
-    Probed,
 }
 
 fn not_connected() -> Error {
