@@ -12,33 +12,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::inbox::{inbox_rows, produce_numbered};
 use common::*;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 const TOPIC: &str = "health.events";
 const BACKLOG: usize = 4_000;
 const STALL: Duration = Duration::from_secs(5);
-
-fn produce(broker: &Broker, n: usize) {
-    let producer: BaseProducer = broker.client_config().create().expect("producer");
-    for i in 0..n {
-        let (id, key) = (format!("e{i}"), format!("k{}", i % 7));
-        let payload = serde_json::json!({ "i": i }).to_string();
-        let headers = OwnedHeaders::new().insert(Header { key: "id", value: Some(id.as_str()) });
-        let mut rec = BaseRecord::to(TOPIC).key(&key).payload(&payload).headers(headers);
-        while let Err((_, r)) = producer.send(rec) {
-            producer.poll(Duration::from_millis(10));
-            rec = r;
-        }
-        producer.poll(Duration::ZERO);
-    }
-    producer.flush(Duration::from_secs(30)).expect("flush");
-}
-
-fn count(pg: &PgCluster) -> usize {
-    pg.psql("SELECT count(*) FROM public.inbox").trim().parse().unwrap_or(0)
-}
 
 #[test]
 fn healthz_stays_200_while_a_backlog_drains_for_several_stall_timeouts() {
@@ -71,19 +50,19 @@ fn healthz_stays_200_while_a_backlog_drains_for_several_stall_timeouts() {
            $$BEGIN PERFORM pg_sleep(0.003); RETURN NEW; END$$; \
          CREATE TRIGGER slow BEFORE INSERT ON public.inbox FOR EACH ROW EXECUTE FUNCTION slow_row();",
     );
-    produce(&broker, BACKLOG);
+    produce_numbered(&broker, TOPIC, 0..BACKLOG, |i| format!("k{}", i % 7), None);
     let t0 = Instant::now();
     let mut backlog_seen = Vec::new();
     let mut probes = 0;
-    while count(&pg) < BACKLOG {
-        assert!(t0.elapsed() < Duration::from_secs(120), "{} of {BACKLOG} rows:\n{}", count(&pg), inbox.log());
+    while inbox_rows(&pg) < BACKLOG {
+        assert!(t0.elapsed() < Duration::from_secs(120), "{} of {BACKLOG} rows:\n{}", inbox_rows(&pg), inbox.log());
         let s = status("/healthz");
         assert_eq!(
             s,
             Some(200),
             "/healthz failed {:?} into a healthy drain ({} of {BACKLOG} rows):\n{}",
             t0.elapsed(),
-            count(&pg),
+            inbox_rows(&pg),
             inbox.log()
         );
         probes += 1;

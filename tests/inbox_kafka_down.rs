@@ -8,34 +8,10 @@ mod common;
 
 use std::time::Duration;
 
+use common::inbox::{inbox_rows, produce_numbered};
 use common::*;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 const TOPIC: &str = "down.events";
-
-fn produce(broker: &Broker, from: usize, n: usize) {
-    let producer: BaseProducer = broker.client_config().create().expect("producer");
-    for i in from..from + n {
-        let id = format!("e{i}");
-        let payload = serde_json::json!({ "i": i }).to_string();
-        let headers = OwnedHeaders::new().insert(Header { key: "id", value: Some(id.as_str()) });
-        let mut rec = BaseRecord::to(TOPIC).key("k").payload(&payload).headers(headers);
-        while let Err((_, r)) = producer.send(rec) {
-            producer.poll(Duration::from_millis(10));
-            rec = r;
-        }
-        producer.poll(Duration::ZERO);
-    }
-    producer.flush(Duration::from_secs(30)).expect("flush");
-}
-
-fn count(pg: &PgCluster) -> usize {
-    if pg.psql("SELECT to_regclass('public.inbox') IS NULL").trim() == "t" {
-        return 0;
-    }
-    pg.psql("SELECT count(*) FROM public.inbox").trim().parse().unwrap_or(0)
-}
 
 #[test]
 fn every_broker_down_turns_readiness_off_and_back_on_without_records() {
@@ -59,8 +35,13 @@ fn every_broker_down_turns_readiness_off_and_back_on_without_records() {
     let connected =
         || http_get(port, "/metrics").and_then(|(_, b)| metric(&b, "outboxd_connected{component=\"kafka\"}"));
     assert!(wait_until(Duration::from_secs(60), || ready() == Some(200)), "never ready:\n{}", inbox.log());
-    produce(&broker, 0, 10);
-    assert!(wait_until(Duration::from_secs(30), || count(&pg) == 10), "{} of 10:\n{}", count(&pg), inbox.log());
+    produce_numbered(&broker, TOPIC, 0..10, |_| "k".into(), None);
+    assert!(
+        wait_until(Duration::from_secs(30), || inbox_rows(&pg) == 10),
+        "{} of 10:\n{}",
+        inbox_rows(&pg),
+        inbox.log()
+    );
 
     broker.kill();
     let off = wait_until(Duration::from_secs(30), || ready() == Some(503));
@@ -72,10 +53,15 @@ fn every_broker_down_turns_readiness_off_and_back_on_without_records() {
     let on = wait_until(Duration::from_secs(60), || ready() == Some(200));
     assert!(on, "/readyz stayed {:?} with the broker back:\n{}", ready(), inbox.log());
     assert_eq!(connected(), Some(1.0));
-    produce(&broker, 10, 10);
-    assert!(wait_until(Duration::from_secs(30), || count(&pg) >= 20), "{} of 20:\n{}", count(&pg), inbox.log());
+    produce_numbered(&broker, TOPIC, 10..20, |_| "k".into(), None);
+    assert!(
+        wait_until(Duration::from_secs(30), || inbox_rows(&pg) >= 20),
+        "{} of 20:\n{}",
+        inbox_rows(&pg),
+        inbox.log()
+    );
     std::thread::sleep(Duration::from_secs(1));
-    assert_eq!(count(&pg), 20, "rows beyond the records produced");
+    assert_eq!(inbox_rows(&pg), 20, "rows beyond the records produced");
     let distinct = pg.psql("SELECT count(DISTINCT event_id) FROM public.inbox");
     assert_eq!(distinct.trim(), "20");
     inbox.stop_cleanly();

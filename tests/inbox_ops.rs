@@ -17,31 +17,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::inbox::produce_numbered;
 use common::*;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 const TOPIC: &str = "ops.events";
 const BACKLOG: usize = 5_000;
-
-fn produce(broker: &Broker, from: usize, n: usize, stamp_ms: Option<i64>) {
-    let producer: BaseProducer = broker.client_config().create().expect("producer");
-    for i in from..from + n {
-        let (id, key) = (format!("e{i}"), format!("k{}", i % 7));
-        let payload = serde_json::json!({ "i": i }).to_string();
-        let headers = OwnedHeaders::new().insert(Header { key: "id", value: Some(id.as_str()) });
-        let mut rec = BaseRecord::to(TOPIC).key(&key).payload(&payload).headers(headers);
-        if let Some(ts) = stamp_ms {
-            rec = rec.timestamp(ts);
-        }
-        while let Err((_, r)) = producer.send(rec) {
-            producer.poll(Duration::from_millis(10));
-            rec = r;
-        }
-        producer.poll(Duration::ZERO);
-    }
-    producer.flush(Duration::from_secs(30)).expect("flush");
-}
 
 fn count(pg: &PgCluster) -> usize {
     if pg.psql("SELECT to_regclass('public.inbox') IS NULL").trim() == "t" {
@@ -86,7 +66,7 @@ fn a_postgresql_outage_is_readiness_not_liveness_and_the_lag_in_seconds_grows_me
          CREATE TRIGGER slow BEFORE INSERT ON public.inbox FOR EACH ROW EXECUTE FUNCTION slow_row();",
     );
     let stamp = jiff::Timestamp::now().as_millisecond() - 120_000;
-    produce(&broker, 0, BACKLOG, Some(stamp));
+    produce_numbered(&broker, TOPIC, 0..BACKLOG, |i| format!("k{}", i % 7), Some(stamp));
     let mut seen = Vec::new();
     let drained = wait_until(Duration::from_secs(90), || {
         seen.extend(lag_s());
@@ -104,7 +84,7 @@ fn a_postgresql_outage_is_readiness_not_liveness_and_the_lag_in_seconds_grows_me
 
     pg.stop("fast");
     // Far more than the writer's channel holds (4 batches), so the consumer thread waits on it.
-    produce(&broker, BACKLOG, 1_500, None);
+    produce_numbered(&broker, TOPIC, BACKLOG..BACKLOG + 1_500, |i| format!("k{}", i % 7), None);
     assert!(wait_until(Duration::from_secs(20), || status("/readyz") == Some(503)), "ready with PostgreSQL down");
     // The lag in records is exactly what came during the outage: nothing of it is stored.
     assert!(
@@ -123,7 +103,7 @@ fn a_postgresql_outage_is_readiness_not_liveness_and_the_lag_in_seconds_grows_me
     assert!(inbox.is_running(), "the inbox exited while PostgreSQL was down:\n{}", inbox.log());
     // More records during the outage: the lag grows by them, and in seconds with the clock (the
     // oldest record not stored is the same one, 16 s older).
-    produce(&broker, BACKLOG + 1_500, 1_500, None);
+    produce_numbered(&broker, TOPIC, BACKLOG + 1_500..BACKLOG + 3_000, |i| format!("k{}", i % 7), None);
     assert!(
         wait_until(Duration::from_secs(10), || lag_n() == Some(3_000.0)),
         "outboxd_inbox_lag_records {:?} with 3,000 records produced during the outage",
@@ -202,7 +182,7 @@ fn an_idle_inbox_answers_503_within_seconds_of_a_postgresql_outage_and_200_after
     );
     assert!(inbox.is_running(), "the inbox exited:\n{}", inbox.log());
     // And it still writes: a record produced now is in the table.
-    produce(&broker, 0, 1, None);
+    produce_numbered(&broker, TOPIC, 0..1, |i| format!("k{}", i % 7), None);
     assert!(wait_until(Duration::from_secs(20), || count(&pg) == 1), "the record after the outage:\n{}", inbox.log());
     inbox.stop_cleanly();
 }

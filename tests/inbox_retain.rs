@@ -9,34 +9,10 @@ mod common;
 
 use std::time::Duration;
 
+use common::inbox::{inbox_rows, produce_numbered};
 use common::*;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 const TOPIC: &str = "retain.events";
-
-fn produce(broker: &Broker, ids: std::ops::Range<usize>) {
-    let producer: BaseProducer = broker.client_config().create().expect("producer");
-    for i in ids {
-        let id = format!("e{i}");
-        let payload = serde_json::json!({ "i": i }).to_string();
-        let headers = OwnedHeaders::new().insert(Header { key: "id", value: Some(id.as_str()) });
-        let mut rec = BaseRecord::to(TOPIC).key("k").payload(&payload).headers(headers);
-        while let Err((_, r)) = producer.send(rec) {
-            producer.poll(Duration::from_millis(10));
-            rec = r;
-        }
-        producer.poll(Duration::ZERO);
-    }
-    producer.flush(Duration::from_secs(30)).expect("flush");
-}
-
-fn count(pg: &PgCluster) -> usize {
-    if pg.psql("SELECT to_regclass('public.inbox') IS NULL").trim() == "t" {
-        return 0;
-    }
-    pg.psql("SELECT count(*) FROM public.inbox").trim().parse().unwrap_or(0)
-}
 
 fn ids(pg: &PgCluster, filter: &str) -> String {
     pg.psql(&format!(
@@ -71,8 +47,13 @@ fn retain_prunes_only_processed_rows_past_the_dedupe_window() {
         "2h",
     ]);
     let mut inbox = Outboxd::spawn(&a);
-    produce(&broker, 0..30);
-    assert!(wait_until(Duration::from_secs(25), || count(&pg) == 30), "{} of 30:\n{}", count(&pg), inbox.log());
+    produce_numbered(&broker, TOPIC, 0..30, |_| "k".into(), None);
+    assert!(
+        wait_until(Duration::from_secs(25), || inbox_rows(&pg) == 30),
+        "{} of 30:\n{}",
+        inbox_rows(&pg),
+        inbox.log()
+    );
     // e0-e9: processed 3 h ago, arrived 3 h ago: past both. e10-e19: processed 3 h ago but
     // arrived 1 h ago, inside the window. e20-e29: arrived 3 h ago, never processed.
     pg.psql(
@@ -88,10 +69,15 @@ fn retain_prunes_only_processed_rows_past_the_dedupe_window() {
     assert_eq!(ids(&pg, "true"), list(10..30), "what the round left");
 
     // Copies of e0-e19: e10-e19 still deduplicate; e0-e9 were pruned, so they come in again.
-    produce(&broker, 0..20);
-    assert!(wait_until(Duration::from_secs(30), || count(&pg) >= 30), "{} of 30:\n{}", count(&pg), inbox.log());
+    produce_numbered(&broker, TOPIC, 0..20, |_| "k".into(), None);
+    assert!(
+        wait_until(Duration::from_secs(30), || inbox_rows(&pg) >= 30),
+        "{} of 30:\n{}",
+        inbox_rows(&pg),
+        inbox.log()
+    );
     std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(count(&pg), 30, "a copy inside the window was inserted again:\n{}", inbox.log());
+    assert_eq!(inbox_rows(&pg), 30, "a copy inside the window was inserted again:\n{}", inbox.log());
     assert_eq!(ids(&pg, "processed_at IS NULL AND received_at > now() - interval '1 minute'"), list(0..10));
     assert_eq!(ids(&pg, "processed_at IS NOT NULL"), list(10..20), "an inside-the-window row was replaced");
     inbox.stop_cleanly();

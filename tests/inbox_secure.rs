@@ -10,38 +10,13 @@ mod common;
 
 use std::time::Duration;
 
+use common::inbox::{inbox_rows, produce_numbered};
 use common::*;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 const TOPIC: &str = "secure.events";
 const SCRAM_USER: &str = "inbox-reader";
 const SCRAM_PASSWORD: &str = "Inb0x-scram-Secret-plugh";
 const N: usize = 60;
-
-/// N records through the harness's own (internal, plaintext) listener.
-fn produce(broker: &Broker) {
-    let producer: BaseProducer = broker.client_config().create().expect("producer");
-    for i in 0..N {
-        let (id, key) = (format!("e{i}"), format!("k{}", i % 5));
-        let payload = serde_json::json!({ "i": i }).to_string();
-        let headers = OwnedHeaders::new().insert(Header { key: "id", value: Some(id.as_str()) });
-        let mut rec = BaseRecord::to(TOPIC).key(&key).payload(&payload).headers(headers);
-        while let Err((_, r)) = producer.send(rec) {
-            producer.poll(Duration::from_millis(10));
-            rec = r;
-        }
-        producer.poll(Duration::ZERO);
-    }
-    producer.flush(Duration::from_secs(30)).expect("flush");
-}
-
-fn count(pg: &PgCluster) -> usize {
-    if pg.psql("SELECT to_regclass('public.inbox') IS NULL").trim() == "t" {
-        return 0;
-    }
-    pg.psql("SELECT count(*) FROM public.inbox").trim().parse().unwrap_or(0)
-}
 
 /// A property file with the SASL_SSL settings and `password`.
 fn kafka_props(dir: &std::path::Path, broker: &Broker, password: &str) -> String {
@@ -100,10 +75,15 @@ fn sasl_ssl_and_postgresql_tls_with_secrets_in_files_deliver_and_never_show_them
     let mut inbox = Outboxd::spawn(&a);
     let ready = wait_until(Duration::from_secs(60), || http_get(port, "/readyz").map(|(c, _)| c) == Some(200));
     assert!(ready, "never ready:\n{}", inbox.log());
-    produce(&broker);
-    assert!(wait_until(Duration::from_secs(60), || count(&pg) >= N), "{} of {N} rows:\n{}", count(&pg), inbox.log());
+    produce_numbered(&broker, TOPIC, 0..N, |i| format!("k{}", i % 5), None);
+    assert!(
+        wait_until(Duration::from_secs(60), || inbox_rows(&pg) >= N),
+        "{} of {N} rows:\n{}",
+        inbox_rows(&pg),
+        inbox.log()
+    );
     std::thread::sleep(Duration::from_secs(1));
-    assert_eq!(count(&pg), N, "rows beyond the records produced:\n{}", inbox.log());
+    assert_eq!(inbox_rows(&pg), N, "rows beyond the records produced:\n{}", inbox.log());
     let distinct = pg.psql("SELECT count(DISTINCT event_id) FROM public.inbox WHERE event_id ~ '^e[0-9]+$'");
     assert_eq!(distinct.trim(), N.to_string());
     // The inbox's own session to PostgreSQL is encrypted.
@@ -149,7 +129,7 @@ fn wrong_kafka_credentials_keep_the_inbox_unready_with_a_clear_line_and_no_secre
         &format!("127.0.0.1:{port}"),
     ]);
     let mut inbox = Outboxd::spawn(&a);
-    produce(&broker);
+    produce_numbered(&broker, TOPIC, 0..N, |i| format!("k{}", i % 5), None);
     let said = wait_until(Duration::from_secs(60), || {
         let log = inbox.log();
         log.contains("SASL authentication error") || log.contains("Authentication failed")
@@ -159,7 +139,7 @@ fn wrong_kafka_credentials_keep_the_inbox_unready_with_a_clear_line_and_no_secre
     let ready = http_get(port, "/readyz").map(|(c, _)| c);
     assert!(ready.is_some_and(|c| c != 200), "/readyz must not be 200 while Kafka refuses the inbox: {ready:?}");
     assert!(inbox.is_running(), "the inbox must keep retrying, not exit:\n{}", inbox.log());
-    assert_eq!(count(&pg), 0, "rows arrived through a refused login");
+    assert_eq!(inbox_rows(&pg), 0, "rows arrived through a refused login");
     let seen = format!("{}\n{}", inbox.log(), proc_view(inbox.pid().unwrap()));
     assert!(!seen.contains(wrong) && !seen.contains(SCRAM_PASSWORD), "a secret shows:\n{seen}");
     inbox.stop_cleanly();

@@ -39,6 +39,7 @@ pub mod aws_auth;
 pub mod certs;
 pub mod debezium;
 pub mod dlq_copies;
+pub mod inbox;
 pub mod kafka;
 pub mod netfault;
 pub mod pg_tls;
