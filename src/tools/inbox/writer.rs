@@ -11,8 +11,9 @@
 //! A failed write is retried whole (the batch is idempotent: `ON CONFLICT DO NOTHING`, offsets
 //! that only grow) while PostgreSQL is away, with `/readyz` answering 503 and the consumer held
 //! back by the full channel; nothing is acknowledged anywhere until the write commits. An idle
-//! writer checks its connection ([`PROBE_EVERY`] after its last success, one `SELECT 1`) through
-//! the same retry, so `/readyz` answers 503 through an outage with no records flowing too. A write
+//! writer checks its connection ([`PROBE_EVERY`] after its last success, one bounded `SELECT 1`,
+//! or one attempt to connect, per tick; never a wait for PostgreSQL), so `/readyz` answers 503
+//! through an outage with no records flowing too, and a revocation is still answered. A write
 //! PostgreSQL refuses for its data (SQLSTATE class 22 or 23, [`store::WriteError`]) is retried row
 //! by row, and a row refused alone is a bad record, as is a record without a usable event id:
 //! copied to `--dlq-topic` with its reason ([`super::dead`]), acked, and passed over, its offset
