@@ -219,6 +219,12 @@ fn kafka_offsets_follow_postgresql_through_rebalances_never_ahead() {
     until(4, &mut check, "A alone");
     let mut b = inbox();
     until(4, &mut check, "B joining");
+    // A loaded box may take longer than those 4 s to start B and rebalance: keep checking.
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    while !(a.log().contains("revoked") && b.log().contains("assigned")) && std::time::Instant::now() < end {
+        check("B joining");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     assert!(
         a.log().contains("revoked") && b.log().contains("assigned"),
         "no rebalance:\nA:\n{}\nB:\n{}",

@@ -209,6 +209,10 @@ async fn stall_confirms_nothing_then_everything_arrives_once() {
     // is that the stall is not confirmed past and that nothing is lost or stored twice after it.
     assert!(s.count().await < 21, "everything stored through a held link\n{}", d.log());
     assert!(!slot_past(&pg, &end), "the slot moved during the stall\n{}", d.log());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !d.log().contains("JetStream publish not acknowledged") && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert!(d.log().contains("JetStream publish not acknowledged"), "no retry logged\n{}", d.log());
 
     proxy.release(Dir::Up);

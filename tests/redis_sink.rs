@@ -185,7 +185,11 @@ fn an_outage_confirms_nothing_and_everything_arrives_after_it() {
     std::thread::sleep(Duration::from_secs(12));
     assert_eq!(confirmed(&pg), before, "nothing may be confirmed while Redis is unreachable\n{}", d.log());
     assert_eq!(xrange(&mut con, &stream).len(), 1);
-    assert!(d.log().contains("Redis is unreachable"), "the writer must notice the dead link\n{}", d.log());
+    assert!(
+        wait_until(Duration::from_secs(30), || d.log().contains("Redis is unreachable")),
+        "the writer must notice the dead link\n{}",
+        d.log()
+    );
     proxy.thaw();
     let got = read_n(&mut con, &stream, 11, Duration::from_secs(60));
     let mut seen: Vec<Vec<u8>> = Vec::new();

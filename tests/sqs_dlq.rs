@@ -164,8 +164,9 @@ fn an_interrupted_replay_loses_no_copy() {
         d.kill9();
         assert!(!d.log().contains("sent "), "nothing was accepted: {}", d.log());
     }
-    std::thread::sleep(Duration::from_secs(4));
-    assert_eq!(list_json(&moto, &dlq_url)["total"], N, "a killed replay took no copy it did not send");
+    // Copies received by the killed replay come back after the 3 s visibility timeout.
+    let all_back = wait_until(Duration::from_secs(20), || list_json(&moto, &dlq_url)["total"] == N);
+    assert!(all_back, "a killed replay took no copy it did not send: {}", list_json(&moto, &dlq_url)["total"]);
     {
         let proxy = ThrottleProxy::start(&moto, 0.3);
         let mut d = Outboxd::spawn_with_env(&replay_args(&proxy.url), ENV);
@@ -173,7 +174,8 @@ fn an_interrupted_replay_loses_no_copy() {
         d.kill9();
         assert!(sent, "{}", d.log());
     }
-    std::thread::sleep(Duration::from_secs(4));
+    // Past the 3 s visibility timeout of what the killed replay received, with room for a slow moto.
+    std::thread::sleep(Duration::from_secs(8));
     let (code, out) = {
         let mut d = Outboxd::spawn_with_env(&replay_args(&moto.url), ENV);
         let status = d.wait_exit(Duration::from_secs(120));

@@ -108,7 +108,7 @@ fn the_page_shows_a_dead_letter_and_a_climbing_lag_in_a_browser_and_loads_nothin
     assert!(std::fs::metadata(&first).map(|m| m.len() > 10_000).unwrap_or(false), "no screenshot at {first:?}");
 
     // Without JavaScript the basic figures are there.
-    let (ok, r) = browser(&["--url", &format!("http://{addr}/"), "--no-js", "--expect-dlq", &bad, "--timeout", "10"]);
+    let (ok, r) = browser(&["--url", &format!("http://{addr}/"), "--no-js", "--expect-dlq", &bad]);
     assert!(ok, "{r:#}");
     assert_eq!(r["seen"]["dlq_total"], "1", "{r:#}");
 

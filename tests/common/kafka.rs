@@ -592,6 +592,7 @@ pub fn consume_group(mut config: ClientConfig, topic: &str, min_count: usize, ti
         .set("fetch.wait.max.ms", "100")
         .set("topic.metadata.refresh.interval.ms", "1000")
         .set("allow.auto.create.topics", "false")
+        .set("enable.partition.eof", "true")
         .create()
         .expect("create consumer");
     consumer.subscribe(&[topic]).expect("subscribe");
@@ -599,14 +600,21 @@ pub fn consume_group(mut config: ClientConfig, topic: &str, min_count: usize, ti
     let deadline = start + timeout;
     let mut last_new = start;
     let mut out: Vec<Consumed> = Vec::new();
+    // Partitions read to their end since their last record. A quiet second alone is not the end:
+    // on a loaded box a new group can take longer than that to be given its partitions at all.
+    let mut at_end = std::collections::HashSet::new();
     while Instant::now() < deadline {
-        if out.len() >= min_count && last_new.elapsed() >= QUIET {
+        if out.len() >= min_count && last_new.elapsed() >= QUIET && read_to_the_end(&consumer, topic, &at_end) {
             break;
         }
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
+                at_end.remove(&rdkafka::Message::partition(&m));
                 out.push(Consumed::from_message(&m));
                 last_new = Instant::now();
+            }
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p);
             }
             Some(Err(e)) => eprintln!("[harness] consume {topic}: {e}"),
             None => {}
@@ -614,6 +622,17 @@ pub fn consume_group(mut config: ClientConfig, topic: &str, min_count: usize, ti
     }
     out.sort_by_key(|c| (c.partition, c.offset));
     out
+}
+
+/// Every partition assigned to `consumer` read to its end, or `topic` absent (nothing to read).
+fn read_to_the_end(consumer: &BaseConsumer, topic: &str, at_end: &std::collections::HashSet<i32>) -> bool {
+    match consumer.assignment() {
+        Ok(a) if a.count() > 0 => a.elements().iter().all(|e| at_end.contains(&e.partition())),
+        _ => consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(2))
+            .map(|m| m.topics().iter().all(|t| t.error().is_some() || t.partitions().is_empty()))
+            .unwrap_or(false),
+    }
 }
 
 /// Reads partitions `0..partitions` of `topic` from the beginning with assign() (no group).
