@@ -314,3 +314,59 @@ fn the_inbox_status_page_during_a_drain_matches_the_database() {
     );
     inbox.stop_cleanly();
 }
+
+/// Behind a transactional producer each commit marker takes an offset and holds no record: once
+/// the inbox has stored every record and stepped over the markers, every partition reads 0 lag
+/// on `/metrics` and the status page, though Kafka's ends lie past the stored offsets.
+#[test]
+fn a_caught_up_partition_behind_a_transactional_producer_reads_no_lag() {
+    const TOPIC: &str = "txn.events";
+    const TXNS: usize = 4;
+    const PER_TXN: usize = 10;
+    let pg = PgCluster::start();
+    let broker = Broker::start();
+    broker.create_topic(TOPIC, PARTITIONS);
+    let producer: BaseProducer = broker
+        .client_config()
+        .set("transactional.id", unique_name("inbox-txn"))
+        .create()
+        .expect("transactional producer");
+    producer.init_transactions(Duration::from_secs(30)).expect("init_transactions");
+    for t in 0..TXNS {
+        producer.begin_transaction().expect("begin");
+        for i in 0..PER_TXN {
+            let n = t * PER_TXN + i;
+            let (id, key, payload) = (format!("x-{n}"), format!("k{}", n % 16), serde_json::json!({ "i": n }).to_string());
+            let headers = OwnedHeaders::new().insert(Header { key: "id", value: Some(id.as_str()) });
+            let mut rec = BaseRecord::to(TOPIC).key(&key).payload(&payload).headers(headers);
+            while let Err((_, r)) = producer.send(rec) {
+                producer.poll(Duration::from_millis(10));
+                rec = r;
+            }
+        }
+        producer.commit_transaction(Duration::from_secs(30)).expect("commit");
+    }
+    let port = free_port();
+    let mut inbox = Outboxd::spawn(&inbox_args(&pg, &broker, TOPIC, port, &[]));
+    let rows = (TXNS * PER_TXN) as i64;
+    let done = wait_until(Duration::from_secs(60), || common::inbox::inbox_rows(&pg) as i64 == rows);
+    assert!(done, "{} of {rows} rows:\n{}", common::inbox::inbox_rows(&pg), inbox.log());
+    // The markers are there: Kafka's ends lie past the offsets stored, on every partition written.
+    let ends = broker.end_offsets(TOPIC);
+    assert!(ends > stored(&pg).values().sum::<i64>(), "no commit marker past the stored offsets: ends {ends}, {:?}", stored(&pg));
+    let caught_up = || {
+        let l = lags(port);
+        let s = status_json(port);
+        l.len() == PARTITIONS as usize
+            && l.values().all(|v| *v == 0.0)
+            && s["partitions"].as_array().is_some_and(|ps| ps.iter().all(|p| p["lag_records"].as_i64() == Some(0)))
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), caught_up),
+        "lag {:?}, page {:#}, stored {:?}, ends {ends}",
+        lags(port),
+        status_json(port)["partitions"],
+        stored(&pg)
+    );
+    inbox.stop_cleanly();
+}

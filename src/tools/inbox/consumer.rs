@@ -427,9 +427,13 @@ fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
         ctx.beat.beat();
         ctx.commits.send(consumer, false);
-        let wait = if ctx.pending().is_empty() { Duration::from_millis(100) } else { Duration::ZERO };
+        let idle = ctx.pending().is_empty();
+        let wait = if idle { Duration::from_millis(100) } else { Duration::ZERO };
         match consumer.poll(wait) {
             None => {
+                if idle {
+                    read_to(consumer, &ctx.lag);
+                }
                 if ctx.hand_over(true).is_none() {
                     break;
                 }
@@ -464,6 +468,17 @@ fn poll_loop(consumer: &BaseConsumer<Context>, stop: &AtomicBool) {
     // What the writer stored last; closing the client (when it drops) waits for the commit.
     consumer.context().commits.send(consumer, true);
     tracing::info!("Kafka consumer stopping");
+}
+
+/// Nothing more to read: the positions go to the lag, which counts offsets stepped over without a
+/// record (commit markers) as done once every record read is stored. From this thread, after it
+/// noted every record it was given, so a position never runs ahead of the notes.
+fn read_to(consumer: &BaseConsumer<Context>, lag: &Lag) {
+    let Ok(positions) = consumer.position() else { return };
+    lag.read_to(positions.elements().iter().filter_map(|e| match e.offset() {
+        Offset::Offset(n) => Some((e.topic().to_owned(), e.partition(), n)),
+        _ => None,
+    }));
 }
 
 /// Owned copies of a record's parts (no librdkafka borrow outlives the poll).

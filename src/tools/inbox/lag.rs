@@ -4,13 +4,17 @@
 //!
 //! * **Records**: the partition's end (its last stable offset, as read_committed sees it) minus
 //!   the next offset stored in PostgreSQL (the start of the assignment, then each committed
-//!   batch's). Records produced during an outage raise it; the writer's commits lower it.
+//!   batch's). Records produced during an outage raise it; the writer's commits lower it. Once
+//!   everything read is stored, the consumer's position counts instead when it is further: it
+//!   has stepped over offsets that hold no record (a transaction's commit marker, aborted
+//!   records), so a caught-up partition behind a transactional producer reads 0, not 1.
 //! * **Seconds**: the age, by its Kafka timestamp, of the oldest record read and not yet stored;
 //!   0 when there is none (caught up, or nothing read yet past the stored offset). While
 //!   PostgreSQL is away the oldest record waiting is the same one, so the age grows with the clock.
 //!
 //! Who writes what: the consumer thread sets a partition's start at its assignment, notes each
-//! record it reads ([`Lag::read`]) and forgets partitions that change hands; the writer reports the
+//! record it reads ([`Lag::read`]) and, when it finds nothing more to read, its positions
+//! ([`Lag::read_to`]), and forgets partitions that change hands; the writer reports the
 //! offsets each commit stored ([`Lag::stored`]); a thread of its own ([`watch`]) asks Kafka for
 //! the ends every [`EVERY`] (one ListOffsets request per leader, whatever the consumer thread is
 //! doing: it may be waiting on a full channel for hours) and sets the gauges.
@@ -46,6 +50,9 @@ struct Track {
     unstored: VecDeque<(i64, Option<i64>)>,
     /// The partition's end, from the last answer.
     end: Option<i64>,
+    /// The consumer's position when it last found nothing to read: every offset below it was
+    /// read (and noted) or holds no record. Set by the same thread that notes the records.
+    read_to: Option<i64>,
 }
 
 impl Track {
@@ -60,7 +67,13 @@ impl Track {
     /// Records and seconds at `now_ms`; `None` until the end and the stored offset are known.
     fn figures(&self, now_ms: i64) -> Option<(i64, i64, f64)> {
         let (end, stored) = (self.end?, self.stored?);
-        let records = (end - stored).max(0);
+        // Nothing read waits to be stored: what lies between the stored offset and the position
+        // holds no record (a commit marker), so it is not lag.
+        let done = match self.read_to {
+            Some(r) if self.unstored.is_empty() => stored.max(r),
+            _ => stored,
+        };
+        let records = (end - done).max(0);
         let oldest = self.unstored.front().and_then(|(_, ts)| *ts);
         // A clock behind the broker's gives 0, never a negative age.
         let secs = match (records, oldest) {
@@ -116,6 +129,16 @@ impl Lag {
             // Read again after a seek: the note already holds it (offsets only grow in it).
             _ if track.unstored.back().is_some_and(|(o, _)| *o >= offset) => {}
             _ => track.unstored.push_back((offset, timestamp_ms)),
+        }
+    }
+
+    /// The consumer, finding nothing more to read: its position in each assigned partition.
+    pub fn read_to(&self, positions: impl IntoIterator<Item = (String, i32, i64)>) {
+        let mut all = self.parts();
+        for (topic, p, position) in positions {
+            if let Some(track) = all.get_mut(&topic).and_then(|t| t.get_mut(&p)) {
+                track.read_to = Some(position);
+            }
         }
     }
 
@@ -271,5 +294,31 @@ mod tests {
         lag.set_end("t", 0, 1);
         lag.read("t", 0, 0, Some(12_000));
         assert_eq!(one(&lag, 10_000), Some((1, 0.0)));
+    }
+
+    #[test]
+    fn a_commit_marker_past_the_last_stored_record_is_not_lag_once_the_consumer_stepped_over_it() {
+        let lag = Lag::default();
+        lag.assigned(&part(0), Some(0));
+        // Records 0..10 of one transaction, its commit marker at 10: the end is 11.
+        for o in 0..10 {
+            lag.read("t", 0, o, Some(1_000));
+        }
+        lag.set_end("t", 0, 11);
+        lag.read_to([("t".to_owned(), 0, 11)]);
+        assert_eq!(one(&lag, 2_000), Some((11, 1.0)), "read, not stored: the stored offset counts");
+        lag.stored(&HashMap::from([(part(0), 10)]));
+        assert_eq!(one(&lag, 2_000), Some((0, 0.0)), "all stored, the marker stepped over");
+        // A new transaction read but not stored: the stored offset counts again.
+        lag.read("t", 0, 11, Some(1_500));
+        lag.set_end("t", 0, 13);
+        assert_eq!(one(&lag, 2_000), Some((3, 0.5)));
+        lag.stored(&HashMap::from([(part(0), 12)]));
+        assert_eq!(one(&lag, 2_000), Some((1, 0.0)), "the new marker counts until the consumer passes it");
+        lag.read_to([("t".to_owned(), 0, 13)]);
+        assert_eq!(one(&lag, 2_000), Some((0, 0.0)));
+        // A position below the stored offset (a seek back) never raises the lag.
+        lag.read_to([("t".to_owned(), 0, 5)]);
+        assert_eq!(one(&lag, 2_000), Some((1, 0.0)));
     }
 }
