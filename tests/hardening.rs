@@ -149,7 +149,8 @@ fn byte_budget_stops_reading_wal() {
     let in_flight = || http_get(port, "/metrics").and_then(|(_, b)| metric(&b, "outboxd_events_in_flight"));
     // The gauge follows the reader, which fills the budget within seconds (longer on a loaded box).
     wait_until(Duration::from_secs(30), || in_flight().is_some_and(|n| n >= 10.0));
-    std::thread::sleep(Duration::from_secs(1));
+    // Time to overrun the budget, were it not kept: the reader has all 100 rows to take.
+    std::thread::sleep(Duration::from_secs(3));
     let held = in_flight().expect("metrics");
     eprintln!("in flight at the byte budget: {held}");
     assert!(held >= 10.0, "the budget should admit about 16 records of 4 KiB, saw {held}");
