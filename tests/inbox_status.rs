@@ -336,7 +336,8 @@ fn a_caught_up_partition_behind_a_transactional_producer_reads_no_lag() {
         producer.begin_transaction().expect("begin");
         for i in 0..PER_TXN {
             let n = t * PER_TXN + i;
-            let (id, key, payload) = (format!("x-{n}"), format!("k{}", n % 16), serde_json::json!({ "i": n }).to_string());
+            let (id, key, payload) =
+                (format!("x-{n}"), format!("k{}", n % 16), serde_json::json!({ "i": n }).to_string());
             let headers = OwnedHeaders::new().insert(Header { key: "id", value: Some(id.as_str()) });
             let mut rec = BaseRecord::to(TOPIC).key(&key).payload(&payload).headers(headers);
             while let Err((_, r)) = producer.send(rec) {
@@ -353,7 +354,11 @@ fn a_caught_up_partition_behind_a_transactional_producer_reads_no_lag() {
     assert!(done, "{} of {rows} rows:\n{}", common::inbox::inbox_rows(&pg), inbox.log());
     // The markers are there: Kafka's ends lie past the offsets stored, on every partition written.
     let ends = broker.end_offsets(TOPIC);
-    assert!(ends > stored(&pg).values().sum::<i64>(), "no commit marker past the stored offsets: ends {ends}, {:?}", stored(&pg));
+    assert!(
+        ends > stored(&pg).values().sum::<i64>(),
+        "no commit marker past the stored offsets: ends {ends}, {:?}",
+        stored(&pg)
+    );
     let caught_up = || {
         let l = lags(port);
         let s = status_json(port);

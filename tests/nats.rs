@@ -209,11 +209,12 @@ async fn stall_confirms_nothing_then_everything_arrives_once() {
     // is that the stall is not confirmed past and that nothing is lost or stored twice after it.
     assert!(s.count().await < 21, "everything stored through a held link\n{}", d.log());
     assert!(!slot_past(&pg, &end), "the slot moved during the stall\n{}", d.log());
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !d.log().contains("JetStream publish not acknowledged") && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(d.log().contains("JetStream publish not acknowledged"), "no retry logged\n{}", d.log());
+    let retried = wait_until_async(Duration::from_secs(30), || {
+        let log = d.log();
+        async move { log.contains("JetStream publish not acknowledged") }
+    })
+    .await;
+    assert!(retried, "no retry logged\n{}", d.log());
 
     proxy.release(Dir::Up);
     assert!(s.wait_count(21, Duration::from_secs(30)).await, "{} of 21 stored\n{}", s.count().await, d.log());
